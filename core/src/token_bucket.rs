@@ -1,0 +1,473 @@
+//! Token bucket with continuous, exact refill.
+//!
+//! The bucket holds at most `capacity` tokens and gains `refill_tokens` every `refill_ms`,
+//! continuously. To accrue fractions of a token exactly, the level is stored in units of
+//! 1 / `refill_us` of a token (`refill_us` = `refill_ms` x 1000): `elapsed_us` microseconds
+//! then add exactly `refill_tokens x elapsed_us` units, an integer. Nothing is rounded while
+//! the parameters stay the same, so there is no drift after any number of calls.
+
+use crate::decision::{Decision, Outcome};
+use crate::limits::{self, ParamError};
+use crate::time::{Micros, Millis};
+
+/// Validated token bucket parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenBucketParams {
+    capacity: u64,
+    refill_tokens: u64,
+    refill_ms: u64,
+}
+
+impl TokenBucketParams {
+    /// Checks every parameter against its documented range.
+    ///
+    /// ```
+    /// use redis_rl_core::token_bucket::TokenBucketParams;
+    /// // The free tier: 100 requests, refilled at 100 per minute.
+    /// assert!(TokenBucketParams::new(100, 100, 60_000).is_ok());
+    /// assert!(TokenBucketParams::new(0, 100, 60_000).is_err());
+    /// ```
+    pub fn new(capacity: u64, refill_tokens: u64, refill_ms: u64) -> Result<Self, ParamError> {
+        Ok(Self {
+            capacity: limits::count("capacity").check(capacity)?,
+            refill_tokens: limits::count("refill_tokens").check(refill_tokens)?,
+            refill_ms: limits::duration_ms("refill_ms").check(refill_ms)?,
+        })
+    }
+
+    /// Most tokens the bucket holds.
+    pub const fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Tokens gained every `refill_ms`.
+    pub const fn refill_tokens(&self) -> u64 {
+        self.refill_tokens
+    }
+
+    /// The refill period in milliseconds.
+    pub const fn refill_ms(&self) -> u64 {
+        self.refill_ms
+    }
+
+    fn units_per_token(&self) -> u128 {
+        u128::from(self.refill_ms) * 1000
+    }
+
+    fn full_level(&self) -> u128 {
+        u128::from(self.capacity) * self.units_per_token()
+    }
+}
+
+/// The stored state of one bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenBucketState {
+    /// Tokens x `refill_ms` x 1000 (see the module doc).
+    pub level: u128,
+    /// When `level` was computed. Never moves backwards, so a clock that steps back
+    /// cannot credit the same interval twice.
+    pub updated_at: Micros,
+    /// The `refill_ms` that `level` is scaled by.
+    pub refill_ms: u64,
+}
+
+/// Decides whether `cost` tokens may be taken at `now`.
+///
+/// Returns the decision and the state to store, if any. `None` means "write nothing":
+/// a denial, an impossible cost, or a zero-cost check leave the key as it was.
+///
+/// A missing state is a full bucket. A stored state with other parameters is carried over:
+/// its tokens are kept (rounded down when `refill_ms` changed) and clamped to the new
+/// capacity, so lowering a limit takes effect at once and changing it never adds tokens.
+///
+/// ```
+/// use redis_rl_core::token_bucket::{check, TokenBucketParams};
+/// use redis_rl_core::{Micros, Millis, Outcome};
+/// let params = TokenBucketParams::new(2, 1, 1_000).unwrap();
+/// let (first, state) = check(None, Micros(0), &params, 1);
+/// assert!(first.is_allowed());
+/// let (second, state) = check(state, Micros(0), &params, 1);
+/// assert_eq!(second.remaining, 0);
+/// let (third, none) = check(state, Micros(0), &params, 1);
+/// assert_eq!(third.outcome, Outcome::Denied { retry_after: Millis(1_000) });
+/// assert!(none.is_none());
+/// ```
+pub fn check(
+    state: Option<TokenBucketState>,
+    now: Micros,
+    params: &TokenBucketParams,
+    cost: u64,
+) -> (Decision, Option<TokenBucketState>) {
+    let (level, as_of) = level_at(state, now, params);
+    let unit = params.units_per_token();
+    let full = params.full_level();
+    let rate = u128::from(params.refill_tokens);
+    // Waits are measured from `as_of`; when the clock stepped back it is later than `now`.
+    let lag = u128::from(as_of.0 - now.0);
+    let wait_to_reach = |target: u128, from: u128| -> Millis {
+        let us = target.saturating_sub(from).div_ceil(rate);
+        Micros::ceil_millis_u128(us + lag)
+    };
+    let decision = |outcome, after: u128| Decision {
+        outcome,
+        limit: params.capacity,
+        remaining: u64::try_from(after / unit).unwrap_or(u64::MAX),
+        reset_after: wait_to_reach(full, after),
+    };
+
+    if cost > params.capacity {
+        return (decision(Outcome::Never, level), None);
+    }
+    let need = u128::from(cost) * unit;
+    if level < need {
+        let retry_after = wait_to_reach(need, level);
+        return (decision(Outcome::Denied { retry_after }, level), None);
+    }
+    let after = level - need;
+    let new_state = (cost > 0).then_some(TokenBucketState {
+        level: after,
+        updated_at: as_of,
+        refill_ms: params.refill_ms,
+    });
+    (decision(Outcome::Allowed, after), new_state)
+}
+
+/// The bucket's level at `now` in the units of `params`, and the instant it is computed for
+/// (`now`, or the stored instant if the clock has stepped back since).
+fn level_at(
+    state: Option<TokenBucketState>,
+    now: Micros,
+    params: &TokenBucketParams,
+) -> (u128, Micros) {
+    let full = params.full_level();
+    let Some(stored) = state else {
+        return (full, now);
+    };
+    let stored_level = if stored.refill_ms == params.refill_ms {
+        stored.level
+    } else {
+        // Same number of tokens in the new units, rounded down: never a gift.
+        let old_unit = u128::from(stored.refill_ms.max(1)) * 1000;
+        let level = stored.level.min(u128::from(limits::MAX_COUNT) * old_unit);
+        level / old_unit * params.units_per_token()
+            + level % old_unit * params.units_per_token() / old_unit
+    };
+    let as_of = now.max(stored.updated_at);
+    let elapsed = u128::from(as_of.0 - stored.updated_at.0);
+    let refilled = stored_level.saturating_add(u128::from(params.refill_tokens) * elapsed);
+    (refilled.min(full), as_of)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn params(capacity: u64, refill_tokens: u64, refill_ms: u64) -> TokenBucketParams {
+        TokenBucketParams::new(capacity, refill_tokens, refill_ms).unwrap()
+    }
+
+    /// One call of a scripted scenario: at `now_ms`, take `cost`; expect this reply.
+    struct Case {
+        now_ms: u64,
+        cost: u64,
+        allowed: bool,
+        remaining: u64,
+        retry_after_ms: i64,
+        reset_after_ms: u64,
+    }
+
+    const fn case(
+        now_ms: u64,
+        cost: u64,
+        allowed: bool,
+        remaining: u64,
+        retry_after_ms: i64,
+        reset_after_ms: u64,
+    ) -> Case {
+        Case {
+            now_ms,
+            cost,
+            allowed,
+            remaining,
+            retry_after_ms,
+            reset_after_ms,
+        }
+    }
+
+    fn run(params: &TokenBucketParams, cases: &[Case]) {
+        let mut state = None;
+        for (i, c) in cases.iter().enumerate() {
+            let (d, next) = check(state, Millis(c.now_ms).as_micros(), params, c.cost);
+            let retry = match d.outcome {
+                Outcome::Allowed => 0,
+                Outcome::Denied { retry_after } => retry_after.0 as i64,
+                Outcome::Never => -1,
+            };
+            assert_eq!(
+                (d.is_allowed(), d.remaining, retry, d.reset_after.0),
+                (c.allowed, c.remaining, c.retry_after_ms, c.reset_after_ms),
+                "case {i} at {} ms",
+                c.now_ms
+            );
+            if let Some(next) = next {
+                state = Some(next);
+            }
+        }
+    }
+
+    #[test]
+    fn ten_per_second_bucket_spec() {
+        // capacity 10, 10 tokens per 1000 ms: one token every 100 ms.
+        let p = params(10, 10, 1_000);
+        run(
+            &p,
+            &[
+                //   now  cost allowed rem retry reset
+                case(0, 1, true, 9, 0, 100),
+                case(0, 9, true, 0, 0, 1_000),
+                case(0, 1, false, 0, 100, 1_000),
+                case(50, 1, false, 0, 50, 950),
+                case(100, 1, true, 0, 0, 1_000),
+                case(100, 11, false, 0, -1, 1_000),
+                case(350, 2, true, 0, 0, 950),
+                case(10_000, 0, true, 10, 0, 0),
+                case(10_000, 10, true, 0, 0, 1_000),
+            ],
+        );
+    }
+
+    #[test]
+    fn seed_tiers_admit_their_limit_per_minute() {
+        for limit in [100, 1_000, 10_000] {
+            let p = params(limit, limit, 60_000);
+            let mut state = None;
+            let mut admitted = 0;
+            for _ in 0..limit + 5 {
+                let (d, next) = check(state, Micros(0), &p, 1);
+                admitted += u64::from(d.is_allowed());
+                state = next.or(state);
+            }
+            assert_eq!(admitted, limit);
+        }
+    }
+
+    #[test]
+    fn fractions_of_a_token_accrue_exactly() {
+        // 1 token every 3 ms: 1/3 of a token per ms. After 1 ms and 2 ms nothing is
+        // whole; at 3 ms exactly one token is back.
+        let p = params(1, 1, 3);
+        let (_, s) = check(None, Micros(0), &p, 1);
+        let (d, _) = check(s, Micros(1_000), &p, 1);
+        assert_eq!(
+            d.outcome,
+            Outcome::Denied {
+                retry_after: Millis(2)
+            }
+        );
+        let (d, _) = check(s, Micros(2_999), &p, 1);
+        assert_eq!(
+            d.outcome,
+            Outcome::Denied {
+                retry_after: Millis(1)
+            }
+        );
+        let (d, _) = check(s, Micros(3_000), &p, 1);
+        assert!(d.is_allowed());
+    }
+
+    #[test]
+    fn no_drift_after_a_million_calls() {
+        // 7 tokens every 1000 ms, one call every 143 ms taking one token: in 1_000_000 calls
+        // (143_000 s) exactly 1_001_000 tokens accrue, so every call passes and the level
+        // ends where exact arithmetic says.
+        let p = params(7, 7, 1_000);
+        let mut state = None;
+        for i in 0..1_000_000u64 {
+            let (d, next) = check(state, Micros(i * 143_000), &p, 1);
+            assert!(d.is_allowed(), "call {i}");
+            state = next;
+        }
+        // Last call at 142_999_857 ms. Tokens: start 7, +7/1000 per ms, -1 per call,
+        // capped at 7: the bucket is refilled by 1.001 per call and so stays full before
+        // each call: 6 after it.
+        let s = state.unwrap();
+        assert_eq!(s.level, 6 * 1_000_000);
+    }
+
+    #[test]
+    fn clock_stepping_back_gives_no_extra_tokens() {
+        let p = params(10, 10, 1_000);
+        let (_, s) = check(None, Micros(5_000_000), &p, 10);
+        // The clock steps back one second, then forward again to 5.1 s.
+        let (d, s2) = check(s, Micros(4_000_000), &p, 1);
+        assert!(!d.is_allowed());
+        assert_eq!(
+            d.outcome,
+            Outcome::Denied {
+                retry_after: Millis(1_100)
+            }
+        );
+        assert!(s2.is_none());
+        let (d, _) = check(s, Micros(5_100_000), &p, 1);
+        assert!(d.is_allowed());
+        let (d, _) = check(s, Micros(5_100_000), &p, 2);
+        assert!(!d.is_allowed());
+    }
+
+    #[test]
+    fn lowering_capacity_clamps_and_changing_period_keeps_tokens() {
+        let (_, s) = check(None, Micros(0), &params(100, 100, 60_000), 10);
+        let (d, _) = check(s, Micros(0), &params(50, 100, 60_000), 0);
+        assert_eq!(d.remaining, 50);
+        let (d, _) = check(s, Micros(0), &params(100, 100, 1_000), 0);
+        assert_eq!(d.remaining, 90);
+        // 90 tokens at 100 per second: full 100 ms later.
+        assert_eq!(d.reset_after, Millis(100));
+    }
+
+    #[test]
+    fn zero_cost_and_denials_write_nothing() {
+        let p = params(1, 1, 1_000);
+        let (d, s) = check(None, Micros(0), &p, 0);
+        assert!(d.is_allowed() && s.is_none());
+        let (_, s) = check(None, Micros(0), &p, 1);
+        let (d, s2) = check(s, Micros(0), &p, 1);
+        assert!(!d.is_allowed() && s2.is_none());
+        let (d, s3) = check(s, Micros(0), &p, 2);
+        assert_eq!(d.outcome, Outcome::Never);
+        assert!(s3.is_none());
+    }
+
+    #[test]
+    fn largest_parameters_do_not_overflow() {
+        let max = limits::MAX_COUNT;
+        let p = params(max, max, limits::MAX_DURATION_MS);
+        let (d, s) = check(None, Micros(u64::MAX), &p, max);
+        assert!(d.is_allowed());
+        assert_eq!(d.reset_after, Millis(limits::MAX_DURATION_MS));
+        let (d, _) = check(s, Micros(u64::MAX), &p, max);
+        assert_eq!(
+            d.outcome,
+            Outcome::Denied {
+                retry_after: Millis(limits::MAX_DURATION_MS)
+            }
+        );
+        let corrupt = TokenBucketState {
+            level: u128::MAX,
+            updated_at: Micros(0),
+            refill_ms: 1,
+        };
+        let (d, _) = check(Some(corrupt), Micros(u64::MAX), &params(1, max, 7), 1);
+        assert!(d.is_allowed());
+    }
+
+    /// The seed's Lua script in `f64`: `tokens = min(capacity, tokens + elapsed * rate)`.
+    struct LuaModel {
+        tokens: f64,
+        last: f64,
+    }
+
+    proptest! {
+        /// Against the seed's Lua math, over random call sequences: every decision and every
+        /// `remaining` agrees wherever floating point is not within a hair of a boundary.
+        #[test]
+        fn agrees_with_the_seed_lua_script(
+            capacity in 1u64..50,
+            refill_tokens in 1u64..50,
+            refill_ms in 1u64..5_000,
+            calls in prop::collection::vec((0u64..3_000_000, 0u64..60), 1..200),
+        ) {
+            let p = params(capacity, refill_tokens, refill_ms);
+            let rate = refill_tokens as f64 / (refill_ms as f64 * 1000.0);
+            let mut lua = LuaModel { tokens: capacity as f64, last: 0.0 };
+            let mut state = None;
+            let mut now = 0u64;
+            for (step_us, cost) in calls {
+                now += step_us;
+                let (d, next) = check(state, Micros(now), &p, cost);
+                let t = now as f64;
+                let tokens = (lua.tokens + (t - lua.last) * rate).min(capacity as f64);
+                let near = |x: f64| (x - x.round()).abs() < 1e-6;
+                let lua_allows = tokens >= cost as f64;
+                if !near(tokens - cost as f64) && !near(tokens) {
+                    prop_assert_eq!(d.is_allowed(), lua_allows);
+                    let left = if lua_allows { tokens - cost as f64 } else { tokens };
+                    prop_assert_eq!(d.remaining, left.floor() as u64);
+                }
+                if d.is_allowed() {
+                    lua = LuaModel { tokens: tokens - cost as f64, last: t };
+                    // Resync on exact state so float error cannot accumulate in the model.
+                    if let Some(s) = next {
+                        lua.tokens = s.level as f64 / (refill_ms as f64 * 1000.0);
+                    }
+                }
+                state = next.or(state);
+            }
+        }
+
+        /// Waiting exactly `retry_after` is enough, and 1 ms less is not.
+        #[test]
+        fn retry_after_is_exact(
+            capacity in 1u64..100,
+            refill_tokens in 1u64..100,
+            refill_ms in 1u64..10_000,
+            taken in 0u64..100,
+            cost in 1u64..100,
+            at_us in 0u64..10_000_000,
+        ) {
+            let p = params(capacity, refill_tokens, refill_ms);
+            let (_, s) = check(None, Micros(at_us), &p, taken.min(capacity));
+            let state = s.or(None);
+            let (d, _) = check(state, Micros(at_us), &p, cost);
+            match d.outcome {
+                Outcome::Denied { retry_after } => {
+                    let later = Micros(at_us + retry_after.as_micros().0);
+                    prop_assert!(check(state, later, &p, cost).0.is_allowed());
+                    let earlier = Micros(at_us + retry_after.as_micros().0 - 1_000);
+                    prop_assert!(!check(state, earlier, &p, cost).0.is_allowed());
+                }
+                Outcome::Never => prop_assert!(cost > capacity),
+                Outcome::Allowed => prop_assert!(cost <= capacity),
+            }
+        }
+
+        /// Over any call sequence, tokens taken never exceed capacity plus what accrued.
+        #[test]
+        fn never_admits_more_than_the_budget(
+            capacity in 1u64..1_000,
+            refill_tokens in 1u64..1_000,
+            refill_ms in 1u64..100_000,
+            calls in prop::collection::vec((0u64..1_000_000, 0u64..20), 1..300),
+        ) {
+            let p = params(capacity, refill_tokens, refill_ms);
+            let mut state = None;
+            let mut now = 0u64;
+            let mut taken: u128 = 0;
+            for (step_us, cost) in calls {
+                now += step_us;
+                let (d, next) = check(state, Micros(now), &p, cost);
+                if d.is_allowed() { taken += u128::from(cost); }
+                state = next.or(state);
+            }
+            let accrued = u128::from(refill_tokens) * u128::from(now) / (u128::from(refill_ms) * 1000);
+            prop_assert!(taken <= u128::from(capacity) + accrued);
+        }
+
+        /// When the bucket is idle (`reset_after` has passed), it is full: the same as a missing key.
+        #[test]
+        fn reset_after_reaches_the_idle_state(
+            capacity in 1u64..1_000,
+            refill_tokens in 1u64..1_000,
+            refill_ms in 1u64..100_000,
+            cost in 0u64..1_000,
+        ) {
+            let p = params(capacity, refill_tokens, refill_ms);
+            let (d, s) = check(None, Micros(0), &p, cost);
+            let idle = Micros(d.reset_after.as_micros().0);
+            let (from_state, _) = check(s.or(None), idle, &p, 0);
+            prop_assert_eq!(from_state.remaining, capacity);
+            prop_assert_eq!(from_state.reset_after, Millis(0));
+        }
+    }
+}

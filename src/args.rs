@@ -1,0 +1,116 @@
+//! Argument parsing without allocation: integers, and the `COST n` / `PEEK` options.
+//!
+//! Every bad argument becomes an [`ArgError`] whose text names the argument and what was
+//! expected. Parsing happens before any key is read, so a rejected call changes nothing.
+
+use std::fmt;
+
+use redis_module::RedisString;
+use redis_rl_core::limits::{self, ParamError, Range};
+
+/// A bad argument, with the public error text as its `Display`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArgError {
+    /// A number missing, malformed or out of its range.
+    Param(ParamError),
+    /// An option name the command does not have.
+    UnknownOption(String),
+    /// An option given twice.
+    RepeatedOption(&'static str),
+    /// `COST` as the last argument, without its value.
+    MissingValue(&'static str, Range),
+}
+
+impl From<ParamError> for ArgError {
+    fn from(e: ParamError) -> Self {
+        ArgError::Param(e)
+    }
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgError::Param(e) => write!(f, "ERR {e}"),
+            ArgError::UnknownOption(given) => {
+                write!(f, "ERR unknown option '{given}', expected COST n or PEEK")
+            }
+            ArgError::RepeatedOption(name) => write!(f, "ERR option {name} given more than once"),
+            ArgError::MissingValue(name, range) => {
+                write!(f, "ERR option {name} needs a value: {}", range.error())
+            }
+        }
+    }
+}
+
+/// Parses a decimal integer (ASCII digits only, no sign, no spaces) inside `range`.
+///
+/// Anything else (empty, `-1`, `1.5`, `+3`, ` 7`, too large) is the range error, which says
+/// what is expected.
+pub fn integer(arg: &RedisString, range: Range) -> Result<u64, ParamError> {
+    let bytes = arg.as_slice();
+    if bytes.is_empty() {
+        return Err(range.error());
+    }
+    let mut value: u64 = 0;
+    for &b in bytes {
+        if !b.is_ascii_digit() {
+            return Err(range.error());
+        }
+        value = value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(b - b'0')))
+            .ok_or(range.error())?;
+    }
+    range.check(value)
+}
+
+/// The options every limiting command accepts after its positional arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Units to take (`COST n`, default 1).
+    pub cost: u64,
+    /// Decide without taking or writing anything.
+    pub peek: bool,
+}
+
+impl Options {
+    /// Parses `[COST n] [PEEK]` in any order, each at most once, names in any case.
+    pub fn parse(args: &[RedisString]) -> Result<Options, ArgError> {
+        let mut cost = None;
+        let mut peek = false;
+        let mut rest = args.iter();
+        while let Some(arg) = rest.next() {
+            let name = arg.as_slice();
+            if name.eq_ignore_ascii_case(b"COST") {
+                if cost.is_some() {
+                    return Err(ArgError::RepeatedOption("COST"));
+                }
+                let value = rest
+                    .next()
+                    .ok_or(ArgError::MissingValue("COST", limits::COST))?;
+                cost = Some(integer(value, limits::COST)?);
+            } else if name.eq_ignore_ascii_case(b"PEEK") {
+                if peek {
+                    return Err(ArgError::RepeatedOption("PEEK"));
+                }
+                peek = true;
+            } else {
+                return Err(ArgError::UnknownOption(shown(name)));
+            }
+        }
+        Ok(Options {
+            cost: cost.unwrap_or(1),
+            peek,
+        })
+    }
+}
+
+/// An argument as it appears in an error text: lossy UTF-8, at most 40 characters.
+fn shown(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut out: String = text.chars().take(40).collect();
+    if text.chars().nth(40).is_some() {
+        out.push_str("...");
+    }
+    out
+}

@@ -1,0 +1,37 @@
+//! redis-rl: rate limiting inside Redis.
+//!
+//! This file only declares the module. Commands live in `commands/`, the decisions in the
+//! `redis-rl-core` crate, the stored bytes in `encoding`, time in `clock`.
+
+// No panics on the FFI path; tests may unwrap and index.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
+mod args;
+mod clock;
+mod commands;
+mod encoding;
+mod reply;
+mod store;
+
+use commands::{rl_sliding, rl_tokenbucket};
+use redis_module::redis_module;
+
+// Unit tests run outside redis-server, where Redis's allocator does not exist.
+#[cfg(not(test))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(test)]
+type Allocator = std::alloc::System;
+
+redis_module! {
+    name: "rl",
+    version: 1,
+    allocator: (Allocator, Allocator {}),
+    data_types: [],
+    commands: [
+        ["RL.TOKENBUCKET", rl_tokenbucket, "write deny-oom fast", 1, 1, 1, ""],
+        ["RL.SLIDING", rl_sliding, "write deny-oom fast", 1, 1, 1, ""],
+    ],
+}

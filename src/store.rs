@@ -1,0 +1,120 @@
+//! Reading and writing limiter keys, and replicating writes as deterministic effects.
+//!
+//! A write is replicated as `SET key value PXAT abs_ms`, never as the RL.* call itself: the
+//! call depends on the master's clock, so replaying it on a replica or from the AOF later
+//! would give another result. The effect is the same bytes and the same absolute expiry
+//! everywhere.
+
+use redis_module::{raw, Context, RedisError, RedisString};
+use redis_rl_core::Millis;
+
+use crate::encoding::Stored;
+
+/// Reads the limiter state in `key`: `None` if the key is missing.
+///
+/// A key of another type is WRONGTYPE; a string that is not ours (or another algorithm's)
+/// is a clear error. Reading changes nothing.
+pub fn read<S: Stored>(ctx: &Context, key: &RedisString) -> Result<Option<S>, RedisError> {
+    let k = ctx.open_key(key);
+    match k.key_type() {
+        raw::KeyType::Empty => Ok(None),
+        raw::KeyType::String => {
+            let bytes = k.read().ok().flatten().unwrap_or(&[]);
+            S::decode(bytes)
+                .map(Some)
+                .map_err(|e| RedisError::String(e.to_string()))
+        }
+        _ => Err(RedisError::WrongType),
+    }
+}
+
+/// An open key, closed on drop.
+struct OpenKey(*mut raw::RedisModuleKey);
+
+impl Drop for OpenKey {
+    fn drop(&mut self) {
+        raw::close_key(self.0);
+    }
+}
+
+/// Stores `value` in `key`, expiring at the absolute instant `expire_at`, and replicates it.
+///
+/// The value is written in place when the key already holds a value of the same length.
+pub fn write(
+    ctx: &Context,
+    key: &RedisString,
+    value: &[u8],
+    expire_at: Millis,
+) -> Result<(), RedisError> {
+    // SAFETY: the API table is filled once at module load, before any command runs.
+    let set_abs_expire = unsafe { raw::RedisModule_SetAbsExpire }.ok_or(RedisError::Str(
+        "ERR redis-rl needs RedisModule_SetAbsExpire (Redis 6.2 or later)",
+    ))?;
+    let expire_at_ms = i64::try_from(expire_at.0).unwrap_or(i64::MAX);
+    let open = OpenKey(raw::open_key(ctx.get_raw(), key.inner, raw::KeyMode::WRITE));
+    let mut len = 0;
+    let mut dma = raw::string_dma(open.0, &mut len, raw::KeyMode::WRITE);
+    if dma.is_null() {
+        return Err(RedisError::WrongType);
+    }
+    if len != value.len() {
+        if raw::string_truncate(open.0, value.len()) != raw::Status::Ok {
+            return Err(RedisError::Str(
+                "ERR redis-rl could not resize the key's value",
+            ));
+        }
+        dma = raw::string_dma(open.0, &mut len, raw::KeyMode::WRITE);
+        if dma.is_null() || len != value.len() {
+            return Err(RedisError::Str(
+                "ERR redis-rl could not write the key's value",
+            ));
+        }
+    }
+    // SAFETY: `dma` points to the key's value buffer of exactly `value.len()` bytes, valid
+    // until the key is closed or modified, and `value` does not overlap it.
+    unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), dma.cast::<u8>(), value.len()) };
+    // SAFETY: the key is open for writing and holds a string.
+    unsafe { set_abs_expire(open.0, expire_at_ms) };
+    drop(open);
+
+    let mut digits = [0u8; 20];
+    ctx.replicate(
+        "SET",
+        &[
+            key.as_slice(),
+            value,
+            b"PXAT",
+            decimal(expire_at.0, &mut digits),
+        ],
+    );
+    Ok(())
+}
+
+/// Formats `v` in decimal into `buf` without allocating.
+fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut start = buf.len();
+    loop {
+        start -= 1;
+        if let Some(d) = buf.get_mut(start) {
+            *d = b'0' + u8::try_from(v % 10).unwrap_or(0);
+        }
+        v /= 10;
+        if v == 0 || start == 0 {
+            break;
+        }
+    }
+    buf.get(start..).unwrap_or(&[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decimal;
+
+    #[test]
+    fn formats_decimals() {
+        let mut b = [0u8; 20];
+        assert_eq!(decimal(0, &mut b), b"0");
+        assert_eq!(decimal(1_700_000_000_123, &mut b), b"1700000000123");
+        assert_eq!(decimal(u64::MAX, &mut b), b"18446744073709551615");
+    }
+}
