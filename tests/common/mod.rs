@@ -1,0 +1,190 @@
+//! The integration test harness: real `redis-server` / `valkey-server` processes with the
+//! module loaded, on free loopback ports, killed when dropped.
+//!
+//! The server binary is `$RL_SERVER` (default `redis-server`); `make test` runs the suite
+//! once with Redis 7.0 and once with Valkey 9.1, after building the module in release.
+
+#![allow(dead_code)] // each test file uses a different part of the harness
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running server, stopped (SIGKILL) and its directory removed on drop.
+pub struct Server {
+    child: Child,
+    /// The loopback port it listens on.
+    pub port: u16,
+    /// Its working directory (RDB and AOF files land here).
+    pub dir: PathBuf,
+}
+
+/// The server binary under test.
+pub fn server_binary() -> String {
+    std::env::var("RL_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+/// The module under test: `$RL_MODULE`, else the release build in this target directory
+/// (`make test` builds it first; by hand, run `cargo build --release` before `cargo test`).
+pub fn module_path() -> PathBuf {
+    if let Ok(path) = std::env::var("RL_MODULE") {
+        return PathBuf::from(path);
+    }
+    // target/<profile>/deps/<test binary> -> target/release/libredis_rl.so
+    let exe = std::env::current_exe().expect("test binary path");
+    let target = exe.ancestors().nth(3).expect("target dir");
+    let path = target.join("release").join("libredis_rl.so");
+    assert!(
+        path.exists(),
+        "module not built: {} (run `cargo build --release` or `make test`)",
+        path.display()
+    );
+    path
+}
+
+fn free_port() -> u16 {
+    // Cluster nodes also listen on port + 10000, so stay below 55536.
+    for _ in 0..100 {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        let port = listener.local_addr().expect("local addr").port();
+        if port < 55_000 {
+            return port;
+        }
+    }
+    panic!("no free port below 55000");
+}
+
+impl Server {
+    /// Starts a server with the module loaded and default settings.
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// Starts a server with extra `--name value` arguments.
+    pub fn start_with(extra: &[&str]) -> Server {
+        Server::start_in(None, extra)
+    }
+
+    /// Starts a server in `dir` (to restart on the same files), or a fresh directory.
+    pub fn start_in(dir: Option<PathBuf>, extra: &[&str]) -> Server {
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let dir = dir.clone().unwrap_or_else(|| {
+                let d = std::env::temp_dir().join(format!("rl-test-{}-{port}", std::process::id()));
+                std::fs::create_dir_all(&d).expect("create server dir");
+                d
+            });
+            let module = module_path();
+            let mut cmd = Command::new(server_binary());
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .arg("--dir")
+                .arg(&dir)
+                .arg("--loadmodule")
+                .arg(&module)
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            let child = cmd
+                .spawn()
+                .unwrap_or_else(|e| panic!("start {}: {e}", server_binary()));
+            let mut server = Server { child, port, dir };
+            match server.wait_ready() {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("server did not start: {last_error}");
+    }
+
+    /// Waits until the server answers PING, or it exits, or 10 s pass.
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let mut log = String::new();
+                if let Some(mut err) = self.child.stderr.take() {
+                    use std::io::Read;
+                    let _ = err.read_to_string(&mut log);
+                }
+                return Err(format!("exited with {status}: {log}"));
+            }
+            if let Ok(mut c) = self.try_connect() {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err("no answer within 10 s".to_string())
+    }
+
+    fn try_connect(&self) -> redis::RedisResult<redis::Connection> {
+        let client = redis::Client::open(self.url())?;
+        client.get_connection_with_timeout(Duration::from_secs(2))
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A new connection.
+    pub fn client(&self) -> redis::Connection {
+        self.try_connect().expect("connect to test server")
+    }
+
+    /// Kills the server now (SIGKILL), keeping its directory.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs a command that replies with an array of integers (every limiter reply).
+pub fn ints(conn: &mut redis::Connection, args: &[&str]) -> Vec<i64> {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(conn)
+        .unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
+}
+
+/// Runs a command that must fail, and returns the full error text as the client saw it
+/// (`ERR ...` or `WRONGTYPE ...`).
+pub fn error(conn: &mut redis::Connection, args: &[&str]) -> String {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    match cmd.query::<redis::Value>(conn) {
+        Ok(v) => panic!("{args:?} should fail, replied {v:?}"),
+        Err(e) => error_text(&e),
+    }
+}
+
+/// The server's error line, `CODE message`, from a client error.
+pub fn error_text(e: &redis::RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => e.to_string(),
+    }
+}
+
+/// The raw bytes of a key (`None` if missing), and its PTTL.
+pub fn snapshot(conn: &mut redis::Connection, key: &str) -> (Option<Vec<u8>>, i64) {
+    let value: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query(conn).expect("DUMP");
+    let ttl: i64 = redis::cmd("PTTL").arg(key).query(conn).expect("PTTL");
+    (value, ttl)
+}
