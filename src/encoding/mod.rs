@@ -15,10 +15,10 @@
 
 use std::fmt;
 
-use redis_rl_core::limits::{MAX_COUNT, MAX_DURATION_MS};
-use redis_rl_core::sliding_window::SlidingWindowState;
-use redis_rl_core::token_bucket::TokenBucketState;
-use redis_rl_core::{Micros, Millis};
+use redis_rl_core::limits::MAX_DURATION_MS;
+
+mod sliding_window;
+mod token_bucket;
 
 /// First bytes of every value we write.
 pub const MAGIC: [u8; 3] = *b"\0RL";
@@ -175,6 +175,11 @@ pub trait Stored: Sized {
     }
 }
 
+/// `ms` if it is a valid duration parameter.
+pub(crate) fn duration_ms_in_range(ms: u64) -> Option<u64> {
+    (1..=MAX_DURATION_MS).contains(&ms).then_some(ms)
+}
+
 /// Appends little-endian fields to a fixed buffer.
 pub struct Writer<'a> {
     buf: &'a mut [u8; MAX_LEN],
@@ -189,11 +194,11 @@ impl Writer<'_> {
         }
     }
 
-    fn u64(&mut self, v: u64) {
+    pub(crate) fn u64(&mut self, v: u64) {
         self.bytes(&v.to_le_bytes());
     }
 
-    fn u128(&mut self, v: u128) {
+    pub(crate) fn u128(&mut self, v: u128) {
         self.bytes(&v.to_le_bytes());
     }
 }
@@ -210,69 +215,12 @@ impl Reader<'_> {
         Some(*head)
     }
 
-    fn u64(&mut self) -> Option<u64> {
+    pub(crate) fn u64(&mut self) -> Option<u64> {
         self.take::<8>().map(u64::from_le_bytes)
     }
 
-    fn u128(&mut self) -> Option<u128> {
+    pub(crate) fn u128(&mut self) -> Option<u128> {
         self.take::<16>().map(u128::from_le_bytes)
-    }
-}
-
-fn duration_ms_in_range(ms: u64) -> Option<u64> {
-    (1..=MAX_DURATION_MS).contains(&ms).then_some(ms)
-}
-
-/// Token bucket fields: `updated_at_us: u64`, `refill_ms: u64`, `level: u128` (37 bytes with the header).
-impl Stored for TokenBucketState {
-    const ALGORITHM: Algorithm = Algorithm::TokenBucket;
-    const BODY_LEN: usize = 8 + 8 + 16;
-
-    fn encode_body(&self, out: &mut Writer<'_>) {
-        out.u64(self.updated_at.0);
-        out.u64(self.refill_ms);
-        out.u128(self.level);
-    }
-
-    fn decode_body(body: &mut Reader<'_>) -> Option<Self> {
-        let updated_at = Micros(body.u64()?);
-        let refill_ms = duration_ms_in_range(body.u64()?)?;
-        let level = body.u128()?;
-        let most = u128::from(MAX_COUNT) * u128::from(refill_ms) * 1000;
-        (level <= most).then_some(TokenBucketState {
-            level,
-            updated_at,
-            refill_ms,
-        })
-    }
-}
-
-/// Sliding window fields: `window_ms`, `window_start_ms`, `previous`, `current`, all `u64`
-/// (37 bytes with the header).
-impl Stored for SlidingWindowState {
-    const ALGORITHM: Algorithm = Algorithm::SlidingWindow;
-    const BODY_LEN: usize = 8 * 4;
-
-    fn encode_body(&self, out: &mut Writer<'_>) {
-        out.u64(self.window_ms);
-        out.u64(self.window_start.0);
-        out.u64(self.previous);
-        out.u64(self.current);
-    }
-
-    fn decode_body(body: &mut Reader<'_>) -> Option<Self> {
-        let window_ms = duration_ms_in_range(body.u64()?)?;
-        let window_start = body.u64()?;
-        let previous = body.u64()?;
-        let current = body.u64()?;
-        let aligned = window_start % window_ms == 0;
-        let counts_ok = previous <= MAX_COUNT && current <= MAX_COUNT;
-        (aligned && counts_ok).then_some(SlidingWindowState {
-            window_ms,
-            window_start: Millis(window_start),
-            previous,
-            current,
-        })
     }
 }
 
@@ -280,6 +228,9 @@ impl Stored for SlidingWindowState {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use redis_rl_core::sliding_window::SlidingWindowState;
+    use redis_rl_core::token_bucket::TokenBucketState;
+    use redis_rl_core::{Micros, Millis};
 
     fn bucket() -> TokenBucketState {
         TokenBucketState {
