@@ -131,6 +131,34 @@ pub fn check(
     (decision(Outcome::Allowed, used + need, current), new_state)
 }
 
+/// Gives back up to `amount` units taken earlier (RL.REFUND).
+///
+/// Only units of the current window can be given back: once the window has moved on, the
+/// units taken in it are part of the decaying previous count and a refund is a no-op
+/// (best effort). Returns how many units went back and the state to store, if any.
+pub fn refund(
+    state: Option<SlidingWindowState>,
+    now: Micros,
+    params: &SlidingWindowParams,
+    amount: u64,
+) -> (u64, Option<SlidingWindowState>) {
+    let Some(stored) = state else {
+        return (0, None);
+    };
+    let v = view(Some(stored), now, params);
+    let refunded = v.current.min(amount);
+    if refunded == 0 || stored.window_ms != params.window_ms {
+        return (0, None);
+    }
+    let new_state = SlidingWindowState {
+        window_ms: params.window_ms,
+        window_start: Micros(v.start).ceil_millis(),
+        previous: v.previous,
+        current: v.current - refunded,
+    };
+    (refunded, Some(new_state))
+}
+
 fn view(state: Option<SlidingWindowState>, now: Micros, params: &SlidingWindowParams) -> View {
     let window = params.window_us();
     let align = |t: u64| t - t % window;
@@ -300,6 +328,18 @@ mod tests {
         let (_, s) = check(None, Micros(0), &params(10, 1_000), 8);
         let (d, _) = check(s, Micros(500_000), &params(10, 60_000), 0);
         assert_eq!(d.remaining, 2);
+    }
+
+    #[test]
+    fn refund_only_touches_the_current_window() {
+        let p = params(10, 1_000);
+        let (_, s) = check(None, Micros(100_000), &p, 6);
+        let (refunded, s2) = refund(s, Micros(200_000), &p, 4);
+        assert_eq!(refunded, 4);
+        assert_eq!(check(s2, Micros(200_000), &p, 0).0.remaining, 8);
+        assert_eq!(refund(s2, Micros(200_000), &p, 9).0, 2);
+        assert_eq!(refund(s, Micros(1_100_000), &p, 4), (0, None));
+        assert_eq!(refund(None, Micros(0), &p, 4), (0, None));
     }
 
     #[test]

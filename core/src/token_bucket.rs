@@ -132,6 +132,31 @@ pub fn check(
     (decision(Outcome::Allowed, after), new_state)
 }
 
+/// Gives back up to `amount` tokens taken earlier (RL.REFUND), capped at capacity.
+///
+/// Returns how many whole tokens went back and the state to store (`None`: nothing to
+/// write, the bucket was already full or `amount` is 0).
+pub fn refund(
+    state: Option<TokenBucketState>,
+    now: Micros,
+    params: &TokenBucketParams,
+    amount: u64,
+) -> (u64, Option<TokenBucketState>) {
+    let (level, as_of) = level_at(state, now, params);
+    let unit = params.units_per_token();
+    let room = (params.full_level() - level) / unit;
+    let refunded = room.min(u128::from(amount));
+    if refunded == 0 {
+        return (0, None);
+    }
+    let new_state = TokenBucketState {
+        level: level + refunded * unit,
+        updated_at: as_of,
+        refill_ms: params.refill_ms,
+    };
+    (u64::try_from(refunded).unwrap_or(0), Some(new_state))
+}
+
 /// The bucket's level at `now` in the units of `params`, and the instant it is computed for
 /// (`now`, or the stored instant if the clock has stepped back since).
 fn level_at(
@@ -337,6 +362,19 @@ mod tests {
         let (d, s3) = check(s, Micros(0), &p, 2);
         assert_eq!(d.outcome, Outcome::Never);
         assert!(s3.is_none());
+    }
+
+    #[test]
+    fn refund_gives_tokens_back_up_to_capacity() {
+        let p = params(10, 1, 1_000_000);
+        let (_, s) = check(None, Micros(0), &p, 4);
+        let (refunded, s2) = refund(s, Micros(0), &p, 3);
+        assert_eq!(refunded, 3);
+        assert_eq!(check(s2, Micros(0), &p, 0).0.remaining, 9);
+        let (refunded, s3) = refund(s2, Micros(0), &p, 5);
+        assert_eq!(refunded, 1);
+        assert_eq!(check(s3, Micros(0), &p, 0).0.remaining, 10);
+        assert_eq!(refund(None, Micros(0), &p, 5), (0, None));
     }
 
     #[test]
