@@ -15,6 +15,7 @@
 
 pub mod decision;
 pub mod limits;
+pub mod sliding_log;
 pub mod sliding_window;
 pub mod time;
 pub mod token_bucket;
