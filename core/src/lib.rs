@@ -13,6 +13,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod concurrency;
 pub mod decision;
 pub mod limits;
 pub mod sliding_log;
