@@ -15,6 +15,7 @@
 
 pub mod concurrency;
 pub mod decision;
+pub mod fixed_window;
 pub mod limits;
 pub mod sliding_log;
 pub mod sliding_window;

@@ -1,0 +1,401 @@
+//! Fixed window counter: at most `limit` units per window, windows aligned to the epoch.
+//!
+//! Time is cut into windows aligned to multiples of `window_ms` since the Unix epoch (with
+//! `window_ms` = 60000, the seed's "minute 0:00-0:59"). Each window admits at most `limit`
+//! units; the count starts again from zero when the next window begins. One window start
+//! and one count are stored, and the comparison is exact integer arithmetic.
+//!
+//! The price of this simplicity is the boundary burst: `limit` units at the very end of one
+//! window and `limit` more at the very start of the next are all admitted, so up to
+//! `2 x limit` units pass within moments of each other (and within any span of `window_ms`).
+//! The test `boundary_burst_is_twice_the_limit` shows it with numbers.
+
+use crate::decision::{Decision, Outcome};
+use crate::limits::{self, ParamError};
+use crate::time::{Micros, Millis};
+
+/// Validated fixed window parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixedWindowParams {
+    limit: u64,
+    window_ms: u64,
+}
+
+impl FixedWindowParams {
+    /// Checks every parameter against its documented range.
+    ///
+    /// ```
+    /// use redis_rl_core::fixed_window::FixedWindowParams;
+    /// // 100 requests per minute, minutes aligned to the epoch.
+    /// assert!(FixedWindowParams::new(100, 60_000).is_ok());
+    /// assert!(FixedWindowParams::new(0, 60_000).is_err());
+    /// ```
+    pub fn new(limit: u64, window_ms: u64) -> Result<Self, ParamError> {
+        Ok(Self {
+            limit: limits::count("limit").check(limit)?,
+            window_ms: limits::duration_ms("window_ms").check(window_ms)?,
+        })
+    }
+
+    /// Most units per window.
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Window length in milliseconds.
+    pub const fn window_ms(&self) -> u64 {
+        self.window_ms
+    }
+}
+
+/// The stored state: one window and the units taken in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixedWindowState {
+    /// The window length the count was taken with.
+    pub window_ms: u64,
+    /// Start of the window (a multiple of `window_ms`).
+    pub window_start: Millis,
+    /// Units taken in the window starting at `window_start`.
+    pub count: u64,
+}
+
+/// Decides whether `cost` units may be taken at `now`.
+///
+/// Returns the decision and the state to store, if any (`None`: write nothing). A missing
+/// state, or one from an earlier window, is a zero count. A clock that stepped back is
+/// treated as standing still in the stored window, so it never reopens a window. A state
+/// stored with another `window_ms` keeps its count while its own window lasts (carried into
+/// the current window of the new size), so changing the window never forgets traffic.
+///
+/// ```
+/// use redis_rl_core::fixed_window::{check, FixedWindowParams};
+/// use redis_rl_core::{Micros, Millis, Outcome};
+/// let params = FixedWindowParams::new(2, 1_000).unwrap();
+/// let (_, state) = check(None, Micros(250_000), &params, 2);
+/// let (d, _) = check(state, Micros(250_000), &params, 1);
+/// // The window [0, 1000) ms is full: the next one starts in 750 ms.
+/// assert_eq!(d.outcome, Outcome::Denied { retry_after: Millis(750) });
+/// ```
+pub fn check(
+    state: Option<FixedWindowState>,
+    now: Micros,
+    params: &FixedWindowParams,
+    cost: u64,
+) -> (Decision, Option<FixedWindowState>) {
+    let (start, count) = current(state, now, params.window_ms);
+    let end = start.saturating_add(Millis(params.window_ms));
+    let until_end = Micros(end.as_micros().0.saturating_sub(now.0)).ceil_millis();
+    let decision = |outcome, count: u64| Decision {
+        outcome,
+        limit: params.limit,
+        remaining: params.limit.saturating_sub(count),
+        reset_after: if count > 0 { until_end } else { Millis(0) },
+    };
+
+    if cost > params.limit {
+        return (decision(Outcome::Never, count), None);
+    }
+    let after = count.saturating_add(cost);
+    if after > params.limit {
+        // The next window starts from zero, and `cost <= limit` fits there.
+        let outcome = Outcome::Denied {
+            retry_after: until_end,
+        };
+        return (decision(outcome, count), None);
+    }
+    let new_state = (cost > 0).then_some(FixedWindowState {
+        window_ms: params.window_ms,
+        window_start: start,
+        count: after,
+    });
+    (decision(Outcome::Allowed, after), new_state)
+}
+
+/// The current window's start and the units already taken in it.
+fn current(state: Option<FixedWindowState>, now: Micros, window_ms: u64) -> (Millis, u64) {
+    let now_ms = now.0 / 1000;
+    let align = |t: u64, w: u64| Millis(t - t % w.max(1));
+    let Some(s) = state else {
+        return (align(now_ms, window_ms), 0);
+    };
+    // A clock that stepped back stands still at the start of the stored window.
+    let at = now_ms.max(s.window_start.0);
+    let stored_end = s.window_start.0.saturating_add(s.window_ms);
+    let count = if at < stored_end { s.count } else { 0 };
+    (align(at, window_ms), count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn params(limit: u64, window_ms: u64) -> FixedWindowParams {
+        FixedWindowParams::new(limit, window_ms).unwrap()
+    }
+
+    fn retry_ms(d: &Decision) -> i64 {
+        match d.outcome {
+            Outcome::Allowed => 0,
+            Outcome::Denied { retry_after } => retry_after.0 as i64,
+            Outcome::Never => -1,
+        }
+    }
+
+    /// One call of a scripted scenario: at `now_us`, take `cost`; expect this reply.
+    struct Case {
+        now_us: u64,
+        cost: u64,
+        allowed: bool,
+        remaining: u64,
+        retry_after_ms: i64,
+        reset_after_ms: u64,
+    }
+
+    const fn case(
+        now_us: u64,
+        cost: u64,
+        allowed: bool,
+        remaining: u64,
+        retry_after_ms: i64,
+        reset_after_ms: u64,
+    ) -> Case {
+        Case {
+            now_us,
+            cost,
+            allowed,
+            remaining,
+            retry_after_ms,
+            reset_after_ms,
+        }
+    }
+
+    fn run(params: &FixedWindowParams, cases: &[Case]) {
+        let mut state = None;
+        for (i, c) in cases.iter().enumerate() {
+            let (d, next) = check(state, Micros(c.now_us), params, c.cost);
+            assert_eq!(
+                (d.is_allowed(), d.remaining, retry_ms(&d), d.reset_after.0),
+                (c.allowed, c.remaining, c.retry_after_ms, c.reset_after_ms),
+                "case {i} at {} us",
+                c.now_us
+            );
+            assert_eq!(d.limit, params.limit());
+            state = next.or(state);
+        }
+    }
+
+    #[test]
+    fn five_per_second_spec() {
+        let p = params(5, 1_000);
+        run(
+            &p,
+            &[
+                //   now_us     cost allowed rem retry reset
+                case(100_000, 1, true, 4, 0, 900),
+                case(100_000, 4, true, 0, 0, 900),
+                case(100_000, 1, false, 0, 900, 900),
+                case(999_999, 1, false, 0, 1, 1),
+                case(500_000, 6, false, 0, -1, 500),
+                case(500_000, 0, true, 0, 0, 500),
+                // The next window starts from zero.
+                case(1_000_000, 5, true, 0, 0, 1_000),
+                case(1_000_500, 1, false, 0, 1_000, 1_000),
+                // Two windows later: idle, nothing stored counts.
+                case(3_000_000, 0, true, 5, 0, 0),
+                case(3_999_000, 2, true, 3, 0, 1),
+            ],
+        );
+    }
+
+    #[test]
+    fn boundary_burst_is_twice_the_limit() {
+        // 100 per minute. 100 requests at 0:59.999 fill minute 0; 100 more at 1:00.000
+        // open minute 1: 200 requests admitted within one millisecond.
+        let p = params(100, 60_000);
+        let mut state = None;
+        let mut admitted = 0;
+        for at_us in [59_999_000, 60_000_000] {
+            for _ in 0..150 {
+                let (d, next) = check(state, Micros(at_us), &p, 1);
+                admitted += u64::from(d.is_allowed());
+                state = next.or(state);
+            }
+        }
+        assert_eq!(admitted, 200);
+    }
+
+    #[test]
+    fn seed_tiers_admit_their_limit_per_minute() {
+        for limit in [100, 1_000, 10_000] {
+            let p = params(limit, 60_000);
+            let mut state = None;
+            let mut admitted = 0;
+            for i in 0..limit + 5 {
+                let (d, next) = check(state, Micros(i * 1_000), &p, 1);
+                admitted += u64::from(d.is_allowed());
+                state = next.or(state);
+            }
+            assert_eq!(admitted, limit);
+        }
+    }
+
+    #[test]
+    fn clock_stepping_back_stays_in_the_stored_window() {
+        let p = params(5, 1_000);
+        let (_, s) = check(None, Micros(5_500_000), &p, 5);
+        // One second back: still the full window [5000, 6000), retry from the real `now`.
+        let (d, s2) = check(s, Micros(4_500_000), &p, 1);
+        assert_eq!(retry_ms(&d), 1_500);
+        assert_eq!(d.reset_after, Millis(1_500));
+        assert!(s2.is_none());
+        let (d, s3) = check(s, Micros(4_500_000), &p, 0);
+        assert_eq!((d.is_allowed(), d.remaining), (true, 0));
+        assert!(s3.is_none());
+        assert!(check(s, Micros(6_000_000), &p, 5).0.is_allowed());
+    }
+
+    #[test]
+    fn changing_the_window_keeps_the_count_while_its_window_lasts() {
+        let (_, s) = check(None, Micros(200_000), &params(10, 1_000), 8);
+        // Still inside [0, 1000): the 8 units count in the new window [0, 60000).
+        let (d, s2) = check(s, Micros(500_000), &params(10, 60_000), 2);
+        assert_eq!((d.is_allowed(), d.remaining), (true, 0));
+        assert_eq!(s2.unwrap().count, 10);
+        assert_eq!(d.reset_after, Millis(59_500));
+        // After the old window ended, the count is gone.
+        let (d, _) = check(s, Micros(1_000_000), &params(10, 60_000), 0);
+        assert_eq!(d.remaining, 10);
+    }
+
+    #[test]
+    fn lowering_the_limit_applies_at_once() {
+        let (_, s) = check(None, Micros(0), &params(10, 1_000), 8);
+        let (d, _) = check(s, Micros(0), &params(5, 1_000), 1);
+        assert_eq!(
+            (d.is_allowed(), d.remaining, retry_ms(&d)),
+            (false, 0, 1_000)
+        );
+    }
+
+    #[test]
+    fn zero_cost_and_denials_write_nothing() {
+        let p = params(1, 1_000);
+        let (d, s) = check(None, Micros(0), &p, 0);
+        assert!(d.is_allowed() && s.is_none());
+        assert_eq!(d.reset_after, Millis(0));
+        let (_, s) = check(None, Micros(0), &p, 1);
+        let (d, s2) = check(s, Micros(0), &p, 1);
+        assert!(!d.is_allowed() && s2.is_none());
+        let (d, s3) = check(s, Micros(0), &p, 2);
+        assert_eq!(d.outcome, Outcome::Never);
+        assert!(s3.is_none());
+    }
+
+    #[test]
+    fn largest_parameters_do_not_overflow() {
+        let max = limits::MAX_COUNT;
+        let p = params(max, limits::MAX_DURATION_MS);
+        let (d, s) = check(None, Micros(u64::MAX), &p, max);
+        assert!(d.is_allowed());
+        let (d, _) = check(s, Micros(u64::MAX), &p, max);
+        assert!(!d.is_allowed());
+        let corrupt = FixedWindowState {
+            window_ms: 0,
+            window_start: Millis(u64::MAX),
+            count: u64::MAX,
+        };
+        let _ = check(Some(corrupt), Micros(u64::MAX), &params(max, 1), max);
+        let _ = check(Some(corrupt), Micros(0), &params(1, 7), 1);
+    }
+
+    proptest! {
+        /// Against a reference model (a count per window index): the decision, every reply
+        /// field, and the retry promise (waiting `retry_after` is enough, 1 ms less is not).
+        #[test]
+        fn matches_the_model_and_retry_after_is_exact(
+            limit in 1u64..50,
+            window_ms in 1u64..5_000,
+            calls in prop::collection::vec((0u64..3_000_000, 0u64..20), 1..150),
+        ) {
+            let p = params(limit, window_ms);
+            let window_us = window_ms * 1000;
+            let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
+            let mut state = None;
+            let mut now = 0u64;
+            for (step, cost) in calls {
+                now += step;
+                let idx = now / window_us;
+                let used = per_window.get(&idx).copied().unwrap_or(0);
+                let allowed = used + cost <= limit;
+                let after = if allowed { used + cost } else { used };
+                let end_ms = (idx + 1) * window_ms;
+                let until_end = (end_ms * 1000 - now).div_ceil(1000);
+                let (d, next) = check(state, Micros(now), &p, cost);
+                prop_assert_eq!(d.is_allowed(), allowed);
+                prop_assert_eq!(d.remaining, limit - after);
+                prop_assert_eq!(d.reset_after.0, if after > 0 { until_end } else { 0 });
+                match d.outcome {
+                    Outcome::Allowed => {}
+                    Outcome::Never => prop_assert!(cost > limit),
+                    Outcome::Denied { retry_after } => {
+                        prop_assert_eq!(retry_after.0, until_end);
+                        let at = Micros(now + retry_after.as_micros().0);
+                        prop_assert!(check(state, at, &p, cost).0.is_allowed());
+                        let before = Micros(now + retry_after.as_micros().0 - 1_000);
+                        prop_assert!(!check(state, before, &p, cost).0.is_allowed());
+                    }
+                }
+                if allowed {
+                    *per_window.entry(idx).or_insert(0) += cost;
+                }
+                state = next.or(state);
+            }
+        }
+
+        /// Never more than `limit` in any window, and never more than `2 x limit` in any
+        /// span of `window_ms` (the boundary burst is the worst case).
+        #[test]
+        fn never_admits_more_than_the_budget(
+            limit in 1u64..30,
+            window_ms in 1u64..2_000,
+            calls in prop::collection::vec((0u64..500_000, 0u64..10), 1..200),
+        ) {
+            let p = params(limit, window_ms);
+            let window_us = window_ms * 1000;
+            let mut state = None;
+            let mut now = 0u64;
+            let mut admitted: Vec<(u64, u64)> = Vec::new();
+            for (step, cost) in calls {
+                now += step;
+                let (d, next) = check(state, Micros(now), &p, cost);
+                if d.is_allowed() && cost > 0 {
+                    admitted.push((now, cost));
+                }
+                state = next.or(state);
+            }
+            for (i, &(from, _)) in admitted.iter().enumerate() {
+                let span: u64 = admitted[i..].iter().take_while(|(t, _)| *t < from + window_us).map(|(_, c)| c).sum();
+                prop_assert!(span <= 2 * limit);
+                let same: u64 = admitted.iter().filter(|(t, _)| t / window_us == from / window_us).map(|(_, c)| c).sum();
+                prop_assert!(same <= limit);
+            }
+        }
+
+        /// After `reset_after` the count is zero: the same as a missing key.
+        #[test]
+        fn reset_after_reaches_the_idle_state(
+            limit in 1u64..100,
+            window_ms in 1u64..10_000,
+            at in 0u64..100_000_000,
+            cost in 0u64..100,
+        ) {
+            let p = params(limit, window_ms);
+            let (d, s) = check(None, Micros(at), &p, cost);
+            let idle = Micros(at + d.reset_after.as_micros().0);
+            let (later, _) = check(s, idle, &p, 0);
+            prop_assert_eq!(later.remaining, limit);
+            prop_assert_eq!(later.reset_after, Millis(0));
+        }
+    }
+}
