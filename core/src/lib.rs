@@ -16,9 +16,11 @@
 pub mod concurrency;
 pub mod decision;
 pub mod fixed_window;
+pub mod gcra;
 pub mod limits;
 pub mod sliding_log;
 pub mod sliding_window;
+pub mod throttle;
 pub mod time;
 pub mod token_bucket;
 
