@@ -188,3 +188,78 @@ pub fn snapshot(conn: &mut redis::Connection, key: &str) -> (Option<Vec<u8>>, i6
     let ttl: i64 = redis::cmd("PTTL").arg(key).query(conn).expect("PTTL");
     (value, ttl)
 }
+
+/// Builds a command from its words, text or bytes (`&["SET", "k", "v"]`).
+pub fn command<A: redis::ToRedisArgs>(args: &[A]) -> redis::Cmd {
+    let mut cmd = redis::Cmd::new();
+    for a in args {
+        cmd.arg(a);
+    }
+    cmd
+}
+
+/// Runs a command and converts its reply, panicking with the command on failure.
+pub fn query<T: redis::FromRedisValue>(conn: &mut redis::Connection, args: &[&str]) -> T {
+    command(args)
+        .query(conn)
+        .unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
+}
+
+/// The raw bytes of a key (`None` if missing) and its absolute expiry in Unix ms
+/// (`PEXPIRETIME`: -1 without expiry, -2 missing). Unlike [`snapshot`] it does not change as
+/// time passes, so "before == after" is an exact check that a call wrote nothing.
+pub fn frozen(conn: &mut redis::Connection, key: &str) -> (Option<Vec<u8>>, i64) {
+    let value: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query(conn).expect("DUMP");
+    let expiry: i64 = redis::cmd("PEXPIRETIME")
+        .arg(key)
+        .query(conn)
+        .expect("PEXPIRETIME");
+    (value, expiry)
+}
+
+/// The server's clock (`TIME`) in microseconds since the epoch: the clock the limiters use.
+pub fn server_time_us(conn: &mut redis::Connection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(conn).expect("TIME");
+    secs * 1_000_000 + micros
+}
+
+/// Polls `done` every few milliseconds until it returns true; panics after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The value of `field` in `INFO section` (`None` if the server does not report it).
+pub fn info_field(conn: &mut redis::Connection, section: &str, field: &str) -> Option<String> {
+    let info: String = redis::cmd("INFO").arg(section).query(conn).expect("INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+}
+
+/// Extra arguments for a master that syncs a new replica at once (no diskless-sync delay)
+/// and sends no periodic PINGs down the replication stream (so its offset only moves on
+/// writes).
+pub const MASTER_ARGS: [&str; 4] = [
+    "--repl-diskless-sync-delay",
+    "0",
+    "--repl-ping-replica-period",
+    "3600",
+];
+
+impl Server {
+    /// Starts a replica of `master` (best started with [`MASTER_ARGS`]) and waits until its
+    /// link to the master is up.
+    pub fn start_replica_of(master: &Server) -> Server {
+        let port = master.port.to_string();
+        let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
+        let mut c = replica.client();
+        wait_until("the replica to sync", Duration::from_secs(30), || {
+            info_field(&mut c, "replication", "master_link_status").as_deref() == Some("up")
+        });
+        replica
+    }
+}
