@@ -13,8 +13,9 @@ use redis_rl_core::limits::{self, ParamError, Range};
 pub enum ArgError {
     /// A number missing, malformed or out of its range.
     Param(ParamError),
-    /// An option name the command does not have.
-    UnknownOption(String),
+    /// An option name the command does not have, and the options it has (as listed in
+    /// the error text).
+    UnknownOption(String, &'static str),
     /// An option given twice.
     RepeatedOption(&'static str),
     /// `COST` as the last argument, without its value.
@@ -31,8 +32,8 @@ impl fmt::Display for ArgError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ArgError::Param(e) => write!(f, "ERR {e}"),
-            ArgError::UnknownOption(given) => {
-                write!(f, "ERR unknown option '{given}', expected COST n or PEEK")
+            ArgError::UnknownOption(given, expected) => {
+                write!(f, "ERR unknown option '{given}', expected {expected}")
             }
             ArgError::RepeatedOption(name) => write!(f, "ERR option {name} given more than once"),
             ArgError::MissingValue(name, range) => {
@@ -76,12 +77,38 @@ pub struct Options {
 impl Options {
     /// Parses `[COST n] [PEEK]` in any order, each at most once, names in any case.
     pub fn parse(args: &[RedisString]) -> Result<Options, ArgError> {
+        Self::parse_accepting(args, None).map(|(options, _)| options)
+    }
+
+    /// Parses `[BURST b] [COST n] [PEEK]` (RL.GCRA) like [`Options::parse`], and returns
+    /// `BURST` apart (`None` when not given).
+    pub fn parse_with_burst(args: &[RedisString]) -> Result<(Options, Option<u64>), ArgError> {
+        Self::parse_accepting(args, Some(limits::count("burst")))
+    }
+
+    /// Parses the options, accepting `BURST` only when its range is given.
+    fn parse_accepting(
+        args: &[RedisString],
+        burst_range: Option<Range>,
+    ) -> Result<(Options, Option<u64>), ArgError> {
+        let expected = if burst_range.is_some() {
+            "BURST b, COST n or PEEK"
+        } else {
+            "COST n or PEEK"
+        };
         let mut cost = None;
         let mut peek = false;
+        let mut burst = None;
         let mut rest = args.iter();
         while let Some(arg) = rest.next() {
             let name = arg.as_slice();
-            if name.eq_ignore_ascii_case(b"COST") {
+            if let (Some(range), true) = (burst_range, name.eq_ignore_ascii_case(b"BURST")) {
+                if burst.is_some() {
+                    return Err(ArgError::RepeatedOption("BURST"));
+                }
+                let value = rest.next().ok_or(ArgError::MissingValue("BURST", range))?;
+                burst = Some(integer(value, range)?);
+            } else if name.eq_ignore_ascii_case(b"COST") {
                 if cost.is_some() {
                     return Err(ArgError::RepeatedOption("COST"));
                 }
@@ -95,18 +122,19 @@ impl Options {
                 }
                 peek = true;
             } else {
-                return Err(ArgError::UnknownOption(shown(name)));
+                return Err(ArgError::UnknownOption(shown(name), expected));
             }
         }
-        Ok(Options {
+        let options = Options {
             cost: cost.unwrap_or(1),
             peek,
-        })
+        };
+        Ok((options, burst))
     }
 }
 
 /// An argument as it appears in an error text: lossy UTF-8, at most 40 characters.
-fn shown(bytes: &[u8]) -> String {
+pub(crate) fn shown(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     let mut out: String = text.chars().take(40).collect();
     if text.chars().nth(40).is_some() {

@@ -1,7 +1,10 @@
 //! The reply format, the one place where a decision becomes wire integers (and `-1`).
 
-use redis_module::RedisValue;
-use redis_rl_core::{Decision, Outcome};
+use redis_module::{raw, Context, RedisValue};
+use redis_rl_core::throttle::Throttled;
+use redis_rl_core::{Decision, Millis, Outcome};
+
+use crate::encoding::StateValue;
 
 fn int(v: u64) -> RedisValue {
     RedisValue::Integer(i64::try_from(v).unwrap_or(i64::MAX))
@@ -23,4 +26,72 @@ pub fn decision(d: &Decision) -> RedisValue {
         retry_after,
         int(d.reset_after.0),
     ])
+}
+
+/// One dimension of an RL.ALL reply: `[limit, remaining, retry_after_ms, reset_after_ms]`.
+pub fn dimension(d: &Decision) -> RedisValue {
+    let retry_after = match d.outcome {
+        Outcome::Allowed => 0,
+        Outcome::Denied { retry_after } => i64::try_from(retry_after.0).unwrap_or(i64::MAX),
+        Outcome::Never => -1,
+    };
+    RedisValue::Array(vec![
+        int(d.limit),
+        int(d.remaining),
+        RedisValue::Integer(retry_after),
+        int(d.reset_after.0),
+    ])
+}
+
+/// RL.REFUND: `[refunded, limit, remaining, 0, reset_after_ms]`, the state after the refund.
+pub fn refund(refunded: u64, after: &Decision) -> RedisValue {
+    RedisValue::Array(vec![
+        int(refunded),
+        int(after.limit),
+        int(after.remaining),
+        int(0),
+        int(after.reset_after.0),
+    ])
+}
+
+/// RL.THROTTLE, redis-cell's reply:
+/// `[limited (0|1), max_burst + 1, remaining, retry_after_s, reset_after_s]`, where
+/// `retry_after_s` is -1 when allowed and when the quantity can never pass.
+pub fn throttle(d: &Decision) -> RedisValue {
+    let t = Throttled::from(d);
+    RedisValue::Array(vec![
+        int(u64::from(t.limited)),
+        int(t.limit),
+        int(t.remaining),
+        t.retry_after_s.map_or(RedisValue::Integer(-1), int),
+        int(t.reset_after_s),
+    ])
+}
+
+/// RL.STATE: `algorithm`, the algorithm's own fields, then `ttl_ms` (-1: no expiry), in
+/// that order. A map in RESP3; in RESP2 the server sends the same pairs as a flat array
+/// `[name, value, ...]`. Replies directly (to keep the order) and returns `NoReply`.
+pub fn state(
+    ctx: &Context,
+    algorithm: &str,
+    fields: &[(&'static str, StateValue)],
+    ttl: Option<Millis>,
+) -> RedisValue {
+    let c = ctx.get_raw();
+    let text = |s: &str| raw::reply_with_string_buffer(c, s.as_ptr().cast(), s.len());
+    let integer = |v: i64| raw::reply_with_long_long(c, v);
+    let pairs = std::os::raw::c_long::try_from(fields.len() + 2).unwrap_or(0);
+    raw::reply_with_map(c, pairs);
+    text("algorithm");
+    text(algorithm);
+    for (name, value) in fields {
+        text(name);
+        match value {
+            StateValue::Int(v) => integer(i64::try_from(*v).unwrap_or(i64::MAX)),
+            StateValue::Text(s) => text(s),
+        };
+    }
+    text("ttl_ms");
+    integer(ttl.map_or(-1, |t| i64::try_from(t.0).unwrap_or(i64::MAX)));
+    RedisValue::NoReply
 }

@@ -144,13 +144,14 @@ pub fn refund(
 ) -> (u64, Option<TokenBucketState>) {
     let (level, as_of) = level_at(state, now, params);
     let unit = params.units_per_token();
-    let room = (params.full_level() - level) / unit;
-    let refunded = room.min(u128::from(amount));
+    let full = params.full_level();
+    // A partly refilled token counts as room for one: the refund then fills up to capacity.
+    let refunded = ((full - level).div_ceil(unit)).min(u128::from(amount));
     if refunded == 0 {
         return (0, None);
     }
     let new_state = TokenBucketState {
-        level: level + refunded * unit,
+        level: (level + refunded * unit).min(full),
         updated_at: as_of,
         refill_ms: params.refill_ms,
     };

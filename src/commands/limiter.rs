@@ -1,6 +1,6 @@
 //! The flow shared by every single-key limiting command.
 
-use redis_module::{Context, RedisResult, RedisString};
+use redis_module::{Context, RedisResult, RedisString, RedisValue};
 use redis_rl_core::decision::expire_at;
 use redis_rl_core::{Decision, Micros, Millis};
 
@@ -10,7 +10,7 @@ use crate::{clock, reply, store};
 
 /// How long a key outlives the moment its limiter becomes idle. It only needs to cover
 /// rounding; a key that vanishes at or after the idle instant means exactly "idle".
-const TTL_SLACK: Millis = Millis(1_000);
+pub const TTL_SLACK: Millis = Millis(1_000);
 
 /// Reads `key`, lets `check` decide at the server's current time, stores the new state
 /// (unless PEEK, a denial or a no-op) and replies.
@@ -20,6 +20,17 @@ pub fn decide<S: Stored>(
     options: Options,
     check: impl FnOnce(Option<S>, Micros, u64) -> (Decision, Option<S>),
 ) -> RedisResult {
+    decide_replying(ctx, key, options, check, reply::decision)
+}
+
+/// [`decide`] with another reply format (RL.THROTTLE answers like redis-cell).
+pub fn decide_replying<S: Stored>(
+    ctx: &Context,
+    key: &RedisString,
+    options: Options,
+    check: impl FnOnce(Option<S>, Micros, u64) -> (Decision, Option<S>),
+    reply: fn(&Decision) -> RedisValue,
+) -> RedisResult {
     let stored = store::read::<S>(ctx, key)?;
     let now = clock::now();
     let (decision, new_state) = check(stored, now, options.cost);
@@ -27,5 +38,5 @@ pub fn decide<S: Stored>(
         let expiry = expire_at(now, decision.reset_after, TTL_SLACK);
         store::write(ctx, key, state.encode().as_bytes(), expiry)?;
     }
-    Ok(reply::decision(&decision))
+    Ok(reply(&decision))
 }

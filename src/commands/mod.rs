@@ -2,8 +2,16 @@
 //!
 //! No arithmetic lives here; the decisions are made in `redis_rl_core`.
 
+mod all;
+mod fixed_window;
+mod gcra;
 mod limiter;
+mod refund;
+mod reset;
 mod sliding_window;
+mod spec;
+mod state;
+mod throttle;
 mod token_bucket;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -18,6 +26,41 @@ pub fn rl_tokenbucket(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// `RL.SLIDING key limit window_ms [COST n] [PEEK]`.
 pub fn rl_sliding(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     guarded(ctx, args, sliding_window::run)
+}
+
+/// `RL.ALL numkeys key [key ...] spec [spec ...] [COST n] [PEEK]`.
+pub fn rl_all(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, args, all::run)
+}
+
+/// `RL.REFUND key spec COST n`.
+pub fn rl_refund(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, args, refund::run)
+}
+
+/// `RL.FIXED key limit window_ms [COST n] [PEEK]`.
+pub fn rl_fixed(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, args, fixed_window::run)
+}
+
+/// `RL.GCRA key limit period_ms [BURST b] [COST n] [PEEK]`.
+pub fn rl_gcra(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, args, gcra::run)
+}
+
+/// `RL.THROTTLE key max_burst count period_s [quantity]` (redis-cell's `CL.THROTTLE`).
+pub fn rl_throttle(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, args, throttle::run)
+}
+
+/// `RL.RESET key`.
+pub fn rl_reset(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, args, reset::run)
+}
+
+/// `RL.STATE key`.
+pub fn rl_state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, args, state::run)
 }
 
 /// Runs a handler so that a bug can never unwind into redis-server (which would abort it):

@@ -1,0 +1,68 @@
+//! `RL.REFUND key spec COST n`: gives back units taken earlier by the same spec.
+//!
+//! It exists so a client can make a request all-or-nothing across hash slots, where one
+//! RL.ALL cannot reach every key: take slot by slot, and refund the slots already taken when
+//! a later one denies. Refunds are best effort; see each algorithm's `refund` in the core.
+
+use redis_module::{Context, RedisError, RedisResult, RedisString};
+use redis_rl_core::limits;
+
+use super::spec::Spec;
+use crate::args::{integer, shown, ArgError};
+use crate::{clock, reply, store};
+
+pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let [_, key, rest @ ..] = args else {
+        return Err(RedisError::WrongArity);
+    };
+    if rest.len() < 3 {
+        return Err(RedisError::WrongArity);
+    }
+    let mut rest = rest.iter();
+    let spec = Spec::parse(&mut rest).map_err(|e| RedisError::String(format!("ERR spec: {e}")))?;
+    let amount = parse_cost(rest.as_slice()).map_err(|e| RedisError::String(e.to_string()))?;
+    let now = clock::now();
+    let (refunded, after) = spec.refund(ctx, key, now, amount)?;
+    if let Some((value, expiry)) = &after.write {
+        store::write(ctx, key, value.as_bytes(), *expiry)?;
+    }
+    Ok(reply::refund(refunded, &after.decision))
+}
+
+/// The mandatory `COST n` after the spec, and nothing else.
+fn parse_cost(args: &[RedisString]) -> Result<u64, RefundArgError> {
+    match args {
+        [] => Err(RefundArgError::NoCost),
+        [name, value] if name.as_slice().eq_ignore_ascii_case(b"COST") => {
+            integer(value, limits::COST).map_err(|e| RefundArgError::Arg(e.into()))
+        }
+        [name] if name.as_slice().eq_ignore_ascii_case(b"COST") => Err(RefundArgError::Arg(
+            ArgError::MissingValue("COST", limits::COST),
+        )),
+        [name, ..] if name.as_slice().eq_ignore_ascii_case(b"COST") => {
+            Err(RefundArgError::Arg(ArgError::RepeatedOption("COST")))
+        }
+        [other, ..] => Err(RefundArgError::Unknown(shown(other.as_slice()))),
+    }
+}
+
+/// A bad argument after the spec.
+enum RefundArgError {
+    NoCost,
+    Arg(ArgError),
+    Unknown(String),
+}
+
+impl std::fmt::Display for RefundArgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RefundArgError::NoCost => {
+                write!(f, "ERR RL.REFUND needs COST n: the units to give back")
+            }
+            RefundArgError::Arg(e) => write!(f, "{e}"),
+            RefundArgError::Unknown(given) => {
+                write!(f, "ERR unknown option '{given}', expected COST n")
+            }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! A limiter specification as RL.ALL and RL.REFUND take it: `TOKENBUCKET capacity
+//! refill_tokens refill_ms`, `SLIDING limit window_ms`, ...; and running one against a key.
+//!
+//! This is the one place that maps an algorithm name to its parameters, stored state and
+//! core functions, so multi-key commands treat every algorithm alike.
+
+use std::fmt;
+use std::slice::Iter;
+
+use redis_module::{Context, RedisError, RedisString};
+use redis_rl_core::decision::expire_at;
+use redis_rl_core::sliding_window::{self, SlidingWindowParams, SlidingWindowState};
+use redis_rl_core::token_bucket::{self, TokenBucketParams, TokenBucketState};
+use redis_rl_core::{limits, Decision, Micros, Millis};
+
+use super::limiter::TTL_SLACK;
+use crate::args::{integer, shown, ArgError};
+use crate::encoding::{Encoded, Stored};
+use crate::store;
+
+/// The algorithm names a spec may start with, as listed in error texts.
+pub const ALGORITHMS: &str = "TOKENBUCKET or SLIDING";
+
+/// One limiter's algorithm and parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spec {
+    /// `TOKENBUCKET capacity refill_tokens refill_ms`
+    TokenBucket(TokenBucketParams),
+    /// `SLIDING limit window_ms`
+    SlidingWindow(SlidingWindowParams),
+}
+
+/// Why a spec could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SpecError {
+    /// No spec where one was expected.
+    Missing,
+    /// A name that is not an algorithm.
+    UnknownAlgorithm(String),
+    /// A bad parameter of a known algorithm.
+    Arg(ArgError),
+}
+
+impl fmt::Display for SpecError {
+    /// The text after `ERR ` and any position prefix.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpecError::Missing => write!(f, "missing, expected {ALGORITHMS} and its parameters"),
+            SpecError::UnknownAlgorithm(name) => {
+                write!(f, "unknown algorithm '{name}', expected {ALGORITHMS}")
+            }
+            SpecError::Arg(e) => {
+                let text = e.to_string();
+                write!(f, "{}", text.strip_prefix("ERR ").unwrap_or(&text))
+            }
+        }
+    }
+}
+
+impl From<limits::ParamError> for SpecError {
+    fn from(e: limits::ParamError) -> Self {
+        SpecError::Arg(ArgError::Param(e))
+    }
+}
+
+/// The outcome of running a spec against a key, before anything is written.
+pub struct Evaluated {
+    /// The decision for this key.
+    pub decision: Decision,
+    /// The value to store and its absolute expiry, if the call changes the key.
+    pub write: Option<(Encoded, Millis)>,
+}
+
+impl Spec {
+    /// Parses one spec from the front of `args`, consuming exactly its arguments.
+    pub fn parse(args: &mut Iter<'_, RedisString>) -> Result<Spec, SpecError> {
+        let name = args.next().ok_or(SpecError::Missing)?;
+        let mut param = |range: limits::Range| -> Result<u64, SpecError> {
+            let arg = args.next().ok_or(range.error())?;
+            Ok(integer(arg, range)?)
+        };
+        let name_bytes = name.as_slice();
+        if name_bytes.eq_ignore_ascii_case(b"TOKENBUCKET") {
+            let capacity = param(limits::count("capacity"))?;
+            let refill_tokens = param(limits::count("refill_tokens"))?;
+            let refill_ms = param(limits::duration_ms("refill_ms"))?;
+            Ok(Spec::TokenBucket(TokenBucketParams::new(
+                capacity,
+                refill_tokens,
+                refill_ms,
+            )?))
+        } else if name_bytes.eq_ignore_ascii_case(b"SLIDING") {
+            let limit = param(limits::count("limit"))?;
+            let window_ms = param(limits::duration_ms("window_ms"))?;
+            Ok(Spec::SlidingWindow(SlidingWindowParams::new(
+                limit, window_ms,
+            )?))
+        } else {
+            Err(SpecError::UnknownAlgorithm(shown(name_bytes)))
+        }
+    }
+
+    /// Reads `key` and decides whether `cost` units may be taken at `now`. Writes nothing.
+    pub fn evaluate(
+        &self,
+        ctx: &Context,
+        key: &RedisString,
+        now: Micros,
+        cost: u64,
+    ) -> Result<Evaluated, RedisError> {
+        match self {
+            Spec::TokenBucket(p) => {
+                let stored = store::read::<TokenBucketState>(ctx, key)?;
+                Ok(evaluated(token_bucket::check(stored, now, p, cost), now))
+            }
+            Spec::SlidingWindow(p) => {
+                let stored = store::read::<SlidingWindowState>(ctx, key)?;
+                Ok(evaluated(sliding_window::check(stored, now, p, cost), now))
+            }
+        }
+    }
+
+    /// Reads `key` and gives back up to `amount` units. Returns the units given back and the
+    /// key's state afterwards (as a zero-cost decision). Writes nothing.
+    pub fn refund(
+        &self,
+        ctx: &Context,
+        key: &RedisString,
+        now: Micros,
+        amount: u64,
+    ) -> Result<(u64, Evaluated), RedisError> {
+        match self {
+            Spec::TokenBucket(p) => {
+                let stored = store::read::<TokenBucketState>(ctx, key)?;
+                let (refunded, state) = token_bucket::refund(stored, now, p, amount);
+                let (view, _) = token_bucket::check(state.or(stored), now, p, 0);
+                Ok((refunded, with_write(view, state, now)))
+            }
+            Spec::SlidingWindow(p) => {
+                let stored = store::read::<SlidingWindowState>(ctx, key)?;
+                let (refunded, state) = sliding_window::refund(stored, now, p, amount);
+                let (view, _) = sliding_window::check(state.or(stored), now, p, 0);
+                Ok((refunded, with_write(view, state, now)))
+            }
+        }
+    }
+}
+
+fn evaluated<S: Stored>((decision, state): (Decision, Option<S>), now: Micros) -> Evaluated {
+    with_write(decision, state, now)
+}
+
+fn with_write<S: Stored>(decision: Decision, state: Option<S>, now: Micros) -> Evaluated {
+    Evaluated {
+        decision,
+        write: state.map(|s| (s.encode(), expire_at(now, decision.reset_after, TTL_SLACK))),
+    }
+}
