@@ -187,7 +187,7 @@ fn bad_input_is_refused_with_a_clear_error_and_changes_nothing() {
     let mut c = server.client();
     ints(&mut c, &["RL.TOKENBUCKET", "a", "10", "10", "60000"]);
     ints(&mut c, &["RL.SLIDING", "b", "10", "60000"]);
-    let before = (stored(&mut c, "a"), stored(&mut c, "b"));
+    let before = (frozen(&mut c, "a"), frozen(&mut c, "b"));
     let cases: &[(&str, &str)] = &[
         (
             "RL.ALL 0 a TOKENBUCKET 10 10 60000",
@@ -296,7 +296,7 @@ fn bad_input_is_refused_with_a_clear_error_and_changes_nothing() {
             "{line}: {e}"
         );
     }
-    assert_eq!(before, (stored(&mut c, "a"), stored(&mut c, "b")));
+    assert_eq!(before, (frozen(&mut c, "a"), frozen(&mut c, "b")));
 }
 
 #[test]

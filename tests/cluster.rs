@@ -1,0 +1,178 @@
+//! Redis Cluster: a 3-master cluster on loopback, started by the test. Calls route by key
+//! (`MOVED` from the wrong node), RL.ALL across slots is refused with `CROSSSLOT`, and a
+//! limiter key migrated to another node with `MIGRATE` keeps its state.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+/// Three masters sharing the 16384 slots, each with the module loaded.
+struct Cluster {
+    nodes: Vec<Server>,
+}
+
+const SLOTS: u16 = 16384;
+
+impl Cluster {
+    fn start() -> Cluster {
+        let nodes: Vec<Server> = (0..3)
+            .map(|_| {
+                Server::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                ])
+            })
+            .collect();
+        let per_node = SLOTS / 3 + 1;
+        for (i, node) in nodes.iter().enumerate() {
+            let mut c = node.client();
+            let first = i as u16 * per_node;
+            let last = ((i as u16 + 1) * per_node).min(SLOTS) - 1;
+            let _: () = query(
+                &mut c,
+                &[
+                    "CLUSTER",
+                    "ADDSLOTSRANGE",
+                    &first.to_string(),
+                    &last.to_string(),
+                ],
+            );
+        }
+        let mut first = nodes[0].client();
+        for node in &nodes[1..] {
+            let _: () = query(
+                &mut first,
+                &["CLUSTER", "MEET", "127.0.0.1", &node.port.to_string()],
+            );
+        }
+        for node in &nodes {
+            let mut c = node.client();
+            wait_until("the cluster to form", Duration::from_secs(30), || {
+                let info: String = query(&mut c, &["CLUSTER", "INFO"]);
+                info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
+            });
+        }
+        Cluster { nodes }
+    }
+
+    fn slot(&self, key: &str) -> i64 {
+        let mut c = self.nodes[0].client();
+        query(&mut c, &["CLUSTER", "KEYSLOT", key])
+    }
+
+    /// The node serving `key`'s slot, by the layout made in `start`.
+    fn owner(&self, key: &str) -> &Server {
+        let per_node = i64::from(SLOTS / 3 + 1);
+        &self.nodes[(self.slot(key) / per_node) as usize]
+    }
+
+    fn other_than(&self, node: &Server) -> &Server {
+        self.nodes.iter().find(|n| n.port != node.port).unwrap()
+    }
+
+    fn node_id(node: &Server) -> String {
+        query(&mut node.client(), &["CLUSTER", "MYID"])
+    }
+}
+
+#[test]
+fn calls_route_by_key_and_multi_slot_calls_are_refused() {
+    let cluster = Cluster::start();
+    let key = "api:K";
+    let owner = cluster.owner(key);
+    let mut right = owner.client();
+    assert_eq!(
+        ints(&mut right, &["RL.TOKENBUCKET", key, "10", "10", "1000"])[0],
+        1
+    );
+    let mut wrong = cluster.other_than(owner).client();
+    let e = error(&mut wrong, &["RL.TOKENBUCKET", key, "10", "10", "1000"]);
+    let slot = cluster.slot(key);
+    assert_eq!(e, format!("MOVED {slot} 127.0.0.1:{}", owner.port));
+    let e = error(&mut wrong, &["RL.SLIDING", key, "10", "1000"]);
+    assert!(e.starts_with("MOVED"), "{e}");
+
+    // RL.ALL keys are declared through the getkeys API: one slot passes, two slots do not.
+    let tagged = ["{api:K}:key", "{api:K}:ip"];
+    let mut c = cluster.owner(tagged[0]).client();
+    let reply: redis::Value = query(
+        &mut c,
+        &[
+            "RL.ALL", "2", tagged[0], tagged[1], "SLIDING", "10", "1000", "SLIDING", "10", "1000",
+        ],
+    );
+    assert!(matches!(reply, redis::Value::Array(_)), "{reply:?}");
+    let (a, b) = ("user:1", "user:2");
+    assert_ne!(cluster.slot(a), cluster.slot(b));
+    let mut c = cluster.owner(a).client();
+    let e = error(
+        &mut c,
+        &[
+            "RL.ALL", "2", a, b, "SLIDING", "10", "1000", "SLIDING", "10", "1000",
+        ],
+    );
+    assert!(e.starts_with("CROSSSLOT"), "{e}");
+}
+
+#[test]
+fn a_migrated_limiter_keeps_its_state() {
+    let cluster = Cluster::start();
+    let key = "bucket:migrating";
+    let source = cluster.owner(key);
+    let target = cluster.other_than(source);
+    let slot = cluster.slot(key).to_string();
+    let mut src = source.client();
+    let mut tgt = target.client();
+    let taken = ints(
+        &mut src,
+        &["RL.TOKENBUCKET", key, "100", "1", "3600000", "COST", "60"],
+    );
+    assert_eq!(taken[2], 40);
+    let before = frozen(&mut src, key);
+
+    let (src_id, tgt_id) = (Cluster::node_id(source), Cluster::node_id(target));
+    let _: () = query(
+        &mut tgt,
+        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id],
+    );
+    let _: () = query(
+        &mut src,
+        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &tgt_id],
+    );
+    let _: () = query(
+        &mut src,
+        &[
+            "MIGRATE",
+            "127.0.0.1",
+            &target.port.to_string(),
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            key,
+        ],
+    );
+    for node in &cluster.nodes {
+        let _: () = query(
+            &mut node.client(),
+            &["CLUSTER", "SETSLOT", &slot, "NODE", &tgt_id],
+        );
+    }
+
+    assert_eq!(
+        frozen(&mut tgt, key),
+        before,
+        "same bytes and absolute expiry"
+    );
+    let after = ints(
+        &mut tgt,
+        &["RL.TOKENBUCKET", key, "100", "1", "3600000", "COST", "40"],
+    );
+    assert_eq!(&after[..3], &[1, 100, 0]);
+    let e = error(&mut src, &["RL.TOKENBUCKET", key, "100", "1", "3600000"]);
+    assert!(e.starts_with("MOVED"), "{e}");
+}
