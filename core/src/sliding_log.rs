@@ -74,8 +74,11 @@ pub struct LogEntry {
 }
 
 /// The stored log: admitted units, oldest first (`at` never decreases).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlidingLogState {
+    /// The window the log was last written with (for RL.STATE; a call judges the
+    /// instants by its own `window_ms`).
+    pub window_ms: u64,
     /// The entries, oldest first.
     pub entries: Vec<LogEntry>,
 }
@@ -170,7 +173,10 @@ pub fn check(
     let used = used.saturating_add(cost);
     (
         decision(Outcome::Allowed, used, Some(at)),
-        Some(SlidingLogState { entries }),
+        Some(SlidingLogState {
+            window_ms: params.window_ms,
+            entries,
+        }),
     )
 }
 
@@ -345,6 +351,7 @@ mod tests {
         let (d, _) = check(s, Micros(u64::MAX / 2), &p, 1);
         assert_eq!(retry_ms(&d), limits::MAX_DURATION_MS as i64);
         let corrupt = SlidingLogState {
+            window_ms: 1,
             entries: vec![
                 LogEntry {
                     at: Micros(u64::MAX),

@@ -6,8 +6,10 @@
 //! ```text
 //! offset 0  3 bytes  magic "\0RL" (a NUL first: no text value starts like this)
 //! offset 3  1 byte   format version (1)
-//! offset 4  1 byte   algorithm tag: 'T' token bucket, 'S' sliding window
-//! offset 5  ...      fixed-size little-endian fields of that algorithm (see each impl)
+//! offset 4  1 byte   algorithm tag: 'T' token bucket, 'S' sliding window,
+//!                    'L' sliding window log, 'C' concurrency
+//! offset 5  ...      little-endian fields of that algorithm (see each impl): fixed-size,
+//!                    or for a log or a set of leases, a fixed part then varint entries
 //! ```
 //!
 //! Decoding checks magic, version, tag, exact length and field ranges, so anything we did
@@ -17,6 +19,8 @@ use std::fmt;
 
 use redis_rl_core::limits::MAX_DURATION_MS;
 
+mod concurrency;
+mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 
@@ -35,6 +39,10 @@ pub enum Algorithm {
     TokenBucket,
     /// RL.SLIDING.
     SlidingWindow,
+    /// RL.LOG.
+    SlidingLog,
+    /// RL.CONCURRENCY.
+    Concurrency,
 }
 
 impl Algorithm {
@@ -42,6 +50,8 @@ impl Algorithm {
         match self {
             Algorithm::TokenBucket => b'T',
             Algorithm::SlidingWindow => b'S',
+            Algorithm::SlidingLog => b'L',
+            Algorithm::Concurrency => b'C',
         }
     }
 
@@ -49,6 +59,8 @@ impl Algorithm {
         match tag {
             b'T' => Some(Algorithm::TokenBucket),
             b'S' => Some(Algorithm::SlidingWindow),
+            b'L' => Some(Algorithm::SlidingLog),
+            b'C' => Some(Algorithm::Concurrency),
             _ => None,
         }
     }
@@ -58,6 +70,8 @@ impl Algorithm {
         match self {
             Algorithm::TokenBucket => "token bucket",
             Algorithm::SlidingWindow => "sliding window",
+            Algorithm::SlidingLog => "sliding window log",
+            Algorithm::Concurrency => "concurrency",
         }
     }
 }
@@ -110,16 +124,23 @@ impl fmt::Display for DecodeError {
     }
 }
 
-/// An encoded value on the stack (no allocation on the hot path).
+/// An encoded value: on the stack for the fixed-size states (no allocation on the hot
+/// path); a variable-length state (a log, a set of leases) spills to the heap.
 pub struct Encoded {
     buf: [u8; MAX_LEN],
     len: usize,
+    /// The whole value once it outgrew `buf` (empty until then: no allocation).
+    spill: Vec<u8>,
 }
 
 impl Encoded {
     /// The bytes to store.
     pub fn as_bytes(&self) -> &[u8] {
-        self.buf.get(..self.len).unwrap_or(&[])
+        if self.spill.is_empty() {
+            self.buf.get(..self.len).unwrap_or(&[])
+        } else {
+            &self.spill
+        }
     }
 }
 
@@ -127,8 +148,11 @@ impl Encoded {
 pub trait Stored: Sized {
     /// The tag written in the header.
     const ALGORITHM: Algorithm;
-    /// Length of the fields after the header.
+    /// Length of the fields after the header (for a variable-length state, the least).
     const BODY_LEN: usize;
+    /// True for a state whose length varies (a log, a set of leases): its body is at least
+    /// `BODY_LEN` bytes and `decode_body` must read all of it.
+    const VARIABLE_LEN: bool = false;
 
     /// Writes the fields into `out` (exactly `BODY_LEN` bytes).
     fn encode_body(&self, out: &mut Writer<'_>);
@@ -137,16 +161,16 @@ pub trait Stored: Sized {
 
     /// The full stored value: header then fields.
     fn encode(&self) -> Encoded {
-        let mut buf = [0u8; MAX_LEN];
-        let mut w = Writer {
-            buf: &mut buf,
-            at: 0,
+        let mut out = Encoded {
+            buf: [0u8; MAX_LEN],
+            len: 0,
+            spill: Vec::new(),
         };
+        let mut w = Writer { out: &mut out };
         w.bytes(&MAGIC);
         w.bytes(&[VERSION, Self::ALGORITHM.tag()]);
         self.encode_body(&mut w);
-        let len = w.at;
-        Encoded { buf, len }
+        out
     }
 
     /// Reads a stored value, refusing anything that is not exactly our format.
@@ -168,10 +192,18 @@ pub trait Stored: Sized {
             });
         }
         let body = bytes.get(HEADER_LEN..).unwrap_or(&[]);
-        if body.len() != Self::BODY_LEN {
+        let len_ok = if Self::VARIABLE_LEN {
+            body.len() >= Self::BODY_LEN
+        } else {
+            body.len() == Self::BODY_LEN
+        };
+        if !len_ok {
             return Err(DecodeError::Corrupt(stored));
         }
-        Self::decode_body(&mut Reader { bytes: body }).ok_or(DecodeError::Corrupt(stored))
+        let mut reader = Reader { bytes: body };
+        Self::decode_body(&mut reader)
+            .filter(|_| reader.is_empty())
+            .ok_or(DecodeError::Corrupt(stored))
     }
 }
 
@@ -180,18 +212,41 @@ pub(crate) fn duration_ms_in_range(ms: u64) -> Option<u64> {
     (1..=MAX_DURATION_MS).contains(&ms).then_some(ms)
 }
 
-/// Appends little-endian fields to a fixed buffer.
+/// Appends little-endian fields to an [`Encoded`] value.
 pub struct Writer<'a> {
-    buf: &'a mut [u8; MAX_LEN],
-    at: usize,
+    out: &'a mut Encoded,
 }
 
 impl Writer<'_> {
-    fn bytes(&mut self, bytes: &[u8]) {
-        if let Some(dst) = self.buf.get_mut(self.at..self.at + bytes.len()) {
-            dst.copy_from_slice(bytes);
-            self.at += bytes.len();
+    pub(crate) fn bytes(&mut self, bytes: &[u8]) {
+        let out = &mut *self.out;
+        if out.spill.is_empty() {
+            if let Some(dst) = out.buf.get_mut(out.len..out.len + bytes.len()) {
+                dst.copy_from_slice(bytes);
+                out.len += bytes.len();
+                return;
+            }
+            out.spill
+                .extend_from_slice(out.buf.get(..out.len).unwrap_or(&[]));
         }
+        out.spill.extend_from_slice(bytes);
+    }
+
+    /// An unsigned LEB128 varint: 7 bits per byte, low bits first (1 byte below 128).
+    pub(crate) fn varint(&mut self, mut v: u64) {
+        let mut buf = [0u8; 10];
+        let mut len = 0;
+        for byte in buf.iter_mut() {
+            let low = u8::try_from(v & 0x7f).unwrap_or(0);
+            v >>= 7;
+            len += 1;
+            if v == 0 {
+                *byte = low;
+                break;
+            }
+            *byte = low | 0x80;
+        }
+        self.bytes(buf.get(..len).unwrap_or(&[]));
     }
 
     pub(crate) fn u64(&mut self, v: u64) {
@@ -221,6 +276,38 @@ impl Reader<'_> {
 
     pub(crate) fn u128(&mut self) -> Option<u128> {
         self.take::<16>().map(u128::from_le_bytes)
+    }
+
+    /// A varint as [`Writer::varint`] writes it; `None` if truncated, too large for a
+    /// `u64` or not in its shortest form (so every value has exactly one encoding).
+    pub(crate) fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let [b] = self.take::<1>()?;
+            let bits = u64::from(b & 0x7f);
+            if shift == 63 && b > 1 {
+                return None;
+            }
+            v |= bits << shift;
+            if b & 0x80 == 0 {
+                return (b != 0 || shift == 0).then_some(v);
+            }
+        }
+        None
+    }
+
+    /// True when every byte has been read.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+impl<'a> Reader<'a> {
+    /// The next `len` bytes.
+    pub(crate) fn slice(&mut self, len: usize) -> Option<&'a [u8]> {
+        let (head, rest) = self.bytes.split_at_checked(len)?;
+        self.bytes = rest;
+        Some(head)
     }
 }
 
@@ -318,6 +405,50 @@ mod tests {
             .to_string(),
             "ERR key holds a token bucket limiter, not a sliding window limiter"
         );
+    }
+
+    #[test]
+    fn varints_round_trip_in_their_shortest_form() {
+        for v in [0, 1, 127, 128, 16_383, 16_384, u64::MAX >> 1, u64::MAX] {
+            let mut out = Encoded {
+                buf: [0; MAX_LEN],
+                len: 0,
+                spill: Vec::new(),
+            };
+            Writer { out: &mut out }.varint(v);
+            let bytes = out.as_bytes();
+            let expected_len = (64 - v.leading_zeros()).div_ceil(7).max(1) as usize;
+            assert_eq!(bytes.len(), expected_len, "{v}");
+            let mut r = Reader { bytes };
+            assert_eq!(r.varint(), Some(v));
+            assert!(r.is_empty());
+        }
+        let decode = |bytes: &[u8]| Reader { bytes }.varint();
+        assert_eq!(decode(&[0x80, 0x00]), None, "not the shortest form");
+        assert_eq!(decode(&[0x80]), None, "truncated");
+        assert_eq!(
+            decode(&[0xff; 9].iter().chain(&[0x02]).copied().collect::<Vec<_>>()),
+            None
+        );
+    }
+
+    #[test]
+    fn a_long_value_spills_to_the_heap_whole() {
+        let mut out = Encoded {
+            buf: [0; MAX_LEN],
+            len: 0,
+            spill: Vec::new(),
+        };
+        let mut w = Writer { out: &mut out };
+        for i in 0..100u64 {
+            w.u64(i);
+        }
+        let bytes = out.as_bytes();
+        assert_eq!(bytes.len(), 800);
+        assert!(bytes
+            .chunks(8)
+            .enumerate()
+            .all(|(i, c)| c == (i as u64).to_le_bytes()));
     }
 
     proptest! {
