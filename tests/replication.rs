@@ -138,7 +138,7 @@ fn a_replica_holds_the_same_bytes_and_absolute_expiry() {
     let (mut m, mut r) = (master.client(), replica.client());
 
     let written = traffic(&mut m);
-    assert_eq!(query::<i64>(&mut m, &["WAIT", "1", "1000"]), 1);
+    assert_eq!(query::<i64>(&mut m, &["WAIT", "1", "5000"]), 1);
 
     let on_master = dataset(&mut m);
     for key in NEVER_WRITTEN {
@@ -170,7 +170,7 @@ fn calls_that_write_nothing_send_nothing_to_the_replica() {
     );
     ints(&mut m, &["RL.SLIDING", "sw", "10", WIDE, "COST", "10"]);
     query::<()>(&mut m, &["SET", "text", "hello"]);
-    assert_eq!(query::<i64>(&mut m, &["WAIT", "1", "1000"]), 1);
+    assert_eq!(query::<i64>(&mut m, &["WAIT", "1", "5000"]), 1);
     let offset = master_offset(&mut m);
     for args in [
         &["RL.TOKENBUCKET", "tb", "10", "10", SLOW][..],
@@ -238,7 +238,7 @@ fn a_bucket_that_takes_ages_to_refill_replicates_too() {
         ],
     );
     assert_eq!(reply[..4], [1, 10_000_000, 0, 0]);
-    assert_eq!(query::<i64>(&mut m, &["WAIT", "1", "1000"]), 1);
+    assert_eq!(query::<i64>(&mut m, &["WAIT", "1", "5000"]), 1);
     assert_eq!(dataset(&mut r), dataset(&mut m));
 }
 
