@@ -1,0 +1,124 @@
+//! The connection to Redis: standalone (connection manager) or cluster, connected lazily.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, RedisResult, Value};
+use tokio::sync::OnceCell;
+
+/// A boxed, sendable future (the shape of [`Backend`]'s method).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Sends one command to Redis. The limiter wraps every call in its timeout and circuit
+/// breaker, so implementations need neither.
+///
+/// Implemented by [`Standalone`] and [`Cluster`]; tests implement it to inject faults.
+pub trait Backend: Send + Sync + 'static {
+    /// Runs `cmd`. `slot` is the hash slot of its keys, for routing on a cluster
+    /// (`None` on a standalone server, or for keyless commands).
+    fn query<'a>(&'a self, cmd: &'a Cmd, slot: Option<u16>) -> BoxFuture<'a, RedisResult<Value>>;
+
+    /// True when keys are spread over hash slots, so a multi-key call must be split by slot.
+    fn is_cluster(&self) -> bool {
+        false
+    }
+}
+
+/// A standalone server (or a proxy that looks like one), through the `redis` crate's
+/// connection manager: one multiplexed connection, reconnected in the background after
+/// an I/O error. The first connection is made on the first call, so a gateway that starts
+/// while Redis is down works (on its failure mode) and switches to Redis when it appears.
+pub struct Standalone {
+    client: redis::Client,
+    config: redis::aio::ConnectionManagerConfig,
+    conn: OnceCell<ConnectionManager>,
+}
+
+impl Standalone {
+    /// A backend for `url` (`redis://host:port/db`); nothing is connected yet.
+    /// `connect_timeout` bounds each connection attempt.
+    pub fn new(url: &str, connect_timeout: Duration) -> RedisResult<Self> {
+        let client = redis::Client::open(url)?;
+        // One quick retry per (re)connection attempt: the breaker, not the connection
+        // manager, decides when to try again.
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_number_of_retries(1)
+            .set_factor(10)
+            .set_max_delay(100)
+            .set_connection_timeout(connect_timeout);
+        Ok(Self {
+            client,
+            config,
+            conn: OnceCell::new(),
+        })
+    }
+
+    async fn connection(&self) -> RedisResult<ConnectionManager> {
+        self.conn
+            .get_or_try_init(|| {
+                ConnectionManager::new_with_config(self.client.clone(), self.config.clone())
+            })
+            .await
+            .cloned()
+    }
+}
+
+impl Backend for Standalone {
+    fn query<'a>(&'a self, cmd: &'a Cmd, _slot: Option<u16>) -> BoxFuture<'a, RedisResult<Value>> {
+        Box::pin(async move {
+            let mut conn = self.connection().await?;
+            cmd.query_async(&mut conn).await
+        })
+    }
+}
+
+/// A Redis Cluster, through the `redis` crate's async cluster connection. Commands go
+/// straight to the primary of their keys' slot (module commands such as `RL.ALL` do not
+/// have their key first, so the default routing would guess wrong).
+pub struct Cluster {
+    client: redis::cluster::ClusterClient,
+    conn: OnceCell<redis::cluster_async::ClusterConnection>,
+}
+
+impl Cluster {
+    /// A backend for the cluster reachable through `nodes` (seed URLs); nothing is
+    /// connected yet.
+    pub fn new(nodes: &[String], connect_timeout: Duration) -> RedisResult<Self> {
+        let client = redis::cluster::ClusterClient::builder(nodes.to_vec())
+            .connection_timeout(connect_timeout)
+            .retries(1)
+            .build()?;
+        Ok(Self {
+            client,
+            conn: OnceCell::new(),
+        })
+    }
+}
+
+impl Backend for Cluster {
+    fn query<'a>(&'a self, cmd: &'a Cmd, slot: Option<u16>) -> BoxFuture<'a, RedisResult<Value>> {
+        Box::pin(async move {
+            let mut conn = self
+                .conn
+                .get_or_try_init(|| self.client.get_async_connection())
+                .await?
+                .clone();
+            match slot {
+                Some(slot) => {
+                    let route =
+                        SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+                    conn.route_command(cmd, RoutingInfo::SingleNode(route))
+                        .await
+                }
+                None => cmd.query_async(&mut conn).await,
+            }
+        })
+    }
+
+    fn is_cluster(&self) -> bool {
+        true
+    }
+}

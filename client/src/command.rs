@@ -1,0 +1,180 @@
+//! The exact commands the client sends: one place, so tests can assert the arguments.
+
+use redis::Cmd;
+
+use crate::policy::Algorithm;
+
+/// `RL.<ALG> key params... [COST n] [PEEK]` (COST omitted when 1, the server default).
+pub(crate) fn single(key: &str, algorithm: &Algorithm, cost: u64, peek: bool) -> Cmd {
+    let mut cmd = redis::cmd(algorithm.command());
+    cmd.arg(key).arg(algorithm.params());
+    push_cost_peek(&mut cmd, cost, peek);
+    cmd
+}
+
+/// `RL.ALL numkeys key... spec... [COST n] [PEEK]`.
+pub(crate) fn all(keys: &[(&str, &Algorithm)], cost: u64, peek: bool) -> Cmd {
+    let mut cmd = redis::cmd("RL.ALL");
+    cmd.arg(keys.len());
+    for (key, _) in keys {
+        cmd.arg(*key);
+    }
+    for (_, algorithm) in keys {
+        cmd.arg(algorithm.spec_name()).arg(algorithm.params());
+    }
+    push_cost_peek(&mut cmd, cost, peek);
+    cmd
+}
+
+/// `RL.REFUND key spec COST n`.
+pub(crate) fn refund(key: &str, algorithm: &Algorithm, cost: u64) -> Cmd {
+    let mut cmd = redis::cmd("RL.REFUND");
+    cmd.arg(key)
+        .arg(algorithm.spec_name())
+        .arg(algorithm.params())
+        .arg("COST")
+        .arg(cost);
+    cmd
+}
+
+/// `COMMAND INFO RL.ALL RL.REFUND`: a nil entry per command the server does not have.
+pub(crate) fn capabilities() -> Cmd {
+    let mut cmd = redis::cmd("COMMAND");
+    cmd.arg("INFO").arg("RL.ALL").arg("RL.REFUND");
+    cmd
+}
+
+fn push_cost_peek(cmd: &mut Cmd, cost: u64, peek: bool) {
+    if cost != 1 {
+        cmd.arg("COST").arg(cost);
+    }
+    if peek {
+        cmd.arg("PEEK");
+    }
+}
+
+/// Groups key indexes by cluster hash slot, slots in order of first appearance, so a
+/// multi-key check sends one `RL.ALL` per slot. On a standalone server every key is in
+/// one group (slot `None`).
+pub(crate) fn slot_groups(keys: &[&str], cluster: bool) -> Vec<(Option<u16>, Vec<usize>)> {
+    if !cluster {
+        return vec![(None, (0..keys.len()).collect())];
+    }
+    let mut groups: Vec<(Option<u16>, Vec<usize>)> = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let slot = Some(redis::cluster_routing::get_slot(key.as_bytes()));
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((slot, vec![i])),
+        }
+    }
+    groups
+}
+
+/// The arguments of a command as text, for tests.
+#[cfg(test)]
+pub(crate) fn words(cmd: &Cmd) -> Vec<String> {
+    cmd.args_iter()
+        .map(|arg| match arg {
+            redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            redis::Arg::Cursor => "<cursor>".to_string(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TB: Algorithm = Algorithm::TokenBucket {
+        capacity: 100,
+        refill_tokens: 100,
+        refill_ms: 60_000,
+    };
+    const SW: Algorithm = Algorithm::Sliding {
+        limit: 10,
+        window_ms: 1_000,
+    };
+    const GCRA: Algorithm = Algorithm::Gcra {
+        limit: 5,
+        period_ms: 1_000,
+        burst: Some(3),
+    };
+
+    #[test]
+    fn single_commands() {
+        assert_eq!(
+            words(&single("k", &TB, 1, false)),
+            ["RL.TOKENBUCKET", "k", "100", "100", "60000"]
+        );
+        assert_eq!(
+            words(&single("k", &SW, 3, true)),
+            ["RL.SLIDING", "k", "10", "1000", "COST", "3", "PEEK"]
+        );
+        assert_eq!(
+            words(&single("k", &GCRA, 0, false)),
+            ["RL.GCRA", "k", "5", "1000", "BURST", "3", "COST", "0"]
+        );
+    }
+
+    #[test]
+    fn all_puts_keys_then_specs_then_options() {
+        let cmd = all(
+            &[("{a}:1", &TB), ("{a}:2", &SW), ("{a}:3", &GCRA)],
+            2,
+            false,
+        );
+        assert_eq!(
+            words(&cmd),
+            [
+                "RL.ALL",
+                "3",
+                "{a}:1",
+                "{a}:2",
+                "{a}:3",
+                "TOKENBUCKET",
+                "100",
+                "100",
+                "60000",
+                "SLIDING",
+                "10",
+                "1000",
+                "GCRA",
+                "5",
+                "1000",
+                "BURST",
+                "3",
+                "COST",
+                "2"
+            ]
+        );
+        assert_eq!(
+            words(&all(&[("k", &SW)], 1, true)),
+            ["RL.ALL", "1", "k", "SLIDING", "10", "1000", "PEEK"]
+        );
+    }
+
+    #[test]
+    fn refund_always_names_the_cost() {
+        assert_eq!(
+            words(&refund("k", &SW, 1)),
+            ["RL.REFUND", "k", "SLIDING", "10", "1000", "COST", "1"]
+        );
+        assert_eq!(
+            words(&capabilities()),
+            ["COMMAND", "INFO", "RL.ALL", "RL.REFUND"]
+        );
+    }
+
+    #[test]
+    fn keys_group_by_hash_tag_in_first_seen_order() {
+        let keys = ["rl:{k:1}:key", "rl:{ip:9}", "rl:{k:1}:ep:/a", "rl:{global}"];
+        let groups = slot_groups(&keys, true);
+        assert_eq!(groups.len(), 3);
+        assert_eq!(groups[0].1, vec![0, 2]);
+        assert_eq!(groups[1].1, vec![1]);
+        assert_eq!(groups[2].1, vec![3]);
+        assert_eq!(groups[0].0, Some(redis::cluster_routing::get_slot(b"k:1")));
+        assert_eq!(slot_groups(&keys, false), vec![(None, vec![0, 1, 2, 3])]);
+    }
+}

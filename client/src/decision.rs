@@ -1,0 +1,294 @@
+//! Typed decisions, and the parsers for the server's replies.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::error::{Error, Result};
+
+/// Whether a call may proceed. The wire format's `-1` ("never") lives only in the parser.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The units were taken (or, for a peek, would be).
+    Allowed,
+    /// Not enough units now; the same call succeeds after `retry_after` without other traffic.
+    Denied {
+        /// The true wait.
+        retry_after: Duration,
+    },
+    /// The cost exceeds the limit: no wait helps.
+    Never,
+}
+
+/// Who made a decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// The server.
+    Redis,
+    /// The local deny cache: Redis denied this key recently and the wait has not passed.
+    DenyCache,
+    /// The in-process fallback limiter (Redis unavailable, failure mode local).
+    Local,
+    /// Redis unavailable, failure mode open: allowed without a decision.
+    FailOpen,
+    /// Redis unavailable, failure mode closed: denied without a decision.
+    FailClosed,
+}
+
+impl Source {
+    /// A short name for logs and metrics.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Source::Redis => "redis",
+            Source::DenyCache => "deny_cache",
+            Source::Local => "local",
+            Source::FailOpen => "fail_open",
+            Source::FailClosed => "fail_closed",
+        }
+    }
+
+    /// True when Redis did not make the decision because it was unavailable.
+    pub const fn is_fallback(&self) -> bool {
+        matches!(self, Source::Local | Source::FailOpen | Source::FailClosed)
+    }
+}
+
+/// The answer for one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Allowed, denied for now, or never.
+    pub verdict: Verdict,
+    /// The limit the caller is held to.
+    pub limit: u64,
+    /// Units left after this call.
+    pub remaining: u64,
+    /// Time until the limiter is back to idle (full bucket, empty window).
+    pub reset_after: Duration,
+    /// Who decided.
+    pub source: Source,
+    /// The policy is in shadow mode: a denial is recorded but not enforced.
+    pub shadow: bool,
+}
+
+impl Decision {
+    /// True when the caller may proceed: allowed, or denied by a shadow policy.
+    pub const fn allows(&self) -> bool {
+        self.shadow || matches!(self.verdict, Verdict::Allowed)
+    }
+
+    /// True when the limiter said no (whether or not it is enforced).
+    pub const fn is_denied(&self) -> bool {
+        !matches!(self.verdict, Verdict::Allowed)
+    }
+
+    /// The wait before retrying: `Some` for a denial, `None` for allowed or never.
+    pub const fn retry_after(&self) -> Option<Duration> {
+        match self.verdict {
+            Verdict::Denied { retry_after } => Some(retry_after),
+            _ => None,
+        }
+    }
+}
+
+/// The answer for several keys checked together ([`crate::Limiter::check_all`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MultiDecision {
+    /// The index (into the request) of the first enforced dimension that denied.
+    pub denied: Option<usize>,
+    /// One decision per key, in request order. On a denial, the other keys' entries say
+    /// what they would have answered; nothing was consumed on any of them (best effort
+    /// across hash slots, see the crate docs).
+    pub decisions: Vec<Decision>,
+}
+
+impl MultiDecision {
+    /// True when every enforced dimension allowed the request.
+    pub fn allows(&self) -> bool {
+        self.denied.is_none()
+    }
+
+    /// The longest wait among the enforced denying dimensions (`None` when allowed, or when
+    /// a dimension can never allow the call).
+    pub fn retry_after(&self) -> Option<Duration> {
+        let mut longest = None;
+        for d in self.decisions.iter().filter(|d| !d.shadow) {
+            match d.verdict {
+                Verdict::Never => return None,
+                Verdict::Denied { retry_after } => {
+                    longest = Some(longest.map_or(retry_after, |l: Duration| l.max(retry_after)));
+                }
+                Verdict::Allowed => {}
+            }
+        }
+        longest
+    }
+}
+
+fn reply_error(command: &'static str, detail: impl Into<String>) -> Error {
+    Error::Reply {
+        command,
+        detail: detail.into(),
+    }
+}
+
+fn int(command: &'static str, v: &Value) -> Result<i64> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        other => Err(reply_error(
+            command,
+            format!("expected an integer, got {other:?}"),
+        )),
+    }
+}
+
+fn non_negative(command: &'static str, v: &Value) -> Result<u64> {
+    let i = int(command, v)?;
+    u64::try_from(i).map_err(|_| reply_error(command, format!("expected a count, got {i}")))
+}
+
+fn array<'a>(command: &'static str, v: &'a Value, len: Option<usize>) -> Result<&'a [Value]> {
+    match v {
+        Value::Array(items) if len.is_none_or(|n| items.len() == n) => Ok(items),
+        other => Err(reply_error(command, format!("unexpected shape {other:?}"))),
+    }
+}
+
+/// The verdict from `allowed` and `retry_after_ms` (`-1` = never).
+fn verdict(command: &'static str, allowed: bool, retry_ms: i64) -> Result<Verdict> {
+    Ok(match (allowed, retry_ms) {
+        (_, -1) => Verdict::Never,
+        (true, _) => Verdict::Allowed,
+        (false, ms) => Verdict::Denied {
+            retry_after: Duration::from_millis(
+                u64::try_from(ms)
+                    .map_err(|_| reply_error(command, format!("bad retry_after_ms {ms}")))?,
+            ),
+        },
+    })
+}
+
+/// Parses `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
+pub(crate) fn parse_single(command: &'static str, v: &Value) -> Result<Decision> {
+    let items = array(command, v, Some(5))?;
+    let [allowed, limit, remaining, retry, reset] = items else {
+        return Err(reply_error(command, "expected 5 elements"));
+    };
+    Ok(Decision {
+        verdict: verdict(command, int(command, allowed)? == 1, int(command, retry)?)?,
+        limit: non_negative(command, limit)?,
+        remaining: non_negative(command, remaining)?,
+        reset_after: Duration::from_millis(non_negative(command, reset)?),
+        source: Source::Redis,
+        shadow: false,
+    })
+}
+
+/// Parses `[allowed, denied_index, [[limit, remaining, retry_after_ms, reset_after_ms], ...]]`
+/// into the decisions of `n` keys and the 0-based index of the first denying key.
+pub(crate) fn parse_all(v: &Value, n: usize) -> Result<(Option<usize>, Vec<Decision>)> {
+    const CMD: &str = "RL.ALL";
+    let items = array(CMD, v, Some(3))?;
+    let [allowed, denied_index, per_key] = items else {
+        return Err(reply_error(CMD, "expected 3 elements"));
+    };
+    let allowed = int(CMD, allowed)? == 1;
+    let denied_index = non_negative(CMD, denied_index)?;
+    let per_key = array(CMD, per_key, Some(n))?;
+    let mut decisions = Vec::with_capacity(n);
+    for entry in per_key {
+        let fields = array(CMD, entry, Some(4))?;
+        let [limit, remaining, retry, reset] = fields else {
+            return Err(reply_error(CMD, "expected 4 fields per key"));
+        };
+        let retry = int(CMD, retry)?;
+        // Inside RL.ALL a key that would allow reports retry_after 0.
+        let key_allows = retry == 0;
+        decisions.push(Decision {
+            verdict: verdict(CMD, key_allows, retry)?,
+            limit: non_negative(CMD, limit)?,
+            remaining: non_negative(CMD, remaining)?,
+            reset_after: Duration::from_millis(non_negative(CMD, reset)?),
+            source: Source::Redis,
+            shadow: false,
+        });
+    }
+    let denied = if allowed {
+        None
+    } else {
+        let i = usize::try_from(denied_index)
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .filter(|i| *i < n)
+            .ok_or_else(|| reply_error(CMD, format!("bad denied_index {denied_index}")))?;
+        Some(i)
+    };
+    Ok((denied, decisions))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(v: &[i64]) -> Value {
+        Value::Array(v.iter().map(|i| Value::Int(*i)).collect())
+    }
+
+    #[test]
+    fn single_reply_table() {
+        let cases = [
+            (vec![1, 10, 9, 0, 100], Verdict::Allowed, 9),
+            (
+                vec![0, 10, 0, 250, 1000],
+                Verdict::Denied {
+                    retry_after: Duration::from_millis(250),
+                },
+                0,
+            ),
+            (vec![0, 10, 10, -1, 0], Verdict::Never, 10),
+        ];
+        for (reply, verdict, remaining) in cases {
+            let d = parse_single("RL.SLIDING", &ints(&reply)).unwrap();
+            assert_eq!(d.verdict, verdict, "{reply:?}");
+            assert_eq!(d.remaining, remaining);
+            assert_eq!(d.limit, 10);
+            assert_eq!(d.source, Source::Redis);
+        }
+    }
+
+    #[test]
+    fn malformed_single_replies_are_errors() {
+        assert!(parse_single("RL.SLIDING", &ints(&[1, 2, 3])).is_err());
+        assert!(parse_single("RL.SLIDING", &ints(&[0, -5, 0, 1, 1])).is_err());
+        assert!(parse_single("RL.SLIDING", &ints(&[0, 5, 0, -7, 1])).is_err());
+        assert!(parse_single("RL.SLIDING", &Value::Okay).is_err());
+    }
+
+    #[test]
+    fn all_reply_gives_first_denier_and_every_key() {
+        let reply = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(2),
+            Value::Array(vec![ints(&[10, 5, 0, 100]), ints(&[3, 0, 700, 900])]),
+        ]);
+        let (denied, ds) = parse_all(&reply, 2).unwrap();
+        assert_eq!(denied, Some(1));
+        assert_eq!(ds[0].verdict, Verdict::Allowed);
+        assert_eq!(
+            ds[1].retry_after(),
+            Some(Duration::from_millis(700)),
+            "{ds:?}"
+        );
+        let m = MultiDecision {
+            denied,
+            decisions: ds,
+        };
+        assert_eq!(m.retry_after(), Some(Duration::from_millis(700)));
+        assert!(parse_all(&reply, 3).is_err(), "key count must match");
+        let bad_index = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(9),
+            Value::Array(vec![ints(&[1, 0, 5, 5])]),
+        ]);
+        assert!(parse_all(&bad_index, 1).is_err());
+    }
+}

@@ -1,0 +1,332 @@
+//! The in-process fallback limiter: the same core algorithms as the server, on a bounded
+//! in-memory store.
+//!
+//! Used when Redis is unavailable and a policy's failure mode is
+//! [`FailureMode::Local`](crate::FailureMode::Local). It is approximate by design: each
+//! gateway instance sees only its own traffic, so the limit is divided by the expected
+//! number of instances, and an uneven spread admits more (or less) than the global limit.
+//! Token buckets and sliding windows run their own core algorithm; the other algorithms
+//! run the nearest one (fixed window and log: sliding window; GCRA: token bucket with the
+//! same rate and burst).
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::num::NonZeroU32;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redis_rl_core::sliding_window::{self, SlidingWindowParams, SlidingWindowState};
+use redis_rl_core::token_bucket::{self, TokenBucketParams, TokenBucketState};
+use redis_rl_core::{Micros, Outcome};
+use tokio::time::Instant;
+
+use crate::decision::{Decision, Source, Verdict};
+use crate::policy::Algorithm;
+
+const SHARDS: usize = 64;
+
+#[derive(Clone, Copy, Debug)]
+enum State {
+    Bucket(TokenBucketState),
+    Window(SlidingWindowState),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    state: State,
+    /// When the limiter is idle again: an entry past this can be dropped, since a missing
+    /// entry means exactly the idle state.
+    idle_at: Micros,
+}
+
+enum Params {
+    Bucket(TokenBucketParams),
+    Window(SlidingWindowParams),
+}
+
+/// The local limiter: 64 mutex-guarded shards, at most `capacity` keys in all.
+#[derive(Debug)]
+pub struct LocalLimiter {
+    shards: Vec<Mutex<HashMap<String, Slot>>>,
+    hasher: RandomState,
+    per_shard: usize,
+    epoch: Instant,
+}
+
+impl LocalLimiter {
+    /// A limiter holding at most `capacity` keys (rounded up to a multiple of 64). When a
+    /// shard is full, idle keys are dropped first, then arbitrary ones (a dropped key
+    /// starts again from idle: the bound on memory costs some over-admission).
+    pub fn new(capacity: usize) -> Self {
+        let per_shard = capacity.div_ceil(SHARDS).max(1);
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: RandomState::new(),
+            per_shard,
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Microseconds since this limiter was made (the local clock; never goes back).
+    fn now(&self) -> Micros {
+        Micros(u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX))
+    }
+
+    /// Decides `cost` units for `key` now, with the limit divided by `instances`.
+    pub fn check(
+        &self,
+        key: &str,
+        algorithm: &Algorithm,
+        instances: NonZeroU32,
+        cost: u64,
+        peek: bool,
+    ) -> Decision {
+        self.check_at(key, algorithm, instances, cost, peek, self.now())
+    }
+
+    /// [`LocalLimiter::check`] at an explicit instant (microseconds on the local clock).
+    pub fn check_at(
+        &self,
+        key: &str,
+        algorithm: &Algorithm,
+        instances: NonZeroU32,
+        cost: u64,
+        peek: bool,
+        now: Micros,
+    ) -> Decision {
+        let Some(params) = local_params(algorithm, instances) else {
+            // Parameters the core rejects cannot come from a validated policy; deny rather
+            // than guess.
+            return decision(Outcome::Never, 0, 0, Duration::ZERO);
+        };
+        let index = usize::try_from(self.hasher.hash_one(key) % SHARDS as u64).unwrap_or(0);
+        let Some(shard) = self.shards.get(index) else {
+            return decision(Outcome::Never, 0, 0, Duration::ZERO);
+        };
+        let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        let stored = map.get(key).map(|slot| slot.state);
+        let (d, new_state) = match (&params, stored) {
+            (Params::Bucket(p), stored) => {
+                let prev = match stored {
+                    Some(State::Bucket(s)) => Some(s),
+                    _ => None,
+                };
+                let (d, s) = token_bucket::check(prev, now, p, cost);
+                (d, s.map(State::Bucket))
+            }
+            (Params::Window(p), stored) => {
+                let prev = match stored {
+                    Some(State::Window(s)) => Some(s),
+                    _ => None,
+                };
+                let (d, s) = sliding_window::check(prev, now, p, cost);
+                (d, s.map(State::Window))
+            }
+        };
+        if let (Some(state), false) = (new_state, peek) {
+            let slot = Slot {
+                state,
+                idle_at: Micros(now.0.saturating_add(d.reset_after.as_micros().0)),
+            };
+            if let Some(existing) = map.get_mut(key) {
+                *existing = slot;
+            } else {
+                if map.len() >= self.per_shard {
+                    evict(&mut map, now, self.per_shard);
+                }
+                map.insert(key.to_string(), slot);
+            }
+        }
+        decision(
+            d.outcome,
+            d.limit,
+            d.remaining,
+            Duration::from_millis(d.reset_after.0),
+        )
+    }
+
+    /// Keys held now.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
+    }
+
+    /// True when no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Makes room in a full shard: idle entries first; if still full, drop an eighth of it so
+/// the next inserts do not pay for another scan.
+fn evict(map: &mut HashMap<String, Slot>, now: Micros, per_shard: usize) {
+    map.retain(|_, slot| slot.idle_at > now);
+    if map.len() >= per_shard {
+        let target = per_shard - per_shard.div_ceil(8);
+        let excess: Vec<String> = map.keys().take(map.len() - target).cloned().collect();
+        for key in excess {
+            map.remove(&key);
+        }
+    }
+}
+
+fn decision(outcome: Outcome, limit: u64, remaining: u64, reset_after: Duration) -> Decision {
+    let verdict = match outcome {
+        Outcome::Allowed => Verdict::Allowed,
+        Outcome::Denied { retry_after } => Verdict::Denied {
+            retry_after: Duration::from_millis(retry_after.0),
+        },
+        Outcome::Never => Verdict::Never,
+    };
+    Decision {
+        verdict,
+        limit,
+        remaining,
+        reset_after,
+        source: Source::Local,
+        shadow: false,
+    }
+}
+
+/// The core parameters for one instance's share of `algorithm`. Rates are divided exactly
+/// (the refill period is multiplied); counts are divided and kept at least 1.
+fn local_params(algorithm: &Algorithm, instances: NonZeroU32) -> Option<Params> {
+    let n = u64::from(instances.get());
+    let share = |count: u64| (count / n).max(1);
+    let bucket = |capacity: u64, refill_tokens: u64, refill_ms: u64| {
+        let refill_ms = refill_ms
+            .saturating_mul(n)
+            .min(redis_rl_core::limits::MAX_DURATION_MS);
+        TokenBucketParams::new(share(capacity), refill_tokens, refill_ms)
+            .ok()
+            .map(Params::Bucket)
+    };
+    match *algorithm {
+        Algorithm::TokenBucket {
+            capacity,
+            refill_tokens,
+            refill_ms,
+        } => bucket(capacity, refill_tokens, refill_ms),
+        Algorithm::Gcra {
+            limit,
+            period_ms,
+            burst,
+        } => bucket(burst.unwrap_or(limit).max(1), limit, period_ms),
+        Algorithm::Sliding { limit, window_ms }
+        | Algorithm::Fixed { limit, window_ms }
+        | Algorithm::Log { limit, window_ms } => SlidingWindowParams::new(share(limit), window_ms)
+            .ok()
+            .map(Params::Window),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: NonZeroU32 = NonZeroU32::MIN;
+
+    fn sliding(limit: u64) -> Algorithm {
+        Algorithm::Sliding {
+            limit,
+            window_ms: 1_000,
+        }
+    }
+
+    #[test]
+    fn admits_exactly_the_limit_then_denies() {
+        let local = LocalLimiter::new(1_000);
+        let alg = sliding(3);
+        for i in 0..3 {
+            let d = local.check_at("k", &alg, ONE, 1, false, Micros(0));
+            assert!(d.allows(), "call {i}");
+            assert_eq!(d.source, Source::Local);
+        }
+        let d = local.check_at("k", &alg, ONE, 1, false, Micros(0));
+        assert!(d.is_denied());
+        assert!(d.retry_after().is_some());
+        assert!(local
+            .check_at("other", &alg, ONE, 1, false, Micros(0))
+            .allows());
+    }
+
+    #[test]
+    fn peek_consumes_nothing() {
+        let local = LocalLimiter::new(1_000);
+        let alg = sliding(1);
+        assert!(local.check_at("k", &alg, ONE, 1, true, Micros(0)).allows());
+        assert!(local.check_at("k", &alg, ONE, 1, false, Micros(0)).allows());
+        assert!(local
+            .check_at("k", &alg, ONE, 1, true, Micros(0))
+            .is_denied());
+    }
+
+    #[test]
+    fn the_limit_is_shared_by_the_expected_instances() {
+        let local = LocalLimiter::new(1_000);
+        let four = NonZeroU32::new(4).unwrap();
+        let tb = Algorithm::TokenBucket {
+            capacity: 100,
+            refill_tokens: 100,
+            refill_ms: 60_000,
+        };
+        let admitted = (0..100)
+            .filter(|_| {
+                local
+                    .check_at("tb", &tb, four, 1, false, Micros(0))
+                    .allows()
+            })
+            .count();
+        assert_eq!(admitted, 25);
+        // The refill rate is a quarter too: one token per 2.4 s instead of 0.6 s.
+        assert!(local
+            .check_at("tb", &tb, four, 1, false, Micros(2_399_000))
+            .is_denied());
+        assert!(local
+            .check_at("tb", &tb, four, 1, false, Micros(2_400_000))
+            .allows());
+        // A share never drops to zero.
+        let big = NonZeroU32::new(1_000).unwrap();
+        assert!(local
+            .check_at("s", &sliding(3), big, 1, false, Micros(0))
+            .allows());
+        assert!(local
+            .check_at("s", &sliding(3), big, 1, false, Micros(0))
+            .is_denied());
+    }
+
+    #[test]
+    fn gcra_runs_as_a_bucket_with_its_burst() {
+        let local = LocalLimiter::new(1_000);
+        let g = Algorithm::Gcra {
+            limit: 10,
+            period_ms: 1_000,
+            burst: Some(2),
+        };
+        assert!(local.check_at("g", &g, ONE, 2, false, Micros(0)).allows());
+        assert!(local
+            .check_at("g", &g, ONE, 1, false, Micros(0))
+            .is_denied());
+        assert!(local
+            .check_at("g", &g, ONE, 1, false, Micros(100_000))
+            .allows());
+    }
+
+    #[test]
+    fn memory_is_bounded_and_idle_keys_go_first() {
+        let local = LocalLimiter::new(64); // one key per shard
+        let alg = sliding(10);
+        for i in 0..10_000 {
+            local.check_at(&format!("k{i}"), &alg, ONE, 1, false, Micros(0));
+        }
+        assert!(local.len() <= 64, "{}", local.len());
+        // Long after every key went idle, new keys replace them.
+        for i in 0..1_000 {
+            local.check_at(&format!("n{i}"), &alg, ONE, 1, false, Micros(10_000_000));
+        }
+        assert!(local.len() <= 64);
+    }
+}

@@ -1,0 +1,397 @@
+//! Typed policies: one variant per server command, validated when built.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use redis_rl_core::limits::{self, ParamError};
+
+/// The limiting algorithm and its parameters, mirroring the server commands.
+///
+/// Build it through [`Policy`]'s constructors, which check every number against the
+/// ranges the server accepts, so a call never fails on a parameter the client could
+/// have rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// `RL.TOKENBUCKET key capacity refill_tokens refill_ms`.
+    TokenBucket {
+        /// Most tokens the bucket holds (the burst).
+        capacity: u64,
+        /// Tokens gained every `refill_ms`.
+        refill_tokens: u64,
+        /// The refill period in milliseconds.
+        refill_ms: u64,
+    },
+    /// `RL.SLIDING key limit window_ms` (two weighted counters).
+    Sliding {
+        /// Most units per window.
+        limit: u64,
+        /// Window length in milliseconds.
+        window_ms: u64,
+    },
+    /// `RL.FIXED key limit window_ms`.
+    Fixed {
+        /// Most units per window.
+        limit: u64,
+        /// Window length in milliseconds.
+        window_ms: u64,
+    },
+    /// `RL.GCRA key limit period_ms [BURST b]`.
+    Gcra {
+        /// Units per period.
+        limit: u64,
+        /// The period in milliseconds.
+        period_ms: u64,
+        /// Units that may arrive at once (server default when `None`).
+        burst: Option<u64>,
+    },
+    /// `RL.LOG key limit window_ms` (exact sliding log; `limit` at most 10000).
+    Log {
+        /// Most units per window.
+        limit: u64,
+        /// Window length in milliseconds.
+        window_ms: u64,
+    },
+}
+
+impl Algorithm {
+    /// The single-key server command.
+    pub const fn command(&self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket { .. } => "RL.TOKENBUCKET",
+            Algorithm::Sliding { .. } => "RL.SLIDING",
+            Algorithm::Fixed { .. } => "RL.FIXED",
+            Algorithm::Gcra { .. } => "RL.GCRA",
+            Algorithm::Log { .. } => "RL.LOG",
+        }
+    }
+
+    /// The spec word used by `RL.ALL` and `RL.REFUND`.
+    pub const fn spec_name(&self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket { .. } => "TOKENBUCKET",
+            Algorithm::Sliding { .. } => "SLIDING",
+            Algorithm::Fixed { .. } => "FIXED",
+            Algorithm::Gcra { .. } => "GCRA",
+            Algorithm::Log { .. } => "LOG",
+        }
+    }
+
+    /// The numeric parameters as the server reads them after the key (or spec word).
+    pub fn params(&self) -> Vec<String> {
+        match *self {
+            Algorithm::TokenBucket {
+                capacity,
+                refill_tokens,
+                refill_ms,
+            } => vec![
+                capacity.to_string(),
+                refill_tokens.to_string(),
+                refill_ms.to_string(),
+            ],
+            Algorithm::Sliding { limit, window_ms }
+            | Algorithm::Fixed { limit, window_ms }
+            | Algorithm::Log { limit, window_ms } => {
+                vec![limit.to_string(), window_ms.to_string()]
+            }
+            Algorithm::Gcra {
+                limit,
+                period_ms,
+                burst,
+            } => {
+                let mut v = vec![limit.to_string(), period_ms.to_string()];
+                if let Some(b) = burst {
+                    v.push("BURST".to_string());
+                    v.push(b.to_string());
+                }
+                v
+            }
+        }
+    }
+
+    /// The quota a client sees (`q` of `RateLimit-Policy`, `X-RateLimit-Limit`).
+    pub const fn limit(&self) -> u64 {
+        match *self {
+            Algorithm::TokenBucket { capacity, .. } => capacity,
+            Algorithm::Sliding { limit, .. }
+            | Algorithm::Fixed { limit, .. }
+            | Algorithm::Log { limit, .. } => limit,
+            Algorithm::Gcra { limit, burst, .. } => match burst {
+                Some(b) if b > limit => b,
+                _ => limit,
+            },
+        }
+    }
+
+    /// The window over which `limit` applies (`w` of `RateLimit-Policy`). For a token
+    /// bucket this is the time to refill from empty to full.
+    pub fn window(&self) -> Duration {
+        let ms = match *self {
+            Algorithm::TokenBucket {
+                capacity,
+                refill_tokens,
+                refill_ms,
+            } => {
+                let ms = u128::from(capacity) * u128::from(refill_ms) / u128::from(refill_tokens);
+                u64::try_from(ms).unwrap_or(u64::MAX)
+            }
+            Algorithm::Sliding { window_ms, .. }
+            | Algorithm::Fixed { window_ms, .. }
+            | Algorithm::Log { window_ms, .. } => window_ms,
+            Algorithm::Gcra { period_ms, .. } => period_ms,
+        };
+        Duration::from_millis(ms)
+    }
+
+    fn validate(self) -> Result<Self, ParamError> {
+        match self {
+            Algorithm::TokenBucket {
+                capacity,
+                refill_tokens,
+                refill_ms,
+            } => {
+                limits::count("capacity").check(capacity)?;
+                limits::count("refill_tokens").check(refill_tokens)?;
+                limits::duration_ms("refill_ms").check(refill_ms)?;
+            }
+            Algorithm::Sliding { limit, window_ms } | Algorithm::Fixed { limit, window_ms } => {
+                limits::count("limit").check(limit)?;
+                limits::duration_ms("window_ms").check(window_ms)?;
+            }
+            Algorithm::Log { limit, window_ms } => {
+                redis_rl_core::sliding_log::LIMIT.check(limit)?;
+                limits::duration_ms("window_ms").check(window_ms)?;
+            }
+            Algorithm::Gcra {
+                limit,
+                period_ms,
+                burst,
+            } => {
+                limits::count("limit").check(limit)?;
+                limits::duration_ms("period_ms").check(period_ms)?;
+                if let Some(b) = burst {
+                    limits::count("burst").check(b)?;
+                }
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// What to do when Redis cannot answer (error, timeout, or the breaker is open).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailureMode {
+    /// Allow the request (and count it): availability first, accepting over-admission for
+    /// the length of the outage.
+    Open,
+    /// Deny the request: protection first, accepting that an outage of the limiter is an
+    /// outage of the API.
+    Closed,
+    /// Decide with an in-process limiter running the same core algorithm, its limit divided
+    /// by the expected number of gateway instances. Approximate: each instance sees only its
+    /// own traffic, and an uneven spread over instances admits more or less than the limit.
+    Local {
+        /// How many gateway instances share the limit (the local limit is `limit / instances`,
+        /// at least 1).
+        instances: NonZeroU32,
+    },
+}
+
+impl FailureMode {
+    /// [`FailureMode::Local`] for a single instance (the whole limit held locally).
+    pub const LOCAL: FailureMode = FailureMode::Local {
+        instances: NonZeroU32::MIN,
+    };
+
+    /// A short name for logs and metrics: `open`, `closed`, `local`.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            FailureMode::Open => "open",
+            FailureMode::Closed => "closed",
+            FailureMode::Local { .. } => "local",
+        }
+    }
+}
+
+impl Default for FailureMode {
+    /// Local, one instance: the whole limit is enforced by each gateway while Redis is down.
+    fn default() -> Self {
+        FailureMode::LOCAL
+    }
+}
+
+/// A validated algorithm plus what to do when Redis fails and whether to enforce.
+///
+/// ```
+/// use redis_rl_client::{FailureMode, Policy};
+/// let free = Policy::token_bucket(100, 100, 60_000).unwrap();
+/// assert_eq!(free.algorithm().limit(), 100);
+/// let strict = Policy::sliding(10, 1_000).unwrap().on_failure(FailureMode::Closed);
+/// assert_eq!(strict.failure_mode(), FailureMode::Closed);
+/// assert!(Policy::sliding(0, 1_000).is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Policy {
+    algorithm: Algorithm,
+    on_failure: FailureMode,
+    shadow: bool,
+}
+
+impl Policy {
+    /// Checks `algorithm`'s parameters; failure mode local, enforcing.
+    pub fn new(algorithm: Algorithm) -> Result<Self, ParamError> {
+        Ok(Self {
+            algorithm: algorithm.validate()?,
+            on_failure: FailureMode::default(),
+            shadow: false,
+        })
+    }
+
+    /// A token bucket: `capacity` tokens, `refill_tokens` added every `refill_ms`.
+    pub fn token_bucket(
+        capacity: u64,
+        refill_tokens: u64,
+        refill_ms: u64,
+    ) -> Result<Self, ParamError> {
+        Self::new(Algorithm::TokenBucket {
+            capacity,
+            refill_tokens,
+            refill_ms,
+        })
+    }
+
+    /// A sliding window (weighted counters): `limit` units per `window_ms`.
+    pub fn sliding(limit: u64, window_ms: u64) -> Result<Self, ParamError> {
+        Self::new(Algorithm::Sliding { limit, window_ms })
+    }
+
+    /// A fixed window: `limit` units per `window_ms`, reset at window boundaries.
+    pub fn fixed(limit: u64, window_ms: u64) -> Result<Self, ParamError> {
+        Self::new(Algorithm::Fixed { limit, window_ms })
+    }
+
+    /// GCRA: `limit` units per `period_ms`, optionally with a burst.
+    pub fn gcra(limit: u64, period_ms: u64, burst: Option<u64>) -> Result<Self, ParamError> {
+        Self::new(Algorithm::Gcra {
+            limit,
+            period_ms,
+            burst,
+        })
+    }
+
+    /// An exact sliding log: `limit` (at most 10000) units per `window_ms`.
+    pub fn log(limit: u64, window_ms: u64) -> Result<Self, ParamError> {
+        Self::new(Algorithm::Log { limit, window_ms })
+    }
+
+    /// Sets what happens when Redis cannot answer.
+    pub const fn on_failure(mut self, mode: FailureMode) -> Self {
+        self.on_failure = mode;
+        self
+    }
+
+    /// Shadow mode: decide and record, but report every call as allowed. For launching a
+    /// new limit safely: watch the `shadow_denied` counts before enforcing it.
+    pub const fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// The algorithm and its parameters.
+    pub const fn algorithm(&self) -> &Algorithm {
+        &self.algorithm
+    }
+
+    /// What happens when Redis cannot answer.
+    pub const fn failure_mode(&self) -> FailureMode {
+        self.on_failure
+    }
+
+    /// True in shadow mode.
+    pub const fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_are_the_server_arguments_in_order() {
+        let cases: &[(Algorithm, &str, &[&str])] = &[
+            (
+                Algorithm::TokenBucket {
+                    capacity: 10,
+                    refill_tokens: 1,
+                    refill_ms: 100,
+                },
+                "RL.TOKENBUCKET",
+                &["10", "1", "100"],
+            ),
+            (
+                Algorithm::Sliding {
+                    limit: 5,
+                    window_ms: 60_000,
+                },
+                "RL.SLIDING",
+                &["5", "60000"],
+            ),
+            (
+                Algorithm::Fixed {
+                    limit: 5,
+                    window_ms: 1_000,
+                },
+                "RL.FIXED",
+                &["5", "1000"],
+            ),
+            (
+                Algorithm::Gcra {
+                    limit: 5,
+                    period_ms: 1_000,
+                    burst: Some(2),
+                },
+                "RL.GCRA",
+                &["5", "1000", "BURST", "2"],
+            ),
+            (
+                Algorithm::Gcra {
+                    limit: 5,
+                    period_ms: 1_000,
+                    burst: None,
+                },
+                "RL.GCRA",
+                &["5", "1000"],
+            ),
+            (
+                Algorithm::Log {
+                    limit: 7,
+                    window_ms: 10,
+                },
+                "RL.LOG",
+                &["7", "10"],
+            ),
+        ];
+        for (alg, command, params) in cases {
+            assert_eq!(alg.command(), *command);
+            assert_eq!(alg.params(), params.to_vec());
+            assert_eq!(format!("RL.{}", alg.spec_name()), *command);
+        }
+    }
+
+    #[test]
+    fn invalid_parameters_name_the_argument() {
+        let err = Policy::token_bucket(10, 0, 100).unwrap_err();
+        assert_eq!(err.name, "refill_tokens");
+        assert_eq!(Policy::log(10_001, 10).unwrap_err().name, "limit");
+        assert_eq!(Policy::gcra(1, 1, Some(0)).unwrap_err().name, "burst");
+        assert_eq!(Policy::fixed(1, 0).unwrap_err().name, "window_ms");
+    }
+
+    #[test]
+    fn window_of_a_token_bucket_is_the_time_to_fill() {
+        let tiers = Policy::token_bucket(100, 100, 60_000).unwrap();
+        assert_eq!(tiers.algorithm().window(), Duration::from_secs(60));
+        let slow = Policy::token_bucket(10, 1, 1_000).unwrap();
+        assert_eq!(slow.algorithm().window(), Duration::from_secs(10));
+    }
+}

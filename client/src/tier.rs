@@ -1,0 +1,427 @@
+//! Tiers as configuration, and resolvers from API key to tier name.
+//!
+//! ```toml
+//! default_tier = "free"          # for keys with no tier, or a tier not listed here
+//!
+//! [tiers.free]
+//! limit = 100                    # 100 per minute
+//! window_ms = 60000
+//!
+//! [tiers.pro]
+//! limit = 1000
+//!
+//! [tiers.enterprise]
+//! limit = 10000
+//! algorithm = "sliding"          # token_bucket (default), sliding, fixed, gcra, log
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use lru::LruCache;
+use redis::Value;
+use serde::Deserialize;
+use tokio::time::Instant;
+
+use crate::backend::BoxFuture;
+use crate::error::{Error, Result};
+use crate::limiter::Limiter;
+use crate::policy::{Algorithm, FailureMode, Policy};
+
+/// The algorithm named in configuration.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AlgorithmKind {
+    /// Token bucket: `limit` tokens (or `burst`), refilled at `limit` per window.
+    #[default]
+    TokenBucket,
+    /// Sliding window (weighted counters).
+    Sliding,
+    /// Fixed window.
+    Fixed,
+    /// GCRA: `limit` per window, with an optional `burst`.
+    Gcra,
+    /// Exact sliding log (`limit` at most 10000).
+    Log,
+}
+
+/// The failure mode named in configuration (the instance count is set once, globally).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureModeName {
+    /// Allow when Redis is unavailable.
+    Open,
+    /// Deny when Redis is unavailable.
+    Closed,
+    /// Decide locally when Redis is unavailable.
+    Local,
+}
+
+impl FailureModeName {
+    /// The failure mode, with `instances` for the local one.
+    pub const fn with_instances(self, instances: NonZeroU32) -> FailureMode {
+        match self {
+            FailureModeName::Open => FailureMode::Open,
+            FailureModeName::Closed => FailureMode::Closed,
+            FailureModeName::Local => FailureMode::Local { instances },
+        }
+    }
+}
+
+/// One limit as written in configuration: `limit` units per `window_ms`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Rate {
+    /// Units per window.
+    pub limit: u64,
+    /// The window in milliseconds (default 60000: per minute).
+    #[serde(default = "one_minute")]
+    pub window_ms: u64,
+    /// The algorithm (default token bucket).
+    #[serde(default)]
+    pub algorithm: AlgorithmKind,
+    /// Burst: token bucket capacity or GCRA burst (default: `limit`).
+    #[serde(default)]
+    pub burst: Option<u64>,
+    /// Decide and record, but never deny.
+    #[serde(default)]
+    pub shadow: bool,
+    /// Overrides the global failure mode for this limit.
+    #[serde(default)]
+    pub failure_mode: Option<FailureModeName>,
+}
+
+fn one_minute() -> u64 {
+    60_000
+}
+
+impl Rate {
+    /// `limit` per minute with the defaults (token bucket, enforced, global failure mode).
+    pub const fn per_minute(limit: u64) -> Rate {
+        Rate {
+            limit,
+            window_ms: 60_000,
+            algorithm: AlgorithmKind::TokenBucket,
+            burst: None,
+            shadow: false,
+            failure_mode: None,
+        }
+    }
+
+    /// The same rate with another algorithm.
+    pub fn with_algorithm(mut self, algorithm: AlgorithmKind) -> Rate {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// The validated policy; `default_mode` applies unless the rate names its own.
+    pub fn policy(&self, default_mode: FailureMode) -> Result<Policy> {
+        let instances = match default_mode {
+            FailureMode::Local { instances } => instances,
+            _ => NonZeroU32::MIN,
+        };
+        // Checked under the names the configuration uses (a token bucket would say
+        // "capacity" and "refill_ms").
+        let limit = redis_rl_core::limits::count("limit").check(self.limit)?;
+        let window_ms = redis_rl_core::limits::duration_ms("window_ms").check(self.window_ms)?;
+        let algorithm = match self.algorithm {
+            AlgorithmKind::TokenBucket => Algorithm::TokenBucket {
+                capacity: self.burst.unwrap_or(limit),
+                refill_tokens: limit,
+                refill_ms: window_ms,
+            },
+            AlgorithmKind::Sliding => Algorithm::Sliding { limit, window_ms },
+            AlgorithmKind::Fixed => Algorithm::Fixed { limit, window_ms },
+            AlgorithmKind::Gcra => Algorithm::Gcra {
+                limit,
+                period_ms: window_ms,
+                burst: self.burst,
+            },
+            AlgorithmKind::Log => Algorithm::Log { limit, window_ms },
+        };
+        let mode = self
+            .failure_mode
+            .map_or(default_mode, |m| m.with_instances(instances));
+        Ok(Policy::new(algorithm)?.on_failure(mode).shadow(self.shadow))
+    }
+}
+
+/// Tier definitions: a rate per tier name and the tier for unknown keys.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct TierConfig {
+    /// The tier of keys without one (default `free`).
+    #[serde(default = "default_tier_name")]
+    pub default_tier: String,
+    /// Rate per tier (default: free 100/min, pro 1000/min, enterprise 10000/min).
+    #[serde(default = "default_tiers")]
+    pub tiers: BTreeMap<String, Rate>,
+}
+
+fn default_tier_name() -> String {
+    "free".to_string()
+}
+
+fn default_tiers() -> BTreeMap<String, Rate> {
+    BTreeMap::from([
+        ("free".to_string(), Rate::per_minute(100)),
+        ("pro".to_string(), Rate::per_minute(1_000)),
+        ("enterprise".to_string(), Rate::per_minute(10_000)),
+    ])
+}
+
+impl Default for TierConfig {
+    /// The design's tiers: free 100/min (the default), pro 1000/min, enterprise 10000/min.
+    fn default() -> Self {
+        Self {
+            default_tier: default_tier_name(),
+            tiers: default_tiers(),
+        }
+    }
+}
+
+impl TierConfig {
+    /// Parses and validates TOML.
+    ///
+    /// ```
+    /// use redis_rl_client::TierConfig;
+    /// let tiers = TierConfig::from_toml("[tiers.gold]\nlimit = 5000\n[tiers.free]\nlimit = 10\n").unwrap();
+    /// assert_eq!(tiers.rate(Some("gold")).1.limit, 5000);
+    /// assert_eq!(tiers.rate(Some("nope")).0, "free");
+    /// ```
+    pub fn from_toml(text: &str) -> Result<Self> {
+        let config: Self = toml::from_str(text).map_err(|e| Error::Config(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads a TOML file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        Self::from_toml(&text)
+    }
+
+    /// Checks that the default tier exists and every rate is within the server's ranges.
+    pub fn validate(&self) -> Result<()> {
+        if !self.tiers.contains_key(&self.default_tier) {
+            return Err(Error::Config(format!(
+                "default_tier {:?} is not among the tiers",
+                self.default_tier
+            )));
+        }
+        for (name, rate) in &self.tiers {
+            rate.policy(FailureMode::default())
+                .map_err(|e| Error::Config(format!("tiers.{name}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// The tier name and rate for `tier`, or the default tier's when it is `None` or unknown.
+    pub fn rate(&self, tier: Option<&str>) -> (&str, &Rate) {
+        let known = tier.and_then(|t| self.tiers.get_key_value(t));
+        let found = known.or_else(|| self.tiers.get_key_value(&self.default_tier));
+        match found {
+            Some((name, rate)) => (name.as_str(), rate),
+            // validate() guarantees the default exists; a config built by hand without it
+            // falls back to the design's free tier.
+            None => ("free", &FREE),
+        }
+    }
+}
+
+static FREE: Rate = Rate::per_minute(100);
+
+/// Finds the tier name of an API key (`None`: the default tier).
+pub trait TierResolver: Send + Sync + 'static {
+    /// The tier of `api_key`.
+    fn tier<'a>(&'a self, api_key: &'a str) -> BoxFuture<'a, Option<String>>;
+}
+
+/// Tiers held in memory (tests, small deployments, or a map loaded at start).
+#[derive(Clone, Debug, Default)]
+pub struct StaticTiers {
+    map: HashMap<String, String>,
+}
+
+impl StaticTiers {
+    /// An empty map: every key gets the default tier.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the tier of `api_key`.
+    pub fn with(mut self, api_key: impl Into<String>, tier: impl Into<String>) -> Self {
+        self.map.insert(api_key.into(), tier.into());
+        self
+    }
+}
+
+impl TierResolver for StaticTiers {
+    fn tier<'a>(&'a self, api_key: &'a str) -> BoxFuture<'a, Option<String>> {
+        let tier = self.map.get(api_key).cloned();
+        Box::pin(async move { tier })
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Cached {
+    tier: Option<String>,
+    fetched: Instant,
+}
+
+/// Tiers stored in a Redis hash (`HSET rl:tiers <api key> pro`), cached locally for `ttl`
+/// so a lookup costs a round trip once per key per `ttl`, not per request.
+///
+/// Lookups go through the limiter's timeout and breaker. When Redis cannot answer, the
+/// last known tier is used even if stale, else the default tier.
+pub struct RedisHashTiers {
+    limiter: Limiter,
+    hash: String,
+    ttl: Duration,
+    cache: Mutex<LruCache<String, Cached>>,
+}
+
+impl RedisHashTiers {
+    /// Reads tiers from the hash `hash`, caching up to `capacity` keys for `ttl`.
+    pub fn new(
+        limiter: Limiter,
+        hash: impl Into<String>,
+        ttl: Duration,
+        capacity: NonZeroUsize,
+    ) -> Self {
+        Self {
+            limiter,
+            hash: hash.into(),
+            ttl,
+            cache: Mutex::new(LruCache::new(capacity)),
+        }
+    }
+
+    fn cached(&self, api_key: &str) -> Option<Cached> {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.get(api_key).cloned()
+    }
+
+    async fn fetch(&self, api_key: &str) -> Option<String> {
+        let stale = match self.cached(api_key) {
+            Some(c) if c.fetched.elapsed() < self.ttl => return c.tier,
+            other => other,
+        };
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(&self.hash).arg(api_key);
+        let slot = Some(redis::cluster_routing::get_slot(self.hash.as_bytes()));
+        let tier = match self.limiter.query(&cmd, slot).await {
+            Ok(Value::Nil) => None,
+            Ok(Value::BulkString(bytes)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+            Ok(Value::SimpleString(s)) => Some(s),
+            Ok(other) => {
+                tracing::warn!(hash = %self.hash, reply = ?other, "unexpected tier lookup reply");
+                None
+            }
+            Err(_) => return stale.and_then(|c| c.tier),
+        };
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.put(
+            api_key.to_string(),
+            Cached {
+                tier: tier.clone(),
+                fetched: Instant::now(),
+            },
+        );
+        tier
+    }
+}
+
+impl TierResolver for RedisHashTiers {
+    fn tier<'a>(&'a self, api_key: &'a str) -> BoxFuture<'a, Option<String>> {
+        Box::pin(self.fetch(api_key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_designs_tiers() {
+        let t = TierConfig::default();
+        t.validate().unwrap();
+        assert_eq!(t.rate(None), ("free", &Rate::per_minute(100)));
+        assert_eq!(t.rate(Some("pro")).1.limit, 1_000);
+        assert_eq!(t.rate(Some("enterprise")).1.limit, 10_000);
+        assert_eq!(t.rate(Some("platinum")).0, "free");
+        let p = t.rate(Some("pro")).1.policy(FailureMode::Open).unwrap();
+        assert_eq!(
+            *p.algorithm(),
+            Algorithm::TokenBucket {
+                capacity: 1_000,
+                refill_tokens: 1_000,
+                refill_ms: 60_000
+            }
+        );
+        assert_eq!(p.failure_mode(), FailureMode::Open);
+    }
+
+    #[test]
+    fn toml_overrides_and_validates() {
+        let t = TierConfig::from_toml(
+            r#"
+            default_tier = "basic"
+            [tiers.basic]
+            limit = 5
+            window_ms = 1000
+            algorithm = "gcra"
+            burst = 2
+            failure_mode = "closed"
+            shadow = true
+            "#,
+        )
+        .unwrap();
+        let (name, rate) = t.rate(None);
+        assert_eq!(name, "basic");
+        let p = rate.policy(FailureMode::LOCAL).unwrap();
+        assert_eq!(
+            *p.algorithm(),
+            Algorithm::Gcra {
+                limit: 5,
+                period_ms: 1_000,
+                burst: Some(2)
+            }
+        );
+        assert_eq!(p.failure_mode(), FailureMode::Closed);
+        assert!(p.is_shadow());
+
+        let errors = [
+            (
+                "default_tier = \"x\"",
+                "default_tier \"x\" is not among the tiers",
+            ),
+            (
+                "[tiers.free]\nlimit = 0",
+                "tiers.free: invalid policy: limit",
+            ),
+            (
+                "[tiers.free]\nlimit = 1\nwindw_ms = 5",
+                "unknown field `windw_ms`",
+            ),
+            (
+                "[tiers.free]\nlimit = 1\nalgorithm = \"leaky\"",
+                "unknown variant `leaky`",
+            ),
+        ];
+        for (text, expected) in errors {
+            let err = TierConfig::from_toml(text).unwrap_err().to_string();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn static_resolver() {
+        let r = StaticTiers::new().with("k1", "pro");
+        assert_eq!(r.tier("k1").await.as_deref(), Some("pro"));
+        assert_eq!(r.tier("k2").await, None);
+    }
+}
