@@ -133,11 +133,19 @@ impl Options {
     }
 }
 
-/// An argument as it appears in an error text: lossy UTF-8, at most 40 characters.
+/// An argument as it appears in an error text: at most 40 bytes, printable ASCII kept and
+/// every other byte shown as `\xNN`, so the error line is always valid text for any client.
 pub(crate) fn shown(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let mut out: String = text.chars().take(40).collect();
-    if text.chars().nth(40).is_some() {
+    const MAX: usize = 40;
+    let mut out = String::new();
+    for &b in bytes.iter().take(MAX) {
+        if b.is_ascii_graphic() || b == b' ' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    if bytes.len() > MAX {
         out.push_str("...");
     }
     out

@@ -50,7 +50,10 @@ pub fn write(
     let set_abs_expire = unsafe { raw::RedisModule_SetAbsExpire }.ok_or(RedisError::Str(
         "ERR redis-rl needs RedisModule_SetAbsExpire (Redis 6.2 or later)",
     ))?;
+    // Redis keeps expiries as signed milliseconds: clamp once, and replicate the same
+    // number we set, or replicas and AOF would refuse a PXAT beyond i64::MAX.
     let expire_at_ms = i64::try_from(expire_at.0).unwrap_or(i64::MAX);
+    let expire_at = Millis(expire_at_ms.unsigned_abs());
     let open = OpenKey(raw::open_key(ctx.get_raw(), key.inner, raw::KeyMode::WRITE));
     let mut len = 0;
     let mut dma = raw::string_dma(open.0, &mut len, raw::KeyMode::WRITE);

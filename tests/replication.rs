@@ -217,9 +217,6 @@ fn a_replica_refuses_limiter_calls() {
 }
 
 #[test]
-#[ignore = "bug: an expiry beyond i64::MAX ms is stored as i64::MAX on the master but \
-            replicated as `PXAT <u64>`, which the replica refuses (value is not an integer \
-            or out of range): the replica and the AOF lose the key"]
 fn a_bucket_that_takes_ages_to_refill_replicates_too() {
     let master = Server::start_with(&MASTER_ARGS);
     let replica = Server::start_replica_of(&master);
