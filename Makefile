@@ -45,8 +45,11 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+# Criterion benches of the core, then redis-benchmark of every RL.* command against INCR, GET,
+# SET PXAT, the design's Lua script and redis-cell in one server: writes benches/RESULTS.md.
+# Tunable: BENCH_SECONDS, BENCH_QUICK_SECONDS, BENCH_REPS, BENCH_ONLY, ... (scripts/bench.sh).
 bench: build
-	$(CARGO) bench -p redis-rl-core
+	CARGO="$(CARGO)" bash scripts/bench.sh
 
 clean:
 	$(CARGO) clean

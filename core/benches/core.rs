@@ -15,6 +15,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use redis_rl_core::concurrency::{self, ConcurrencyParams};
 use redis_rl_core::fixed_window::{self, FixedWindowParams};
+use redis_rl_core::gcra::{self, GcraParams};
 use redis_rl_core::sliding_log::{self, SlidingLogParams};
 use redis_rl_core::sliding_window::{self, SlidingWindowParams};
 use redis_rl_core::token_bucket::{self, TokenBucketParams};
@@ -104,7 +105,11 @@ fn benches(c: &mut Criterion) {
         concurrency::acquire(s, now, black_box(&p), &now.0.to_le_bytes())
     });
 
-    // gcra: add `group(c, "gcra", limit, |s, now, cost| gcra::check(s, now, &p, cost));`
+    // GCRA (also RL.THROTTLE, which is GCRA with redis-cell's arguments).
+    let p = GcraParams::new(1_000, 60_000, None).expect("valid");
+    group(c, "gcra", 1_000, |s, now, cost| {
+        gcra::check(s, now, black_box(&p), cost)
+    });
 }
 
 fn config() -> Criterion {

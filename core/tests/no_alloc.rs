@@ -8,6 +8,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use redis_rl_core::fixed_window::{self, FixedWindowParams};
+use redis_rl_core::gcra::{self, GcraParams};
 use redis_rl_core::sliding_log::{self, SlidingLogParams};
 use redis_rl_core::sliding_window::{self, SlidingWindowParams};
 use redis_rl_core::token_bucket::{self, TokenBucketParams};
@@ -111,6 +112,12 @@ fn fixed_window_decisions_do_not_allocate() {
     assert_no_allocation("fixed_window", 1_000, |s, now, cost| {
         fixed_window::check(s, now, &p, cost)
     });
+}
+
+#[test]
+fn gcra_decisions_do_not_allocate() {
+    let p = GcraParams::new(1_000, 60_000, None).unwrap();
+    assert_no_allocation("gcra", 1_000, |s, now, cost| gcra::check(s, now, &p, cost));
 }
 
 /// The log's state owns a `Vec`, so it is not allocation-free in general: a new log

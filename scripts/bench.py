@@ -1,0 +1,575 @@
+#!/usr/bin/env python3
+"""Server benchmarks for `make bench`: our RL.* commands side by side with the floor (INCR,
+GET, SET PXAT), the design's Lua token bucket (EVALSHA) and redis-cell's CL.THROTTLE, all in
+one redis-server on loopback, plus bytes per limiter key. Writes benches/RESULTS.md.
+
+Standard library only. Everything is tunable with environment variables (see CONFIG below).
+"""
+
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def env(name, default, kind=str):
+    value = os.environ.get(name, "")
+    return kind(value) if value != "" else default
+
+
+CONFIG = {
+    # Seconds per measured run in the headline configuration (100k keys, pipeline 16) and in
+    # the three others (hot key, pipeline 1).
+    "seconds": env("BENCH_SECONDS", 5.0, float),
+    "quick_seconds": env("BENCH_QUICK_SECONDS", 1.0, float),
+    "reps": env("BENCH_REPS", 3, int),
+    "clients": env("BENCH_CLIENTS", 50, int),
+    "keys": env("BENCH_KEYS", 100_000, int),
+    "memory_keys": env("BENCH_MEMORY_KEYS", 100_000, int),
+    # Comma-separated names from the COMMANDS table to run only those (e.g. "SET PXAT,RL.SLIDING").
+    "only": env("BENCH_ONLY", ""),
+    "server": env("RL_SERVER", "redis-server"),
+    "benchmark": env("RL_BENCHMARK", "redis-benchmark"),
+    "module": env("RL_MODULE", os.path.join(ROOT, "target", "release", "libredis_rl.so")),
+    "cell": env("RL_CELL", ""),
+    "out": env("BENCH_OUT", os.path.join(ROOT, "benches", "RESULTS.md")),
+    "raw": env("BENCH_RAW", os.path.join(ROOT, "target", "bench", "results.json")),
+    "criterion_since": env("BENCH_CRITERION_SINCE", 0.0, float),
+    "criterion_dir": env("BENCH_CRITERION_DIR", os.path.join(ROOT, "target", "criterion")),
+}
+
+VALUE25 = "v" * 25
+# The Lua script takes `now` from the client; redis-benchmark cannot send a clock, so it gets
+# a fixed instant (a huge capacity keeps every call allowed: the write path).
+LUA_NOW = "1700000000"
+# Every limiter is configured so that every call is allowed (the write path every allowed
+# request pays) and keys live long: capacity 10^9, refilled 1 per second.
+BIG = "1000000000"
+
+# name, redis-benchmark arguments ({k} is the key), commandstats name, what must exist.
+COMMANDS = [
+    ("INCR", ["INCR", "{k}"], "incr", None),
+    ("GET 25 B", ["GET", "{k}"], "get", None),
+    ("SET 25 B PXAT", ["SET", "{k}", VALUE25, "PXAT", "{pxat}"], "set", None),
+    ("EXPIRE", ["EXPIRE", "{k}", "3600"], "expire", "RL.ALL"),
+    ("Lua EVALSHA", ["EVALSHA", "{sha}", "1", "{k}", BIG, "1", LUA_NOW, "1"], "evalsha", "lua"),
+    ("CL.THROTTLE", ["CL.THROTTLE", "{k}", BIG, "1", "1", "1"], "cl.throttle", "CL.THROTTLE"),
+    ("RL.TOKENBUCKET", ["RL.TOKENBUCKET", "{k}", BIG, "1", "1000"], "rl.tokenbucket", "RL.TOKENBUCKET"),
+    ("RL.SLIDING", ["RL.SLIDING", "{k}", BIG, "60000"], "rl.sliding", "RL.SLIDING"),
+    ("RL.FIXED", ["RL.FIXED", "{k}", BIG, "60000"], "rl.fixed", "RL.FIXED"),
+    ("RL.GCRA", ["RL.GCRA", "{k}", "1", "1000", "BURST", BIG], "rl.gcra", "RL.GCRA"),
+    ("RL.THROTTLE", ["RL.THROTTLE", "{k}", BIG, "1", "1", "1"], "rl.throttle", "RL.THROTTLE"),
+    # A log keeps one entry per admitted instant, at most `limit`: 100 per minute.
+    ("RL.LOG", ["RL.LOG", "{k}", "100", "60000"], "rl.log", "RL.LOG"),
+    ("RL.CONCURRENCY", ["RL.CONCURRENCY", "{k}", "100", "60000", "ACQUIRE", "worker-1"],
+     "rl.concurrency", "RL.CONCURRENCY"),
+    # The design's four dimensions (API key, client IP, key+endpoint, global) in one call.
+    ("RL.ALL x4", ["RL.ALL", "4", "{k}:key", "{k}:ip", "{k}:endpoint", "{k}:global",
+                   "TOKENBUCKET", BIG, "1", "1000", "SLIDING", BIG, "60000",
+                   "SLIDING", BIG, "60000", "TOKENBUCKET", BIG, "1", "1000"], "rl.all", "RL.ALL"),
+]
+NOTES = {
+    "Lua EVALSHA": "the design's script verbatim; `now` is a fixed number sent by the client",
+    "RL.LOG": "limit 100/min: on the hot key almost every call is denied (a read of 100 entries)",
+    "RL.CONCURRENCY": "ACQUIRE of one id: a renewal on every call",
+    "RL.ALL x4": "four keys (2 token buckets, 2 sliding windows) in one call",
+}
+
+# Memory: commands creating one limiter key, realistic parameters with a long TTL (so no key
+# expires while they are counted). {k} is the key.
+MEMORY = [
+    ("INCR+EXPIRE", [["INCR", "{k}"], ["EXPIRE", "{k}", "3600"]], None),
+    ("SET 25 B PXAT", [["SET", "{k}", VALUE25, "PXAT", "{pxat}"]], None),
+    ("Lua hash bucket", [["EVALSHA", "{sha}", "1", "{k}", "1000", "16.666666666667",
+                          "1700000000.123456", "1"]], "lua"),
+    ("CL.THROTTLE", [["CL.THROTTLE", "{k}", "99", "1", "3600", "1"]], "CL.THROTTLE"),
+    ("RL.TOKENBUCKET", [["RL.TOKENBUCKET", "{k}", "100", "1", "3600000"]], "RL.TOKENBUCKET"),
+    ("RL.SLIDING", [["RL.SLIDING", "{k}", "100", "3600000"]], "RL.SLIDING"),
+    ("RL.FIXED", [["RL.FIXED", "{k}", "100", "3600000"]], "RL.FIXED"),
+    ("RL.GCRA", [["RL.GCRA", "{k}", "1", "36000", "BURST", "100"]], "RL.GCRA"),
+    ("RL.THROTTLE", [["RL.THROTTLE", "{k}", "99", "1", "3600", "1"]], "RL.THROTTLE"),
+    ("RL.LOG (1 entry)", [["RL.LOG", "{k}", "100", "3600000"]], "RL.LOG"),
+    ("RL.CONCURRENCY (1 lease)", [["RL.CONCURRENCY", "{k}", "100", "3600000", "ACQUIRE", "worker-1"]],
+     "RL.CONCURRENCY"),
+]
+
+HOT_KEY = "rl:hot"
+RANDOM_KEY = "rl:__rand_int__"
+
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- a minimal RESP client
+
+
+class Client:
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = self.sock.makefile("rb", buffering=1 << 16)
+
+    @staticmethod
+    def encode(args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        return b"".join(out)
+
+    def read(self):
+        line = self.reader.readline()
+        if not line:
+            raise ConnectionError("server closed the connection")
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            return RespError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.reader.read(n + 2)
+            return data[:-2]
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self.read() for _ in range(n)]
+        raise ValueError("unexpected reply %r" % line)
+
+    def call(self, *args):
+        self.sock.sendall(self.encode(args))
+        return self.read()
+
+    def pipeline(self, commands, batch=2000):
+        """Sends many commands, `batch` at a time; returns the number of error replies."""
+        errors = 0
+        for i in range(0, len(commands), batch):
+            chunk = commands[i:i + batch]
+            self.sock.sendall(b"".join(self.encode(c) for c in chunk))
+            for _ in chunk:
+                errors += isinstance(self.read(), RespError)
+        return errors
+
+    def info(self, section):
+        text = self.call("INFO", section).decode()
+        return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
+class RespError(str):
+    pass
+
+
+# ---------------------------------------------------------------- server
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, modules):
+        self.port = free_port()
+        args = [CONFIG["server"], "--port", str(self.port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no", "--protected-mode", "yes",
+                "--loglevel", "warning", "--logfile", ""]
+        for m in modules:
+            args += ["--loadmodule", m]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 10
+        while True:
+            try:
+                self.client = Client(self.port)
+                if self.client.call("PING") == "PONG":
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.time() > deadline:
+                err = self.proc.stderr.read().decode() if self.proc.poll() is not None else ""
+                raise RuntimeError("redis-server did not start: " + err)
+            time.sleep(0.05)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+# ---------------------------------------------------------------- throughput
+
+
+def expand(args, key, sha, pxat):
+    return [a.replace("{k}", key).replace("{sha}", sha).replace("{pxat}", pxat) for a in args]
+
+
+def redis_benchmark(port, args, n, pipeline, random_keys):
+    cmd = [CONFIG["benchmark"], "-h", "127.0.0.1", "-p", str(port), "-c", str(CONFIG["clients"]),
+           "-n", str(n), "-P", str(pipeline), "--csv"]
+    if random_keys:
+        cmd += ["-r", str(CONFIG["keys"])]
+    out = subprocess.run(cmd + args, capture_output=True, text=True, timeout=600)
+    rows = [line for line in out.stdout.splitlines() if line.startswith('"') and not line.startswith('"test"')]
+    if out.returncode != 0 or not rows:
+        raise RuntimeError("redis-benchmark failed: %s %s" % (out.stdout[-500:], out.stderr[-500:]))
+    return float(rows[-1].split('","')[1])
+
+
+def populate_strings(client, random_keys):
+    """GET and EXPIRE need existing keys: every key redis-benchmark can draw, 25-byte values."""
+    if random_keys:
+        keys = ["rl:%012d" % i for i in range(CONFIG["keys"])]
+    else:
+        keys = [HOT_KEY]
+    client.pipeline([["SET", k, VALUE25] for k in keys])
+
+
+def commandstat(client, name):
+    # Module commands keep the case they were registered with (cmdstat_RL.TOKENBUCKET).
+    stats = next((v for k, v in client.info("commandstats").items()
+                  if k.lower() == "cmdstat_" + name), "")
+    fields = dict(kv.split("=") for kv in stats.split(",") if "=" in kv)
+    return float(fields.get("usec_per_call", "nan")), int(fields.get("failed_calls", "0")) + int(
+        fields.get("rejected_calls", "0"))
+
+
+def measure(server, name, args, stat, random_keys, pipeline, seconds, sha, pxat):
+    client = server.client
+    client.call("FLUSHALL")
+    if name in ("GET 25 B", "EXPIRE"):
+        populate_strings(client, random_keys)
+    key = RANDOM_KEY if random_keys else HOT_KEY
+    argv = expand(args, key, sha, pxat)
+    # Calibration, which is also the warm-up that creates the keys.
+    n0 = 20_000 * (4 if pipeline > 1 else 1)
+    t = time.time()
+    rps0 = redis_benchmark(server.port, argv, n0, pipeline, random_keys)
+    n = max(n0, int(rps0 * seconds))
+    runs = []
+    for _ in range(CONFIG["reps"]):
+        client.call("CONFIG", "RESETSTAT")
+        rps = redis_benchmark(server.port, argv, n, pipeline, random_keys)
+        usec, failed = commandstat(client, stat)
+        runs.append({"rps": rps, "usec": usec, "failed": failed})
+    log("  %-16s %-8s P%-2d %10.0f req/s  %6.2f usec/call  (%d x %d requests, %.0f s)" % (
+        name, "100k" if random_keys else "hot", pipeline, statistics.median(r["rps"] for r in runs),
+        statistics.median(r["usec"] for r in runs), CONFIG["reps"], n, time.time() - t))
+    return runs
+
+
+# ---------------------------------------------------------------- memory
+
+
+def memory(server, commands, sha, pxat):
+    client = server.client
+    client.call("FLUSHALL")
+    time.sleep(0.2)
+    n = CONFIG["memory_keys"]
+    before = int(client.info("memory")["used_memory"])
+    batch = []
+    for i in range(n):
+        key = "rl:%012d" % i
+        for c in commands:
+            batch.append(expand(c, key, sha, pxat))
+    errors = client.pipeline(batch)
+    after = int(client.info("memory")["used_memory"])
+    keys = client.call("DBSIZE")
+    one = client.call("MEMORY", "USAGE", "rl:%012d" % 0)
+    kind = client.call("TYPE", "rl:%012d" % 0)
+    value = client.call("STRLEN", "rl:%012d" % 0) if kind == "string" else None
+    return {"per_key": (after - before) / max(keys, 1), "keys": keys, "usage": one,
+            "errors": errors, "type": kind, "strlen": value}
+
+
+# ---------------------------------------------------------------- report
+
+
+def machine_info(server):
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            m = re.search(r"model name\s*:\s*(.*)", f.read())
+            cpu = m.group(1) if m else cpu
+    except OSError:
+        pass
+    mem = ""
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(re.search(r"MemTotal:\s*(\d+)", f.read()).group(1))
+            mem = "%.0f GiB" % (kb / 1024 / 1024)
+    except (OSError, AttributeError):
+        pass
+    info = server.client.info("server")
+    info.update(server.client.info("memory"))
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "core/src"],
+                           capture_output=True, text=True).stdout.strip()
+    load = os.getloadavg()
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": "%s, %d cores, %s" % (cpu, os.cpu_count() or 0, mem),
+        "os": "%s %s" % (platform.system(), platform.release()),
+        "server": "Redis %s (%s)" % (info.get("redis_version", "?"), info.get("mem_allocator", "?")),
+        "commit": commit + (" + uncommitted changes in src/ or core/src" if dirty else ""),
+        "load": "%.2f %.2f %.2f" % load,
+    }
+
+
+def fmt_rps(x):
+    return "%.0f" % x if x < 1000 else "{:,.0f}".format(x).replace(",", " ")
+
+
+def spread(values):
+    m = statistics.median(values)
+    return "±%.0f%%" % (50 * (max(values) - min(values)) / m) if m else "-"
+
+
+def ratio(a, b):
+    return "%.2fx" % (a / b) if a and b else "-"
+
+
+CONFIGS = [(True, 16), (True, 1), (False, 16), (False, 1)]
+
+
+def config_name(random_keys, pipeline):
+    return "%s, pipeline %d" % ("%d random keys" % CONFIG["keys"] if random_keys else "one hot key",
+                                pipeline)
+
+
+def report(results, mem, criterion, info, present, problems):
+    c = CONFIG
+    med = {name: {cfg: statistics.median(r["rps"] for r in runs) for cfg, runs in per.items()}
+           for name, per in results.items()}
+    usec = {name: {cfg: statistics.median(r["usec"] for r in runs) for cfg, runs in per.items()}
+            for name, per in results.items()}
+    lines = ["# Benchmark results", "",
+             "Generated by `make bench` (`scripts/bench.sh`); do not edit by hand.", "",
+             "| | |", "|---|---|",
+             "| date | %s |" % info["date"], "| machine | %s |" % info["cpu"],
+             "| OS | %s |" % info["os"], "| server | %s |" % info["server"],
+             "| redis-cell | %s |" % ("0.2.2 (crates.io), same server" if "CL.THROTTLE" in present
+                                     else "not loaded"),
+             "| redis-rl | commit %s, release build |" % info["commit"],
+             "| load average at the end | %s (2 cores shared with other work: client throughput is noisy, "
+             "`usec_per_call` less so) |" % info["load"],
+             "| runs | redis-benchmark, %d clients, %d repetitions per figure (median, ± half the "
+             "min-max spread); %g s per run with %d random keys and pipeline 16, %g s in the "
+             "other configurations |" % (c["clients"], c["reps"], c["seconds"], c["keys"],
+                                          c["quick_seconds"]),
+             ""]
+    head = ("SET 25 B PXAT", "CL.THROTTLE", "Lua EVALSHA")
+    lines += ["## Headline: %s" % config_name(True, 16), "",
+              "Ratios are throughput over the other command's throughput in the same run (higher "
+              "is better for us); `usec_per_call` is the server-side time from `INFO commandstats`.",
+              ""]
+    for random_keys, pipeline in CONFIGS:
+        cfg = (random_keys, pipeline)
+        if cfg != (True, 16):
+            lines += ["## %s" % config_name(random_keys, pipeline), ""]
+        lines += ["| command | req/s | spread | usec_per_call | vs SET PXAT | vs CL.THROTTLE | vs Lua | notes |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|"]
+        for name, *_ in COMMANDS:
+            if name not in results or cfg not in results[name]:
+                continue
+            runs = results[name][cfg]
+            rps = med[name][cfg]
+            ratios = [ratio(rps, med.get(h, {}).get(cfg)) for h in head]
+            failed = sum(r["failed"] for r in runs)
+            note = NOTES.get(name, "")
+            if failed:
+                note = ("%d failed calls! " % failed) + note
+            lines.append("| %s | %s | %s | %.2f | %s | %s | %s | %s |" % (
+                name, fmt_rps(rps), spread([r["rps"] for r in runs]), usec[name][cfg],
+                *ratios, note))
+        lines.append("")
+        if "RL.ALL x4" in med and cfg in med["RL.ALL x4"]:
+            lines += all_comparison(med, usec, cfg)
+    lines += ["## Server-side cost ratios (%s)" % config_name(True, 16), "",
+              "`usec_per_call` of the other command over ours (higher is better for us).", "",
+              "| command | usec_per_call | SET PXAT / ours | CL.THROTTLE / ours | Lua / ours |",
+              "|---|---:|---:|---:|---:|"]
+    cfg = (True, 16)
+    for name, *_ in COMMANDS:
+        if name.startswith("RL.") and name in usec and cfg in usec[name]:
+            u = usec[name][cfg]
+            lines.append("| %s | %.2f | %s |" % (name, u, " | ".join(
+                ratio(usec.get(h, {}).get(cfg), u) for h in head)))
+    lines.append("")
+    if mem:
+        base = mem.get("INCR+EXPIRE", {}).get("per_key")
+        lines += ["## Memory per limiter key", "",
+                  "`used_memory` delta over %d keys created on an empty server, divided by `DBSIZE` "
+                  "(includes the key's share of the keyspace and expires dictionaries), and "
+                  "`MEMORY USAGE` of one key. Key names are 15 bytes (`rl:` + 12 digits)."
+                  % c["memory_keys"], "",
+                  "| limiter | bytes/key | vs INCR+EXPIRE | MEMORY USAGE | stored as |",
+                  "|---|---:|---:|---:|---|"]
+        for name, m in mem.items():
+            stored = m["type"] if m["strlen"] is None else "%s of %d bytes" % (m["type"], m["strlen"])
+            flag = "" if m["keys"] == c["memory_keys"] and not m["errors"] else \
+                " (%d keys, %d errors)" % (m["keys"], m["errors"])
+            lines.append("| %s | %.0f | %s | %s | %s%s |" % (
+                name, m["per_key"], ratio(m["per_key"], base), m["usage"], stored, flag))
+        lines.append("")
+    if criterion:
+        lines += ["## Core decisions (criterion)", "",
+                  "`cargo bench` of the pure algorithms (and of the client's local fallback, if "
+                  "benched): median time per decision, no Redis involved.", "",
+                  "| benchmark | ns per decision |", "|---|---:|"]
+        for name, ns in criterion:
+            lines.append("| %s | %.1f |" % (name, ns))
+        lines.append("")
+    lines += ["## How the figures were made", "",
+              "- One `redis-server` (Debian's, no persistence) on a free loopback port with "
+              "`libredis_rl.so` and redis-cell's `libredis_cell.so` loaded; the Lua script "
+              "(`benches/lua/token_bucket.lua`, the design's verbatim) loaded with `SCRIPT LOAD`.",
+              "- Every limiter is configured so that every call is allowed (the write path): "
+              "capacity 10^9 refilled 1 per second (`RL.TOKENBUCKET k %s 1 1000`, "
+              "`CL.THROTTLE k %s 1 1 1`, `RL.SLIDING k %s 60000`, the Lua script with capacity "
+              "10^9, rate 1, `now` = %s fixed)." % (BIG, BIG, BIG, LUA_NOW),
+              "- `FLUSHALL` before each command and configuration, then a calibration run (also the "
+              "warm-up creating the keys) sizes the measured runs; `CONFIG RESETSTAT` before each run.",
+              "- `GET` and `EXPIRE` run on keys pre-filled with 25-byte strings.",
+              "- Environment: `BENCH_SECONDS`, `BENCH_QUICK_SECONDS`, `BENCH_REPS`, `BENCH_CLIENTS`, "
+              "`BENCH_KEYS`, `BENCH_MEMORY_KEYS`, `BENCH_ONLY` (see `scripts/bench.py`).", ""]
+    if problems:
+        lines += ["## Problems during this run", ""] + ["- " + p for p in problems] + [""]
+    with open(c["out"], "w") as f:
+        f.write("\n".join(lines))
+    return lines
+
+
+def all_comparison(med, usec, cfg):
+    """RL.ALL vs four single calls vs the design's loop, the last two derived from single runs."""
+    def seq(parts):
+        total_s = sum(k / med[n][cfg] for n, k in parts if cfg in med.get(n, {}))
+        total_u = sum(k * usec[n][cfg] for n, k in parts if cfg in usec.get(n, {}))
+        return (1 / total_s if total_s else 0), total_u
+    all_rps, all_u = med["RL.ALL x4"][cfg], usec["RL.ALL x4"][cfg]
+    singles = seq([("RL.TOKENBUCKET", 2), ("RL.SLIDING", 2)])
+    loop = seq([("GET 25 B", 8), ("INCR", 4), ("EXPIRE", 4)])
+    return ["Four dimensions per request (requests/s; the last two rows are derived from the single-"
+            "command runs above: 1 / sum of 1/req/s, usec summed):", "",
+            "| four dimensions as | requests/s | usec per request (server) | RL.ALL is |",
+            "|---|---:|---:|---:|",
+            "| one RL.ALL | %s | %.2f | |" % (fmt_rps(all_rps), all_u),
+            "| 4 single RL calls (2 TOKENBUCKET + 2 SLIDING) | %s | %.2f | %s |" % (
+                fmt_rps(singles[0]), singles[1], ratio(all_rps, singles[0])),
+            "| the design's loop (GET, GET, INCR, EXPIRE per dimension) | %s | %.2f | %s |" % (
+                fmt_rps(loop[0]), loop[1], ratio(all_rps, loop[0])), ""]
+
+
+def criterion_results():
+    """Median ns per decision of every criterion benchmark run since this bench started."""
+    out = []
+    base = CONFIG["criterion_dir"]
+    if not os.path.isdir(base):
+        return out
+    for dirpath, _, files in os.walk(base):
+        if "estimates.json" in files and os.path.basename(dirpath) == "new":
+            path = os.path.join(dirpath, "estimates.json")
+            if os.path.getmtime(path) < CONFIG["criterion_since"]:
+                continue
+            with open(path) as f:
+                ns = json.load(f)["median"]["point_estimate"]
+            name = os.path.relpath(os.path.dirname(dirpath), base)
+            out.append((name, ns))
+    return sorted(out)
+
+
+# ---------------------------------------------------------------- main
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--report-only":
+        # Re-renders RESULTS.md from the raw figures of the last run (no server needed).
+        with open(CONFIG["raw"]) as f:
+            raw = json.load(f)
+        results = {}
+        for name, random_keys, pipeline, runs in raw["results"]:
+            results.setdefault(name, {})[(random_keys, pipeline)] = runs
+        report(results, raw["memory"], criterion_results(), raw["info"], set(raw["present"]),
+               raw["problems"])
+        return
+    for tool in (CONFIG["server"], CONFIG["benchmark"]):
+        if not shutil.which(tool) and not os.path.exists(tool):
+            raise SystemExit("%s not found (make deps installs redis-server and redis-tools)" % tool)
+    if not os.path.exists(CONFIG["module"]):
+        raise SystemExit("%s not found: run cargo build --release first" % CONFIG["module"])
+    problems = []
+    modules = [CONFIG["module"]]
+    if CONFIG["cell"] and os.path.exists(CONFIG["cell"]):
+        modules.append(CONFIG["cell"])
+    else:
+        problems.append("redis-cell was not built: CL.THROTTLE is missing from this run")
+    server = Server(modules)
+    try:
+        client = server.client
+        with open(os.path.join(ROOT, "benches", "lua", "token_bucket.lua")) as f:
+            sha = client.call("SCRIPT", "LOAD", f.read()).decode()
+        present = {"lua"}
+        for _, _, _, need in COMMANDS:
+            if need and need != "lua":
+                info = client.call("COMMAND", "INFO", need)
+                if info and info[0] is not None:
+                    present.add(need)
+        pxat = str(int(time.time() * 1000) + 24 * 3600 * 1000)
+        only = {s.strip() for s in CONFIG["only"].split(",") if s.strip()}
+        results = {}
+        log("== throughput (%s)" % ", ".join(sorted(present)))
+        for name, args, stat, need in COMMANDS:
+            if need and need not in present:
+                continue
+            if only and name not in only:
+                continue
+            # Does one call work at all?
+            check = client.call(*expand(args, "rl:check", sha, pxat))
+            if isinstance(check, RespError):
+                problems.append("%s: skipped, it replies `%s`" % (name, check))
+                log("  %s skipped: %s" % (name, check))
+                continue
+            results[name] = {}
+            for random_keys, pipeline in CONFIGS:
+                seconds = CONFIG["seconds"] if (random_keys, pipeline) == (True, 16) else CONFIG["quick_seconds"]
+                results[name][(random_keys, pipeline)] = measure(
+                    server, name, args, stat, random_keys, pipeline, seconds, sha, pxat)
+        log("== memory")
+        mem = {}
+        for name, commands, need in MEMORY:
+            if need and need not in present:
+                continue
+            if only and name not in only:
+                continue
+            mem[name] = memory(server, commands, sha, pxat)
+            log("  %-24s %6.1f bytes/key, MEMORY USAGE %s" % (name, mem[name]["per_key"], mem[name]["usage"]))
+        info = machine_info(server)
+    finally:
+        server.stop()
+    raw = {"info": info, "present": sorted(present), "problems": problems, "memory": mem,
+           "results": [[n, r, p, runs] for n, per in results.items() for (r, p), runs in per.items()]}
+    os.makedirs(os.path.dirname(CONFIG["raw"]), exist_ok=True)
+    with open(CONFIG["raw"], "w") as f:
+        json.dump(raw, f, indent=1)
+    lines = report(results, mem, criterion_results(), info, present, problems)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
