@@ -17,6 +17,7 @@ mod reply;
 mod store;
 
 use commands::{rl_all, rl_refund, rl_sliding, rl_tokenbucket};
+use commands::{rl_concurrency, rl_log};
 use redis_module::redis_module;
 
 // Unit tests run outside redis-server, where Redis's allocator does not exist.
@@ -33,6 +34,8 @@ redis_module! {
     commands: [
         ["RL.TOKENBUCKET", rl_tokenbucket, "write deny-oom fast", 1, 1, 1, ""],
         ["RL.SLIDING", rl_sliding, "write deny-oom fast", 1, 1, 1, ""],
+        ["RL.LOG", rl_log, "write deny-oom fast", 1, 1, 1, ""],
+        ["RL.CONCURRENCY", rl_concurrency, "write deny-oom fast", 1, 1, 1, ""],
         // Movable keys: declared per call through the getkeys API.
         ["RL.ALL", rl_all, "write deny-oom fast getkeys-api", 0, 0, 0, ""],
         ["RL.REFUND", rl_refund, "write deny-oom fast", 1, 1, 1, ""],

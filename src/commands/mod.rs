@@ -3,11 +3,13 @@
 //! No arithmetic lives here; the decisions are made in `redis_rl_core`.
 
 mod all;
+mod concurrency;
 mod fixed_window;
 mod gcra;
 mod limiter;
 mod refund;
 mod reset;
+mod sliding_log;
 mod sliding_window;
 mod spec;
 mod state;
@@ -61,6 +63,16 @@ pub fn rl_reset(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// `RL.STATE key`.
 pub fn rl_state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     guarded(ctx, args, state::run)
+}
+
+/// `RL.LOG key limit window_ms [COST n] [PEEK]`.
+pub fn rl_log(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, args, sliding_log::run)
+}
+
+/// `RL.CONCURRENCY key limit lease_ms ACQUIRE id` / `RL.CONCURRENCY key RELEASE id`.
+pub fn rl_concurrency(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, args, concurrency::run)
 }
 
 /// Runs a handler so that a bug can never unwind into redis-server (which would abort it):

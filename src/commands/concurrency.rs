@@ -1,0 +1,84 @@
+//! `RL.CONCURRENCY key limit lease_ms ACQUIRE id` and `RL.CONCURRENCY key RELEASE id`.
+
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+use redis_rl_core::concurrency::{self, acquire, release, ConcurrencyParams, ConcurrencyState};
+use redis_rl_core::decision::expire_at;
+use redis_rl_core::{limits, Micros};
+
+use super::limiter::TTL_SLACK;
+use crate::args::{integer, ArgError};
+use crate::encoding::Stored;
+use crate::{clock, reply, store};
+
+/// The error for anything but `ACQUIRE` or `RELEASE` where the operation belongs.
+const OPERATION: &str = "ERR expected 'limit lease_ms ACQUIRE id' or 'RELEASE id' after the key";
+
+pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    match args {
+        [_, key, operation, id] => {
+            if !operation.as_slice().eq_ignore_ascii_case(b"RELEASE") {
+                return Err(RedisError::Str(OPERATION));
+            }
+            run_release(ctx, key, parse_id(id)?)
+        }
+        [_, key, limit, lease_ms, operation, id] => {
+            if !operation.as_slice().eq_ignore_ascii_case(b"ACQUIRE") {
+                return Err(RedisError::Str(OPERATION));
+            }
+            let params = parse(limit, lease_ms).map_err(|e| RedisError::String(e.to_string()))?;
+            run_acquire(ctx, key, &params, parse_id(id)?)
+        }
+        _ => Err(RedisError::WrongArity),
+    }
+}
+
+/// Replies `[allowed, limit, remaining, retry_after_ms, 0]`; writes only when allowed.
+fn run_acquire(
+    ctx: &Context,
+    key: &RedisString,
+    params: &ConcurrencyParams,
+    id: &[u8],
+) -> RedisResult {
+    let stored = store::read::<ConcurrencyState>(ctx, key)?;
+    let now = clock::now();
+    let (decision, new_state) = acquire(stored, now, params, id);
+    if let Some(state) = new_state {
+        write(ctx, key, &state, now)?;
+    }
+    Ok(reply::decision(&decision))
+}
+
+/// Replies 1 if `id` held a lease (now released), else 0. The last lease released deletes
+/// the key (replicated as `DEL`); otherwise the remaining leases are written.
+fn run_release(ctx: &Context, key: &RedisString, id: &[u8]) -> RedisResult {
+    let stored = store::read::<ConcurrencyState>(ctx, key)?;
+    let now = clock::now();
+    match release(stored, now, id) {
+        concurrency::Release::NotHeld => return Ok(RedisValue::Integer(0)),
+        concurrency::Release::Released(Some(state)) => write(ctx, key, &state, now)?,
+        concurrency::Release::Released(None) => store::delete(ctx, key)?,
+    }
+    Ok(RedisValue::Integer(1))
+}
+
+/// Stores the leases, the key expiring once the last of them has.
+fn write(
+    ctx: &Context,
+    key: &RedisString,
+    state: &ConcurrencyState,
+    now: Micros,
+) -> Result<(), RedisError> {
+    let expiry = expire_at(now, state.idle_after(now), TTL_SLACK);
+    store::write(ctx, key, state.encode().as_bytes(), expiry)
+}
+
+fn parse(limit: &RedisString, lease_ms: &RedisString) -> Result<ConcurrencyParams, ArgError> {
+    Ok(ConcurrencyParams::new(
+        integer(limit, concurrency::LIMIT)?,
+        integer(lease_ms, limits::duration_ms("lease_ms"))?,
+    )?)
+}
+
+fn parse_id(id: &RedisString) -> Result<&[u8], RedisError> {
+    concurrency::check_id(id.as_slice()).map_err(|e| RedisError::String(format!("ERR {e}")))
+}
