@@ -18,6 +18,7 @@ mod store;
 
 use commands::{rl_all, rl_refund, rl_sliding, rl_tokenbucket};
 use commands::{rl_concurrency, rl_log};
+use commands::{rl_fixed, rl_gcra, rl_reset, rl_state, rl_throttle};
 use redis_module::redis_module;
 
 // Unit tests run outside redis-server, where Redis's allocator does not exist.
@@ -34,6 +35,11 @@ redis_module! {
     commands: [
         ["RL.TOKENBUCKET", rl_tokenbucket, "write deny-oom fast", 1, 1, 1, ""],
         ["RL.SLIDING", rl_sliding, "write deny-oom fast", 1, 1, 1, ""],
+        ["RL.FIXED", rl_fixed, "write deny-oom fast", 1, 1, 1, ""],
+        ["RL.GCRA", rl_gcra, "write deny-oom fast", 1, 1, 1, ""],
+        ["RL.THROTTLE", rl_throttle, "write deny-oom fast", 1, 1, 1, ""],
+        ["RL.RESET", rl_reset, "write fast", 1, 1, 1, ""],
+        ["RL.STATE", rl_state, "readonly fast", 1, 1, 1, ""],
         ["RL.LOG", rl_log, "write deny-oom fast", 1, 1, 1, ""],
         ["RL.CONCURRENCY", rl_concurrency, "write deny-oom fast", 1, 1, 1, ""],
         // Movable keys: declared per call through the getkeys API.

@@ -88,7 +88,6 @@ pub fn state(
         text(name);
         match value {
             StateValue::Int(v) => integer(i64::try_from(*v).unwrap_or(i64::MAX)),
-            StateValue::Text(s) => text(s),
         };
     }
     text("ttl_ms");

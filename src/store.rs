@@ -28,6 +28,48 @@ pub fn read<S: Stored>(ctx: &Context, key: &RedisString) -> Result<Option<S>, Re
     }
 }
 
+/// A stored value as it is, and its time to live.
+pub struct RawValue {
+    /// The value's bytes, not interpreted.
+    pub bytes: Vec<u8>,
+    /// Time left before the key expires; `None` if it has no expiry.
+    pub ttl: Option<Millis>,
+}
+
+/// Reads the string in `key` without interpreting it, with its time to live: `None` if the
+/// key is missing, WRONGTYPE if it holds another type. Reading changes nothing.
+pub fn read_raw(ctx: &Context, key: &RedisString) -> Result<Option<RawValue>, RedisError> {
+    let k = ctx.open_key(key);
+    match k.key_type() {
+        raw::KeyType::Empty => Ok(None),
+        raw::KeyType::String => {
+            let bytes = k.read().ok().flatten().unwrap_or(&[]).to_vec();
+            let open = OpenKey(raw::open_key(ctx.get_raw(), key.inner, raw::KeyMode::READ));
+            // SAFETY: the API table is filled at module load; the key is open for reading.
+            let ms = unsafe { raw::RedisModule_GetExpire }.map_or(-1, |get| unsafe { get(open.0) });
+            // REDISMODULE_NO_EXPIRE is -1.
+            let ttl = u64::try_from(ms).ok().map(Millis);
+            Ok(Some(RawValue { bytes, ttl }))
+        }
+        _ => Err(RedisError::WrongType),
+    }
+}
+
+/// Deletes `key` and replicates `DEL key`.
+pub fn delete(ctx: &Context, key: &RedisString) -> Result<(), RedisError> {
+    // SAFETY: the API table is filled once at module load, before any command runs.
+    let delete_key = unsafe { raw::RedisModule_DeleteKey }
+        .ok_or(RedisError::Str("ERR redis-rl needs RedisModule_DeleteKey"))?;
+    let open = OpenKey(raw::open_key(ctx.get_raw(), key.inner, raw::KeyMode::WRITE));
+    // SAFETY: the key is open for writing.
+    if raw::Status::from(unsafe { delete_key(open.0) }) != raw::Status::Ok {
+        return Err(RedisError::Str("ERR redis-rl could not delete the key"));
+    }
+    drop(open);
+    ctx.replicate("DEL", &[key.as_slice()]);
+    Ok(())
+}
+
 /// An open key, closed on drop.
 struct OpenKey(*mut raw::RedisModuleKey);
 

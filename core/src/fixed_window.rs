@@ -59,6 +59,22 @@ pub struct FixedWindowState {
     pub count: u64,
 }
 
+impl FixedWindowState {
+    /// Units counted against the window that contains `now`: the stored count while its
+    /// window lasts (or while a clock that stepped back is still before it), else 0.
+    ///
+    /// ```
+    /// use redis_rl_core::fixed_window::FixedWindowState;
+    /// use redis_rl_core::{Micros, Millis};
+    /// let s = FixedWindowState { window_ms: 1_000, window_start: Millis(5_000), count: 3 };
+    /// assert_eq!(s.count_at(Micros(5_999_999)), 3);
+    /// assert_eq!(s.count_at(Micros(6_000_000)), 0);
+    /// ```
+    pub fn count_at(&self, now: Micros) -> u64 {
+        current(Some(*self), now, self.window_ms).1
+    }
+}
+
 /// Decides whether `cost` units may be taken at `now`.
 ///
 /// Returns the decision and the state to store, if any (`None`: write nothing). A missing

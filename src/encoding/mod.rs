@@ -7,19 +7,29 @@
 //! offset 0  3 bytes  magic "\0RL" (a NUL first: no text value starts like this)
 //! offset 3  1 byte   format version (1)
 //! offset 4  1 byte   algorithm tag: 'T' token bucket, 'S' sliding window,
-//!                    'L' sliding window log, 'C' concurrency
+//!                    'L' sliding window log, 'C' concurrency, 'F' fixed window,
+//!                    'G' GCRA
 //! offset 5  ...      little-endian fields of that algorithm (see each impl): fixed-size,
 //!                    or for a log or a set of leases, a fixed part then varint entries
 //! ```
 //!
 //! Decoding checks magic, version, tag, exact length and field ranges, so anything we did
 //! not write is refused with a clear error rather than misread.
+//!
+//! **Adding an algorithm**: a variant of [`Algorithm`] with its tag and name, a file with
+//! its `impl Stored`, an arm in [`describe`] (the match is exhaustive, so the compiler
+//! points at every place to extend), and an override of [`Stored::describe`] so RL.STATE
+//! shows its parameters and current count (the default shows none, which is correct but
+//! says little).
 
 use std::fmt;
 
 use redis_rl_core::limits::MAX_DURATION_MS;
+use redis_rl_core::Micros;
 
 mod concurrency;
+mod fixed_window;
+mod gcra;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
@@ -39,6 +49,10 @@ pub enum Algorithm {
     TokenBucket,
     /// RL.SLIDING.
     SlidingWindow,
+    /// RL.FIXED.
+    FixedWindow,
+    /// RL.GCRA and RL.THROTTLE.
+    Gcra,
     /// RL.LOG.
     SlidingLog,
     /// RL.CONCURRENCY.
@@ -50,6 +64,8 @@ impl Algorithm {
         match self {
             Algorithm::TokenBucket => b'T',
             Algorithm::SlidingWindow => b'S',
+            Algorithm::FixedWindow => b'F',
+            Algorithm::Gcra => b'G',
             Algorithm::SlidingLog => b'L',
             Algorithm::Concurrency => b'C',
         }
@@ -59,6 +75,8 @@ impl Algorithm {
         match tag {
             b'T' => Some(Algorithm::TokenBucket),
             b'S' => Some(Algorithm::SlidingWindow),
+            b'F' => Some(Algorithm::FixedWindow),
+            b'G' => Some(Algorithm::Gcra),
             b'L' => Some(Algorithm::SlidingLog),
             b'C' => Some(Algorithm::Concurrency),
             _ => None,
@@ -70,6 +88,8 @@ impl Algorithm {
         match self {
             Algorithm::TokenBucket => "token bucket",
             Algorithm::SlidingWindow => "sliding window",
+            Algorithm::FixedWindow => "fixed window",
+            Algorithm::Gcra => "GCRA",
             Algorithm::SlidingLog => "sliding window log",
             Algorithm::Concurrency => "concurrency",
         }
@@ -159,6 +179,16 @@ pub trait Stored: Sized {
     /// Reads the fields; `None` if a field is out of range.
     fn decode_body(body: &mut Reader<'_>) -> Option<Self>;
 
+    /// What RL.STATE shows of this state as of `now`, as `(name, value)` pairs in display
+    /// order, between the algorithm's name and the key's TTL: the stored parameters and the
+    /// current count or tokens. Read-only: it never changes the state.
+    ///
+    /// The default shows nothing more, which is correct for any state; override it so
+    /// RL.STATE is useful.
+    fn describe(&self, _now: Micros) -> StateFields {
+        Vec::new()
+    }
+
     /// The full stored value: header then fields.
     fn encode(&self) -> Encoded {
         let mut out = Encoded {
@@ -175,16 +205,7 @@ pub trait Stored: Sized {
 
     /// Reads a stored value, refusing anything that is not exactly our format.
     fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let header = bytes.get(..HEADER_LEN).ok_or(DecodeError::NotOurs)?;
-        let (magic, rest) = header.split_at(MAGIC.len());
-        if magic != MAGIC {
-            return Err(DecodeError::NotOurs);
-        }
-        let [version, tag] = [rest.first(), rest.get(1)].map(|b| b.copied().unwrap_or(0));
-        if version != VERSION {
-            return Err(DecodeError::UnsupportedVersion(version));
-        }
-        let stored = Algorithm::from_tag(tag).ok_or(DecodeError::UnknownAlgorithm(tag))?;
+        let stored = algorithm_of(bytes)?;
         if stored != Self::ALGORITHM {
             return Err(DecodeError::WrongAlgorithm {
                 stored,
@@ -205,6 +226,58 @@ pub trait Stored: Sized {
             .filter(|_| reader.is_empty())
             .ok_or(DecodeError::Corrupt(stored))
     }
+}
+
+/// The algorithm of a stored value, from its header: an error if the value is not a
+/// limiter this module can read.
+pub fn algorithm_of(bytes: &[u8]) -> Result<Algorithm, DecodeError> {
+    let header = bytes.get(..HEADER_LEN).ok_or(DecodeError::NotOurs)?;
+    let (magic, rest) = header.split_at(MAGIC.len());
+    if magic != MAGIC {
+        return Err(DecodeError::NotOurs);
+    }
+    let [version, tag] = [rest.first(), rest.get(1)].map(|b| b.copied().unwrap_or(0));
+    if version != VERSION {
+        return Err(DecodeError::UnsupportedVersion(version));
+    }
+    Algorithm::from_tag(tag).ok_or(DecodeError::UnknownAlgorithm(tag))
+}
+
+/// True if the value carries the redis-rl header, whatever its version, algorithm or
+/// contents: what RL.RESET may delete (including a corrupt or newer-format limiter).
+pub fn is_limiter(bytes: &[u8]) -> bool {
+    bytes.len() >= HEADER_LEN && bytes.starts_with(&MAGIC)
+}
+
+/// A value shown by RL.STATE. (Another kind of value needs a variant here and its arm in
+/// `reply::state`.)
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StateValue {
+    /// A count, a duration or an instant.
+    Int(u64),
+}
+
+/// The fields RL.STATE shows for one limiter, in display order.
+pub type StateFields = Vec<(&'static str, StateValue)>;
+
+/// RL.STATE's view of a stored value as of `now`: its algorithm and the fields its
+/// [`Stored::describe`] shows. Every algorithm needs an arm here.
+pub fn describe(bytes: &[u8], now: Micros) -> Result<(Algorithm, StateFields), DecodeError> {
+    use redis_rl_core::{
+        concurrency, fixed_window, gcra, sliding_log, sliding_window, token_bucket,
+    };
+    let algorithm = algorithm_of(bytes)?;
+    let fields = match algorithm {
+        Algorithm::TokenBucket => token_bucket::TokenBucketState::decode(bytes)?.describe(now),
+        Algorithm::SlidingWindow => {
+            sliding_window::SlidingWindowState::decode(bytes)?.describe(now)
+        }
+        Algorithm::FixedWindow => fixed_window::FixedWindowState::decode(bytes)?.describe(now),
+        Algorithm::Gcra => gcra::GcraState::decode(bytes)?.describe(now),
+        Algorithm::SlidingLog => sliding_log::SlidingLogState::decode(bytes)?.describe(now),
+        Algorithm::Concurrency => concurrency::ConcurrencyState::decode(bytes)?.describe(now),
+    };
+    Ok((algorithm, fields))
 }
 
 /// `ms` if it is a valid duration parameter.

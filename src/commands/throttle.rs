@@ -1,0 +1,42 @@
+//! `RL.THROTTLE key max_burst count period_s [quantity]`: redis-cell's `CL.THROTTLE`.
+
+use redis_module::{Context, RedisError, RedisResult, RedisString};
+use redis_rl_core::gcra::{check, GcraParams, GcraState};
+use redis_rl_core::throttle;
+
+use super::limiter::decide_replying;
+use crate::args::{integer, ArgError, Options};
+use crate::reply;
+
+pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let (key, max_burst, count, period_s, quantity) = match args {
+        [_, key, b, c, p] => (key, b, c, p, None),
+        [_, key, b, c, p, q] => (key, b, c, p, Some(q)),
+        _ => return Err(RedisError::WrongArity),
+    };
+    let (params, options) = parse(max_burst, count, period_s, quantity)
+        .map_err(|e| RedisError::String(e.to_string()))?;
+    decide_replying::<GcraState>(
+        ctx,
+        key,
+        options,
+        |state, now, cost| check(state, now, &params, cost),
+        reply::throttle,
+    )
+}
+
+fn parse(
+    max_burst: &RedisString,
+    count: &RedisString,
+    period_s: &RedisString,
+    quantity: Option<&RedisString>,
+) -> Result<(GcraParams, Options), ArgError> {
+    let params = throttle::params(
+        integer(max_burst, throttle::MAX_BURST)?,
+        integer(count, throttle::COUNT)?,
+        integer(period_s, throttle::PERIOD_S)?,
+    )?;
+    // Quantity 0 looks without taking, like PEEK, so nothing else is needed.
+    let cost = quantity.map_or(Ok(1), |q| integer(q, throttle::QUANTITY))?;
+    Ok((params, Options { cost, peek: false }))
+}
