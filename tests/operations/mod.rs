@@ -366,23 +366,35 @@ pub fn server_time_ms(c: &mut redis::Connection) -> i64 {
 /// Checks that `copy` (read after `original`) holds the same data: every key of `copy`
 /// exists in `original` with the same bytes and expiry, and every key of `original` that
 /// expires after `horizon_ms` (a server time taken after both reads) is in `copy`. Keys that
-/// expired between the two reads may be missing. Returns how many keys were compared.
+/// expired between the two reads may be missing. Returns how many keys had to be present.
 pub fn assert_same(
     what: &str,
     original: &BTreeMap<String, (Vec<u8>, i64)>,
     copy: &BTreeMap<String, (Vec<u8>, i64)>,
     horizon_ms: i64,
 ) -> usize {
+    let mut problems = Vec::new();
     for (key, state) in copy {
-        assert_eq!(original.get(key), Some(state), "{what}: key {key} differs");
+        if original.get(key) != Some(state) {
+            problems.push(format!("{key}: {:?} became {state:?}", original.get(key)));
+        }
     }
     let mut required = 0;
     for (key, state) in original {
         if state.1 == -1 || state.1 > horizon_ms {
             required += 1;
-            assert!(copy.contains_key(key), "{what}: key {key} is missing");
+            if !copy.contains_key(key) {
+                problems.push(format!("{key}: {state:?} is missing (now {horizon_ms})"));
+            }
         }
     }
+    assert!(
+        problems.is_empty(),
+        "{what}: {} of {} keys differ, first: {:#?}",
+        problems.len(),
+        original.len(),
+        &problems[..problems.len().min(5)]
+    );
     required
 }
 
