@@ -263,3 +263,57 @@ impl Server {
         replica
     }
 }
+
+/// Arguments that are not plain decimal integers, or beyond every documented range: each is
+/// refused with the range error of the argument it stands for.
+pub const NOT_DECIMAL_INTEGERS: &[&str] = &[
+    "",
+    "abc",
+    "1.5",
+    "1e3",
+    "0x10",
+    "-1",
+    "-0",
+    "+1",
+    " 1",
+    "1 ",
+    "1_000",
+    "\u{0663}",             // ARABIC-INDIC DIGIT THREE
+    "18446744073709551616", // u64::MAX + 1
+    "18446744073709551615", // u64::MAX
+    "99999999999999999999999",
+];
+
+/// Runs `args` (the key is `args[1]`), which must fail with exactly `expected`, and checks
+/// that the key kept its bytes and absolute expiry (or stayed missing).
+pub fn refused_untouched(conn: &mut redis::Connection, args: &[&str], expected: &str) {
+    let before = frozen(conn, args[1]);
+    assert_eq!(error(conn, args), expected, "{args:?}");
+    assert_eq!(frozen(conn, args[1]), before, "{args:?} changed the key");
+}
+
+/// Runs `client(i, conn)` on `clients` threads, each with its own connection, started
+/// together; returns everything they collected.
+pub fn hammer_with<T: Send>(
+    server: &Server,
+    clients: usize,
+    client: impl Fn(usize, &mut redis::Connection) -> Vec<T> + Sync,
+) -> Vec<T> {
+    let start = std::sync::Barrier::new(clients);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..clients)
+            .map(|i| {
+                let (start, client) = (&start, &client);
+                let mut conn = server.client();
+                s.spawn(move || {
+                    start.wait();
+                    client(i, &mut conn)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("client thread"))
+            .collect()
+    })
+}
