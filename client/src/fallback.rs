@@ -9,9 +9,9 @@
 //! run the nearest one (fixed window and log: sliding window; GCRA: token bucket with the
 //! same rate and burst).
 
-use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::hash::BuildHasher;
+
+use hashbrown::{DefaultHashBuilder, HashMap};
 use std::num::NonZeroU32;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -40,6 +40,43 @@ struct Slot {
     idle_at: Micros,
 }
 
+impl Slot {
+    fn new(state: State, now: Micros, d: &redis_rl_core::Decision) -> Self {
+        Slot {
+            state,
+            idle_at: Micros(now.0.saturating_add(d.reset_after.as_micros().0)),
+        }
+    }
+}
+
+/// Runs the core algorithm of `params` on the stored state (a state of the other kind,
+/// left by a policy change, counts as none).
+fn decide(
+    params: &Params,
+    stored: Option<State>,
+    now: Micros,
+    cost: u64,
+) -> (redis_rl_core::Decision, Option<State>) {
+    match params {
+        Params::Bucket(p) => {
+            let prev = match stored {
+                Some(State::Bucket(s)) => Some(s),
+                _ => None,
+            };
+            let (d, s) = token_bucket::check(prev, now, p, cost);
+            (d, s.map(State::Bucket))
+        }
+        Params::Window(p) => {
+            let prev = match stored {
+                Some(State::Window(s)) => Some(s),
+                _ => None,
+            };
+            let (d, s) = sliding_window::check(prev, now, p, cost);
+            (d, s.map(State::Window))
+        }
+    }
+}
+
 enum Params {
     Bucket(TokenBucketParams),
     Window(SlidingWindowParams),
@@ -49,7 +86,7 @@ enum Params {
 #[derive(Debug)]
 pub struct LocalLimiter {
     shards: Vec<Mutex<HashMap<String, Slot>>>,
-    hasher: RandomState,
+    hasher: DefaultHashBuilder,
     per_shard: usize,
     epoch: Instant,
 }
@@ -62,7 +99,7 @@ impl LocalLimiter {
         let per_shard = capacity.div_ceil(SHARDS).max(1);
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: RandomState::new(),
+            hasher: DefaultHashBuilder::default(),
             per_shard,
             epoch: Instant::now(),
         }
@@ -105,39 +142,26 @@ impl LocalLimiter {
             return decision(Outcome::Never, 0, 0, Duration::ZERO);
         };
         let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
-        let stored = map.get(key).map(|slot| slot.state);
-        let (d, new_state) = match (&params, stored) {
-            (Params::Bucket(p), stored) => {
-                let prev = match stored {
-                    Some(State::Bucket(s)) => Some(s),
-                    _ => None,
-                };
-                let (d, s) = token_bucket::check(prev, now, p, cost);
-                (d, s.map(State::Bucket))
+        // One lookup on the common path (the key exists); an insert only for a new key.
+        let d = match map.get_mut(key) {
+            Some(slot) => {
+                let (d, new_state) = decide(&params, Some(slot.state), now, cost);
+                if let (Some(state), false) = (new_state, peek) {
+                    *slot = Slot::new(state, now, &d);
+                }
+                d
             }
-            (Params::Window(p), stored) => {
-                let prev = match stored {
-                    Some(State::Window(s)) => Some(s),
-                    _ => None,
-                };
-                let (d, s) = sliding_window::check(prev, now, p, cost);
-                (d, s.map(State::Window))
+            None => {
+                let (d, new_state) = decide(&params, None, now, cost);
+                if let (Some(state), false) = (new_state, peek) {
+                    if map.len() >= self.per_shard {
+                        evict(&mut map, now, self.per_shard);
+                    }
+                    map.insert(key.to_owned(), Slot::new(state, now, &d));
+                }
+                d
             }
         };
-        if let (Some(state), false) = (new_state, peek) {
-            let slot = Slot {
-                state,
-                idle_at: Micros(now.0.saturating_add(d.reset_after.as_micros().0)),
-            };
-            if let Some(existing) = map.get_mut(key) {
-                *existing = slot;
-            } else {
-                if map.len() >= self.per_shard {
-                    evict(&mut map, now, self.per_shard);
-                }
-                map.insert(key.to_string(), slot);
-            }
-        }
         decision(
             d.outcome,
             d.limit,

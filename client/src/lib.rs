@@ -54,6 +54,7 @@ pub mod deny_cache;
 pub mod error;
 pub mod fallback;
 pub mod limiter;
+pub mod middleware;
 pub mod policy;
 pub mod tier;
 

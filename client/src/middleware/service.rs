@@ -1,0 +1,494 @@
+//! The service: decides, then calls the inner service or refuses.
+
+use std::cmp::Reverse;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::extract::{ConnectInfo, MatchedPath, Request};
+use axum::response::Response;
+use http::HeaderValue;
+use tower_service::Service;
+use tracing::Instrument;
+
+use super::extract::{self, REQUEST_ID};
+use super::headers::{refusal, write_rate_limit, write_request_id, Reported};
+use super::layer::{Planned, Shared};
+use crate::backend::BoxFuture;
+use crate::decision::{MultiDecision, Source};
+
+/// The service made by [`RateLimitLayer`](super::RateLimitLayer).
+#[derive(Clone)]
+pub struct RateLimitService<S> {
+    pub(crate) inner: S,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl<S> Service<Request> for RateLimitService<S>
+where
+    S: Service<Request, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        // The ready service handles this request; a fresh clone waits for the next one.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        Box::pin(handle(shared, req, inner))
+    }
+}
+
+async fn handle<S>(
+    shared: Arc<Shared>,
+    mut req: Request,
+    mut inner: S,
+) -> Result<Response, S::Error>
+where
+    S: Service<Request, Response = Response>,
+{
+    let request_id = extract::request_id(req.headers());
+    let api_key = extract::api_key(req.headers()).map(str::to_owned);
+    let tenant = api_key.as_deref().map(extract::tenant_id);
+    let span = tracing::info_span!(
+        "rate_limit",
+        request_id = %request_id,
+        tenant = %tenant.as_deref().unwrap_or("-"),
+        tier = tracing::field::Empty,
+        dimension = tracing::field::Empty,
+    );
+    async move {
+        let peer = req
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        let ip = extract::client_ip(peer, req.headers(), &shared.config.trusted_proxies);
+        let endpoint = req
+            .extensions()
+            .get::<MatchedPath>()
+            .map_or("<unmatched>", MatchedPath::as_str)
+            .to_owned();
+        let tier = match &api_key {
+            Some(key) => shared.resolver.tier(key).await,
+            None => None,
+        };
+        if let Some(t) = &tier {
+            tracing::Span::current().record("tier", tracing::field::display(t));
+        }
+        let plan = shared.plan(tenant.as_deref(), tier.as_deref(), ip, &endpoint);
+        let items: Vec<(&str, crate::Policy)> =
+            plan.iter().map(|p| (p.key.as_str(), p.policy)).collect();
+        let md = shared.limiter.check_all(&items).await;
+        count(&plan, &md);
+        let reported = most_restrictive(&plan, &md);
+        if let Some(r) = &reported {
+            tracing::Span::current().record("dimension", tracing::field::display(r.dimension));
+        }
+
+        if let (Some(_), Some(r)) = (md.denied, &reported) {
+            let unavailable = r.decision.source == Source::FailClosed;
+            tracing::debug!(
+                retry_after_ms = r
+                    .decision
+                    .retry_after()
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                source = r.decision.source.name(),
+                "request refused"
+            );
+            return Ok(refusal(r, &request_id, unavailable));
+        }
+
+        if let Ok(v) = HeaderValue::try_from(request_id.as_str()) {
+            req.headers_mut().insert(REQUEST_ID, v);
+        }
+        let mut response = inner.call(req).await?;
+        let headers = response.headers_mut();
+        if let Some(r) = &reported {
+            write_rate_limit(headers, r);
+        }
+        write_request_id(headers, &request_id);
+        if response.status().is_server_error() {
+            tracing::warn!(status = response.status().as_u16(), "upstream error");
+        }
+        Ok(response)
+    }
+    .instrument(span)
+    .await
+}
+
+/// The dimension to report: the denying one, else the enforced one with the fewest units
+/// left (ties: the one that takes longest to reset).
+fn most_restrictive(plan: &[Planned], md: &MultiDecision) -> Option<Reported> {
+    let reported = |i: usize| {
+        let p = plan.get(i)?;
+        let d = md.decisions.get(i)?;
+        Some(Reported {
+            dimension: p.dimension,
+            window: p.policy.algorithm().window(),
+            decision: *d,
+        })
+    };
+    if let Some(i) = md.denied {
+        return reported(i);
+    }
+    let candidates = (0..plan.len()).filter(|&i| md.decisions.get(i).is_some_and(|d| !d.shadow));
+    let best = candidates
+        .min_by_key(|&i| {
+            md.decisions
+                .get(i)
+                .map(|d| (d.remaining, Reverse(d.reset_after)))
+        })
+        .or(if plan.is_empty() { None } else { Some(0) })?;
+    reported(best)
+}
+
+fn count(plan: &[Planned], md: &MultiDecision) {
+    for (i, (p, d)) in plan.iter().zip(&md.decisions).enumerate() {
+        let dimension = p.dimension.name();
+        let outcome = if md.denied == Some(i) {
+            "denied"
+        } else if d.shadow && d.is_denied() {
+            "shadow_denied"
+        } else if md.denied.is_some() {
+            continue; // not consumed: the request was refused by another dimension
+        } else {
+            "allowed"
+        };
+        metrics::counter!("rl_requests_total", "dimension" => dimension, "outcome" => outcome)
+            .increment(1);
+        if d.source.is_fallback() {
+            metrics::counter!("rl_fallback_total", "dimension" => dimension, "source" => d.source.name()).increment(1);
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::field_reassign_with_default)] // each test changes one field of the defaults
+mod tests {
+    use std::net::{IpAddr, SocketAddr};
+    use std::sync::Mutex;
+
+    use axum::body::Body;
+    use axum::routing::get;
+    use axum::Router;
+    use http::{HeaderMap, StatusCode};
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::backend::Backend;
+    use crate::middleware::{RateLimitConfig, RateLimitLayer};
+    use crate::tier::{FailureModeName, Rate, StaticTiers};
+    use crate::Limiter;
+
+    /// Redis is down for these tests: every decision is the local fallback's, which runs
+    /// the same algorithms, so the middleware's behaviour is deterministic without a server.
+    struct Down;
+
+    impl Backend for Down {
+        fn query<'a>(
+            &'a self,
+            _: &'a redis::Cmd,
+            _: Option<u16>,
+        ) -> BoxFuture<'a, redis::RedisResult<redis::Value>> {
+            Box::pin(async {
+                Err(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "down").into())
+            })
+        }
+    }
+
+    fn app(config: RateLimitConfig) -> Router {
+        let limiter = Limiter::builder().backend(Arc::new(Down));
+        let tiers = StaticTiers::new().with("pro-key", "pro");
+        let layer = RateLimitLayer::new(limiter, config, Arc::new(tiers)).unwrap();
+        Router::new()
+            .route(
+                "/items/{id}",
+                get(|headers: HeaderMap| async move {
+                    tracing::info!("handler ran");
+                    headers
+                        .get(REQUEST_ID)
+                        .map(|v| v.to_str().unwrap().to_string())
+                        .unwrap_or_default()
+                }),
+            )
+            .route("/other", get(|| async { "other" }))
+            .layer(layer)
+    }
+
+    fn request(path: &str, ip: &str, key: Option<&str>) -> Request {
+        let mut req = Request::builder().uri(path).body(Body::empty()).unwrap();
+        let ip: IpAddr = ip.parse().unwrap();
+        req.extensions_mut()
+            .insert(ConnectInfo(SocketAddr::new(ip, 4000)));
+        if let Some(k) = key {
+            req.headers_mut().insert("x-api-key", k.parse().unwrap());
+        }
+        req
+    }
+
+    async fn body_json(resp: Response) -> serde_json::Value {
+        let bytes = axum::body::to_bytes(resp.into_body(), 100_000)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn allowed_requests_carry_the_most_restrictive_dimension_and_a_request_id() {
+        let app = app(RateLimitConfig::default());
+        let resp = app
+            .oneshot(request("/items/7", "192.0.2.1", Some("k1")))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let h = resp.headers().clone();
+        // free tier 100 (token bucket: full again in 0.6 s), ip 100 and endpoint 100
+        // (sliding windows: idle in 120 s), global 100000: fewest left, then longest reset.
+        assert_eq!(h["x-ratelimit-limit"], "100");
+        assert_eq!(h["x-ratelimit-remaining"], "99");
+        assert_eq!(
+            h["x-ratelimit-reset"], "120",
+            "a sliding window count weighs on the next window too"
+        );
+        assert_eq!(h["ratelimit-policy"], "\"ip\";q=100;w=60");
+        assert_eq!(h["ratelimit"], "\"ip\";r=99;t=120");
+        let id = h[REQUEST_ID].to_str().unwrap().to_string();
+        assert_eq!(id.len(), 36);
+        let bytes = axum::body::to_bytes(resp.into_body(), 1_000).await.unwrap();
+        assert_eq!(bytes, id.as_bytes(), "the handler saw the same request id");
+    }
+
+    #[tokio::test]
+    async fn the_ip_dimension_refuses_with_429_and_a_problem_body() {
+        let mut config = RateLimitConfig::default();
+        config.ip = Rate::per_minute(2);
+        let app = app(config);
+        for _ in 0..2 {
+            let resp = app
+                .clone()
+                .oneshot(request("/other", "192.0.2.2", None))
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+        }
+        let mut req = request("/other", "192.0.2.2", None);
+        req.headers_mut()
+            .insert(REQUEST_ID, "abc-1".parse().unwrap());
+        let resp = app.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        let h = resp.headers().clone();
+        assert_eq!(h["content-type"], "application/problem+json");
+        assert_eq!(h[REQUEST_ID], "abc-1");
+        // 2 tokens per minute: the next one in 30 s, not the 60 s window.
+        assert_eq!(h["retry-after"], "30");
+        assert_eq!(h["x-ratelimit-remaining"], "0");
+        assert_eq!(h["ratelimit-policy"], "\"ip\";q=2;w=60");
+        let body = body_json(resp).await;
+        assert_eq!(body["dimension"], "ip");
+        assert_eq!(body["request_id"], "abc-1");
+        assert_eq!(body["status"], 429);
+        // Another IP is not affected.
+        let other = app
+            .oneshot(request("/other", "192.0.2.3", None))
+            .await
+            .unwrap();
+        assert_eq!(other.status(), StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn endpoints_are_route_patterns_and_tiers_raise_the_key_limit() {
+        let mut config = RateLimitConfig::default();
+        config.endpoint = Rate::per_minute(2);
+        config.ip = Rate::per_minute(1_000_000);
+        let app = app(config);
+        let a = app
+            .clone()
+            .oneshot(request("/items/1", "192.0.2.4", Some("pro-key")))
+            .await
+            .unwrap();
+        let b = app
+            .clone()
+            .oneshot(request("/items/2", "192.0.2.4", Some("pro-key")))
+            .await
+            .unwrap();
+        assert_eq!(a.status(), StatusCode::OK);
+        assert_eq!(b.status(), StatusCode::OK);
+        assert_eq!(b.headers()["ratelimit-policy"], "\"endpoint\";q=2;w=60");
+        let c = app
+            .clone()
+            .oneshot(request("/items/3", "192.0.2.4", Some("pro-key")))
+            .await
+            .unwrap();
+        assert_eq!(c.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(body_json(c).await["dimension"], "endpoint");
+        // Another route pattern of the same key still has its quota; the key is pro (1000).
+        let d = app
+            .clone()
+            .oneshot(request("/other", "192.0.2.4", Some("pro-key")))
+            .await
+            .unwrap();
+        assert_eq!(d.status(), StatusCode::OK);
+        let mut only_key = RateLimitConfig::default();
+        only_key.dimensions = vec![crate::middleware::Dimension::ApiKey];
+        let resp = self::app(only_key)
+            .oneshot(request("/other", "192.0.2.5", Some("pro-key")))
+            .await
+            .unwrap();
+        assert_eq!(resp.headers()["x-ratelimit-limit"], "1000");
+    }
+
+    #[tokio::test]
+    async fn forwarded_for_counts_only_behind_a_trusted_proxy() {
+        let mut config = RateLimitConfig::default();
+        config.ip = Rate::per_minute(1);
+        config.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+        let app = app(config);
+        let via = |client: &str| {
+            let mut r = request("/other", "127.0.0.1", None);
+            r.headers_mut()
+                .insert("x-forwarded-for", client.parse().unwrap());
+            r
+        };
+        assert_eq!(
+            app.clone()
+                .oneshot(via("198.51.100.1"))
+                .await
+                .unwrap()
+                .status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            app.clone()
+                .oneshot(via("198.51.100.2"))
+                .await
+                .unwrap()
+                .status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            app.clone()
+                .oneshot(via("198.51.100.1"))
+                .await
+                .unwrap()
+                .status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        // An untrusted peer cannot choose its key with the header.
+        let mut spoof = request("/other", "203.0.113.7", None);
+        spoof
+            .headers_mut()
+            .insert("x-forwarded-for", "198.51.100.9".parse().unwrap());
+        assert_eq!(
+            app.clone().oneshot(spoof).await.unwrap().status(),
+            StatusCode::OK
+        );
+        let mut spoof = request("/other", "203.0.113.7", None);
+        spoof
+            .headers_mut()
+            .insert("x-forwarded-for", "198.51.100.10".parse().unwrap());
+        assert_eq!(
+            app.oneshot(spoof).await.unwrap().status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+
+    #[tokio::test]
+    async fn failing_closed_answers_503() {
+        let config = RateLimitConfig {
+            failure_mode: FailureModeName::Closed,
+            ..RateLimitConfig::default()
+        };
+        let resp = app(config)
+            .oneshot(request("/other", "192.0.2.9", None))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()["retry-after"], "1");
+        assert_eq!(body_json(resp).await["title"], "Rate limiter unavailable");
+    }
+
+    #[tokio::test]
+    async fn a_shadow_dimension_never_refuses() {
+        let mut config = RateLimitConfig::default();
+        config.ip = Rate {
+            shadow: true,
+            ..Rate::per_minute(1)
+        };
+        let app = app(config);
+        for _ in 0..3 {
+            let resp = app
+                .clone()
+                .oneshot(request("/other", "192.0.2.10", None))
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+        }
+    }
+
+    /// Captured log output.
+    #[derive(Clone, Default)]
+    struct Logs(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn every_log_line_carries_request_id_tenant_and_dimension() {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let mut config = RateLimitConfig::default();
+        config.tiers.insert("free".into(), Rate::per_minute(1));
+        let app = app(config);
+        let mut ok = request("/items/5", "192.0.2.11", Some("secret-key"));
+        ok.headers_mut()
+            .insert(REQUEST_ID, "req-ok".parse().unwrap());
+        app.clone().oneshot(ok).await.unwrap();
+        let mut refused = request("/items/5", "192.0.2.11", Some("secret-key"));
+        refused
+            .headers_mut()
+            .insert(REQUEST_ID, "req-no".parse().unwrap());
+        assert_eq!(
+            app.oneshot(refused).await.unwrap().status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+
+        let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        let tenant = crate::middleware::tenant_id("secret-key");
+        let handler = text
+            .lines()
+            .find(|l| l.contains("handler ran"))
+            .expect(&text);
+        assert!(handler.contains("request_id=req-ok"), "{handler}");
+        assert!(handler.contains(&format!("tenant={tenant}")), "{handler}");
+        assert!(handler.contains("dimension=api_key"), "{handler}");
+        let refusal = text
+            .lines()
+            .find(|l| l.contains("request refused"))
+            .expect(&text);
+        assert!(refusal.contains("request_id=req-no"), "{refusal}");
+        assert!(refusal.contains(&format!("tenant={tenant}")), "{refusal}");
+        assert!(refusal.contains("dimension=api_key"), "{refusal}");
+        assert!(!text.contains("secret-key"), "the raw key is never logged");
+    }
+}
