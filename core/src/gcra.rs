@@ -139,7 +139,8 @@ impl GcraState {
 ///
 /// New parameters apply at once to a stored TAT, which keeps its meaning as an instant:
 /// the time the limiter is ahead of the schedule is kept, and re-measured in the new
-/// emission interval. A clock that steps back by `d` makes the limiter stricter by `d` until
+/// emission interval. If that is more than the new `burst` allows, even a zero-cost check
+/// is denied until the limiter is back within it (as in redis-cell). A clock that steps back by `d` makes the limiter stricter by `d` until
 /// it catches up: nothing is ever credited twice.
 ///
 /// ```
@@ -340,6 +341,22 @@ mod tests {
         assert_eq!(s.tat_in(2), 1);
         assert_eq!(s.tat_in(3), 1);
         assert_eq!(s.tat_in(6), 2);
+    }
+
+    #[test]
+    fn a_check_is_denied_while_over_a_lowered_burst() {
+        // 7 of 10 in use; with BURST 5 the limiter is 2 units over: even a check (cost 0)
+        // waits until it is back within the burst, as in redis-cell.
+        let (_, s) = check(None, Micros(0), &params(10, 1_000, 10), 7);
+        let (d, next) = check(s, Micros(0), &params(10, 1_000, 5), 0);
+        assert_eq!(
+            (retry_ms(&d), d.remaining, d.reset_after),
+            (200, 0, Millis(700))
+        );
+        assert!(next.is_none());
+        assert!(check(s, Micros(200_000), &params(10, 1_000, 5), 0)
+            .0
+            .is_allowed());
     }
 
     #[test]

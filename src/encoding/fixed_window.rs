@@ -38,3 +38,82 @@ impl Stored for FixedWindowState {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{describe, is_limiter, DecodeError};
+    use super::*;
+    use proptest::prelude::*;
+
+    fn state() -> FixedWindowState {
+        FixedWindowState {
+            window_ms: 60_000,
+            window_start: Millis(1_700_000_040_000),
+            count: 42,
+        }
+    }
+
+    #[test]
+    fn round_trips_in_29_bytes() {
+        let e = state().encode();
+        assert_eq!(e.as_bytes().len(), 29);
+        assert_eq!(&e.as_bytes()[..5], b"\0RL\x01F");
+        assert_eq!(FixedWindowState::decode(e.as_bytes()), Ok(state()));
+        assert!(is_limiter(e.as_bytes()));
+    }
+
+    #[test]
+    fn refuses_impossible_fields() {
+        let corrupt = Err(DecodeError::Corrupt(Algorithm::FixedWindow));
+        for bad in [
+            FixedWindowState {
+                window_start: Millis(1_500),
+                ..state()
+            },
+            FixedWindowState {
+                window_ms: 0,
+                ..state()
+            },
+            FixedWindowState {
+                count: MAX_COUNT + 1,
+                ..state()
+            },
+        ] {
+            assert_eq!(FixedWindowState::decode(bad.encode().as_bytes()), corrupt);
+        }
+    }
+
+    #[test]
+    fn describes_the_window_and_its_count_now() {
+        let e = state().encode();
+        let (algorithm, fields) = describe(e.as_bytes(), Micros(1_700_000_099_999_999)).unwrap();
+        assert_eq!(algorithm, Algorithm::FixedWindow);
+        assert_eq!(
+            fields,
+            vec![
+                ("window_ms", StateValue::Int(60_000)),
+                ("window_start_ms", StateValue::Int(1_700_000_040_000)),
+                ("count", StateValue::Int(42)),
+            ]
+        );
+        // Once the window has ended, the count is zero.
+        let (_, fields) = describe(e.as_bytes(), Micros(1_700_000_100_000_000)).unwrap();
+        assert_eq!(fields[2], ("count", StateValue::Int(0)));
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(window_ms in 1u64..1_000_000, index in 0u64..10_000_000, count in 0..=MAX_COUNT) {
+            let s = FixedWindowState { window_ms, window_start: Millis(window_ms * index), count };
+            prop_assert_eq!(FixedWindowState::decode(s.encode().as_bytes()), Ok(s));
+        }
+
+        #[test]
+        fn our_header_with_random_fields_never_panics(body in prop::collection::vec(any::<u8>(), 0..40), now in any::<u64>()) {
+            let mut v = b"\0RL\x01F".to_vec();
+            v.extend_from_slice(&body);
+            let _ = FixedWindowState::decode(&v);
+            let _ = describe(&v, Micros(now));
+        }
+    }
+}

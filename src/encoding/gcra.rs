@@ -43,3 +43,83 @@ impl Stored for GcraState {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{algorithm_of, describe, DecodeError};
+    use super::*;
+    use proptest::prelude::*;
+    use redis_rl_core::gcra::{check, GcraParams};
+
+    fn state() -> GcraState {
+        // 10 per second, 4 units taken at 1_700_000_000 s.
+        let p = GcraParams::new(10, 1_000, None).unwrap();
+        check(None, Micros(1_700_000_000_000_000), &p, 4).1.unwrap()
+    }
+
+    #[test]
+    fn round_trips_in_37_bytes() {
+        let e = state().encode();
+        assert_eq!(e.as_bytes().len(), 37);
+        assert_eq!(&e.as_bytes()[..5], b"\0RL\x01G");
+        assert_eq!(GcraState::decode(e.as_bytes()), Ok(state()));
+        assert_eq!(algorithm_of(e.as_bytes()), Ok(Algorithm::Gcra));
+    }
+
+    #[test]
+    fn refuses_impossible_fields() {
+        let corrupt = Err(DecodeError::Corrupt(Algorithm::Gcra));
+        for bad in [
+            GcraState {
+                limit: 0,
+                ..state()
+            },
+            GcraState {
+                limit: MAX_COUNT + 1,
+                ..state()
+            },
+            GcraState {
+                period_ms: 0,
+                ..state()
+            },
+            GcraState {
+                tat: u128::MAX,
+                ..state()
+            },
+        ] {
+            assert_eq!(GcraState::decode(bad.encode().as_bytes()), corrupt);
+        }
+    }
+
+    #[test]
+    fn describes_the_limit_the_arrival_time_and_the_units_in_use() {
+        let e = state().encode();
+        let (algorithm, fields) = describe(e.as_bytes(), Micros(1_700_000_000_150_000)).unwrap();
+        assert_eq!(algorithm, Algorithm::Gcra);
+        assert_eq!(
+            fields,
+            vec![
+                ("limit", StateValue::Int(10)),
+                ("period_ms", StateValue::Int(1_000)),
+                ("tat_ms", StateValue::Int(1_700_000_000_400)),
+                ("used", StateValue::Int(3)),
+            ]
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(tat_us in any::<u64>(), limit in 1..=MAX_COUNT, period_ms in 1..=MAX_DURATION_MS) {
+            let s = GcraState { tat: u128::from(tat_us) * u128::from(limit), limit, period_ms };
+            prop_assert_eq!(GcraState::decode(s.encode().as_bytes()), Ok(s));
+        }
+
+        #[test]
+        fn our_header_with_random_fields_never_panics(body in prop::collection::vec(any::<u8>(), 0..40), now in any::<u64>()) {
+            let mut v = b"\0RL\x01G".to_vec();
+            v.extend_from_slice(&body);
+            let _ = GcraState::decode(&v);
+            let _ = describe(&v, Micros(now));
+        }
+    }
+}
