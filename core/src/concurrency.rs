@@ -102,6 +102,12 @@ pub struct ConcurrencyState {
 }
 
 impl ConcurrencyState {
+    /// Leases held at `now` (not yet expired).
+    pub fn held_at(&self, now: Micros) -> u64 {
+        let held = self.leases.iter().filter(|l| l.expires_at > now).count();
+        u64::try_from(held).unwrap_or(u64::MAX)
+    }
+
     /// Time from `now` until the last lease expires (0 when none is held): the key can
     /// expire then.
     pub fn idle_after(&self, now: Micros) -> Millis {
@@ -375,6 +381,8 @@ mod tests {
             for (step, op) in ops {
                 now += step;
                 model.retain(|_, exp| *exp > now);
+                let held = state.as_ref().map_or(0, |s| s.held_at(Micros(now)));
+                prop_assert_eq!(held, model.len() as u64);
                 match op {
                     Op::Acquire(id) => {
                         let expect = model.contains_key(&id) || (model.len() as u64) < limit;

@@ -90,6 +90,17 @@ impl SlidingLogState {
             .iter()
             .fold(0, |sum, e| sum.saturating_add(e.count))
     }
+
+    /// Units inside the window at `now`, judged by the window the log was written with (what
+    /// a cost-0 call with that window counts).
+    pub fn count_at(&self, now: Micros) -> u64 {
+        let window = self.window_ms.saturating_mul(1000);
+        let at = self.entries.last().map_or(now.0, |e| e.at.0.max(now.0));
+        self.entries
+            .iter()
+            .filter(|e| e.at.0.saturating_add(window) > at)
+            .fold(0, |sum, e| sum.saturating_add(e.count))
+    }
 }
 
 /// Decides whether `cost` units may be taken at `now`.
@@ -400,6 +411,9 @@ mod tests {
                     admitted.iter().filter(|(a, _)| a + w > t).map(|(_, c)| c).sum::<u64>()
                 };
                 let used = in_window(&admitted, now);
+                if let Some(s) = &state {
+                    prop_assert_eq!(s.count_at(Micros(now)), used);
+                }
                 let expect = cost <= limit && used + cost <= limit;
                 let (d, next) = check(state.clone(), Micros(now), &p, cost);
                 prop_assert_eq!(d.is_allowed(), expect);
