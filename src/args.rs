@@ -8,6 +8,8 @@ use std::fmt;
 use redis_module::RedisString;
 use redis_rl_core::limits::{self, ParamError, Range};
 
+use crate::config;
+
 /// A bad argument, with the public error text as its `Display`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ArgError {
@@ -114,8 +116,8 @@ impl Options {
                 }
                 let value = rest
                     .next()
-                    .ok_or(ArgError::MissingValue("COST", limits::COST))?;
-                cost = Some(integer(value, limits::COST)?);
+                    .ok_or(ArgError::MissingValue("COST", config::cost_range()))?;
+                cost = Some(integer(value, config::cost_range())?);
             } else if name.eq_ignore_ascii_case(b"PEEK") {
                 if peek {
                     return Err(ArgError::RepeatedOption("PEEK"));

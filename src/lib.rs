@@ -12,14 +12,18 @@
 mod args;
 mod clock;
 mod commands;
+mod config;
+mod docs;
 mod encoding;
 mod reply;
+mod stats;
 mod store;
 
 use commands::{rl_all, rl_refund, rl_sliding, rl_tokenbucket};
 use commands::{rl_concurrency, rl_log};
 use commands::{rl_fixed, rl_gcra, rl_reset, rl_state, rl_throttle};
-use redis_module::redis_module;
+use redis_module::configuration::ConfigurationFlags;
+use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 // Unit tests run outside redis-server, where Redis's allocator does not exist.
 #[cfg(not(test))]
@@ -32,6 +36,7 @@ redis_module! {
     version: 1,
     allocator: (Allocator, Allocator {}),
     data_types: [],
+    init: init,
     commands: [
         ["RL.TOKENBUCKET", rl_tokenbucket, "write deny-oom fast", 1, 1, 1, ""],
         ["RL.SLIDING", rl_sliding, "write deny-oom fast", 1, 1, 1, ""],
@@ -46,4 +51,28 @@ redis_module! {
         ["RL.ALL", rl_all, "write deny-oom fast getkeys-api", 0, 0, 0, ""],
         ["RL.REFUND", rl_refund, "write deny-oom fast", 1, 1, 1, ""],
     ],
+    configurations: [
+        i64: [
+            ["max-cost", &config::MAX_COST, config::MAX_COST_CEILING, 0, config::MAX_COST_CEILING, ConfigurationFlags::DEFAULT, None],
+            ["max-all-keys", &config::MAX_ALL_KEYS, 16, 1, config::MAX_ALL_KEYS_CEILING, ConfigurationFlags::DEFAULT, None],
+            ["max-log-entries", &config::MAX_LOG_ENTRIES, config::MAX_LOG_ENTRIES_CEILING, 1, config::MAX_LOG_ENTRIES_CEILING, ConfigurationFlags::DEFAULT, None],
+            ["ttl-slack-ms", &config::TTL_SLACK_MS, 1_000, 0, config::TTL_SLACK_CEILING, ConfigurationFlags::DEFAULT, None],
+        ],
+        string: [],
+        bool: [],
+        enum: [],
+        module_args_as_configuration: true,
+    ]
+}
+
+/// Command metadata, ACL categories and the INFO section: each attached only where the
+/// server has the API, so the module loads on Redis 7.0 as on newer servers.
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    docs::describe_commands(ctx);
+    docs::set_acl_categories(ctx);
+    // SAFETY: the API table is filled before init runs; `stats::info` lives forever.
+    if let Some(register) = unsafe { raw::RedisModule_RegisterInfoFunc } {
+        unsafe { register(ctx.get_raw(), Some(stats::info)) };
+    }
+    Status::Ok
 }

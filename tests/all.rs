@@ -26,16 +26,6 @@ fn four_dimensions(extra: &[&str]) -> Vec<String> {
     args
 }
 
-/// A key's bytes and absolute expiry: what a refused call must leave alone.
-fn stored(conn: &mut redis::Connection, key: &str) -> (Option<Vec<u8>>, i64) {
-    let value = snapshot(conn, key).0;
-    let expiry: i64 = redis::cmd("PEXPIRETIME")
-        .arg(key)
-        .query(conn)
-        .expect("PEXPIRETIME");
-    (value, expiry)
-}
-
 fn all(conn: &mut redis::Connection, args: &[String]) -> (i64, i64, Vec<Vec<i64>>) {
     let mut cmd = redis::cmd(&args[0]);
     for a in &args[1..] {

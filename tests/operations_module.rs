@@ -226,9 +226,6 @@ fn acl_key_patterns_apply_to_every_command_and_to_each_key_of_rl_all() {
 /// RL.STATE only reads, so read-only key access (`%R~`) should be enough, and a limiting
 /// call should need write access.
 #[test]
-#[ignore = "bug: every RL.* command gets Redis's default module key spec (RW access update), \
-            so a user with %R~api:* gets NOPERM on RL.STATE api:x; needs RedisModule_SetCommandInfo \
-            key specs (RO access for RL.STATE, RW update for the rest)"]
 fn read_only_key_access_allows_rl_state_only() {
     let server = Server::start();
     let mut admin = server.client();
@@ -247,9 +244,6 @@ fn read_only_key_access_allows_rl_state_only() {
 /// ACL categories follow the flags on servers that let modules set them (Redis 7.2+,
 /// Valkey): a user with `-@write` cannot change limiters, `+@read` can call RL.STATE.
 #[test]
-#[ignore = "bug: RL.* commands carry no ACL category (COMMAND INFO shows none; ACL CAT write/fast \
-            list none), so `+@all -@write` still lets a user call RL.TOKENBUCKET; \
-            RedisModule_SetCommandACLCategories (7.2+, detect at load) would fix it"]
 fn acl_categories_follow_the_flags() {
     let server = Server::start();
     let mut admin = server.client();

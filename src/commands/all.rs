@@ -10,17 +10,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::spec::{Spec, SpecError};
 use crate::args::{integer, ArgError, Options};
-use crate::{clock, reply, store};
-use redis_rl_core::limits::Range;
-
-/// Most keys one RL.ALL may check.
-pub const MAX_KEYS: u64 = 16;
-
-const NUMKEYS: Range = Range {
-    name: "numkeys",
-    min: 1,
-    max: MAX_KEYS,
-};
+use crate::{clock, config, reply, stats, store};
 
 /// A bad RL.ALL call, with the public error text as `Display`.
 #[derive(Debug)]
@@ -65,9 +55,12 @@ struct Request<'a> {
 
 fn parse(args: &[RedisString]) -> Result<Request<'_>, AllError> {
     let [_, numkeys, rest @ ..] = args else {
-        return Err(AllError::NumKeys(ArgError::Param(NUMKEYS.error())));
+        return Err(AllError::NumKeys(ArgError::Param(
+            config::numkeys_range().error(),
+        )));
     };
-    let numkeys = integer(numkeys, NUMKEYS).map_err(|e| AllError::NumKeys(e.into()))?;
+    let numkeys =
+        integer(numkeys, config::numkeys_range()).map_err(|e| AllError::NumKeys(e.into()))?;
     let n = usize::try_from(numkeys).unwrap_or(usize::MAX);
     let (keys, rest) = rest
         .split_at_checked(n)
@@ -92,7 +85,10 @@ fn parse(args: &[RedisString]) -> Result<Request<'_>, AllError> {
 
 /// Tells Redis where the keys are (`getkeys-api`), so cluster routing and ACLs see them.
 fn declare_keys(ctx: &Context, args: &[RedisString]) {
-    let Some(numkeys) = args.get(1).and_then(|n| integer(n, NUMKEYS).ok()) else {
+    let Some(numkeys) = args
+        .get(1)
+        .and_then(|n| integer(n, config::numkeys_range()).ok())
+    else {
         return;
     };
     let last = usize::try_from(numkeys)
@@ -120,6 +116,9 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
         evaluated.push(spec.evaluate(ctx, key, now, cost)?);
     }
     let denied = evaluated.iter().position(|e| !e.decision.is_allowed());
+    if !request.options.peek {
+        stats::record_decision(denied.is_none());
+    }
     if denied.is_some() {
         // Nothing is taken anywhere: report each allowing dimension as it stands.
         for ((key, spec), e) in request.keys.iter().zip(&request.specs).zip(&mut evaluated) {

@@ -5,7 +5,6 @@ use redis_rl_core::concurrency::{self, acquire, release, ConcurrencyParams, Conc
 use redis_rl_core::decision::expire_at;
 use redis_rl_core::{limits, Micros};
 
-use super::limiter::TTL_SLACK;
 use crate::args::{integer, ArgError};
 use crate::encoding::Stored;
 use crate::{clock, reply, store};
@@ -42,6 +41,7 @@ fn run_acquire(
     let stored = store::read::<ConcurrencyState>(ctx, key)?;
     let now = clock::now();
     let (decision, new_state) = acquire(stored, now, params, id);
+    crate::stats::record_decision(decision.is_allowed());
     if let Some(state) = new_state {
         write(ctx, key, &state, now)?;
     }
@@ -68,7 +68,7 @@ fn write(
     state: &ConcurrencyState,
     now: Micros,
 ) -> Result<(), RedisError> {
-    let expiry = expire_at(now, state.idle_after(now), TTL_SLACK);
+    let expiry = expire_at(now, state.idle_after(now), crate::config::ttl_slack());
     store::write(ctx, key, state.encode().as_bytes(), expiry)
 }
 

@@ -2,15 +2,11 @@
 
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 use redis_rl_core::decision::expire_at;
-use redis_rl_core::{Decision, Micros, Millis};
+use redis_rl_core::{Decision, Micros};
 
 use crate::args::Options;
 use crate::encoding::Stored;
-use crate::{clock, reply, store};
-
-/// How long a key outlives the moment its limiter becomes idle. It only needs to cover
-/// rounding; a key that vanishes at or after the idle instant means exactly "idle".
-pub const TTL_SLACK: Millis = Millis(1_000);
+use crate::{clock, config, reply, stats, store};
 
 /// Reads `key`, lets `check` decide at the server's current time, stores the new state
 /// (unless PEEK, a denial or a no-op) and replies.
@@ -34,8 +30,11 @@ pub fn decide_replying<S: Stored>(
     let stored = store::read::<S>(ctx, key)?;
     let now = clock::now();
     let (decision, new_state) = check(stored, now, options.cost);
+    if !options.peek {
+        stats::record_decision(decision.is_allowed());
+    }
     if let (false, Some(state)) = (options.peek, new_state) {
-        let expiry = expire_at(now, decision.reset_after, TTL_SLACK);
+        let expiry = expire_at(now, decision.reset_after, config::ttl_slack());
         store::write(ctx, key, state.encode().as_bytes(), expiry)?;
     }
     Ok(reply(&decision))

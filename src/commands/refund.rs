@@ -5,7 +5,6 @@
 //! a later one denies. Refunds are best effort; see each algorithm's `refund` in the core.
 
 use redis_module::{Context, RedisError, RedisResult, RedisString};
-use redis_rl_core::limits;
 
 use super::spec::Spec;
 use crate::args::{integer, shown, ArgError};
@@ -34,10 +33,10 @@ fn parse_cost(args: &[RedisString]) -> Result<u64, RefundArgError> {
     match args {
         [] => Err(RefundArgError::NoCost),
         [name, value] if name.as_slice().eq_ignore_ascii_case(b"COST") => {
-            integer(value, limits::COST).map_err(|e| RefundArgError::Arg(e.into()))
+            integer(value, crate::config::cost_range()).map_err(|e| RefundArgError::Arg(e.into()))
         }
         [name] if name.as_slice().eq_ignore_ascii_case(b"COST") => Err(RefundArgError::Arg(
-            ArgError::MissingValue("COST", limits::COST),
+            ArgError::MissingValue("COST", crate::config::cost_range()),
         )),
         [name, ..] if name.as_slice().eq_ignore_ascii_case(b"COST") => {
             Err(RefundArgError::Arg(ArgError::RepeatedOption("COST")))

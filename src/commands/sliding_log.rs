@@ -2,7 +2,7 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 use redis_rl_core::limits;
-use redis_rl_core::sliding_log::{self, check, SlidingLogParams, SlidingLogState};
+use redis_rl_core::sliding_log::{check, SlidingLogParams, SlidingLogState};
 
 use super::limiter::decide;
 use crate::args::{integer, ArgError, Options};
@@ -20,7 +20,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
 
 fn parse(limit: &RedisString, window_ms: &RedisString) -> Result<SlidingLogParams, ArgError> {
     Ok(SlidingLogParams::new(
-        integer(limit, sliding_log::LIMIT)?,
+        integer(limit, crate::config::log_limit_range())?,
         integer(window_ms, limits::duration_ms("window_ms"))?,
     )?)
 }

@@ -13,7 +13,6 @@ use redis_rl_core::sliding_window::{self, SlidingWindowParams, SlidingWindowStat
 use redis_rl_core::token_bucket::{self, TokenBucketParams, TokenBucketState};
 use redis_rl_core::{limits, Decision, Micros, Millis};
 
-use super::limiter::TTL_SLACK;
 use crate::args::{integer, shown, ArgError};
 use crate::encoding::{Encoded, Stored};
 use crate::store;
@@ -153,6 +152,11 @@ fn evaluated<S: Stored>((decision, state): (Decision, Option<S>), now: Micros) -
 fn with_write<S: Stored>(decision: Decision, state: Option<S>, now: Micros) -> Evaluated {
     Evaluated {
         decision,
-        write: state.map(|s| (s.encode(), expire_at(now, decision.reset_after, TTL_SLACK))),
+        write: state.map(|s| {
+            (
+                s.encode(),
+                expire_at(now, decision.reset_after, crate::config::ttl_slack()),
+            )
+        }),
     }
 }
