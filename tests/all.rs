@@ -201,11 +201,11 @@ fn bad_input_is_refused_with_a_clear_error_and_changes_nothing() {
         ),
         (
             "RL.ALL 2 a b TOKENBUCKET 10 10 60000",
-            "ERR spec 2: missing, expected TOKENBUCKET or SLIDING and its parameters",
+            "ERR spec 2: missing, expected TOKENBUCKET, SLIDING, FIXED or GCRA and its parameters",
         ),
         (
             "RL.ALL 2 a b TOKENBUCKET 10 10 60000 FOO 1 2",
-            "ERR spec 2: unknown algorithm 'FOO', expected TOKENBUCKET or SLIDING",
+            "ERR spec 2: unknown algorithm 'FOO', expected TOKENBUCKET, SLIDING, FIXED or GCRA",
         ),
         (
             "RL.ALL 2 a b TOKENBUCKET 10 10 60000 SLIDING 10",
@@ -261,7 +261,7 @@ fn bad_input_is_refused_with_a_clear_error_and_changes_nothing() {
         ),
         (
             "RL.REFUND a NOPE 10 10 60000 COST 1",
-            "ERR spec: unknown algorithm 'NOPE', expected TOKENBUCKET or SLIDING",
+            "ERR spec: unknown algorithm 'NOPE', expected TOKENBUCKET, SLIDING, FIXED or GCRA",
         ),
         (
             "RL.REFUND b TOKENBUCKET 10 10 60000 COST 1",
@@ -353,5 +353,47 @@ fn concurrent_requests_over_several_keys_admit_exactly_the_tightest_budget() {
         (a[2], c3[2]),
         (100, 800),
         "denied requests consumed nothing"
+    );
+}
+
+#[test]
+fn fixed_and_gcra_dimensions_take_part_and_refund() {
+    let server = Server::start();
+    let mut c = server.client();
+    let args: Vec<String> = "RL.ALL 2 {g}f {g}g FIXED 5 3600000 GCRA 10 3600000 BURST 3 COST 2"
+        .split(' ')
+        .map(str::to_string)
+        .collect();
+    let (allowed, _, dims) = all(&mut c, &args);
+    assert_eq!(allowed, 1);
+    assert_eq!((dims[0][1], dims[1][0], dims[1][1]), (3, 3, 1));
+    // The GCRA burst (3) is now the tightest: 2 more are denied there, nothing is taken.
+    let (allowed, denied, dims) = all(&mut c, &args);
+    assert_eq!((allowed, denied), (0, 2));
+    assert_eq!(dims[0][1], 3);
+    let r = ints(
+        &mut c,
+        &[
+            "RL.REFUND",
+            "{g}g",
+            "GCRA",
+            "10",
+            "3600000",
+            "BURST",
+            "3",
+            "COST",
+            "2",
+        ],
+    );
+    assert_eq!(&r[..3], &[2, 3, 3]);
+    let r = ints(
+        &mut c,
+        &["RL.REFUND", "{g}f", "FIXED", "5", "3600000", "COST", "1"],
+    );
+    assert_eq!(&r[..3], &[1, 5, 4]);
+    assert_eq!(all(&mut c, &args).0, 1);
+    assert_eq!(
+        error(&mut c, &["RL.ALL", "1", "x", "GCRA", "10", "1000", "BURST"]),
+        "ERR spec 1: option BURST needs a value: burst must be an integer between 1 and 1000000000000000"
     );
 }

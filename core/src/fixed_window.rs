@@ -127,6 +127,33 @@ pub fn check(
     (decision(Outcome::Allowed, after), new_state)
 }
 
+/// Gives back up to `amount` units taken earlier (RL.REFUND).
+///
+/// Only units of the window that is still current can be given back; once it has ended the
+/// count is gone anyway and the refund gives back 0. Returns the units given back and the
+/// state to store, if any.
+pub fn refund(
+    state: Option<FixedWindowState>,
+    now: Micros,
+    params: &FixedWindowParams,
+    amount: u64,
+) -> (u64, Option<FixedWindowState>) {
+    let Some(stored) = state else {
+        return (0, None);
+    };
+    let (start, count) = current(Some(stored), now, params.window_ms);
+    let refunded = count.min(amount);
+    if refunded == 0 || stored.window_ms != params.window_ms {
+        return (0, None);
+    }
+    let new_state = FixedWindowState {
+        window_ms: params.window_ms,
+        window_start: start,
+        count: count - refunded,
+    };
+    (refunded, Some(new_state))
+}
+
 /// The current window's start and the units already taken in it.
 fn current(state: Option<FixedWindowState>, now: Micros, window_ms: u64) -> (Millis, u64) {
     let now_ms = now.0 / 1000;
@@ -148,6 +175,18 @@ mod tests {
 
     fn params(limit: u64, window_ms: u64) -> FixedWindowParams {
         FixedWindowParams::new(limit, window_ms).unwrap()
+    }
+
+    #[test]
+    fn refund_only_gives_back_units_of_the_current_window() {
+        let p = params(10, 1_000);
+        let (_, s) = check(None, Micros(100_000), &p, 6);
+        let (refunded, s2) = refund(s, Micros(200_000), &p, 4);
+        assert_eq!(refunded, 4);
+        assert_eq!(check(s2, Micros(200_000), &p, 0).0.remaining, 8);
+        assert_eq!(refund(s2, Micros(200_000), &p, 9).0, 2);
+        assert_eq!(refund(s, Micros(1_000_000), &p, 4), (0, None));
+        assert_eq!(refund(None, Micros(0), &p, 4), (0, None));
     }
 
     fn retry_ms(d: &Decision) -> i64 {

@@ -193,6 +193,32 @@ pub fn check(
     (decision(Outcome::Allowed, after), new_state)
 }
 
+/// Gives back up to `amount` units taken earlier (RL.REFUND): moves the TAT back by that
+/// many emission intervals, but never before `now` (an idle limiter has nothing to give
+/// back). Returns the units given back (rounded up: a partly elapsed interval counts) and
+/// the state to store, if any.
+pub fn refund(
+    state: Option<GcraState>,
+    now: Micros,
+    params: &GcraParams,
+    amount: u64,
+) -> (u64, Option<GcraState>) {
+    let interval = params.interval();
+    let now_t = u128::from(now.0) * params.scale();
+    let tat = state.map_or(0, |s| s.tat_in(params.limit));
+    let ahead = tat.saturating_sub(now_t);
+    let refunded = ahead.div_ceil(interval).min(u128::from(amount));
+    if refunded == 0 {
+        return (0, None);
+    }
+    let new_state = GcraState {
+        tat: tat.saturating_sub(refunded * interval).max(now_t),
+        limit: params.limit,
+        period_ms: params.period_ms,
+    };
+    (u64::try_from(refunded).unwrap_or(0), Some(new_state))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +227,19 @@ mod tests {
 
     fn params(limit: u64, period_ms: u64, burst: u64) -> GcraParams {
         GcraParams::new(limit, period_ms, Some(burst)).unwrap()
+    }
+
+    #[test]
+    fn refund_moves_the_arrival_time_back_but_not_before_now() {
+        let p = params(10, 1_000, 10);
+        let (_, s) = check(None, Micros(0), &p, 6);
+        let (refunded, s2) = refund(s, Micros(0), &p, 4);
+        assert_eq!(refunded, 4);
+        assert_eq!(check(s2, Micros(0), &p, 0).0.remaining, 8);
+        let (refunded, s3) = refund(s2, Micros(0), &p, 9);
+        assert_eq!(refunded, 2);
+        assert_eq!(check(s3, Micros(0), &p, 0).0.remaining, 10);
+        assert_eq!(refund(None, Micros(0), &p, 4), (0, None));
     }
 
     fn retry_ms(d: &Decision) -> i64 {

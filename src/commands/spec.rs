@@ -9,8 +9,10 @@ use std::slice::Iter;
 
 use redis_module::{Context, RedisError, RedisString};
 use redis_rl_core::decision::expire_at;
-use redis_rl_core::sliding_window::{self, SlidingWindowParams, SlidingWindowState};
-use redis_rl_core::token_bucket::{self, TokenBucketParams, TokenBucketState};
+use redis_rl_core::fixed_window::{self, FixedWindowParams};
+use redis_rl_core::gcra::{self, GcraParams};
+use redis_rl_core::sliding_window::{self, SlidingWindowParams};
+use redis_rl_core::token_bucket::{self, TokenBucketParams};
 use redis_rl_core::{limits, Decision, Micros, Millis};
 
 use crate::args::{integer, shown, ArgError};
@@ -18,7 +20,7 @@ use crate::encoding::{Encoded, Stored};
 use crate::store;
 
 /// The algorithm names a spec may start with, as listed in error texts.
-pub const ALGORITHMS: &str = "TOKENBUCKET or SLIDING";
+pub const ALGORITHMS: &str = "TOKENBUCKET, SLIDING, FIXED or GCRA";
 
 /// One limiter's algorithm and parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +29,10 @@ pub enum Spec {
     TokenBucket(TokenBucketParams),
     /// `SLIDING limit window_ms`
     SlidingWindow(SlidingWindowParams),
+    /// `FIXED limit window_ms`
+    FixedWindow(FixedWindowParams),
+    /// `GCRA limit period_ms [BURST b]`
+    Gcra(GcraParams),
 }
 
 /// Why a spec could not be parsed.
@@ -94,6 +100,28 @@ impl Spec {
             Ok(Spec::SlidingWindow(SlidingWindowParams::new(
                 limit, window_ms,
             )?))
+        } else if name_bytes.eq_ignore_ascii_case(b"FIXED") {
+            let limit = param(limits::count("limit"))?;
+            let window_ms = param(limits::duration_ms("window_ms"))?;
+            Ok(Spec::FixedWindow(FixedWindowParams::new(limit, window_ms)?))
+        } else if name_bytes.eq_ignore_ascii_case(b"GCRA") {
+            let limit = param(limits::count("limit"))?;
+            let period_ms = param(limits::duration_ms("period_ms"))?;
+            let has_burst = args
+                .as_slice()
+                .first()
+                .is_some_and(|a| a.as_slice().eq_ignore_ascii_case(b"BURST"));
+            let burst = if has_burst {
+                args.next();
+                let range = limits::count("burst");
+                let value = args
+                    .next()
+                    .ok_or(SpecError::Arg(ArgError::MissingValue("BURST", range)))?;
+                Some(integer(value, range)?)
+            } else {
+                None
+            };
+            Ok(Spec::Gcra(GcraParams::new(limit, period_ms, burst)?))
         } else {
             Err(SpecError::UnknownAlgorithm(shown(name_bytes)))
         }
@@ -108,14 +136,10 @@ impl Spec {
         cost: u64,
     ) -> Result<Evaluated, RedisError> {
         match self {
-            Spec::TokenBucket(p) => {
-                let stored = store::read::<TokenBucketState>(ctx, key)?;
-                Ok(evaluated(token_bucket::check(stored, now, p, cost), now))
-            }
-            Spec::SlidingWindow(p) => {
-                let stored = store::read::<SlidingWindowState>(ctx, key)?;
-                Ok(evaluated(sliding_window::check(stored, now, p, cost), now))
-            }
+            Spec::TokenBucket(p) => decide(ctx, key, now, p, cost, token_bucket::check),
+            Spec::SlidingWindow(p) => decide(ctx, key, now, p, cost, sliding_window::check),
+            Spec::FixedWindow(p) => decide(ctx, key, now, p, cost, fixed_window::check),
+            Spec::Gcra(p) => decide(ctx, key, now, p, cost, gcra::check),
         }
     }
 
@@ -129,24 +153,69 @@ impl Spec {
         amount: u64,
     ) -> Result<(u64, Evaluated), RedisError> {
         match self {
-            Spec::TokenBucket(p) => {
-                let stored = store::read::<TokenBucketState>(ctx, key)?;
-                let (refunded, state) = token_bucket::refund(stored, now, p, amount);
-                let (view, _) = token_bucket::check(state.or(stored), now, p, 0);
-                Ok((refunded, with_write(view, state, now)))
-            }
-            Spec::SlidingWindow(p) => {
-                let stored = store::read::<SlidingWindowState>(ctx, key)?;
-                let (refunded, state) = sliding_window::refund(stored, now, p, amount);
-                let (view, _) = sliding_window::check(state.or(stored), now, p, 0);
-                Ok((refunded, with_write(view, state, now)))
-            }
+            Spec::TokenBucket(p) => give_back(
+                ctx,
+                key,
+                now,
+                p,
+                amount,
+                token_bucket::refund,
+                token_bucket::check,
+            ),
+            Spec::SlidingWindow(p) => give_back(
+                ctx,
+                key,
+                now,
+                p,
+                amount,
+                sliding_window::refund,
+                sliding_window::check,
+            ),
+            Spec::FixedWindow(p) => give_back(
+                ctx,
+                key,
+                now,
+                p,
+                amount,
+                fixed_window::refund,
+                fixed_window::check,
+            ),
+            Spec::Gcra(p) => give_back(ctx, key, now, p, amount, gcra::refund, gcra::check),
         }
     }
 }
 
-fn evaluated<S: Stored>((decision, state): (Decision, Option<S>), now: Micros) -> Evaluated {
-    with_write(decision, state, now)
+/// A core `check` function: `(state, now, params, cost) -> (decision, state to write)`.
+type Check<S, P> = fn(Option<S>, Micros, &P, u64) -> (Decision, Option<S>);
+/// A core `refund` function: `(state, now, params, amount) -> (given back, state to write)`.
+type Refund<S, P> = fn(Option<S>, Micros, &P, u64) -> (u64, Option<S>);
+
+fn decide<S: Stored, P>(
+    ctx: &Context,
+    key: &RedisString,
+    now: Micros,
+    params: &P,
+    cost: u64,
+    check: Check<S, P>,
+) -> Result<Evaluated, RedisError> {
+    let stored = store::read::<S>(ctx, key)?;
+    let (decision, state) = check(stored, now, params, cost);
+    Ok(with_write(decision, state, now))
+}
+
+fn give_back<S: Stored + Clone, P>(
+    ctx: &Context,
+    key: &RedisString,
+    now: Micros,
+    params: &P,
+    amount: u64,
+    refund: Refund<S, P>,
+    check: Check<S, P>,
+) -> Result<(u64, Evaluated), RedisError> {
+    let stored = store::read::<S>(ctx, key)?;
+    let (refunded, state) = refund(stored.clone(), now, params, amount);
+    let (view, _) = check(state.clone().or(stored), now, params, 0);
+    Ok((refunded, with_write(view, state, now)))
 }
 
 fn with_write<S: Stored>(decision: Decision, state: Option<S>, now: Micros) -> Evaluated {
