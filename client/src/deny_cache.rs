@@ -13,7 +13,7 @@ use crate::decision::{Decision, Source, Verdict};
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     until: Instant,
-    /// The cost that was denied: a smaller cost may fit earlier, so it is not answered here.
+    /// The cost that was denied.
     cost: u64,
     limit: u64,
     reset_at: Instant,
@@ -48,7 +48,8 @@ impl DenyCache {
             entries.pop(key);
             return None;
         }
-        if cost < entry.cost {
+        // A smaller cost may fit earlier; a cost over the limit gets Redis's "never".
+        if cost < entry.cost || cost > entry.limit {
             return None;
         }
         Some(Decision {
