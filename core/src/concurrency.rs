@@ -108,16 +108,14 @@ impl ConcurrencyState {
         u64::try_from(held).unwrap_or(u64::MAX)
     }
 
-    /// Time from `now` until the last lease expires (0 when none is held): the key can
-    /// expire then.
-    pub fn idle_after(&self, now: Micros) -> Millis {
+    /// When the last lease expires (the epoch when none is held): the limiter is idle from
+    /// then on, so its key can expire then.
+    pub fn idle_at(&self) -> Micros {
         self.leases
             .iter()
             .map(|l| l.expires_at)
             .max()
-            .map_or(Millis(0), |last| {
-                Micros(last.0.saturating_sub(now.0)).ceil_millis()
-            })
+            .unwrap_or_default()
     }
 }
 
@@ -270,7 +268,7 @@ mod tests {
         let (d, s) = acquire(s, ms(1_100), &p, b"c");
         assert_eq!((d.is_allowed(), d.remaining), (true, 0));
         let s = s.unwrap();
-        assert_eq!(s.idle_after(ms(1_100)), Millis(1_000));
+        assert_eq!(s.idle_at(), ms(2_100));
         assert_eq!(
             s.leases.iter().map(|l| l.id.as_slice()).collect::<Vec<_>>(),
             vec![&b"a"[..], &b"c"[..]]

@@ -2,8 +2,7 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use redis_rl_core::concurrency::{self, acquire, release, ConcurrencyParams, ConcurrencyState};
-use redis_rl_core::decision::expire_at;
-use redis_rl_core::{limits, Micros};
+use redis_rl_core::limits;
 
 use crate::args::{integer, ArgError};
 use crate::encoding::Stored;
@@ -43,7 +42,7 @@ fn run_acquire(
     let (decision, new_state) = acquire(stored, now, params, id);
     crate::stats::record_decision(decision.is_allowed());
     if let Some(state) = new_state {
-        write(ctx, key, &state, now)?;
+        write(ctx, key, &state)?;
     }
     Ok(reply::decision(&decision))
 }
@@ -55,20 +54,18 @@ fn run_release(ctx: &Context, key: &RedisString, id: &[u8]) -> RedisResult {
     let now = clock::now();
     match release(stored, now, id) {
         concurrency::Release::NotHeld => return Ok(RedisValue::Integer(0)),
-        concurrency::Release::Released(Some(state)) => write(ctx, key, &state, now)?,
+        concurrency::Release::Released(Some(state)) => write(ctx, key, &state)?,
         concurrency::Release::Released(None) => store::delete(ctx, key)?,
     }
     Ok(RedisValue::Integer(1))
 }
 
-/// Stores the leases, the key expiring once the last of them has.
-fn write(
-    ctx: &Context,
-    key: &RedisString,
-    state: &ConcurrencyState,
-    now: Micros,
-) -> Result<(), RedisError> {
-    let expiry = expire_at(now, state.idle_after(now), crate::config::ttl_slack());
+/// Stores the leases, the key expiring once the last of them has (plus the TTL slack).
+fn write(ctx: &Context, key: &RedisString, state: &ConcurrencyState) -> Result<(), RedisError> {
+    let expiry = state
+        .idle_at()
+        .ceil_millis()
+        .saturating_add(crate::config::ttl_slack());
     store::write(ctx, key, state.encode().as_bytes(), expiry)
 }
 

@@ -14,6 +14,8 @@ impl Stored for ConcurrencyState {
     const VARIABLE_LEN: bool = true;
 
     fn encode_body(&self, out: &mut Writer<'_>) {
+        let ids: usize = self.leases.iter().map(|l| l.id.len()).sum();
+        out.reserve(ids + 8 * self.leases.len());
         let mut previous = 0;
         for lease in &self.leases {
             out.varint(lease.expires_at.0.saturating_sub(previous));
@@ -25,7 +27,9 @@ impl Stored for ConcurrencyState {
 
     fn decode_body(body: &mut Reader<'_>) -> Option<Self> {
         let mut expires_at = 0u64;
-        let mut leases = Vec::new();
+        // A lease takes at least 3 bytes.
+        let most = usize::try_from(MAX_LIMIT).unwrap_or(0);
+        let mut leases = Vec::with_capacity((body.remaining() / 3).min(most));
         while !body.is_empty() {
             if u64::try_from(leases.len()).ok()? >= MAX_LIMIT {
                 return None;

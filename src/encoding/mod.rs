@@ -305,6 +305,15 @@ impl Writer<'_> {
         out.spill.extend_from_slice(bytes);
     }
 
+    /// Makes room for `additional` more bytes at once (a variable-length value that will
+    /// outgrow the stack buffer: one allocation instead of repeated growth).
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        let out = &mut *self.out;
+        if out.spill.is_empty() && out.len + additional > MAX_LEN {
+            out.spill.reserve(out.len + additional);
+        }
+    }
+
     /// An unsigned LEB128 varint: 7 bits per byte, low bits first (1 byte below 128).
     pub(crate) fn varint(&mut self, mut v: u64) {
         let mut buf = [0u8; 10];
@@ -372,6 +381,11 @@ impl Reader<'_> {
     /// True when every byte has been read.
     pub(crate) fn is_empty(&self) -> bool {
         self.bytes.is_empty()
+    }
+
+    /// How many bytes are left to read.
+    pub(crate) fn remaining(&self) -> usize {
+        self.bytes.len()
     }
 }
 

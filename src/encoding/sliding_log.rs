@@ -17,6 +17,8 @@ impl Stored for SlidingLogState {
     const VARIABLE_LEN: bool = true;
 
     fn encode_body(&self, out: &mut Writer<'_>) {
+        // 3 bytes an entry covers gaps up to 1 s; more grows the buffer once or twice.
+        out.reserve(16 + 3 * self.entries.len());
         out.varint(self.window_ms);
         let mut previous = 0;
         for e in &self.entries {
@@ -34,7 +36,8 @@ impl Stored for SlidingLogState {
     fn decode_body(body: &mut Reader<'_>) -> Option<Self> {
         let window_ms = duration_ms_in_range(body.varint()?)?;
         let mut at = 0u64;
-        let mut entries = Vec::new();
+        // About 2 bytes an entry under steady traffic: one allocation, rarely two.
+        let mut entries = Vec::with_capacity(body.remaining() / 2);
         let mut total = 0u64;
         while !body.is_empty() {
             let word = body.varint()?;
