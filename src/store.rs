@@ -95,7 +95,6 @@ pub fn write(
     // Redis keeps expiries as signed milliseconds: clamp once, and replicate the same
     // number we set, or replicas and AOF would refuse a PXAT beyond i64::MAX.
     let expire_at_ms = i64::try_from(expire_at.0).unwrap_or(i64::MAX);
-    let expire_at = Millis(expire_at_ms.unsigned_abs());
     let open = OpenKey(raw::open_key(ctx.get_raw(), key.inner, raw::KeyMode::WRITE));
     let mut len = 0;
     let mut dma = raw::string_dma(open.0, &mut len, raw::KeyMode::WRITE);
@@ -122,44 +121,33 @@ pub fn write(
     unsafe { set_abs_expire(open.0, expire_at_ms) };
     drop(open);
 
-    let mut digits = [0u8; 20];
-    ctx.replicate(
-        "SET",
-        &[
-            key.as_slice(),
-            value,
-            b"PXAT",
-            decimal(expire_at.0, &mut digits),
-        ],
-    );
+    replicate_set(ctx, key, value, expire_at_ms);
     Ok(())
 }
 
-/// Formats `v` in decimal into `buf` without allocating.
-fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut start = buf.len();
-    loop {
-        start -= 1;
-        if let Some(d) = buf.get_mut(start) {
-            *d = b'0' + u8::try_from(v % 10).unwrap_or(0);
-        }
-        v /= 10;
-        if v == 0 || start == 0 {
-            break;
-        }
-    }
-    buf.get(start..).unwrap_or(&[])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::decimal;
-
-    #[test]
-    fn formats_decimals() {
-        let mut b = [0u8; 20];
-        assert_eq!(decimal(0, &mut b), b"0");
-        assert_eq!(decimal(1_700_000_000_123, &mut b), b"1700000000123");
-        assert_eq!(decimal(u64::MAX, &mut b), b"18446744073709551615");
+/// Propagates `SET key value PXAT expire_at_ms` to replicas and the AOF.
+///
+/// Called through the raw API with a format string so that Redis builds the arguments from
+/// our buffers directly: the crate's `Context::replicate` would first copy every argument
+/// into a new module string and free it again (measured with callgrind: about 2,000
+/// instructions per call, a sixth of RL.TOKENBUCKET).
+fn replicate_set(ctx: &Context, key: &RedisString, value: &[u8], expire_at_ms: i64) {
+    // SAFETY: the API table is filled at module load, before any command runs.
+    let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
+        return;
+    };
+    // SAFETY: "sbcl" takes a module string, a buffer and its length, a C string and a long
+    // long, matching the arguments; all of them outlive the call, and Redis copies them.
+    unsafe {
+        replicate(
+            ctx.get_raw(),
+            c"SET".as_ptr(),
+            c"sbcl".as_ptr(),
+            key.inner,
+            value.as_ptr().cast::<std::os::raw::c_char>(),
+            value.len(),
+            c"PXAT".as_ptr(),
+            std::os::raw::c_longlong::from(expire_at_ms),
+        );
     }
 }
