@@ -41,10 +41,10 @@ test-valkey:
 	@echo "== integration tests on $$($(VALKEY_SERVER) --version)"
 	RL_SERVER=$(VALKEY_SERVER) $(CARGO) test -p redis-rl --test '*'
 
-# The client crate's integration tests (real server, killed/frozen/restarted on loopback).
+# The client's and rl-gateway's integration tests (real server, killed/frozen/restarted on loopback).
 test-client:
-	@echo "== client integration tests on $$(redis-server --version)"
-	env -u RL_SERVER $(CARGO) test -p redis-rl-client --test '*'
+	@echo "== client and gateway integration tests on $$(redis-server --version)"
+	env -u RL_SERVER $(CARGO) test -p redis-rl-client -p rl-gateway --test '*'
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -1,6 +1,7 @@
 //! Integration harness for the client: a real `redis-server` (or `$RL_SERVER`) with the
 //! module, on a loopback port it keeps across restarts, so a limiter can watch it die and
-//! come back. Modelled on the module's own harness (`tests/common/mod.rs` at the root).
+//! come back. Modelled on the module's own harness (`tests/common/mod.rs` at the root);
+//! the gateway's tests include this file too (`#[path]`).
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 

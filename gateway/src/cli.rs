@@ -1,0 +1,114 @@
+//! Command-line flags (each also readable from an `RL_GATEWAY_*` environment variable).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use ipnet::IpNet;
+
+/// What to do when Redis is unavailable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Allow every request (availability first; over-admission during the outage).
+    Open,
+    /// Refuse every request with 503 (protection first; the outage becomes an API outage).
+    Closed,
+    /// Decide in process with the same algorithms, limits divided by --instances.
+    Local,
+}
+
+/// rl-gateway: an API gateway that rate-limits with the redis-rl module.
+///
+/// Without --config it enforces the design's limits: tiers free 100/min (unknown keys),
+/// pro 1000/min, enterprise 10000/min per API key (X-API-Key; tier from the Redis hash
+/// rl:tiers, e.g. `HSET rl:tiers KEY pro`); 100/min per client IP; 100/min per API key and
+/// endpoint; 100000/min globally; local fallback behind a circuit breaker when Redis fails.
+/// GET /healthz and GET /metrics are built in and never limited.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "rl-gateway", version, about, long_about)]
+pub struct Args {
+    /// Address to listen on.
+    #[arg(long, env = "RL_GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Redis URL (with --cluster: a comma-separated list of seed node URLs).
+    #[arg(
+        long,
+        env = "RL_GATEWAY_REDIS",
+        default_value = "redis://127.0.0.1:6379/"
+    )]
+    pub redis: String,
+
+    /// Talk to a Redis Cluster (keys are routed by hash slot; RL.ALL per slot).
+    #[arg(long, env = "RL_GATEWAY_CLUSTER")]
+    pub cluster: bool,
+
+    /// TOML file with tiers, dimension limits, trusted proxies and failure mode
+    /// (see the client crate's RateLimitConfig). Flags below override it.
+    #[arg(long, env = "RL_GATEWAY_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Forward allowed requests to this base URL (http only), instead of answering them
+    /// with a small demo JSON response.
+    #[arg(long, env = "RL_GATEWAY_UPSTREAM")]
+    pub upstream: Option<String>,
+
+    /// Timeout for an upstream response, in milliseconds.
+    #[arg(long, env = "RL_GATEWAY_UPSTREAM_TIMEOUT_MS", default_value_t = 30_000)]
+    pub upstream_timeout_ms: u64,
+
+    /// A proxy whose X-Forwarded-For is believed (CIDR; repeat for several).
+    #[arg(
+        long = "trusted-proxy",
+        env = "RL_GATEWAY_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Vec<IpNet>,
+
+    /// Failure mode when Redis is unavailable [default: from the config, else local].
+    #[arg(long, env = "RL_GATEWAY_FAILURE_MODE", value_enum)]
+    pub failure_mode: Option<Mode>,
+
+    /// Gateway instances sharing the limits: local fallback enforces limit / instances
+    /// [default: from the config, else 1].
+    #[arg(long, env = "RL_GATEWAY_INSTANCES")]
+    pub instances: Option<u32>,
+
+    /// Timeout of each Redis call, in milliseconds.
+    #[arg(long, env = "RL_GATEWAY_TIMEOUT_MS", default_value_t = 50)]
+    pub timeout_ms: u64,
+
+    /// Consecutive Redis failures that open the circuit breaker.
+    #[arg(long, env = "RL_GATEWAY_BREAKER_FAILURES", default_value_t = 5)]
+    pub breaker_failures: u32,
+
+    /// How long the open breaker skips Redis before one probe, in milliseconds.
+    #[arg(long, env = "RL_GATEWAY_BREAKER_OPEN_MS", default_value_t = 1_000)]
+    pub breaker_open_ms: u64,
+
+    /// Keys held by the hot-key deny cache (0 turns it off).
+    #[arg(long, env = "RL_GATEWAY_DENY_CACHE", default_value_t = 10_000)]
+    pub deny_cache: usize,
+
+    /// Redis hash mapping API keys to tier names.
+    #[arg(long, env = "RL_GATEWAY_TIER_HASH", default_value = "rl:tiers")]
+    pub tier_hash: String,
+
+    /// How long a key's tier is cached locally, in milliseconds.
+    #[arg(long, env = "RL_GATEWAY_TIER_CACHE_MS", default_value_t = 10_000)]
+    pub tier_cache_ms: u64,
+
+    /// Route patterns for the endpoint dimension (axum syntax, e.g. /users/{id}; repeat or
+    /// comma-separate). Other paths share the pattern /{*path}.
+    #[arg(
+        long = "route",
+        env = "RL_GATEWAY_ROUTES",
+        value_delimiter = ',',
+        default_value = "/api/items/{id},/api/search,/api/users/{id}"
+    )]
+    pub routes: Vec<String>,
+
+    /// Log level: error, warn, info, debug or trace.
+    #[arg(long, env = "RL_GATEWAY_LOG", default_value = "info")]
+    pub log: tracing::Level,
+}

@@ -1,0 +1,138 @@
+//! rl-gateway: an example API gateway on axum with the redis-rl rate-limit middleware.
+//! Run `rl-gateway --help` for the flags.
+
+mod app;
+mod cli;
+mod proxy;
+
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use redis_rl_client::middleware::{RateLimitConfig, RateLimitLayer};
+use redis_rl_client::tier::FailureModeName;
+use redis_rl_client::{BreakerConfig, Limiter, RedisHashTiers};
+
+use crate::cli::{Args, Mode};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_max_level(args.log)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .init();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("rl-gateway: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The middleware configuration: the file (or the defaults), then the flags.
+fn config(args: &Args) -> Result<RateLimitConfig, String> {
+    let mut config = match &args.config {
+        Some(path) => RateLimitConfig::load(path).map_err(|e| e.to_string())?,
+        None => RateLimitConfig::default(),
+    };
+    config
+        .trusted_proxies
+        .extend(args.trusted_proxies.iter().copied());
+    if let Some(mode) = args.failure_mode {
+        config.failure_mode = match mode {
+            Mode::Open => FailureModeName::Open,
+            Mode::Closed => FailureModeName::Closed,
+            Mode::Local => FailureModeName::Local,
+        };
+    }
+    if let Some(n) = args.instances {
+        config.instances = NonZeroU32::new(n).ok_or("--instances must be at least 1")?;
+    }
+    config.validate().map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let config = config(&args)?;
+    let builder = Limiter::builder()
+        .timeout(Duration::from_millis(args.timeout_ms.max(1)))
+        .breaker(BreakerConfig {
+            failure_threshold: args.breaker_failures.max(1),
+            open_for: Duration::from_millis(args.breaker_open_ms),
+        })
+        .deny_cache(args.deny_cache);
+    let limiter = if args.cluster {
+        let nodes: Vec<String> = args.redis.split(',').map(str::to_string).collect();
+        builder.cluster(&nodes)
+    } else {
+        builder.standalone(&args.redis)
+    }
+    .map_err(|e| format!("--redis {}: {e}", args.redis))?;
+    let tiers = RedisHashTiers::new(
+        limiter.clone(),
+        args.tier_hash.clone(),
+        Duration::from_millis(args.tier_cache_ms),
+        NonZeroUsize::new(100_000).unwrap_or(NonZeroUsize::MIN),
+    );
+    let layer = RateLimitLayer::new(limiter.clone(), config.clone(), Arc::new(tiers))
+        .map_err(|e| e.to_string())?;
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| format!("metrics recorder: {e}"))?;
+    let upstream = match &args.upstream {
+        Some(url) => Some(proxy::Upstream::new(
+            url,
+            Duration::from_millis(args.upstream_timeout_ms),
+        )?),
+        None => None,
+    };
+    let router = app::router(&args.routes, layer, limiter, prometheus, upstream)?;
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("--listen {}: {e}", args.listen))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(
+        listen = %local,
+        redis = %args.redis,
+        failure_mode = ?config.failure_mode,
+        instances = config.instances.get(),
+        upstream = args.upstream.as_deref().unwrap_or("(demo responses)"),
+        "rl-gateway listening"
+    );
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown())
+    .await
+    .map_err(|e| e.to_string())
+}
+
+async fn shutdown() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down");
+}

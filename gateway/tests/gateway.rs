@@ -1,0 +1,259 @@
+//! The rl-gateway binary end to end: a real server, the gateway process on loopback, and
+//! HTTP requests through it.
+
+#[path = "../../client/tests/common/mod.rs"]
+mod common;
+
+use bytes::Bytes;
+use common::{eventually, free_port, Server};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use std::process::{Child, Command, Stdio};
+
+/// The gateway process, killed on drop.
+struct Gateway {
+    child: Child,
+    port: u16,
+}
+
+impl Gateway {
+    async fn start(args: &[&str]) -> Gateway {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_rl-gateway"))
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--log", "warn"])
+            .args(args)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start rl-gateway");
+        let gw = Gateway { child, port };
+        eventually("the gateway answers /healthz", async || {
+            gw.get("/healthz", &[]).await.is_some()
+        })
+        .await;
+        gw
+    }
+
+    /// GET `path` with `headers`: status, headers and body text (None if not listening).
+    async fn get(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Option<(u16, http::HeaderMap, String)> {
+        let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+        let mut req = http::Request::get(format!("http://127.0.0.1:{}{path}", self.port));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = client.request(req.body(Empty::new()).unwrap()).await.ok()?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp.into_body().collect().await.ok()?.to_bytes();
+        Some((status, headers, String::from_utf8_lossy(&body).into_owned()))
+    }
+
+    async fn health(&self) -> serde_json::Value {
+        let (_, _, body) = self.get("/healthz", &[]).await.expect("healthz");
+        serde_json::from_str(&body).unwrap()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn help_documents_every_flag() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rl-gateway"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for flag in [
+        "--listen",
+        "--redis",
+        "--cluster",
+        "--config",
+        "--upstream",
+        "--upstream-timeout-ms",
+        "--trusted-proxy",
+        "--failure-mode",
+        "--instances",
+        "--timeout-ms",
+        "--breaker-failures",
+        "--breaker-open-ms",
+        "--deny-cache",
+        "--tier-hash",
+        "--tier-cache-ms",
+        "--route",
+        "--log",
+        "RL_GATEWAY_REDIS",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
+    }
+}
+
+#[tokio::test]
+async fn limits_by_tier_and_endpoint_with_headers_health_and_metrics() {
+    let server = Server::start();
+    let _: () = redis::cmd("HSET")
+        .arg("rl:tiers")
+        .arg("pro-key")
+        .arg("pro")
+        .query(&mut server.client())
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("rl-gw-test-{}", server.port));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        "dimensions = [\"api_key\", \"endpoint\"]\n[endpoint]\nlimit = 3\n",
+    )
+    .unwrap();
+    let gw = Gateway::start(&[
+        "--redis",
+        &server.url(),
+        "--config",
+        config.to_str().unwrap(),
+    ])
+    .await;
+
+    let (status, h, body) = gw
+        .get(
+            "/api/items/1",
+            &[("x-api-key", "pro-key"), ("x-request-id", "t-1")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(h["x-request-id"], "t-1");
+    assert!(body.contains("\"route\":\"/api/items/{id}\""), "{body}");
+    assert!(body.contains("\"request_id\":\"t-1\""), "{body}");
+    // The endpoint (3) is more restrictive than the pro tier (1000).
+    assert_eq!(h["ratelimit-policy"], "\"endpoint\";q=3;w=60");
+    gw.get("/api/items/2", &[("x-api-key", "pro-key")])
+        .await
+        .unwrap();
+    gw.get("/api/items/3", &[("x-api-key", "pro-key")])
+        .await
+        .unwrap();
+    let (status, h, body) = gw
+        .get("/api/items/4", &[("x-api-key", "pro-key")])
+        .await
+        .unwrap();
+    assert_eq!(status, 429);
+    assert_eq!(h["content-type"], "application/problem+json");
+    assert!(h.contains_key("retry-after"));
+    assert!(body.contains("\"dimension\":\"endpoint\""), "{body}");
+    // Another route pattern: its own quota; the key's tier is pro.
+    let (status, h, _) = gw
+        .get("/api/search", &[("x-api-key", "pro-key")])
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(h["x-ratelimit-remaining"], "2");
+
+    let health = gw.health().await;
+    assert_eq!(health["redis"], "up");
+    assert_eq!(health["breaker"], "closed");
+    let (status, _, metrics) = gw.get("/metrics", &[]).await.unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("rl_requests_total{dimension=\"endpoint\",outcome=\"denied\"} 1"),
+        "{metrics}"
+    );
+    // The built-ins are never limited.
+    for _ in 0..5 {
+        assert_eq!(gw.get("/healthz", &[]).await.unwrap().0, 200);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn fail_open_serves_through_an_outage_and_the_breaker_recovers() {
+    let mut server = Server::start();
+    let gw = Gateway::start(&[
+        "--redis",
+        &server.url(),
+        "--failure-mode",
+        "open",
+        "--breaker-failures",
+        "2",
+        "--breaker-open-ms",
+        "100",
+    ])
+    .await;
+    assert_eq!(gw.get("/api/search", &[]).await.unwrap().0, 200);
+    server.kill();
+    for _ in 0..5 {
+        assert_eq!(
+            gw.get("/api/search", &[]).await.unwrap().0,
+            200,
+            "no 5xx while failing open"
+        );
+    }
+    let health = gw.health().await;
+    assert_eq!(health["redis"], "down");
+    assert_eq!(health["breaker"], "open");
+    assert!(health["stats"]["fail_open"].as_u64().unwrap() > 0);
+    server.restart();
+    eventually("the breaker closes", async || {
+        gw.get("/api/search", &[]).await;
+        gw.health().await["breaker"] == "closed"
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn forwards_allowed_requests_to_the_upstream() {
+    let server = Server::start();
+    // A tiny upstream that echoes what it saw.
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream_port = upstream.local_addr().unwrap().port();
+    let app = axum::Router::new().route(
+        "/base/{*rest}",
+        axum::routing::get(|headers: http::HeaderMap, uri: http::Uri| async move {
+            format!(
+                "uri={} id={} xff={}",
+                uri,
+                headers
+                    .get("x-request-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or(""),
+                headers
+                    .get("x-forwarded-for")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+            )
+        }),
+    );
+    tokio::spawn(async move { axum::serve(upstream, app).await.unwrap() });
+    let gw = Gateway::start(&[
+        "--redis",
+        &server.url(),
+        "--upstream",
+        &format!("http://127.0.0.1:{upstream_port}/base"),
+    ])
+    .await;
+    let (status, h, body) = gw
+        .get("/api/items/9?x=1", &[("x-request-id", "up-1")])
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, "uri=/base/api/items/9?x=1 id=up-1 xff=127.0.0.1");
+    assert_eq!(h["x-ratelimit-limit"], "100");
+
+    drop(gw);
+    let dead = Gateway::start(&[
+        "--redis",
+        &server.url(),
+        "--upstream",
+        &format!("http://127.0.0.1:{}", free_port()),
+    ])
+    .await;
+    let (status, _, body) = dead.get("/x", &[]).await.unwrap();
+    assert_eq!(status, 502, "{body}");
+}
