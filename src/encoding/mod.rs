@@ -316,6 +316,16 @@ impl Writer<'_> {
 
     /// An unsigned LEB128 varint: 7 bits per byte, low bits first (1 byte below 128).
     pub(crate) fn varint(&mut self, mut v: u64) {
+        let spill = &mut self.out.spill;
+        if !spill.is_empty() {
+            // A long value (a log, leases): byte by byte, no copy call per varint.
+            while v >= 0x80 {
+                spill.push(u8::try_from(v & 0x7f).unwrap_or(0) | 0x80);
+                v >>= 7;
+            }
+            spill.push(u8::try_from(v).unwrap_or(0));
+            return;
+        }
         let mut buf = [0u8; 10];
         let mut len = 0;
         for byte in buf.iter_mut() {
@@ -530,7 +540,15 @@ mod tests {
         for i in 0..100u64 {
             w.u64(i);
         }
-        let bytes = out.as_bytes();
+        let values = [0, 127, 128, 16_384, u64::MAX];
+        for v in values {
+            w.varint(v);
+        }
+        let (fixed, varints) = out.as_bytes().split_at(800);
+        let mut r = Reader { bytes: varints };
+        assert_eq!(values.map(|_| r.varint().unwrap()), values);
+        assert!(r.is_empty());
+        let bytes = fixed;
         assert_eq!(bytes.len(), 800);
         assert!(bytes
             .chunks(8)
