@@ -1,7 +1,8 @@
 //! redis-rl: rate limiting inside Redis.
 //!
-//! This file only declares the module. Commands live in `commands/`, the decisions in the
-//! `redis-rl-core` crate, the stored bytes in `encoding`, time in `clock`.
+//! This file only declares the module and its configs. Commands live in `commands/` (with
+//! the table that registers them), the decisions in the `redis-rl-core` crate, the stored
+//! bytes in `encoding`, time in `clock`.
 
 // No panics on the FFI path; tests may unwrap and index.
 #![cfg_attr(
@@ -19,9 +20,6 @@ mod reply;
 mod stats;
 mod store;
 
-use commands::{rl_all, rl_refund, rl_sliding, rl_tokenbucket};
-use commands::{rl_concurrency, rl_log};
-use commands::{rl_fixed, rl_gcra, rl_reset, rl_state, rl_throttle};
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{raw, redis_module, Context, RedisString, Status};
 
@@ -37,20 +35,7 @@ redis_module! {
     allocator: (Allocator, Allocator {}),
     data_types: [],
     init: init,
-    commands: [
-        ["RL.TOKENBUCKET", rl_tokenbucket, "write deny-oom fast", 1, 1, 1, ""],
-        ["RL.SLIDING", rl_sliding, "write deny-oom fast", 1, 1, 1, ""],
-        ["RL.FIXED", rl_fixed, "write deny-oom fast", 1, 1, 1, ""],
-        ["RL.GCRA", rl_gcra, "write deny-oom fast", 1, 1, 1, ""],
-        ["RL.THROTTLE", rl_throttle, "write deny-oom fast", 1, 1, 1, ""],
-        ["RL.RESET", rl_reset, "write fast", 1, 1, 1, ""],
-        ["RL.STATE", rl_state, "readonly fast", 1, 1, 1, ""],
-        ["RL.LOG", rl_log, "write deny-oom fast", 1, 1, 1, ""],
-        ["RL.CONCURRENCY", rl_concurrency, "write deny-oom fast", 1, 1, 1, ""],
-        // Movable keys: declared per call through the getkeys API.
-        ["RL.ALL", rl_all, "write deny-oom fast getkeys-api", 0, 0, 0, ""],
-        ["RL.REFUND", rl_refund, "write deny-oom fast", 1, 1, 1, ""],
-    ],
+    commands: [],
     configurations: [
         i64: [
             ["max-cost", &config::MAX_COST, config::MAX_COST_CEILING, 0, config::MAX_COST_CEILING, ConfigurationFlags::DEFAULT, None],
@@ -65,9 +50,20 @@ redis_module! {
     ]
 }
 
-/// Command metadata, ACL categories and the INFO section: each attached only where the
-/// server has the API, so the module loads on Redis 7.0 as on newer servers.
+/// Registers the commands (with our own C entry points, see `commands`), then attaches
+/// command metadata, ACL categories and the INFO section, each only where the server has
+/// the API, so the module loads on Redis 7.0 as on newer servers.
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    // Only real writes signal a key as modified (store.rs does it), not reads or denials.
+    // SAFETY: the API table is filled before init runs.
+    if let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions } {
+        let option = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as std::os::raw::c_int;
+        unsafe { set_options(ctx.get_raw(), option) };
+    }
+    if let Err(e) = commands::register(ctx) {
+        ctx.log_warning(&format!("redis-rl: {e}"));
+        return Status::Err;
+    }
     docs::describe_commands(ctx);
     docs::set_acl_categories(ctx);
     // SAFETY: the API table is filled before init runs; `stats::info` lives forever.

@@ -1,71 +1,72 @@
 //! The reply format, the one place where a decision becomes wire integers (and `-1`).
 
-use redis_module::{raw, Context, RedisValue};
+use redis_module::{raw, Context, RedisResult, RedisValue};
 use redis_rl_core::throttle::Throttled;
 use redis_rl_core::{Decision, Millis, Outcome};
 
 use crate::encoding::StateValue;
 
-fn int(v: u64) -> RedisValue {
-    RedisValue::Integer(i64::try_from(v).unwrap_or(i64::MAX))
+/// An integer field: counts and durations above `i64::MAX` (only possible at the extreme
+/// documented bounds) are reported as `i64::MAX`.
+fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
+
+/// The reply of every single-key limiting command, before it is sent.
+pub type Fields = [i64; 5];
 
 /// `[allowed (1|0), limit, remaining, retry_after_ms, reset_after_ms]`.
 ///
 /// `retry_after_ms` is 0 when allowed and -1 when the call can never succeed.
-pub fn decision(d: &Decision) -> RedisValue {
+pub fn decision(d: &Decision) -> Fields {
     let (allowed, retry_after) = match d.outcome {
-        Outcome::Allowed => (int(1), int(0)),
-        Outcome::Denied { retry_after } => (int(0), int(retry_after.0)),
-        Outcome::Never => (int(0), RedisValue::Integer(-1)),
+        Outcome::Allowed => (1, 0),
+        Outcome::Denied { retry_after } => (0, int(retry_after.0)),
+        Outcome::Never => (0, -1),
     };
-    RedisValue::Array(vec![
+    [
         allowed,
         int(d.limit),
         int(d.remaining),
         retry_after,
         int(d.reset_after.0),
-    ])
+    ]
 }
 
 /// One dimension of an RL.ALL reply: `[limit, remaining, retry_after_ms, reset_after_ms]`.
 pub fn dimension(d: &Decision) -> RedisValue {
-    let retry_after = match d.outcome {
-        Outcome::Allowed => 0,
-        Outcome::Denied { retry_after } => i64::try_from(retry_after.0).unwrap_or(i64::MAX),
-        Outcome::Never => -1,
-    };
-    RedisValue::Array(vec![
-        int(d.limit),
-        int(d.remaining),
-        RedisValue::Integer(retry_after),
-        int(d.reset_after.0),
-    ])
+    let [_, rest @ ..] = decision(d);
+    RedisValue::Array(rest.into_iter().map(RedisValue::Integer).collect())
 }
 
 /// RL.REFUND: `[refunded, limit, remaining, 0, reset_after_ms]`, the state after the refund.
-pub fn refund(refunded: u64, after: &Decision) -> RedisValue {
-    RedisValue::Array(vec![
-        int(refunded),
-        int(after.limit),
-        int(after.remaining),
-        int(0),
-        int(after.reset_after.0),
-    ])
+pub fn refund(refunded: u64, after: &Decision) -> Fields {
+    let [_, limit, remaining, _, reset_after] = decision(after);
+    [int(refunded), limit, remaining, 0, reset_after]
 }
 
 /// RL.THROTTLE, redis-cell's reply:
 /// `[limited (0|1), max_burst + 1, remaining, retry_after_s, reset_after_s]`, where
 /// `retry_after_s` is -1 when allowed and when the quantity can never pass.
-pub fn throttle(d: &Decision) -> RedisValue {
+pub fn throttle(d: &Decision) -> Fields {
     let t = Throttled::from(d);
-    RedisValue::Array(vec![
-        int(u64::from(t.limited)),
+    [
+        i64::from(t.limited),
         int(t.limit),
         int(t.remaining),
-        t.retry_after_s.map_or(RedisValue::Integer(-1), int),
+        t.retry_after_s.map_or(-1, int),
         int(t.reset_after_s),
-    ])
+    ]
+}
+
+/// Sends an array of integers straight to the client (no intermediate `RedisValue`, which
+/// would allocate on every call) and returns `NoReply` for the dispatcher.
+pub fn send(ctx: &Context, fields: &[i64]) -> RedisResult {
+    raw::reply_with_array(ctx.get_raw(), fields.len().try_into().unwrap_or(0));
+    for &field in fields {
+        raw::reply_with_long_long(ctx.get_raw(), field);
+    }
+    Ok(RedisValue::NoReply)
 }
 
 /// RL.STATE: `algorithm`, the algorithm's own fields, then `ttl_ms` (-1: no expiry), in

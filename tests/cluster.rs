@@ -163,10 +163,15 @@ fn a_migrated_limiter_keeps_its_state() {
         );
     }
 
-    assert_eq!(
-        frozen(&mut tgt, key),
-        before,
-        "same bytes and absolute expiry"
+    let after = frozen(&mut tgt, key);
+    assert_eq!(after.0, before.0, "same bytes");
+    // MIGRATE carries the TTL relative to the moment it runs: the target's absolute expiry
+    // may differ by the few milliseconds the transfer took.
+    assert!(
+        (after.1 - before.1).abs() <= 50,
+        "expiry {} vs {}",
+        after.1,
+        before.1
     );
     let after = ints(
         &mut tgt,

@@ -44,7 +44,7 @@ fn run_acquire(
     if let Some(state) = new_state {
         write(ctx, key, &state)?;
     }
-    Ok(reply::decision(&decision))
+    reply::send(ctx, &reply::decision(&decision))
 }
 
 /// Replies 1 if `id` held a lease (now released), else 0. The last lease released deletes

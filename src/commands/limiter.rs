@@ -1,12 +1,13 @@
 //! The flow shared by every single-key limiting command.
 
-use redis_module::{Context, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisResult, RedisString};
 use redis_rl_core::decision::expire_at;
 use redis_rl_core::{Decision, Micros};
 
 use crate::args::Options;
 use crate::encoding::Stored;
-use crate::{clock, config, reply, stats, store};
+use crate::store::LimiterKey;
+use crate::{clock, config, reply, stats};
 
 /// Reads `key`, lets `check` decide at the server's current time, stores the new state
 /// (unless PEEK, a denial or a no-op) and replies.
@@ -25,9 +26,10 @@ pub fn decide_replying<S: Stored>(
     key: &RedisString,
     options: Options,
     check: impl FnOnce(Option<S>, Micros, u64) -> (Decision, Option<S>),
-    reply: fn(&Decision) -> RedisValue,
+    reply: fn(&Decision) -> reply::Fields,
 ) -> RedisResult {
-    let stored = store::read::<S>(ctx, key)?;
+    let key = LimiterKey::open(ctx, key);
+    let stored = key.read::<S>()?;
     let now = clock::now();
     let (decision, new_state) = check(stored, now, options.cost);
     if !options.peek {
@@ -35,7 +37,7 @@ pub fn decide_replying<S: Stored>(
     }
     if let (false, Some(state)) = (options.peek, new_state) {
         let expiry = expire_at(now, decision.reset_after, config::ttl_slack());
-        store::write(ctx, key, state.encode().as_bytes(), expiry)?;
+        key.write(state.encode().as_bytes(), expiry)?;
     }
-    Ok(reply(&decision))
+    reply::send(ctx, &reply(&decision))
 }

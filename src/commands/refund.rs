@@ -25,7 +25,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if let Some((value, expiry)) = &after.write {
         store::write(ctx, key, value.as_bytes(), *expiry)?;
     }
-    Ok(reply::refund(refunded, &after.decision))
+    reply::send(ctx, &reply::refund(refunded, &after.decision))
 }
 
 /// The mandatory `COST n` after the spec, and nothing else.
