@@ -137,7 +137,9 @@ async fn a_killed_redis_uses_the_failure_modes_and_the_breaker_recovers() {
     let second = l.check("k", &local).await;
     assert_eq!(first.source, Source::Local);
     assert!(first.allows() && !second.allows());
-    assert_eq!(l.breaker_state(), BreakerState::Open);
+    // Open (or half-open already on a slow machine), and it did open.
+    assert_ne!(l.breaker_state(), BreakerState::Closed);
+    assert!(l.stats().breaker.opened >= 1);
     assert!(l.stats().breaker.opened >= 1);
 
     server.restart();
@@ -155,7 +157,7 @@ async fn a_killed_redis_uses_the_failure_modes_and_the_breaker_recovers() {
 async fn a_frozen_redis_is_cut_off_by_the_timeout_and_the_breaker() {
     let server = Server::start();
     let l = builder()
-        .timeout(Duration::from_millis(50))
+        .timeout(Duration::from_millis(200))
         .standalone(&server.url())
         .unwrap();
     let p = Policy::sliding(100, 60_000)
@@ -166,7 +168,9 @@ async fn a_frozen_redis_is_cut_off_by_the_timeout_and_the_breaker() {
     for _ in 0..3 {
         assert_eq!(l.check("k", &p).await.source, Source::FailOpen);
     }
-    assert_eq!(l.breaker_state(), BreakerState::Open);
+    // Open (or half-open already on a slow machine), and it did open.
+    assert_ne!(l.breaker_state(), BreakerState::Closed);
+    assert!(l.stats().breaker.opened >= 1);
     server.thaw();
     eventually("back on Redis after SIGCONT", async || {
         l.check("k", &p).await.source == Source::Redis

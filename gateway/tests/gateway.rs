@@ -197,7 +197,9 @@ async fn fail_open_serves_through_an_outage_and_the_breaker_recovers() {
     }
     let health = gw.health().await;
     assert_eq!(health["redis"], "down");
-    assert_eq!(health["breaker"], "open");
+    // Open, or already half-open if the machine is slow: not closed, and it did open.
+    assert_ne!(health["breaker"], "closed");
+    assert!(health["stats"]["breaker_opened"].as_u64().unwrap() >= 1);
     assert!(health["stats"]["fail_open"].as_u64().unwrap() > 0);
     server.restart();
     eventually("the breaker closes", async || {
