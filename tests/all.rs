@@ -201,11 +201,11 @@ fn bad_input_is_refused_with_a_clear_error_and_changes_nothing() {
         ),
         (
             "RL.ALL 2 a b TOKENBUCKET 10 10 60000",
-            "ERR spec 2: missing, expected TOKENBUCKET, SLIDING, FIXED or GCRA and its parameters",
+            "ERR spec 2: missing, expected TOKENBUCKET, SLIDING, FIXED, GCRA or LOG and its parameters",
         ),
         (
             "RL.ALL 2 a b TOKENBUCKET 10 10 60000 FOO 1 2",
-            "ERR spec 2: unknown algorithm 'FOO', expected TOKENBUCKET, SLIDING, FIXED or GCRA",
+            "ERR spec 2: unknown algorithm 'FOO', expected TOKENBUCKET, SLIDING, FIXED, GCRA or LOG",
         ),
         (
             "RL.ALL 2 a b TOKENBUCKET 10 10 60000 SLIDING 10",
@@ -261,7 +261,7 @@ fn bad_input_is_refused_with_a_clear_error_and_changes_nothing() {
         ),
         (
             "RL.REFUND a NOPE 10 10 60000 COST 1",
-            "ERR spec: unknown algorithm 'NOPE', expected TOKENBUCKET, SLIDING, FIXED or GCRA",
+            "ERR spec: unknown algorithm 'NOPE', expected TOKENBUCKET, SLIDING, FIXED, GCRA or LOG",
         ),
         (
             "RL.REFUND b TOKENBUCKET 10 10 60000 COST 1",
@@ -396,4 +396,28 @@ fn fixed_and_gcra_dimensions_take_part_and_refund() {
         error(&mut c, &["RL.ALL", "1", "x", "GCRA", "10", "1000", "BURST"]),
         "ERR spec 1: option BURST needs a value: burst must be an integer between 1 and 1000000000000000"
     );
+}
+
+#[test]
+fn log_dimensions_take_part_and_refund() {
+    let server = Server::start();
+    let mut c = server.client();
+    let args: Vec<String> = "RL.ALL 2 {l}log {l}tb LOG 3 3600000 TOKENBUCKET 10 1 3600000"
+        .split(' ')
+        .map(str::to_string)
+        .collect();
+    for _ in 0..3 {
+        assert_eq!(all(&mut c, &args).0, 1);
+    }
+    let before = frozen(&mut c, "{l}tb");
+    let (allowed, denied, dims) = all(&mut c, &args);
+    assert_eq!((allowed, denied), (0, 1));
+    assert!(dims[0][2] > 0);
+    assert_eq!(frozen(&mut c, "{l}tb"), before, "the bucket gave nothing");
+    let r = ints(
+        &mut c,
+        &["RL.REFUND", "{l}log", "LOG", "3", "3600000", "COST", "2"],
+    );
+    assert_eq!(&r[..3], &[2, 3, 2]);
+    assert_eq!(all(&mut c, &args).0, 1);
 }

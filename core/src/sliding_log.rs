@@ -191,6 +191,40 @@ pub fn check(
     )
 }
 
+/// Gives back up to `amount` units taken earlier (RL.REFUND) by dropping the newest entries
+/// still in the window (a refund undoes the most recent admissions). Returns the units
+/// given back and the state to store, if any.
+pub fn refund(
+    state: Option<SlidingLogState>,
+    now: Micros,
+    params: &SlidingLogParams,
+    amount: u64,
+) -> (u64, Option<SlidingLogState>) {
+    let Some(mut state) = state else {
+        return (0, None);
+    };
+    let window = params.window_us();
+    let at = state.entries.last().map_or(now.0, |e| e.at.0.max(now.0));
+    state.entries.retain(|e| e.at.0.saturating_add(window) > at);
+    let mut refunded = 0u64;
+    while refunded < amount {
+        let Some(newest) = state.entries.last_mut() else {
+            break;
+        };
+        let take = newest.count.min(amount - refunded);
+        newest.count -= take;
+        refunded += take;
+        if newest.count == 0 {
+            state.entries.pop();
+        }
+    }
+    if refunded == 0 {
+        return (0, None);
+    }
+    state.window_ms = params.window_ms;
+    (refunded, Some(state))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +232,32 @@ mod tests {
 
     fn params(limit: u64, window_ms: u64) -> SlidingLogParams {
         SlidingLogParams::new(limit, window_ms).unwrap()
+    }
+
+    #[test]
+    fn refund_drops_the_newest_units() {
+        let p = params(10, 1_000);
+        let (_, s) = check(None, Micros(0), &p, 3);
+        let (_, s) = check(s, Micros(100_000), &p, 4);
+        let (refunded, s2) = refund(s.clone(), Micros(200_000), &p, 5);
+        assert_eq!(refunded, 5);
+        let s2 = s2.unwrap();
+        assert_eq!(
+            s2.entries,
+            vec![LogEntry {
+                at: Micros(0),
+                count: 2
+            }]
+        );
+        // The remaining units still leave the window when they were taken.
+        assert!(check(Some(s2.clone()), Micros(999_999), &p, 9).0.outcome != Outcome::Allowed);
+        assert!(check(Some(s2), Micros(1_000_000), &p, 10).0.is_allowed());
+        assert_eq!(
+            refund(s, Micros(1_100_000), &p, 5),
+            (0, None),
+            "all expired"
+        );
+        assert_eq!(refund(None, Micros(0), &p, 5), (0, None));
     }
 
     fn retry_ms(d: &Decision) -> i64 {

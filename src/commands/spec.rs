@@ -11,16 +11,17 @@ use redis_module::{Context, RedisError, RedisString};
 use redis_rl_core::decision::expire_at;
 use redis_rl_core::fixed_window::{self, FixedWindowParams};
 use redis_rl_core::gcra::{self, GcraParams};
+use redis_rl_core::sliding_log::{self, SlidingLogParams};
 use redis_rl_core::sliding_window::{self, SlidingWindowParams};
 use redis_rl_core::token_bucket::{self, TokenBucketParams};
 use redis_rl_core::{limits, Decision, Micros, Millis};
 
 use crate::args::{integer, shown, ArgError};
 use crate::encoding::{Encoded, Stored};
-use crate::store;
+use crate::{config, store};
 
 /// The algorithm names a spec may start with, as listed in error texts.
-pub const ALGORITHMS: &str = "TOKENBUCKET, SLIDING, FIXED or GCRA";
+pub const ALGORITHMS: &str = "TOKENBUCKET, SLIDING, FIXED, GCRA or LOG";
 
 /// One limiter's algorithm and parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +34,8 @@ pub enum Spec {
     FixedWindow(FixedWindowParams),
     /// `GCRA limit period_ms [BURST b]`
     Gcra(GcraParams),
+    /// `LOG limit window_ms`
+    Log(SlidingLogParams),
 }
 
 /// Why a spec could not be parsed.
@@ -122,6 +125,10 @@ impl Spec {
                 None
             };
             Ok(Spec::Gcra(GcraParams::new(limit, period_ms, burst)?))
+        } else if name_bytes.eq_ignore_ascii_case(b"LOG") {
+            let limit = param(config::log_limit_range())?;
+            let window_ms = param(limits::duration_ms("window_ms"))?;
+            Ok(Spec::Log(SlidingLogParams::new(limit, window_ms)?))
         } else {
             Err(SpecError::UnknownAlgorithm(shown(name_bytes)))
         }
@@ -140,6 +147,7 @@ impl Spec {
             Spec::SlidingWindow(p) => decide(ctx, key, now, p, cost, sliding_window::check),
             Spec::FixedWindow(p) => decide(ctx, key, now, p, cost, fixed_window::check),
             Spec::Gcra(p) => decide(ctx, key, now, p, cost, gcra::check),
+            Spec::Log(p) => decide(ctx, key, now, p, cost, sliding_log::check),
         }
     }
 
@@ -181,6 +189,15 @@ impl Spec {
                 fixed_window::check,
             ),
             Spec::Gcra(p) => give_back(ctx, key, now, p, amount, gcra::refund, gcra::check),
+            Spec::Log(p) => give_back(
+                ctx,
+                key,
+                now,
+                p,
+                amount,
+                sliding_log::refund,
+                sliding_log::check,
+            ),
         }
     }
 }
