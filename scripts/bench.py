@@ -37,6 +37,10 @@ CONFIG = {
     "memory_keys": env("BENCH_MEMORY_KEYS", 100_000, int),
     # Comma-separated names from the COMMANDS table to run only those (e.g. "SET PXAT,RL.SLIDING").
     "only": env("BENCH_ONLY", ""),
+    # Scheduling, for a machine shared with other work: a nice level for the server and
+    # redis-benchmark (e.g. -10, needs root), and BENCH_PIN=1 to put them on two different CPUs.
+    "nice": env("BENCH_NICE", 0, int),
+    "pin": env("BENCH_PIN", 0, int),
     "server": env("RL_SERVER", "redis-server"),
     "benchmark": env("RL_BENCHMARK", "redis-benchmark"),
     "module": env("RL_MODULE", os.path.join(ROOT, "target", "release", "libredis_rl.so")),
@@ -175,6 +179,16 @@ class RespError(str):
 # ---------------------------------------------------------------- server
 
 
+def scheduled(args, cpu):
+    """`args` under the configured nice level and CPU pinning."""
+    prefix = []
+    if CONFIG["nice"]:
+        prefix += ["nice", "-n", str(CONFIG["nice"])]
+    if CONFIG["pin"] and (os.cpu_count() or 1) > 1 and shutil.which("taskset"):
+        prefix += ["taskset", "-c", str(cpu)]
+    return prefix + args
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -189,7 +203,7 @@ class Server:
                 "--loglevel", "warning", "--logfile", ""]
         for m in modules:
             args += ["--loadmodule", m]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(scheduled(args, 0), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.time() + 10
         while True:
             try:
@@ -224,7 +238,7 @@ def redis_benchmark(port, args, n, pipeline, random_keys):
            "-n", str(n), "-P", str(pipeline), "--csv"]
     if random_keys:
         cmd += ["-r", str(CONFIG["keys"])]
-    out = subprocess.run(cmd + args, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(scheduled(cmd + args, 1), capture_output=True, text=True, timeout=600)
     rows = [line for line in out.stdout.splitlines() if line.startswith('"') and not line.startswith('"test"')]
     if out.returncode != 0 or not rows:
         raise RuntimeError("redis-benchmark failed: %s %s" % (out.stdout[-500:], out.stderr[-500:]))
@@ -260,16 +274,17 @@ def measure(server, name, args, stat, random_keys, pipeline, seconds, sha, pxat)
     n0 = 20_000 * (4 if pipeline > 1 else 1)
     t = time.time()
     rps0 = redis_benchmark(server.port, argv, n0, pipeline, random_keys)
-    n = max(n0, int(rps0 * seconds))
     runs = []
     for _ in range(CONFIG["reps"]):
+        # Sized from the previous run, so a noisy calibration does not stretch every run.
+        n = max(n0 // 4, int((runs[-1]["rps"] if runs else rps0) * seconds))
         client.call("CONFIG", "RESETSTAT")
         rps = redis_benchmark(server.port, argv, n, pipeline, random_keys)
         usec, failed = commandstat(client, stat)
-        runs.append({"rps": rps, "usec": usec, "failed": failed})
-    log("  %-16s %-8s P%-2d %10.0f req/s  %6.2f usec/call  (%d x %d requests, %.0f s)" % (
+        runs.append({"rps": rps, "usec": usec, "failed": failed, "requests": n})
+    log("  %-16s %-8s P%-2d %10.0f req/s  %6.2f usec/call  (%d runs, %.0f s)" % (
         name, "100k" if random_keys else "hot", pipeline, statistics.median(r["rps"] for r in runs),
-        statistics.median(r["usec"] for r in runs), CONFIG["reps"], n, time.time() - t))
+        statistics.median(r["usec"] for r in runs), CONFIG["reps"], time.time() - t))
     return runs
 
 
@@ -329,6 +344,8 @@ def machine_info(server):
         "server": "Redis %s (%s)" % (info.get("redis_version", "?"), info.get("mem_allocator", "?")),
         "commit": commit + (" + uncommitted changes in src/ or core/src" if dirty else ""),
         "load": "%.2f %.2f %.2f" % load,
+        "scheduling": "nice %d, %s" % (CONFIG["nice"], "server and redis-benchmark pinned to CPUs 0 and 1"
+                                        if CONFIG["pin"] else "not pinned"),
     }
 
 
@@ -369,12 +386,14 @@ def report(results, mem, criterion, info, present, problems):
              "| redis-rl | commit %s, release build |" % info["commit"],
              "| load average at the end | %s (2 cores shared with other work: client throughput is noisy, "
              "`usec_per_call` less so) |" % info["load"],
+             "| scheduling | %s |" % info.get("scheduling", "default"),
              "| runs | redis-benchmark, %d clients, %d repetitions per figure (median, ± half the "
              "min-max spread); %g s per run with %d random keys and pipeline 16, %g s in the "
              "other configurations |" % (c["clients"], c["reps"], c["seconds"], c["keys"],
                                           c["quick_seconds"]),
              ""]
     head = ("SET 25 B PXAT", "CL.THROTTLE", "Lua EVALSHA")
+    lines += targets(med, usec, mem, head)
     lines += ["## Headline: %s" % config_name(True, 16), "",
               "Ratios are throughput over the other command's throughput in the same run (higher "
               "is better for us); `usec_per_call` is the server-side time from `INFO commandstats`.",
@@ -401,17 +420,6 @@ def report(results, mem, criterion, info, present, problems):
         lines.append("")
         if "RL.ALL x4" in med and cfg in med["RL.ALL x4"]:
             lines += all_comparison(med, usec, cfg)
-    lines += ["## Server-side cost ratios (%s)" % config_name(True, 16), "",
-              "`usec_per_call` of the other command over ours (higher is better for us).", "",
-              "| command | usec_per_call | SET PXAT / ours | CL.THROTTLE / ours | Lua / ours |",
-              "|---|---:|---:|---:|---:|"]
-    cfg = (True, 16)
-    for name, *_ in COMMANDS:
-        if name.startswith("RL.") and name in usec and cfg in usec[name]:
-            u = usec[name][cfg]
-            lines.append("| %s | %.2f | %s |" % (name, u, " | ".join(
-                ratio(usec.get(h, {}).get(cfg), u) for h in head)))
-    lines.append("")
     if mem:
         base = mem.get("INCR+EXPIRE", {}).get("per_key")
         lines += ["## Memory per limiter key", "",
@@ -454,6 +462,39 @@ def report(results, mem, criterion, info, present, problems):
     with open(c["out"], "w") as f:
         f.write("\n".join(lines))
     return lines
+
+
+def targets(med, usec, mem, head):
+    """Issue 7's targets at 100k keys, pipeline 16: each as client throughput and server time."""
+    cfg = (True, 16)
+    goals = (1.0, 2.0, 4.0)
+    base = mem.get("INCR+EXPIRE", {}).get("per_key") if mem else None
+    out = ["## Targets (%s)" % config_name(True, 16), "",
+           "Each ratio twice: client throughput (ours / theirs) and server time (`usec_per_call` "
+           "theirs / ours). Goals: at least 1.0x SET PXAT, 2x CL.THROTTLE and 4x the Lua script; "
+           "at most 1.1x the bytes per key of INCR+EXPIRE.", "",
+           "| command | vs SET PXAT | vs CL.THROTTLE | vs Lua | bytes/key vs INCR+EXPIRE |",
+           "|---|---|---|---|---|"]
+
+    def verdict(x, goal, higher=True):
+        ok = x >= goal if higher else x <= goal
+        return "%.2fx%s" % (x, "" if ok else " (goal %gx)" % goal)
+
+    for name, *_ in COMMANDS:
+        if not name.startswith("RL.") or name == "RL.ALL x4" or cfg not in med.get(name, {}):
+            continue
+        cells = []
+        for h, goal in zip(head, goals):
+            theirs_rps, theirs_u = med.get(h, {}).get(cfg), usec.get(h, {}).get(cfg)
+            if not theirs_rps:
+                cells.append("-")
+                continue
+            cells.append("%s / %s" % (verdict(med[name][cfg] / theirs_rps, goal),
+                                      verdict(theirs_u / usec[name][cfg], goal)))
+        m = next((v for k, v in (mem or {}).items() if k.split(" (")[0] == name), None)
+        cells.append(verdict(m["per_key"] / base, 1.1, higher=False) if m and base else "-")
+        out.append("| %s | %s |" % (name, " | ".join(cells)))
+    return out + [""]
 
 
 def all_comparison(med, usec, cfg):

@@ -116,8 +116,8 @@ fn config() -> Criterion {
     // Short by default so `make bench` stays within its budget; criterion's command-line
     // flags (`--measurement-time`, `--warm-up-time`) still override these.
     Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
         .sample_size(50)
 }
 
