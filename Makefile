@@ -29,9 +29,12 @@ run: build
 
 test: build test-unit test-redis test-valkey test-client
 
+# Unit, property and doc tests of every crate, and the core's own integration tests (the
+# no-allocation proof and the accuracy report, which need no server).
 test-unit:
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test --workspace --doc
+	$(CARGO) test -p redis-rl-core --tests
 
 test-redis:
 	@echo "== integration tests on $$(redis-server --version)"

@@ -80,26 +80,25 @@ impl<'a> LimiterKey<'a> {
         // number we set, or replicas and AOF would refuse a PXAT beyond i64::MAX.
         let expire_at_ms = i64::try_from(expire_at.0).unwrap_or(i64::MAX);
         let mut len = 0;
-        let mut dma = raw::string_dma(self.key, &mut len, raw::KeyMode::WRITE);
+        let dma = raw::string_dma(self.key, &mut len, raw::KeyMode::WRITE);
         if dma.is_null() {
             return Err(RedisError::WrongType);
         }
-        if len != value.len() {
-            if raw::string_truncate(self.key, value.len()) != raw::Status::Ok {
-                return Err(RedisError::Str(
-                    "ERR redis-rl could not resize the key's value",
-                ));
-            }
-            dma = raw::string_dma(self.key, &mut len, raw::KeyMode::WRITE);
-            if dma.is_null() || len != value.len() {
+        if len == value.len() {
+            // The common case (fixed-size states): overwrite in place, no allocation.
+            // SAFETY: `dma` points to the key's value buffer of exactly `value.len()` bytes,
+            // valid until the key is closed or modified, and `value` does not overlap it.
+            unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), dma.cast::<u8>(), len) };
+        } else {
+            // A new key or a new size: a fresh string of exactly this size (growing in place
+            // would reserve up to twice the room, which a log or lease key keeps).
+            let fresh = RedisString::create_from_slice(self.ctx.get_raw(), value);
+            if raw::string_set(self.key, fresh.inner) != raw::Status::Ok {
                 return Err(RedisError::Str(
                     "ERR redis-rl could not write the key's value",
                 ));
             }
         }
-        // SAFETY: `dma` points to the key's value buffer of exactly `value.len()` bytes,
-        // valid until the key is closed or modified, and `value` does not overlap it.
-        unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), dma.cast::<u8>(), value.len()) };
         // SAFETY: the key is open for writing and holds a string.
         unsafe { set_abs_expire(self.key, expire_at_ms) };
         signal_modified(self.ctx, self.name);

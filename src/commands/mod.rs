@@ -130,6 +130,14 @@ fn dispatch(
             ))
         })
     });
+    // The crate turns an error text into a C string and would panic (outside our guard) on
+    // a NUL byte; no text of ours has one, but never let that reach the server.
+    let result = result.map_err(|e| match e {
+        RedisError::String(text) if text.contains('\0') => {
+            RedisError::String(text.replace('\0', "\\x00"))
+        }
+        other => other,
+    });
     context.reply(result) as c_int
 }
 
