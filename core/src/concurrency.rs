@@ -226,19 +226,12 @@ fn live(state: Option<ConcurrencyState>, now: Micros) -> Vec<Lease> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::retry_ms;
     use proptest::prelude::*;
     use std::collections::HashMap;
 
     fn params(limit: u64, lease_ms: u64) -> ConcurrencyParams {
         ConcurrencyParams::new(limit, lease_ms).unwrap()
-    }
-
-    fn retry_ms(d: &Decision) -> i64 {
-        match d.outcome {
-            Outcome::Allowed => 0,
-            Outcome::Denied { retry_after } => retry_after.0 as i64,
-            Outcome::Never => -1,
-        }
     }
 
     fn ms(v: u64) -> Micros {

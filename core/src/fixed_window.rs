@@ -171,6 +171,7 @@ fn current(state: Option<FixedWindowState>, now: Micros, window_ms: u64) -> (Mil
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::{case_us as case, retry_ms, run};
     use proptest::prelude::*;
 
     fn params(limit: u64, window_ms: u64) -> FixedWindowParams {
@@ -189,62 +190,10 @@ mod tests {
         assert_eq!(refund(None, Micros(0), &p, 4), (0, None));
     }
 
-    fn retry_ms(d: &Decision) -> i64 {
-        match d.outcome {
-            Outcome::Allowed => 0,
-            Outcome::Denied { retry_after } => retry_after.0 as i64,
-            Outcome::Never => -1,
-        }
-    }
-
-    /// One call of a scripted scenario: at `now_us`, take `cost`; expect this reply.
-    struct Case {
-        now_us: u64,
-        cost: u64,
-        allowed: bool,
-        remaining: u64,
-        retry_after_ms: i64,
-        reset_after_ms: u64,
-    }
-
-    const fn case(
-        now_us: u64,
-        cost: u64,
-        allowed: bool,
-        remaining: u64,
-        retry_after_ms: i64,
-        reset_after_ms: u64,
-    ) -> Case {
-        Case {
-            now_us,
-            cost,
-            allowed,
-            remaining,
-            retry_after_ms,
-            reset_after_ms,
-        }
-    }
-
-    fn run(params: &FixedWindowParams, cases: &[Case]) {
-        let mut state = None;
-        for (i, c) in cases.iter().enumerate() {
-            let (d, next) = check(state, Micros(c.now_us), params, c.cost);
-            assert_eq!(
-                (d.is_allowed(), d.remaining, retry_ms(&d), d.reset_after.0),
-                (c.allowed, c.remaining, c.retry_after_ms, c.reset_after_ms),
-                "case {i} at {} us",
-                c.now_us
-            );
-            assert_eq!(d.limit, params.limit());
-            state = next.or(state);
-        }
-    }
-
     #[test]
     fn five_per_second_spec() {
         let p = params(5, 1_000);
         run(
-            &p,
             &[
                 //   now_us     cost allowed rem retry reset
                 case(100_000, 1, true, 4, 0, 900),
@@ -260,6 +209,11 @@ mod tests {
                 case(3_000_000, 0, true, 5, 0, 0),
                 case(3_999_000, 2, true, 3, 0, 1),
             ],
+            |s, now, cost| {
+                let (d, next) = check(s, now, &p, cost);
+                assert_eq!(d.limit, p.limit());
+                (d, next)
+            },
         );
     }
 

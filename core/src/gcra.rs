@@ -222,6 +222,7 @@ pub fn refund(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::{case, retry_ms, run};
     use crate::token_bucket::{self, TokenBucketParams};
     use proptest::prelude::*;
 
@@ -242,63 +243,11 @@ mod tests {
         assert_eq!(refund(None, Micros(0), &p, 4), (0, None));
     }
 
-    fn retry_ms(d: &Decision) -> i64 {
-        match d.outcome {
-            Outcome::Allowed => 0,
-            Outcome::Denied { retry_after } => retry_after.0 as i64,
-            Outcome::Never => -1,
-        }
-    }
-
-    /// One call of a scripted scenario: at `now_ms`, take `cost`; expect this reply.
-    struct Case {
-        now_ms: u64,
-        cost: u64,
-        allowed: bool,
-        remaining: u64,
-        retry_after_ms: i64,
-        reset_after_ms: u64,
-    }
-
-    const fn case(
-        now_ms: u64,
-        cost: u64,
-        allowed: bool,
-        remaining: u64,
-        retry_after_ms: i64,
-        reset_after_ms: u64,
-    ) -> Case {
-        Case {
-            now_ms,
-            cost,
-            allowed,
-            remaining,
-            retry_after_ms,
-            reset_after_ms,
-        }
-    }
-
-    fn run(params: &GcraParams, cases: &[Case]) {
-        let mut state = None;
-        for (i, c) in cases.iter().enumerate() {
-            let (d, next) = check(state, Millis(c.now_ms).as_micros(), params, c.cost);
-            assert_eq!(
-                (d.is_allowed(), d.remaining, retry_ms(&d), d.reset_after.0),
-                (c.allowed, c.remaining, c.retry_after_ms, c.reset_after_ms),
-                "case {i} at {} ms",
-                c.now_ms
-            );
-            assert_eq!(d.limit, params.burst());
-            state = next.or(state);
-        }
-    }
-
     #[test]
     fn ten_per_second_burst_five_spec() {
         // One unit every 100 ms, at most 5 at once.
         let p = params(10, 1_000, 5);
         run(
-            &p,
             &[
                 //   now  cost allowed rem retry reset
                 case(0, 1, true, 4, 0, 100),
@@ -313,6 +262,7 @@ mod tests {
                 case(10_000, 0, true, 5, 0, 0),
                 case(10_000, 5, true, 0, 0, 500),
             ],
+            |s, now, cost| check(s, now, &p, cost),
         );
     }
 

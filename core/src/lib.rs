@@ -18,6 +18,8 @@ pub mod decision;
 pub mod fixed_window;
 pub mod gcra;
 pub mod limits;
+#[cfg(test)]
+mod scenario;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod throttle;

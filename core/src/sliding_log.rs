@@ -228,6 +228,7 @@ pub fn refund(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::{case, retry_ms, run};
     use proptest::prelude::*;
 
     fn params(limit: u64, window_ms: u64) -> SlidingLogParams {
@@ -260,64 +261,10 @@ mod tests {
         assert_eq!(refund(None, Micros(0), &p, 5), (0, None));
     }
 
-    fn retry_ms(d: &Decision) -> i64 {
-        match d.outcome {
-            Outcome::Allowed => 0,
-            Outcome::Denied { retry_after } => retry_after.0 as i64,
-            Outcome::Never => -1,
-        }
-    }
-
-    /// One call of a scripted scenario: at `now_ms`, take `cost`; expect this reply.
-    struct Case {
-        now_ms: u64,
-        cost: u64,
-        allowed: bool,
-        remaining: u64,
-        retry_after_ms: i64,
-        reset_after_ms: u64,
-    }
-
-    const fn case(
-        now_ms: u64,
-        cost: u64,
-        allowed: bool,
-        remaining: u64,
-        retry_after_ms: i64,
-        reset_after_ms: u64,
-    ) -> Case {
-        Case {
-            now_ms,
-            cost,
-            allowed,
-            remaining,
-            retry_after_ms,
-            reset_after_ms,
-        }
-    }
-
-    fn run(params: &SlidingLogParams, cases: &[Case]) -> Option<SlidingLogState> {
-        let mut state = None;
-        for (i, c) in cases.iter().enumerate() {
-            let (d, next) = check(state.clone(), Millis(c.now_ms).as_micros(), params, c.cost);
-            assert_eq!(
-                (d.is_allowed(), d.remaining, retry_ms(&d), d.reset_after.0),
-                (c.allowed, c.remaining, c.retry_after_ms, c.reset_after_ms),
-                "case {i} at {} ms",
-                c.now_ms
-            );
-            if let Some(next) = next {
-                state = Some(next);
-            }
-        }
-        state
-    }
-
     #[test]
     fn five_per_second_spec() {
         let p = params(5, 1_000);
         let state = run(
-            &p,
             &[
                 //   now   cost allowed rem retry reset
                 case(0, 2, true, 3, 0, 1_000),
@@ -335,6 +282,7 @@ mod tests {
                 case(1_400, 3, true, 0, 0, 1_000),
                 case(10_000, 0, true, 5, 0, 0),
             ],
+            |s, now, cost| check(s, now, &p, cost),
         );
         let entries = state.unwrap().entries;
         assert_eq!(

@@ -245,18 +245,11 @@ fn earliest_allowed(v: &View, cost: u64, params: &SlidingWindowParams) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::retry_ms;
     use proptest::prelude::*;
 
     fn params(limit: u64, window_ms: u64) -> SlidingWindowParams {
         SlidingWindowParams::new(limit, window_ms).unwrap()
-    }
-
-    fn retry_ms(d: &Decision) -> i64 {
-        match d.outcome {
-            Outcome::Allowed => 0,
-            Outcome::Denied { retry_after } => retry_after.0 as i64,
-            Outcome::Never => -1,
-        }
     }
 
     #[test]

@@ -187,59 +187,11 @@ fn level_at(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::{case, run};
     use proptest::prelude::*;
 
     fn params(capacity: u64, refill_tokens: u64, refill_ms: u64) -> TokenBucketParams {
         TokenBucketParams::new(capacity, refill_tokens, refill_ms).unwrap()
-    }
-
-    /// One call of a scripted scenario: at `now_ms`, take `cost`; expect this reply.
-    struct Case {
-        now_ms: u64,
-        cost: u64,
-        allowed: bool,
-        remaining: u64,
-        retry_after_ms: i64,
-        reset_after_ms: u64,
-    }
-
-    const fn case(
-        now_ms: u64,
-        cost: u64,
-        allowed: bool,
-        remaining: u64,
-        retry_after_ms: i64,
-        reset_after_ms: u64,
-    ) -> Case {
-        Case {
-            now_ms,
-            cost,
-            allowed,
-            remaining,
-            retry_after_ms,
-            reset_after_ms,
-        }
-    }
-
-    fn run(params: &TokenBucketParams, cases: &[Case]) {
-        let mut state = None;
-        for (i, c) in cases.iter().enumerate() {
-            let (d, next) = check(state, Millis(c.now_ms).as_micros(), params, c.cost);
-            let retry = match d.outcome {
-                Outcome::Allowed => 0,
-                Outcome::Denied { retry_after } => retry_after.0 as i64,
-                Outcome::Never => -1,
-            };
-            assert_eq!(
-                (d.is_allowed(), d.remaining, retry, d.reset_after.0),
-                (c.allowed, c.remaining, c.retry_after_ms, c.reset_after_ms),
-                "case {i} at {} ms",
-                c.now_ms
-            );
-            if let Some(next) = next {
-                state = Some(next);
-            }
-        }
     }
 
     #[test]
@@ -247,7 +199,6 @@ mod tests {
         // capacity 10, 10 tokens per 1000 ms: one token every 100 ms.
         let p = params(10, 10, 1_000);
         run(
-            &p,
             &[
                 //   now  cost allowed rem retry reset
                 case(0, 1, true, 9, 0, 100),
@@ -260,6 +211,7 @@ mod tests {
                 case(10_000, 0, true, 10, 0, 0),
                 case(10_000, 10, true, 0, 0, 1_000),
             ],
+            |s, now, cost| check(s, now, &p, cost),
         );
     }
 

@@ -1,0 +1,84 @@
+//! Table-driven scenarios for the limiter tests: one call per row, with the reply it must
+//! get, run in order against one state (as redis-cell's `RateLimitCase` table reads).
+
+use crate::decision::{Decision, Outcome};
+use crate::time::Micros;
+
+/// One call of a scripted scenario: at `now`, take `cost`; expect this reply.
+pub struct Case {
+    pub now: Micros,
+    pub cost: u64,
+    pub allowed: bool,
+    pub remaining: u64,
+    pub retry_after_ms: i64,
+    pub reset_after_ms: u64,
+}
+
+/// A row whose instant is in milliseconds.
+pub const fn case(
+    now_ms: u64,
+    cost: u64,
+    allowed: bool,
+    remaining: u64,
+    retry_after_ms: i64,
+    reset_after_ms: u64,
+) -> Case {
+    case_us(
+        now_ms * 1000,
+        cost,
+        allowed,
+        remaining,
+        retry_after_ms,
+        reset_after_ms,
+    )
+}
+
+/// A row whose instant is in microseconds.
+pub const fn case_us(
+    now_us: u64,
+    cost: u64,
+    allowed: bool,
+    remaining: u64,
+    retry_after_ms: i64,
+    reset_after_ms: u64,
+) -> Case {
+    Case {
+        now: Micros(now_us),
+        cost,
+        allowed,
+        remaining,
+        retry_after_ms,
+        reset_after_ms,
+    }
+}
+
+/// `retry_after_ms` as the reply shows it: 0 allowed, -1 never.
+pub fn retry_ms(d: &Decision) -> i64 {
+    match d.outcome {
+        Outcome::Allowed => 0,
+        Outcome::Denied { retry_after } => retry_after.0 as i64,
+        Outcome::Never => -1,
+    }
+}
+
+/// Runs the rows in order through `check`, keeping each written state, and returns the
+/// last state.
+pub fn run<S: Clone>(
+    cases: &[Case],
+    check: impl Fn(Option<S>, Micros, u64) -> (Decision, Option<S>),
+) -> Option<S> {
+    let mut state = None;
+    for (i, c) in cases.iter().enumerate() {
+        let (d, next) = check(state.clone(), c.now, c.cost);
+        assert_eq!(
+            (d.is_allowed(), d.remaining, retry_ms(&d), d.reset_after.0),
+            (c.allowed, c.remaining, c.retry_after_ms, c.reset_after_ms),
+            "case {i} at {} us",
+            c.now.0
+        );
+        if next.is_some() {
+            state = next;
+        }
+    }
+    state
+}
