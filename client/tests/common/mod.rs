@@ -50,14 +50,22 @@ pub struct Server {
     /// The loopback port, the same across restarts.
     pub port: u16,
     dir: PathBuf,
+    /// Extra `--name value` arguments, kept across restarts.
+    extra: Vec<String>,
 }
 
 impl Server {
     /// Starts a server with the module on a free port.
     pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// Starts a server with the module and extra `--name value` arguments on a free port.
+    pub fn start_with(extra: &[&str]) -> Server {
         let mut last = String::new();
         for _ in 0..5 {
             let mut server = Server::unstarted(free_port());
+            server.extra = extra.iter().map(|a| a.to_string()).collect();
             match server.spawn() {
                 Ok(()) => return server,
                 Err(e) => last = e,
@@ -75,6 +83,7 @@ impl Server {
             child: None,
             port,
             dir,
+            extra: Vec::new(),
         }
     }
 
@@ -86,6 +95,7 @@ impl Server {
             .arg(&self.dir)
             .arg("--loadmodule")
             .arg(module_path())
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
