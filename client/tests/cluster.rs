@@ -87,7 +87,7 @@ async fn routes_by_slot_and_compensates_across_slots() {
     assert_ne!(one, two);
     assert!(limiter.check("user:2", &tb).await.allows());
     let both = limiter
-        .check_all(&[("user:1", tb.clone()), ("user:2", tb.clone())])
+        .check_all(&[("user:1", tb), ("user:2", tb)])
         .await;
     assert!(!both.allows());
     assert_eq!(both.denied, Some(1));
