@@ -538,6 +538,10 @@ def run_mode(mode, args, binaries, workdir):
         load.finish()
         poller.stop.set()
         poller.join()
+        if args.keep:
+            with open(os.path.join(workdir, f"trace-{mode}.json"), "w") as f:
+                json.dump({"phases": [{k: ph[k] for k in ("name", "start", "end")} | {"recovered": ph.get("recovered")} for ph in phases],
+                           "health": poller.samples, "requests": load.records}, f)
         return summarize(phases, load.records, len(keys), poller.samples)
     finally:
         if load:
@@ -561,9 +565,11 @@ def checks(mode, rows, args):
         n5 = sum(r["r5xx"] for r in outage)
         out.append((n5 > 0, f"{mode}: outages answered 503 ({n5})"))
     for r in outage:
-        if r["phase"].startswith("restart, empty"):
+        # A restart of a few ms may be over before N calls fail: the breaker need not open.
+        if not r["phase"].startswith("restart, empty"):
+            out.append((r["opened"] >= 1, f"{mode}: breaker opened during '{r['phase']}' ({r['opened']}x)"))
+        elif r["opened"] == 0:
             continue
-        out.append((r["opened"] >= 1, f"{mode}: breaker opened during '{r['phase']}' ({r['opened']}x)"))
         c = r["close_ms"]
         bound = args.breaker_open_ms + 300
         out.append((c is not None and c <= bound,
