@@ -4,7 +4,8 @@
 //! The promise checked everywhere: the reply is a well-formed RESP reply, or an error line
 //! that starts with `ERR ` or `WRONGTYPE` and is valid UTF-8 (never the module's
 //! "internal error", which means a caught panic); the server still answers PING; and an
-//! error changes no key (bytes and absolute expiry, as `frozen` sees them).
+//! error changes no key (bytes and absolute expiry, as `frozen` sees them) and writes
+//! nothing at all (`rdb_changes_since_last_save` does not move).
 //!
 //! Replies are read with a minimal RESP2 reader on a raw socket, so the exact bytes of every
 //! error line are checked (a client library might replace bad UTF-8 or refuse the line).
@@ -169,6 +170,15 @@ fn create_keys(c: &mut redis::Connection) {
 }
 
 type Frozen = Vec<(Option<Vec<u8>>, i64)>;
+
+/// Writes since the last save: an error must not move it (no key anywhere was written,
+/// including keys the fuzzer named that are not in [`KEYS`]).
+fn dirty(c: &mut redis::Connection) -> i64 {
+    info_field(c, "persistence", "rdb_changes_since_last_save")
+        .expect("rdb_changes_since_last_save")
+        .parse()
+        .expect("a number")
+}
 
 fn freeze_all(c: &mut redis::Connection) -> Frozen {
     KEYS.iter().map(|k| frozen(c, k)).collect()
@@ -396,12 +406,15 @@ fn arbitrary_arguments_get_a_reply_or_a_clean_error_and_errors_change_nothing() 
                 let mut args = vec![name.as_bytes().to_vec()];
                 args.extend(rest);
                 let c = &mut *c.borrow_mut();
+                let dirty_before = dirty(c);
                 let reply = raw.borrow_mut().call(&args);
                 let failed = judge(&args, &reply)?;
+                let dirty_after = dirty(c);
                 let after = freeze_all(c);
                 if failed {
                     counts.borrow_mut().0 += 1;
                     prop_assert_eq!(&after, &original, "{} changed a key", show(&args));
+                    prop_assert_eq!(dirty_after, dirty_before, "{} wrote", show(&args));
                 } else {
                     counts.borrow_mut().1 += 1;
                     restore(c, &original);
@@ -531,10 +544,12 @@ fn damaged_stored_values_get_a_reply_or_a_clean_error_and_stay_untouched() {
                     set.arg("d").arg(&value).arg("PX").arg(100_000_000);
                     set.query::<()>(c).expect("SET");
                     let before = frozen(c, "d");
+                    let dirty_before = dirty(c);
                     let args = bytes(reader);
                     let reply = raw.borrow_mut().call(&args);
                     if judge(&args, &reply)? {
                         counts.borrow_mut().0 += 1;
+                        prop_assert_eq!(dirty(c), dirty_before, "{} wrote", show(&args));
                         prop_assert_eq!(
                             frozen(c, "d"),
                             before,
