@@ -42,10 +42,13 @@ impl Standalone {
     /// `connect_timeout` bounds each connection attempt.
     pub fn new(url: &str, connect_timeout: Duration) -> RedisResult<Self> {
         let client = redis::Client::open(url)?;
-        // One quick retry per (re)connection attempt: the breaker, not the connection
-        // manager, decides when to try again.
+        // No retry inside a (re)connection attempt: the breaker, not the connection
+        // manager, decides when to try again. (redis 0.27 builds its backoff on backon,
+        // whose first retry waits the default minimum delay of 1 s plus up to 100 % jitter
+        // whatever factor and max_delay say: with one retry, commands queued behind a
+        // reconnect waited 1-2 s after Redis was back. Found by `make gameday`.)
         let config = redis::aio::ConnectionManagerConfig::new()
-            .set_number_of_retries(1)
+            .set_number_of_retries(0)
             .set_factor(10)
             .set_max_delay(100)
             .set_connection_timeout(connect_timeout);
