@@ -610,7 +610,12 @@ def main():
     version = subprocess.run([binaries[0], "--version"], capture_output=True, text=True).stdout.strip()
 
     # Ctrl-C and SIGTERM unwind through the finally blocks that stop every process.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # (SIGINT explicitly: a shell starts background jobs with it ignored.)
+    def interrupt(*_):
+        raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     workdir = tempfile.mkdtemp(prefix="rl-gameday-")
     results, all_checks = [], []
     started = time.monotonic()
