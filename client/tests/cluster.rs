@@ -86,9 +86,7 @@ async fn routes_by_slot_and_compensates_across_slots() {
     let two: i64 = query(&nodes[0], &["CLUSTER", "KEYSLOT", "user:2"]);
     assert_ne!(one, two);
     assert!(limiter.check("user:2", &tb).await.allows());
-    let both = limiter
-        .check_all(&[("user:1", tb), ("user:2", tb)])
-        .await;
+    let both = limiter.check_all(&[("user:1", tb), ("user:2", tb)]).await;
     assert!(!both.allows());
     assert_eq!(both.denied, Some(1));
     let d = limiter.peek("user:1", &tb, 0).await;

@@ -115,7 +115,8 @@ pub fn check(
     }
     let need = u128::from(cost) * window;
     if used + need > budget {
-        let retry_after = since_now(earliest_allowed(&v, cost, params));
+        // At least 1 ms: only a clock saturated at u64::MAX makes the instant itself unreachable.
+        let retry_after = Millis(since_now(earliest_allowed(&v, cost, params)).0.max(1));
         return (
             decision(Outcome::Denied { retry_after }, used, v.current),
             None,
@@ -225,7 +226,9 @@ fn earliest_allowed(v: &View, cost: u64, params: &SlidingWindowParams) -> u64 {
             let decay_needed =
                 window - (u128::from(spare) * window / u128::from(v.previous)).min(window);
             if decay_needed < window {
-                let at = v.start + u64::try_from(decay_needed).unwrap_or(0);
+                let at = v
+                    .start
+                    .saturating_add(u64::try_from(decay_needed).unwrap_or(u64::MAX));
                 return at.max(v.at);
             }
         }
