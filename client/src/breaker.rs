@@ -139,7 +139,10 @@ impl Breaker {
         match *state {
             State::Closed { failures: 0 } => {}
             State::Closed { .. } => *state = State::Closed { failures: 0 },
-            State::HalfOpen { .. } | State::Open { .. } => {
+            // A late success of a call made before the breaker opened proves little about
+            // Redis now (a flapping link answers some calls): only the probe may close it.
+            State::Open { .. } => {}
+            State::HalfOpen { .. } => {
                 *state = State::Closed { failures: 0 };
                 drop(state);
                 self.closed.fetch_add(1, Ordering::Relaxed);
@@ -280,6 +283,23 @@ mod tests {
         // Late failures of calls made before opening change nothing.
         b.on_failure();
         assert_eq!(b.stats().opened, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_success_while_open_does_not_close_it() {
+        let b = breaker();
+        for _ in 0..3 {
+            b.on_failure();
+        }
+        // A call made before the breaker opened answers now.
+        b.on_success();
+        assert_eq!(b.state(), BreakerState::Open);
+        assert_eq!(b.permit(), Permit::Reject);
+        assert_eq!(b.stats().closed, 0);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert_eq!(b.permit(), Permit::Probe);
+        b.on_success();
+        assert_eq!(b.state(), BreakerState::Closed);
     }
 
     #[tokio::test(start_paused = true)]
