@@ -314,11 +314,7 @@ fn a_written_key_expires_reset_after_plus_one_second_after_the_call() {
             (lo..=hi).contains(&call_ms),
             "{params:?}: expiry {expire_at}, reset {reset}, call between {lo} and {hi}"
         );
-        let pttl: i64 = query(&mut c, &["PTTL", &key]);
-        assert!(
-            pttl > reset && pttl <= reset + 1001,
-            "{params:?}: PTTL {pttl}, {r:?}"
-        );
+        assert_pttl_after_call(&mut c, &key, reset, t0);
     }
     // Each write moves the expiry to the new idle instant.
     let (_, first) = frozen(&mut c, "k0");

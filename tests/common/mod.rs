@@ -223,6 +223,32 @@ pub fn server_time_us(conn: &mut redis::Connection) -> u64 {
     secs * 1_000_000 + micros
 }
 
+/// Checks `PTTL key` after a write that replied `reset_after` ms and was made at server time
+/// `since_us` (µs, read before the call) or later: the key expires `reset_after` + 1000 ms
+/// (the default TTL slack) after the call's instant rounded up to the ms, so PTTL is at most
+/// that (+1 for the rounding), and at least that less the ms that may have passed since
+/// `since_us` (measured, not assumed: a loaded machine can stall between two calls). A key
+/// that already expired (PTTL -2) passes only if that much time did pass.
+pub fn assert_pttl_after_call(
+    conn: &mut redis::Connection,
+    key: &str,
+    reset_after: i64,
+    since_us: u64,
+) {
+    let pttl: i64 = query(conn, &["PTTL", key]);
+    let waited = i64::try_from((server_time_us(conn) - since_us).div_ceil(1000)).unwrap();
+    let ttl = reset_after + 1000;
+    assert!(
+        pttl <= ttl + 1,
+        "{key}: PTTL {pttl} above reset_after {reset_after} + 1000 ms of slack"
+    );
+    assert!(
+        pttl >= ttl - waited || (pttl == -2 && waited > ttl),
+        "{key}: PTTL {pttl} below reset_after {reset_after} + 1000 ms of slack, \
+         {waited} ms after the call"
+    );
+}
+
 /// Polls `done` every few milliseconds until it returns true; panics after `timeout`.
 pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
