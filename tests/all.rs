@@ -3,6 +3,9 @@
 mod common;
 use common::*;
 
+/// A window of 10^12 ms (the current one ends in 2033): none ends during a test.
+const WIDE: &str = "1000000000000";
+
 /// The design's four dimensions, as one RL.ALL. Keys share a hash tag so they share a slot.
 const KEYS: [&str; 4] = [
     "{api:K}:key",
@@ -114,10 +117,14 @@ fn peek_and_cost_apply_to_every_dimension() {
     for k in KEYS {
         assert_eq!(snapshot(&mut c, k).0, None, "PEEK wrote {k}");
     }
+    let t0 = server_time_us(&mut c);
     let (_, _, dims) = all(&mut c, &four_dimensions(&["COST", "10"]));
     assert_eq!(dims[3][1], 99990);
+    // Idle when the next 60 s window ends (61..=120 s away), plus 1 s of slack; less the time
+    // since the call, measured (a loaded machine may stall before the PTTL).
     let ttl = snapshot(&mut c, KEYS[0]).1;
-    assert!(ttl > 60_000 && ttl <= 121_000, "ttl {ttl}");
+    let waited = i64::try_from((server_time_us(&mut c) - t0).div_ceil(1000)).unwrap();
+    assert!(ttl > 61_000 - waited && ttl <= 121_001, "ttl {ttl}");
 }
 
 #[test]
@@ -156,10 +163,12 @@ fn refund_gives_units_back() {
         ],
     );
     assert_eq!(&r[..3], &[2, 10, 10], "capped at capacity");
-    ints(&mut c, &["RL.SLIDING", "sw", "10", "600000", "COST", "3"]);
+    // (Only the current window's units can be given back: a window of 10^12 ms, so that
+    // none ends between the call and the refund.)
+    ints(&mut c, &["RL.SLIDING", "sw", "10", WIDE, "COST", "3"]);
     let r = ints(
         &mut c,
-        &["RL.REFUND", "sw", "SLIDING", "10", "600000", "COST", "5"],
+        &["RL.REFUND", "sw", "SLIDING", "10", WIDE, "COST", "5"],
     );
     assert_eq!(&r[..3], &[3, 10, 10]);
     // A refund on a missing key has nothing to give back and writes nothing.
@@ -360,10 +369,12 @@ fn concurrent_requests_over_several_keys_admit_exactly_the_tightest_budget() {
 fn fixed_and_gcra_dimensions_take_part_and_refund() {
     let server = Server::start();
     let mut c = server.client();
-    let args: Vec<String> = "RL.ALL 2 {g}f {g}g FIXED 5 3600000 GCRA 10 3600000 BURST 3 COST 2"
-        .split(' ')
-        .map(str::to_string)
-        .collect();
+    // (The fixed window is 10^12 ms long, so it cannot end, and reset, during the test.)
+    let args: Vec<String> =
+        "RL.ALL 2 {g}f {g}g FIXED 5 1000000000000 GCRA 10 3600000 BURST 3 COST 2"
+            .split(' ')
+            .map(str::to_string)
+            .collect();
     let (allowed, _, dims) = all(&mut c, &args);
     assert_eq!(allowed, 1);
     assert_eq!((dims[0][1], dims[1][0], dims[1][1]), (3, 3, 1));
@@ -388,7 +399,7 @@ fn fixed_and_gcra_dimensions_take_part_and_refund() {
     assert_eq!(&r[..3], &[2, 3, 3]);
     let r = ints(
         &mut c,
-        &["RL.REFUND", "{g}f", "FIXED", "5", "3600000", "COST", "1"],
+        &["RL.REFUND", "{g}f", "FIXED", "5", WIDE, "COST", "1"],
     );
     assert_eq!(&r[..3], &[1, 5, 4]);
     assert_eq!(all(&mut c, &args).0, 1);
