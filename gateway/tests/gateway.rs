@@ -18,20 +18,33 @@ struct Gateway {
 }
 
 impl Gateway {
+    /// Starts the gateway on a free port (another port if that one was taken before the
+    /// gateway could bind it). Redis calls get a timeout of seconds, not the default 50 ms: a
+    /// loaded CI machine can take longer than that to answer, and a call that times out
+    /// would be decided by the failure mode instead of Redis (none of these tests is about
+    /// the timeout).
     async fn start(args: &[&str]) -> Gateway {
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_rl-gateway"))
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--log", "warn"])
-            .args(args)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start rl-gateway");
-        let gw = Gateway { child, port };
-        eventually("the gateway answers /healthz", async || {
-            gw.get("/healthz", &[]).await.is_some()
-        })
-        .await;
-        gw
+        for _ in 0..5 {
+            let port = free_port();
+            let child = Command::new(env!("CARGO_BIN_EXE_rl-gateway"))
+                .args(["--listen", &format!("127.0.0.1:{port}"), "--log", "warn"])
+                .args(["--timeout-ms", "5000"])
+                .args(args)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start rl-gateway");
+            let mut gw = Gateway { child, port };
+            let mut exited = false;
+            eventually("the gateway answers /healthz", async || {
+                exited = matches!(gw.child.try_wait(), Ok(Some(_)));
+                exited || gw.get("/healthz", &[]).await.is_some()
+            })
+            .await;
+            if !exited {
+                return gw;
+            }
+        }
+        panic!("rl-gateway did not start on any of 5 free ports");
     }
 
     /// GET `path` with `headers`: status, headers and body text (None if not listening).
