@@ -171,7 +171,7 @@ fn current(state: Option<FixedWindowState>, now: Micros, window_ms: u64) -> (Mil
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::{case_us as case, retry_ms, run};
+    use crate::scenario::{case_us as case, retry_ms, run, wait_is_exact};
     use proptest::prelude::*;
 
     fn params(limit: u64, window_ms: u64) -> FixedWindowParams {
@@ -349,10 +349,7 @@ mod tests {
                     Outcome::Never => prop_assert!(cost > limit),
                     Outcome::Denied { retry_after } => {
                         prop_assert_eq!(retry_after.0, until_end);
-                        let at = Micros(now + retry_after.as_micros().0);
-                        prop_assert!(check(state, at, &p, cost).0.is_allowed());
-                        let before = Micros(now + retry_after.as_micros().0 - 1_000);
-                        prop_assert!(!check(state, before, &p, cost).0.is_allowed());
+                        wait_is_exact(&d, &state, now, |s, t| check(s, t, &p, cost).0)?;
                     }
                 }
                 if allowed {

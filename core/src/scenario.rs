@@ -1,6 +1,8 @@
 //! Table-driven scenarios for the limiter tests: one call per row, with the reply it must
 //! get, run in order against one state (as redis-cell's `RateLimitCase` table reads).
 
+use proptest::prelude::*;
+
 use crate::decision::{Decision, Outcome};
 use crate::time::Micros;
 
@@ -81,4 +83,20 @@ pub fn run<S: Clone>(
         }
     }
     state
+}
+
+/// The promise of a denial's `retry_after`: the same call (`call(state, instant)`, no other
+/// traffic) is allowed that long after `now`, and not a millisecond sooner. Other outcomes pass.
+pub fn wait_is_exact<S: Clone>(
+    d: &Decision,
+    state: &Option<S>,
+    now: u64,
+    call: impl Fn(Option<S>, Micros) -> Decision,
+) -> Result<(), TestCaseError> {
+    if let Outcome::Denied { retry_after } = d.outcome {
+        let wait = retry_after.as_micros().0;
+        prop_assert!(call(state.clone(), Micros(now + wait)).is_allowed());
+        prop_assert!(!call(state.clone(), Micros(now + wait - 1_000)).is_allowed());
+    }
+    Ok(())
 }

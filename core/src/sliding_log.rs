@@ -228,7 +228,7 @@ pub fn refund(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::{case, retry_ms, run};
+    use crate::scenario::{case, retry_ms, run, wait_is_exact};
     use proptest::prelude::*;
 
     fn params(limit: u64, window_ms: u64) -> SlidingLogParams {
@@ -427,12 +427,7 @@ mod tests {
                 prop_assert_eq!(d.is_allowed(), expect);
                 let after = if expect { used + cost } else { used };
                 prop_assert_eq!(d.remaining, limit - after.min(limit));
-                if let Outcome::Denied { retry_after } = d.outcome {
-                    let at = Micros(now + retry_after.as_micros().0);
-                    prop_assert!(check(state.clone(), at, &p, cost).0.is_allowed());
-                    let before = Micros(now + retry_after.as_micros().0 - 1_000);
-                    prop_assert!(!check(state.clone(), before, &p, cost).0.is_allowed());
-                }
+                wait_is_exact(&d, &state, now, |s, t| check(s, t, &p, cost).0)?;
                 if expect && cost > 0 {
                     admitted.push((now, cost));
                     prop_assert!(in_window(&admitted, now) <= limit);

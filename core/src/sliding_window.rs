@@ -248,7 +248,7 @@ fn earliest_allowed(v: &View, cost: u64, params: &SlidingWindowParams) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::retry_ms;
+    use crate::scenario::{retry_ms, wait_is_exact};
     use proptest::prelude::*;
 
     fn params(limit: u64, window_ms: u64) -> SlidingWindowParams {
@@ -383,12 +383,7 @@ mod tests {
                 prop_assert_eq!(d.is_allowed(), expect);
                 let after = if expect { used + u128::from(cost) * w } else { used };
                 prop_assert_eq!(u128::from(d.remaining), (u128::from(limit) * w).saturating_sub(after) / w);
-                if let Outcome::Denied { retry_after } = d.outcome {
-                    let at = Micros(now + retry_after.as_micros().0);
-                    prop_assert!(check(state, at, &p, cost).0.is_allowed());
-                    let before = Micros(now + retry_after.as_micros().0 - 1_000);
-                    prop_assert!(!check(state, before, &p, cost).0.is_allowed());
-                }
+                wait_is_exact(&d, &state, now, |s, t| check(s, t, &p, cost).0)?;
                 if expect {
                     *per_window.entry(idx).or_insert(0) += cost;
                 }
