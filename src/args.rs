@@ -135,6 +135,22 @@ impl Options {
     }
 }
 
+/// Parses options where `PEEK` is the only one (RL.CONCURRENCY ACQUIRE): true if given.
+pub fn peek_only(args: &[RedisString]) -> Result<bool, ArgError> {
+    let mut peek = false;
+    for arg in args {
+        let name = arg.as_slice();
+        if !name.eq_ignore_ascii_case(b"PEEK") {
+            return Err(ArgError::UnknownOption(shown(name), "PEEK"));
+        }
+        if peek {
+            return Err(ArgError::RepeatedOption("PEEK"));
+        }
+        peek = true;
+    }
+    Ok(peek)
+}
+
 /// An argument as it appears in an error text: at most 40 bytes, printable ASCII kept and
 /// every other byte shown as `\xNN`, so the error line is always valid text for any client.
 pub(crate) fn shown(bytes: &[u8]) -> String {

@@ -191,6 +191,7 @@ const COMMANDS: &[Command] = &[
                                 token: Some(c"ACQUIRE"),
                                 ..string(c"id")
                             },
+                            PEEK,
                         ],
                         ..arg(c"acquire", raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK)
                     },

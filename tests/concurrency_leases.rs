@@ -23,6 +23,9 @@ const LIMIT: &str = "ERR limit must be an integer between 1 and 10000";
 const LEASE_MS: &str = "ERR lease_ms must be an integer between 1 and 1000000000000";
 const OPERATION: &str = "ERR expected 'limit lease_ms ACQUIRE id' or 'RELEASE id' after the key";
 const ID: &str = "ERR id must be between 1 and 256 bytes long";
+const UNKNOWN_FOO: &str = "ERR unknown option 'FOO', expected PEEK";
+const UNKNOWN_COST: &str = "ERR unknown option 'COST', expected PEEK";
+const PEEK_TWICE: &str = "ERR option PEEK given more than once";
 
 fn acquire(c: &mut redis::Connection, key: &str, limit: &str, lease: &str, id: &str) -> Vec<i64> {
     ints(c, &["RL.CONCURRENCY", key, limit, lease, "ACQUIRE", id])
@@ -120,6 +123,48 @@ fn acquire_renew_and_release_reply_every_field() {
     assert_eq!(release(&mut c, "k", "c"), 0);
     assert_eq!(release(&mut c, "missing", "x"), 0);
     assert!(!exists(&mut c, "missing"));
+}
+
+#[test]
+fn peek_replies_like_the_real_acquire_and_writes_nothing() {
+    let server = Server::start();
+    let mut c = server.client();
+    let peek = |c: &mut redis::Connection, id: &str| {
+        ints(
+            c,
+            &["RL.CONCURRENCY", "k", "2", LONG_S, "ACQUIRE", id, "PEEK"],
+        )
+    };
+    assert_eq!(peek(&mut c, "a"), [1, 2, 1, 0, 0]);
+    assert!(!exists(&mut c, "k"), "a PEEK created the key");
+
+    acquire(&mut c, "k", "2", LONG_S, "a");
+    // A free slot (b would take the last one), then a renewal of the held lease (a keeps its
+    // one slot): allowed, but nothing taken or renewed.
+    for (id, remaining) in [("b", 0), ("a", 1)] {
+        let before = frozen(&mut c, "k");
+        assert_eq!(peek(&mut c, id), [1, 2, remaining, 0, 0], "{id}");
+        assert_eq!(frozen(&mut c, "k"), before, "PEEK {id} wrote");
+    }
+    acquire(&mut c, "k", "2", LONG_S, "b");
+    let before = frozen(&mut c, "k");
+    let peeked = peek(&mut c, "c");
+    assert_eq!(frozen(&mut c, "k"), before, "PEEK c wrote");
+    let real = acquire(&mut c, "k", "2", LONG_S, "c");
+    assert_eq!(peeked[..3], [0, 2, 0]);
+    assert_eq!(real[..3], peeked[..3]);
+    // The wait until the oldest lease expires can only have shrunk in between.
+    assert!(
+        real[3] <= peeked[3] && peeked[3] - real[3] < 60_000,
+        "{peeked:?} {real:?}"
+    );
+    // Options in any case.
+    let r = ints(
+        &mut c,
+        &["RL.CONCURRENCY", "k", "3", LONG_S, "acquire", "c", "peek"],
+    );
+    assert_eq!(r, [1, 3, 0, 0, 0]);
+    assert_eq!(frozen(&mut c, "k"), before);
 }
 
 #[test]
@@ -363,6 +408,13 @@ fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
         (&["0", "0", "TAKE", ""], OPERATION),
         (&["0", "0", "ACQUIRE", ""], LIMIT),
         (&["10", "0", "ACQUIRE", ""], LEASE_MS),
+        // PEEK is ACQUIRE's only option, checked last.
+        (&["10", "1000", "ACQUIRE", "a", "FOO"], UNKNOWN_FOO),
+        (&["10", "1000", "ACQUIRE", "a", "COST", "2"], UNKNOWN_COST),
+        (&["10", "1000", "ACQUIRE", "a", "PEEK", "FOO"], UNKNOWN_FOO),
+        (&["10", "1000", "ACQUIRE", "a", "PEEK", "peek"], PEEK_TWICE),
+        (&["0", "1000", "ACQUIRE", "a", "FOO"], LIMIT),
+        (&["10", "1000", "ACQUIRE", "", "FOO"], ID),
     ] {
         cases.push((owned(args), expected));
     }
@@ -382,7 +434,6 @@ fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
             &[key],
             &[key, "RELEASE"],
             &[key, "10", "1000", "ACQUIRE"],
-            &[key, "10", "1000", "ACQUIRE", "a", "PEEK"],
             &[key, "RELEASE", "a", "b"],
         ] {
             let mut full = vec!["RL.CONCURRENCY"];

@@ -281,7 +281,11 @@ fn templates(name: &str) -> Vec<Vec<&'static str>> {
         "RL.GCRA" => &[&["@", "10", WIDE, "BURST", "5", "COST", "1"]],
         "RL.THROTTLE" => &[&["@", "9", "10", "1000000000", "1"]],
         "RL.LOG" => &[&["@", "10", WIDE, "COST", "1"]],
-        "RL.CONCURRENCY" => &[&["@", "10", WIDE, "ACQUIRE", "id"], &["@", "RELEASE", "a"]],
+        "RL.CONCURRENCY" => &[
+            &["@", "10", WIDE, "ACQUIRE", "id"],
+            &["@", "10", WIDE, "ACQUIRE", "id", "PEEK"],
+            &["@", "RELEASE", "a"],
+        ],
         "RL.ALL" => &[&[
             "2",
             "@",

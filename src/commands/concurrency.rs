@@ -1,10 +1,10 @@
-//! `RL.CONCURRENCY key limit lease_ms ACQUIRE id` and `RL.CONCURRENCY key RELEASE id`.
+//! `RL.CONCURRENCY key limit lease_ms ACQUIRE id [PEEK]` and `RL.CONCURRENCY key RELEASE id`.
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use redis_rl_core::concurrency::{self, acquire, release, ConcurrencyParams, ConcurrencyState};
 use redis_rl_core::limits;
 
-use crate::args::{integer, ArgError};
+use crate::args::{integer, peek_only, ArgError};
 use crate::encoding::Stored;
 use crate::{clock, reply, store};
 
@@ -19,27 +19,34 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
             }
             run_release(ctx, key, parse_id(id)?)
         }
-        [_, key, limit, lease_ms, operation, id] => {
+        [_, key, limit, lease_ms, operation, id, options @ ..] => {
             if !operation.as_slice().eq_ignore_ascii_case(b"ACQUIRE") {
                 return Err(RedisError::Str(OPERATION));
             }
             let params = parse(limit, lease_ms).map_err(|e| RedisError::String(e.to_string()))?;
-            run_acquire(ctx, key, &params, parse_id(id)?)
+            let id = parse_id(id)?;
+            let peek = peek_only(options).map_err(|e| RedisError::String(e.to_string()))?;
+            run_acquire(ctx, key, &params, id, peek)
         }
         _ => Err(RedisError::WrongArity),
     }
 }
 
-/// Replies `[allowed, limit, remaining, retry_after_ms, 0]`; writes only when allowed.
+/// Replies `[allowed, limit, remaining, retry_after_ms, 0]`; writes only when allowed and
+/// not a `PEEK` (which replies as the real call would, and takes or renews nothing).
 fn run_acquire(
     ctx: &Context,
     key: &RedisString,
     params: &ConcurrencyParams,
     id: &[u8],
+    peek: bool,
 ) -> RedisResult {
     let stored = store::read::<ConcurrencyState>(ctx, key)?;
     let now = clock::now();
     let (decision, new_state) = acquire(stored, now, params, id);
+    if peek {
+        return reply::send(ctx, &reply::decision(&decision));
+    }
     crate::stats::record_decision(decision.is_allowed());
     if let Some(state) = new_state {
         write(ctx, key, &state)?;
