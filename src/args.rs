@@ -79,24 +79,31 @@ pub struct Options {
 impl Options {
     /// Parses `[COST n] [PEEK]` in any order, each at most once, names in any case.
     pub fn parse(args: &[RedisString]) -> Result<Options, ArgError> {
-        Self::parse_accepting(args, None).map(|(options, _)| options)
+        Self::parse_accepting(args, None, true).map(|(options, _)| options)
+    }
+
+    /// Parses `[PEEK]` (RL.CONCURRENCY ACQUIRE, which takes no `COST`): true if given.
+    pub fn parse_peek_only(args: &[RedisString]) -> Result<bool, ArgError> {
+        Self::parse_accepting(args, None, false).map(|(options, _)| options.peek)
     }
 
     /// Parses `[BURST b] [COST n] [PEEK]` (RL.GCRA) like [`Options::parse`], and returns
     /// `BURST` apart (`None` when not given).
     pub fn parse_with_burst(args: &[RedisString]) -> Result<(Options, Option<u64>), ArgError> {
-        Self::parse_accepting(args, Some(limits::count("burst")))
+        Self::parse_accepting(args, Some(limits::count("burst")), true)
     }
 
-    /// Parses the options, accepting `BURST` only when its range is given.
+    /// Parses the options: `PEEK` always, `BURST` only when its range is given, `COST` only
+    /// when `accepts_cost`.
     fn parse_accepting(
         args: &[RedisString],
         burst_range: Option<Range>,
+        accepts_cost: bool,
     ) -> Result<(Options, Option<u64>), ArgError> {
-        let expected = if burst_range.is_some() {
-            "BURST b, COST n or PEEK"
-        } else {
-            "COST n or PEEK"
+        let expected = match (burst_range.is_some(), accepts_cost) {
+            (true, _) => "BURST b, COST n or PEEK",
+            (false, true) => "COST n or PEEK",
+            (false, false) => "PEEK",
         };
         let mut cost = None;
         let mut peek = false;
@@ -110,7 +117,7 @@ impl Options {
                 }
                 let value = rest.next().ok_or(ArgError::MissingValue("BURST", range))?;
                 burst = Some(integer(value, range)?);
-            } else if name.eq_ignore_ascii_case(b"COST") {
+            } else if accepts_cost && name.eq_ignore_ascii_case(b"COST") {
                 if cost.is_some() {
                     return Err(ArgError::RepeatedOption("COST"));
                 }
@@ -133,22 +140,6 @@ impl Options {
         };
         Ok((options, burst))
     }
-}
-
-/// Parses options where `PEEK` is the only one (RL.CONCURRENCY ACQUIRE): true if given.
-pub fn peek_only(args: &[RedisString]) -> Result<bool, ArgError> {
-    let mut peek = false;
-    for arg in args {
-        let name = arg.as_slice();
-        if !name.eq_ignore_ascii_case(b"PEEK") {
-            return Err(ArgError::UnknownOption(shown(name), "PEEK"));
-        }
-        if peek {
-            return Err(ArgError::RepeatedOption("PEEK"));
-        }
-        peek = true;
-    }
-    Ok(peek)
 }
 
 /// An argument as it appears in an error text: at most 40 bytes, printable ASCII kept and

@@ -4,7 +4,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use redis_rl_core::concurrency::{self, acquire, release, ConcurrencyParams, ConcurrencyState};
 use redis_rl_core::limits;
 
-use crate::args::{integer, peek_only, ArgError};
+use crate::args::{integer, ArgError, Options};
 use crate::encoding::Stored;
 use crate::{clock, reply, store};
 
@@ -25,7 +25,8 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
             }
             let params = parse(limit, lease_ms).map_err(|e| RedisError::String(e.to_string()))?;
             let id = parse_id(id)?;
-            let peek = peek_only(options).map_err(|e| RedisError::String(e.to_string()))?;
+            let peek =
+                Options::parse_peek_only(options).map_err(|e| RedisError::String(e.to_string()))?;
             run_acquire(ctx, key, &params, id, peek)
         }
         _ => Err(RedisError::WrongArity),

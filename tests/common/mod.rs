@@ -249,6 +249,25 @@ pub fn assert_pttl_after_call(
     );
 }
 
+/// Checks a `PEEK` reply against the real call made just after it: the same decision, limit
+/// and remaining; the waits (`retry_after_ms`, `reset_after_ms`) may only have shrunk by the
+/// time that passed in between (a millisecond later a wait may be a millisecond shorter).
+pub fn assert_peek_then_real(peeked: &[i64], real: &[i64], what: &str) {
+    assert_eq!(peeked[..3], real[..3], "{what}");
+    let (peek_wait, real_wait) = (peeked[3], real[3]);
+    assert!(
+        peek_wait == real_wait
+            || (real_wait > 0 && (real_wait..real_wait + 1000).contains(&peek_wait)),
+        "{what}: waits {peek_wait} then {real_wait}"
+    );
+    assert!(
+        real[4] <= peeked[4] && peeked[4] - real[4] < 60_000,
+        "{what}: reset_after {} then {}",
+        peeked[4],
+        real[4]
+    );
+}
+
 /// Polls `done` every few milliseconds until it returns true; panics after `timeout`.
 pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
