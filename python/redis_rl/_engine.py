@@ -1,0 +1,392 @@
+"""The limiter's logic, written once without I/O for the async and the sync limiter.
+
+Each operation is a generator: it yields a command (a tuple of arguments) whenever it needs
+Redis and is sent back an ``Ok(value)`` or a ``Failed(error)``; its return value is the
+decision. The drivers (``limiter.Limiter``, ``sync.SyncLimiter``) only execute commands
+under the timeout and the breaker.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple, Union
+
+from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from redis_rl._core import LocalStore, check_cost
+from redis_rl.breaker import Breaker, BreakerConfig, BreakerState
+from redis_rl.decision import Decision, MultiDecision, ReplyError, Source, parse_all, parse_single
+from redis_rl.deny_cache import DenyCache
+from redis_rl.policy import Policy
+
+log = logging.getLogger("redis_rl")
+
+Command = Tuple[Union[str, int], ...]
+
+
+class BreakerOpen(Exception):
+    """The breaker is open: Redis was not called."""
+
+
+@dataclass(frozen=True)
+class Ok:
+    value: Any
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: BaseException
+
+
+Result = Union[Ok, Failed]
+Op = Generator[Command, Result, Any]
+
+# Error replies that mean "this server cannot answer now", not "bad request".
+_UNAVAILABLE_REPLIES = ("LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY")
+
+
+def is_outage(error: BaseException) -> bool:
+    """True for errors meaning Redis is unavailable (they count towards the breaker)."""
+    if isinstance(error, (RedisConnectionError, RedisTimeoutError, TimeoutError, OSError)):
+        return True
+    if isinstance(error, ResponseError):
+        return str(error).startswith(_UNAVAILABLE_REPLIES)
+    return type(error).__name__ in ("ClusterDownError", "MasterDownError", "TryAgainError")
+
+
+def _is_unknown_command(error: BaseException) -> bool:
+    return isinstance(error, ResponseError) and "unknown command" in str(error).lower()
+
+
+@dataclass(frozen=True)
+class LimiterStats:
+    """Counts since start, for health endpoints."""
+
+    redis_calls: int
+    errors: int
+    deny_cache: int
+    local: int
+    fail_open: int
+    fail_closed: int
+    breaker_opened: int
+    breaker_closed: int
+
+
+def _check_items(items: Sequence[Tuple[str, Policy]]) -> None:
+    seen = set()
+    for i, item in enumerate(items):
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise TypeError(f"item {i} must be a (key, Policy) tuple")
+        key, policy = item
+        _check_key(key)
+        if not isinstance(policy, Policy):
+            raise TypeError(f"item {i}: policy must be a Policy, not {type(policy).__name__}")
+        if key in seen:
+            raise ValueError(f"item {i}: key {key!r} repeats an earlier key: each key may appear once")
+        seen.add(key)
+    if len(items) > 16:
+        raise ValueError("check_all takes at most 16 keys (rl.max-all-keys)")
+
+
+def _check_key(key: Any) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"key must be a str, not {type(key).__name__}")
+    if not key:
+        raise ValueError("key must not be empty")
+
+
+class Engine:
+    """Breaker, deny cache, local store, capabilities and counters of one limiter."""
+
+    def __init__(
+        self,
+        *,
+        cluster: bool,
+        breaker: BreakerConfig,
+        deny_cache: int,
+        local_capacity: int,
+        rl_all: Optional[bool],
+    ) -> None:
+        self.cluster = cluster
+        self.breaker = Breaker(breaker)
+        self.deny_cache = DenyCache(deny_cache) if deny_cache > 0 else None
+        self.local = LocalStore(local_capacity)
+        self.has_all: Optional[bool] = rl_all
+        self._lock = threading.Lock()
+        self._counts: Dict[str, int] = dict.fromkeys(
+            ("redis_calls", "errors", "deny_cache", "local", "fail_open", "fail_closed"), 0
+        )
+        self._last_error_log = 0.0
+
+    # -- calls -----------------------------------------------------------------------
+
+    def permit(self) -> Optional[Failed]:
+        """Before a call: ``Failed(BreakerOpen)`` when Redis must not be called."""
+        if not self.breaker.permit():
+            return Failed(BreakerOpen())
+        self._count("redis_calls")
+        return None
+
+    def settle(self, error: Optional[BaseException]) -> None:
+        """After a call: tell the breaker and the counters how it went."""
+        if error is None:
+            self.breaker.on_success()
+            return
+        self._count("errors")
+        if is_outage(error):
+            self.breaker.on_failure()
+        else:
+            self.breaker.on_success()
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] += 1
+
+    def stats(self) -> LimiterStats:
+        with self._lock:
+            counts = dict(self._counts)
+        return LimiterStats(
+            **counts, breaker_opened=self.breaker.opened, breaker_closed=self.breaker.closed
+        )
+
+    @property
+    def breaker_state(self) -> BreakerState:
+        return self.breaker.state
+
+    # -- one key -----------------------------------------------------------------------
+
+    def check(self, key: str, policy: Policy, cost: int, peek: bool) -> Op:
+        _check_key(key)
+        if not isinstance(policy, Policy):
+            raise TypeError(f"policy must be a Policy, not {type(policy).__name__}")
+        cost = check_cost(cost)
+        if not peek:
+            cached = self._cached_denial(key, cost)
+            if cached is not None:
+                return cached.with_shadow(policy.shadow)
+        result = yield single(key, policy, cost, peek)
+        try:
+            if isinstance(result, Failed):
+                raise result.error
+            d = parse_single(policy.command, result.value)
+        except Exception as e:  # noqa: BLE001 - every failure decides by the failure mode
+            d = self._fallback(key, policy, cost, peek, e)
+        else:
+            if not peek:
+                self._remember_denial(key, cost, d)
+        return d.with_shadow(policy.shadow)
+
+    # -- several keys --------------------------------------------------------------------
+
+    def check_all(self, items: Sequence[Tuple[str, Policy]], cost: int) -> Op:
+        items = list(items)
+        _check_items(items)
+        cost = check_cost(cost)
+        enforced = [i for i, (_, p) in enumerate(items) if not p.shadow]
+        shadow = [i for i, (_, p) in enumerate(items) if p.shadow]
+        decisions: List[Optional[Decision]] = [None] * len(items)
+        denied_sub, enforced_decisions = yield from self._decide_all(
+            [items[i] for i in enforced], cost
+        )
+        for i, d in zip(enforced, enforced_decisions):
+            decisions[i] = d
+        for i in shadow:
+            key, policy = items[i]
+            decisions[i] = yield from self.check(key, policy, cost, False)
+        return MultiDecision(
+            denied_index=None if denied_sub is None else enforced[denied_sub],
+            decisions=[d for d in decisions if d is not None],
+        )
+
+    def _decide_all(
+        self, pairs: List[Tuple[str, Policy]], cost: int
+    ) -> Generator[Command, Result, Tuple[Optional[int], List[Decision]]]:
+        if not pairs:
+            return None, []
+        # A key the deny cache holds denies the whole request without a round trip.
+        for i, (key, _) in enumerate(pairs):
+            cached = self._cached_denial(key, cost)
+            if cached is not None:
+                out = [_unknown(p) for _, p in pairs]
+                out[i] = cached
+                return i, out
+        try:
+            if self.has_all is not False:
+                try:
+                    denied, decisions = yield from self._redis_all(pairs, cost)
+                except ResponseError as e:
+                    if not _is_unknown_command(e) or self.has_all:
+                        raise
+                    # No RL.ALL on this server: single calls from now on.
+                    self.has_all = False
+                    denied, decisions = yield from self._redis_singles(pairs, cost)
+                else:
+                    self.has_all = True
+            else:
+                denied, decisions = yield from self._redis_singles(pairs, cost)
+        except Exception as e:  # noqa: BLE001
+            return self._fallback_all(pairs, cost, e)
+        if denied is not None:
+            self._remember_denial(pairs[denied][0], cost, decisions[denied])
+        return denied, decisions
+
+    def _groups(self, keys: List[str]) -> List[List[int]]:
+        """Key indexes by hash slot, slots in order of first appearance."""
+        if not self.cluster:
+            return [list(range(len(keys)))]
+        groups: Dict[int, List[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(key_slot(key.encode()), []).append(i)
+        return list(groups.values())
+
+    def _redis_all(
+        self, pairs: List[Tuple[str, Policy]], cost: int
+    ) -> Generator[Command, Result, Tuple[Optional[int], List[Decision]]]:
+        """One RL.ALL per slot; the slots already taken are refunded when a later one denies
+        or fails."""
+        decisions = [_unknown(p) for _, p in pairs]
+        taken: List[int] = []
+        for members in self._groups([k for k, _ in pairs]):
+            group = [pairs[i] for i in members]
+            result = yield all_command(group, cost)
+            try:
+                if isinstance(result, Failed):
+                    raise result.error
+                denied, group_decisions = parse_all(result.value, len(group))
+            except Exception:
+                yield from self._refund(pairs, taken, cost)
+                raise
+            for i, d in zip(members, group_decisions):
+                decisions[i] = d
+            if denied is not None:
+                yield from self._refund(pairs, taken, cost)
+                return members[denied], decisions
+            taken.extend(members)
+        return None, decisions
+
+    def _redis_singles(
+        self, pairs: List[Tuple[str, Policy]], cost: int
+    ) -> Generator[Command, Result, Tuple[Optional[int], List[Decision]]]:
+        """Without RL.ALL: peek every key, then take every key; refund on a racing denial."""
+        peeks = yield from self._singles(pairs, cost, True)
+        for i, d in enumerate(peeks):
+            if d.denied:
+                return i, peeks
+        taken = yield from self._singles(pairs, cost, False)
+        for i, d in enumerate(taken):
+            if d.denied:
+                yield from self._refund(pairs, [j for j, t in enumerate(taken) if t.allowed], cost)
+                return i, taken
+        return None, taken
+
+    def _singles(
+        self, pairs: List[Tuple[str, Policy]], cost: int, peek: bool
+    ) -> Generator[Command, Result, List[Decision]]:
+        out = []
+        for key, policy in pairs:
+            result = yield single(key, policy, cost, peek)
+            if isinstance(result, Failed):
+                raise result.error
+            out.append(parse_single(policy.command, result.value))
+        return out
+
+    def _refund(
+        self, pairs: List[Tuple[str, Policy]], indexes: List[int], cost: int
+    ) -> Generator[Command, Result, None]:
+        """Gives back ``cost`` on the keys at ``indexes``, best effort."""
+        if cost == 0:
+            return
+        for i in indexes:
+            key, policy = pairs[i]
+            result = yield refund_command(key, policy, cost)
+            if isinstance(result, Failed):
+                self._log_error("RL.REFUND", result.error)
+
+    # -- failures ----------------------------------------------------------------------
+
+    def _fallback(self, key: str, policy: Policy, cost: int, peek: bool, error: BaseException) -> Decision:
+        self._log_error(policy.command, error)
+        d = self._fail(key, policy, cost, peek)
+        self._count(d.source.value)
+        return d
+
+    def _fail(self, key: str, policy: Policy, cost: int, peek: bool) -> Decision:
+        mode = policy.failure_mode.name
+        limit = policy.limit
+        if mode == "open":
+            return Decision(True, limit, limit, 0, 0, Source.FAIL_OPEN)
+        if mode == "closed":
+            wait = max(1000, math.ceil(self.breaker.remaining_open() * 1000))
+            return Decision(False, limit, 0, wait, 0, Source.FAIL_CLOSED)
+        now_us = time.time_ns() // 1000
+        fields = self.local.check(key, policy.local_params(), cost, now_us, peek)
+        return Decision.from_reply(fields, Source.LOCAL)
+
+    def _fallback_all(
+        self, pairs: List[Tuple[str, Policy]], cost: int, error: BaseException
+    ) -> Tuple[Optional[int], List[Decision]]:
+        """All or nothing by each key's failure mode: peek every key, then take them."""
+        self._log_error("RL.ALL", error)
+        peeks = [self._fail(k, p, cost, True) for k, p in pairs]
+        denied = next((i for i, d in enumerate(peeks) if d.denied), None)
+        decisions = peeks if denied is not None else [self._fail(k, p, cost, False) for k, p in pairs]
+        for d in decisions:
+            self._count(d.source.value)
+        return denied, decisions
+
+    def _log_error(self, command: str, error: BaseException) -> None:
+        """At most one line a second: an outage shows in the breaker's transitions."""
+        now = time.monotonic()
+        if now - self._last_error_log < 1.0:
+            log.debug("%s failed: %r", command, error)
+            return
+        self._last_error_log = now
+        level = logging.INFO if is_outage(error) or isinstance(error, BreakerOpen) else logging.WARNING
+        log.log(level, "%s failed (%r): deciding by the failure mode", command, error)
+
+    def _cached_denial(self, key: str, cost: int) -> Optional[Decision]:
+        if self.deny_cache is None:
+            return None
+        d = self.deny_cache.get(key, cost)
+        if d is not None:
+            self._count("deny_cache")
+        return d
+
+    def _remember_denial(self, key: str, cost: int, d: Decision) -> None:
+        if self.deny_cache is not None:
+            self.deny_cache.remember(key, cost, d)
+
+
+def _unknown(policy: Policy) -> Decision:
+    """A key that was not checked (another decided first): its limit, its count unknown."""
+    return Decision(True, policy.limit, policy.limit, 0, 0, Source.REDIS, policy.shadow)
+
+
+def _cost_peek(cost: int, peek: bool) -> Command:
+    words: Tuple[Union[str, int], ...] = ("COST", cost) if cost != 1 else ()
+    return words + ("PEEK",) if peek else words
+
+
+def single(key: str, policy: Policy, cost: int, peek: bool) -> Command:
+    """``RL.<ALG> key params... [COST n] [PEEK]``."""
+    return (policy.command, key, *policy.spec(), *_cost_peek(cost, peek))
+
+
+def all_command(pairs: Sequence[Tuple[str, Policy]], cost: int) -> Command:
+    """``RL.ALL numkeys key... spec... [COST n]``."""
+    specs: List[Union[str, int]] = []
+    for _, policy in pairs:
+        specs += [policy.spec_name, *policy.spec()]
+    return ("RL.ALL", len(pairs), *(k for k, _ in pairs), *specs, *_cost_peek(cost, False))
+
+
+def refund_command(key: str, policy: Policy, cost: int) -> Command:
+    """``RL.REFUND key spec COST n``."""
+    return ("RL.REFUND", key, policy.spec_name, *policy.spec(), "COST", cost)

@@ -1,0 +1,140 @@
+"""The asyncio limiter (``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional, Sequence, Tuple
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+
+from redis_rl._engine import Engine, Failed, LimiterStats, Ok, Op, Result
+from redis_rl.breaker import BreakerConfig, BreakerState
+from redis_rl.decision import Decision, MultiDecision
+from redis_rl.policy import Policy
+
+__all__ = ["Limiter", "DEFAULT_TIMEOUT"]
+
+DEFAULT_TIMEOUT = 0.05
+"""Seconds one call to Redis may take (50 ms, as the Rust client)."""
+
+
+def _no_retry_kwargs() -> dict:
+    # The breaker does the waiting: redis-py's own retries would stall every call of an
+    # outage for their backoff (the Rust client's game day found exactly that).
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    return {"retry": Retry(NoBackoff(), 0)}
+
+
+class Limiter:
+    """Rate limiting on the redis-rl module, for asyncio.
+
+    ``check`` and ``check_all`` never raise for Redis trouble: every call has a timeout,
+    failures count towards the circuit breaker, and when Redis cannot answer the policy's
+    failure mode decides (``Decision.source`` says who decided). Bad arguments raise
+    ``TypeError`` / ``ValueError`` before anything is sent.
+
+    ::
+
+        limiter = Limiter(redis.asyncio.Redis(host="127.0.0.1"))
+        free = Policy.token_bucket(100, 100, 60_000)
+        d = await limiter.check("api:alice", free)
+        if not d.allowed: ...  # 429 after d.retry_after_ms
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        breaker: BreakerConfig = BreakerConfig(),
+        deny_cache: int = 10_000,
+        local_capacity: int = 100_000,
+        rl_all: Optional[bool] = None,
+    ) -> None:
+        """``client``: a ``redis.asyncio.Redis`` or ``RedisCluster``. ``timeout``: seconds per
+        call. ``deny_cache``: keys remembered by the hot-key deny cache (0: off).
+        ``local_capacity``: keys held by the local fallback. ``rl_all``: force (True) or
+        avoid (False) RL.ALL for ``check_all`` instead of finding out on first use."""
+        if not timeout > 0:
+            raise ValueError("timeout must be positive")
+        self.client = client
+        self.timeout = timeout
+        self._engine = Engine(
+            cluster=isinstance(client, RedisCluster),
+            breaker=breaker,
+            deny_cache=deny_cache,
+            local_capacity=local_capacity,
+            rl_all=rl_all,
+        )
+
+    @classmethod
+    def from_url(cls, url: str, *, cluster: bool = False, **kwargs: Any) -> "Limiter":
+        """A limiter with its own client for ``url`` (nothing connects until the first call),
+        socket timeouts set to ``timeout`` and redis-py's retries off."""
+        timeout = kwargs.get("timeout", DEFAULT_TIMEOUT)
+        opts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        if cluster:
+            client = RedisCluster.from_url(url, **opts)
+        else:
+            client = aioredis.from_url(url, **opts, **_no_retry_kwargs())
+        return cls(client, **kwargs)
+
+    async def check(self, key: str, policy: Policy, cost: int = 1) -> Decision:
+        """Takes ``cost`` units (0: look without taking) for ``key``."""
+        return await self._run(self._engine.check(key, policy, cost, False))
+
+    async def peek(self, key: str, policy: Policy, cost: int = 1) -> Decision:
+        """What taking ``cost`` units would answer, taking nothing (``PEEK``)."""
+        return await self._run(self._engine.check(key, policy, cost, True))
+
+    async def check_all(self, items: Sequence[Tuple[str, Policy]], cost: int = 1) -> MultiDecision:
+        """Takes ``cost`` units on every key if every enforced key allows it, else nothing.
+
+        One RL.ALL per hash slot (one in all on a standalone server, atomic); across slots,
+        slot by slot, refunding the slots already taken (RL.REFUND) when a later one denies.
+        Shadow policies are checked on their own and never deny."""
+        return await self._run(self._engine.check_all(items, cost))
+
+    async def _run(self, op: Op) -> Any:
+        try:
+            command = next(op)
+            while True:
+                command = op.send(await self._call(command))
+        except StopIteration as done:
+            return done.value
+
+    async def _call(self, command: Tuple[Any, ...]) -> Result:
+        refused = self._engine.permit()
+        if refused is not None:
+            return refused
+        try:
+            value = await asyncio.wait_for(self.client.execute_command(*command), self.timeout)
+        except Exception as e:  # noqa: BLE001 - cancellation (BaseException) passes through
+            self._engine.settle(e)
+            return Failed(e)
+        self._engine.settle(None)
+        return Ok(value)
+
+    async def ping(self) -> bool:
+        """Pings Redis directly (not through the breaker), within the timeout."""
+        try:
+            await asyncio.wait_for(self.client.ping(), self.timeout)
+        except Exception:  # noqa: BLE001
+            return False
+        return True
+
+    @property
+    def breaker_state(self) -> BreakerState:
+        return self._engine.breaker_state
+
+    def stats(self) -> LimiterStats:
+        """Redis calls, errors and decisions by source since start."""
+        return self._engine.stats()
+
+    async def aclose(self) -> None:
+        """Closes the client."""
+        close = getattr(self.client, "aclose", None) or self.client.close
+        await close()

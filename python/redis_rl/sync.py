@@ -1,0 +1,116 @@
+"""The blocking limiter (``redis.Redis`` or ``redis.cluster.RedisCluster``)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Tuple
+
+import redis
+from redis.cluster import RedisCluster
+
+from redis_rl._engine import Engine, Failed, LimiterStats, Ok, Op, Result
+from redis_rl.breaker import BreakerConfig, BreakerState
+from redis_rl.decision import Decision, MultiDecision
+from redis_rl.limiter import DEFAULT_TIMEOUT
+from redis_rl.policy import Policy
+
+__all__ = ["SyncLimiter", "Limiter"]
+
+
+class SyncLimiter:
+    """The same limiter as ``redis_rl.Limiter``, for blocking code and threads.
+
+    A blocking call cannot be cut short from outside, so the timeout is the client's
+    ``socket_timeout``: ``SyncLimiter.from_url`` sets it to ``timeout``; a client you pass in
+    should have one (and no retries), or a hung Redis blocks the caller.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        breaker: BreakerConfig = BreakerConfig(),
+        deny_cache: int = 10_000,
+        local_capacity: int = 100_000,
+        rl_all: Optional[bool] = None,
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError("timeout must be positive")
+        self.client = client
+        self.timeout = timeout
+        self._engine = Engine(
+            cluster=isinstance(client, RedisCluster),
+            breaker=breaker,
+            deny_cache=deny_cache,
+            local_capacity=local_capacity,
+            rl_all=rl_all,
+        )
+
+    @classmethod
+    def from_url(cls, url: str, *, cluster: bool = False, **kwargs: Any) -> "SyncLimiter":
+        """A limiter with its own client for ``url``: socket timeouts of ``timeout``, no
+        redis-py retries (the breaker does the waiting)."""
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        timeout = kwargs.get("timeout", DEFAULT_TIMEOUT)
+        opts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        if cluster:
+            client = RedisCluster.from_url(url, **opts)
+        else:
+            client = redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **opts)
+        return cls(client, **kwargs)
+
+    def check(self, key: str, policy: Policy, cost: int = 1) -> Decision:
+        """Takes ``cost`` units (0: look without taking) for ``key``."""
+        return self._run(self._engine.check(key, policy, cost, False))
+
+    def peek(self, key: str, policy: Policy, cost: int = 1) -> Decision:
+        """What taking ``cost`` units would answer, taking nothing (``PEEK``)."""
+        return self._run(self._engine.check(key, policy, cost, True))
+
+    def check_all(self, items: Sequence[Tuple[str, Policy]], cost: int = 1) -> MultiDecision:
+        """All or nothing over several keys; see ``redis_rl.Limiter.check_all``."""
+        return self._run(self._engine.check_all(items, cost))
+
+    def _run(self, op: Op) -> Any:
+        try:
+            command = next(op)
+            while True:
+                command = op.send(self._call(command))
+        except StopIteration as done:
+            return done.value
+
+    def _call(self, command: Tuple[Any, ...]) -> Result:
+        refused = self._engine.permit()
+        if refused is not None:
+            return refused
+        try:
+            value = self.client.execute_command(*command)
+        except Exception as e:  # noqa: BLE001
+            self._engine.settle(e)
+            return Failed(e)
+        self._engine.settle(None)
+        return Ok(value)
+
+    def ping(self) -> bool:
+        """Pings Redis directly (not through the breaker)."""
+        try:
+            self.client.ping()
+        except Exception:  # noqa: BLE001
+            return False
+        return True
+
+    @property
+    def breaker_state(self) -> BreakerState:
+        return self._engine.breaker_state
+
+    def stats(self) -> LimiterStats:
+        return self._engine.stats()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+Limiter = SyncLimiter
+"""``redis_rl.sync.Limiter``: the blocking limiter under the async one's name."""

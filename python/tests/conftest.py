@@ -1,0 +1,137 @@
+"""Real servers for the tests: ``$RL_SERVER`` (default ``redis-server``) with the module
+(``$RL_MODULE``, default the workspace's ``target/release/libredis_rl.so``) on free loopback
+ports, stopped when the session (or the test that owns one) ends."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import pytest
+import redis
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def server_binary() -> str:
+    return os.environ.get("RL_SERVER", "redis-server")
+
+
+def module_path() -> str:
+    path = os.environ.get("RL_MODULE") or str(ROOT / "target" / "release" / "libredis_rl.so")
+    if not os.path.exists(path):
+        pytest.exit(f"module not built: {path} (run `cargo build --release` or `make test`)", 2)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One server process with the module loaded; ``stop()`` kills it and removes its dir."""
+
+    def __init__(self, extra: Optional[List[str]] = None, env: Optional[dict] = None) -> None:
+        self.extra = extra or []
+        self.env = env
+        self.dir = tempfile.mkdtemp(prefix="rl-py-")
+        self.port = 0
+        self.proc: Optional[subprocess.Popen] = None
+        self.start()
+
+    def start(self, port: Optional[int] = None) -> None:
+        """Starts (or restarts, on the same port when given) and waits until it answers."""
+        last = ""
+        for _ in range(5):
+            self.port = port or free_port()
+            args = [
+                server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no", "--dir", self.dir,
+                "--loadmodule", module_path(), *self.extra,
+            ]
+            self.proc = subprocess.Popen(
+                args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env
+            )
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    redis.Redis(port=self.port, socket_timeout=1).ping()
+                    return
+                except redis.exceptions.ConnectionError:
+                    time.sleep(0.02)
+            out = b""
+            if self.proc.poll() is None:
+                self.proc.kill()
+            out = self.proc.communicate(timeout=5)[0] or b""
+            last = out.decode(errors="replace")[-2000:]
+            if port is not None:
+                break
+        raise RuntimeError(f"server did not start: {last}")
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def kill(self) -> None:
+        """SIGKILL (an outage); ``start(self.port)`` brings it back on the same port."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[Server]:
+    s = Server()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def own_server() -> Iterator[Server]:
+    """A server this test may kill or pause."""
+    s = Server()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[redis.Redis]:
+    c = redis.Redis(port=server.port, socket_timeout=5)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix of its own for each test (they share the session's server)."""
+    return f"t{uuid.uuid4().hex[:12]}"

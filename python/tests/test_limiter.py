@@ -1,0 +1,257 @@
+"""The limiters against a real server: every policy and reply field, PEEK, COST, shadow,
+check_all, the deny cache and bad input. Each test runs on the sync and the async limiter."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from redis_rl import Decision, Limiter, MultiDecision, Policy, Source, SyncLimiter
+
+
+class Both:
+    """Runs the same calls on the blocking or the asyncio limiter."""
+
+    def __init__(self, kind: str, port: int, **kwargs: Any) -> None:
+        self.kind = kind
+        self.port = port
+        self.kwargs = kwargs
+
+    def run(self, body: Callable[[Any], Any]) -> Any:
+        if self.kind == "sync":
+            limiter = SyncLimiter(redis.Redis(port=self.port), **self.kwargs)
+            try:
+                return body(_SyncFacade(limiter))
+            finally:
+                limiter.close()
+
+        async def main() -> Any:
+            limiter = Limiter(aioredis.Redis(port=self.port), **self.kwargs)
+            try:
+                return await body(limiter)
+            finally:
+                await limiter.aclose()
+
+        return asyncio.run(main())
+
+
+class _SyncFacade:
+    """Lets one test body `await` the sync limiter's results."""
+
+    def __init__(self, limiter: SyncLimiter) -> None:
+        self.limiter = limiter
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.limiter, name)
+        if name not in ("check", "peek", "check_all"):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return _Done(method(*args, **kwargs))
+
+        return call
+
+
+class _Done:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __await__(self):  # type: ignore[no-untyped-def]
+        return self.value
+        yield  # pragma: no cover
+
+
+def run(kind: str, port: int, body: Callable[[Any], Any], **kwargs: Any) -> Any:
+    if kind == "sync":
+        return Both(kind, port, **kwargs).run(lambda lim: _drive(body(lim)))
+    return Both(kind, port, **kwargs).run(body)
+
+
+def _drive(coro: Any) -> Any:
+    """Runs a coroutine whose awaits are all already done (the sync facade)."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("the sync limiter suspended")
+
+
+@pytest.fixture(params=["sync", "async"])
+def kind(request: Any) -> str:
+    return request.param
+
+
+def fields(d: Decision) -> tuple:
+    return (d.allowed, d.limit, d.remaining, d.retry_after_ms, d.reset_after_ms, d.source)
+
+
+def test_token_bucket_every_field(server, prefix, kind):
+    p = Policy.token_bucket(10, 10, 1000)
+
+    async def body(lim):
+        key = f"{prefix}:tb"
+        first = await lim.check(key, p)
+        assert fields(first) == (True, 10, 9, 0, 100, Source.REDIS)
+        rest = await lim.check(key, p, cost=9)
+        assert fields(rest)[:4] == (True, 10, 0, 0) and 900 <= rest.reset_after_ms <= 1000
+        denied = await lim.check(key, p)
+        assert (denied.allowed, denied.limit, denied.remaining) == (False, 10, 0)
+        assert 1 <= denied.retry_after_ms <= 100 and denied.reset_after_ms <= 1000
+        assert not denied.allows and denied.denied and not denied.never
+        never = await lim.check(f"{prefix}:tb2", p, cost=11)
+        assert (never.allowed, never.retry_after_ms, never.never, never.remaining) == (False, None, True, 10)
+
+    run(kind, server.port, body, deny_cache=0)
+
+
+def test_sliding_fixed_log_gcra_every_field(server, prefix, kind):
+    async def body(lim):
+        s = Policy.sliding(5, 60_000)
+        d = await lim.check(f"{prefix}:s", s, cost=5)
+        assert (d.allowed, d.limit, d.remaining, d.retry_after_ms) == (True, 5, 0, 0)
+        assert 0 < d.reset_after_ms <= 120_000
+        d = await lim.check(f"{prefix}:s", s)
+        assert (d.allowed, d.limit, d.remaining) == (False, 5, 0) and 0 < d.retry_after_ms <= 120_000
+        assert (await lim.check(f"{prefix}:s", s, cost=6)).never
+
+        f = Policy.fixed(3, 60_000)
+        d = await lim.check(f"{prefix}:f", f)
+        assert (d.allowed, d.limit, d.remaining, d.retry_after_ms) == (True, 3, 2, 0)
+        assert 0 < d.reset_after_ms <= 60_000
+        d = await lim.check(f"{prefix}:f", f, cost=3)
+        assert (d.allowed, d.remaining) == (False, 2) and d.retry_after_ms == d.reset_after_ms
+
+        g = Policy.gcra(10, 1000, burst=2)
+        a, b, c = [await lim.check(f"{prefix}:g", g) for _ in range(3)]
+        assert fields(a) == (True, 2, 1, 0, 100, Source.REDIS)
+        assert (b.allowed, b.remaining, b.reset_after_ms) == (True, 0, 200)
+        assert (c.allowed, c.limit, c.remaining) == (False, 2, 0) and 1 <= c.retry_after_ms <= 100
+        assert (await lim.check(f"{prefix}:g", g, cost=3)).never
+        assert (await lim.check(f"{prefix}:g2", Policy.gcra(10, 1000))).limit == 10
+
+        lg = Policy.log(2, 60_000)
+        d = await lim.check(f"{prefix}:l", lg)
+        assert (d.allowed, d.limit, d.remaining, d.retry_after_ms) == (True, 2, 1, 0)
+        assert 59_000 < d.reset_after_ms <= 60_000
+        await lim.check(f"{prefix}:l", lg)
+        d = await lim.check(f"{prefix}:l", lg)
+        assert (d.allowed, d.remaining) == (False, 0) and 59_000 < d.retry_after_ms <= 60_000
+
+    run(kind, server.port, body, deny_cache=0)
+
+
+def test_peek_and_cost_zero_take_nothing(server, prefix, kind):
+    p = Policy.token_bucket(5, 1, 60_000)
+
+    async def body(lim):
+        key = f"{prefix}:k"
+        peeked = await lim.peek(key, p, cost=2)
+        assert (peeked.allowed, peeked.remaining) == (True, 3)
+        looked = await lim.check(key, p, cost=0)
+        assert (looked.allowed, looked.remaining) == (True, 5)
+        taken = await lim.check(key, p, cost=2)
+        assert taken.remaining == 3
+
+    run(kind, server.port, body)
+
+
+def test_shadow_records_but_allows(server, prefix, kind):
+    p = Policy.fixed(1, 60_000).with_shadow()
+
+    async def body(lim):
+        await lim.check(f"{prefix}:k", p)
+        d = await lim.check(f"{prefix}:k", p)
+        assert d.shadow and not d.allowed and d.allows
+
+    run(kind, server.port, body, deny_cache=0)
+
+
+def test_check_all_is_all_or_nothing(server, prefix, kind, client):
+    tag = "{" + prefix + "}"
+    wide = Policy.sliding(100, 60_000)
+    narrow = Policy.fixed(1, 60_000)
+
+    async def body(lim):
+        items = [(f"{tag}:a", wide), (f"{tag}:b", narrow), (f"{tag}:c", Policy.gcra(100, 1000))]
+        ok = await lim.check_all(items)
+        assert isinstance(ok, MultiDecision) and ok.allowed and ok.denied_index is None
+        assert [d.remaining for d in ok.decisions] == [99, 0, 99] and ok.retry_after_ms == 0
+        refused = await lim.check_all(items)
+        assert not refused.allowed and refused.denied_index == 1
+        assert refused.retry_after_ms == refused.decisions[1].retry_after_ms > 0
+        # Nothing was taken on the keys that would have allowed.
+        assert (await lim.peek(f"{tag}:a", wide)).remaining == 98
+        assert (await lim.peek(f"{tag}:c", Policy.gcra(100, 1000))).remaining >= 98
+        never = await lim.check_all([(f"{tag}:d", wide), (f"{tag}:e", narrow)], cost=2)
+        assert never.denied_index == 1 and never.retry_after_ms is None
+        assert (await lim.check_all([])).allowed
+
+    run(kind, server.port, body, deny_cache=0)
+
+
+def test_check_all_shadow_key_never_denies(server, prefix, kind):
+    tag = "{" + prefix + "}"
+
+    async def body(lim):
+        shadow = Policy.fixed(1, 60_000).with_shadow()
+        items = [(f"{tag}:a", Policy.sliding(10, 60_000)), (f"{tag}:s", shadow)]
+        await lim.check_all(items)
+        md = await lim.check_all(items)
+        assert md.allowed and md.decisions[1].shadow and md.decisions[1].denied
+
+    run(kind, server.port, body, deny_cache=0)
+
+
+def calls(client: redis.Redis, command: str) -> int:
+    stats = client.info("commandstats").get(f"cmdstat_{command.lower()}")
+    return int(stats["calls"]) if stats else 0
+
+
+def test_deny_cache_keeps_a_flood_off_redis(server, prefix, kind, client):
+    p = Policy.fixed(1, 60_000)
+
+    async def body(lim):
+        await lim.check(f"{prefix}:k", p)
+        first = await lim.check(f"{prefix}:k", p)
+        assert first.source is Source.REDIS and first.denied
+        before = calls(client, "rl.fixed")
+        flood = [await lim.check(f"{prefix}:k", p) for _ in range(50)]
+        assert all(d.source is Source.DENY_CACHE and d.denied for d in flood)
+        assert all(0 < d.retry_after_ms <= first.retry_after_ms for d in flood)
+        assert calls(client, "rl.fixed") == before
+        assert lim.stats().deny_cache == 50
+        # A cost over the limit is Redis's "never", not the cache's.
+        assert (await lim.check(f"{prefix}:k", p, cost=2)).source is Source.REDIS
+
+    run(kind, server.port, body)
+
+
+def test_bad_input_raises_before_sending(server, prefix, kind):
+    p = Policy.sliding(10, 1000)
+
+    async def body(lim):
+        with pytest.raises(TypeError, match="key must be a str, not bytes"):
+            await lim.check(b"k", p)
+        with pytest.raises(ValueError, match="key must not be empty"):
+            await lim.check("", p)
+        with pytest.raises(TypeError, match="policy must be a Policy, not tuple"):
+            await lim.check("k", (10, 1000))
+        with pytest.raises(ValueError, match="^cost must be an integer between 0 and 1000000000000000$"):
+            await lim.check("k", p, cost=-1)
+        with pytest.raises(ValueError, match="^cost must be an integer between 0 and 1000000000000000$"):
+            await lim.check("k", p, cost=10**16)
+        with pytest.raises(TypeError, match="cost must be an int, not float"):
+            await lim.check("k", p, cost=1.5)
+        with pytest.raises(ValueError, match="item 1: key 'a' repeats an earlier key"):
+            await lim.check_all([("a", p), ("a", p)])
+        with pytest.raises(ValueError, match="at most 16 keys"):
+            await lim.check_all([(f"k{i}", p) for i in range(17)])
+        with pytest.raises(TypeError, match="item 0 must be a"):
+            await lim.check_all(["a"])
+        assert lim.stats().redis_calls == 0
+
+    run(kind, server.port, body)
