@@ -70,7 +70,7 @@ pub fn integer(arg: &RedisString, range: Range) -> Result<u64, ParamError> {
 /// The options every limiting command accepts after its positional arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
-    /// Units to take (`COST n`, default 1).
+    /// Units to take (`COST n`, default 1; both within `rl.max-cost`).
     pub cost: u64,
     /// Decide without taking or writing anything.
     pub peek: bool,
@@ -134,10 +134,14 @@ impl Options {
                 return Err(ArgError::UnknownOption(shown(name), expected));
             }
         }
-        let options = Options {
-            cost: cost.unwrap_or(1),
-            peek,
+        let cost = match cost {
+            Some(cost) => cost,
+            // The implicit cost is a cost like any other: `rl.max-cost 0` refuses it too.
+            None if accepts_cost => config::cost_range().check(1)?,
+            // A lease is one slot, not a cost (RL.CONCURRENCY takes no COST).
+            None => 1,
         };
+        let options = Options { cost, peek };
         Ok((options, burst))
     }
 }

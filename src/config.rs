@@ -7,10 +7,12 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use redis_rl_core::limits::{self, Range, MAX_COUNT};
-use redis_rl_core::sliding_log;
 use redis_rl_core::Millis;
+use redis_rl_core::{sliding_log, throttle};
 
-/// `rl.max-cost`: the largest `COST n` a call may ask for (default and ceiling: 10^15).
+/// `rl.max-cost`: the largest cost a call may ask for, however it arrives: `COST n`,
+/// RL.THROTTLE's `quantity`, or the implicit cost of 1 when neither is given (default and
+/// ceiling: 10^15).
 pub static MAX_COST: AtomicI64 = AtomicI64::new(MAX_COUNT as i64);
 /// Ceiling of `rl.max-cost`.
 pub const MAX_COST_CEILING: i64 = MAX_COUNT as i64;
@@ -40,6 +42,14 @@ pub fn cost_range() -> Range {
     Range {
         max: read(&MAX_COST),
         ..limits::COST
+    }
+}
+
+/// The accepted range of RL.THROTTLE's `quantity` (its cost) under the current configuration.
+pub fn quantity_range() -> Range {
+    Range {
+        max: read(&MAX_COST),
+        ..throttle::QUANTITY
     }
 }
 

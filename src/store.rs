@@ -9,11 +9,28 @@
 //! decision changed it. The module runs with implicit "modified key" signals turned off
 //! (see `lib.rs`), so a read or a denial does not invalidate a `WATCH` or a client-side
 //! cache: only a real write signals the key as modified.
+//!
+//! A write also publishes the keyspace notifications its replicated form publishes on a
+//! replica (`set` and `expire` for `SET ... PXAT`, `del` for `DEL`), so subscribers and other
+//! modules see the same events on the master and on its replicas.
+//!
+//! Reading never changes a value, not even its encoding. The server's direct access to a
+//! string (`RedisModule_StringDMA`) converts an integer or embedded string to a raw one,
+//! even to read it, so only a value that can be a valid state of the command's limiter
+//! and cannot be stored embedded (see [`LimiterKey::read`]) is read that way; anything else
+//! is read through `GETRANGE`, which copies at most the header of a value that cannot be
+//! valid, whatever its size.
 
 use redis_module::{raw, Context, RedisError, RedisString};
 use redis_rl_core::Millis;
 
-use crate::encoding::Stored;
+use crate::encoding::{self, DecodeError, Stored, HEADER_LEN};
+
+/// Strings up to this many bytes may be stored embedded or as an integer (Redis 7.0 embeds up
+/// to 44 bytes, Valkey 9.1 a whole key entry of up to 128), which a direct read would
+/// convert to a raw string. Values this short of a variable-length state (a log, leases) are
+/// read through `GETRANGE`; the fixed-size states are read directly (see [`LimiterKey::read`]).
+const MAY_BE_EMBEDDED: usize = 128;
 
 /// A limiter key open for one command: read it, then maybe write it. Closed on drop.
 pub struct LimiterKey<'a> {
@@ -39,37 +56,56 @@ impl<'a> LimiterKey<'a> {
         unsafe { raw::RedisModule_KeyType.map(|f| raw::KeyType::from(f(self.key))) }
     }
 
-    /// The stored string, `None` if the key is missing; WRONGTYPE for another type.
-    fn bytes(&self) -> Result<Option<&[u8]>, RedisError> {
-        match self.key_type() {
-            Some(raw::KeyType::Empty) => Ok(None),
-            Some(raw::KeyType::String) => {
-                let mut len = 0;
-                let ptr = raw::string_dma(self.key, &mut len, raw::KeyMode::READ);
-                if ptr.is_null() {
-                    return Err(RedisError::WrongType);
-                }
-                // SAFETY: Redis returned a buffer of `len` bytes, valid while the key is open
-                // and unmodified; the borrow of `self` keeps it so.
-                Ok(Some(unsafe {
-                    std::slice::from_raw_parts(ptr.cast::<u8>(), len)
-                }))
-            }
-            _ => Err(RedisError::WrongType),
-        }
+    /// The value's length in bytes (a string key).
+    fn len(&self) -> usize {
+        // SAFETY: the key is open; the API table is filled at module load.
+        unsafe { raw::RedisModule_ValueLength.map_or(0, |f| f(self.key)) }
     }
 
     /// Reads the limiter state: `None` if the key is missing.
     ///
     /// A key of another type is WRONGTYPE; a string that is not ours (or another
-    /// algorithm's) is a clear error. Reading changes nothing.
+    /// algorithm's) is a clear error. Reading changes nothing, the value's encoding
+    /// included.
+    ///
+    /// A value whose length no valid state of `S` has is refused from its header alone
+    /// (never read whole, so a huge damaged value costs nothing). A value of a valid length
+    /// is read in place, except a variable-length one short enough to be stored embedded or
+    /// as an integer, which is read through `GETRANGE`. The fixed-size states are always
+    /// read in place (the hot path: a `GETRANGE` would cost as much as the rest of the
+    /// call): the values this module writes are raw strings, which that leaves as they are,
+    /// but a string of exactly a fixed-size state's length (29 or 37 bytes) that is stored
+    /// embedded (written by another client, or loaded from RDB, AOF or RESTORE) becomes raw,
+    /// as the next write of this module would make it anyway.
     pub fn read<S: Stored>(&self) -> Result<Option<S>, RedisError> {
-        match self.bytes()? {
-            None => Ok(None),
-            Some(bytes) => S::decode(bytes)
-                .map(Some)
-                .map_err(|e| RedisError::String(e.to_string())),
+        match self.key_type() {
+            Some(raw::KeyType::Empty) => return Ok(None),
+            Some(raw::KeyType::String) => {}
+            _ => return Err(RedisError::WrongType),
         }
+        let len = self.len();
+        let in_place = S::plausible_len(len) && (!S::VARIABLE_LEN || len > MAY_BE_EMBEDDED);
+        let decoded = if in_place {
+            let mut dma_len = 0;
+            let ptr = raw::string_dma(self.key, &mut dma_len, raw::KeyMode::READ);
+            if ptr.is_null() {
+                return Err(RedisError::WrongType);
+            }
+            // SAFETY: Redis returned a buffer of `dma_len` bytes, valid while the key is
+            // open and unmodified; it is only read before this function returns.
+            S::decode(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), dma_len) })
+        } else {
+            let whole = S::plausible_len(len);
+            let bytes = get_range(self.ctx, self.name, if whole { len } else { HEADER_LEN })?;
+            if whole {
+                S::decode(&bytes)
+            } else {
+                Err(refusal::<S>(&bytes))
+            }
+        };
+        decoded
+            .map(Some)
+            .map_err(|e| RedisError::String(e.to_string()))
     }
 
     /// Stores `value`, expiring at the absolute instant `expire_at`, and replicates it.
@@ -120,6 +156,8 @@ impl<'a> LimiterKey<'a> {
         // SAFETY: the key is open for writing and holds a string.
         unsafe { set_abs_expire(self.key, expire_at_ms) };
         signal_modified(self.ctx, self.name);
+        notify(self.ctx, raw::NotifyEvent::STRING, c"set", self.name);
+        notify(self.ctx, raw::NotifyEvent::GENERIC, c"expire", self.name);
         replicate_set(self.ctx, self.name, value, expire_at_ms);
         Ok(())
     }
@@ -146,30 +184,126 @@ pub fn write(
     LimiterKey::open(ctx, key).write(value, expire_at)
 }
 
-/// A stored value as it is, and its time to live.
-pub struct RawValue {
-    /// The value's bytes, not interpreted.
+/// A string key looked at without changing it: its header, and the whole value only when
+/// its length is one a valid state of the algorithm in that header has.
+pub struct Peeked {
+    /// The whole value if it may be valid, else only its first bytes (the header, or less
+    /// for a shorter value): never more than a valid limiter holds.
     pub bytes: Vec<u8>,
+    /// The value's length.
+    pub len: usize,
     /// Time left before the key expires; `None` if it has no expiry.
     pub ttl: Option<Millis>,
 }
 
-/// Reads the string in `key` without interpreting it, with its time to live: `None` if the
-/// key is missing, WRONGTYPE if it holds another type. Reading changes nothing.
-pub fn read_raw(ctx: &Context, key: &RedisString) -> Result<Option<RawValue>, RedisError> {
-    let k = ctx.open_key(key);
-    match k.key_type() {
-        raw::KeyType::Empty => Ok(None),
-        raw::KeyType::String => {
-            let bytes = k.read().ok().flatten().unwrap_or(&[]).to_vec();
-            let open = OpenKey(raw::open_key(ctx.get_raw(), key.inner, raw::KeyMode::READ));
-            // SAFETY: the API table is filled at module load; the key is open for reading.
-            let ms = unsafe { raw::RedisModule_GetExpire }.map_or(-1, |get| unsafe { get(open.0) });
-            // REDISMODULE_NO_EXPIRE is -1.
-            let ttl = u64::try_from(ms).ok().map(Millis);
-            Ok(Some(RawValue { bytes, ttl }))
+impl Peeked {
+    /// The value's algorithm and the whole value, or why it cannot be read: the error of a
+    /// value whose header is not a readable limiter, or of one too long or too short for
+    /// the algorithm it names.
+    pub fn whole(&self) -> Result<(encoding::Algorithm, &[u8]), DecodeError> {
+        let algorithm = encoding::algorithm_of(&self.bytes)?;
+        if self.bytes.len() == self.len && encoding::plausible_len(algorithm, self.len) {
+            Ok((algorithm, &self.bytes))
+        } else {
+            Err(DecodeError::Corrupt(algorithm))
         }
-        _ => Err(RedisError::WrongType),
+    }
+}
+
+/// Looks at the string in `key` without changing anything, not even its encoding: `None`
+/// if the key is missing, WRONGTYPE if it holds another type. With `whole_if_valid`, the
+/// whole value is copied when its length is one a valid state of the algorithm named in its
+/// header has (at most a few MB); otherwise only the header is.
+pub fn peek(
+    ctx: &Context,
+    key: &RedisString,
+    whole_if_valid: bool,
+) -> Result<Option<Peeked>, RedisError> {
+    let open = OpenKey(raw::open_key(ctx.get_raw(), key.inner, raw::KeyMode::READ));
+    // SAFETY: the API table is filled at module load; the key is open for reading.
+    let key_type =
+        unsafe { raw::RedisModule_KeyType }.map(|f| raw::KeyType::from(unsafe { f(open.0) }));
+    match key_type {
+        Some(raw::KeyType::Empty) => return Ok(None),
+        Some(raw::KeyType::String) => {}
+        _ => return Err(RedisError::WrongType),
+    }
+    // SAFETY: as above.
+    let len = unsafe { raw::RedisModule_ValueLength }.map_or(0, |f| unsafe { f(open.0) });
+    // SAFETY: as above.
+    let ms = unsafe { raw::RedisModule_GetExpire }.map_or(-1, |get| unsafe { get(open.0) });
+    drop(open);
+    // REDISMODULE_NO_EXPIRE is -1.
+    let ttl = u64::try_from(ms).ok().map(Millis);
+    let mut bytes = get_range(ctx, key, HEADER_LEN)?;
+    if whole_if_valid && len > bytes.len() {
+        if let Ok(algorithm) = encoding::algorithm_of(&bytes) {
+            if encoding::plausible_len(algorithm, len) {
+                bytes = get_range(ctx, key, len)?;
+            }
+        }
+    }
+    Ok(Some(Peeked { bytes, len, ttl }))
+}
+
+/// The first `len` bytes of the string in `key` (fewer if it is shorter), read through
+/// `GETRANGE`: a copy that leaves the value and its encoding as they are.
+fn get_range(ctx: &Context, key: &RedisString, len: usize) -> Result<Vec<u8>, RedisError> {
+    const FAILED: RedisError = RedisError::Str("ERR redis-rl could not read the key's value");
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let end = i64::try_from(len - 1).map_err(|_| FAILED)?;
+    // SAFETY: the API table is filled at module load.
+    let (Some(call), Some(string_ptr), Some(free)) = (unsafe {
+        (
+            raw::RedisModule_Call,
+            raw::RedisModule_CallReplyStringPtr,
+            raw::RedisModule_FreeCallReply,
+        )
+    }) else {
+        return Err(FAILED);
+    };
+    // SAFETY: "sll" takes a module string and two long longs, matching the arguments.
+    let reply = unsafe {
+        call(
+            ctx.get_raw(),
+            c"GETRANGE".as_ptr(),
+            c"sll".as_ptr(),
+            key.inner,
+            0 as std::os::raw::c_longlong,
+            std::os::raw::c_longlong::from(end),
+        )
+    };
+    if reply.is_null() {
+        return Err(FAILED);
+    }
+    let mut reply_len = 0;
+    // SAFETY: a live reply; the pointer it returns is valid until the reply is freed, and
+    // it is copied before that.
+    let bytes = unsafe {
+        let ptr = string_ptr(reply, &mut reply_len);
+        let bytes = if ptr.is_null() {
+            None
+        } else {
+            Some(std::slice::from_raw_parts(ptr.cast::<u8>(), reply_len).to_vec())
+        };
+        free(reply);
+        bytes
+    };
+    bytes.ok_or(FAILED)
+}
+
+/// Why a value of a length no valid `S` has is refused, from its first bytes: the header's
+/// error, or another algorithm's, or corrupt.
+fn refusal<S: Stored>(header: &[u8]) -> DecodeError {
+    match encoding::algorithm_of(header) {
+        Err(e) => e,
+        Ok(stored) if stored != S::ALGORITHM => DecodeError::WrongAlgorithm {
+            stored,
+            expected: S::ALGORITHM,
+        },
+        Ok(stored) => DecodeError::Corrupt(stored),
     }
 }
 
@@ -185,6 +319,7 @@ pub fn delete(ctx: &Context, key: &RedisString) -> Result<(), RedisError> {
     }
     drop(open);
     signal_modified(ctx, key);
+    notify(ctx, raw::NotifyEvent::GENERIC, c"del", key);
     ctx.replicate("DEL", &[key.as_slice()]);
     Ok(())
 }
@@ -203,6 +338,16 @@ fn signal_modified(ctx: &Context, key: &RedisString) {
     // SAFETY: the API table is filled at module load; valid context and key name.
     if let Some(signal) = unsafe { raw::RedisModule_SignalModifiedKey } {
         unsafe { signal(ctx.get_raw(), key.inner) };
+    }
+}
+
+/// Publishes the keyspace notification `event` for `key` (the server checks whether any
+/// class of events is on, and tells modules that subscribe to them).
+fn notify(ctx: &Context, class: raw::NotifyEvent, event: &std::ffi::CStr, key: &RedisString) {
+    // SAFETY: the API table is filled at module load; a valid context, a NUL-terminated
+    // event name and a key name that outlive the call.
+    if let Some(notify) = unsafe { raw::RedisModule_NotifyKeyspaceEvent } {
+        unsafe { notify(ctx.get_raw(), class.bits(), event.as_ptr(), key.inner) };
     }
 }
 

@@ -9,7 +9,8 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let [_, key] = args else {
         return Err(RedisError::WrongArity);
     };
-    let Some(value) = store::read_raw(ctx, key)? else {
+    // Only the header is looked at (the value may be huge), without changing anything.
+    let Some(value) = store::peek(ctx, key, false)? else {
         return Ok(RedisValue::Integer(0));
     };
     // Any value with our header goes, even a corrupt or newer-format one: resetting is the

@@ -8,10 +8,14 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let [_, key] = args else {
         return Err(RedisError::WrongArity);
     };
-    let Some(value) = store::read_raw(ctx, key)? else {
+    // Looked at without changing it (not even its encoding), and copied whole only when
+    // its length is one a valid limiter has.
+    let Some(value) = store::peek(ctx, key, true)? else {
         return Ok(RedisValue::Null);
     };
-    let (algorithm, fields) = encoding::describe(&value.bytes, clock::now())
+    let (algorithm, fields) = value
+        .whole()
+        .and_then(|(_, bytes)| encoding::describe(bytes, clock::now()))
         .map_err(|e| RedisError::String(e.to_string()))?;
     Ok(reply::state(ctx, algorithm.name(), &fields, value.ttl))
 }

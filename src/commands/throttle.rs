@@ -36,7 +36,9 @@ fn parse(
         integer(count, throttle::COUNT)?,
         integer(period_s, throttle::PERIOD_S)?,
     )?;
-    // Quantity 0 looks without taking, like PEEK, so nothing else is needed.
-    let cost = quantity.map_or(Ok(1), |q| integer(q, throttle::QUANTITY))?;
+    // Quantity 0 looks without taking, like PEEK, so nothing else is needed. The quantity
+    // is the call's cost: `rl.max-cost` bounds it, the implicit 1 included.
+    let range = crate::config::quantity_range();
+    let cost = quantity.map_or_else(|| range.check(1), |q| integer(q, range))?;
     Ok((params, Options { cost, peek: false }))
 }

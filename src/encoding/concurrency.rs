@@ -12,6 +12,10 @@ impl Stored for ConcurrencyState {
     const ALGORITHM: Algorithm = Algorithm::Concurrency;
     const BODY_LEN: usize = 0;
     const VARIABLE_LEN: bool = true;
+    /// A lease takes at most 10 bytes for its expiry, 2 for its id's length and
+    /// [`MAX_ID_LEN`] for the id, and a valid value holds at most [`MAX_LIMIT`] leases:
+    /// about 2.7 MB.
+    const MAX_BODY_LEN: usize = (12 + MAX_ID_LEN) * MAX_LIMIT as usize;
 
     fn encode_body(&self, out: &mut Writer<'_>) {
         let ids: usize = self.leases.iter().map(|l| l.id.len()).sum();

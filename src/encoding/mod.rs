@@ -38,7 +38,8 @@ mod token_bucket;
 pub const MAGIC: [u8; 3] = *b"\0RL";
 /// The format version this module writes and reads.
 pub const VERSION: u8 = 1;
-const HEADER_LEN: usize = MAGIC.len() + 2;
+/// Length of the header (magic, version, algorithm tag) that starts every value.
+pub const HEADER_LEN: usize = MAGIC.len() + 2;
 /// Room for the largest encoded value.
 const MAX_LEN: usize = 64;
 
@@ -173,6 +174,23 @@ pub trait Stored: Sized {
     /// True for a state whose length varies (a log, a set of leases): its body is at least
     /// `BODY_LEN` bytes and `decode_body` must read all of it.
     const VARIABLE_LEN: bool = false;
+    /// Longest body a valid value can have (`BODY_LEN` for a fixed-size state). A longer
+    /// value is refused as corrupt before any of it is read, so a damaged value never
+    /// makes the module reserve memory in proportion to its size.
+    const MAX_BODY_LEN: usize = Self::BODY_LEN;
+
+    /// True if a value of `len` bytes (header included) may be a valid state: only such a
+    /// value is ever read whole.
+    fn plausible_len(len: usize) -> bool {
+        let Some(body) = len.checked_sub(HEADER_LEN) else {
+            return false;
+        };
+        if Self::VARIABLE_LEN {
+            (Self::BODY_LEN..=Self::MAX_BODY_LEN).contains(&body)
+        } else {
+            body == Self::BODY_LEN
+        }
+    }
 
     /// Writes the fields into `out` (exactly `BODY_LEN` bytes).
     fn encode_body(&self, out: &mut Writer<'_>);
@@ -212,15 +230,10 @@ pub trait Stored: Sized {
                 expected: Self::ALGORITHM,
             });
         }
-        let body = bytes.get(HEADER_LEN..).unwrap_or(&[]);
-        let len_ok = if Self::VARIABLE_LEN {
-            body.len() >= Self::BODY_LEN
-        } else {
-            body.len() == Self::BODY_LEN
-        };
-        if !len_ok {
+        if !Self::plausible_len(bytes.len()) {
             return Err(DecodeError::Corrupt(stored));
         }
+        let body = bytes.get(HEADER_LEN..).unwrap_or(&[]);
         let mut reader = Reader { bytes: body };
         Self::decode_body(&mut reader)
             .filter(|_| reader.is_empty())
@@ -241,6 +254,23 @@ pub fn algorithm_of(bytes: &[u8]) -> Result<Algorithm, DecodeError> {
         return Err(DecodeError::UnsupportedVersion(version));
     }
     Algorithm::from_tag(tag).ok_or(DecodeError::UnknownAlgorithm(tag))
+}
+
+/// True if a value of `len` bytes whose header names `algorithm` may be a valid state of
+/// it: RL.STATE reads a value whole only then (anything else is corrupt, whatever its
+/// bytes). Every algorithm needs an arm here.
+pub fn plausible_len(algorithm: Algorithm, len: usize) -> bool {
+    use redis_rl_core::{
+        concurrency, fixed_window, gcra, sliding_log, sliding_window, token_bucket,
+    };
+    match algorithm {
+        Algorithm::TokenBucket => token_bucket::TokenBucketState::plausible_len(len),
+        Algorithm::SlidingWindow => sliding_window::SlidingWindowState::plausible_len(len),
+        Algorithm::FixedWindow => fixed_window::FixedWindowState::plausible_len(len),
+        Algorithm::Gcra => gcra::GcraState::plausible_len(len),
+        Algorithm::SlidingLog => sliding_log::SlidingLogState::plausible_len(len),
+        Algorithm::Concurrency => concurrency::ConcurrencyState::plausible_len(len),
+    }
 }
 
 /// True if the value carries the redis-rl header, whatever its version, algorithm or

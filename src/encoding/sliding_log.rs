@@ -15,6 +15,10 @@ impl Stored for SlidingLogState {
     const ALGORITHM: Algorithm = Algorithm::SlidingLog;
     const BODY_LEN: usize = 0;
     const VARIABLE_LEN: bool = true;
+    /// `window_ms` takes at most 6 bytes (below 2^42), an entry at most 10 for its time and
+    /// 2 for its count (below 2^14), and a valid log holds at most [`MAX_LIMIT`] entries
+    /// (every entry counts at least one unit): about 120 KB.
+    const MAX_BODY_LEN: usize = 6 + 12 * MAX_LIMIT as usize;
 
     fn encode_body(&self, out: &mut Writer<'_>) {
         // 3 bytes an entry covers gaps up to 1 s; more grows the buffer once or twice.
@@ -36,8 +40,10 @@ impl Stored for SlidingLogState {
     fn decode_body(body: &mut Reader<'_>) -> Option<Self> {
         let window_ms = duration_ms_in_range(body.varint()?)?;
         let mut at = 0u64;
-        // About 2 bytes an entry under steady traffic: one allocation, rarely two.
-        let mut entries = Vec::with_capacity(body.remaining() / 2);
+        // About 2 bytes an entry under steady traffic: one allocation, rarely two; never more
+        // entries than a valid log holds, whatever the value's size.
+        let most = usize::try_from(MAX_LIMIT).unwrap_or(0);
+        let mut entries = Vec::with_capacity((body.remaining() / 2).min(most));
         let mut total = 0u64;
         while !body.is_empty() {
             let word = body.varint()?;
@@ -157,6 +163,18 @@ mod tests {
         // 10_000 units at one instant, then 1 more: over the largest limit.
         assert!(with_entries(&[0x01, 0x90, 0x4e]).is_ok());
         assert_eq!(with_entries(&[0x01, 0x90, 0x4e, 0x00]), corrupt);
+    }
+
+    #[test]
+    fn a_value_longer_than_any_valid_log_is_corrupt_whatever_its_bytes() {
+        let longest = SlidingLogState::MAX_BODY_LEN;
+        assert!(SlidingLogState::plausible_len(5 + longest));
+        assert!(!SlidingLogState::plausible_len(5 + longest + 1));
+        let huge = [&WINDOW[..], &vec![0u8; longest]].concat();
+        assert_eq!(
+            with_body(&huge),
+            Err(DecodeError::Corrupt(Algorithm::SlidingLog))
+        );
     }
 
     #[test]
