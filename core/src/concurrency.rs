@@ -10,6 +10,7 @@
 
 use std::fmt;
 
+use crate::algorithm::{positional, Algorithm, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
 use crate::limits::{self, ParamError, Range};
 use crate::time::{Micros, Millis};
@@ -27,6 +28,39 @@ pub const LIMIT: Range = Range {
     max: MAX_LIMIT,
 };
 
+/// The concurrency limiter in the [registry](crate::registry): `limit lease_ms`, then
+/// `ACQUIRE id` or `RELEASE id` (not a rate limiter: a call takes a lease, not units).
+pub struct Concurrency;
+
+impl Algorithm for Concurrency {
+    const NAME: &'static str = "CONCURRENCY";
+    const LABEL: &'static str = "concurrency";
+    const TAG: u8 = b'C';
+    const PARAMS: &'static [Range] = &[LIMIT, limits::duration_ms("lease_ms")];
+    type Params = ConcurrencyParams;
+    type State = ConcurrencyState;
+
+    fn params(values: &[u64], _options: &[Option<u64>]) -> Result<Self::Params, ParamError> {
+        let [limit, lease_ms] = positional(Self::PARAMS, values)?;
+        Ok(ConcurrencyParams { limit, lease_ms })
+    }
+
+    /// The leases held now, and when (ms, rounded up) the soonest and the last of them
+    /// expire (0 when none is held).
+    fn view(state: &Self::State, now: Micros) -> StateView {
+        // Soonest expiry first, so the last lease is the last to expire.
+        let live = |l: &&Lease| l.expires_at > now;
+        let expiry = |l: Option<&Lease>| l.map_or(0, |l| l.expires_at.ceil_millis().0);
+        let next = expiry(state.leases.iter().find(live));
+        let last = expiry(state.leases.last().filter(live));
+        vec![
+            ("held", StateValue::Int(state.held_at(now))),
+            ("next_expiry_ms", StateValue::Int(next)),
+            ("last_expiry_ms", StateValue::Int(last)),
+        ]
+    }
+}
+
 /// Validated concurrency parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConcurrencyParams {
@@ -43,10 +77,7 @@ impl ConcurrencyParams {
     /// assert!(ConcurrencyParams::new(0, 30_000).is_err());
     /// ```
     pub fn new(limit: u64, lease_ms: u64) -> Result<Self, ParamError> {
-        Ok(Self {
-            limit: LIMIT.check(limit)?,
-            lease_ms: limits::duration_ms("lease_ms").check(lease_ms)?,
-        })
+        Concurrency::params(&[limit, lease_ms], &[])
     }
 
     /// Most leases held at once.

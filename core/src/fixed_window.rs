@@ -10,43 +10,40 @@
 //! `2 x limit` units pass within moments of each other (and within any span of `window_ms`).
 //! The test `boundary_burst_is_twice_the_limit` shows it with numbers.
 
+use crate::algorithm::{rate_limiter, Algorithm, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
-use crate::limits::{self, ParamError};
+use crate::limits::{self, ParamError, Range};
 use crate::time::{Micros, Millis};
+use crate::window::WindowParams;
 
-/// Validated fixed window parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FixedWindowParams {
-    limit: u64,
-    window_ms: u64,
-}
+/// Validated fixed window parameters: `limit` units per window of `window_ms`.
+pub type FixedWindowParams = WindowParams<{ limits::MAX_COUNT }>;
 
-impl FixedWindowParams {
-    /// Checks every parameter against its documented range.
-    ///
-    /// ```
-    /// use redis_rl_core::fixed_window::FixedWindowParams;
-    /// // 100 requests per minute, minutes aligned to the epoch.
-    /// assert!(FixedWindowParams::new(100, 60_000).is_ok());
-    /// assert!(FixedWindowParams::new(0, 60_000).is_err());
-    /// ```
-    pub fn new(limit: u64, window_ms: u64) -> Result<Self, ParamError> {
-        Ok(Self {
-            limit: limits::count("limit").check(limit)?,
-            window_ms: limits::duration_ms("window_ms").check(window_ms)?,
-        })
+/// The fixed window in the [registry](crate::registry): `FIXED limit window_ms`.
+pub struct FixedWindow;
+
+impl Algorithm for FixedWindow {
+    const NAME: &'static str = "FIXED";
+    const LABEL: &'static str = "fixed window";
+    const TAG: u8 = b'F';
+    const PARAMS: &'static [Range] = &FixedWindowParams::PARAMS;
+    type Params = FixedWindowParams;
+    type State = FixedWindowState;
+
+    fn params(values: &[u64], _options: &[Option<u64>]) -> Result<Self::Params, ParamError> {
+        FixedWindowParams::from_values(values)
     }
 
-    /// Most units per window.
-    pub const fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// Window length in milliseconds.
-    pub const fn window_ms(&self) -> u64 {
-        self.window_ms
+    fn view(state: &Self::State, now: Micros) -> StateView {
+        vec![
+            ("window_ms", StateValue::Int(state.window_ms)),
+            ("window_start_ms", StateValue::Int(state.window_start.0)),
+            ("count", StateValue::Int(state.count_at(now))),
+        ]
     }
 }
+
+rate_limiter!(FixedWindow);
 
 /// The stored state: one window and the units taken in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,8 +168,27 @@ fn current(state: Option<FixedWindowState>, now: Micros, window_ms: u64) -> (Mil
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::promises::{self, Model};
     use crate::scenario::{case_us as case, retry_ms, run, wait_is_exact};
     use proptest::prelude::*;
+
+    impl Model for FixedWindow {
+        fn params_of(limit: u64) -> Self::Params {
+            params(limit, 1_000)
+        }
+
+        fn arb_params() -> BoxedStrategy<FixedWindowParams> {
+            (1u64..50, 1u64..5_000)
+                .prop_map(|(limit, ms)| params(limit, ms))
+                .boxed()
+        }
+
+        /// `limit` in each window the span touches: `limit` at the end of one window and
+        /// `limit` more at the start of the next is the boundary burst.
+        fn budget(p: &FixedWindowParams, span_us: u64) -> u128 {
+            u128::from(p.limit) * u128::from(span_us / p.window_us() + 2)
+        }
+    }
 
     fn params(limit: u64, window_ms: u64) -> FixedWindowParams {
         FixedWindowParams::new(limit, window_ms).unwrap()
@@ -180,14 +196,7 @@ mod tests {
 
     #[test]
     fn refund_only_gives_back_units_of_the_current_window() {
-        let p = params(10, 1_000);
-        let (_, s) = check(None, Micros(100_000), &p, 6);
-        let (refunded, s2) = refund(s, Micros(200_000), &p, 4);
-        assert_eq!(refunded, 4);
-        assert_eq!(check(s2, Micros(200_000), &p, 0).0.remaining, 8);
-        assert_eq!(refund(s2, Micros(200_000), &p, 9).0, 2);
-        assert_eq!(refund(s, Micros(1_000_000), &p, 4), (0, None));
-        assert_eq!(refund(None, Micros(0), &p, 4), (0, None));
+        promises::refund_only_touches_the_current_window::<FixedWindow>(Micros(1_000_000));
     }
 
     #[test]
@@ -288,20 +297,6 @@ mod tests {
     }
 
     #[test]
-    fn zero_cost_and_denials_write_nothing() {
-        let p = params(1, 1_000);
-        let (d, s) = check(None, Micros(0), &p, 0);
-        assert!(d.is_allowed() && s.is_none());
-        assert_eq!(d.reset_after, Millis(0));
-        let (_, s) = check(None, Micros(0), &p, 1);
-        let (d, s2) = check(s, Micros(0), &p, 1);
-        assert!(!d.is_allowed() && s2.is_none());
-        let (d, s3) = check(s, Micros(0), &p, 2);
-        assert_eq!(d.outcome, Outcome::Never);
-        assert!(s3.is_none());
-    }
-
-    #[test]
     fn largest_parameters_do_not_overflow() {
         let max = limits::MAX_COUNT;
         let p = params(max, limits::MAX_DURATION_MS);
@@ -360,48 +355,23 @@ mod tests {
         }
 
         /// Never more than `limit` in any window, and never more than `2 x limit` in any
-        /// span of `window_ms` (the boundary burst is the worst case).
+        /// span of `window_ms` (the boundary burst is the worst case; the span bound is
+        /// the budget checked in `promises`).
         #[test]
-        fn never_admits_more_than_the_budget(
+        fn never_more_than_the_limit_in_one_window(
             limit in 1u64..30,
             window_ms in 1u64..2_000,
             calls in prop::collection::vec((0u64..500_000, 0u64..10), 1..200),
         ) {
             let p = params(limit, window_ms);
             let window_us = window_ms * 1000;
-            let mut state = None;
-            let mut now = 0u64;
-            let mut admitted: Vec<(u64, u64)> = Vec::new();
-            for (step, cost) in calls {
-                now += step;
-                let (d, next) = check(state, Micros(now), &p, cost);
-                if d.is_allowed() && cost > 0 {
-                    admitted.push((now, cost));
-                }
-                state = next.or(state);
-            }
-            for (i, &(from, _)) in admitted.iter().enumerate() {
-                let span: u64 = admitted[i..].iter().take_while(|(t, _)| *t < from + window_us).map(|(_, c)| c).sum();
+            let admitted = promises::admitted::<FixedWindow>(&p, &calls);
+            for &(from, _) in &admitted {
+                let span: u64 = admitted.iter().filter(|(t, _)| (from..from + window_us).contains(t)).map(|(_, c)| c).sum();
                 prop_assert!(span <= 2 * limit);
                 let same: u64 = admitted.iter().filter(|(t, _)| t / window_us == from / window_us).map(|(_, c)| c).sum();
                 prop_assert!(same <= limit);
             }
-        }
-
-        /// After `reset_after` the count is zero: the same as a missing key.
-        #[test]
-        fn reset_after_reaches_the_idle_state(
-            limit in 1u64..100,
-            window_ms in 1u64..10_000,
-            at in 0u64..100_000_000,
-            cost in 0u64..100,
-        ) {
-            let p = params(limit, window_ms);
-            let (d, s) = check(None, Micros(at), &p, cost);
-            let idle = Micros(at + d.reset_after.as_micros().0);
-            let (later, _) = check(s, idle, &p, 0);
-            prop_assert_eq!(later.remaining, limit);
-            prop_assert_eq!(later.reset_after, Millis(0));
         }
     }
 }

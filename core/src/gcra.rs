@@ -21,9 +21,50 @@
 //! tick count fits easily in `u128`: now (< 1.9 x 10^19 µs) x limit (<= 10^15) < 1.9 x 10^34,
 //! and `burst x T` <= 10^15 x 10^15 ticks.
 
+use crate::algorithm::{positional, rate_limiter, Algorithm, Opt, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
-use crate::limits::{self, ParamError};
+use crate::limits::{self, ParamError, Range};
 use crate::time::{Micros, Millis};
+
+/// `BURST b`: the most units that may pass at once (default: `limit`).
+pub const BURST: Opt = Opt {
+    token: "BURST",
+    range: limits::count("burst"),
+};
+
+/// GCRA in the [registry](crate::registry): `GCRA limit period_ms [BURST b]`.
+pub struct Gcra;
+
+impl Algorithm for Gcra {
+    const NAME: &'static str = "GCRA";
+    const LABEL: &'static str = "GCRA";
+    const TAG: u8 = b'G';
+    const PARAMS: &'static [Range] = &[limits::count("limit"), limits::duration_ms("period_ms")];
+    const OPTIONS: &'static [Opt] = &[BURST];
+    type Params = GcraParams;
+    type State = GcraState;
+
+    fn params(values: &[u64], options: &[Option<u64>]) -> Result<Self::Params, ParamError> {
+        let [limit, period_ms] = positional(Self::PARAMS, values)?;
+        let burst = options.first().copied().flatten().unwrap_or(limit);
+        Ok(GcraParams {
+            limit,
+            period_ms,
+            burst: BURST.range.check(burst)?,
+        })
+    }
+
+    fn view(state: &Self::State, now: Micros) -> StateView {
+        vec![
+            ("limit", StateValue::Int(state.limit)),
+            ("period_ms", StateValue::Int(state.period_ms)),
+            ("tat_ms", StateValue::Int(state.tat_ms().0)),
+            ("used", StateValue::Int(state.used_at(now))),
+        ]
+    }
+}
+
+rate_limiter!(Gcra);
 
 /// Validated GCRA parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,12 +87,7 @@ impl GcraParams {
     /// assert!(GcraParams::new(100, 60_000, Some(0)).is_err());
     /// ```
     pub fn new(limit: u64, period_ms: u64, burst: Option<u64>) -> Result<Self, ParamError> {
-        let limit = limits::count("limit").check(limit)?;
-        Ok(Self {
-            limit,
-            period_ms: limits::duration_ms("period_ms").check(period_ms)?,
-            burst: limits::count("burst").check(burst.unwrap_or(limit))?,
-        })
+        Gcra::params(&[limit, period_ms], &[burst])
     }
 
     /// Units admitted per period, on average.
@@ -222,9 +258,28 @@ pub fn refund(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::{case, retry_ms, run, wait_is_exact};
+    use crate::promises::Model;
+    use crate::scenario::{case, retry_ms, run};
     use crate::token_bucket::{self, TokenBucketParams};
     use proptest::prelude::*;
+
+    impl Model for Gcra {
+        fn params_of(limit: u64) -> Self::Params {
+            params(limit, 1_000, limit)
+        }
+
+        fn arb_params() -> BoxedStrategy<GcraParams> {
+            (1u64..100, 1u64..10_000, 1u64..100)
+                .prop_map(|(limit, ms, burst)| params(limit, ms, burst))
+                .boxed()
+        }
+
+        /// A full burst plus what the rate admits in the span.
+        fn budget(p: &GcraParams, span_us: u64) -> u128 {
+            let accrued = u128::from(span_us) * u128::from(p.limit) / p.interval();
+            u128::from(p.burst) + accrued
+        }
+    }
 
     fn params(limit: u64, period_ms: u64, burst: u64) -> GcraParams {
         GcraParams::new(limit, period_ms, Some(burst)).unwrap()
@@ -349,20 +404,6 @@ mod tests {
     }
 
     #[test]
-    fn zero_cost_and_denials_write_nothing() {
-        let p = params(1, 1_000, 1);
-        let (d, s) = check(None, Micros(0), &p, 0);
-        assert!(d.is_allowed() && s.is_none());
-        assert_eq!((d.remaining, d.reset_after), (1, Millis(0)));
-        let (_, s) = check(None, Micros(0), &p, 1);
-        let (d, s2) = check(s, Micros(0), &p, 1);
-        assert!(!d.is_allowed() && s2.is_none());
-        let (d, s3) = check(s, Micros(0), &p, 2);
-        assert_eq!(d.outcome, Outcome::Never);
-        assert!(s3.is_none());
-    }
-
-    #[test]
     fn largest_parameters_do_not_overflow() {
         let max = limits::MAX_COUNT;
         let p = params(max, limits::MAX_DURATION_MS, max);
@@ -411,62 +452,10 @@ mod tests {
             }
         }
 
-        /// Waiting exactly `retry_after` is enough, and 1 ms less is not.
+        /// After `reset_after` no unit is in use (the promise itself is checked for every
+        /// algorithm in `promises`).
         #[test]
-        fn retry_after_is_exact(
-            limit in 1u64..100,
-            period_ms in 1u64..10_000,
-            burst in 1u64..100,
-            taken in 0u64..100,
-            cost in 1u64..100,
-            at_us in 0u64..10_000_000,
-            later_us in 0u64..1_000_000,
-        ) {
-            let p = params(limit, period_ms, burst);
-            let (_, s) = check(None, Micros(at_us), &p, taken.min(burst));
-            let now = at_us + later_us;
-            let (d, _) = check(s, Micros(now), &p, cost);
-            wait_is_exact(&d, &s, now, |s, t| check(s, t, &p, cost).0)?;
-            match d.outcome {
-                Outcome::Denied { .. } => {}
-                Outcome::Never => prop_assert!(cost > burst),
-                Outcome::Allowed => prop_assert!(cost <= burst),
-            }
-        }
-
-        /// In any span of time `d`, the units admitted never exceed `burst + d x limit / period`.
-        #[test]
-        fn never_admits_more_than_the_budget(
-            limit in 1u64..100,
-            period_ms in 1u64..10_000,
-            burst in 1u64..100,
-            calls in prop::collection::vec((0u64..1_000_000, 0u64..20), 1..200),
-        ) {
-            let p = params(limit, period_ms, burst);
-            let mut state = None;
-            let mut now = 0u64;
-            let mut admitted: Vec<(u64, u64)> = Vec::new();
-            for (step, cost) in calls {
-                now += step;
-                let (d, next) = check(state, Micros(now), &p, cost);
-                if d.is_allowed() && cost > 0 {
-                    admitted.push((now, cost));
-                }
-                state = next.or(state);
-            }
-            for (i, &(from, _)) in admitted.iter().enumerate() {
-                let mut taken = 0u128;
-                for &(to, cost) in &admitted[i..] {
-                    taken += u128::from(cost);
-                    let accrued = u128::from(to - from) * u128::from(limit) / (u128::from(period_ms) * 1000);
-                    prop_assert!(taken <= u128::from(burst) + accrued);
-                }
-            }
-        }
-
-        /// After `reset_after` the limiter is idle: the same as a missing key.
-        #[test]
-        fn reset_after_reaches_the_idle_state(
+        fn no_unit_is_in_use_once_idle(
             limit in 1u64..1_000,
             period_ms in 1u64..100_000,
             burst in 1u64..1_000,

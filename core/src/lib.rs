@@ -13,11 +13,15 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod algorithm;
 pub mod concurrency;
 pub mod decision;
 pub mod fixed_window;
 pub mod gcra;
 pub mod limits;
+#[cfg(test)]
+mod promises;
+pub mod registry;
 #[cfg(test)]
 mod scenario;
 pub mod sliding_log;
@@ -25,7 +29,10 @@ pub mod sliding_window;
 pub mod throttle;
 pub mod time;
 pub mod token_bucket;
+pub mod window;
 
+pub use algorithm::{Algorithm, RateLimiter};
 pub use decision::{Decision, Outcome};
 pub use limits::ParamError;
+pub use registry::{AnyParams, AnyState, Kind};
 pub use time::{Micros, Millis};

@@ -35,23 +35,10 @@ pub const fn case(
     )
 }
 
-/// A row whose instant is in microseconds.
-pub const fn case_us(
-    now_us: u64,
-    cost: u64,
-    allowed: bool,
-    remaining: u64,
-    retry_after_ms: i64,
-    reset_after_ms: u64,
-) -> Case {
-    Case {
-        now: Micros(now_us),
-        cost,
-        allowed,
-        remaining,
-        retry_after_ms,
-        reset_after_ms,
-    }
+/// A row whose instant is in microseconds (the other fields as in [`case`]).
+#[rustfmt::skip]
+pub const fn case_us(now_us: u64, cost: u64, ok: bool, left: u64, retry: i64, reset: u64) -> Case {
+    Case { now: Micros(now_us), cost, allowed: ok, remaining: left, retry_after_ms: retry, reset_after_ms: reset }
 }
 
 /// `retry_after_ms` as the reply shows it: 0 allowed, -1 never.

@@ -12,57 +12,56 @@
 //! so a state never has more entries than `limit`. `limit` is capped at [`MAX_LIMIT`] because
 //! every call reads and rewrites the whole log: its cost grows with the limit.
 
+use crate::algorithm::{rate_limiter, Algorithm, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
-use crate::limits::{self, ParamError, Range};
+use crate::limits::{ParamError, Range};
 use crate::time::{Micros, Millis};
+use crate::window::WindowParams;
 
 /// Largest `limit` of a log (entries are kept one per admitted call).
 pub const MAX_LIMIT: u64 = 10_000;
 
+/// Validated sliding window log parameters: `limit` (at most [`MAX_LIMIT`]) units in any
+/// window of `window_ms`.
+pub type SlidingLogParams = WindowParams<MAX_LIMIT>;
+
 /// The range of `limit`: `limit must be an integer between 1 and 10000`.
-pub const LIMIT: Range = Range {
-    name: "limit",
-    min: 1,
-    max: MAX_LIMIT,
-};
+pub const LIMIT: Range = SlidingLogParams::PARAMS[0];
 
-/// Validated sliding window log parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SlidingLogParams {
-    limit: u64,
-    window_ms: u64,
-}
+/// The sliding window log in the [registry](crate::registry): `LOG limit window_ms`.
+pub struct SlidingLog;
 
-impl SlidingLogParams {
-    /// Checks every parameter against its documented range.
-    ///
-    /// ```
-    /// use redis_rl_core::sliding_log::SlidingLogParams;
-    /// assert!(SlidingLogParams::new(100, 60_000).is_ok());
-    /// assert!(SlidingLogParams::new(10_001, 60_000).is_err());
-    /// ```
-    pub fn new(limit: u64, window_ms: u64) -> Result<Self, ParamError> {
-        Ok(Self {
-            limit: LIMIT.check(limit)?,
-            window_ms: limits::duration_ms("window_ms").check(window_ms)?,
-        })
+impl Algorithm for SlidingLog {
+    const NAME: &'static str = "LOG";
+    const LABEL: &'static str = "sliding window log";
+    const TAG: u8 = b'L';
+    const PARAMS: &'static [Range] = &SlidingLogParams::PARAMS;
+    type Params = SlidingLogParams;
+    type State = SlidingLogState;
+
+    fn params(values: &[u64], _options: &[Option<u64>]) -> Result<Self::Params, ParamError> {
+        SlidingLogParams::from_values(values)
     }
 
-    /// Most units in any window.
-    pub const fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// Window length in milliseconds.
-    pub const fn window_ms(&self) -> u64 {
-        self.window_ms
-    }
-
-    fn window_us(&self) -> u64 {
-        // window_ms <= MAX_DURATION_MS (10^12), so this is at most 10^15.
-        self.window_ms * 1000
+    /// The window, the units in it now, and the stored entries with the instants (ms) of
+    /// the oldest and newest (0 when empty).
+    fn view(state: &Self::State, now: Micros) -> StateView {
+        let at_ms = |e: Option<&LogEntry>| e.map_or(0, |e| e.at.0 / 1000);
+        let entries = u64::try_from(state.entries.len()).unwrap_or(u64::MAX);
+        vec![
+            ("window_ms", StateValue::Int(state.window_ms)),
+            ("count", StateValue::Int(state.count_at(now))),
+            ("entries", StateValue::Int(entries)),
+            (
+                "oldest_at_ms",
+                StateValue::Int(at_ms(state.entries.first())),
+            ),
+            ("newest_at_ms", StateValue::Int(at_ms(state.entries.last()))),
+        ]
     }
 }
+
+rate_limiter!(SlidingLog);
 
 /// Units admitted at one instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,8 +227,27 @@ pub fn refund(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits;
+    use crate::promises::Model;
     use crate::scenario::{case, retry_ms, run, wait_is_exact};
     use proptest::prelude::*;
+
+    impl Model for SlidingLog {
+        fn params_of(limit: u64) -> Self::Params {
+            params(limit, 1_000)
+        }
+
+        fn arb_params() -> BoxedStrategy<SlidingLogParams> {
+            (1u64..20, 1u64..3_000)
+                .prop_map(|(limit, ms)| params(limit, ms))
+                .boxed()
+        }
+
+        /// `limit` in any window: a span shorter than the window holds at most `limit`.
+        fn budget(p: &SlidingLogParams, span_us: u64) -> u128 {
+            u128::from(p.limit) * u128::from(span_us / p.window_us() + 1)
+        }
+    }
 
     fn params(limit: u64, window_ms: u64) -> SlidingLogParams {
         SlidingLogParams::new(limit, window_ms).unwrap()
@@ -443,34 +461,6 @@ mod tests {
             for &(t, _) in &admitted {
                 let held: u64 = admitted.iter().filter(|(a, _)| *a <= t && a + w > t).map(|(_, c)| c).sum();
                 prop_assert!(held <= limit);
-            }
-        }
-
-        /// After `reset_after` the log is empty: the same as a missing key.
-        #[test]
-        fn reset_after_reaches_the_idle_state(
-            limit in 1u64..20,
-            window_ms in 1u64..3_000,
-            calls in calls(),
-        ) {
-            let p = params(limit, window_ms);
-            let mut state = None;
-            let mut now = 0;
-            let mut last = None;
-            for (step, cost) in calls {
-                now += step;
-                let (d, next) = check(state.clone(), Micros(now), &p, cost);
-                state = next.or(state);
-                last = Some(d);
-            }
-            let d = last.unwrap();
-            let idle = Micros(now + d.reset_after.as_micros().0);
-            let (later, _) = check(state.clone(), idle, &p, 0);
-            prop_assert_eq!(later.remaining, limit);
-            prop_assert_eq!(later.reset_after, Millis(0));
-            if d.reset_after > Millis(0) {
-                let before = Micros(idle.0 - 1_000);
-                prop_assert!(check(state, before, &p, 0).0.reset_after > Millis(0));
             }
         }
     }

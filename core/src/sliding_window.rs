@@ -9,46 +9,48 @@
 //! This is an approximation of a true sliding window: it assumes the previous window's
 //! requests were spread evenly across it.
 
+use crate::algorithm::{rate_limiter, Algorithm, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
-use crate::limits::{self, ParamError};
+use crate::limits::{self, ParamError, Range};
 use crate::time::{Micros, Millis};
+use crate::window::WindowParams;
 
-/// Validated sliding window parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SlidingWindowParams {
-    limit: u64,
-    window_ms: u64,
+/// Validated sliding window parameters: `limit` units per window of `window_ms`.
+pub type SlidingWindowParams = WindowParams<{ limits::MAX_COUNT }>;
+
+/// The sliding window counter in the [registry](crate::registry): `SLIDING limit window_ms`.
+pub struct SlidingWindow;
+
+impl Algorithm for SlidingWindow {
+    const NAME: &'static str = "SLIDING";
+    const LABEL: &'static str = "sliding window";
+    const TAG: u8 = b'S';
+    const PARAMS: &'static [Range] = &SlidingWindowParams::PARAMS;
+    type Params = SlidingWindowParams;
+    type State = SlidingWindowState;
+
+    fn params(values: &[u64], _options: &[Option<u64>]) -> Result<Self::Params, ParamError> {
+        SlidingWindowParams::from_values(values)
+    }
+
+    fn view(state: &Self::State, now: Micros) -> StateView {
+        // The weighted count now, rounded up: with the largest limit, a zero-cost check's
+        // `remaining` is that limit minus the count.
+        let max = limits::MAX_COUNT;
+        let count = SlidingWindowParams::new(max, state.window_ms)
+            .map(|p| max.saturating_sub(check(Some(*state), now, &p, 0).0.remaining))
+            .unwrap_or(0);
+        vec![
+            ("window_ms", StateValue::Int(state.window_ms)),
+            ("window_start_ms", StateValue::Int(state.window_start.0)),
+            ("previous", StateValue::Int(state.previous)),
+            ("current", StateValue::Int(state.current)),
+            ("count", StateValue::Int(count)),
+        ]
+    }
 }
 
-impl SlidingWindowParams {
-    /// Checks every parameter against its documented range.
-    ///
-    /// ```
-    /// use redis_rl_core::sliding_window::SlidingWindowParams;
-    /// assert!(SlidingWindowParams::new(1_000, 60_000).is_ok());
-    /// assert!(SlidingWindowParams::new(1_000, 0).is_err());
-    /// ```
-    pub fn new(limit: u64, window_ms: u64) -> Result<Self, ParamError> {
-        Ok(Self {
-            limit: limits::count("limit").check(limit)?,
-            window_ms: limits::duration_ms("window_ms").check(window_ms)?,
-        })
-    }
-
-    /// Most units per window.
-    pub const fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// Window length in milliseconds.
-    pub const fn window_ms(&self) -> u64 {
-        self.window_ms
-    }
-
-    fn window_us(&self) -> u64 {
-        self.window_ms * 1000
-    }
-}
+rate_limiter!(SlidingWindow);
 
 /// The stored state: the current window and the counts of it and the one before.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -248,8 +250,28 @@ fn earliest_allowed(v: &View, cost: u64, params: &SlidingWindowParams) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits;
+    use crate::promises::{self, Model};
     use crate::scenario::{retry_ms, wait_is_exact};
     use proptest::prelude::*;
+
+    impl Model for SlidingWindow {
+        fn params_of(limit: u64) -> Self::Params {
+            params(limit, 1_000)
+        }
+
+        fn arb_params() -> BoxedStrategy<SlidingWindowParams> {
+            (1u64..100, 1u64..10_000)
+                .prop_map(|(limit, ms)| params(limit, ms))
+                .boxed()
+        }
+
+        /// The current window's count never passes `limit` (the previous window's weight
+        /// only lowers it), so at most `limit` in each window the span touches.
+        fn budget(p: &SlidingWindowParams, span_us: u64) -> u128 {
+            u128::from(p.limit) * u128::from(span_us / p.window_us() + 2)
+        }
+    }
 
     fn params(limit: u64, window_ms: u64) -> SlidingWindowParams {
         SlidingWindowParams::new(limit, window_ms).unwrap()
@@ -328,14 +350,7 @@ mod tests {
 
     #[test]
     fn refund_only_touches_the_current_window() {
-        let p = params(10, 1_000);
-        let (_, s) = check(None, Micros(100_000), &p, 6);
-        let (refunded, s2) = refund(s, Micros(200_000), &p, 4);
-        assert_eq!(refunded, 4);
-        assert_eq!(check(s2, Micros(200_000), &p, 0).0.remaining, 8);
-        assert_eq!(refund(s2, Micros(200_000), &p, 9).0, 2);
-        assert_eq!(refund(s, Micros(1_100_000), &p, 4), (0, None));
-        assert_eq!(refund(None, Micros(0), &p, 4), (0, None));
+        promises::refund_only_touches_the_current_window::<SlidingWindow>(Micros(1_100_000));
     }
 
     #[test]
@@ -389,22 +404,6 @@ mod tests {
                 }
                 state = next.or(state);
             }
-        }
-
-        /// After `reset_after` the count is zero: the same as a missing key.
-        #[test]
-        fn reset_after_reaches_the_idle_state(
-            limit in 1u64..100,
-            window_ms in 1u64..10_000,
-            at in 0u64..100_000_000,
-            cost in 0u64..100,
-        ) {
-            let p = params(limit, window_ms);
-            let (d, s) = check(None, Micros(at), &p, cost);
-            let idle = Micros(at + d.reset_after.as_micros().0);
-            let (later, _) = check(s, idle, &p, 0);
-            prop_assert_eq!(later.remaining, limit);
-            prop_assert_eq!(later.reset_after, Millis(0));
         }
     }
 }

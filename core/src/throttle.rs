@@ -126,36 +126,20 @@ mod tests {
         (d, Throttled::from(&d))
     }
 
-    /// redis-cell's `RateLimitCase`: the exact waits (ms, -1 for none) as its core computes
-    /// them, and `limited`.
-    struct Case {
-        num: u64,
-        offset_ms: u64,
-        volume: u64,
-        remaining: u64,
-        reset_after_ms: u64,
-        retry_after_ms: i64,
-        limited: bool,
-    }
+    /// redis-cell's `RateLimitCase`: `(num, offset_ms, volume, remaining, reset_after_ms,
+    /// retry_after_ms, limited)`, the exact waits (ms, -1 for none) as its core computes
+    /// them.
+    struct Case(u64, u64, u64, u64, u64, i64, bool);
 
-    const fn case(
-        num: u64,
-        offset_ms: u64,
-        volume: u64,
-        remaining: u64,
-        reset_after_ms: u64,
-        retry_after_ms: i64,
-        limited: bool,
-    ) -> Case {
-        Case {
-            num,
-            offset_ms,
-            volume,
-            remaining,
-            reset_after_ms,
-            retry_after_ms,
-            limited,
-        }
+    /// A reply's fields as a tuple, for comparing in one assertion.
+    fn fields(t: Throttled) -> (bool, u64, u64, Option<u64>, u64) {
+        (
+            t.limited,
+            t.limit,
+            t.remaining,
+            t.retry_after_s,
+            t.reset_after_s,
+        )
     }
 
     /// redis-cell's `it_rate_limits` (src/cell/mod.rs), case for case: limit 5
@@ -166,43 +150,42 @@ mod tests {
         let p = params(4, 1, 1).unwrap();
         let cases = [
             // You can never make a request larger than the maximum.
-            case(0, 0, 6, 5, 0, -1, true),
+            Case(0, 0, 6, 5, 0, -1, true),
             // Rate limit normal requests appropriately.
-            case(1, 0, 1, 4, 1_000, -1, false),
-            case(2, 0, 1, 3, 2_000, -1, false),
-            case(3, 0, 1, 2, 3_000, -1, false),
-            case(4, 0, 1, 1, 4_000, -1, false),
-            case(5, 0, 1, 0, 5_000, -1, false),
-            case(6, 0, 1, 0, 5_000, 1_000, true),
-            case(7, 3_000, 1, 2, 3_000, -1, false),
-            case(8, 3_100, 1, 1, 3_900, -1, false),
-            case(9, 4_000, 1, 1, 4_000, -1, false),
-            case(10, 8_000, 1, 4, 1_000, -1, false),
-            case(11, 9_500, 1, 4, 1_000, -1, false),
+            Case(1, 0, 1, 4, 1_000, -1, false),
+            Case(2, 0, 1, 3, 2_000, -1, false),
+            Case(3, 0, 1, 2, 3_000, -1, false),
+            Case(4, 0, 1, 1, 4_000, -1, false),
+            Case(5, 0, 1, 0, 5_000, -1, false),
+            Case(6, 0, 1, 0, 5_000, 1_000, true),
+            Case(7, 3_000, 1, 2, 3_000, -1, false),
+            Case(8, 3_100, 1, 1, 3_900, -1, false),
+            Case(9, 4_000, 1, 1, 4_000, -1, false),
+            Case(10, 8_000, 1, 4, 1_000, -1, false),
+            Case(11, 9_500, 1, 4, 1_000, -1, false),
             // Zero-volume request just peeks at the state.
-            case(12, 9_500, 0, 4, 1_000, -1, false),
+            Case(12, 9_500, 0, 4, 1_000, -1, false),
             // High-volume request uses up more of the limit.
-            case(13, 9_500, 2, 2, 3_000, -1, false),
+            Case(13, 9_500, 2, 2, 3_000, -1, false),
             // Large requests cannot exceed limits.
-            case(14, 9_500, 5, 2, 3_000, 3_000, true),
+            Case(14, 9_500, 5, 2, 3_000, 3_000, true),
         ];
         let mut state = None;
-        for c in cases {
-            let (d, t) = throttle(&mut state, at(c.offset_ms), &p, c.volume);
+        for Case(num, offset_ms, volume, remaining, reset_after_ms, retry_after_ms, limited) in cases {
+            let (d, t) = throttle(&mut state, at(offset_ms), &p, volume);
             let retry_ms = match d.outcome {
                 Outcome::Denied { retry_after } => retry_after.0 as i64,
                 Outcome::Allowed | Outcome::Never => -1,
             };
             assert_eq!(
                 (t.limited, t.limit, t.remaining, d.reset_after.0, retry_ms),
-                (c.limited, 5, c.remaining, c.reset_after_ms, c.retry_after_ms),
-                "case {}",
-                c.num
+                (limited, 5, remaining, reset_after_ms, retry_after_ms),
+                "case {num}"
             );
             // The reply rounds each wait up to whole seconds.
-            assert_eq!(t.reset_after_s, c.reset_after_ms.div_ceil(1000), "case {}", c.num);
-            let expected_retry = (c.retry_after_ms >= 0).then(|| (c.retry_after_ms as u64).div_ceil(1000));
-            assert_eq!(t.retry_after_s, expected_retry, "case {}", c.num);
+            assert_eq!(t.reset_after_s, reset_after_ms.div_ceil(1000), "case {num}");
+            let expected_retry = (retry_after_ms >= 0).then(|| (retry_after_ms as u64).div_ceil(1000));
+            assert_eq!(t.retry_after_s, expected_retry, "case {num}");
         }
     }
 
@@ -228,15 +211,7 @@ mod tests {
         // CL.THROTTLE user123 0 1 2 1: allowed, then limited for 2 s, then allowed again.
         let p = params(0, 1, 2).unwrap();
         let mut state = None;
-        let reply = |t: Throttled| {
-            (
-                t.limited,
-                t.limit,
-                t.remaining,
-                t.retry_after_s,
-                t.reset_after_s,
-            )
-        };
+        let reply = fields;
         let (_, t) = throttle(&mut state, at(0), &p, 1);
         assert_eq!(reply(t), (false, 1, 0, None, 2));
         let (_, t) = throttle(&mut state, at(0), &p, 1);
@@ -251,16 +226,7 @@ mod tests {
         let (d, next) = check(None, at(0), &p, 0);
         assert!(next.is_none());
         let t = Throttled::from(&d);
-        assert_eq!(
-            (
-                t.limited,
-                t.limit,
-                t.remaining,
-                t.retry_after_s,
-                t.reset_after_s
-            ),
-            (false, 10, 10, None, 0)
-        );
+        assert_eq!(fields(t), (false, 10, 10, None, 0));
     }
 
     #[test]

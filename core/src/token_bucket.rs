@@ -6,9 +6,50 @@
 //! then add exactly `refill_tokens x elapsed_us` units, an integer. Nothing is rounded while
 //! the parameters stay the same, so there is no drift after any number of calls.
 
+use crate::algorithm::{positional, rate_limiter, Algorithm, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
-use crate::limits::{self, ParamError};
+use crate::limits::{self, ParamError, Range};
 use crate::time::{Micros, Millis};
+
+/// The token bucket in the [registry](crate::registry): `TOKENBUCKET capacity refill_tokens
+/// refill_ms`.
+pub struct TokenBucket;
+
+impl Algorithm for TokenBucket {
+    const NAME: &'static str = "TOKENBUCKET";
+    const LABEL: &'static str = "token bucket";
+    const TAG: u8 = b'T';
+    const PARAMS: &'static [Range] = &[
+        limits::count("capacity"),
+        limits::count("refill_tokens"),
+        limits::duration_ms("refill_ms"),
+    ];
+    type Params = TokenBucketParams;
+    type State = TokenBucketState;
+
+    fn params(values: &[u64], _options: &[Option<u64>]) -> Result<Self::Params, ParamError> {
+        let [capacity, refill_tokens, refill_ms] = positional(Self::PARAMS, values)?;
+        Ok(TokenBucketParams {
+            capacity,
+            refill_tokens,
+            refill_ms,
+        })
+    }
+
+    /// The bucket does not store its capacity or refill rate (each call passes them), so
+    /// its level now cannot be known: this shows the whole tokens left at the last write.
+    fn view(state: &Self::State, _now: Micros) -> StateView {
+        let unit = u128::from(state.refill_ms.max(1)) * 1000;
+        let tokens = u64::try_from(state.level / unit).unwrap_or(u64::MAX);
+        vec![
+            ("refill_ms", StateValue::Int(state.refill_ms)),
+            ("tokens_at_update", StateValue::Int(tokens)),
+            ("updated_at_ms", StateValue::Int(state.updated_at.0 / 1000)),
+        ]
+    }
+}
+
+rate_limiter!(TokenBucket);
 
 /// Validated token bucket parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,11 +69,7 @@ impl TokenBucketParams {
     /// assert!(TokenBucketParams::new(0, 100, 60_000).is_err());
     /// ```
     pub fn new(capacity: u64, refill_tokens: u64, refill_ms: u64) -> Result<Self, ParamError> {
-        Ok(Self {
-            capacity: limits::count("capacity").check(capacity)?,
-            refill_tokens: limits::count("refill_tokens").check(refill_tokens)?,
-            refill_ms: limits::duration_ms("refill_ms").check(refill_ms)?,
-        })
+        TokenBucket::params(&[capacity, refill_tokens, refill_ms], &[])
     }
 
     /// Most tokens the bucket holds.
@@ -187,8 +224,28 @@ fn level_at(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::{case, run, wait_is_exact};
+    use crate::promises::Model;
+    use crate::scenario::{case, run};
     use proptest::prelude::*;
+
+    impl Model for TokenBucket {
+        fn params_of(limit: u64) -> Self::Params {
+            params(limit, limit, 1_000)
+        }
+
+        fn arb_params() -> BoxedStrategy<TokenBucketParams> {
+            (1u64..100, 1u64..100, 1u64..10_000)
+                .prop_map(|(c, t, ms)| params(c, t, ms))
+                .boxed()
+        }
+
+        /// The full bucket plus what accrues in the span.
+        fn budget(p: &TokenBucketParams, span_us: u64) -> u128 {
+            let accrued = u128::from(p.refill_tokens) * u128::from(span_us)
+                / (u128::from(p.refill_ms) * 1000);
+            u128::from(p.capacity) + accrued
+        }
+    }
 
     fn params(capacity: u64, refill_tokens: u64, refill_ms: u64) -> TokenBucketParams {
         TokenBucketParams::new(capacity, refill_tokens, refill_ms).unwrap()
@@ -305,19 +362,6 @@ mod tests {
     }
 
     #[test]
-    fn zero_cost_and_denials_write_nothing() {
-        let p = params(1, 1, 1_000);
-        let (d, s) = check(None, Micros(0), &p, 0);
-        assert!(d.is_allowed() && s.is_none());
-        let (_, s) = check(None, Micros(0), &p, 1);
-        let (d, s2) = check(s, Micros(0), &p, 1);
-        assert!(!d.is_allowed() && s2.is_none());
-        let (d, s3) = check(s, Micros(0), &p, 2);
-        assert_eq!(d.outcome, Outcome::Never);
-        assert!(s3.is_none());
-    }
-
-    #[test]
     fn refund_gives_tokens_back_up_to_capacity() {
         let p = params(10, 1, 1_000_000);
         let (_, s) = check(None, Micros(0), &p, 4);
@@ -395,66 +439,6 @@ mod tests {
                 }
                 state = next.or(state);
             }
-        }
-
-        /// Waiting exactly `retry_after` is enough, and 1 ms less is not.
-        #[test]
-        fn retry_after_is_exact(
-            capacity in 1u64..100,
-            refill_tokens in 1u64..100,
-            refill_ms in 1u64..10_000,
-            taken in 0u64..100,
-            cost in 1u64..100,
-            at_us in 0u64..10_000_000,
-        ) {
-            let p = params(capacity, refill_tokens, refill_ms);
-            let (_, s) = check(None, Micros(at_us), &p, taken.min(capacity));
-            let state = s.or(None);
-            let (d, _) = check(state, Micros(at_us), &p, cost);
-            wait_is_exact(&d, &state, at_us, |s, t| check(s, t, &p, cost).0)?;
-            match d.outcome {
-                Outcome::Denied { .. } => {}
-                Outcome::Never => prop_assert!(cost > capacity),
-                Outcome::Allowed => prop_assert!(cost <= capacity),
-            }
-        }
-
-        /// Over any call sequence, tokens taken never exceed capacity plus what accrued.
-        #[test]
-        fn never_admits_more_than_the_budget(
-            capacity in 1u64..1_000,
-            refill_tokens in 1u64..1_000,
-            refill_ms in 1u64..100_000,
-            calls in prop::collection::vec((0u64..1_000_000, 0u64..20), 1..300),
-        ) {
-            let p = params(capacity, refill_tokens, refill_ms);
-            let mut state = None;
-            let mut now = 0u64;
-            let mut taken: u128 = 0;
-            for (step_us, cost) in calls {
-                now += step_us;
-                let (d, next) = check(state, Micros(now), &p, cost);
-                if d.is_allowed() { taken += u128::from(cost); }
-                state = next.or(state);
-            }
-            let accrued = u128::from(refill_tokens) * u128::from(now) / (u128::from(refill_ms) * 1000);
-            prop_assert!(taken <= u128::from(capacity) + accrued);
-        }
-
-        /// When the bucket is idle (`reset_after` has passed), it is full: the same as a missing key.
-        #[test]
-        fn reset_after_reaches_the_idle_state(
-            capacity in 1u64..1_000,
-            refill_tokens in 1u64..1_000,
-            refill_ms in 1u64..100_000,
-            cost in 0u64..1_000,
-        ) {
-            let p = params(capacity, refill_tokens, refill_ms);
-            let (d, s) = check(None, Micros(0), &p, cost);
-            let idle = Micros(d.reset_after.as_micros().0);
-            let (from_state, _) = check(s.or(None), idle, &p, 0);
-            prop_assert_eq!(from_state.remaining, capacity);
-            prop_assert_eq!(from_state.reset_after, Millis(0));
         }
     }
 }

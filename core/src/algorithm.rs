@@ -1,0 +1,155 @@
+//! The trait every algorithm implements: its name, stored tag, parameters with their ranges
+//! (declared once, as data), and what RL.STATE shows of its state. Rate limiters, which
+//! take `cost` units per call, also implement [`RateLimiter`] (`check` and `refund`).
+//!
+//! Parsers, documentation and clients read the ranges from here: the module's arguments,
+//! RL.ALL's specs and the client's `Policy` all refuse the same numbers with the same text.
+
+use std::fmt::Debug;
+
+use crate::decision::Decision;
+use crate::limits::{ParamError, Range};
+use crate::time::Micros;
+
+/// A named option after the positional parameters, such as GCRA's `BURST b`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Opt {
+    /// The option word as the user writes it (`BURST`), matched in any case.
+    pub token: &'static str,
+    /// The accepted range of its value.
+    pub range: Range,
+}
+
+/// A value RL.STATE shows. (Another kind of value needs a variant here and its arm in the
+/// module's reply.)
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StateValue {
+    /// A count, a duration or an instant.
+    Int(u64),
+}
+
+/// What RL.STATE shows of one state, as `(name, value)` pairs in display order.
+pub type StateView = Vec<(&'static str, StateValue)>;
+
+/// One limiting algorithm: everything generic code needs to parse, store and show it.
+pub trait Algorithm {
+    /// The spec word (`TOKENBUCKET`): RL.ALL and RL.REFUND specs start with it.
+    const NAME: &'static str;
+    /// The name in error texts and RL.STATE (`token bucket`).
+    const LABEL: &'static str;
+    /// The tag byte in the stored header (`b'T'`); unique across the registry.
+    const TAG: u8;
+    /// The positional parameters, in order, with their names and ranges.
+    const PARAMS: &'static [Range];
+    /// The optional named parameters after them (none for most algorithms).
+    const OPTIONS: &'static [Opt] = &[];
+    /// Validated parameters.
+    type Params: Copy + Debug + PartialEq + Eq;
+    /// The stored state.
+    type State: Clone + Debug + PartialEq;
+
+    /// Builds the parameters from integers: `values` in the order of [`Self::PARAMS`],
+    /// `options` in the order of [`Self::OPTIONS`] (`None` when not given). Every number is
+    /// checked against its range; the error names the first one outside it.
+    fn params(values: &[u64], options: &[Option<u64>]) -> Result<Self::Params, ParamError>;
+
+    /// What RL.STATE shows of `state` as of `now`, between the algorithm's name and the
+    /// key's TTL: the stored parameters and the current count or tokens. Never changes it.
+    fn view(state: &Self::State, now: Micros) -> StateView;
+}
+
+/// An algorithm that takes `cost` units per call: what RL.ALL, RL.REFUND and the single-key
+/// commands run.
+pub trait RateLimiter: Algorithm {
+    /// Decides whether `cost` units may be taken at `now`; returns the decision and the
+    /// state to store (`None`: write nothing).
+    fn check(
+        state: Option<Self::State>,
+        now: Micros,
+        params: &Self::Params,
+        cost: u64,
+    ) -> (Decision, Option<Self::State>);
+
+    /// Gives back up to `amount` units taken earlier; returns the units given back and the
+    /// state to store (`None`: write nothing).
+    fn refund(
+        state: Option<Self::State>,
+        now: Micros,
+        params: &Self::Params,
+        amount: u64,
+    ) -> (u64, Option<Self::State>);
+}
+
+/// Implements [`RateLimiter`] for `$algorithm` with the `check` and `refund` functions of
+/// the module where it is invoked.
+macro_rules! rate_limiter {
+    ($algorithm:ty) => {
+        impl $crate::algorithm::RateLimiter for $algorithm {
+            fn check(
+                state: Option<Self::State>,
+                now: $crate::Micros,
+                params: &Self::Params,
+                cost: u64,
+            ) -> ($crate::Decision, Option<Self::State>) {
+                check(state, now, params, cost)
+            }
+
+            fn refund(
+                state: Option<Self::State>,
+                now: $crate::Micros,
+                params: &Self::Params,
+                amount: u64,
+            ) -> (u64, Option<Self::State>) {
+                refund(state, now, params, amount)
+            }
+        }
+    };
+}
+pub(crate) use rate_limiter;
+
+/// Checks `values` against `ranges` in order and returns them as an array: the error of
+/// the first value outside its range, or of the first missing one.
+///
+/// ```
+/// use redis_rl_core::algorithm::positional;
+/// use redis_rl_core::limits;
+/// let ranges = [limits::count("limit"), limits::duration_ms("window_ms")];
+/// assert_eq!(positional(&ranges, &[10, 1_000]), Ok([10, 1_000]));
+/// assert_eq!(positional::<2>(&ranges, &[0, 1_000]), Err(ranges[0].error()));
+/// assert_eq!(positional::<2>(&ranges, &[10]), Err(ranges[1].error()));
+/// ```
+pub fn positional<const N: usize>(
+    ranges: &[Range],
+    values: &[u64],
+) -> Result<[u64; N], ParamError> {
+    let mut out = [0u64; N];
+    for (i, (slot, range)) in out.iter_mut().zip(ranges).enumerate() {
+        *slot = range.check(*values.get(i).ok_or(range.error())?)?;
+    }
+    Ok(out)
+}
+
+/// Most positional parameters of any algorithm (parsers collect them on the stack).
+pub const MAX_PARAMS: usize = 4;
+/// Most options of any algorithm.
+pub const MAX_OPTIONS: usize = 2;
+
+/// Parses `A`'s parameters by asking `value` for each positional one (given its range) and
+/// `option` for each option (`None` when absent), in declaration order: the one parser
+/// shared by every command and spec that names an algorithm. Allocates nothing.
+pub fn parse_params<A: Algorithm, E: From<ParamError>>(
+    mut value: impl FnMut(Range) -> Result<u64, E>,
+    mut option: impl FnMut(&Opt) -> Result<Option<u64>, E>,
+) -> Result<A::Params, E> {
+    let mut values = [0u64; MAX_PARAMS];
+    for (slot, range) in values.iter_mut().zip(A::PARAMS) {
+        *slot = value(*range)?;
+    }
+    let mut options = [None; MAX_OPTIONS];
+    for (slot, opt) in options.iter_mut().zip(A::OPTIONS) {
+        *slot = option(opt)?;
+    }
+    let values = values.get(..A::PARAMS.len()).unwrap_or(&[]);
+    let options = options.get(..A::OPTIONS.len()).unwrap_or(&[]);
+    Ok(A::params(values, options)?)
+}
