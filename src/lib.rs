@@ -21,6 +21,8 @@ mod stats;
 mod store;
 
 use redis_module::configuration::ConfigurationFlags;
+use std::os::raw::c_int;
+
 use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 // Unit tests run outside redis-server, where Redis's allocator does not exist.
@@ -50,15 +52,64 @@ redis_module! {
     ]
 }
 
+/// Valkey's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (Valkey 9.0+); the bit has
+/// another meaning or none on Redis.
+const VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+
+/// The module's options:
+/// - only real writes signal a key as modified (store.rs does it), not reads or denials;
+/// - safe under `repl-diskless-load swapdb` (async loading): the module keeps no state tied
+///   to the keyspace, so commands served from the old dataset while the new one loads
+///   read and write plain keys like any other command;
+/// - on Valkey, safe under atomic slot migration (`CLUSTER MIGRATESLOTS`, refused while a
+///   loaded module does not declare it): a limiter is a plain string key, moved by the
+///   slot snapshot like any other, and every write is propagated as a plain command
+///   (`SET ... PXAT`, `DEL`), which the server forwards to the target while the slot is
+///   exported.
+fn module_options(ctx: &Context) -> c_int {
+    let mut options = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int
+        | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD as c_int;
+    if server_name(ctx).as_deref() == Some("valkey") {
+        options |= VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION;
+    }
+    options
+}
+
+/// `server_name` from `INFO server` (Valkey reports `valkey`; Redis 7.0 has no such field).
+fn server_name(ctx: &Context) -> Option<String> {
+    // SAFETY: the API table is filled before init runs.
+    let (get, field, free) = unsafe {
+        (
+            raw::RedisModule_GetServerInfo?,
+            raw::RedisModule_ServerInfoGetFieldC?,
+            raw::RedisModule_FreeServerInfo?,
+        )
+    };
+    // SAFETY: a valid context and a NUL-terminated section name; the field's text is
+    // copied before the info object is freed.
+    unsafe {
+        let info = get(ctx.get_raw(), c"server".as_ptr());
+        if info.is_null() {
+            return None;
+        }
+        let value = field(info, c"server_name".as_ptr());
+        let name = (!value.is_null()).then(|| {
+            std::ffi::CStr::from_ptr(value)
+                .to_string_lossy()
+                .into_owned()
+        });
+        free(ctx.get_raw(), info);
+        name
+    }
+}
+
 /// Registers the commands (with our own C entry points, see `commands`), then attaches
 /// command metadata, ACL categories and the INFO section, each only where the server has
 /// the API, so the module loads on Redis 7.0 as on newer servers.
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
-    // Only real writes signal a key as modified (store.rs does it), not reads or denials.
     // SAFETY: the API table is filled before init runs.
     if let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions } {
-        let option = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as std::os::raw::c_int;
-        unsafe { set_options(ctx.get_raw(), option) };
+        unsafe { set_options(ctx.get_raw(), module_options(ctx)) };
     }
     if let Err(e) = commands::register(ctx) {
         ctx.log_warning(&format!("redis-rl: {e}"));

@@ -1,12 +1,14 @@
 //! Redis Cluster: a 3-master cluster on loopback, started by the test. Calls route by key
 //! (`MOVED` from the wrong node), RL.ALL across slots is refused with `CROSSSLOT`, and a
-//! limiter key migrated to another node with `MIGRATE` keeps its state.
+//! limiter key migrated to another node with `MIGRATE` keeps its state. On Valkey 9.1, a
+//! 2-master cluster moves a slot with atomic slot migration (`CLUSTER MIGRATESLOTS`), with
+//! writes made during the migration.
 
 mod common;
 use common::*;
 use std::time::Duration;
 
-/// Three masters sharing the 16384 slots, each with the module loaded.
+/// Masters sharing the 16384 slots in equal ranges, each with the module loaded.
 struct Cluster {
     nodes: Vec<Server>,
 }
@@ -15,7 +17,11 @@ const SLOTS: u16 = 16384;
 
 impl Cluster {
     fn start() -> Cluster {
-        let nodes: Vec<Server> = (0..3)
+        Cluster::start_nodes(3)
+    }
+
+    fn start_nodes(n: u16) -> Cluster {
+        let nodes: Vec<Server> = (0..n)
             .map(|_| {
                 Server::start_with(&[
                     "--cluster-enabled",
@@ -27,7 +33,7 @@ impl Cluster {
                 ])
             })
             .collect();
-        let per_node = SLOTS / 3 + 1;
+        let per_node = SLOTS / n + 1;
         for (i, node) in nodes.iter().enumerate() {
             let mut c = node.client();
             let first = i as u16 * per_node;
@@ -53,7 +59,8 @@ impl Cluster {
             let mut c = node.client();
             wait_until("the cluster to form", Duration::from_secs(30), || {
                 let info: String = query(&mut c, &["CLUSTER", "INFO"]);
-                info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
+                info.contains("cluster_state:ok")
+                    && info.contains(&format!("cluster_known_nodes:{n}"))
             });
         }
         Cluster { nodes }
@@ -66,7 +73,8 @@ impl Cluster {
 
     /// The node serving `key`'s slot, by the layout made in `start`.
     fn owner(&self, key: &str) -> &Server {
-        let per_node = i64::from(SLOTS / 3 + 1);
+        let n = u16::try_from(self.nodes.len()).unwrap();
+        let per_node = i64::from(SLOTS / n + 1);
         &self.nodes[(self.slot(key) / per_node) as usize]
     }
 
@@ -183,5 +191,106 @@ fn a_migrated_limiter_keeps_its_state() {
     );
     assert_eq!(&after[..3], &[1, 100, 0]);
     let e = error(&mut src, &["RL.TOKENBUCKET", key, "100", "1", "3600000"]);
+    assert!(e.starts_with("MOVED"), "{e}");
+}
+
+/// Valkey 9.1's atomic slot migration is not refused because of the module, and moves a
+/// slot's limiters with their state, including every write the source acknowledged while
+/// the migration ran: a token bucket (rewritten in place), a log and a set of leases.
+/// Skipped on servers without `CLUSTER MIGRATESLOTS` (Redis 7.0).
+#[test]
+fn atomic_slot_migration_moves_limiters_with_the_writes_made_during_it() {
+    let cluster = Cluster::start_nodes(2);
+    let mut c = cluster.nodes[0].client();
+    let info: Vec<redis::Value> = query(&mut c, &["COMMAND", "INFO", "CLUSTER|MIGRATESLOTS"]);
+    if matches!(info.as_slice(), [redis::Value::Nil] | []) {
+        eprintln!("skipped: this server has no CLUSTER MIGRATESLOTS");
+        return;
+    }
+    let (tb, log, cc) = ("{asm}:tb", "{asm}:log", "{asm}:cc");
+    let source = cluster.owner(tb);
+    let target = cluster.other_than(source);
+    let slot = cluster.slot(tb).to_string();
+    let mut src = source.client();
+    src.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let bucket = ["RL.TOKENBUCKET", tb, "100000", "1", "1000000000000"];
+    let log_call = ["RL.LOG", log, "10000", "3600000"];
+    let acquire = |id: &str| -> Vec<String> {
+        ["RL.CONCURRENCY", cc, "100", "3600000", "ACQUIRE", id]
+            .map(String::from)
+            .to_vec()
+    };
+    assert_eq!(
+        ints(&mut src, &[&bucket[..], &["COST", "60"]].concat())[0],
+        1
+    );
+    assert_eq!(
+        ints(&mut src, &[&log_call[..], &["COST", "5"]].concat())[0],
+        1
+    );
+    let _: Vec<i64> = command(&acquire("before")).query(&mut src).unwrap();
+
+    let target_id = Cluster::node_id(target);
+    let _: () = query(
+        &mut src,
+        &[
+            "CLUSTER",
+            "MIGRATESLOTS",
+            "SLOTSRANGE",
+            &slot,
+            &slot,
+            "NODE",
+            &target_id,
+        ],
+    );
+    // Write until the source sends the slot's clients to the target (bounded).
+    let (mut taken, mut logged) = (0i64, 0i64);
+    let mut ids = std::collections::BTreeSet::from(["before".to_string()]);
+    let mut moved = false;
+    for i in 0..200_000 {
+        let id = format!("w{}", i % 50);
+        let call: Vec<String> = match i % 3 {
+            0 => bucket.map(String::from).to_vec(),
+            1 => log_call.map(String::from).to_vec(),
+            _ => acquire(&id),
+        };
+        match command(&call).query::<Vec<i64>>(&mut src) {
+            Ok(reply) => {
+                assert_eq!(reply[0], 1, "{call:?}");
+                match i % 3 {
+                    0 => taken += 1,
+                    1 => logged += 1,
+                    _ => {
+                        ids.insert(id);
+                    }
+                }
+            }
+            Err(e) => {
+                let e = error_text(&e);
+                assert!(e.starts_with("MOVED"), "{e}");
+                moved = true;
+                break;
+            }
+        }
+    }
+    assert!(moved, "the slot did not move");
+    assert!(taken > 0, "no write landed during the migration");
+
+    let mut tgt = target.client();
+    let now = ints(&mut tgt, &[&bucket[..], &["COST", "0"]].concat());
+    assert_eq!(now[2], 100_000 - 60 - taken, "token bucket");
+    let state: Vec<redis::Value> = query(&mut tgt, &["RL.STATE", log]);
+    let count = state
+        .chunks(2)
+        .find(|pair| pair[0] == redis::Value::BulkString(b"count".to_vec()))
+        .map(|pair| pair[1].clone());
+    assert_eq!(count, Some(redis::Value::Int(5 + logged)), "log");
+    let state: Vec<redis::Value> = query(&mut tgt, &["RL.STATE", cc]);
+    let held = state
+        .chunks(2)
+        .find(|pair| pair[0] == redis::Value::BulkString(b"held".to_vec()))
+        .map(|pair| pair[1].clone());
+    assert_eq!(held, Some(redis::Value::Int(ids.len() as i64)), "leases");
+    let e = error(&mut src, &bucket);
     assert!(e.starts_with("MOVED"), "{e}");
 }

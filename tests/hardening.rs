@@ -383,3 +383,43 @@ fn refused_and_read_only_calls_keep_the_encoding() {
         assert_eq!(encoding(&mut r, key), before, "{key} on the replica");
     }
 }
+
+/// A replica with `repl-diskless-load swapdb` loads a master's dataset asynchronously (the
+/// module declares it safe: it keeps no state tied to the keyspace) and holds the limiters
+/// byte for byte. Before, the server fell back to a blocking load ("Skipping diskless-load
+/// because there are modules that are not aware of async replication").
+#[test]
+fn a_swapdb_replica_loads_asynchronously_with_the_module() {
+    let master = Server::start_with(&MASTER_ARGS);
+    let mut c = master.client();
+    assert_eq!(
+        ints(&mut c, &["RL.TOKENBUCKET", "tb", "10", "1", "60000"])[0],
+        1
+    );
+    assert_eq!(ints(&mut c, &["RL.LOG", "lg", "10", "60000"])[0], 1);
+    let log = std::env::temp_dir().join(format!("rl-swapdb-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let port = master.port.to_string();
+    let replica = Server::start_with(&[
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+        "--repl-diskless-load",
+        "swapdb",
+        "--logfile",
+        log.to_str().unwrap(),
+    ]);
+    let mut r = replica.client();
+    wait_until("the replica to sync", Duration::from_secs(30), || {
+        info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
+    });
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(
+        text.contains("Swapping active DB with loaded DB"),
+        "no async (swapdb) load in the replica's log:\n{text}"
+    );
+    for key in ["tb", "lg"] {
+        assert_eq!(frozen(&mut r, key), frozen(&mut c, key), "{key}");
+    }
+}
