@@ -416,14 +416,21 @@ local function corrupt(tag)
   fail("ERR key holds a corrupt redis-rl " .. NAMES[tag] .. " limiter")
 end
 
+-- The longest value a valid limiter of each kind has (src/encoding: `MAX_BODY_LEN`); a longer
+-- one is corrupt and is never read whole.
+local MAX_LEN = { T = 37, S = 37, F = 29, G = 37, L = 5 + 6 + 12 * MAX_LOG }
+
 -- The key's value if it holds a limiter of `tag` (nil when missing), else the module's error.
 local function read_value(key, tag)
-  local v = redis.pcall("GET", key)
+  local v = redis.pcall("GETRANGE", key, 0, MAX_LEN[tag])
   if type(v) == "table" and v.err then
     fail(v.err)
   end
-  if not v then
-    return nil
+  if v == "" then
+    if redis.call("EXISTS", key) == 0 then
+      return nil
+    end
+    fail("ERR key holds a value that is not a redis-rl limiter")
   end
   if #v < 5 or v:sub(1, 3) ~= "\0RL" then
     fail("ERR key holds a value that is not a redis-rl limiter")
@@ -438,6 +445,9 @@ local function read_value(key, tag)
   end
   if stored ~= tag then
     fail("ERR key holds a " .. NAMES[stored] .. " limiter, not a " .. NAMES[tag] .. " limiter")
+  end
+  if #v > MAX_LEN[tag] then
+    corrupt(tag)
   end
   return v
 end
