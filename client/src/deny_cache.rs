@@ -1,14 +1,21 @@
 //! Hot-key deny cache: after Redis denies a key with a wait, deny it locally until the wait
 //! is over, so a flood on a blocked key costs Redis nothing.
+//!
+//! [`DenyCache`] is the bounded store; [`DenyCached`] is the layer that puts it in front
+//! of a [`Decider`].
 
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use lru::LruCache;
 use tokio::time::Instant;
 
-use crate::decision::{Decision, Source, Verdict};
+use crate::backend::BoxFuture;
+use crate::decider::{unknown, Check, Decider, Items};
+use crate::decision::{Decision, MultiDecision, Source, Verdict};
+use crate::error::Result;
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -93,6 +100,97 @@ impl DenyCache {
     }
 }
 
+/// A [`Decider`] behind a deny cache (`None`: no cache, every call goes through).
+///
+/// A key the cache holds is denied without a round trip (a peek always asks: it takes
+/// nothing); a denial from the inner decider is remembered. Errors pass through untouched,
+/// so only Redis's own denials are ever cached.
+#[derive(Debug)]
+pub struct DenyCached<D> {
+    inner: D,
+    cache: Option<DenyCache>,
+    hits: AtomicU64,
+}
+
+impl<D: Decider> DenyCached<D> {
+    /// `inner` behind `cache`.
+    pub fn new(inner: D, cache: Option<DenyCache>) -> Self {
+        Self {
+            inner,
+            cache,
+            hits: AtomicU64::new(0),
+        }
+    }
+
+    /// Decisions answered by the cache since start.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    fn cached(&self, key: &str, cost: u64) -> Option<Decision> {
+        let d = self.cache.as_ref()?.get(key, cost)?;
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("rl_client_decisions_total", "source" => "deny_cache").increment(1);
+        Some(d)
+    }
+
+    fn remember(&self, key: &str, cost: u64, d: &Decision) {
+        if let Some(cache) = &self.cache {
+            cache.remember(key, cost, d);
+        }
+    }
+
+    async fn check_cached(&self, call: Check<'_>) -> Result<Decision> {
+        if !call.peek {
+            if let Some(d) = self.cached(call.key, call.cost) {
+                return Ok(d);
+            }
+        }
+        let d = self.inner.check(call).await?;
+        if !call.peek {
+            self.remember(call.key, call.cost, &d);
+        }
+        Ok(d)
+    }
+
+    async fn check_all_cached(&self, items: Items<'_>, cost: u64) -> Result<MultiDecision> {
+        // A key the cache holds denies the whole request without a round trip.
+        for (i, (key, _)) in items.iter().enumerate() {
+            if let Some(d) = self.cached(key, cost) {
+                let mut decisions: Vec<Decision> = items.iter().map(|(_, a)| unknown(a)).collect();
+                if let Some(slot) = decisions.get_mut(i) {
+                    *slot = d;
+                }
+                return Ok(MultiDecision {
+                    denied: Some(i),
+                    decisions,
+                });
+            }
+        }
+        let md = self.inner.check_all(items, cost).await?;
+        if let Some(i) = md.denied {
+            if let (Some((key, _)), Some(d)) = (items.get(i), md.decisions.get(i)) {
+                self.remember(key, cost, d);
+            }
+        }
+        Ok(md)
+    }
+}
+
+impl<D: Decider> Decider for DenyCached<D> {
+    fn check<'a>(&'a self, call: Check<'a>) -> BoxFuture<'a, Result<Decision>> {
+        Box::pin(self.check_cached(call))
+    }
+
+    fn check_all<'a>(
+        &'a self,
+        items: Items<'a>,
+        cost: u64,
+    ) -> BoxFuture<'a, Result<MultiDecision>> {
+        Box::pin(self.check_all_cached(items, cost))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,5 +244,32 @@ mod tests {
         assert_eq!(cache.len(), 2);
         assert!(cache.get("a", 1).is_none(), "least recently used evicted");
         assert!(cache.get("c", 1).is_some());
+    }
+}
+
+#[cfg(test)]
+mod layer_tests {
+    use std::time::Duration;
+
+    use crate::decision::Source;
+    use crate::policy::FailureMode;
+    use crate::testing::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_denied_key_is_denied_locally_until_its_wait_passes() {
+        let mock = Mock::new(false, |_| deny(300));
+        let l = limiter(&mock);
+        let p = policy(FailureMode::Open);
+        assert_eq!(l.check("hot", &p).await.source, Source::Redis);
+        for _ in 0..100 {
+            let d = l.check("hot", &p).await;
+            assert_eq!(d.source, Source::DenyCache);
+            assert!(!d.allows());
+        }
+        assert_eq!(mock.commands().len(), 1, "the flood cost Redis nothing");
+        tokio::time::advance(Duration::from_millis(300)).await;
+        assert_eq!(l.check("hot", &p).await.source, Source::Redis);
+        assert_eq!(mock.commands().len(), 2);
+        assert_eq!(l.stats().deny_cache, 100);
     }
 }

@@ -12,9 +12,14 @@
 //!   [`DenyCache`] so a blocked key's flood costs Redis nothing.
 //! - Tiers as configuration ([`TierConfig`], TOML; free 100/min, pro 1000/min, enterprise
 //!   10000/min by default) and [`TierResolver`]s (in memory, or a Redis hash cached locally).
-//! - [`middleware::RateLimitLayer`]: a tower layer for axum that limits per API key, client
-//!   IP, endpoint and globally, and writes the standard headers, 429 problem responses and
-//!   correlated `tracing` spans.
+//! - `middleware::RateLimitLayer` (feature `middleware`): a tower layer over
+//!   `http::Request<B>` that limits per API key, client IP, endpoint and globally, and
+//!   writes the standard headers, 429 problem responses and correlated `tracing` spans;
+//!   axum glue (route patterns, peers) with the feature `axum`.
+//!
+//! The layers inside, each wrapping the next: see [`decider`]. Default features:
+//! `middleware`, `axum`, `toml` (TOML tiers); without them the crate compiles no axum,
+//! toml, sha2, uuid or ipnet.
 //!
 //! ```no_run
 //! use redis_rl_client::{Limiter, Policy};
@@ -32,7 +37,8 @@
 //!
 //! Dependencies, and why: `redis` (the maintained Rust client: async on tokio, connection
 //! manager with reconnects, cluster routing), `tokio` (runtime, timeouts, paused time in
-//! tests), `tower`/`axum`/`http` (the middleware contract gateways use), `serde` + `toml`
+//! tests), `http`/`tower-layer`/`tower-service` (the middleware contract of any tower stack;
+//! `axum` for its glue), `serde` + `toml`
 //! (tier configuration), `thiserror` (the error enum), `tracing` (spans with request id and
 //! tenant), `metrics` (counter facade; the application picks the exporter), `lru` (the
 //! bounded deny cache), `uuid` (request ids), `sha2` (tenant ids that do not reveal the API
@@ -49,14 +55,22 @@
 pub mod backend;
 pub mod breaker;
 mod command;
+pub mod decider;
 pub mod decision;
 pub mod deny_cache;
 pub mod error;
+pub mod failover;
 pub mod fallback;
 pub mod limiter;
+#[cfg(feature = "middleware")]
 pub mod middleware;
 pub mod policy;
+#[cfg(test)]
+mod testing;
 pub mod tier;
+#[cfg(feature = "toml")]
+mod toml_file;
+pub mod transport;
 
 pub use backend::{Backend, Cluster, Standalone};
 pub use breaker::{Breaker, BreakerConfig, BreakerState, BreakerStats};

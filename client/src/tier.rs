@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::num::{NonZeroU32, NonZeroUsize};
+#[cfg(feature = "toml")]
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -191,17 +192,15 @@ impl TierConfig {
     /// assert_eq!(tiers.rate(Some("gold")).1.limit, 5000);
     /// assert_eq!(tiers.rate(Some("nope")).0, "free");
     /// ```
+    #[cfg(feature = "toml")]
     pub fn from_toml(text: &str) -> Result<Self> {
-        let config: Self = toml::from_str(text).map_err(|e| Error::Config(e.to_string()))?;
-        config.validate()?;
-        Ok(config)
+        crate::toml_file::parse(text, Self::validate)
     }
 
-    /// Reads a TOML file.
+    /// Reads a TOML file of tiers.
+    #[cfg(feature = "toml")]
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
-        Self::from_toml(&text)
+        Self::from_toml(&crate::toml_file::read(path)?)
     }
 
     /// Checks that the default tier exists and every rate is within the server's ranges.
@@ -365,6 +364,7 @@ mod tests {
         assert_eq!(p.failure_mode(), FailureMode::Open);
     }
 
+    #[cfg(feature = "toml")]
     #[test]
     fn toml_overrides_and_validates() {
         let t = TierConfig::from_toml(

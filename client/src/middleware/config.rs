@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::num::NonZeroU32;
+#[cfg(feature = "toml")]
 use std::path::Path;
 
 use ipnet::IpNet;
@@ -157,18 +158,16 @@ impl Default for RateLimitConfig {
 }
 
 impl RateLimitConfig {
-    /// Parses and validates TOML (missing fields take the defaults).
-    pub fn from_toml(text: &str) -> Result<Self> {
-        let config: Self = toml::from_str(text).map_err(|e| Error::Config(e.to_string()))?;
-        config.validate()?;
-        Ok(config)
+    /// Reads the middleware's configuration from a TOML file.
+    #[cfg(feature = "toml")]
+    pub fn load(path: &Path) -> Result<Self> {
+        Self::from_toml(&crate::toml_file::read(path)?)
     }
 
-    /// Reads a TOML file.
-    pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
-        Self::from_toml(&text)
+    /// Parses and validates TOML (missing fields take the defaults).
+    #[cfg(feature = "toml")]
+    pub fn from_toml(text: &str) -> Result<Self> {
+        crate::toml_file::parse(text, Self::validate)
     }
 
     /// The tier part of the configuration.
@@ -200,7 +199,7 @@ impl RateLimitConfig {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "toml"))]
 mod tests {
     use super::*;
 

@@ -3,10 +3,8 @@
 
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::response::Response;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use super::config::Dimension;
 use super::extract::REQUEST_ID;
@@ -64,8 +62,12 @@ pub fn write_request_id(headers: &mut HeaderMap, request_id: &str) {
 
 /// 429 (or 503 when the limiter failed closed) with `Retry-After` (the true wait in whole
 /// seconds rounded up; absent when no wait helps) and an `application/problem+json`
-/// body naming the dimension and the request id.
-pub fn refusal(r: &Reported, request_id: &str, unavailable: bool) -> Response {
+/// body naming the dimension and the request id, in any body type made from text.
+pub fn refusal_response<B: From<String>>(
+    r: &Reported,
+    request_id: &str,
+    unavailable: bool,
+) -> Response<B> {
     let retry_after = r.decision.retry_after().map(ceil_secs);
     let (status, title, detail) = if unavailable {
         (
@@ -104,7 +106,7 @@ pub fn refusal(r: &Reported, request_id: &str, unavailable: bool) -> Response {
         "limit": r.decision.limit,
         "retry_after": retry_after,
     });
-    let mut response = Response::new(Body::from(body.to_string()));
+    let mut response = Response::new(B::from(body.to_string()));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(
@@ -120,11 +122,11 @@ pub fn refusal(r: &Reported, request_id: &str, unavailable: bool) -> Response {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::decision::{Source, Verdict};
 
-    fn reported(verdict: Verdict) -> Reported {
+    pub(crate) fn reported(verdict: Verdict) -> Reported {
         Reported {
             dimension: Dimension::Ip,
             window: Duration::from_secs(60),
@@ -158,37 +160,5 @@ mod tests {
         assert_eq!(h["x-ratelimit-reset"], "60");
         assert_eq!(h["ratelimit-policy"], "\"ip\";q=100;w=60");
         assert_eq!(h["ratelimit"], "\"ip\";r=42;t=60");
-    }
-
-    #[tokio::test]
-    async fn refusal_has_the_true_wait_and_a_problem_body() {
-        let r = reported(Verdict::Denied {
-            retry_after: Duration::from_millis(1_200),
-        });
-        let resp = refusal(&r, "req-1", false);
-        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(resp.headers()[RETRY_AFTER], "2");
-        assert_eq!(resp.headers()[CONTENT_TYPE], "application/problem+json");
-        assert_eq!(resp.headers()[REQUEST_ID], "req-1");
-        let bytes = axum::body::to_bytes(resp.into_body(), 10_000)
-            .await
-            .unwrap();
-        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!(body["status"], 429);
-        assert_eq!(body["dimension"], "ip");
-        assert_eq!(body["request_id"], "req-1");
-        assert_eq!(body["retry_after"], 2);
-
-        let never = refusal(&reported(Verdict::Never), "r", false);
-        assert!(never.headers().get(RETRY_AFTER).is_none());
-        let closed = refusal(
-            &reported(Verdict::Denied {
-                retry_after: Duration::from_secs(1),
-            }),
-            "r",
-            true,
-        );
-        assert_eq!(closed.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(closed.headers()[RETRY_AFTER], "1");
     }
 }

@@ -1,70 +1,46 @@
 //! The layer: validated configuration, shared by every service it makes.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use tower_layer::Layer;
 
-use super::config::{Dimension, RateLimitConfig};
+use super::config::RateLimitConfig;
+use super::plan::Shared;
+use super::request::RequestInfo;
 use super::service::RateLimitService;
 use crate::error::Result;
 use crate::limiter::Limiter;
-use crate::policy::Policy;
 use crate::tier::TierResolver;
 
 /// Rate-limits every request of the services it wraps; see the [module docs](super).
 #[derive(Clone)]
 pub struct RateLimitLayer {
-    pub(crate) shared: Arc<Shared>,
-}
-
-/// One dimension of one request.
-#[derive(Clone, Debug)]
-pub(crate) struct Planned {
-    pub(crate) dimension: Dimension,
-    pub(crate) key: String,
-    pub(crate) policy: Policy,
-}
-
-pub(crate) struct Shared {
-    pub(crate) limiter: Limiter,
-    pub(crate) config: RateLimitConfig,
-    pub(crate) resolver: Arc<dyn TierResolver>,
-    tier_policies: HashMap<String, Policy>,
-    default_policy: Policy,
-    ip: Policy,
-    endpoint: Policy,
-    global: Policy,
+    shared: Arc<Shared>,
+    info: Arc<dyn RequestInfo>,
 }
 
 impl RateLimitLayer {
     /// Validates `config` and builds the layer. `resolver` maps API keys to tier names.
+    ///
+    /// The peer address and the route pattern are read by the default [`RequestInfo`]:
+    /// with the `axum` feature, axum's `ConnectInfo<SocketAddr>` and `MatchedPath`, else
+    /// (or when those are missing) the [`SocketAddr`](std::net::SocketAddr) and
+    /// [`RoutePattern`](super::RoutePattern) request extensions.
     pub fn new(
         limiter: Limiter,
         config: RateLimitConfig,
         resolver: Arc<dyn TierResolver>,
     ) -> Result<Self> {
-        config.validate()?;
-        let mode = config.failure_mode.with_instances(config.instances);
-        let tiers = config.tier_config();
-        let mut tier_policies = HashMap::new();
-        for (name, rate) in &tiers.tiers {
-            tier_policies.insert(name.clone(), rate.policy(mode)?);
-        }
-        let default_policy = tiers.rate(None).1.policy(mode)?;
         Ok(Self {
-            shared: Arc::new(Shared {
-                ip: config.ip.policy(mode)?,
-                endpoint: config.endpoint.policy(mode)?,
-                global: config.global.policy(mode)?,
-                limiter,
-                config,
-                resolver,
-                tier_policies,
-                default_policy,
-            }),
+            shared: Arc::new(Shared::new(limiter, config, resolver)?),
+            info: default_request_info(),
         })
+    }
+
+    /// Reads the peer address and the route pattern with `info` instead of the default.
+    pub fn with_request_info(mut self, info: Arc<dyn RequestInfo>) -> Self {
+        self.info = info;
+        self
     }
 
     /// The limiter (for health endpoints: breaker state, stats).
@@ -73,53 +49,20 @@ impl RateLimitLayer {
     }
 }
 
-impl Shared {
-    /// The keys and policies of one request, in the configured order.
-    pub(crate) fn plan(
-        &self,
-        tenant: Option<&str>,
-        tier: Option<&str>,
-        ip: Option<IpAddr>,
-        endpoint: &str,
-    ) -> Vec<Planned> {
-        let prefix = &self.config.key_prefix;
-        let ip = ip.map_or_else(|| "unknown".to_string(), |ip| ip.to_string());
-        let mut out = Vec::with_capacity(self.config.dimensions.len());
-        for &dimension in &self.config.dimensions {
-            let planned = match (dimension, tenant) {
-                (Dimension::ApiKey, None) => continue,
-                (Dimension::ApiKey, Some(t)) => (
-                    format!("{prefix}:{{k:{t}}}:key"),
-                    tier.and_then(|name| self.tier_policies.get(name))
-                        .copied()
-                        .unwrap_or(self.default_policy),
-                ),
-                (Dimension::Ip, _) => (format!("{prefix}:{{ip:{ip}}}"), self.ip),
-                (Dimension::Endpoint, Some(t)) => {
-                    (format!("{prefix}:{{k:{t}}}:ep:{endpoint}"), self.endpoint)
-                }
-                (Dimension::Endpoint, None) => {
-                    (format!("{prefix}:{{ip:{ip}}}:ep:{endpoint}"), self.endpoint)
-                }
-                (Dimension::Global, _) => (format!("{prefix}:{{global}}"), self.global),
-            };
-            out.push(Planned {
-                dimension,
-                key: planned.0,
-                policy: planned.1,
-            });
-        }
-        out
-    }
+#[cfg(feature = "axum")]
+fn default_request_info() -> Arc<dyn RequestInfo> {
+    Arc::new(super::axum::AxumRequestInfo)
+}
+
+#[cfg(not(feature = "axum"))]
+fn default_request_info() -> Arc<dyn RequestInfo> {
+    Arc::new(super::request::Extensions)
 }
 
 impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimitService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimitService {
-            inner,
-            shared: self.shared.clone(),
-        }
+        RateLimitService::new(inner, self.shared.clone(), self.info.clone())
     }
 }

@@ -1,4 +1,5 @@
-//! A tower [`Layer`](tower_layer::Layer) that rate-limits HTTP requests, for axum.
+//! A tower [`Layer`](tower_layer::Layer) that rate-limits HTTP requests: any service over
+//! `http::Request<B>` (axum glue behind the `axum` feature).
 //!
 //! Each request is limited on up to four dimensions at once, all or nothing
 //! ([`crate::Limiter::check_all`]):
@@ -12,11 +13,13 @@
 //!
 //! `<tenant>` is [`tenant_id`] of the `X-API-Key` header (the key itself is never logged or
 //! stored in a limiter key); a request without a key is limited per IP (and per IP and
-//! endpoint) and globally. The client IP is the peer address (axum's
-//! `ConnectInfo<SocketAddr>`), or the nearest untrusted `X-Forwarded-For` hop when the peer
-//! is a configured trusted proxy. The endpoint is the route pattern (`MatchedPath`, e.g.
-//! `/items/{id}`), so ids in paths do not multiply keys; apply the layer with
-//! `Router::layer` so the pattern is known.
+//! endpoint) and globally. The client IP is the peer address, or the nearest untrusted
+//! `X-Forwarded-For` hop when the peer is a configured trusted proxy. The endpoint is the
+//! route pattern (e.g. `/items/{id}`), so ids in paths do not multiply keys. A
+//! [`RequestInfo`] finds the peer and the pattern: by default axum's
+//! `ConnectInfo<SocketAddr>` and `MatchedPath` (feature `axum`; apply the layer with
+//! `Router::layer` so the pattern is known), else the `SocketAddr` and [`RoutePattern`]
+//! request extensions.
 //!
 //! Every response gets `X-Request-Id` (the caller's if sane, else a new UUID),
 //! `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` and the
@@ -49,14 +52,21 @@
 //! # }
 //! ```
 
+#[cfg(feature = "axum")]
+mod axum;
 mod config;
 mod extract;
 mod headers;
 mod layer;
+mod plan;
+mod request;
 mod service;
 
+#[cfg(feature = "axum")]
+pub use self::axum::{refusal, AxumRequestInfo};
 pub use config::{Dimension, RateLimitConfig};
 pub use extract::{api_key, client_ip, request_id, tenant_id, API_KEY, REQUEST_ID};
-pub use headers::{ceil_secs, refusal, write_rate_limit, Reported};
+pub use headers::{ceil_secs, refusal_response, write_rate_limit, Reported};
 pub use layer::RateLimitLayer;
+pub use request::{Extensions, RequestInfo, RequestView, RoutePattern};
 pub use service::RateLimitService;

@@ -1,59 +1,74 @@
 //! The service: decides, then calls the inner service or refuses.
 
 use std::cmp::Reverse;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use axum::extract::{ConnectInfo, MatchedPath, Request};
-use axum::response::Response;
-use http::HeaderValue;
+use http::{HeaderValue, Request, Response};
 use tower_service::Service;
 use tracing::Instrument;
 
 use super::extract::{self, REQUEST_ID};
-use super::headers::{refusal, write_rate_limit, write_request_id, Reported};
-use super::layer::{Planned, Shared};
+use super::headers::{refusal_response, write_rate_limit, write_request_id, Reported};
+use super::plan::{Planned, Shared};
+use super::request::{RequestInfo, RequestView};
 use crate::backend::BoxFuture;
 use crate::decision::{MultiDecision, Source};
 
-/// The service made by [`RateLimitLayer`](super::RateLimitLayer).
+/// The service made by [`RateLimitLayer`](super::RateLimitLayer): any
+/// `Service<http::Request<B>>` answering `http::Response<R>`, where a refusal's
+/// problem+json text becomes an `R` (`R: From<String>`: axum's and hyper's bodies,
+/// `String`, `Full<Bytes>`...).
 #[derive(Clone)]
 pub struct RateLimitService<S> {
-    pub(crate) inner: S,
-    pub(crate) shared: Arc<Shared>,
+    inner: S,
+    shared: Arc<Shared>,
+    info: Arc<dyn RequestInfo>,
 }
 
-impl<S> Service<Request> for RateLimitService<S>
+impl<S> RateLimitService<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>, info: Arc<dyn RequestInfo>) -> Self {
+        Self {
+            inner,
+            shared,
+            info,
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S>
 where
-    S: Service<Request, Response = Response> + Clone + Send + 'static,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: From<String> + Send + 'static,
 {
-    type Response = Response;
+    type Response = Response<ResBody>;
     type Error = S::Error;
-    type Future = BoxFuture<'static, Result<Response, S::Error>>;
+    type Future = BoxFuture<'static, Result<Response<ResBody>, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request) -> Self::Future {
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         // The ready service handles this request; a fresh clone waits for the next one.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let shared = self.shared.clone();
-        Box::pin(handle(shared, req, inner))
+        Box::pin(handle(self.shared.clone(), self.info.clone(), req, inner))
     }
 }
 
-async fn handle<S>(
+async fn handle<S, ReqBody, ResBody>(
     shared: Arc<Shared>,
-    mut req: Request,
+    info: Arc<dyn RequestInfo>,
+    mut req: Request<ReqBody>,
     mut inner: S,
-) -> Result<Response, S::Error>
+) -> Result<Response<ResBody>, S::Error>
 where
-    S: Service<Request, Response = Response>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: From<String>,
 {
     let request_id = extract::request_id(req.headers());
     let api_key = extract::api_key(req.headers()).map(str::to_owned);
@@ -66,16 +81,12 @@ where
         dimension = tracing::field::Empty,
     );
     async move {
-        let peer = req
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.ip());
+        let view = RequestView::of(&req);
+        let peer = info.peer_ip(&view);
         let ip = extract::client_ip(peer, req.headers(), &shared.config.trusted_proxies);
-        let endpoint = req
-            .extensions()
-            .get::<MatchedPath>()
-            .map_or("<unmatched>", MatchedPath::as_str)
-            .to_owned();
+        let endpoint = info
+            .route(&view)
+            .unwrap_or_else(|| "<unmatched>".to_owned());
         let tier = match &api_key {
             Some(key) => shared.resolver.tier(key).await,
             None => None,
@@ -103,7 +114,7 @@ where
                 source = r.decision.source.name(),
                 "request refused"
             );
-            return Ok(refusal(r, &request_id, unavailable));
+            return Ok(refusal_response(r, &request_id, unavailable));
         }
 
         if let Ok(v) = HeaderValue::try_from(request_id.as_str()) {
@@ -170,12 +181,14 @@ fn count(plan: &[Planned], md: &MultiDecision) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "axum"))]
 #[allow(clippy::field_reassign_with_default)] // each test changes one field of the defaults
 mod tests {
     use std::net::{IpAddr, SocketAddr};
 
     use axum::body::Body;
+    use axum::extract::{ConnectInfo, Request};
+    use axum::response::Response;
     use axum::routing::get;
     use axum::Router;
     use http::{HeaderMap, StatusCode};
@@ -231,6 +244,10 @@ mod tests {
             req.headers_mut().insert("x-api-key", k.parse().unwrap());
         }
         req
+    }
+
+    async fn status(app: &Router, req: Request) -> StatusCode {
+        app.clone().oneshot(req).await.unwrap().status()
     }
 
     async fn body_json(resp: Response) -> serde_json::Value {
@@ -356,28 +373,10 @@ mod tests {
                 .insert("x-forwarded-for", client.parse().unwrap());
             r
         };
+        assert_eq!(status(&app, via("198.51.100.1")).await, StatusCode::OK);
+        assert_eq!(status(&app, via("198.51.100.2")).await, StatusCode::OK);
         assert_eq!(
-            app.clone()
-                .oneshot(via("198.51.100.1"))
-                .await
-                .unwrap()
-                .status(),
-            StatusCode::OK
-        );
-        assert_eq!(
-            app.clone()
-                .oneshot(via("198.51.100.2"))
-                .await
-                .unwrap()
-                .status(),
-            StatusCode::OK
-        );
-        assert_eq!(
-            app.clone()
-                .oneshot(via("198.51.100.1"))
-                .await
-                .unwrap()
-                .status(),
+            status(&app, via("198.51.100.1")).await,
             StatusCode::TOO_MANY_REQUESTS
         );
         // An untrusted peer cannot choose its key with the header.

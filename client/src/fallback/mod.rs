@@ -5,9 +5,8 @@
 //! [`FailureMode::Local`](crate::FailureMode::Local). It is approximate by design: each
 //! gateway instance sees only its own traffic, so the limit is divided by the expected
 //! number of instances, and an uneven spread admits more (or less) than the global limit.
-//! Token buckets and sliding windows run their own core algorithm; the other algorithms
-//! run the nearest one (fixed window and log: sliding window; GCRA: token bucket with the
-//! same rate and burst).
+//! On that share every algorithm runs its own core algorithm exactly, except a LOG whose
+//! share is over [`LOCAL_LOG_MAX`] units, which runs as a sliding window (see [`exact`]).
 
 use std::hash::BuildHasher;
 
@@ -16,70 +15,34 @@ use std::num::NonZeroU32;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redis_rl_core::sliding_window::{self, SlidingWindowParams, SlidingWindowState};
-use redis_rl_core::token_bucket::{self, TokenBucketParams, TokenBucketState};
 use redis_rl_core::{Micros, Outcome};
 use tokio::time::Instant;
 
 use crate::decision::{Decision, Source, Verdict};
 use crate::policy::Algorithm;
 
+pub mod exact;
+
+pub use exact::LOCAL_LOG_MAX;
+use exact::{LocalParams, LocalState};
+
 const SHARDS: usize = 64;
 
-#[derive(Clone, Copy, Debug)]
-enum State {
-    Bucket(TokenBucketState),
-    Window(SlidingWindowState),
-}
-
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Slot {
-    state: State,
+    state: LocalState,
     /// When the limiter is idle again: an entry past this can be dropped, since a missing
     /// entry means exactly the idle state.
     idle_at: Micros,
 }
 
 impl Slot {
-    fn new(state: State, now: Micros, d: &redis_rl_core::Decision) -> Self {
+    fn new(state: LocalState, now: Micros, d: &redis_rl_core::Decision) -> Self {
         Slot {
             state,
             idle_at: Micros(now.0.saturating_add(d.reset_after.as_micros().0)),
         }
     }
-}
-
-/// Runs the core algorithm of `params` on the stored state (a state of the other kind,
-/// left by a policy change, counts as none).
-fn decide(
-    params: &Params,
-    stored: Option<State>,
-    now: Micros,
-    cost: u64,
-) -> (redis_rl_core::Decision, Option<State>) {
-    match params {
-        Params::Bucket(p) => {
-            let prev = match stored {
-                Some(State::Bucket(s)) => Some(s),
-                _ => None,
-            };
-            let (d, s) = token_bucket::check(prev, now, p, cost);
-            (d, s.map(State::Bucket))
-        }
-        Params::Window(p) => {
-            let prev = match stored {
-                Some(State::Window(s)) => Some(s),
-                _ => None,
-            };
-            let (d, s) = sliding_window::check(prev, now, p, cost);
-            (d, s.map(State::Window))
-        }
-    }
-}
-
-enum Params {
-    Bucket(TokenBucketParams),
-    Window(SlidingWindowParams),
 }
 
 /// The local limiter: 64 mutex-guarded shards, at most `capacity` keys in all.
@@ -110,16 +73,16 @@ impl LocalLimiter {
         Micros(u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX))
     }
 
-    /// Decides `cost` units for `key` now, with the limit divided by `instances`.
+    /// Decides `cost` units for `key` now, with the limit of `alg` divided by `instances`.
     pub fn check(
         &self,
         key: &str,
-        algorithm: &Algorithm,
+        alg: &Algorithm,
         instances: NonZeroU32,
         cost: u64,
         peek: bool,
     ) -> Decision {
-        self.check_at(key, algorithm, instances, cost, peek, self.now())
+        self.check_at(key, alg, instances, cost, peek, self.now())
     }
 
     /// [`LocalLimiter::check`] at an explicit instant (microseconds on the local clock).
@@ -132,7 +95,7 @@ impl LocalLimiter {
         peek: bool,
         now: Micros,
     ) -> Decision {
-        let Some(params) = local_params(algorithm, instances) else {
+        let Ok(params) = LocalParams::share(algorithm, instances) else {
             // Parameters the core rejects cannot come from a validated policy; deny rather
             // than guess.
             return decision(Outcome::Never, 0, 0, Duration::ZERO);
@@ -145,14 +108,14 @@ impl LocalLimiter {
         // One lookup on the common path (the key exists); an insert only for a new key.
         let d = match map.get_mut(key) {
             Some(slot) => {
-                let (d, new_state) = decide(&params, Some(slot.state), now, cost);
+                let (d, new_state) = params.check(Some(&slot.state), now, cost);
                 if let (Some(state), false) = (new_state, peek) {
                     *slot = Slot::new(state, now, &d);
                 }
                 d
             }
             None => {
-                let (d, new_state) = decide(&params, None, now, cost);
+                let (d, new_state) = params.check(None, now, cost);
                 if let (Some(state), false) = (new_state, peek) {
                     if map.len() >= self.per_shard {
                         evict(&mut map, now, self.per_shard);
@@ -215,38 +178,6 @@ fn decision(outcome: Outcome, limit: u64, remaining: u64, reset_after: Duration)
     }
 }
 
-/// The core parameters for one instance's share of `algorithm`. Rates are divided exactly
-/// (the refill period is multiplied); counts are divided and kept at least 1.
-fn local_params(algorithm: &Algorithm, instances: NonZeroU32) -> Option<Params> {
-    let n = u64::from(instances.get());
-    let share = |count: u64| (count / n).max(1);
-    let bucket = |capacity: u64, refill_tokens: u64, refill_ms: u64| {
-        let refill_ms = refill_ms
-            .saturating_mul(n)
-            .min(redis_rl_core::limits::MAX_DURATION_MS);
-        TokenBucketParams::new(share(capacity), refill_tokens, refill_ms)
-            .ok()
-            .map(Params::Bucket)
-    };
-    match *algorithm {
-        Algorithm::TokenBucket {
-            capacity,
-            refill_tokens,
-            refill_ms,
-        } => bucket(capacity, refill_tokens, refill_ms),
-        Algorithm::Gcra {
-            limit,
-            period_ms,
-            burst,
-        } => bucket(burst.unwrap_or(limit).max(1), limit, period_ms),
-        Algorithm::Sliding { limit, window_ms }
-        | Algorithm::Fixed { limit, window_ms }
-        | Algorithm::Log { limit, window_ms } => SlidingWindowParams::new(share(limit), window_ms)
-            .ok()
-            .map(Params::Window),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +189,11 @@ mod tests {
             limit,
             window_ms: 1_000,
         }
+    }
+
+    /// One unit for `key` at instant 0, one instance.
+    fn at_zero(local: &LocalLimiter, key: &str, alg: &Algorithm, peek: bool) -> Decision {
+        local.check_at(key, alg, ONE, 1, peek, Micros(0))
     }
 
     #[test]
@@ -272,20 +208,16 @@ mod tests {
         let d = local.check_at("k", &alg, ONE, 1, false, Micros(0));
         assert!(d.is_denied());
         assert!(d.retry_after().is_some());
-        assert!(local
-            .check_at("other", &alg, ONE, 1, false, Micros(0))
-            .allows());
+        assert!(at_zero(&local, "other", &alg, false).allows());
     }
 
     #[test]
     fn peek_consumes_nothing() {
         let local = LocalLimiter::new(1_000);
         let alg = sliding(1);
-        assert!(local.check_at("k", &alg, ONE, 1, true, Micros(0)).allows());
-        assert!(local.check_at("k", &alg, ONE, 1, false, Micros(0)).allows());
-        assert!(local
-            .check_at("k", &alg, ONE, 1, true, Micros(0))
-            .is_denied());
+        assert!(at_zero(&local, "k", &alg, true).allows());
+        assert!(at_zero(&local, "k", &alg, false).allows());
+        assert!(at_zero(&local, "k", &alg, true).is_denied());
     }
 
     #[test]
@@ -323,7 +255,7 @@ mod tests {
     }
 
     #[test]
-    fn gcra_runs_as_a_bucket_with_its_burst() {
+    fn gcra_runs_exactly_with_its_burst() {
         let local = LocalLimiter::new(1_000);
         let g = Algorithm::Gcra {
             limit: 10,

@@ -1,0 +1,95 @@
+//! The layer that asks Redis for decisions: the seam between "how a decision is made on the
+//! server" and everything around it (deny cache, failure modes, shadow policies).
+//!
+//! The layers, each wrapping the next and depending only on the ones below it:
+//!
+//! ```text
+//! Limiter (facade: shadow policies, stats)
+//!   └ Failover        failure modes: open, closed, local fallback (crate::failover)
+//!      └ DenyCached   hot-key deny cache (crate::deny_cache)
+//!         └ dyn Decider   decisions from Redis: ModuleDecider (module commands), ...
+//!            └ Transport  timeout, circuit breaker, capabilities (crate::transport)
+//!               └ dyn Backend  standalone or cluster connection (crate::backend)
+//! ```
+//!
+//! A [`Decider`] returns Redis's answer or an [`Error`]; it never decides by itself when
+//! Redis cannot answer (that is [`Failover`](crate::failover::Failover)'s job) and never
+//! caches (that is [`DenyCached`](crate::deny_cache::DenyCached)'s).
+//!
+//! # Adding a decider
+//!
+//! [`ModuleDecider`] speaks the module's commands (`RL.<ALG>`, `RL.ALL`, `RL.REFUND`).
+//! Another way of deciding on the server, such as Lua scripts for a server without the
+//! module, is a second implementation of [`Decider`] over the same [`Transport`]: it
+//! sends its commands with [`Transport::call`] (so they are timed out, counted and seen by
+//! the breaker), returns decisions with `source: Redis`, and keeps the all-or-nothing
+//! contract of [`Decider::check_all`]. The limiter holds it as a `Box<dyn Decider>`, so
+//! nothing above this layer changes.
+
+mod module;
+
+use std::time::Duration;
+
+pub use module::ModuleDecider;
+
+use crate::backend::BoxFuture;
+use crate::decision::{Decision, MultiDecision, Source, Verdict};
+use crate::error::Result;
+use crate::policy::Algorithm;
+
+/// One single-key call: take `cost` units of `key` (only say what taking them would
+/// answer when `peek`).
+#[derive(Clone, Copy, Debug)]
+pub struct Check<'a> {
+    /// The key.
+    pub key: &'a str,
+    /// Its algorithm and parameters.
+    pub algorithm: &'a Algorithm,
+    /// Units to take (0: look without taking).
+    pub cost: u64,
+    /// Take nothing, only say what taking would answer (`PEEK`).
+    pub peek: bool,
+}
+
+/// Several keys checked together, each with its algorithm.
+pub type Items<'a> = &'a [(&'a str, &'a Algorithm)];
+
+/// Makes decisions on the server. See the [module docs](self) for where it sits.
+pub trait Decider: Send + Sync + 'static {
+    /// One key.
+    fn check<'a>(&'a self, call: Check<'a>) -> BoxFuture<'a, Result<Decision>>;
+
+    /// Takes `cost` units on every key if every key allows it, else nothing: the index of
+    /// the first denial and one decision per key, in order. `items` is not empty and holds
+    /// no shadow policy (the limiter checks those apart).
+    fn check_all<'a>(&'a self, items: Items<'a>, cost: u64)
+        -> BoxFuture<'a, Result<MultiDecision>>;
+}
+
+impl<D: Decider + ?Sized> Decider for Box<D> {
+    fn check<'a>(&'a self, call: Check<'a>) -> BoxFuture<'a, Result<Decision>> {
+        (**self).check(call)
+    }
+
+    fn check_all<'a>(
+        &'a self,
+        items: Items<'a>,
+        cost: u64,
+    ) -> BoxFuture<'a, Result<MultiDecision>> {
+        (**self).check_all(items, cost)
+    }
+}
+
+/// A decision for a key that was not checked (another key decided first): its limit, with
+/// nothing known about its count.
+pub(crate) fn unknown(algorithm: &Algorithm) -> Decision {
+    let limit = algorithm.limit();
+    Decision {
+        verdict: Verdict::Allowed,
+        limit,
+        remaining: limit,
+        reset_after: Duration::ZERO,
+        source: Source::Redis,
+        shadow: false,
+    }
+}

@@ -1,0 +1,338 @@
+//! Decisions through the module's commands: `RL.<ALG>` for one key, one `RL.ALL` per hash
+//! slot for several, `RL.REFUND` to give back what earlier slots took.
+
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+
+use super::{unknown, Check, Decider, Items};
+use crate::backend::BoxFuture;
+use crate::command;
+use crate::decision::{self, Decision, MultiDecision};
+use crate::error::Result;
+use crate::policy::Algorithm;
+use crate::transport::{is_unknown_command, Capabilities, Transport};
+
+/// The module's commands over a [`Transport`].
+///
+/// `check_all`: with `RL.ALL` on the server, one call per hash slot (one in all on a
+/// standalone server, atomic); across slots, slot by slot, refunding (`RL.REFUND`) the
+/// slots already taken when a later one denies or fails. Without `RL.ALL`: every key is
+/// peeked first (nothing taken if one denies), then taken; a denial racing in between is
+/// compensated with `RL.REFUND` when the server has it.
+#[derive(Debug)]
+pub struct ModuleDecider {
+    transport: Arc<Transport>,
+}
+
+type Item<'a> = (&'a str, &'a Algorithm);
+
+impl ModuleDecider {
+    /// Module commands over `transport`.
+    pub fn new(transport: Arc<Transport>) -> Self {
+        Self { transport }
+    }
+
+    async fn one(
+        &self,
+        key: &str,
+        algorithm: &Algorithm,
+        cost: u64,
+        peek: bool,
+    ) -> Result<Decision> {
+        let cmd = command::single(key, algorithm, cost, peek);
+        let v = self
+            .transport
+            .call(&cmd, self.transport.slot_of(key))
+            .await?;
+        decision::parse_single(algorithm.command(), &v)
+    }
+
+    async fn all(&self, items: &[Item<'_>], cost: u64) -> Result<MultiDecision> {
+        let caps = self.transport.capabilities().await?;
+        if caps.rl_all {
+            self.rl_all(items, cost, caps).await
+        } else {
+            self.peek_then_take(items, cost, caps).await
+        }
+    }
+
+    /// One RL.ALL per slot group; refunds earlier groups when a later one denies or fails.
+    async fn rl_all(
+        &self,
+        items: &[Item<'_>],
+        cost: u64,
+        caps: Capabilities,
+    ) -> Result<MultiDecision> {
+        let keys: Vec<&str> = items.iter().map(|(k, _)| *k).collect();
+        let groups = command::slot_groups(&keys, self.transport.is_cluster());
+        let mut decisions: Vec<Decision> = items.iter().map(|(_, a)| unknown(a)).collect();
+        let mut taken: Vec<usize> = Vec::new();
+        for (slot, members) in &groups {
+            let group: Vec<Item<'_>> = members
+                .iter()
+                .filter_map(|&i| items.get(i).copied())
+                .collect();
+            let cmd = command::all(&group, cost, false);
+            let outcome = match self.transport.call(&cmd, *slot).await {
+                Ok(v) => decision::parse_all(&v, group.len()),
+                Err(e) => Err(e),
+            };
+            let (denied, group_decisions) = match outcome {
+                Ok(r) => r,
+                Err(e) => {
+                    if is_unknown_command(&e) {
+                        // The module was replaced by one without RL.ALL: detect again later.
+                        self.transport.forget_capabilities();
+                    }
+                    self.refund(items, &taken, cost, caps).await;
+                    return Err(e);
+                }
+            };
+            for (&i, d) in members.iter().zip(group_decisions) {
+                if let Some(slot) = decisions.get_mut(i) {
+                    *slot = d;
+                }
+            }
+            if let Some(j) = denied {
+                self.refund(items, &taken, cost, caps).await;
+                return Ok(MultiDecision {
+                    denied: members.get(j).copied(),
+                    decisions,
+                });
+            }
+            taken.extend(members.iter().copied());
+        }
+        Ok(MultiDecision {
+            denied: None,
+            decisions,
+        })
+    }
+
+    /// Without RL.ALL: peek every key (concurrently, pipelined on the one connection),
+    /// then take every key; refund on a racing denial.
+    async fn peek_then_take(
+        &self,
+        items: &[Item<'_>],
+        cost: u64,
+        caps: Capabilities,
+    ) -> Result<MultiDecision> {
+        let peeks = self.singles(items, cost, true).await?;
+        if let Some(i) = peeks.iter().position(|d| d.is_denied()) {
+            return Ok(MultiDecision {
+                denied: Some(i),
+                decisions: peeks,
+            });
+        }
+        let taken = self.singles(items, cost, false).await?;
+        let denied = taken.iter().position(|d| d.is_denied());
+        if denied.is_some() {
+            let allowed: Vec<usize> = (0..taken.len())
+                .filter(|&j| taken.get(j).is_some_and(|d| !d.is_denied()))
+                .collect();
+            self.refund(items, &allowed, cost, caps).await;
+        }
+        Ok(MultiDecision {
+            denied,
+            decisions: taken,
+        })
+    }
+
+    async fn singles(&self, items: &[Item<'_>], cost: u64, peek: bool) -> Result<Vec<Decision>> {
+        let calls = items
+            .iter()
+            .map(|(key, algorithm)| self.one(key, algorithm, cost, peek));
+        join_all(calls).await.into_iter().collect()
+    }
+
+    /// Gives back `cost` on the keys at `indexes`, best effort (errors are logged).
+    async fn refund(&self, items: &[Item<'_>], indexes: &[usize], cost: u64, caps: Capabilities) {
+        if indexes.is_empty() || cost == 0 {
+            return;
+        }
+        if !caps.rl_refund {
+            tracing::debug!(
+                keys = indexes.len(),
+                "server has no RL.REFUND: units taken on other slots stay taken"
+            );
+            return;
+        }
+        let calls =
+            indexes
+                .iter()
+                .filter_map(|&i| items.get(i))
+                .map(|(key, algorithm)| async move {
+                    let cmd = command::refund(key, algorithm, cost);
+                    if let Err(e) = self.transport.call(&cmd, self.transport.slot_of(key)).await {
+                        self.transport.log_error("RL.REFUND", &e);
+                    }
+                });
+        join_all(calls).await;
+    }
+}
+
+impl Decider for ModuleDecider {
+    fn check<'a>(&'a self, call: Check<'a>) -> BoxFuture<'a, Result<Decision>> {
+        Box::pin(self.one(call.key, call.algorithm, call.cost, call.peek))
+    }
+
+    fn check_all<'a>(
+        &'a self,
+        items: Items<'a>,
+        cost: u64,
+    ) -> BoxFuture<'a, Result<MultiDecision>> {
+        Box::pin(self.all(items, cost))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use redis::Value;
+
+    use crate::policy::Policy;
+    use crate::testing::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn check_all_sends_one_rl_all_on_a_standalone_server() {
+        let mock = Mock::new(false, |w| match w[0].as_str() {
+            "COMMAND" => caps(true),
+            "RL.ALL" => Value::Array(vec![
+                Value::Int(1),
+                Value::Int(0),
+                Value::Array(vec![ints(&[2, 1, 0, 500]), ints(&[5, 3, 0, 100])]),
+            ]),
+            _ => Value::Nil,
+        });
+        let l = limiter(&mock);
+        let items = [
+            ("rl:{a}", Policy::sliding(2, 1_000).unwrap()),
+            ("rl:{b}", Policy::token_bucket(5, 1, 100).unwrap()),
+        ];
+        let md = l.check_all(&items).await;
+        assert!(md.allows());
+        assert_eq!(md.decisions[1].remaining, 3);
+        l.check_all(&items).await;
+        let cmds = mock.commands();
+        assert_eq!(cmds[0], ["COMMAND", "INFO", "RL.ALL", "RL.REFUND"]);
+        assert_eq!(
+            cmds[1],
+            [
+                "RL.ALL",
+                "2",
+                "rl:{a}",
+                "rl:{b}",
+                "SLIDING",
+                "2",
+                "1000",
+                "TOKENBUCKET",
+                "5",
+                "1",
+                "100"
+            ]
+        );
+        assert_eq!(
+            mock.names(),
+            ["COMMAND", "RL.ALL", "RL.ALL"],
+            "capabilities detected once"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn across_slots_a_later_denial_refunds_the_slots_already_taken() {
+        let mock = Mock::new(true, |w| match w[0].as_str() {
+            "COMMAND" => caps(true),
+            // The group holding the ip key denies.
+            "RL.ALL" if w.iter().any(|a| a.starts_with("rl:{ip")) => Value::Array(vec![
+                Value::Int(0),
+                Value::Int(1),
+                Value::Array(vec![ints(&[100, 0, 2_500, 60_000])]),
+            ]),
+            "RL.ALL" => Value::Array(vec![
+                Value::Int(1),
+                Value::Int(0),
+                Value::Array(vec![ints(&[10, 9, 0, 1]), ints(&[10, 9, 0, 1])]),
+            ]),
+            "RL.REFUND" => ints(&[1, 10, 10, 0, 0]),
+            _ => Value::Nil,
+        });
+        let l = limiter(&mock);
+        let p = Policy::sliding(10, 60_000).unwrap();
+        let items = [
+            ("rl:{k:1}:key", p),
+            ("rl:{ip:1.2.3.4}", Policy::sliding(100, 60_000).unwrap()),
+            ("rl:{k:1}:ep:/a", p),
+            ("rl:{global}", p),
+        ];
+        let md = l.check_all_n(&items, 2).await;
+        assert_eq!(md.denied, Some(1));
+        assert_eq!(md.retry_after(), Some(Duration::from_millis(2_500)));
+        let log = mock.log.lock().unwrap().clone();
+        let sent: Vec<&Vec<String>> = log.iter().map(|(w, _)| w).collect();
+        assert_eq!(
+            *sent[1],
+            [
+                "RL.ALL",
+                "2",
+                "rl:{k:1}:key",
+                "rl:{k:1}:ep:/a",
+                "SLIDING",
+                "10",
+                "60000",
+                "SLIDING",
+                "10",
+                "60000",
+                "COST",
+                "2"
+            ]
+        );
+        assert_eq!(log[1].1, Some(redis::cluster_routing::get_slot(b"k:1")));
+        assert_eq!(sent[2][2], "rl:{ip:1.2.3.4}");
+        let refunds: Vec<&Vec<String>> = sent
+            .iter()
+            .filter(|w| w[0] == "RL.REFUND")
+            .copied()
+            .collect();
+        assert_eq!(refunds.len(), 2);
+        assert!(refunds.contains(&&vec![
+            "RL.REFUND".to_string(),
+            "rl:{k:1}:key".into(),
+            "SLIDING".into(),
+            "10".into(),
+            "60000".into(),
+            "COST".into(),
+            "2".into()
+        ]));
+        assert!(
+            !sent.iter().any(|w| w.contains(&"rl:{global}".to_string())),
+            "later slots not touched"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_rl_all_every_key_is_peeked_before_any_is_taken() {
+        let mock = Mock::new(false, |w| match w[0].as_str() {
+            "COMMAND" => caps(false),
+            _ if w[1] == "b" => deny(700),
+            _ => allow(),
+        });
+        let l = limiter(&mock);
+        let p = Policy::sliding(10, 1_000).unwrap();
+        let md = l.check_all(&[("a", p), ("b", p)]).await;
+        assert_eq!(md.denied, Some(1));
+        let cmds = mock.commands();
+        assert_eq!(cmds.len(), 3);
+        assert!(
+            cmds[1..].iter().all(|w| w.last().unwrap() == "PEEK"),
+            "{cmds:?}"
+        );
+
+        mock.clear();
+        let md = l.check_all(&[("a", p), ("c", p)]).await;
+        assert!(md.allows());
+        let cmds = mock.commands();
+        assert_eq!(cmds.len(), 4, "two peeks, two takes: {cmds:?}");
+        assert_eq!(cmds[2], ["RL.SLIDING", "a", "10", "1000"]);
+    }
+}

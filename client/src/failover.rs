@@ -1,0 +1,222 @@
+//! The failure-mode layer: turns "Redis could not answer" into a decision, by each
+//! policy's [`FailureMode`] (open, closed, or the local fallback limiter).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::decider::{Check, Decider};
+use crate::decision::{Decision, MultiDecision, Source, Verdict};
+use crate::error::Error;
+use crate::fallback::LocalLimiter;
+use crate::policy::{Algorithm, FailureMode, Policy};
+use crate::transport::Transport;
+
+/// Decisions by failure mode since start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FailoverCounts {
+    /// Made by the local fallback limiter.
+    pub local: u64,
+    /// Allowed because Redis was unavailable.
+    pub fail_open: u64,
+    /// Denied because Redis was unavailable.
+    pub fail_closed: u64,
+}
+
+/// A [`Decider`] whose errors are decided by the policies' failure modes: the top of the
+/// limiter's stack, so its answers never fail.
+#[derive(Debug)]
+pub struct Failover<D> {
+    inner: D,
+    transport: Arc<Transport>,
+    local: LocalLimiter,
+    local_count: AtomicU64,
+    fail_open: AtomicU64,
+    fail_closed: AtomicU64,
+}
+
+impl<D: Decider> Failover<D> {
+    /// `inner`, falling back on `local` (the breaker and the error log are `transport`'s).
+    pub fn new(inner: D, transport: Arc<Transport>, local: LocalLimiter) -> Self {
+        Self {
+            inner,
+            transport,
+            local,
+            local_count: AtomicU64::new(0),
+            fail_open: AtomicU64::new(0),
+            fail_closed: AtomicU64::new(0),
+        }
+    }
+
+    /// The layer below.
+    pub fn inner(&self) -> &D {
+        &self.inner
+    }
+
+    /// Decisions made by failure mode since start.
+    pub fn counts(&self) -> FailoverCounts {
+        FailoverCounts {
+            local: self.local_count.load(Ordering::Relaxed),
+            fail_open: self.fail_open.load(Ordering::Relaxed),
+            fail_closed: self.fail_closed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// One key: the inner decider's answer, else the failure mode's.
+    pub async fn check(&self, key: &str, policy: &Policy, cost: u64, peek: bool) -> Decision {
+        let algorithm = policy.algorithm();
+        let call = Check {
+            key,
+            algorithm,
+            cost,
+            peek,
+        };
+        match self.inner.check(call).await {
+            Ok(d) => d,
+            Err(e) => {
+                self.transport.log_error(algorithm.command(), &e);
+                let d = self.fail(key, policy, cost, peek);
+                self.count(d.source);
+                d
+            }
+        }
+    }
+
+    /// All or nothing over `items` (none in shadow mode); when Redis cannot answer, by each
+    /// key's failure mode: peek all, then take them only if none denies.
+    pub async fn check_all(&self, items: &[(&str, &Policy)], cost: u64) -> MultiDecision {
+        if items.is_empty() {
+            return MultiDecision {
+                denied: None,
+                decisions: Vec::new(),
+            };
+        }
+        let algorithms: Vec<(&str, &Algorithm)> =
+            items.iter().map(|(k, p)| (*k, p.algorithm())).collect();
+        match self.inner.check_all(&algorithms, cost).await {
+            Ok(md) => md,
+            Err(e) => self.fallback_all(items, cost, &e),
+        }
+    }
+
+    fn fallback_all(&self, items: &[(&str, &Policy)], cost: u64, error: &Error) -> MultiDecision {
+        self.transport.log_error("RL.ALL", error);
+        let peeks: Vec<Decision> = items
+            .iter()
+            .map(|(k, p)| self.fail(k, p, cost, true))
+            .collect();
+        let denied = peeks.iter().position(|d| d.is_denied());
+        let decisions = if denied.is_some() {
+            peeks
+        } else {
+            items
+                .iter()
+                .map(|(k, p)| self.fail(k, p, cost, false))
+                .collect()
+        };
+        for d in &decisions {
+            self.count(d.source);
+        }
+        MultiDecision { denied, decisions }
+    }
+
+    fn fail(&self, key: &str, policy: &Policy, cost: u64, peek: bool) -> Decision {
+        let limit = policy.algorithm().limit();
+        match policy.failure_mode() {
+            FailureMode::Open => Decision {
+                verdict: Verdict::Allowed,
+                limit,
+                remaining: limit,
+                reset_after: Duration::ZERO,
+                source: Source::FailOpen,
+                shadow: false,
+            },
+            FailureMode::Closed => Decision {
+                verdict: Verdict::Denied {
+                    retry_after: self
+                        .transport
+                        .breaker()
+                        .remaining_open()
+                        .max(Duration::from_secs(1)),
+                },
+                limit,
+                remaining: 0,
+                reset_after: Duration::ZERO,
+                source: Source::FailClosed,
+                shadow: false,
+            },
+            FailureMode::Local { instances } => {
+                self.local
+                    .check(key, policy.algorithm(), instances, cost, peek)
+            }
+        }
+    }
+
+    fn count(&self, source: Source) {
+        let counter = match source {
+            Source::Local => &self.local_count,
+            Source::FailOpen => &self.fail_open,
+            Source::FailClosed => &self.fail_closed,
+            Source::Redis | Source::DenyCache => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("rl_client_decisions_total", "source" => source.name()).increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+    use std::time::Duration;
+
+    use crate::decision::Source;
+    use crate::policy::{FailureMode, Policy};
+    use crate::testing::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn failure_modes_decide_when_redis_is_down() {
+        let mock = Mock::new(false, |_| allow());
+        mock.set(DOWN);
+        let l = limiter(&mock);
+        let open = l.check("k", &policy(FailureMode::Open)).await;
+        assert!(open.allows());
+        assert_eq!(open.source, Source::FailOpen);
+        let closed = l.check("k", &policy(FailureMode::Closed)).await;
+        assert!(!closed.allows());
+        assert_eq!(closed.source, Source::FailClosed);
+        assert!(closed.retry_after().unwrap() >= Duration::from_secs(1));
+        // Local: exactly the limit (2) per instance, then denied.
+        let local = policy(FailureMode::LOCAL);
+        let admitted = [
+            l.check("k", &local).await,
+            l.check("k", &local).await,
+            l.check("k", &local).await,
+        ];
+        assert!(admitted.iter().all(|d| d.source == Source::Local));
+        assert_eq!(admitted.iter().filter(|d| d.allows()).count(), 2);
+        // Divided by the expected instances: 2 / 2 = 1.
+        let shared = policy(FailureMode::Local {
+            instances: NonZeroU32::new(2).unwrap(),
+        });
+        assert!(l.check("j", &shared).await.allows());
+        assert!(!l.check("j", &shared).await.allows());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn check_all_falls_back_all_or_nothing() {
+        let mock = Mock::new(false, |_| allow());
+        mock.set(DOWN);
+        let l = limiter(&mock);
+        let one = Policy::sliding(1, 60_000).unwrap();
+        let five = Policy::sliding(5, 60_000).unwrap();
+        assert!(l.check_all(&[("x", five), ("y", one)]).await.allows());
+        let md = l.check_all(&[("x", five), ("y", one)]).await;
+        assert_eq!(md.denied, Some(1));
+        assert!(md.decisions.iter().all(|d| d.source == Source::Local));
+        // The denied request took nothing from x: 5 - 1 = 4 left.
+        for _ in 0..4 {
+            assert!(l.check("x", &five).await.allows());
+        }
+        assert!(!l.check("x", &five).await.allows());
+    }
+}

@@ -1,0 +1,128 @@
+//! Test doubles shared by the layers' unit tests: a scripted Redis and a limiter on it.
+
+use std::sync::atomic::AtomicU8;
+use std::sync::Mutex;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+
+use crate::backend::Backend;
+use crate::breaker::BreakerConfig;
+use crate::command::words;
+use crate::limiter::Limiter;
+use crate::policy::{FailureMode, Policy};
+
+pub(crate) const UP: u8 = 0;
+pub(crate) const DOWN: u8 = 1;
+pub(crate) const HANG: u8 = 2;
+
+type Answer = Box<dyn Fn(&[String]) -> Value + Send + Sync>;
+
+/// A scripted Redis: records every command and its slot; answers with `answer` while
+/// up, refuses connections while down, never answers while hanging.
+pub(crate) struct Mock {
+    mode: AtomicU8,
+    cluster: bool,
+    pub(crate) log: Mutex<Vec<(Vec<String>, Option<u16>)>>,
+    answer: Answer,
+}
+
+impl Mock {
+    pub(crate) fn new(
+        cluster: bool,
+        answer: impl Fn(&[String]) -> Value + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            mode: AtomicU8::new(UP),
+            cluster,
+            log: Mutex::new(Vec::new()),
+            answer: Box::new(answer),
+        })
+    }
+
+    pub(crate) fn set(&self, mode: u8) {
+        self.mode.store(mode, Ordering::SeqCst);
+    }
+
+    pub(crate) fn commands(&self) -> Vec<Vec<String>> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(w, _)| w.clone())
+            .collect()
+    }
+
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.commands().iter().map(|w| w[0].clone()).collect()
+    }
+
+    pub(crate) fn clear(&self) {
+        self.log.lock().unwrap().clear();
+    }
+}
+
+impl Backend for Mock {
+    fn query<'a>(
+        &'a self,
+        cmd: &'a Cmd,
+        slot: Option<u16>,
+    ) -> crate::backend::BoxFuture<'a, redis::RedisResult<Value>> {
+        let w = words(cmd);
+        self.log.lock().unwrap().push((w.clone(), slot));
+        let mode = self.mode.load(Ordering::SeqCst);
+        let reply = (self.answer)(&w);
+        Box::pin(async move {
+            match mode {
+                UP => match reply {
+                    Value::SimpleString(e) if e.starts_with('-') => {
+                        Err((redis::ErrorKind::ResponseError, "error reply", e).into())
+                    }
+                    v => Ok(v),
+                },
+                DOWN => {
+                    Err(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "down").into())
+                }
+                _ => std::future::pending().await,
+            }
+        })
+    }
+
+    fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+}
+
+pub(crate) fn ints(v: &[i64]) -> Value {
+    Value::Array(v.iter().map(|i| Value::Int(*i)).collect())
+}
+
+pub(crate) fn allow() -> Value {
+    ints(&[1, 10, 9, 0, 1_000])
+}
+
+pub(crate) fn deny(retry_ms: i64) -> Value {
+    ints(&[0, 10, 0, retry_ms, 1_000])
+}
+
+pub(crate) fn caps(all: bool) -> Value {
+    let entry = |on: bool| if on { Value::Array(vec![]) } else { Value::Nil };
+    Value::Array(vec![entry(all), entry(all)])
+}
+
+pub(crate) fn limiter(mock: &Arc<Mock>) -> Limiter {
+    Limiter::builder()
+        .timeout(Duration::from_millis(20))
+        .breaker(BreakerConfig {
+            failure_threshold: 3,
+            open_for: Duration::from_millis(500),
+        })
+        .backend(mock.clone())
+}
+
+pub(crate) fn policy(mode: FailureMode) -> Policy {
+    Policy::sliding(2, 60_000).unwrap().on_failure(mode)
+}

@@ -1,0 +1,291 @@
+//! The bottom layer: one command to Redis at a time, each bounded by a timeout and guarded
+//! by the circuit breaker, plus what the server can do (its capabilities, detected once).
+//!
+//! Everything above it (the [deciders](crate::decider), the deny cache, the failure modes)
+//! sends commands only through [`Transport::call`], so every round trip is timed out,
+//! counted and seen by the breaker in one place.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+
+use crate::backend::Backend;
+use crate::breaker::{Breaker, BreakerConfig, Permit};
+use crate::command;
+use crate::error::{Error, Result};
+
+// Capability bits, detected once with COMMAND INFO.
+const CAPS_KNOWN: u8 = 1;
+const CAPS_ALL: u8 = 2;
+const CAPS_REFUND: u8 = 4;
+
+/// What the server offers beyond the single-key commands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// `RL.ALL` (several keys all or nothing in one call).
+    pub rl_all: bool,
+    /// `RL.REFUND` (give units back).
+    pub rl_refund: bool,
+}
+
+impl Capabilities {
+    fn from_bits(bits: u8) -> Self {
+        Self {
+            rl_all: bits & CAPS_ALL != 0,
+            rl_refund: bits & CAPS_REFUND != 0,
+        }
+    }
+
+    fn bits(self) -> u8 {
+        CAPS_KNOWN
+            | if self.rl_all { CAPS_ALL } else { 0 }
+            | if self.rl_refund { CAPS_REFUND } else { 0 }
+    }
+}
+
+/// The connection to Redis as the layers above see it: [`Backend`] + timeout + breaker +
+/// capabilities + call counters.
+pub struct Transport {
+    backend: Arc<dyn Backend>,
+    timeout: Duration,
+    breaker: Breaker,
+    caps: AtomicU8,
+    redis_calls: AtomicU64,
+    errors: AtomicU64,
+    last_error_log_ms: AtomicU64,
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport")
+            .field("timeout", &self.timeout)
+            .field("breaker", &self.breaker.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transport {
+    /// A transport over `backend`. `rl_all` forces the capabilities (`Some(true)`: the
+    /// server has `RL.ALL` and `RL.REFUND`; `Some(false)`: neither) instead of detecting
+    /// them on first use.
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        timeout: Duration,
+        breaker: BreakerConfig,
+        rl_all: Option<bool>,
+    ) -> Self {
+        let caps = rl_all.map_or(0, |on| {
+            Capabilities {
+                rl_all: on,
+                rl_refund: on,
+            }
+            .bits()
+        });
+        Self {
+            backend,
+            timeout,
+            breaker: Breaker::new(breaker),
+            caps: AtomicU8::new(caps),
+            redis_calls: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            last_error_log_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Runs `cmd` through the breaker and the timeout. An error meaning Redis is unavailable
+    /// counts towards opening the breaker; an error reply from a healthy server does not.
+    pub async fn call(&self, cmd: &Cmd, slot: Option<u16>) -> Result<Value> {
+        if self.breaker.permit() == Permit::Reject {
+            return Err(Error::BreakerOpen);
+        }
+        self.redis_calls.fetch_add(1, Ordering::Relaxed);
+        let result = match tokio::time::timeout(self.timeout, self.backend.query(cmd, slot)).await {
+            Err(_) => Err(Error::Timeout(self.timeout)),
+            Ok(Err(e)) => Err(Error::Redis(e)),
+            Ok(Ok(v)) => Ok(v),
+        };
+        match &result {
+            Err(e) if e.is_outage() => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                self.breaker.on_failure();
+            }
+            Err(_) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                self.breaker.on_success();
+            }
+            Ok(_) => self.breaker.on_success(),
+        }
+        result
+    }
+
+    /// Pings Redis directly (bypassing the breaker, within the timeout): for health checks.
+    pub async fn ping(&self) -> bool {
+        let cmd = redis::cmd("PING");
+        matches!(
+            tokio::time::timeout(self.timeout, self.backend.query(&cmd, None)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// The hash slot of `key` on a cluster (`None` on a standalone server).
+    pub fn slot_of(&self, key: &str) -> Option<u16> {
+        self.backend
+            .is_cluster()
+            .then(|| redis::cluster_routing::get_slot(key.as_bytes()))
+    }
+
+    /// True when keys are spread over hash slots.
+    pub fn is_cluster(&self) -> bool {
+        self.backend.is_cluster()
+    }
+
+    /// The timeout of one call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The circuit breaker.
+    pub fn breaker(&self) -> &Breaker {
+        &self.breaker
+    }
+
+    /// Calls sent and calls failed since start.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.redis_calls.load(Ordering::Relaxed),
+            self.errors.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The server's capabilities, detected once (`COMMAND INFO RL.ALL RL.REFUND`).
+    pub async fn capabilities(&self) -> Result<Capabilities> {
+        let bits = self.caps.load(Ordering::Relaxed);
+        if bits & CAPS_KNOWN != 0 {
+            return Ok(Capabilities::from_bits(bits));
+        }
+        let v = self.call(&command::capabilities(), None).await?;
+        let found = |i: usize| match &v {
+            Value::Array(items) => items.get(i).is_some_and(|item| !matches!(item, Value::Nil)),
+            _ => false,
+        };
+        let caps = Capabilities {
+            rl_all: found(0),
+            rl_refund: found(1),
+        };
+        tracing::debug!(
+            rl_all = caps.rl_all,
+            rl_refund = caps.rl_refund,
+            "detected server capabilities"
+        );
+        self.caps.store(caps.bits(), Ordering::Relaxed);
+        Ok(caps)
+    }
+
+    /// Forgets the capabilities (the server answered "unknown command" to one it was
+    /// believed to have: the module was replaced), so the next use detects them again.
+    pub fn forget_capabilities(&self) {
+        self.caps.store(0, Ordering::Relaxed);
+    }
+
+    /// Logs a failed call at most once per second: an outage is reported by the breaker's
+    /// transitions, not by a line per request.
+    pub fn log_error(&self, command: &str, error: &Error) {
+        let now_ms = u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis(),
+        )
+        .unwrap_or(u64::MAX);
+        let last = self.last_error_log_ms.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(last) < 1_000 {
+            tracing::debug!(command, error = %error, "redis call failed");
+            return;
+        }
+        if self
+            .last_error_log_ms
+            .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            if error.is_outage() {
+                tracing::info!(command, error = %error, "redis unavailable, deciding by failure mode");
+            } else {
+                tracing::warn!(command, error = %error, "redis call failed, deciding by failure mode");
+            }
+        }
+    }
+}
+
+/// True when `e` is Redis saying it does not know the command.
+pub(crate) fn is_unknown_command(e: &Error) -> bool {
+    matches!(e, Error::Redis(r) if r.to_string().to_ascii_lowercase().contains("unknown command"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use redis::Value;
+
+    use crate::breaker::{BreakerState, BreakerStats};
+    use crate::decision::Source;
+    use crate::policy::FailureMode;
+    use crate::testing::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_redis_costs_one_timeout_per_call_until_the_breaker_opens() {
+        let mock = Mock::new(false, |_| allow());
+        let l = limiter(&mock);
+        mock.set(HANG);
+        let p = policy(FailureMode::Open);
+        for _ in 0..3 {
+            let start = tokio::time::Instant::now();
+            let d = l.check("k", &p).await;
+            assert_eq!(d.source, Source::FailOpen);
+            assert!(d.allows());
+            assert_eq!(
+                start.elapsed(),
+                Duration::from_millis(20),
+                "bounded by the timeout"
+            );
+        }
+        assert_eq!(l.breaker_state(), BreakerState::Open);
+        let start = tokio::time::Instant::now();
+        let d = l.check("k", &p).await;
+        assert_eq!(d.source, Source::FailOpen);
+        assert_eq!(start.elapsed(), Duration::ZERO, "no call while open");
+        assert_eq!(mock.commands().len(), 3);
+        assert_eq!(l.stats().fail_open, 4);
+        assert_eq!(l.stats().errors, 3);
+
+        // Recovery: after open_for, one probe; it succeeds and closes the breaker.
+        mock.set(UP);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let d = l.check("k", &p).await;
+        assert_eq!(d.source, Source::Redis);
+        assert_eq!(l.breaker_state(), BreakerState::Closed);
+        assert_eq!(
+            l.stats().breaker,
+            BreakerStats {
+                opened: 1,
+                closed: 1
+            }
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn error_replies_do_not_open_the_breaker() {
+        let mock = Mock::new(false, |_| {
+            Value::SimpleString("-WRONGTYPE wrong kind of value".into())
+        });
+        let l = limiter(&mock);
+        for _ in 0..10 {
+            let d = l.check("k", &policy(FailureMode::Open)).await;
+            assert_eq!(d.source, Source::FailOpen);
+        }
+        assert_eq!(l.breaker_state(), BreakerState::Closed);
+        assert_eq!(mock.commands().len(), 10);
+    }
+}
