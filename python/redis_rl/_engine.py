@@ -160,6 +160,13 @@ class Engine:
     def breaker_state(self) -> BreakerState:
         return self.breaker.state
 
+    def query(self, command: Command) -> Op:
+        """Any command through the breaker and timeout; raises what the call raised."""
+        result = yield tuple(command)
+        if isinstance(result, Failed):
+            raise result.error
+        return result.value
+
     # -- one key -----------------------------------------------------------------------
 
     def check(self, key: str, policy: Policy, cost: int, peek: bool) -> Op:

@@ -98,6 +98,11 @@ class Limiter:
         Shadow policies are checked on their own and never deny."""
         return await self._run(self._engine.check_all(items, cost))
 
+    async def query(self, *command: Any) -> Any:
+        """Runs any command through the breaker and timeout (tier lookups use this); raises
+        the call's error (``BreakerOpen`` when the breaker is open)."""
+        return await self._run(self._engine.query(command))
+
     async def _run(self, op: Op) -> Any:
         try:
             command = next(op)

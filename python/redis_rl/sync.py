@@ -73,6 +73,11 @@ class SyncLimiter:
         """All or nothing over several keys; see ``redis_rl.Limiter.check_all``."""
         return self._run(self._engine.check_all(items, cost))
 
+    def query(self, *command: Any) -> Any:
+        """Runs any command through the breaker and timeout (tier lookups use this); raises
+        the call's error (``BreakerOpen`` when the breaker is open)."""
+        return self._run(self._engine.query(command))
+
     def _run(self, op: Op) -> Any:
         try:
             command = next(op)

@@ -1,0 +1,212 @@
+"""The ASGI middleware through Starlette's and FastAPI's test clients, on a real server:
+limits, headers, 429 bodies, request ids, route templates, tiers and failure modes."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterator
+
+import pytest
+import redis
+from fastapi import FastAPI
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Mount, Route
+from starlette.testclient import TestClient
+
+from redis_rl import BreakerConfig
+from redis_rl.asgi import RateLimitMiddleware, tenant_id
+from redis_rl.config import ConfigError, RateLimitConfig
+
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
+async def echo(request: Request) -> JSONResponse:
+    return JSONResponse({"path": request.url.path, "request_id": request.headers.get("x-request-id")})
+
+
+def starlette_app(**options: Any) -> Starlette:
+    api = [Route("/users/{user_id}", echo)]
+    routes = [Route("/items/{item_id}", echo), Route("/search", echo), Mount("/api", routes=api), Route("/healthz", echo)]
+    return Starlette(routes=routes, middleware=[Middleware(RateLimitMiddleware, **options)])
+
+
+@pytest.fixture
+def r(server) -> Iterator[redis.Redis]:
+    c = redis.Redis(port=server.port, decode_responses=True)
+    yield c
+    c.close()
+
+
+def test_allowed_responses_carry_the_gateways_headers(server, prefix, r):
+    app = starlette_app(redis_url=server.url, config={"key_prefix": prefix})
+    with TestClient(app) as client:
+        res = client.get("/items/42", headers={"X-Request-Id": "req-1:a.b_c"})
+    assert res.status_code == 200
+    assert res.json() == {"path": "/items/42", "request_id": "req-1:a.b_c"}
+    h = res.headers
+    # Defaults: ip 100/min and endpoint 100/min (sliding), global 100000/min; the most
+    # restrictive is the first with the fewest left: ip.
+    assert (h["x-ratelimit-limit"], h["x-ratelimit-remaining"]) == ("100", "99")
+    assert 1 <= int(h["x-ratelimit-reset"]) <= 120
+    assert h["ratelimit-policy"] == '"ip";q=100;w=60'
+    assert h["ratelimit"] == f'"ip";r=99;t={h["x-ratelimit-reset"]}'
+    assert h["x-request-id"] == "req-1:a.b_c"
+    # The design's four dimensions, in one slot per owner: keys as rl-gateway writes them.
+    assert r.exists(f"{prefix}:{{ip:testclient}}", f"{prefix}:{{ip:testclient}}:ep:/items/{{item_id}}", f"{prefix}:{{global}}") == 3
+
+
+def test_a_denied_request_gets_429_problem_json_with_retry_after(server, prefix):
+    config = {"key_prefix": prefix, "ip": {"limit": 3, "algorithm": "fixed", "window_ms": 3_600_000}}
+    app = starlette_app(redis_url=server.url, config=config)
+    with TestClient(app) as client:
+        ok = [client.get("/search").status_code for _ in range(3)]
+        res = client.get("/search", headers={"X-Request-Id": "bad id with spaces"})
+    assert ok == [200, 200, 200]
+    assert res.status_code == 429
+    assert res.headers["content-type"] == "application/problem+json"
+    rid = res.headers["x-request-id"]
+    assert UUID.match(rid), rid  # an insane id is replaced
+    retry = int(res.headers["retry-after"])
+    assert 1 <= retry <= 3600
+    body = res.json()
+    assert body == {
+        "type": "about:blank",
+        "title": "Too Many Requests",
+        "status": 429,
+        "detail": f"rate limit exceeded on dimension 'ip' (3 per 3600 s); retry after {retry} s",
+        "dimension": "ip",
+        "request_id": rid,
+        "limit": 3,
+        "retry_after": retry,
+    }
+    # Byte for byte as serde_json writes it: compact, keys in order.
+    assert res.content == json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    assert res.headers["ratelimit-policy"] == '"ip";q=3;w=3600'
+    assert res.headers["x-ratelimit-remaining"] == "0"
+
+
+def test_endpoints_are_route_templates_not_raw_paths(server, prefix, r):
+    config = {"key_prefix": prefix, "dimensions": ["endpoint"], "endpoint": {"limit": 2, "algorithm": "sliding"}}
+    app = starlette_app(redis_url=server.url, config=config)
+    with TestClient(app) as client:
+        codes = [client.get(f"/items/{i}").status_code for i in range(3)]
+        mounted = [client.get(f"/api/users/{i}").status_code for i in range(3)]
+        other = client.get("/nope/1")
+    assert codes == [200, 200, 429] and mounted == [200, 200, 429]
+    assert other.status_code == 404 and other.headers["ratelimit-policy"] == '"endpoint";q=2;w=60'
+    keys = sorted(r.keys(f"{prefix}:*"))
+    assert keys == [
+        f"{prefix}:{{ip:testclient}}:ep:/api/users/{{user_id}}",
+        f"{prefix}:{{ip:testclient}}:ep:/items/{{item_id}}",
+        f"{prefix}:{{ip:testclient}}:ep:<unmatched>",
+    ]
+
+
+def test_fastapi_add_middleware_and_tiers_from_the_redis_hash(server, prefix, r):
+    app = FastAPI()
+
+    @app.get("/items/{item_id}")
+    async def item(item_id: int) -> dict:
+        return {"item": item_id}
+
+    config = {
+        "key_prefix": prefix,
+        "dimensions": ["api_key", "endpoint"],
+        "tiers": {"free": {"limit": 1, "window_ms": 3_600_000}, "pro": {"limit": 3, "window_ms": 3_600_000}},
+    }
+    app.add_middleware(RateLimitMiddleware, redis_url=server.url, config=config, tier_hash=f"{prefix}:tiers")
+    r.hset(f"{prefix}:tiers", "pro-key", "pro")
+    with TestClient(app) as client:
+        pro = [client.get(f"/items/{i}", headers={"X-API-Key": "pro-key"}).status_code for i in range(4)]
+        free = [client.get("/items/1", headers={"X-API-Key": "free-key"}).status_code for _ in range(2)]
+        denied = client.get("/items/9", headers={"X-API-Key": "pro-key"})
+    assert pro == [200, 200, 200, 429] and free == [200, 429]
+    assert denied.json()["dimension"] == "api_key" and denied.json()["limit"] == 3
+    tenant = tenant_id("pro-key")
+    assert r.exists(f"{prefix}:{{k:{tenant}}}:key", f"{prefix}:{{k:{tenant}}}:ep:/items/{{item_id}}") == 2
+    assert "pro-key" not in " ".join(r.keys(f"{prefix}:{{*"))  # the raw key is never a key
+
+
+def test_tiers_mapping_shadow_and_excluded_paths(server, prefix):
+    config = {
+        "key_prefix": prefix,
+        "dimensions": ["api_key", "global"],
+        "tiers": {"free": {"limit": 1}, "gold": {"limit": 1, "shadow": True}},
+        "global": {"limit": 100000, "algorithm": "sliding"},
+    }
+    app = starlette_app(redis_url=server.url, config=config, tiers={"g": "gold"}, exclude_paths=["/healthz"])
+    with TestClient(app) as client:
+        shadowed = [client.get("/search", headers={"X-API-Key": "g"}).status_code for _ in range(3)]
+        health = client.get("/healthz")
+    assert shadowed == [200, 200, 200]
+    assert "x-ratelimit-limit" not in health.headers
+
+
+def test_toml_config_file_and_errors(tmp_path):
+    path = tmp_path / "gateway.toml"
+    path.write_text(
+        'key_prefix = "gw"\nfailure_mode = "closed"\ninstances = 2\ntrusted_proxies = ["10.0.0.0/8"]\n'
+        'dimensions = ["ip", "global"]\n[tiers.free]\nlimit = 5\n[ip]\nlimit = 7\nalgorithm = "gcra"\nburst = 3\n'
+    )
+    c = RateLimitConfig.load(path)
+    assert (c.key_prefix, c.failure_mode, c.instances, c.dimensions) == ("gw", "closed", 2, ("ip", "global"))
+    assert c.ip.algorithm == "gcra" and c.ip.policy(c.mode).burst == 3
+    assert list(c.tiers) == ["free"]
+    for text, message in [
+        ("colour = 1", "unknown field `colour`"),
+        ("[ip]\nlimit = 0", "ip: limit must be an integer between 1 and 1000000000000000"),
+        ("[ip]\nlimit = 5\nwindow_ms = 0", "ip: window_ms must be an integer between 1 and 1000000000000"),
+        ("[tiers.x]\nlimit = 5", "default_tier 'free' is not among the tiers"),
+        ("[tiers.free]\nlimit = 20000\nalgorithm = \"log\"", "tiers.free: limit must be an integer between 1 and 10000"),
+        ('key_prefix = "a{b}"', "key_prefix must not contain braces"),
+        ('dimensions = ["apikey"]', "unknown dimension 'apikey'"),
+        ("[ip]\nlimit = 5\nspeed = 1", "ip: unknown field `speed`"),
+        ("limit = ", "invalid TOML"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            RateLimitConfig.from_toml(text)
+
+
+def test_trusted_proxies_and_forwarded_for():
+    from redis_rl.asgi import client_ip
+    from ipaddress import ip_network
+
+    trusted = (ip_network("10.0.0.0/8"),)
+    xff = [(b"x-forwarded-for", b"203.0.113.9, 10.1.1.1")]
+    assert client_ip("10.0.0.1", xff, trusted) == "203.0.113.9"
+    assert client_ip("198.51.100.1", xff, trusted) == "198.51.100.1"  # untrusted peer: ignored
+    assert client_ip("10.0.0.1", [(b"x-forwarded-for", b"nonsense")], trusted) == "10.0.0.1"
+
+
+def test_redis_killed_mid_run_no_5xx_and_local_limits(own_server, prefix):
+    config = {"key_prefix": prefix, "dimensions": ["ip"], "ip": {"limit": 4, "algorithm": "fixed", "window_ms": 3_600_000}}
+    app = starlette_app(redis_url=own_server.url, config=config, breaker=BreakerConfig(2, 60.0), timeout=0.5)
+    with TestClient(app) as client:
+        before = [client.get("/search").status_code for _ in range(2)]
+        own_server.kill()
+        during = [client.get("/search") for _ in range(8)]
+    assert before == [200, 200]
+    assert all(res.status_code < 500 for res in during)
+    # The local store starts from idle: the limit again, then 429 with the core's wait.
+    assert [res.status_code for res in during] == [200] * 4 + [429] * 4
+    assert during[-1].json()["dimension"] == "ip" and int(during[-1].headers["retry-after"]) >= 1
+
+
+def test_fail_closed_answers_503(own_server, prefix):
+    config = {"key_prefix": prefix, "failure_mode": "closed", "dimensions": ["ip"]}
+    app = starlette_app(redis_url=own_server.url, config=config, breaker=BreakerConfig(1, 60.0))
+    with TestClient(app) as client:
+        own_server.kill()
+        res = client.get("/search")
+    assert res.status_code == 503
+    assert res.json()["title"] == "Rate limiter unavailable"
+    assert int(res.headers["retry-after"]) >= 1
+
+
+def test_middleware_needs_a_redis_url_or_limiter():
+    with pytest.raises(ValueError, match="needs redis_url or limiter"):
+        RateLimitMiddleware(lambda s, r, se: None)
