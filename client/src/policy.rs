@@ -3,7 +3,8 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use redis_rl_core::limits::{self, ParamError};
+use redis_rl_core::algorithm::{MAX_OPTIONS, MAX_PARAMS};
+use redis_rl_core::{AnyParams, Kind, ParamError};
 
 /// The limiting algorithm and its parameters, mirroring the server commands.
 ///
@@ -53,59 +54,114 @@ pub enum Algorithm {
     },
 }
 
+/// A policy's numbers in the registry's order: the positional parameters, then the options
+/// (`None`: not given). Slices of them go to the core's validation and to the commands.
+#[derive(Clone, Copy, Debug)]
+struct Numbers {
+    kind: Kind,
+    command: &'static str,
+    values: [u64; MAX_PARAMS],
+    options: [Option<u64>; MAX_OPTIONS],
+}
+
+impl Numbers {
+    fn values(&self) -> &[u64] {
+        self.values.get(..self.kind.params().len()).unwrap_or(&[])
+    }
+
+    fn options(&self) -> &[Option<u64>] {
+        self.options.get(..self.kind.options().len()).unwrap_or(&[])
+    }
+}
+
+/// What [`Algorithm::core_params`] answers if a variant named no registered rate limiter
+/// (a test checks that every variant does).
+const NOT_A_LIMITER: ParamError = ParamError {
+    name: "algorithm",
+    min: 0,
+    max: 0,
+};
+
 impl Algorithm {
-    /// The single-key server command.
-    pub const fn command(&self) -> &'static str {
-        match self {
-            Algorithm::TokenBucket { .. } => "RL.TOKENBUCKET",
-            Algorithm::Sliding { .. } => "RL.SLIDING",
-            Algorithm::Fixed { .. } => "RL.FIXED",
-            Algorithm::Gcra { .. } => "RL.GCRA",
-            Algorithm::Log { .. } => "RL.LOG",
-        }
-    }
-
-    /// The spec word used by `RL.ALL` and `RL.REFUND`.
-    pub const fn spec_name(&self) -> &'static str {
-        match self {
-            Algorithm::TokenBucket { .. } => "TOKENBUCKET",
-            Algorithm::Sliding { .. } => "SLIDING",
-            Algorithm::Fixed { .. } => "FIXED",
-            Algorithm::Gcra { .. } => "GCRA",
-            Algorithm::Log { .. } => "LOG",
-        }
-    }
-
-    /// The numeric parameters as the server reads them after the key (or spec word).
-    pub fn params(&self) -> Vec<String> {
-        match *self {
+    /// The one mapping from the variants to the core's registry: the algorithm, the
+    /// module's command, and the fields in the registry's parameter order. Everything
+    /// else (spec words, arguments, ranges, the local fallback) is read from there.
+    const fn numbers(&self) -> Numbers {
+        let (kind, command, values, burst) = match *self {
             Algorithm::TokenBucket {
                 capacity,
                 refill_tokens,
                 refill_ms,
-            } => vec![
-                capacity.to_string(),
-                refill_tokens.to_string(),
-                refill_ms.to_string(),
-            ],
-            Algorithm::Sliding { limit, window_ms }
-            | Algorithm::Fixed { limit, window_ms }
-            | Algorithm::Log { limit, window_ms } => {
-                vec![limit.to_string(), window_ms.to_string()]
-            }
+            } => (
+                Kind::TokenBucket,
+                "RL.TOKENBUCKET",
+                [capacity, refill_tokens, refill_ms, 0],
+                None,
+            ),
+            Algorithm::Sliding { limit, window_ms } => (
+                Kind::SlidingWindow,
+                "RL.SLIDING",
+                [limit, window_ms, 0, 0],
+                None,
+            ),
+            Algorithm::Fixed { limit, window_ms } => (
+                Kind::FixedWindow,
+                "RL.FIXED",
+                [limit, window_ms, 0, 0],
+                None,
+            ),
             Algorithm::Gcra {
                 limit,
                 period_ms,
                 burst,
-            } => {
-                let mut v = vec![limit.to_string(), period_ms.to_string()];
-                if let Some(b) = burst {
-                    v.push("BURST".to_string());
-                    v.push(b.to_string());
-                }
-                v
+            } => (Kind::Gcra, "RL.GCRA", [limit, period_ms, 0, 0], burst),
+            Algorithm::Log { limit, window_ms } => {
+                (Kind::SlidingLog, "RL.LOG", [limit, window_ms, 0, 0], None)
+            }
+        };
+        Numbers {
+            kind,
+            command,
+            values,
+            options: [burst, None],
+        }
+    }
+
+    /// The algorithm in the core's registry.
+    pub const fn kind(&self) -> Kind {
+        self.numbers().kind
+    }
+
+    /// The single-key server command.
+    pub const fn command(&self) -> &'static str {
+        self.numbers().command
+    }
+
+    /// The spec word used by `RL.ALL` and `RL.REFUND`.
+    pub const fn spec_name(&self) -> &'static str {
+        self.kind().spec_name()
+    }
+
+    /// The core's validated parameters: the ranges the server checks, from the core's
+    /// registry (the error names the first number outside its range).
+    pub fn core_params(&self) -> Result<AnyParams, ParamError> {
+        let n = self.numbers();
+        AnyParams::new(n.kind.spec_name().as_bytes(), n.values(), n.options())
+            .unwrap_or(Err(NOT_A_LIMITER))
+    }
+
+    /// The numeric parameters as the server reads them after the key (or spec word):
+    /// the positional ones, then each option given (`BURST b`).
+    pub fn params(&self) -> Vec<String> {
+        let n = self.numbers();
+        let mut args: Vec<String> = n.values().iter().map(u64::to_string).collect();
+        for (opt, value) in self.kind().options().iter().zip(n.options()) {
+            if let Some(value) = value {
+                args.push(opt.token.to_string());
+                args.push(value.to_string());
             }
         }
+        args
     }
 
     /// The quota a client sees (`q` of `RateLimit-Policy`, `X-RateLimit-Limit`).
@@ -143,36 +199,7 @@ impl Algorithm {
     }
 
     fn validate(self) -> Result<Self, ParamError> {
-        match self {
-            Algorithm::TokenBucket {
-                capacity,
-                refill_tokens,
-                refill_ms,
-            } => {
-                limits::count("capacity").check(capacity)?;
-                limits::count("refill_tokens").check(refill_tokens)?;
-                limits::duration_ms("refill_ms").check(refill_ms)?;
-            }
-            Algorithm::Sliding { limit, window_ms } | Algorithm::Fixed { limit, window_ms } => {
-                limits::count("limit").check(limit)?;
-                limits::duration_ms("window_ms").check(window_ms)?;
-            }
-            Algorithm::Log { limit, window_ms } => {
-                redis_rl_core::sliding_log::LIMIT.check(limit)?;
-                limits::duration_ms("window_ms").check(window_ms)?;
-            }
-            Algorithm::Gcra {
-                limit,
-                period_ms,
-                burst,
-            } => {
-                limits::count("limit").check(limit)?;
-                limits::duration_ms("period_ms").check(period_ms)?;
-                if let Some(b) = burst {
-                    limits::count("burst").check(b)?;
-                }
-            }
-        }
+        self.core_params()?;
         Ok(self)
     }
 }
@@ -372,10 +399,31 @@ mod tests {
             ),
         ];
         for (alg, command, params) in cases {
+            assert!(
+                alg.core_params().is_ok(),
+                "{alg:?} is a registered rate limiter"
+            );
+            assert_eq!(alg.core_params().unwrap().kind(), alg.kind());
             assert_eq!(alg.command(), *command);
             assert_eq!(alg.params(), params.to_vec());
             assert_eq!(format!("RL.{}", alg.spec_name()), *command);
         }
+    }
+
+    #[test]
+    fn every_registered_rate_limiter_has_a_policy() {
+        let policies = [
+            Policy::token_bucket(1, 1, 1),
+            Policy::sliding(1, 1),
+            Policy::fixed(1, 1),
+            Policy::gcra(1, 1, None),
+            Policy::log(1, 1),
+        ];
+        let kinds: Vec<Kind> = policies
+            .iter()
+            .map(|p| p.unwrap().algorithm().kind())
+            .collect();
+        assert_eq!(kinds, Kind::LIMITERS);
     }
 
     #[test]

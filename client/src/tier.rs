@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use lru::LruCache;
 use redis::Value;
+use redis_rl_core::limits::Range;
 use serde::Deserialize;
 use tokio::time::Instant;
 
@@ -124,25 +125,47 @@ impl Rate {
             FailureMode::Local { instances } => instances,
             _ => NonZeroU32::MIN,
         };
-        // Checked under the names the configuration uses (a token bucket would say
-        // "capacity" and "refill_ms").
-        let limit = redis_rl_core::limits::count("limit").check(self.limit)?;
-        let window_ms = redis_rl_core::limits::duration_ms("window_ms").check(self.window_ms)?;
-        let algorithm = match self.algorithm {
-            AlgorithmKind::TokenBucket => Algorithm::TokenBucket {
-                capacity: self.burst.unwrap_or(limit),
-                refill_tokens: limit,
-                refill_ms: window_ms,
-            },
-            AlgorithmKind::Sliding => Algorithm::Sliding { limit, window_ms },
-            AlgorithmKind::Fixed => Algorithm::Fixed { limit, window_ms },
-            AlgorithmKind::Gcra => Algorithm::Gcra {
-                limit,
-                period_ms: window_ms,
-                burst: self.burst,
-            },
-            AlgorithmKind::Log => Algorithm::Log { limit, window_ms },
+        let (limit, window_ms) = (self.limit, self.window_ms);
+        // The algorithm, and which of its parameters `limit` and `window_ms` feed.
+        let (algorithm, limit_param, window_param) = match self.algorithm {
+            AlgorithmKind::TokenBucket => (
+                Algorithm::TokenBucket {
+                    capacity: self.burst.unwrap_or(limit),
+                    refill_tokens: limit,
+                    refill_ms: window_ms,
+                },
+                "refill_tokens",
+                "refill_ms",
+            ),
+            AlgorithmKind::Sliding => (
+                Algorithm::Sliding { limit, window_ms },
+                "limit",
+                "window_ms",
+            ),
+            AlgorithmKind::Fixed => (Algorithm::Fixed { limit, window_ms }, "limit", "window_ms"),
+            AlgorithmKind::Gcra => (
+                Algorithm::Gcra {
+                    limit,
+                    period_ms: window_ms,
+                    burst: self.burst,
+                },
+                "limit",
+                "period_ms",
+            ),
+            AlgorithmKind::Log => (Algorithm::Log { limit, window_ms }, "limit", "window_ms"),
         };
+        // `limit` and `window_ms` first, under the names the configuration uses (a token
+        // bucket would say "refill_tokens" and "refill_ms"), with the ranges the core's
+        // registry declares for the parameters they feed; then the rest.
+        let ranges = algorithm.kind().params();
+        for (name, param, value) in [
+            ("limit", limit_param, limit),
+            ("window_ms", window_param, window_ms),
+        ] {
+            if let Some(range) = ranges.iter().find(|r| r.name == param) {
+                Range { name, ..*range }.check(value)?;
+            }
+        }
         let mode = self
             .failure_mode
             .map_or(default_mode, |m| m.with_instances(instances));
@@ -416,6 +439,49 @@ mod tests {
             let err = TierConfig::from_toml(text).unwrap_err().to_string();
             assert!(err.contains(expected), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn every_registered_rate_limiter_can_be_configured() {
+        let kinds = [
+            AlgorithmKind::TokenBucket,
+            AlgorithmKind::Sliding,
+            AlgorithmKind::Fixed,
+            AlgorithmKind::Gcra,
+            AlgorithmKind::Log,
+        ];
+        let configured: Vec<redis_rl_core::Kind> = kinds
+            .iter()
+            .map(|&k| {
+                let rate = Rate::per_minute(10).with_algorithm(k);
+                rate.policy(FailureMode::LOCAL).unwrap().algorithm().kind()
+            })
+            .collect();
+        assert_eq!(configured, redis_rl_core::Kind::LIMITERS);
+    }
+
+    #[test]
+    fn limit_and_window_are_checked_with_the_algorithms_ranges() {
+        let log = |limit| {
+            Rate {
+                limit,
+                ..Rate::per_minute(1).with_algorithm(AlgorithmKind::Log)
+            }
+            .policy(FailureMode::LOCAL)
+            .unwrap_err()
+            .to_string()
+        };
+        let expected = "invalid policy: limit must be an integer between 1 and 10000";
+        assert_eq!(log(0), expected);
+        assert_eq!(log(10_001), expected);
+        let tb = Rate {
+            window_ms: 0,
+            ..Rate::per_minute(1)
+        };
+        assert_eq!(
+            tb.policy(FailureMode::LOCAL).unwrap_err().to_string(),
+            "invalid policy: window_ms must be an integer between 1 and 1000000000000"
+        );
     }
 
     #[tokio::test]

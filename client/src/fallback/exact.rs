@@ -10,115 +10,77 @@
 
 use std::num::NonZeroU32;
 
-use redis_rl_core::fixed_window::{self, FixedWindowParams, FixedWindowState};
-use redis_rl_core::gcra::{self, GcraParams, GcraState};
 use redis_rl_core::limits::MAX_DURATION_MS;
-use redis_rl_core::sliding_log::{self, SlidingLogParams, SlidingLogState};
-use redis_rl_core::sliding_window::{self, SlidingWindowParams, SlidingWindowState};
-use redis_rl_core::token_bucket::{self, TokenBucketParams, TokenBucketState};
-use redis_rl_core::{Decision, Micros, ParamError};
+use redis_rl_core::{AnyParams, ParamError};
 
 use crate::policy::Algorithm;
 
 /// The largest share of a LOG limit the fallback keeps as an exact log (entries per key).
 pub const LOCAL_LOG_MAX: u64 = 64;
 
-/// A limiter's state in the local store.
-#[derive(Clone, Debug)]
-pub(super) enum LocalState {
-    Bucket(TokenBucketState),
-    Window(SlidingWindowState),
-    Fixed(FixedWindowState),
-    Gcra(GcraState),
-    Log(SlidingLogState),
+/// The core parameters of one instance's share of `algorithm` (validated by the core, like
+/// every policy), for [`AnyParams::check`] on the stored [`AnyState`](redis_rl_core::AnyState).
+pub(super) fn local_params(
+    algorithm: &Algorithm,
+    instances: NonZeroU32,
+) -> Result<AnyParams, ParamError> {
+    share(algorithm, instances).core_params()
 }
 
-/// The core parameters of one instance's share of an algorithm.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum LocalParams {
-    Bucket(TokenBucketParams),
-    Window(SlidingWindowParams),
-    Fixed(FixedWindowParams),
-    Gcra(GcraParams),
-    Log(SlidingLogParams),
-}
-
-/// Runs the core algorithm of the matching variant; a state of another kind (left by a
-/// policy change) counts as none.
-macro_rules! dispatch {
-    ($params:expr, $stored:expr, $now:expr, $cost:expr, $($variant:ident => $module:ident),+) => {
-        match $params {
-            $(LocalParams::$variant(p) => {
-                let prev = match $stored {
-                    Some(LocalState::$variant(s)) => Some(s.clone()),
-                    _ => None,
-                };
-                let (d, s) = $module::check(prev, $now, p, $cost);
-                (d, s.map(LocalState::$variant))
-            })+
-        }
-    };
-}
-
-impl LocalParams {
-    /// One instance's share of `algorithm`: rates divided exactly (the period multiplied
-    /// by `instances`), counts divided and kept at least 1.
-    pub(super) fn share(algorithm: &Algorithm, instances: NonZeroU32) -> Result<Self, ParamError> {
-        let n = u64::from(instances.get());
-        let count = |c: u64| (c / n).max(1);
-        let period = |ms: u64| ms.saturating_mul(n).min(MAX_DURATION_MS);
-        Ok(match *algorithm {
-            Algorithm::TokenBucket {
-                capacity,
-                refill_tokens,
-                refill_ms,
-            } => LocalParams::Bucket(TokenBucketParams::new(
-                count(capacity),
-                refill_tokens,
-                period(refill_ms),
-            )?),
-            Algorithm::Sliding { limit, window_ms } => {
-                LocalParams::Window(SlidingWindowParams::new(count(limit), window_ms)?)
-            }
-            Algorithm::Fixed { limit, window_ms } => {
-                LocalParams::Fixed(FixedWindowParams::new(count(limit), window_ms)?)
-            }
-            Algorithm::Gcra {
-                limit,
-                period_ms,
-                burst,
-            } => LocalParams::Gcra(GcraParams::new(
-                limit,
-                period(period_ms),
-                Some(count(burst.unwrap_or(limit))),
-            )?),
-            Algorithm::Log { limit, window_ms } if count(limit) <= LOCAL_LOG_MAX => {
-                LocalParams::Log(SlidingLogParams::new(count(limit), window_ms)?)
-            }
-            Algorithm::Log { limit, window_ms } => {
-                LocalParams::Window(SlidingWindowParams::new(count(limit), window_ms)?)
-            }
-        })
-    }
-
-    /// The core decision at `now` on `stored`, and the state to store, if any.
-    pub(super) fn check(
-        &self,
-        stored: Option<&LocalState>,
-        now: Micros,
-        cost: u64,
-    ) -> (Decision, Option<LocalState>) {
-        dispatch!(self, stored, now, cost,
-            Bucket => token_bucket,
-            Window => sliding_window,
-            Fixed => fixed_window,
-            Gcra => gcra,
-            Log => sliding_log)
+/// One instance's share: rates divided exactly (the period multiplied by `instances`),
+/// counts divided and kept at least 1; a LOG share over [`LOCAL_LOG_MAX`] runs as a
+/// sliding window of the same limit and window.
+fn share(algorithm: &Algorithm, instances: NonZeroU32) -> Algorithm {
+    let n = u64::from(instances.get());
+    let count = |c: u64| (c / n).max(1);
+    let period = |ms: u64| ms.saturating_mul(n).min(MAX_DURATION_MS);
+    match *algorithm {
+        Algorithm::TokenBucket {
+            capacity,
+            refill_tokens,
+            refill_ms,
+        } => Algorithm::TokenBucket {
+            capacity: count(capacity),
+            refill_tokens,
+            refill_ms: period(refill_ms),
+        },
+        Algorithm::Sliding { limit, window_ms } => Algorithm::Sliding {
+            limit: count(limit),
+            window_ms,
+        },
+        Algorithm::Fixed { limit, window_ms } => Algorithm::Fixed {
+            limit: count(limit),
+            window_ms,
+        },
+        Algorithm::Gcra {
+            limit,
+            period_ms,
+            burst,
+        } => Algorithm::Gcra {
+            limit,
+            period_ms: period(period_ms),
+            burst: Some(count(burst.unwrap_or(limit))),
+        },
+        Algorithm::Log { limit, window_ms } if count(limit) <= LOCAL_LOG_MAX => Algorithm::Log {
+            limit: count(limit),
+            window_ms,
+        },
+        Algorithm::Log { limit, window_ms } => Algorithm::Sliding {
+            limit: count(limit),
+            window_ms,
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use redis_rl_core::fixed_window::{self, FixedWindowParams};
+    use redis_rl_core::gcra::{self, GcraParams};
+    use redis_rl_core::sliding_log::{self, SlidingLogParams};
+    use redis_rl_core::sliding_window::{self, SlidingWindowParams};
+    use redis_rl_core::token_bucket::{self, TokenBucketParams};
+    use redis_rl_core::{AnyState, Micros};
+
     use super::*;
 
     const ONE: NonZeroU32 = NonZeroU32::MIN;
@@ -217,14 +179,14 @@ mod tests {
     #[test]
     fn one_instance_decides_exactly_as_the_core_algorithm() {
         for algorithm in all_algorithms() {
-            let params = LocalParams::share(&algorithm, ONE).unwrap();
+            let params = local_params(&algorithm, ONE).unwrap();
             for seed in 0..20 {
                 let calls = calls(seed);
-                let mut state: Option<LocalState> = None;
+                let mut state: Option<AnyState> = None;
                 let local: Vec<_> = calls
                     .iter()
                     .map(|&(now, cost)| {
-                        let (d, s) = params.check(state.as_ref(), Micros(now), cost);
+                        let (d, s) = params.check(state.clone(), Micros(now), cost);
                         if s.is_some() {
                             state = s;
                         }
@@ -247,16 +209,16 @@ mod tests {
             window_ms: 1_000,
         };
         assert!(matches!(
-            LocalParams::share(&small, ONE),
-            Ok(LocalParams::Log(_))
+            local_params(&small, ONE),
+            Ok(AnyParams::SlidingLog(_))
         ));
         let large = Algorithm::Log {
             limit: LOCAL_LOG_MAX + 1,
             window_ms: 1_000,
         };
         assert_eq!(
-            LocalParams::share(&large, ONE),
-            Ok(LocalParams::Window(
+            local_params(&large, ONE),
+            Ok(AnyParams::SlidingWindow(
                 SlidingWindowParams::new(LOCAL_LOG_MAX + 1, 1_000).unwrap()
             ))
         );
@@ -267,8 +229,10 @@ mod tests {
         };
         let two_hundred = NonZeroU32::new(200).unwrap();
         assert_eq!(
-            LocalParams::share(&shared, two_hundred),
-            Ok(LocalParams::Log(SlidingLogParams::new(50, 1_000).unwrap()))
+            local_params(&shared, two_hundred),
+            Ok(AnyParams::SlidingLog(
+                SlidingLogParams::new(50, 1_000).unwrap()
+            ))
         );
     }
 
@@ -281,8 +245,8 @@ mod tests {
             burst: None,
         };
         assert_eq!(
-            LocalParams::share(&g, four),
-            Ok(LocalParams::Gcra(
+            local_params(&g, four),
+            Ok(AnyParams::Gcra(
                 GcraParams::new(10, 4_000, Some(2)).unwrap()
             ))
         );
@@ -291,8 +255,8 @@ mod tests {
             window_ms: 1_000,
         };
         assert_eq!(
-            LocalParams::share(&f, four),
-            Ok(LocalParams::Fixed(
+            local_params(&f, four),
+            Ok(AnyParams::FixedWindow(
                 FixedWindowParams::new(1, 1_000).unwrap()
             ))
         );

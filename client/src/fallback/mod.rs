@@ -15,7 +15,7 @@ use std::num::NonZeroU32;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redis_rl_core::{Micros, Outcome};
+use redis_rl_core::{AnyState, Micros, Outcome};
 use tokio::time::Instant;
 
 use crate::decision::{Decision, Source, Verdict};
@@ -23,21 +23,21 @@ use crate::policy::Algorithm;
 
 pub mod exact;
 
+use exact::local_params;
 pub use exact::LOCAL_LOG_MAX;
-use exact::{LocalParams, LocalState};
 
 const SHARDS: usize = 64;
 
 #[derive(Clone, Debug)]
 struct Slot {
-    state: LocalState,
+    state: AnyState,
     /// When the limiter is idle again: an entry past this can be dropped, since a missing
     /// entry means exactly the idle state.
     idle_at: Micros,
 }
 
 impl Slot {
-    fn new(state: LocalState, now: Micros, d: &redis_rl_core::Decision) -> Self {
+    fn new(state: AnyState, now: Micros, d: &redis_rl_core::Decision) -> Self {
         Slot {
             state,
             idle_at: Micros(now.0.saturating_add(d.reset_after.as_micros().0)),
@@ -95,7 +95,7 @@ impl LocalLimiter {
         peek: bool,
         now: Micros,
     ) -> Decision {
-        let Ok(params) = LocalParams::share(algorithm, instances) else {
+        let Ok(params) = local_params(algorithm, instances) else {
             // Parameters the core rejects cannot come from a validated policy; deny rather
             // than guess.
             return decision(Outcome::Never, 0, 0, Duration::ZERO);
@@ -108,7 +108,7 @@ impl LocalLimiter {
         // One lookup on the common path (the key exists); an insert only for a new key.
         let d = match map.get_mut(key) {
             Some(slot) => {
-                let (d, new_state) = params.check(Some(&slot.state), now, cost);
+                let (d, new_state) = params.check(Some(slot.state.clone()), now, cost);
                 if let (Some(state), false) = (new_state, peek) {
                     *slot = Slot::new(state, now, &d);
                 }
