@@ -1,13 +1,18 @@
-#!lua
+#!lua name=redisrl
 -- redis-rl's Lua twin: the module's commands as one script, for servers that cannot load
 -- modules (managed Redis and Valkey). Same replies, same error texts, same stored bytes as
 -- the module, so a key written here is read and continued by the module and the other way
 -- round. See README.md, "Without the module".
 --
--- Call it as the command would be called, with the command name moved after the keys:
+-- A function library (Redis 7.0+, Valkey): load it once with `FUNCTION LOAD REPLACE`, then
+-- call it as the command would be called, with the command name moved after the keys:
 --
---   RL.TOKENBUCKET key 10 10 1000 COST 2   ->  EVALSHA <sha> 1 key RL.TOKENBUCKET 10 10 1000 COST 2
---   RL.ALL 2 k1 k2 SLIDING 10 1000 FIXED 5 1000  ->  EVALSHA <sha> 2 k1 k2 RL.ALL SLIDING 10 1000 FIXED 5 1000
+--   RL.TOKENBUCKET key 10 10 1000 COST 2   ->  FCALL rl 1 key RL.TOKENBUCKET 10 10 1000 COST 2
+--   RL.ALL 2 k1 k2 SLIDING 10 1000 FIXED 5 1000  ->  FCALL rl 2 k1 k2 RL.ALL SLIDING 10 1000 FIXED 5 1000
+--
+-- Where FUNCTION is not allowed, the same file runs as a script: replace its first line with
+-- `#!lua` and use `EVALSHA <sha> numkeys keys... RL.X args...` (slower: a script defines its
+-- functions again on every call).
 --
 -- Commands: RL.TOKENBUCKET, RL.SLIDING, RL.FIXED, RL.GCRA, RL.LOG, RL.ALL, RL.REFUND.
 --
@@ -25,1241 +30,1348 @@
 --   written, before any key is read;
 -- * a stored instant after 2^52 us (year 2112) reads as a corrupt limiter.
 
-local TTL_SLACK_MS = 1000 -- the module's rl.ttl-slack-ms default
-local MAX_COUNT = 1000000000000000 -- 10^15
-local MAX_DURATION_MS = 1000000000000 -- 10^12
-local MAX_LOG = 10000 -- rl.max-log-entries default (and ceiling)
-local MAX_ALL_KEYS = 16 -- rl.max-all-keys default
-local EXACT = 9007199254740991 -- 2^53 - 1: the largest reply field the twin sends
-local LATEST_US = 4503599627370496 -- 2^52: the latest stored instant the twin reads
 
-local floor = math.floor
-local byte, char, fmt = string.byte, string.char, string.format
+local function build()
+  -- Everything lives in one table, built on the first call (FUNCTION LOAD runs the library
+  -- without `math` or `string`) and kept: each function definition costs Redis's Lua about
+  -- 0.3 us, which a script (EVALSHA) pays on every call and a library only once.
+  local M = { LOAD = {} }
+  M.TTL_SLACK_MS = 1000 -- the module's rl.ttl-slack-ms default
+  M.MAX_COUNT = 1000000000000000 -- 10^15
+  M.MAX_DURATION_MS = 1000000000000 -- 10^12
+  M.MAX_LOG = 10000 -- rl.max-log-entries default (and ceiling)
+  M.MAX_ALL_KEYS = 16 -- rl.max-all-keys default
+  M.EXACT = 9007199254740991 -- 2^53 - 1: the largest reply field the twin sends
+  M.LATEST_US = 4503599627370496 -- 2^52: the latest stored instant the twin reads
 
--- Exact integer division of numbers below 2^53 (Lua's / rounds; this corrects it).
-local function idiv(a, b)
-  local q = floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    q = q - 1
-  elseif r >= b then
-    q = q + 1
-  end
-  return q
-end
+  local floor = math.floor
+  local byte, char, fmt = string.byte, string.char, string.format
 
-local function imod(a, b)
-  return a - idiv(a, b) * b
-end
-
-local function ceil_div(a, b)
-  local q = idiv(a, b)
-  if q * b < a then
-    return q + 1
-  end
-  return q
-end
-
--- ---------------------------------------------------------------------------------------
--- Bignums: arrays of 24-bit limbs, least significant first, no trailing zero limbs.
--- Limb products stay below 2^48, so every step is exact in doubles.
-local LIMB = 16777216 -- 2^24
-
-local function bn(n)
-  local a = {}
-  local i = 0
-  while n > 0 do
-    i = i + 1
-    local q = floor(n / LIMB)
-    a[i] = n - q * LIMB
-    n = q
-  end
-  return a
-end
-
-local U64_MAX = { 16777215, 16777215, 65535 }
-local U128_MAX = { 16777215, 16777215, 16777215, 16777215, 16777215, 255 }
-
-local function trim(a)
-  local n = #a
-  while n > 0 and a[n] == 0 do
-    a[n] = nil
-    n = n - 1
-  end
-  return a
-end
-
-local function bcmp(a, b)
-  if #a ~= #b then
-    return #a < #b and -1 or 1
-  end
-  for i = #a, 1, -1 do
-    if a[i] ~= b[i] then
-      return a[i] < b[i] and -1 or 1
+  -- Exact integer division of numbers below 2^53 (Lua's / rounds; this corrects it).
+  function M.idiv(a, b)
+    local q = floor(a / b)
+    local r = a - q * b
+    if r < 0 then
+      q = q - 1
+    elseif r >= b then
+      q = q + 1
     end
+    return q
   end
-  return 0
-end
 
-local function bmax(a, b)
-  return bcmp(a, b) >= 0 and a or b
-end
+  function M.imod(a, b)
+    return a - M.idiv(a, b) * b
+  end
 
-local function bmin(a, b)
-  return bcmp(a, b) <= 0 and a or b
-end
-
-local function badd(a, b)
-  local r, carry = {}, 0
-  local n = #a > #b and #a or #b
-  for i = 1, n do
-    local s = (a[i] or 0) + (b[i] or 0) + carry
-    if s >= LIMB then
-      r[i] = s - LIMB
-      carry = 1
-    else
-      r[i] = s
-      carry = 0
+  function M.ceil_div(a, b)
+    local q = M.idiv(a, b)
+    if q * b < a then
+      return q + 1
     end
+    return q
   end
-  if carry > 0 then
-    r[n + 1] = carry
-  end
-  return r
-end
 
--- a - b, or 0 when b > a.
-local function bsub(a, b)
-  if bcmp(a, b) <= 0 then
-    return {}
-  end
-  local r, borrow = {}, 0
-  for i = 1, #a do
-    local s = a[i] - (b[i] or 0) - borrow
-    if s < 0 then
-      r[i] = s + LIMB
-      borrow = 1
-    else
-      r[i] = s
-      borrow = 0
-    end
-  end
-  return trim(r)
-end
+  -- ---------------------------------------------------------------------------------------
+  -- Integers of up to 128 bits and more: a Lua number while the value is below 2^53 (exact, and
+  -- fast), else an array of 24-bit limbs, least significant first, no trailing zero limbs
+  -- (limb products stay below 2^48, so every step is exact in doubles). Every operation takes
+  -- either form and returns a number whenever the result fits.
+  M.LOAD.bignum = function()
+    local LIMB = 16777216 -- 2^24
+    local EXACT = M.EXACT
 
-local function bmul(a, b)
-  if #a == 0 or #b == 0 then
-    return {}
-  end
-  local r = {}
-  for k = 1, #a + #b do
-    r[k] = 0
-  end
-  for i = 1, #a do
-    local ai, carry = a[i], 0
-    for j = 1, #b do
-      local k = i + j - 1
-      local t = r[k] + ai * b[j] + carry
-      carry = floor(t / LIMB)
-      r[k] = t - carry * LIMB
-    end
-    local k = i + #b
-    while carry > 0 do
-      local t = r[k] + carry
-      carry = floor(t / LIMB)
-      r[k] = t - carry * LIMB
-      k = k + 1
-    end
-  end
-  return trim(r)
-end
-
--- Saturating at u128::MAX, as the module's u128 arithmetic does.
-local function bsat(a)
-  return bmin(a, U128_MAX)
-end
-
--- Pieces a limb is cut into for a divisor of a given size: remainder x piece < 2^53.
-local PIECE_BITS = { 24, 12, 8, 6, 4, 3 }
-
--- Quotient (bignum) and remainder (number) of a / d for a number 1 <= d <= 2^50.
-local function bdivmod(a, d)
-  local s = 24
-  for _, bits in ipairs(PIECE_BITS) do
-    s = bits
-    if d * 2 ^ bits <= 9007199254740992 then
-      break
-    end
-  end
-  local piece, per = 2 ^ s, 24 / s
-  local q, r = {}, 0
-  for i = #a, 1, -1 do
-    local limb, ql = a[i], 0
-    for k = per - 1, 0, -1 do
-      local scale = piece ^ k
-      local p = floor(limb / scale)
-      limb = limb - p * scale
-      local x = r * piece + p
-      local qd = floor(x / d)
-      local rest = x - qd * d
-      if rest < 0 then
-        qd = qd - 1
-        rest = rest + d
-      elseif rest >= d then
-        qd = qd + 1
-        rest = rest - d
+    local function limbs(n)
+      if type(n) == "table" then
+        return n
       end
-      r = rest
-      ql = ql * piece + qd
-    end
-    q[i] = ql
-  end
-  return trim(q), r
-end
-
-local function bdiv(a, d)
-  local q = bdivmod(a, d)
-  return q
-end
-
-local function bdivceil(a, d)
-  local q, r = bdivmod(a, d)
-  if r > 0 then
-    q = badd(q, { 1 })
-  end
-  return q
-end
-
--- The value as a number; math.huge when it is not exact (2^53 or more).
-local function bnum(a)
-  if #a > 3 or (#a == 3 and a[3] >= 32) then
-    return math.huge
-  end
-  return (a[1] or 0) + (a[2] or 0) * LIMB + (a[3] or 0) * LIMB * LIMB
-end
-
--- u128 -> ceil(us / 1000) as a number (math.huge beyond 2^53: see `exact`).
-local function ceil_millis(us)
-  return bnum(bdivceil(us, 1000))
-end
-
--- ---------------------------------------------------------------------------------------
--- Errors, texts as the module's.
-
--- Errors travel as strings with a mark (Redis 7.0 turns an error object into its text), so
--- the top level tells ours (and the server's) from a bug.
-local MARK = "\1rl\1"
-
-local function fail(text)
-  error(MARK .. text, 0)
-end
-
-local function shown(s)
-  local out = {}
-  local n = #s > 40 and 40 or #s
-  for i = 1, n do
-    local b = byte(s, i)
-    if b >= 32 and b <= 126 then
-      out[#out + 1] = char(b)
-    else
-      out[#out + 1] = fmt("\\x%02x", b)
-    end
-  end
-  if #s > 40 then
-    out[#out + 1] = "..."
-  end
-  return table.concat(out)
-end
-
-local function num(n)
-  return fmt("%.0f", n)
-end
-
-local function range_text(name, min, max)
-  return name .. " must be an integer between " .. num(min) .. " and " .. num(max)
-end
-
-local function param_error(name, min, max)
-  fail("ERR " .. range_text(name, min, max))
-end
-
--- A plain decimal integer in [min, max] (the module's `integer`).
-local function integer(s, name, min, max)
-  if s == nil or not s:find("^%d+$") then
-    param_error(name, min, max)
-  end
-  local digits = s:gsub("^0+", "")
-  if #digits > 16 then
-    param_error(name, min, max)
-  end
-  local n = tonumber(digits) or 0
-  if n < min or n > max then
-    param_error(name, min, max)
-  end
-  return n
-end
-
-local function count(s, name)
-  return integer(s, name, 1, MAX_COUNT)
-end
-
-local function duration(s, name)
-  return integer(s, name, 1, MAX_DURATION_MS)
-end
-
--- `[BURST b] [COST n] [PEEK]` from args[i..]: cost, peek, burst (nil when not given).
-local function options(args, i, with_burst)
-  local expected = with_burst and "BURST b, COST n or PEEK" or "COST n or PEEK"
-  local cost, peek, burst
-  while i <= #args do
-    local name = args[i]:upper()
-    if with_burst and name == "BURST" then
-      if burst then
-        fail("ERR option BURST given more than once")
+      local a = {}
+      local i = 0
+      while n > 0 do
+        i = i + 1
+        local q = floor(n / LIMB)
+        a[i] = n - q * LIMB
+        n = q
       end
-      if args[i + 1] == nil then
-        fail("ERR option BURST needs a value: " .. range_text("burst", 1, MAX_COUNT))
+      return a
+    end
+
+    -- Trims leading zero limbs; a number when below 2^53.
+    local function norm(a)
+      local n = #a
+      while n > 0 and a[n] == 0 do
+        a[n] = nil
+        n = n - 1
       end
-      burst = count(args[i + 1], "burst")
-      i = i + 2
-    elseif name == "COST" then
-      if cost then
-        fail("ERR option COST given more than once")
+      if n <= 2 or (n == 3 and a[3] < 32) then
+        return (a[1] or 0) + (a[2] or 0) * LIMB + (a[3] or 0) * LIMB * LIMB
       end
-      if args[i + 1] == nil then
-        fail("ERR option COST needs a value: " .. range_text("cost", 0, MAX_COUNT))
+      return a
+    end
+
+    function M.bn(n)
+      return n
+    end
+
+    M.U64_MAX = { 16777215, 16777215, 65535 }
+    M.U128_MAX = { 16777215, 16777215, 16777215, 16777215, 16777215, 255 }
+    M.trim = norm
+
+    local function cmp_limbs(a, b)
+      if #a ~= #b then
+        return #a < #b and -1 or 1
       end
-      cost = integer(args[i + 1], "cost", 0, MAX_COUNT)
-      i = i + 2
-    elseif name == "PEEK" then
-      if peek then
-        fail("ERR option PEEK given more than once")
+      for i = #a, 1, -1 do
+        if a[i] ~= b[i] then
+          return a[i] < b[i] and -1 or 1
+        end
       end
-      peek = true
-      i = i + 1
-    else
-      fail("ERR unknown option '" .. shown(args[i]) .. "', expected " .. expected)
+      return 0
+    end
+
+    function M.bcmp(a, b)
+      local ta, tb = type(a) == "number", type(b) == "number"
+      if ta and tb then
+        return a < b and -1 or (a > b and 1 or 0)
+      elseif ta then
+        return -1 -- a number is below every (normalized) limb array
+      elseif tb then
+        return 1
+      end
+      return cmp_limbs(a, b)
+    end
+
+    function M.bmax(a, b)
+      return M.bcmp(a, b) >= 0 and a or b
+    end
+
+    function M.bmin(a, b)
+      return M.bcmp(a, b) <= 0 and a or b
+    end
+
+    function M.badd(a, b)
+      if type(a) == "number" and type(b) == "number" then
+        local sum = a + b
+        if sum <= EXACT then
+          return sum
+        end
+      end
+      a, b = limbs(a), limbs(b)
+      local r, carry = {}, 0
+      local n = #a > #b and #a or #b
+      for i = 1, n do
+        local sum = (a[i] or 0) + (b[i] or 0) + carry
+        if sum >= LIMB then
+          r[i] = sum - LIMB
+          carry = 1
+        else
+          r[i] = sum
+          carry = 0
+        end
+      end
+      if carry > 0 then
+        r[n + 1] = carry
+      end
+      return norm(r)
+    end
+
+    -- a - b, or 0 when b > a.
+    function M.bsub(a, b)
+      if type(a) == "number" and type(b) == "number" then
+        return a > b and a - b or 0
+      end
+      if M.bcmp(a, b) <= 0 then
+        return 0
+      end
+      a, b = limbs(a), limbs(b)
+      local r, borrow = {}, 0
+      for i = 1, #a do
+        local d = a[i] - (b[i] or 0) - borrow
+        if d < 0 then
+          r[i] = d + LIMB
+          borrow = 1
+        else
+          r[i] = d
+          borrow = 0
+        end
+      end
+      return norm(r)
+    end
+
+    function M.bmul(a, b)
+      if type(a) == "number" and type(b) == "number" then
+        local product = a * b
+        if product <= EXACT then
+          return product
+        end
+      end
+      a, b = limbs(a), limbs(b)
+      if #a == 0 or #b == 0 then
+        return 0
+      end
+      local r = {}
+      for k = 1, #a + #b do
+        r[k] = 0
+      end
+      for i = 1, #a do
+        local ai, carry = a[i], 0
+        for j = 1, #b do
+          local k = i + j - 1
+          local t = r[k] + ai * b[j] + carry
+          carry = floor(t / LIMB)
+          r[k] = t - carry * LIMB
+        end
+        local k = i + #b
+        while carry > 0 do
+          local t = r[k] + carry
+          carry = floor(t / LIMB)
+          r[k] = t - carry * LIMB
+          k = k + 1
+        end
+      end
+      return norm(r)
+    end
+
+    -- Saturating at u128::MAX, as the module's u128 arithmetic does.
+    function M.bsat(a)
+      return M.bmin(a, M.U128_MAX)
+    end
+
+    -- Pieces a limb is cut into for a divisor of a given size: remainder x piece < 2^53.
+    local PIECE_BITS = { 24, 12, 8, 6, 4, 3 }
+
+    -- Quotient and remainder (a number) of a / d for a number 1 <= d <= 2^50.
+    function M.bdivmod(a, d)
+      if type(a) == "number" then
+        local q = M.idiv(a, d)
+        return q, a - q * d
+      end
+      local s = 24
+      for _, bits in ipairs(PIECE_BITS) do
+        s = bits
+        if d * 2 ^ bits <= 9007199254740992 then
+          break
+        end
+      end
+      local piece, per = 2 ^ s, 24 / s
+      local q, r = {}, 0
+      for i = #a, 1, -1 do
+        local limb, ql = a[i], 0
+        for k = per - 1, 0, -1 do
+          local scale = piece ^ k
+          local p = floor(limb / scale)
+          limb = limb - p * scale
+          local x = r * piece + p
+          local qd = floor(x / d)
+          local rest = x - qd * d
+          if rest < 0 then
+            qd = qd - 1
+            rest = rest + d
+          elseif rest >= d then
+            qd = qd + 1
+            rest = rest - d
+          end
+          r = rest
+          ql = ql * piece + qd
+        end
+        q[i] = ql
+      end
+      return norm(q), r
+    end
+
+    function M.bdiv(a, d)
+      local q = M.bdivmod(a, d)
+      return q
+    end
+
+    function M.bdivceil(a, d)
+      local q, r = M.bdivmod(a, d)
+      if r > 0 then
+        q = M.badd(q, 1)
+      end
+      return q
+    end
+
+    -- The value as a number; math.huge when it is not exact (2^53 or more).
+    function M.bnum(a)
+      if type(a) == "number" then
+        return a
+      end
+      return math.huge
+    end
+
+    -- 16 little-endian bytes.
+    function M.u128_bytes(a)
+      if type(a) == "number" then
+        return M.u64_bytes(a) .. "\0\0\0\0\0\0\0\0"
+      end
+      local b = {}
+      for i = 1, 6 do
+        local limb = a[i] or 0
+        b[#b + 1] = limb % 256
+        b[#b + 1] = floor(limb / 256) % 256
+        b[#b + 1] = floor(limb / 65536)
+      end
+      return char(unpack(b, 1, 16))
+    end
+
+    function M.read_u128(str, at)
+      local low = M.read_u64(str, at)
+      if low and str:sub(at + 8, at + 15) == "\0\0\0\0\0\0\0\0" then
+        return low
+      end
+      local a = {}
+      for i = 0, 5 do
+        local b1, b2, b3 = byte(str, at + 3 * i, at + 3 * i + 2)
+        if i == 5 then
+          b2, b3 = 0, 0
+        end
+        a[i + 1] = b1 + b2 * 256 + b3 * 65536
+      end
+      return norm(a)
+    end
+
+    -- u128 -> ceil(us / 1000) as a number (math.huge beyond 2^53: see `exact`).
+    function M.ceil_millis(us)
+      return M.bnum(M.bdivceil(us, 1000))
     end
   end
-  return cost or 1, peek or false, burst
-end
 
--- Refuses parameters whose waits could exceed what a double holds exactly.
-local function exact_wait(a, b, c, what)
-  if bnum(bdiv(bmul(bn(a), bn(b)), c)) > EXACT - 2 * MAX_DURATION_MS then
-    fail("ERR " .. what .. " is over 2^53 ms, beyond the exact range of the Lua twin: use the module for these parameters")
-  end
-end
+  -- ---------------------------------------------------------------------------------------
+  -- Errors, texts as the module's.
 
--- ---------------------------------------------------------------------------------------
--- Stored bytes: magic "\0RL", version 1, tag, little-endian fields (src/encoding).
+  -- Errors travel as strings with a mark (Redis 7.0 turns an error object into its text), so
+  -- the top level tells ours (and the server's) from a bug.
+  M.MARK = "\1rl\1"
 
-local NAMES = {
-  T = "token bucket",
-  S = "sliding window",
-  F = "fixed window",
-  G = "GCRA",
-  L = "sliding window log",
-  C = "concurrency",
-}
+  function M.fail(text)
+    error(M.MARK .. text, 0)
+  end
 
-local function u64_bytes(n)
-  local b = {}
-  for i = 1, 8 do
-    local q = floor(n / 256)
-    b[i] = n - q * 256
-    n = q
-  end
-  return char(b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8])
-end
-
-local function u128_bytes(a)
-  local b = {}
-  for i = 1, 6 do
-    local limb = a[i] or 0
-    local lo = limb % 256
-    local mid = floor(limb / 256) % 256
-    b[#b + 1] = lo
-    b[#b + 1] = mid
-    b[#b + 1] = floor(limb / 65536)
-  end
-  return char(unpack(b, 1, 16))
-end
-
--- A u64 field at offset `at` (1-based); nil when 2^53 or more.
-local function read_u64(s, at)
-  local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, at, at + 7)
-  if b8 ~= 0 or b7 >= 32 then
-    return nil
-  end
-  return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
-    + (b5 + b6 * 256 + b7 * 65536) * 4294967296
-end
-
-local function read_u128(s, at)
-  local a = {}
-  for i = 0, 5 do
-    local b1, b2, b3 = byte(s, at + 3 * i, at + 3 * i + 2)
-    if i == 5 then
-      b2, b3 = 0, 0
-    end
-    a[i + 1] = b1 + b2 * 256 + b3 * 65536
-  end
-  return trim(a)
-end
-
-local function header(tag)
-  return "\0RL\1" .. tag
-end
-
-local function corrupt(tag)
-  fail("ERR key holds a corrupt redis-rl " .. NAMES[tag] .. " limiter")
-end
-
--- The longest value a valid limiter of each kind has (src/encoding: `MAX_BODY_LEN`); a longer
--- one is corrupt and is never read whole.
-local MAX_LEN = { T = 37, S = 37, F = 29, G = 37, L = 5 + 6 + 12 * MAX_LOG }
-
--- The key's value if it holds a limiter of `tag` (nil when missing), else the module's error.
-local function read_value(key, tag)
-  local v = redis.pcall("GETRANGE", key, 0, MAX_LEN[tag])
-  if type(v) == "table" and v.err then
-    fail(v.err)
-  end
-  if v == "" then
-    if redis.call("EXISTS", key) == 0 then
-      return nil
-    end
-    fail("ERR key holds a value that is not a redis-rl limiter")
-  end
-  if #v < 5 or v:sub(1, 3) ~= "\0RL" then
-    fail("ERR key holds a value that is not a redis-rl limiter")
-  end
-  local version = byte(v, 4)
-  if version ~= 1 then
-    fail("ERR key holds a redis-rl limiter in format version " .. version .. ", this module reads version 1")
-  end
-  local stored = v:sub(5, 5)
-  if not NAMES[stored] then
-    fail("ERR key holds a redis-rl limiter of a kind this module does not know (tag " .. byte(v, 5) .. ")")
-  end
-  if stored ~= tag then
-    fail("ERR key holds a " .. NAMES[stored] .. " limiter, not a " .. NAMES[tag] .. " limiter")
-  end
-  if #v > MAX_LEN[tag] then
-    corrupt(tag)
-  end
-  return v
-end
-
-local function valid_duration(n)
-  return n and n >= 1 and n <= MAX_DURATION_MS
-end
-
--- Fixed-size states: the fields, or the module's "corrupt" error.
-local function read_fixed(key, tag, len)
-  local v = read_value(key, tag)
-  if v and #v ~= len then
-    corrupt(tag)
-  end
-  return v
-end
-
-local function write(key, value, now, reset_after)
-  local at = ceil_div(now, 1000) + reset_after + TTL_SLACK_MS
-  local r = redis.pcall("SET", key, value, "PXAT", num(at))
-  if type(r) == "table" and r.err then
-    fail(r.err)
-  end
-end
-
--- A decision: allowed (true/false), limit, remaining, retry ("never" = -1), reset_after.
-local function decision(allowed, limit, remaining, retry, reset_after)
-  return { allowed = allowed, limit = limit, remaining = remaining, retry = retry, reset = reset_after }
-end
-
--- ---------------------------------------------------------------------------------------
--- Token bucket (core/src/token_bucket.rs): level in units of 1/(refill_ms x 1000) token.
-
-local TB = { tag = "T" }
-
-function TB.parse(args, i)
-  local p = {}
-  p.capacity = count(args[i], "capacity")
-  p.rate = count(args[i + 1], "refill_tokens")
-  p.refill_ms = duration(args[i + 2], "refill_ms")
-  exact_wait(p.capacity, p.refill_ms, p.rate, "capacity x refill_ms / refill_tokens")
-  p.unit = p.refill_ms * 1000
-  p.full = bmul(bn(p.capacity), bn(p.unit))
-  return p, i + 3
-end
-
-function TB.read(key)
-  local v = read_fixed(key, "T", 37)
-  if not v then
-    return nil
-  end
-  local s = { updated_at = read_u64(v, 6), refill_ms = read_u64(v, 14), level = read_u128(v, 22) }
-  if not s.updated_at or s.updated_at > LATEST_US or not valid_duration(s.refill_ms) then
-    corrupt("T")
-  end
-  if bcmp(s.level, bmul(bn(MAX_COUNT), bn(s.refill_ms * 1000))) > 0 then
-    corrupt("T")
-  end
-  return s
-end
-
-function TB.encode(s)
-  return header("T") .. u64_bytes(s.updated_at) .. u64_bytes(s.refill_ms) .. u128_bytes(s.level)
-end
-
-local function tb_level_at(s, now, p)
-  if not s then
-    return p.full, now
-  end
-  local level = s.level
-  if s.refill_ms ~= p.refill_ms then
-    local old_unit = s.refill_ms * 1000
-    level = bmin(level, bmul(bn(MAX_COUNT), bn(old_unit)))
-    local q, r = bdivmod(level, old_unit)
-    level = badd(bmul(q, bn(p.unit)), bdiv(bmul(bn(r), bn(p.unit)), old_unit))
-  end
-  local as_of = now > s.updated_at and now or s.updated_at
-  local refilled = badd(level, bmul(bn(p.rate), bn(as_of - s.updated_at)))
-  return bmin(refilled, p.full), as_of
-end
-
-function TB.check(s, now, p, cost)
-  local level, as_of = tb_level_at(s, now, p)
-  local lag = as_of - now
-  local function wait_to_reach(target, from)
-    return ceil_millis(badd(bdivceil(bsub(target, from), p.rate), bn(lag)))
-  end
-  local function decide(allowed, retry, after)
-    return decision(allowed, p.capacity, bnum(bdiv(after, p.unit)), retry, wait_to_reach(p.full, after))
-  end
-  if cost > p.capacity then
-    return decide(false, -1, level)
-  end
-  local need = bmul(bn(cost), bn(p.unit))
-  if bcmp(level, need) < 0 then
-    return decide(false, wait_to_reach(need, level), level)
-  end
-  local after = bsub(level, need)
-  local new
-  if cost > 0 then
-    new = { level = after, updated_at = as_of, refill_ms = p.refill_ms }
-  end
-  return decide(true, 0, after), new
-end
-
-function TB.refund(s, now, p, amount)
-  local level, as_of = tb_level_at(s, now, p)
-  local refunded = bnum(bdivceil(bsub(p.full, level), p.unit))
-  if refunded > amount then
-    refunded = amount
-  end
-  if refunded == 0 then
-    return 0
-  end
-  local new_level = bmin(badd(level, bmul(bn(refunded), bn(p.unit))), p.full)
-  return refunded, { level = new_level, updated_at = as_of, refill_ms = p.refill_ms }
-end
-
--- ---------------------------------------------------------------------------------------
--- Sliding window counter (core/src/sliding_window.rs).
-
-local SW = { tag = "S" }
-
-local function window_params(args, i)
-  local p = {}
-  p.limit = count(args[i], "limit")
-  p.window_ms = duration(args[i + 1], "window_ms")
-  p.window = p.window_ms * 1000
-  return p, i + 2
-end
-
-SW.parse = window_params
-
-function SW.read(key)
-  local v = read_fixed(key, "S", 37)
-  if not v then
-    return nil
-  end
-  local s = { window_ms = read_u64(v, 6), window_start = read_u64(v, 14), previous = read_u64(v, 22), current = read_u64(v, 30) }
-  if not valid_duration(s.window_ms) or not s.window_start or s.window_start * 1000 > LATEST_US then
-    corrupt("S")
-  end
-  if imod(s.window_start, s.window_ms) ~= 0 or not s.previous or s.previous > MAX_COUNT
-    or not s.current or s.current > MAX_COUNT then
-    corrupt("S")
-  end
-  return s
-end
-
-function SW.encode(s)
-  return header("S") .. u64_bytes(s.window_ms) .. u64_bytes(s.window_start) .. u64_bytes(s.previous)
-    .. u64_bytes(s.current)
-end
-
-local function sw_view(s, now, p)
-  local window = p.window
-  if not s then
-    return { start = now - imod(now, window), at = now, previous = 0, current = 0 }
-  end
-  local stored_start = s.window_start * 1000
-  local at = now > stored_start and now or stored_start
-  if s.window_ms ~= p.window_ms then
-    local old = s.window_ms * 1000
-    local old_start = at - imod(at, old)
-    local d = old_start - stored_start
-    local previous, current = 0, 0
-    if d == 0 then
-      previous, current = s.previous, s.current
-    elseif d == old then
-      previous = s.current
-    end
-    local elapsed = at - old_start
-    local estimate = bdivceil(badd(bmul(bn(previous), bn(old - elapsed)), bmul(bn(current), bn(old))), old)
-    return { start = at - imod(at, window), at = at, previous = 0, current = bnum(estimate) }
-  end
-  local start = at - imod(at, window)
-  local d = start - stored_start
-  local previous, current = 0, 0
-  if d == 0 then
-    previous, current = s.previous, s.current
-  elseif d == window then
-    previous = s.current
-  end
-  return { start = start, at = at, previous = previous, current = current }
-end
-
-local function sw_earliest_allowed(v, cost, p)
-  local window, limit = p.window, p.limit
-  if v.previous > 0 then
-    local spare = limit - (v.current + cost)
-    if spare >= 0 then
-      local part = bnum(bdiv(bmul(bn(spare), bn(window)), v.previous))
-      local decay_needed = window - (part < window and part or window)
-      if decay_needed < window then
-        local at = v.start + decay_needed
-        return at > v.at and at or v.at
+  function M.shown(s)
+    local out = {}
+    local n = #s > 40 and 40 or #s
+    for i = 1, n do
+      local b = byte(s, i)
+      if b >= 32 and b <= 126 then
+        out[#out + 1] = char(b)
+      else
+        out[#out + 1] = fmt("\\x%02x", b)
       end
     end
-  end
-  local next_start = v.start + window
-  local decay_needed = 0
-  if v.current > 0 then
-    local part = bnum(bdiv(bmul(bn(limit - cost), bn(window)), v.current))
-    decay_needed = window - (part < window and part or window)
-  end
-  return next_start + decay_needed
-end
-
-function SW.check(s, now, p, cost)
-  local v = sw_view(s, now, p)
-  local window = p.window
-  local budget = bmul(bn(p.limit), bn(window))
-  local used = badd(bmul(bn(v.previous), bn(window - (v.at - v.start))), bmul(bn(v.current), bn(window)))
-  local function since_now(instant)
-    return instant > now and ceil_div(instant - now, 1000) or 0
-  end
-  local function decide(allowed, retry, used_after, current)
-    local idle = 0
-    if current > 0 then
-      idle = v.start + 2 * window
-    elseif v.previous > 0 then
-      idle = v.start + window
+    if #s > 40 then
+      out[#out + 1] = "..."
     end
-    return decision(allowed, p.limit, bnum(bdiv(bsub(budget, used_after), window)), retry, since_now(idle))
+    return table.concat(out)
   end
-  if cost > p.limit then
-    return decide(false, -1, used, v.current)
-  end
-  local after = badd(used, bmul(bn(cost), bn(window)))
-  if bcmp(after, budget) > 0 then
-    local retry = since_now(sw_earliest_allowed(v, cost, p))
-    return decide(false, retry > 1 and retry or 1, used, v.current)
-  end
-  local current = v.current + cost
-  local new
-  if cost > 0 then
-    new = { window_ms = p.window_ms, window_start = ceil_div(v.start, 1000), previous = v.previous, current = current }
-  end
-  return decide(true, 0, after, current), new
-end
 
-function SW.refund(s, now, p, amount)
-  if not s then
-    return 0
+  function M.num(n)
+    return fmt("%.0f", n)
   end
-  local v = sw_view(s, now, p)
-  local refunded = v.current < amount and v.current or amount
-  if refunded == 0 or s.window_ms ~= p.window_ms then
-    return 0
+
+  function M.range_text(name, min, max)
+    return name .. " must be an integer between " .. M.num(min) .. " and " .. M.num(max)
   end
-  return refunded, {
-    window_ms = p.window_ms,
-    window_start = ceil_div(v.start, 1000),
-    previous = v.previous,
-    current = v.current - refunded,
+
+  function M.param_error(name, min, max)
+    M.fail("ERR " .. M.range_text(name, min, max))
+  end
+
+  -- A plain decimal integer in [min, max] (the module's `integer`).
+  function M.integer(s, name, min, max)
+    if s == nil or not s:find("^%d+$") then
+      M.param_error(name, min, max)
+    end
+    local digits = s:gsub("^0+", "")
+    if #digits > 16 then
+      M.param_error(name, min, max)
+    end
+    local n = tonumber(digits) or 0
+    if n < min or n > max then
+      M.param_error(name, min, max)
+    end
+    return n
+  end
+
+  function M.count_param(s, name)
+    return M.integer(s, name, 1, M.MAX_COUNT)
+  end
+
+  function M.duration_param(s, name)
+    return M.integer(s, name, 1, M.MAX_DURATION_MS)
+  end
+
+  -- `[BURST b] [COST n] [PEEK]` from args[i..]: cost, peek, burst (nil when not given).
+  function M.options(args, i, with_burst)
+    local expected = with_burst and "BURST b, COST n or PEEK" or "COST n or PEEK"
+    local cost, peek, burst
+    while i <= #args do
+      local name = args[i]:upper()
+      if with_burst and name == "BURST" then
+        if burst then
+          M.fail("ERR option BURST given more than once")
+        end
+        if args[i + 1] == nil then
+          M.fail("ERR option BURST needs a value: " .. M.range_text("burst", 1, M.MAX_COUNT))
+        end
+        burst = M.count_param(args[i + 1], "burst")
+        i = i + 2
+      elseif name == "COST" then
+        if cost then
+          M.fail("ERR option COST given more than once")
+        end
+        if args[i + 1] == nil then
+          M.fail("ERR option COST needs a value: " .. M.range_text("cost", 0, M.MAX_COUNT))
+        end
+        cost = M.integer(args[i + 1], "cost", 0, M.MAX_COUNT)
+        i = i + 2
+      elseif name == "PEEK" then
+        if peek then
+          M.fail("ERR option PEEK given more than once")
+        end
+        peek = true
+        i = i + 1
+      else
+        M.fail("ERR unknown option '" .. M.shown(args[i]) .. "', expected " .. expected)
+      end
+    end
+    return cost or 1, peek or false, burst
+  end
+
+  -- Refuses parameters whose waits could exceed what a double holds exactly.
+  function M.exact_wait(a, b, c, what)
+    if M.bnum(M.bdiv(M.bmul(M.bn(a), M.bn(b)), c)) > M.EXACT - 2 * M.MAX_DURATION_MS then
+      M.fail("ERR " .. what .. " is over 2^53 ms, beyond the exact range of the Lua twin: use the module for these parameters")
+    end
+  end
+
+  -- ---------------------------------------------------------------------------------------
+  -- Stored bytes: magic "\0RL", version 1, tag, little-endian fields (src/encoding).
+
+  M.NAMES = {
+    T = "token bucket",
+    S = "sliding window",
+    F = "fixed window",
+    G = "GCRA",
+    L = "sliding window log",
+    C = "concurrency",
   }
-end
 
--- ---------------------------------------------------------------------------------------
--- Fixed window counter (core/src/fixed_window.rs).
-
-local FW = { tag = "F" }
-
-FW.parse = window_params
-
-function FW.read(key)
-  local v = read_fixed(key, "F", 29)
-  if not v then
-    return nil
-  end
-  local s = { window_ms = read_u64(v, 6), window_start = read_u64(v, 14), count = read_u64(v, 22) }
-  if not valid_duration(s.window_ms) or not s.window_start or s.window_start * 1000 > LATEST_US
-    or imod(s.window_start, s.window_ms) ~= 0 or not s.count or s.count > MAX_COUNT then
-    corrupt("F")
-  end
-  return s
-end
-
-function FW.encode(s)
-  return header("F") .. u64_bytes(s.window_ms) .. u64_bytes(s.window_start) .. u64_bytes(s.count)
-end
-
-local function fw_current(s, now, window_ms)
-  local now_ms = idiv(now, 1000)
-  if not s then
-    return now_ms - imod(now_ms, window_ms), 0
-  end
-  local at = now_ms > s.window_start and now_ms or s.window_start
-  local n = at < s.window_start + s.window_ms and s.count or 0
-  return at - imod(at, window_ms), n
-end
-
-function FW.check(s, now, p, cost)
-  local start, n = fw_current(s, now, p.window_ms)
-  local end_us = (start + p.window_ms) * 1000
-  local until_end = end_us > now and ceil_div(end_us - now, 1000) or 0
-  local function decide(allowed, retry, after)
-    local remaining = p.limit > after and p.limit - after or 0
-    return decision(allowed, p.limit, remaining, retry, after > 0 and until_end or 0)
-  end
-  if cost > p.limit then
-    return decide(false, -1, n)
-  end
-  local after = n + cost
-  if after > p.limit then
-    return decide(false, until_end, n)
-  end
-  local new
-  if cost > 0 then
-    new = { window_ms = p.window_ms, window_start = start, count = after }
-  end
-  return decide(true, 0, after), new
-end
-
-function FW.refund(s, now, p, amount)
-  if not s then
-    return 0
-  end
-  local start, n = fw_current(s, now, p.window_ms)
-  local refunded = n < amount and n or amount
-  if refunded == 0 or s.window_ms ~= p.window_ms then
-    return 0
-  end
-  return refunded, { window_ms = p.window_ms, window_start = start, count = n - refunded }
-end
-
--- ---------------------------------------------------------------------------------------
--- GCRA (core/src/gcra.rs): the arrival time in ticks of 1/limit us.
-
-local GC = { tag = "G" }
-
-local function gcra_params(limit, period_ms, burst)
-  local p = { limit = limit, period_ms = period_ms, burst = burst or limit }
-  exact_wait(p.burst, p.period_ms, p.limit, "burst x period_ms / limit")
-  p.interval = period_ms * 1000
-  return p
-end
-
-function GC.parse(args, i)
-  local limit = count(args[i], "limit")
-  local period_ms = duration(args[i + 1], "period_ms")
-  i = i + 2
-  local burst
-  if args[i] and args[i]:upper() == "BURST" then
-    if args[i + 1] == nil then
-      fail("ERR option BURST needs a value: " .. range_text("burst", 1, MAX_COUNT))
+  function M.u64_bytes(n)
+    local b = {}
+    for i = 1, 8 do
+      local q = floor(n / 256)
+      b[i] = n - q * 256
+      n = q
     end
-    burst = count(args[i + 1], "burst")
-    i = i + 2
+    return char(b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8])
   end
-  return gcra_params(limit, period_ms, burst), i
-end
 
-function GC.read(key)
-  local v = read_fixed(key, "G", 37)
-  if not v then
-    return nil
-  end
-  local s = { tat = read_u128(v, 6), limit = read_u64(v, 22), period_ms = read_u64(v, 30) }
-  if not valid_duration(s.period_ms) or not s.limit or s.limit < 1 or s.limit > MAX_COUNT then
-    corrupt("G")
-  end
-  local latest = badd(U64_MAX, bmul(bn(MAX_COUNT), bn(MAX_COUNT)))
-  if bcmp(bdiv(s.tat, s.limit), latest) > 0 then
-    corrupt("G")
-  end
-  return s
-end
-
-function GC.encode(s)
-  return header("G") .. u128_bytes(s.tat) .. u64_bytes(s.limit) .. u64_bytes(s.period_ms)
-end
-
-local function gcra_tat_in(s, limit)
-  if s.limit == limit then
-    return s.tat
-  end
-  local q, r = bdivmod(s.tat, s.limit)
-  return bsat(badd(bsat(bmul(q, bn(limit))), bdivceil(bmul(bn(r), bn(limit)), s.limit)))
-end
-
-function GC.check(s, now, p, cost)
-  local now_t = bmul(bn(now), bn(p.limit))
-  local tat = bmax(s and gcra_tat_in(s, p.limit) or {}, now_t)
-  local horizon = badd(now_t, bmul(bn(p.burst), bn(p.interval)))
-  local function to_millis(ticks)
-    return ceil_millis(bdivceil(ticks, p.limit))
-  end
-  local function decide(allowed, retry, t)
-    return decision(allowed, p.burst, bnum(bdiv(bsub(horizon, t), p.interval)), retry, to_millis(bsub(t, now_t)))
-  end
-  if cost > p.burst then
-    return decide(false, -1, tat)
-  end
-  local after = bsat(badd(tat, bmul(bn(cost), bn(p.interval))))
-  if bcmp(after, horizon) > 0 then
-    return decide(false, to_millis(bsub(after, horizon)), tat)
-  end
-  local new
-  if cost > 0 then
-    new = { tat = after, limit = p.limit, period_ms = p.period_ms }
-  end
-  return decide(true, 0, after), new
-end
-
-function GC.refund(s, now, p, amount)
-  local now_t = bmul(bn(now), bn(p.limit))
-  local tat = s and gcra_tat_in(s, p.limit) or {}
-  local refunded = bnum(bdivceil(bsub(tat, now_t), p.interval))
-  if refunded > amount then
-    refunded = amount
-  end
-  if refunded == 0 then
-    return 0
-  end
-  local new_tat = bmax(bsub(tat, bmul(bn(refunded), bn(p.interval))), now_t)
-  return refunded, { tat = new_tat, limit = p.limit, period_ms = p.period_ms }
-end
-
--- ---------------------------------------------------------------------------------------
--- Sliding window log (core/src/sliding_log.rs): varint-encoded entries, oldest first.
-
-local LG = { tag = "L" }
-
-function LG.parse(args, i)
-  local p = {}
-  p.limit = integer(args[i], "limit", 1, MAX_LOG)
-  p.window_ms = duration(args[i + 1], "window_ms")
-  p.window = p.window_ms * 1000
-  return p, i + 2
-end
-
--- A varint at `pos`: value, next position; nil when malformed or 2^53 or more.
-local function read_varint(v, pos)
-  local value, scale = 0, 1
-  for k = 0, 7 do
-    local b = byte(v, pos + k)
-    if not b then
+  -- A u64 field at offset `at` (1-based); nil when 2^53 or more.
+  function M.read_u64(s, at)
+    local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, at, at + 7)
+    if b8 ~= 0 or b7 >= 32 then
       return nil
     end
-    if b < 128 then
-      if b == 0 and k > 0 then
+    return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+      + (b5 + b6 * 256 + b7 * 65536) * 4294967296
+  end
+
+  function M.header(tag)
+    return "\0RL\1" .. tag
+  end
+
+  function M.corrupt(tag)
+    M.fail("ERR key holds a corrupt redis-rl " .. M.NAMES[tag] .. " limiter")
+  end
+
+  -- The longest value a valid limiter of each kind has (src/encoding: `MAX_BODY_LEN`); a longer
+  -- one is corrupt and is never read whole.
+  M.MAX_LEN = { T = 37, S = 37, F = 29, G = 37, L = 5 + 6 + 12 * M.MAX_LOG }
+
+  -- The key's value if it holds a limiter of `tag` (nil when missing), else the module's error.
+  function M.read_value(key, tag)
+    local v = redis.pcall("GETRANGE", key, 0, M.MAX_LEN[tag])
+    if type(v) == "table" and v.err then
+      M.fail(v.err)
+    end
+    if v == "" then
+      if redis.call("EXISTS", key) == 0 then
         return nil
       end
-      value = value + b * scale
-      if value > EXACT then
+      M.fail("ERR key holds a value that is not a redis-rl limiter")
+    end
+    if #v < 5 or v:sub(1, 3) ~= "\0RL" then
+      M.fail("ERR key holds a value that is not a redis-rl limiter")
+    end
+    local version = byte(v, 4)
+    if version ~= 1 then
+      M.fail("ERR key holds a redis-rl limiter in format version " .. version .. ", this module reads version 1")
+    end
+    local stored = v:sub(5, 5)
+    if not M.NAMES[stored] then
+      M.fail("ERR key holds a redis-rl limiter of a kind this module does not know (tag " .. byte(v, 5) .. ")")
+    end
+    if stored ~= tag then
+      M.fail("ERR key holds a " .. M.NAMES[stored] .. " limiter, not a " .. M.NAMES[tag] .. " limiter")
+    end
+    if #v > M.MAX_LEN[tag] then
+      M.corrupt(tag)
+    end
+    return v
+  end
+
+  function M.valid_duration(n)
+    return n and n >= 1 and n <= M.MAX_DURATION_MS
+  end
+
+  -- Fixed-size states: the fields, or the module's "corrupt" error.
+  function M.read_fixed(key, tag, len)
+    local v = M.read_value(key, tag)
+    if v and #v ~= len then
+      M.corrupt(tag)
+    end
+    return v
+  end
+
+  function M.write(key, value, now, reset_after)
+    local at = M.ceil_div(now, 1000) + reset_after + M.TTL_SLACK_MS
+    local r = redis.pcall("SET", key, value, "PXAT", M.num(at))
+    if type(r) == "table" and r.err then
+      M.fail(r.err)
+    end
+  end
+
+  -- A decision: allowed (true/false), limit, remaining, retry ("never" = -1), reset_after.
+  function M.decision(allowed, limit, remaining, retry, reset_after)
+    return { allowed = allowed, limit = limit, remaining = remaining, retry = retry, reset = reset_after }
+  end
+
+  -- The parameters of a window (RL.SLIDING, RL.FIXED).
+  function M.window_params(args, i)
+    local p = {}
+    p.limit = M.count_param(args[i], "limit")
+    p.window_ms = M.duration_param(args[i + 1], "window_ms")
+    p.window = p.window_ms * 1000
+    return p, i + 2
+  end
+
+  -- ---------------------------------------------------------------------------------------
+  -- Token bucket (core/src/token_bucket.rs): level in units of 1/(refill_ms x 1000) token.
+  M.LOAD.TB = function()
+
+    M.TB = { tag = "T" }
+
+    function M.TB.parse(args, i)
+      local p = {}
+      p.capacity = M.count_param(args[i], "capacity")
+      p.rate = M.count_param(args[i + 1], "refill_tokens")
+      p.refill_ms = M.duration_param(args[i + 2], "refill_ms")
+      M.exact_wait(p.capacity, p.refill_ms, p.rate, "capacity x refill_ms / refill_tokens")
+      p.unit = p.refill_ms * 1000
+      p.full = M.bmul(M.bn(p.capacity), M.bn(p.unit))
+      return p, i + 3
+    end
+
+    function M.TB.read(key)
+      local v = M.read_fixed(key, "T", 37)
+      if not v then
         return nil
       end
-      return value, pos + k + 1
+      local s = { updated_at = M.read_u64(v, 6), refill_ms = M.read_u64(v, 14), level = M.read_u128(v, 22) }
+      if not s.updated_at or s.updated_at > M.LATEST_US or not M.valid_duration(s.refill_ms) then
+        M.corrupt("T")
+      end
+      if M.bcmp(s.level, M.bmul(M.bn(M.MAX_COUNT), M.bn(s.refill_ms * 1000))) > 0 then
+        M.corrupt("T")
+      end
+      return s
     end
-    value = value + (b - 128) * scale
-    scale = scale * 128
-  end
-  return nil
-end
 
-local function varint(out, v)
-  while v >= 128 do
-    local q = floor(v / 128)
-    out[#out + 1] = v - q * 128 + 128
-    v = q
-  end
-  out[#out + 1] = v
-end
-
-function LG.read(key)
-  local v = read_value(key, "L")
-  if not v then
-    return nil
-  end
-  local window_ms, pos = read_varint(v, 6)
-  if not valid_duration(window_ms) then
-    corrupt("L")
-  end
-  local at, total, times, counts = 0, 0, {}, {}
-  while pos <= #v do
-    local word, n
-    word, pos = read_varint(v, pos)
-    if not word then
-      corrupt("L")
+    function M.TB.encode(s)
+      return M.header("T") .. M.u64_bytes(s.updated_at) .. M.u64_bytes(s.refill_ms) .. M.u128_bytes(s.level)
     end
-    n = 1
-    if word % 2 == 1 then
-      n, pos = read_varint(v, pos)
-      if not n or n < 2 then
-        corrupt("L")
+
+    function M.tb_level_at(s, now, p)
+      if not s then
+        return p.full, now
+      end
+      local level = s.level
+      if s.refill_ms ~= p.refill_ms then
+        local old_unit = s.refill_ms * 1000
+        level = M.bmin(level, M.bmul(M.bn(M.MAX_COUNT), M.bn(old_unit)))
+        local q, r = M.bdivmod(level, old_unit)
+        level = M.badd(M.bmul(q, M.bn(p.unit)), M.bdiv(M.bmul(M.bn(r), M.bn(p.unit)), old_unit))
+      end
+      local as_of = now > s.updated_at and now or s.updated_at
+      local refilled = M.badd(level, M.bmul(M.bn(p.rate), M.bn(as_of - s.updated_at)))
+      return M.bmin(refilled, p.full), as_of
+    end
+
+    function M.TB.check(s, now, p, cost)
+      local level, as_of = M.tb_level_at(s, now, p)
+      local lag = as_of - now
+      local function wait_to_reach(target, from)
+        return M.ceil_millis(M.badd(M.bdivceil(M.bsub(target, from), p.rate), M.bn(lag)))
+      end
+      local function decide(allowed, retry, after)
+        return M.decision(allowed, p.capacity, M.bnum(M.bdiv(after, p.unit)), retry, wait_to_reach(p.full, after))
+      end
+      if cost > p.capacity then
+        return decide(false, -1, level)
+      end
+      local need = M.bmul(M.bn(cost), M.bn(p.unit))
+      if M.bcmp(level, need) < 0 then
+        return decide(false, wait_to_reach(need, level), level)
+      end
+      local after = M.bsub(level, need)
+      local new
+      if cost > 0 then
+        new = { level = after, updated_at = as_of, refill_ms = p.refill_ms }
+      end
+      return decide(true, 0, after), new
+    end
+
+    function M.TB.refund(s, now, p, amount)
+      local level, as_of = M.tb_level_at(s, now, p)
+      local refunded = M.bnum(M.bdivceil(M.bsub(p.full, level), p.unit))
+      if refunded > amount then
+        refunded = amount
+      end
+      if refunded == 0 then
+        return 0
+      end
+      local new_level = M.bmin(M.badd(level, M.bmul(M.bn(refunded), M.bn(p.unit))), p.full)
+      return refunded, { level = new_level, updated_at = as_of, refill_ms = p.refill_ms }
+    end
+  end
+
+  -- ---------------------------------------------------------------------------------------
+  -- Sliding window counter (core/src/sliding_window.rs).
+  M.LOAD.SW = function()
+
+    M.SW = { tag = "S" }
+
+    M.SW.parse = M.window_params
+
+    function M.SW.read(key)
+      local v = M.read_fixed(key, "S", 37)
+      if not v then
+        return nil
+      end
+      local s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), previous = M.read_u64(v, 22), current = M.read_u64(v, 30) }
+      if not M.valid_duration(s.window_ms) or not s.window_start or s.window_start * 1000 > M.LATEST_US then
+        M.corrupt("S")
+      end
+      if M.imod(s.window_start, s.window_ms) ~= 0 or not s.previous or s.previous > M.MAX_COUNT
+        or not s.current or s.current > M.MAX_COUNT then
+        M.corrupt("S")
+      end
+      return s
+    end
+
+    function M.SW.encode(s)
+      return M.header("S") .. M.u64_bytes(s.window_ms) .. M.u64_bytes(s.window_start) .. M.u64_bytes(s.previous)
+        .. M.u64_bytes(s.current)
+    end
+
+    function M.sw_view(s, now, p)
+      local window = p.window
+      if not s then
+        return { start = now - M.imod(now, window), at = now, previous = 0, current = 0 }
+      end
+      local stored_start = s.window_start * 1000
+      local at = now > stored_start and now or stored_start
+      if s.window_ms ~= p.window_ms then
+        local old = s.window_ms * 1000
+        local old_start = at - M.imod(at, old)
+        local d = old_start - stored_start
+        local previous, current = 0, 0
+        if d == 0 then
+          previous, current = s.previous, s.current
+        elseif d == old then
+          previous = s.current
+        end
+        local elapsed = at - old_start
+        local estimate = M.bdivceil(M.badd(M.bmul(M.bn(previous), M.bn(old - elapsed)), M.bmul(M.bn(current), M.bn(old))), old)
+        return { start = at - M.imod(at, window), at = at, previous = 0, current = M.bnum(estimate) }
+      end
+      local start = at - M.imod(at, window)
+      local d = start - stored_start
+      local previous, current = 0, 0
+      if d == 0 then
+        previous, current = s.previous, s.current
+      elseif d == window then
+        previous = s.current
+      end
+      return { start = start, at = at, previous = previous, current = current }
+    end
+
+    function M.sw_earliest_allowed(v, cost, p)
+      local window, limit = p.window, p.limit
+      if v.previous > 0 then
+        local spare = limit - (v.current + cost)
+        if spare >= 0 then
+          local part = M.bnum(M.bdiv(M.bmul(M.bn(spare), M.bn(window)), v.previous))
+          local decay_needed = window - (part < window and part or window)
+          if decay_needed < window then
+            local at = v.start + decay_needed
+            return at > v.at and at or v.at
+          end
+        end
+      end
+      local next_start = v.start + window
+      local decay_needed = 0
+      if v.current > 0 then
+        local part = M.bnum(M.bdiv(M.bmul(M.bn(limit - cost), M.bn(window)), v.current))
+        decay_needed = window - (part < window and part or window)
+      end
+      return next_start + decay_needed
+    end
+
+    function M.SW.check(s, now, p, cost)
+      local v = M.sw_view(s, now, p)
+      local window = p.window
+      local budget = M.bmul(M.bn(p.limit), M.bn(window))
+      local used = M.badd(M.bmul(M.bn(v.previous), M.bn(window - (v.at - v.start))), M.bmul(M.bn(v.current), M.bn(window)))
+      local function since_now(instant)
+        return instant > now and M.ceil_div(instant - now, 1000) or 0
+      end
+      local function decide(allowed, retry, used_after, current)
+        local idle = 0
+        if current > 0 then
+          idle = v.start + 2 * window
+        elseif v.previous > 0 then
+          idle = v.start + window
+        end
+        return M.decision(allowed, p.limit, M.bnum(M.bdiv(M.bsub(budget, used_after), window)), retry, since_now(idle))
+      end
+      if cost > p.limit then
+        return decide(false, -1, used, v.current)
+      end
+      local after = M.badd(used, M.bmul(M.bn(cost), M.bn(window)))
+      if M.bcmp(after, budget) > 0 then
+        local retry = since_now(M.sw_earliest_allowed(v, cost, p))
+        return decide(false, retry > 1 and retry or 1, used, v.current)
+      end
+      local current = v.current + cost
+      local new
+      if cost > 0 then
+        new = { window_ms = p.window_ms, window_start = M.ceil_div(v.start, 1000), previous = v.previous, current = current }
+      end
+      return decide(true, 0, after, current), new
+    end
+
+    function M.SW.refund(s, now, p, amount)
+      if not s then
+        return 0
+      end
+      local v = M.sw_view(s, now, p)
+      local refunded = v.current < amount and v.current or amount
+      if refunded == 0 or s.window_ms ~= p.window_ms then
+        return 0
+      end
+      return refunded, {
+        window_ms = p.window_ms,
+        window_start = M.ceil_div(v.start, 1000),
+        previous = v.previous,
+        current = v.current - refunded,
+      }
+    end
+  end
+
+  -- ---------------------------------------------------------------------------------------
+  -- Fixed window counter (core/src/fixed_window.rs).
+  M.LOAD.FW = function()
+
+    M.FW = { tag = "F" }
+
+    M.FW.parse = M.window_params
+
+    function M.FW.read(key)
+      local v = M.read_fixed(key, "F", 29)
+      if not v then
+        return nil
+      end
+      local s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), count = M.read_u64(v, 22) }
+      if not M.valid_duration(s.window_ms) or not s.window_start or s.window_start * 1000 > M.LATEST_US
+        or M.imod(s.window_start, s.window_ms) ~= 0 or not s.count or s.count > M.MAX_COUNT then
+        M.corrupt("F")
+      end
+      return s
+    end
+
+    function M.FW.encode(s)
+      return M.header("F") .. M.u64_bytes(s.window_ms) .. M.u64_bytes(s.window_start) .. M.u64_bytes(s.count)
+    end
+
+    function M.fw_current(s, now, window_ms)
+      local now_ms = M.idiv(now, 1000)
+      if not s then
+        return now_ms - M.imod(now_ms, window_ms), 0
+      end
+      local at = now_ms > s.window_start and now_ms or s.window_start
+      local n = at < s.window_start + s.window_ms and s.count or 0
+      return at - M.imod(at, window_ms), n
+    end
+
+    function M.FW.check(s, now, p, cost)
+      local start, n = M.fw_current(s, now, p.window_ms)
+      local end_us = (start + p.window_ms) * 1000
+      local until_end = end_us > now and M.ceil_div(end_us - now, 1000) or 0
+      local function decide(allowed, retry, after)
+        local remaining = p.limit > after and p.limit - after or 0
+        return M.decision(allowed, p.limit, remaining, retry, after > 0 and until_end or 0)
+      end
+      if cost > p.limit then
+        return decide(false, -1, n)
+      end
+      local after = n + cost
+      if after > p.limit then
+        return decide(false, until_end, n)
+      end
+      local new
+      if cost > 0 then
+        new = { window_ms = p.window_ms, window_start = start, count = after }
+      end
+      return decide(true, 0, after), new
+    end
+
+    function M.FW.refund(s, now, p, amount)
+      if not s then
+        return 0
+      end
+      local start, n = M.fw_current(s, now, p.window_ms)
+      local refunded = n < amount and n or amount
+      if refunded == 0 or s.window_ms ~= p.window_ms then
+        return 0
+      end
+      return refunded, { window_ms = p.window_ms, window_start = start, count = n - refunded }
+    end
+  end
+
+  -- ---------------------------------------------------------------------------------------
+  -- GCRA (core/src/gcra.rs): the arrival time in ticks of 1/limit us.
+  M.LOAD.GC = function()
+
+    M.GC = { tag = "G" }
+
+    function M.gcra_params(limit, period_ms, burst)
+      local p = { limit = limit, period_ms = period_ms, burst = burst or limit }
+      M.exact_wait(p.burst, p.period_ms, p.limit, "burst x period_ms / limit")
+      p.interval = period_ms * 1000
+      return p
+    end
+
+    function M.GC.parse(args, i)
+      local limit = M.count_param(args[i], "limit")
+      local period_ms = M.duration_param(args[i + 1], "period_ms")
+      i = i + 2
+      local burst
+      if args[i] and args[i]:upper() == "BURST" then
+        if args[i + 1] == nil then
+          M.fail("ERR option BURST needs a value: " .. M.range_text("burst", 1, M.MAX_COUNT))
+        end
+        burst = M.count_param(args[i + 1], "burst")
+        i = i + 2
+      end
+      return M.gcra_params(limit, period_ms, burst), i
+    end
+
+    function M.GC.read(key)
+      local v = M.read_fixed(key, "G", 37)
+      if not v then
+        return nil
+      end
+      local s = { tat = M.read_u128(v, 6), limit = M.read_u64(v, 22), period_ms = M.read_u64(v, 30) }
+      if not M.valid_duration(s.period_ms) or not s.limit or s.limit < 1 or s.limit > M.MAX_COUNT then
+        M.corrupt("G")
+      end
+      local latest = M.badd(M.U64_MAX, M.bmul(M.bn(M.MAX_COUNT), M.bn(M.MAX_COUNT)))
+      if M.bcmp(M.bdiv(s.tat, s.limit), latest) > 0 then
+        M.corrupt("G")
+      end
+      return s
+    end
+
+    function M.GC.encode(s)
+      return M.header("G") .. M.u128_bytes(s.tat) .. M.u64_bytes(s.limit) .. M.u64_bytes(s.period_ms)
+    end
+
+    function M.gcra_tat_in(s, limit)
+      if s.limit == limit then
+        return s.tat
+      end
+      local q, r = M.bdivmod(s.tat, s.limit)
+      return M.bsat(M.badd(M.bsat(M.bmul(q, M.bn(limit))), M.bdivceil(M.bmul(M.bn(r), M.bn(limit)), s.limit)))
+    end
+
+    function M.GC.check(s, now, p, cost)
+      local now_t = M.bmul(M.bn(now), M.bn(p.limit))
+      local tat = M.bmax(s and M.gcra_tat_in(s, p.limit) or 0, now_t)
+      local horizon = M.badd(now_t, M.bmul(M.bn(p.burst), M.bn(p.interval)))
+      local function to_millis(ticks)
+        return M.ceil_millis(M.bdivceil(ticks, p.limit))
+      end
+      local function decide(allowed, retry, t)
+        return M.decision(allowed, p.burst, M.bnum(M.bdiv(M.bsub(horizon, t), p.interval)), retry, to_millis(M.bsub(t, now_t)))
+      end
+      if cost > p.burst then
+        return decide(false, -1, tat)
+      end
+      local after = M.bsat(M.badd(tat, M.bmul(M.bn(cost), M.bn(p.interval))))
+      if M.bcmp(after, horizon) > 0 then
+        return decide(false, to_millis(M.bsub(after, horizon)), tat)
+      end
+      local new
+      if cost > 0 then
+        new = { tat = after, limit = p.limit, period_ms = p.period_ms }
+      end
+      return decide(true, 0, after), new
+    end
+
+    function M.GC.refund(s, now, p, amount)
+      local now_t = M.bmul(M.bn(now), M.bn(p.limit))
+      local tat = s and M.gcra_tat_in(s, p.limit) or 0
+      local refunded = M.bnum(M.bdivceil(M.bsub(tat, now_t), p.interval))
+      if refunded > amount then
+        refunded = amount
+      end
+      if refunded == 0 then
+        return 0
+      end
+      local new_tat = M.bmax(M.bsub(tat, M.bmul(M.bn(refunded), M.bn(p.interval))), now_t)
+      return refunded, { tat = new_tat, limit = p.limit, period_ms = p.period_ms }
+    end
+  end
+
+  -- ---------------------------------------------------------------------------------------
+  -- Sliding window log (core/src/sliding_log.rs): varint-encoded entries, oldest first.
+  M.LOAD.LG = function()
+
+    M.LG = { tag = "L" }
+
+    function M.LG.parse(args, i)
+      local p = {}
+      p.limit = M.integer(args[i], "limit", 1, M.MAX_LOG)
+      p.window_ms = M.duration_param(args[i + 1], "window_ms")
+      p.window = p.window_ms * 1000
+      return p, i + 2
+    end
+
+    -- A varint at `pos`: value, next position; nil when malformed or 2^53 or more.
+    function M.read_varint(v, pos)
+      local value, scale = 0, 1
+      for k = 0, 7 do
+        local b = byte(v, pos + k)
+        if not b then
+          return nil
+        end
+        if b < 128 then
+          if b == 0 and k > 0 then
+            return nil
+          end
+          value = value + b * scale
+          if value > M.EXACT then
+            return nil
+          end
+          return value, pos + k + 1
+        end
+        value = value + (b - 128) * scale
+        scale = scale * 128
+      end
+      return nil
+    end
+
+    function M.varint(out, v)
+      while v >= 128 do
+        local q = floor(v / 128)
+        out[#out + 1] = v - q * 128 + 128
+        v = q
+      end
+      out[#out + 1] = v
+    end
+
+    function M.LG.read(key)
+      local v = M.read_value(key, "L")
+      if not v then
+        return nil
+      end
+      local window_ms, pos = M.read_varint(v, 6)
+      if not M.valid_duration(window_ms) then
+        M.corrupt("L")
+      end
+      local at, total, times, counts = 0, 0, {}, {}
+      while pos <= #v do
+        local word, n
+        word, pos = M.read_varint(v, pos)
+        if not word then
+          M.corrupt("L")
+        end
+        n = 1
+        if word % 2 == 1 then
+          n, pos = M.read_varint(v, pos)
+          if not n or n < 2 then
+            M.corrupt("L")
+          end
+        end
+        at = at + floor(word / 2)
+        total = total + n
+        if at > M.LATEST_US or total > M.MAX_LOG then
+          M.corrupt("L")
+        end
+        times[#times + 1] = at
+        counts[#counts + 1] = n
+      end
+      return { window_ms = window_ms, times = times, counts = counts }
+    end
+
+    function M.LG.encode(s)
+      local out = {}
+      M.varint(out, s.window_ms)
+      local previous = 0
+      for i = 1, #s.times do
+        local delta = s.times[i] - previous
+        previous = s.times[i]
+        if s.counts[i] == 1 then
+          M.varint(out, delta * 2)
+        else
+          M.varint(out, delta * 2 + 1)
+          M.varint(out, s.counts[i])
+        end
+      end
+      local parts = { M.header("L") }
+      for i = 1, #out, 4096 do
+        parts[#parts + 1] = char(unpack(out, i, math.min(i + 4095, #out)))
+      end
+      return table.concat(parts)
+    end
+
+    function M.LG.check(s, now, p, cost)
+      local times = s and s.times or {}
+      local counts = s and s.counts or {}
+      local window, limit = p.window, p.limit
+      local n = #times
+      local at = now
+      if n > 0 and times[n] > now then
+        at = times[n]
+      end
+      local first_live = n + 1
+      for i = 1, n do
+        if times[i] + window > at then
+          first_live = i
+          break
+        end
+      end
+      local used = 0
+      for i = first_live, n do
+        used = used + counts[i]
+      end
+      local function since_now(instant)
+        return instant > now and M.ceil_div(instant - now, 1000) or 0
+      end
+      local newest = first_live <= n and times[n] or nil
+      local function decide(allowed, retry, u, last)
+        return M.decision(allowed, limit, limit > u and limit - u or 0, retry, last and since_now(last + window) or 0)
+      end
+      if cost > limit then
+        return decide(false, -1, used, newest)
+      end
+      local excess = used + cost - limit
+      if excess > 0 then
+        local freed, retry_at = 0, nil
+        for i = first_live, n do
+          freed = freed + counts[i]
+          if freed >= excess then
+            retry_at = times[i] + window
+            break
+          end
+        end
+        if not retry_at then
+          retry_at = newest and newest + window or at
+        end
+        return decide(false, since_now(retry_at), used, newest)
+      end
+      if cost == 0 then
+        return decide(true, 0, used, newest)
+      end
+      local new_times, new_counts = {}, {}
+      for i = first_live, n do
+        new_times[#new_times + 1] = times[i]
+        new_counts[#new_counts + 1] = counts[i]
+      end
+      local m = #new_times
+      if m > 0 and new_times[m] == at then
+        new_counts[m] = new_counts[m] + cost
+      else
+        new_times[m + 1] = at
+        new_counts[m + 1] = cost
+      end
+      return decide(true, 0, used + cost, at), { window_ms = p.window_ms, times = new_times, counts = new_counts }
+    end
+
+    function M.LG.refund(s, now, p, amount)
+      if not s then
+        return 0
+      end
+      local times, counts, window = s.times, s.counts, p.window
+      local n = #times
+      local at = now
+      if n > 0 and times[n] > now then
+        at = times[n]
+      end
+      local live_t, live_c = {}, {}
+      for i = 1, n do
+        if times[i] + window > at then
+          live_t[#live_t + 1] = times[i]
+          live_c[#live_c + 1] = counts[i]
+        end
+      end
+      local refunded = 0
+      while refunded < amount and #live_t > 0 do
+        local m = #live_t
+        local take = live_c[m] < amount - refunded and live_c[m] or amount - refunded
+        live_c[m] = live_c[m] - take
+        refunded = refunded + take
+        if live_c[m] == 0 then
+          live_t[m] = nil
+          live_c[m] = nil
+        end
+      end
+      if refunded == 0 then
+        return 0
+      end
+      return refunded, { window_ms = p.window_ms, times = live_t, counts = live_c }
+    end
+  end
+
+  -- ---------------------------------------------------------------------------------------
+  -- Commands.
+
+  M.ALGORITHMS = "TOKENBUCKET, SLIDING, FIXED, GCRA or LOG"
+  -- An algorithm's table, its code (and the bignums it needs) defined on first use: only what a
+  -- call uses is created (each function defined costs every call).
+  local NEEDS_BIGNUM = { TB = true, SW = true, GC = true }
+
+  function M.algo(name)
+    if not M[name] then
+      if NEEDS_BIGNUM[name] and not M.bn then
+        M.LOAD.bignum()
+      end
+      M.LOAD[name]()
+    end
+    return M[name]
+  end
+
+  M.SPECS = { TOKENBUCKET = "TB", SLIDING = "SW", FIXED = "FW", GCRA = "GC", LOG = "LG" }
+  M.SINGLE = {
+    ["RL.TOKENBUCKET"] = "TB",
+    ["RL.SLIDING"] = "SW",
+    ["RL.FIXED"] = "FW",
+    ["RL.GCRA"] = "GC",
+    ["RL.LOG"] = "LG",
+  }
+
+  function M.now_us()
+    local t = redis.call("TIME")
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+
+  function M.check_exact(d)
+    if d.remaining > M.EXACT or d.retry > M.EXACT or d.reset > M.EXACT then
+      M.fail("ERR a reply value is beyond the exact range of the Lua twin (2^53): use the module for this key")
+    end
+    return d
+  end
+
+  function M.reply(d)
+    return { d.allowed and 1 or 0, d.limit, d.remaining, d.retry, d.reset }
+  end
+
+  function M.arity(name)
+    M.fail("ERR wrong number of arguments for '" .. name .. "' command")
+  end
+
+  -- A spec of RL.ALL or RL.REFUND at args[i]: algorithm, params, next index; errors as SpecError.
+  function M.parse_spec(args, i, prefix)
+    local ok, a, p, nxt = pcall(function()
+      local name = args[i]
+      if name == nil then
+        M.fail("missing, expected " .. M.ALGORITHMS .. " and its parameters")
+      end
+      local algo = M.SPECS[name:upper()]
+      if algo then
+        algo = M.algo(algo)
+      end
+      if not algo then
+        M.fail("unknown algorithm '" .. M.shown(name) .. "', expected " .. M.ALGORITHMS)
+      end
+      local params, after = algo.parse(args, i + 1)
+      return algo, params, after
+    end)
+    if not ok then
+      local text = tostring(a)
+      if text:sub(1, #M.MARK) ~= M.MARK then
+        error(a, 0)
+      end
+      text = text:sub(#M.MARK + 1):gsub("^ERR ", "")
+      M.fail("ERR " .. prefix .. text)
+    end
+    return a, p, nxt
+  end
+
+  function M.single(name, algo, args)
+    if #M.KEYS ~= 1 or #args < (algo == M.TB and 4 or 3) then
+      M.arity(name)
+    end
+    local p, i
+    if algo == M.GC then
+      local limit = M.count_param(args[2], "limit")
+      local period_ms = M.duration_param(args[3], "period_ms")
+      local cost, peek, burst = M.options(args, 4, true)
+      return algo, M.gcra_params(limit, period_ms, burst), cost, peek
+    end
+    p, i = algo.parse(args, 2)
+    local cost, peek = M.options(args, i, false)
+    return algo, p, cost, peek
+  end
+
+  function M.run_single(name, algo, args)
+    local p, cost, peek
+    algo, p, cost, peek = M.single(name, algo, args)
+    local key = M.KEYS[1]
+    local state = algo.read(key)
+    local now = M.now_us()
+    local d, new = algo.check(state, now, p, cost)
+    M.check_exact(d)
+    if new and not peek then
+      M.write(key, algo.encode(new), now, d.reset)
+    end
+    return M.reply(d)
+  end
+
+  function M.run_all(args)
+    local n = #M.KEYS
+    if n + #args < 3 then
+      M.arity(args[1])
+    end
+    if n < 1 or n > M.MAX_ALL_KEYS then
+      M.param_error("numkeys", 1, M.MAX_ALL_KEYS)
+    end
+    for i = 2, n do
+      for j = 1, i - 1 do
+        if M.KEYS[j] == M.KEYS[i] then
+          M.fail("ERR key " .. i .. " repeats an earlier key: each key may appear once")
+        end
       end
     end
-    at = at + floor(word / 2)
-    total = total + n
-    if at > LATEST_US or total > MAX_LOG then
-      corrupt("L")
+    local specs, at = {}, 2
+    for i = 1, n do
+      local algo, p
+      algo, p, at = M.parse_spec(args, at, "spec " .. i .. ": ")
+      specs[i] = { algo = algo, p = p }
     end
-    times[#times + 1] = at
-    counts[#counts + 1] = n
-  end
-  return { window_ms = window_ms, times = times, counts = counts }
-end
-
-function LG.encode(s)
-  local out = {}
-  varint(out, s.window_ms)
-  local previous = 0
-  for i = 1, #s.times do
-    local delta = s.times[i] - previous
-    previous = s.times[i]
-    if s.counts[i] == 1 then
-      varint(out, delta * 2)
-    else
-      varint(out, delta * 2 + 1)
-      varint(out, s.counts[i])
+    local cost, peek = M.options(args, at, false)
+    local states = {}
+    for i = 1, n do
+      states[i] = specs[i].algo.read(M.KEYS[i])
     end
-  end
-  local parts = { header("L") }
-  for i = 1, #out, 4096 do
-    parts[#parts + 1] = char(unpack(out, i, math.min(i + 4095, #out)))
-  end
-  return table.concat(parts)
-end
-
-function LG.check(s, now, p, cost)
-  local times = s and s.times or {}
-  local counts = s and s.counts or {}
-  local window, limit = p.window, p.limit
-  local n = #times
-  local at = now
-  if n > 0 and times[n] > now then
-    at = times[n]
-  end
-  local first_live = n + 1
-  for i = 1, n do
-    if times[i] + window > at then
-      first_live = i
-      break
-    end
-  end
-  local used = 0
-  for i = first_live, n do
-    used = used + counts[i]
-  end
-  local function since_now(instant)
-    return instant > now and ceil_div(instant - now, 1000) or 0
-  end
-  local newest = first_live <= n and times[n] or nil
-  local function decide(allowed, retry, u, last)
-    return decision(allowed, limit, limit > u and limit - u or 0, retry, last and since_now(last + window) or 0)
-  end
-  if cost > limit then
-    return decide(false, -1, used, newest)
-  end
-  local excess = used + cost - limit
-  if excess > 0 then
-    local freed, retry_at = 0, nil
-    for i = first_live, n do
-      freed = freed + counts[i]
-      if freed >= excess then
-        retry_at = times[i] + window
-        break
+    local now = M.now_us()
+    local decisions, writes, denied = {}, {}, 0
+    for i = 1, n do
+      decisions[i], writes[i] = specs[i].algo.check(states[i], now, specs[i].p, cost)
+      M.check_exact(decisions[i])
+      if denied == 0 and not decisions[i].allowed then
+        denied = i
       end
     end
-    if not retry_at then
-      retry_at = newest and newest + window or at
+    if denied > 0 then
+      for i = 1, n do
+        if decisions[i].allowed then
+          decisions[i] = M.check_exact(specs[i].algo.check(states[i], now, specs[i].p, 0))
+        end
+      end
+    elseif not peek then
+      for i = 1, n do
+        if writes[i] then
+          M.write(M.KEYS[i], specs[i].algo.encode(writes[i]), now, decisions[i].reset)
+        end
+      end
     end
-    return decide(false, since_now(retry_at), used, newest)
-  end
-  if cost == 0 then
-    return decide(true, 0, used, newest)
-  end
-  local new_times, new_counts = {}, {}
-  for i = first_live, n do
-    new_times[#new_times + 1] = times[i]
-    new_counts[#new_counts + 1] = counts[i]
-  end
-  local m = #new_times
-  if m > 0 and new_times[m] == at then
-    new_counts[m] = new_counts[m] + cost
-  else
-    new_times[m + 1] = at
-    new_counts[m + 1] = cost
-  end
-  return decide(true, 0, used + cost, at), { window_ms = p.window_ms, times = new_times, counts = new_counts }
-end
-
-function LG.refund(s, now, p, amount)
-  if not s then
-    return 0
-  end
-  local times, counts, window = s.times, s.counts, p.window
-  local n = #times
-  local at = now
-  if n > 0 and times[n] > now then
-    at = times[n]
-  end
-  local live_t, live_c = {}, {}
-  for i = 1, n do
-    if times[i] + window > at then
-      live_t[#live_t + 1] = times[i]
-      live_c[#live_c + 1] = counts[i]
+    local per_key = {}
+    for i = 1, n do
+      local d = decisions[i]
+      per_key[i] = { d.limit, d.remaining, d.retry, d.reset }
     end
+    return { denied == 0 and 1 or 0, denied, per_key }
   end
-  local refunded = 0
-  while refunded < amount and #live_t > 0 do
-    local m = #live_t
-    local take = live_c[m] < amount - refunded and live_c[m] or amount - refunded
-    live_c[m] = live_c[m] - take
-    refunded = refunded + take
-    if live_c[m] == 0 then
-      live_t[m] = nil
-      live_c[m] = nil
+
+  function M.run_refund(args)
+    if #M.KEYS ~= 1 or #args < 4 then
+      M.arity(args[1])
     end
+    local algo, p, i = M.parse_spec(args, 2, "spec: ")
+    local rest = #args - i + 1
+    local amount
+    if rest == 0 then
+      M.fail("ERR RL.REFUND needs COST n: the units to give back")
+    elseif args[i]:upper() ~= "COST" then
+      M.fail("ERR unknown option '" .. M.shown(args[i]) .. "', expected COST n")
+    elseif rest == 1 then
+      M.fail("ERR option COST needs a value: " .. M.range_text("cost", 0, M.MAX_COUNT))
+    elseif rest > 2 then
+      M.fail("ERR option COST given more than once")
+    end
+    amount = M.integer(args[i + 1], "cost", 0, M.MAX_COUNT)
+    local key = M.KEYS[1]
+    local state = algo.read(key)
+    local now = M.now_us()
+    local refunded, new = algo.refund(state, now, p, amount)
+    local view = M.check_exact(algo.check(new or state, now, p, 0))
+    if new then
+      M.write(key, algo.encode(new), now, view.reset)
+    end
+    return { refunded, view.limit, view.remaining, 0, view.reset }
   end
-  if refunded == 0 then
-    return 0
-  end
-  return refunded, { window_ms = p.window_ms, times = live_t, counts = live_c }
-end
 
--- ---------------------------------------------------------------------------------------
--- Commands.
-
-local ALGORITHMS = "TOKENBUCKET, SLIDING, FIXED, GCRA or LOG"
-local SPECS = { TOKENBUCKET = TB, SLIDING = SW, FIXED = FW, GCRA = GC, LOG = LG }
-local SINGLE = {
-  ["RL.TOKENBUCKET"] = TB,
-  ["RL.SLIDING"] = SW,
-  ["RL.FIXED"] = FW,
-  ["RL.GCRA"] = GC,
-  ["RL.LOG"] = LG,
-}
-
-local function now_us()
-  local t = redis.call("TIME")
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
-local function check_exact(d)
-  if d.remaining > EXACT or d.retry > EXACT or d.reset > EXACT then
-    fail("ERR a reply value is beyond the exact range of the Lua twin (2^53): use the module for this key")
-  end
-  return d
-end
-
-local function reply(d)
-  return { d.allowed and 1 or 0, d.limit, d.remaining, d.retry, d.reset }
-end
-
-local function arity(name)
-  fail("ERR wrong number of arguments for '" .. name .. "' command")
-end
-
--- A spec of RL.ALL or RL.REFUND at args[i]: algorithm, params, next index; errors as SpecError.
-local function parse_spec(args, i, prefix)
-  local ok, a, p, nxt = pcall(function()
-    local name = args[i]
+  function M.main(args)
+    local name = args[1]
     if name == nil then
-      fail("missing, expected " .. ALGORITHMS .. " and its parameters")
+      M.fail("ERR the Lua twin needs the command name after the keys (RL.TOKENBUCKET, RL.ALL, ...)")
     end
-    local algo = SPECS[name:upper()]
-    if not algo then
-      fail("unknown algorithm '" .. shown(name) .. "', expected " .. ALGORITHMS)
+    local upper = name:upper()
+    local algo = M.SINGLE[upper]
+    if algo then
+      algo = M.algo(algo)
+      return M.run_single(name, algo, args)
+    elseif upper == "RL.ALL" then
+      return M.run_all(args)
+    elseif upper == "RL.REFUND" then
+      return M.run_refund(args)
     end
-    local params, after = algo.parse(args, i + 1)
-    return algo, params, after
-  end)
-  if not ok then
-    local text = tostring(a)
-    if text:sub(1, #MARK) ~= MARK then
-      error(a, 0)
-    end
-    text = text:sub(#MARK + 1):gsub("^ERR ", "")
-    fail("ERR " .. prefix .. text)
+    M.fail("ERR unknown command '" .. M.shown(name) .. "' for the Lua twin")
   end
-  return a, p, nxt
+  return M
 end
 
-local function single(name, algo, args)
-  if #KEYS ~= 1 or #args < (algo == TB and 4 or 3) then
-    arity(name)
+local M
+
+-- One call: `keys` and `args` as FCALL (or EVALSHA) passes them.
+local function rl(keys, args)
+  M = M or build()
+  M.KEYS = keys
+  local ok, result = pcall(M.main, args)
+  if ok then
+    return result
   end
-  local p, i
-  if algo == GC then
-    local limit = count(args[2], "limit")
-    local period_ms = duration(args[3], "period_ms")
-    local cost, peek, burst = options(args, 4, true)
-    return algo, gcra_params(limit, period_ms, burst), cost, peek
+  local text = tostring(type(result) == "table" and result.err or result)
+  if text:sub(1, #M.MARK) == M.MARK then
+    return redis.error_reply(text:sub(#M.MARK + 1))
   end
-  p, i = algo.parse(args, 2)
-  local cost, peek = options(args, i, false)
-  return algo, p, cost, peek
+  return redis.error_reply("ERR internal error in the redis-rl Lua twin (a bug: please report it): " .. text)
 end
 
-local function run_single(name, algo, args)
-  local p, cost, peek
-  algo, p, cost, peek = single(name, algo, args)
-  local key = KEYS[1]
-  local state = algo.read(key)
-  local now = now_us()
-  local d, new = algo.check(state, now, p, cost)
-  check_exact(d)
-  if new and not peek then
-    write(key, algo.encode(new), now, d.reset)
-  end
-  return reply(d)
+if redis.register_function then
+  redis.register_function("rl", rl)
+else
+  return rl(KEYS, ARGV)
 end
-
-local function run_all(args)
-  local n = #KEYS
-  if n + #args < 3 then
-    arity(args[1])
-  end
-  if n < 1 or n > MAX_ALL_KEYS then
-    param_error("numkeys", 1, MAX_ALL_KEYS)
-  end
-  for i = 2, n do
-    for j = 1, i - 1 do
-      if KEYS[j] == KEYS[i] then
-        fail("ERR key " .. i .. " repeats an earlier key: each key may appear once")
-      end
-    end
-  end
-  local specs, at = {}, 2
-  for i = 1, n do
-    local algo, p
-    algo, p, at = parse_spec(args, at, "spec " .. i .. ": ")
-    specs[i] = { algo = algo, p = p }
-  end
-  local cost, peek = options(args, at, false)
-  local states = {}
-  for i = 1, n do
-    states[i] = specs[i].algo.read(KEYS[i])
-  end
-  local now = now_us()
-  local decisions, writes, denied = {}, {}, 0
-  for i = 1, n do
-    decisions[i], writes[i] = specs[i].algo.check(states[i], now, specs[i].p, cost)
-    check_exact(decisions[i])
-    if denied == 0 and not decisions[i].allowed then
-      denied = i
-    end
-  end
-  if denied > 0 then
-    for i = 1, n do
-      if decisions[i].allowed then
-        decisions[i] = check_exact(specs[i].algo.check(states[i], now, specs[i].p, 0))
-      end
-    end
-  elseif not peek then
-    for i = 1, n do
-      if writes[i] then
-        write(KEYS[i], specs[i].algo.encode(writes[i]), now, decisions[i].reset)
-      end
-    end
-  end
-  local per_key = {}
-  for i = 1, n do
-    local d = decisions[i]
-    per_key[i] = { d.limit, d.remaining, d.retry, d.reset }
-  end
-  return { denied == 0 and 1 or 0, denied, per_key }
-end
-
-local function run_refund(args)
-  if #KEYS ~= 1 or #args < 4 then
-    arity(args[1])
-  end
-  local algo, p, i = parse_spec(args, 2, "spec: ")
-  local rest = #args - i + 1
-  local amount
-  if rest == 0 then
-    fail("ERR RL.REFUND needs COST n: the units to give back")
-  elseif args[i]:upper() ~= "COST" then
-    fail("ERR unknown option '" .. shown(args[i]) .. "', expected COST n")
-  elseif rest == 1 then
-    fail("ERR option COST needs a value: " .. range_text("cost", 0, MAX_COUNT))
-  elseif rest > 2 then
-    fail("ERR option COST given more than once")
-  end
-  amount = integer(args[i + 1], "cost", 0, MAX_COUNT)
-  local key = KEYS[1]
-  local state = algo.read(key)
-  local now = now_us()
-  local refunded, new = algo.refund(state, now, p, amount)
-  local view = check_exact(algo.check(new or state, now, p, 0))
-  if new then
-    write(key, algo.encode(new), now, view.reset)
-  end
-  return { refunded, view.limit, view.remaining, 0, view.reset }
-end
-
-local function main(args)
-  local name = args[1]
-  if name == nil then
-    fail("ERR the Lua twin needs the command name after the keys (RL.TOKENBUCKET, RL.ALL, ...)")
-  end
-  local upper = name:upper()
-  local algo = SINGLE[upper]
-  if algo then
-    return run_single(name, algo, args)
-  elseif upper == "RL.ALL" then
-    return run_all(args)
-  elseif upper == "RL.REFUND" then
-    return run_refund(args)
-  end
-  fail("ERR unknown command '" .. shown(name) .. "' for the Lua twin")
-end
-
-local ok, result = pcall(main, ARGV)
-if ok then
-  return result
-end
-local text = tostring(type(result) == "table" and result.err or result)
-if text:sub(1, #MARK) == MARK then
-  return redis.error_reply(text:sub(#MARK + 1))
-end
-return redis.error_reply("ERR internal error in the redis-rl Lua twin (a bug: please report it): " .. text)

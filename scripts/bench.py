@@ -81,6 +81,22 @@ COMMANDS = [
                    "TOKENBUCKET", BIG, "1", "1000", "SLIDING", BIG, "60000",
                    "SLIDING", BIG, "60000", "TOKENBUCKET", BIG, "1", "1000"], "rl.all", "RL.ALL"),
 ]
+# The Lua twin (lua/rl.lua, for servers without the module): each module command above with
+# the same arguments, as `FCALL rl numkeys keys... RL.X args...` (the library), and the token
+# bucket also as a script (`EVALSHA`, where FUNCTION is not allowed).
+TWIN = "twin "
+TWIN_SCRIPT = "twin script RL.TOKENBUCKET"
+for _name, _args, _stat, _need in list(COMMANDS):
+    if _name in ("RL.TOKENBUCKET", "RL.SLIDING", "RL.FIXED", "RL.GCRA", "RL.LOG"):
+        COMMANDS.append((TWIN + _name, ["FCALL", "rl", "1", "{k}", _args[0]] + _args[2:],
+                         "fcall", "twin"))
+    elif _name == "RL.ALL x4":
+        COMMANDS.append((TWIN + _name, ["FCALL", "rl"] + _args[1:6] + ["RL.ALL"] + _args[6:],
+                         "fcall", "twin"))
+    if _name == "RL.TOKENBUCKET":
+        COMMANDS.append((TWIN_SCRIPT, ["EVALSHA", "{tsha}", "1", "{k}", _args[0]] + _args[2:],
+                         "evalsha", "twin"))
+TWIN_SHA = {"sha": ""}
 NOTES = {
     "Lua EVALSHA": "the design's script verbatim; `now` is a fixed number sent by the client",
     "RL.LOG": "limit 100/min: on the hot key almost every call is denied (a read of 100 entries)",
@@ -97,6 +113,8 @@ MEMORY = [
                           "1700000000.123456", "1"]], "lua"),
     ("CL.THROTTLE", [["CL.THROTTLE", "{k}", "99", "1", "3600", "1"]], "CL.THROTTLE"),
     ("RL.TOKENBUCKET", [["RL.TOKENBUCKET", "{k}", "100", "1", "3600000"]], "RL.TOKENBUCKET"),
+    ("twin RL.TOKENBUCKET", [["FCALL", "rl", "1", "{k}", "RL.TOKENBUCKET", "100", "1", "3600000"]],
+     "twin"),
     ("RL.SLIDING", [["RL.SLIDING", "{k}", "100", "3600000"]], "RL.SLIDING"),
     ("RL.FIXED", [["RL.FIXED", "{k}", "100", "3600000"]], "RL.FIXED"),
     ("RL.GCRA", [["RL.GCRA", "{k}", "1", "36000", "BURST", "100"]], "RL.GCRA"),
@@ -230,7 +248,8 @@ class Server:
 
 
 def expand(args, key, sha, pxat):
-    return [a.replace("{k}", key).replace("{sha}", sha).replace("{pxat}", pxat) for a in args]
+    return [a.replace("{k}", key).replace("{sha}", sha).replace("{pxat}", pxat)
+            .replace("{tsha}", TWIN_SHA["sha"]) for a in args]
 
 
 def redis_benchmark(port, args, n, pipeline, random_keys):
@@ -420,6 +439,7 @@ def report(results, mem, criterion, info, present, problems):
         lines.append("")
         if "RL.ALL x4" in med and cfg in med["RL.ALL x4"]:
             lines += all_comparison(med, usec, cfg)
+    lines += twin_comparison(med, usec)
     if mem:
         base = mem.get("INCR+EXPIRE", {}).get("per_key")
         lines += ["## Memory per limiter key", "",
@@ -497,6 +517,34 @@ def targets(med, usec, mem, head):
     return out + [""]
 
 
+def twin_comparison(med, usec):
+    """Each algorithm as the module's command, as the Lua twin and (token bucket) the design's script."""
+    rows = []
+    for cfg in CONFIGS:
+        for name in ("RL.TOKENBUCKET", "RL.SLIDING", "RL.FIXED", "RL.GCRA", "RL.LOG", "RL.ALL x4"):
+            twin = TWIN + name
+            if cfg not in med.get(name, {}) or cfg not in med.get(twin, {}):
+                continue
+            lua = usec.get("Lua EVALSHA", {}).get(cfg)
+            script = usec.get(TWIN_SCRIPT, {}).get(cfg) if name == "RL.TOKENBUCKET" else None
+            rows.append("| %s | %s | %s / %.2f | %s / %.2f | %s | %s | %s |" % (
+                config_name(*cfg), name, fmt_rps(med[name][cfg]), usec[name][cfg],
+                fmt_rps(med[twin][cfg]), usec[twin][cfg],
+                "%.2fx" % (usec[twin][cfg] / usec[name][cfg]) if usec[name][cfg] else "-",
+                "%.2f" % script if script else "-",
+                "%.2f" % lua if lua and name == "RL.TOKENBUCKET" else "-"))
+    if not rows:
+        return []
+    return ["## Without the module: the Lua twin", "",
+            "The same calls through `lua/rl.lua` (`FCALL`: the function library; server clock, "
+            "same bytes), next to the module's command; for the token bucket also the same file as "
+            "a script (`EVALSHA`) and the design's Lua script (`now` sent by the client, float "
+            "math). Cells: req/s / server usec_per_call.", "",
+            "| configuration | command | module | twin (FCALL) | twin usec / module usec | "
+            "twin as script usec | design's Lua usec |",
+            "|---|---|---:|---:|---:|---:|---:|"] + rows + [""]
+
+
 def all_comparison(med, usec, cfg):
     """RL.ALL vs four single calls vs the design's loop, the last two derived from single runs."""
     def seq(parts):
@@ -566,8 +614,17 @@ def main():
         with open(os.path.join(ROOT, "benches", "lua", "token_bucket.lua")) as f:
             sha = client.call("SCRIPT", "LOAD", f.read()).decode()
         present = {"lua"}
+        with open(os.path.join(ROOT, "lua", "rl.lua")) as f:
+            library = f.read()
+        loaded = client.call("FUNCTION", "LOAD", "REPLACE", library)
+        script = "#!lua\n" + library.split("\n", 1)[1]
+        TWIN_SHA["sha"] = client.call("SCRIPT", "LOAD", script).decode()
+        if isinstance(loaded, RespError) or isinstance(TWIN_SHA["sha"], RespError):
+            problems.append("the Lua twin did not load: %s" % loaded)
+        else:
+            present.add("twin")
         for _, _, _, need in COMMANDS:
-            if need and need != "lua":
+            if need and need not in ("lua", "twin"):
                 info = client.call("COMMAND", "INFO", need)
                 if info and info[0] is not None:
                     present.add(need)

@@ -28,29 +28,58 @@ use std::time::Instant;
 
 const SCRIPT: &str = include_str!("../lua/rl.lua");
 const CLOCK: &str =
-    "local t = redis.call(\"TIME\")\n  return tonumber(t[1]) * 1000000 + tonumber(t[2])";
+    "local t = redis.call(\"TIME\")\n    return tonumber(t[1]) * 1000000 + tonumber(t[2])";
+const ENTRY: &str = "  M = M or build()\n";
 
-/// The twin with the clock replaced by the last argument (µs): for exact comparisons only.
-fn fixed_clock_script() -> String {
+/// The library with the clock replaced by the last argument (µs): for exact comparisons only.
+fn fixed_clock_library() -> String {
     assert!(
         SCRIPT.contains(CLOCK),
         "lua/rl.lua reads TIME as the test expects"
     );
-    let body = SCRIPT.replacen(CLOCK, "return FIXED_NOW", 1);
-    let (shebang, rest) = body.split_once('\n').unwrap();
-    format!("{shebang}\nlocal FIXED_NOW = tonumber(table.remove(ARGV))\n{rest}")
+    assert!(
+        SCRIPT.contains(ENTRY),
+        "lua/rl.lua builds M as the test expects"
+    );
+    SCRIPT.replacen(CLOCK, "return M.FIXED_NOW", 1).replacen(
+        ENTRY,
+        &format!("{ENTRY}  M.FIXED_NOW = tonumber(table.remove(args))\n"),
+        1,
+    )
 }
 
-fn load(conn: &mut redis::Connection, script: &str) -> String {
+/// The same file as a script (EVALSHA), for servers that refuse FUNCTION.
+fn as_script(library: &str) -> String {
+    let (_, rest) = library.split_once('\n').unwrap();
+    format!("#!lua\n{rest}")
+}
+
+/// Loads the library (`FUNCTION LOAD REPLACE`) and the same file as a script; returns the
+/// script's sha.
+fn load(conn: &mut redis::Connection, library: &str) -> String {
+    let name: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library)
+        .query(conn)
+        .unwrap();
+    assert_eq!(name, "redisrl");
     redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(script)
+        .arg(as_script(library))
         .query(conn)
         .unwrap()
 }
 
-/// `RL.X key args...` as the twin's `EVALSHA sha numkeys keys... RL.X args...`.
-fn twin_cmd(sha: &str, keys: &[String], argv: &[String]) -> redis::Cmd {
+/// `RL.X key args...` as the twin's `FCALL rl numkeys keys... RL.X args...`.
+fn twin_cmd(_sha: &str, keys: &[String], argv: &[String]) -> redis::Cmd {
+    let mut cmd = redis::cmd("FCALL");
+    cmd.arg("rl").arg(keys.len()).arg(keys).arg(argv);
+    cmd
+}
+
+/// The same through the script: `EVALSHA sha numkeys keys... RL.X args...`.
+fn script_cmd(sha: &str, keys: &[String], argv: &[String]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(sha).arg(keys.len()).arg(keys).arg(argv);
     cmd
@@ -537,7 +566,7 @@ fn get(conn: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
 fn exact_against_the_core() {
     let server = Server::start();
     let mut conn = server.client();
-    let sha = load(&mut conn, &fixed_clock_script());
+    let sha = load(&mut conn, &fixed_clock_library());
     // Start a day ahead of the server's clock, so no key expires during the test.
     let start = server_time_us(&mut conn) + 86_400_000_000;
     let sequences: u64 = 60;
@@ -572,7 +601,13 @@ fn exact_against_the_core() {
             argv.extend(rest);
             argv.push(now.to_string());
             let expected = model(&op, &specs, &states, now);
-            let got: Value = twin_cmd(&sha, &op_keys, &argv)
+            // The library and the script alike.
+            let cmd = if r.chance(25) {
+                script_cmd(&sha, &op_keys, &argv)
+            } else {
+                twin_cmd(&sha, &op_keys, &argv)
+            };
+            let got: Value = cmd
                 .query(&mut conn)
                 .unwrap_or_else(|e| panic!("seed {seed} step {step} {argv:?}: {e}"));
             calls += 1;
@@ -670,21 +705,22 @@ fn same_replies_as_the_module() {
         for step in 0..40 {
             let op = Op::random(&mut r, &specs);
             let (name, idx, rest) = op.command(&specs);
-            let run = |conn: &mut redis::Connection, set: &[String], twin: bool| -> Value {
+            // 0: the module, 1: the library (FCALL), 2: the script (EVALSHA).
+            let run = |conn: &mut redis::Connection, set: &[String], how: u64| -> Value {
                 let keys: Vec<String> = idx.iter().map(|&i| set[i].clone()).collect();
-                let cmd = if twin {
-                    let mut argv = vec![name.to_string()];
-                    argv.extend(rest.iter().cloned());
-                    twin_cmd(&sha, &keys, &argv)
-                } else {
-                    module_cmd(name, &keys, &rest)
+                let mut argv = vec![name.to_string()];
+                argv.extend(rest.iter().cloned());
+                let cmd = match how {
+                    0 => module_cmd(name, &keys, &rest),
+                    1 => twin_cmd(&sha, &keys, &argv),
+                    _ => script_cmd(&sha, &keys, &argv),
                 };
                 cmd.query(conn)
                     .unwrap_or_else(|e| panic!("seed {seed} step {step} {name} {rest:?}: {e}"))
             };
-            let m = run(&mut conn, &sets[0], false);
-            let t = run(&mut conn, &sets[1], true);
-            let x = run(&mut conn, &sets[2], r.chance(50));
+            let m = run(&mut conn, &sets[0], 0);
+            let t = run(&mut conn, &sets[1], 1);
+            let x = run(&mut conn, &sets[2], r.below(3));
             let tolerance = began.elapsed().as_millis() as i64 + 2;
             let what = format!("seed {seed} step {step} {name} {rest:?}");
             assert_same(&m, &t, tolerance, &what);
@@ -750,7 +786,6 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
         let (module_key, key) = ("{e}:m".to_string(), "{e}:k".to_string());
         // A live limiter in the twin's key first, which the refused call must leave alone.
         let base: Vec<String> = base.iter().map(|s| s.to_string()).collect();
-        let began = Instant::now();
         let _ = module_cmd(&base[0], std::slice::from_ref(&module_key), &base[1..])
             .query::<Value>(&mut conn);
         let _ = twin_cmd(&sha, std::slice::from_ref(&key), &base).query::<Value>(&mut conn);
@@ -767,10 +802,9 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
                     "{args:?}: a refused twin call changed the key"
                 );
             }
-            (Ok(m), Ok(t)) => {
-                let tolerance = began.elapsed().as_millis() as i64 + 2;
-                assert_same(m, t, tolerance, &format!("{args:?}"))
-            }
+            // Both accepted: the values are compared elsewhere (with time-insensitive
+            // parameters); some of these use windows of a few ms.
+            (Ok(m), Ok(t)) => assert_eq!(to_ints(m)[1], to_ints(t)[1], "{args:?}"),
             // The documented difference: waits over 2^53 ms are refused by the twin.
             (Ok(_), Err(t)) if error_text(t).contains("beyond the exact range of the Lua twin") => {
             }
@@ -970,6 +1004,13 @@ fn refuses_what_it_cannot_compute_exactly() {
     assert_eq!(to_ints(&ok)[..3], [1, 1_000_000_000_000_000, 0]);
     assert_eq!(
         twin_error(&mut conn, &["RL.NOPE"]),
+        "ERR unknown command 'RL.NOPE' for the Lua twin"
+    );
+    let e = script_cmd(&sha, &["{x}:k".to_string()], &["RL.NOPE".to_string()])
+        .query::<Value>(&mut conn)
+        .unwrap_err();
+    assert_eq!(
+        error_text(&e),
         "ERR unknown command 'RL.NOPE' for the Lua twin"
     );
 }
