@@ -62,6 +62,7 @@ test-python: build
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	cd python && $(CARGO) fmt -- --check && $(CARGO) clippy --all-targets -- -D warnings
 
 # Criterion benches of the core, then redis-benchmark of every RL.* command against INCR, GET,
 # SET PXAT, the design's Lua script and redis-cell in one server: writes benches/RESULTS.md.
