@@ -4,6 +4,8 @@ from typing import Optional, Tuple
 
 MAX_COUNT: int
 MAX_DURATION_MS: int
+LUA_TWIN: str
+"""The Lua twin of the module's commands (``lua/rl.lua``), for servers without the module."""
 
 def check_cost(cost: int) -> int:
     """Returns ``cost`` if it is 0 to 10**15, else raises ``ValueError`` with the server's text."""

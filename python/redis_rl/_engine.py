@@ -8,6 +8,7 @@ under the timeout and the breaker.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import threading
@@ -20,7 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from redis_rl._core import LocalStore, check_cost
+from redis_rl._core import LUA_TWIN, LocalStore, check_cost
 from redis_rl.breaker import Breaker, BreakerConfig, BreakerState
 from redis_rl.decision import Decision, MultiDecision, ReplyError, Source, parse_all, parse_single
 from redis_rl.deny_cache import DenyCache
@@ -102,6 +103,49 @@ def _check_key(key: Any) -> None:
         raise ValueError("key must not be empty")
 
 
+class LuaTwin:
+    """The module's commands in Lua (``lua/rl.lua``: same replies, errors and stored bytes),
+    for servers that cannot load the module. Used from the first ``unknown command 'RL.…'``
+    reply on, when enabled: as the function library ``rl`` (``FUNCTION LOAD REPLACE`` once,
+    then ``FCALL``), or where FUNCTION is refused, as a script (``EVALSHA``)."""
+
+    library = LUA_TWIN
+    # The same file runs as a script with a plain shebang (see its header).
+    script = "#!lua" + LUA_TWIN[LUA_TWIN.find("\n") :]
+    sha = hashlib.sha1(script.encode()).hexdigest()
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.active = False
+        self.use_function = True
+
+    def switch(self, command: Command, error: BaseException) -> bool:
+        """True when ``error`` says the server lacks the module and the twin takes over."""
+        if not (self.enabled and _is_unknown_command(error) and str(command[0]).startswith("RL.")):
+            return False
+        if not self.active:
+            log.warning("the server has no redis-rl module: using its Lua twin")
+        self.active = True
+        return True
+
+    @staticmethod
+    def arguments(command: Command) -> Optional[Command]:
+        """``RL.X key args`` as ``1 key RL.X args`` (``RL.ALL n keys specs`` as ``n keys RL.ALL
+        specs``), the arguments of FCALL / EVALSHA after the function or sha; ``None`` for
+        other commands."""
+        name = str(command[0]).upper()
+        if name == "RL.ALL":
+            n = int(command[1])
+            return (n, *command[2 : 2 + n], name, *command[2 + n :])
+        if name.startswith("RL."):
+            return (1, command[1], name, *command[2:])
+        return None
+
+
+def is_function_missing(error: BaseException) -> bool:
+    return isinstance(error, ResponseError) and "function not found" in str(error).lower()
+
+
 class Engine:
     """Breaker, deny cache, local store, capabilities and counters of one limiter."""
 
@@ -113,8 +157,10 @@ class Engine:
         deny_cache: int,
         local_capacity: int,
         rl_all: Optional[bool],
+        lua: bool = True,
     ) -> None:
         self.cluster = cluster
+        self.twin = LuaTwin(lua)
         self.breaker = Breaker(breaker)
         self.deny_cache = DenyCache(deny_cache) if deny_cache > 0 else None
         self.local = LocalStore(local_capacity)

@@ -8,7 +8,9 @@ from typing import Any, Optional, Sequence, Tuple
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from redis_rl._engine import Engine, Failed, LimiterStats, Ok, Op, Result
+from redis.exceptions import NoScriptError, ResponseError
+
+from redis_rl._engine import Engine, Failed, LimiterStats, Ok, Op, Result, is_function_missing
 from redis_rl.breaker import BreakerConfig, BreakerState
 from redis_rl.decision import Decision, MultiDecision
 from redis_rl.policy import Policy
@@ -53,11 +55,14 @@ class Limiter:
         deny_cache: int = 10_000,
         local_capacity: int = 100_000,
         rl_all: Optional[bool] = None,
+        lua: bool = True,
     ) -> None:
         """``client``: a ``redis.asyncio.Redis`` or ``RedisCluster``. ``timeout``: seconds per
         call. ``deny_cache``: keys remembered by the hot-key deny cache (0: off).
         ``local_capacity``: keys held by the local fallback. ``rl_all``: force (True) or
-        avoid (False) RL.ALL for ``check_all`` instead of finding out on first use."""
+        avoid (False) RL.ALL for ``check_all`` instead of finding out on first use.
+        ``lua``: on a server without the module, run its Lua twin (``lua/rl.lua``: ``FCALL rl``
+        after ``FUNCTION LOAD``, else ``EVALSHA``) from the first ``unknown command`` on."""
         if not timeout > 0:
             raise ValueError("timeout must be positive")
         self.client = client
@@ -68,6 +73,7 @@ class Limiter:
             deny_cache=deny_cache,
             local_capacity=local_capacity,
             rl_all=rl_all,
+            lua=lua,
         )
 
     @classmethod
@@ -116,12 +122,42 @@ class Limiter:
         if refused is not None:
             return refused
         try:
-            value = await asyncio.wait_for(self.client.execute_command(*command), self.timeout)
+            value = await asyncio.wait_for(self._send(command), self.timeout)
         except Exception as e:  # noqa: BLE001 - cancellation (BaseException) passes through
             self._engine.settle(e)
             return Failed(e)
         self._engine.settle(None)
         return Ok(value)
+
+    async def _send(self, command: Tuple[Any, ...]) -> Any:
+        twin = self._engine.twin
+        if not twin.active:
+            try:
+                return await self.client.execute_command(*command)
+            except ResponseError as e:
+                if not twin.switch(command, e):
+                    raise
+        args = twin.arguments(command)
+        if args is None:
+            return await self.client.execute_command(*command)
+        run = self.client.execute_command
+        if twin.use_function:
+            try:
+                return await run("FCALL", "rl", *args)
+            except ResponseError as e:
+                if not is_function_missing(e):
+                    raise
+            try:
+                await run("FUNCTION", "LOAD", "REPLACE", twin.library)
+            except ResponseError:
+                twin.use_function = False  # FUNCTION refused (ACL, managed service): a script
+            else:
+                return await run("FCALL", "rl", *args)
+        try:
+            return await run("EVALSHA", twin.sha, *args)
+        except NoScriptError:
+            await run("SCRIPT", "LOAD", twin.script)
+            return await run("EVALSHA", twin.sha, *args)
 
     async def ping(self) -> bool:
         """Pings Redis directly (not through the breaker), within the timeout."""

@@ -7,7 +7,9 @@ from typing import Any, Optional, Sequence, Tuple
 import redis
 from redis.cluster import RedisCluster
 
-from redis_rl._engine import Engine, Failed, LimiterStats, Ok, Op, Result
+from redis.exceptions import NoScriptError, ResponseError
+
+from redis_rl._engine import Engine, Failed, LimiterStats, Ok, Op, Result, is_function_missing
 from redis_rl.breaker import BreakerConfig, BreakerState
 from redis_rl.decision import Decision, MultiDecision
 from redis_rl.limiter import DEFAULT_TIMEOUT
@@ -33,6 +35,7 @@ class SyncLimiter:
         deny_cache: int = 10_000,
         local_capacity: int = 100_000,
         rl_all: Optional[bool] = None,
+        lua: bool = True,
     ) -> None:
         if not timeout > 0:
             raise ValueError("timeout must be positive")
@@ -44,6 +47,7 @@ class SyncLimiter:
             deny_cache=deny_cache,
             local_capacity=local_capacity,
             rl_all=rl_all,
+            lua=lua,
         )
 
     @classmethod
@@ -91,12 +95,42 @@ class SyncLimiter:
         if refused is not None:
             return refused
         try:
-            value = self.client.execute_command(*command)
+            value = self._send(command)
         except Exception as e:  # noqa: BLE001
             self._engine.settle(e)
             return Failed(e)
         self._engine.settle(None)
         return Ok(value)
+
+    def _send(self, command: Tuple[Any, ...]) -> Any:
+        twin = self._engine.twin
+        if not twin.active:
+            try:
+                return self.client.execute_command(*command)
+            except ResponseError as e:
+                if not twin.switch(command, e):
+                    raise
+        args = twin.arguments(command)
+        if args is None:
+            return self.client.execute_command(*command)
+        run = self.client.execute_command
+        if twin.use_function:
+            try:
+                return run("FCALL", "rl", *args)
+            except ResponseError as e:
+                if not is_function_missing(e):
+                    raise
+            try:
+                run("FUNCTION", "LOAD", "REPLACE", twin.library)
+            except ResponseError:
+                twin.use_function = False  # FUNCTION refused (ACL, managed service): a script
+            else:
+                return run("FCALL", "rl", *args)
+        try:
+            return run("EVALSHA", twin.sha, *args)
+        except NoScriptError:
+            run("SCRIPT", "LOAD", twin.script)
+            return run("EVALSHA", twin.sha, *args)
 
     def ping(self) -> bool:
         """Pings Redis directly (not through the breaker)."""

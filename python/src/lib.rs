@@ -318,6 +318,9 @@ fn evict(map: &mut HashMap<String, Slot>, now: Micros, capacity: usize) {
     }
 }
 
+/// The Lua twin of the module's commands (`lua/rl.lua`), for servers without the module.
+const LUA_TWIN: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../lua/rl.lua"));
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Params>()?;
@@ -325,5 +328,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_cost, m)?)?;
     m.add("MAX_COUNT", limits::MAX_COUNT)?;
     m.add("MAX_DURATION_MS", limits::MAX_DURATION_MS)?;
+    m.add("LUA_TWIN", LUA_TWIN)?;
     Ok(())
 }

@@ -41,8 +41,9 @@ def free_port() -> int:
 class Server:
     """One server process with the module loaded; ``stop()`` kills it and removes its dir."""
 
-    def __init__(self, extra: Optional[List[str]] = None, env: Optional[dict] = None) -> None:
+    def __init__(self, extra: Optional[List[str]] = None, env: Optional[dict] = None, module: bool = True) -> None:
         self.extra = extra or []
+        self.module = module
         self.env = env
         self.dir = tempfile.mkdtemp(prefix="rl-py-")
         self.port = 0
@@ -57,7 +58,7 @@ class Server:
             args = [
                 server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", self.dir,
-                "--loadmodule", module_path(), *self.extra,
+                *(["--loadmodule", module_path()] if self.module else []), *self.extra,
             ]
             self.proc = subprocess.Popen(
                 args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env
@@ -116,6 +117,16 @@ def server() -> Iterator[Server]:
 def own_server() -> Iterator[Server]:
     """A server this test may kill or pause."""
     s = Server()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="session")
+def bare_server() -> Iterator[Server]:
+    """A server without the module (the Lua twin's ground)."""
+    s = Server(module=False)
     try:
         yield s
     finally:
