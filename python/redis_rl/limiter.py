@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -21,7 +21,7 @@ DEFAULT_TIMEOUT = 0.05
 """Seconds one call to Redis may take (50 ms, as the Rust client)."""
 
 
-def _no_retry_kwargs() -> dict:
+def _no_retry_kwargs() -> Dict[str, Any]:
     # The breaker does the waiting: redis-py's own retries would stall every call of an
     # outage for their backoff (the Rust client's game day found exactly that).
     from redis.asyncio.retry import Retry
@@ -82,6 +82,7 @@ class Limiter:
         socket timeouts set to ``timeout`` and redis-py's retries off."""
         timeout = kwargs.get("timeout", DEFAULT_TIMEOUT)
         opts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        client: Any
         if cluster:
             client = RedisCluster.from_url(url, **opts)
         else:
@@ -90,11 +91,11 @@ class Limiter:
 
     async def check(self, key: str, policy: Policy, cost: int = 1) -> Decision:
         """Takes ``cost`` units (0: look without taking) for ``key``."""
-        return await self._run(self._engine.check(key, policy, cost, False))
+        return cast(Decision, await self._run(self._engine.check(key, policy, cost, False)))
 
     async def peek(self, key: str, policy: Policy, cost: int = 1) -> Decision:
         """What taking ``cost`` units would answer, taking nothing (``PEEK``)."""
-        return await self._run(self._engine.check(key, policy, cost, True))
+        return cast(Decision, await self._run(self._engine.check(key, policy, cost, True)))
 
     async def check_all(self, items: Sequence[Tuple[str, Policy]], cost: int = 1) -> MultiDecision:
         """Takes ``cost`` units on every key if every enforced key allows it, else nothing.
@@ -102,7 +103,7 @@ class Limiter:
         One RL.ALL per hash slot (one in all on a standalone server, atomic); across slots,
         slot by slot, refunding the slots already taken (RL.REFUND) when a later one denies.
         Shadow policies are checked on their own and never deny."""
-        return await self._run(self._engine.check_all(items, cost))
+        return cast(MultiDecision, await self._run(self._engine.check_all(items, cost)))
 
     async def query(self, *command: Any) -> Any:
         """Runs any command through the breaker and timeout (tier lookups use this); raises

@@ -4,7 +4,7 @@ server's ranges and error texts)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import List, Optional, Tuple, Union
+from typing import ClassVar, List, Optional, Tuple, Union
 
 from redis_rl._core import Params
 
@@ -24,9 +24,9 @@ class FailureMode:
     name: str
     instances: int = 1
 
-    OPEN = None  # type: FailureMode  # set below
-    CLOSED = None  # type: FailureMode
-    LOCAL = None  # type: FailureMode
+    OPEN: ClassVar["FailureMode"]
+    CLOSED: ClassVar["FailureMode"]
+    LOCAL: ClassVar["FailureMode"]
 
     def __post_init__(self) -> None:
         if self.name not in ("open", "closed", "local"):
@@ -51,9 +51,9 @@ class FailureMode:
         return FailureMode(mode)
 
 
-FailureMode.OPEN = FailureMode("open")  # type: ignore[misc]
-FailureMode.CLOSED = FailureMode("closed")  # type: ignore[misc]
-FailureMode.LOCAL = FailureMode("local")  # type: ignore[misc]
+FailureMode.OPEN = FailureMode("open")
+FailureMode.CLOSED = FailureMode("closed")
+FailureMode.LOCAL = FailureMode("local")
 
 _COMMANDS = {
     "token_bucket": ("RL.TOKENBUCKET", "TOKENBUCKET"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -59,6 +59,7 @@ class SyncLimiter:
 
         timeout = kwargs.get("timeout", DEFAULT_TIMEOUT)
         opts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        client: Any
         if cluster:
             client = RedisCluster.from_url(url, **opts)
         else:
@@ -67,15 +68,15 @@ class SyncLimiter:
 
     def check(self, key: str, policy: Policy, cost: int = 1) -> Decision:
         """Takes ``cost`` units (0: look without taking) for ``key``."""
-        return self._run(self._engine.check(key, policy, cost, False))
+        return cast(Decision, self._run(self._engine.check(key, policy, cost, False)))
 
     def peek(self, key: str, policy: Policy, cost: int = 1) -> Decision:
         """What taking ``cost`` units would answer, taking nothing (``PEEK``)."""
-        return self._run(self._engine.check(key, policy, cost, True))
+        return cast(Decision, self._run(self._engine.check(key, policy, cost, True)))
 
     def check_all(self, items: Sequence[Tuple[str, Policy]], cost: int = 1) -> MultiDecision:
         """All or nothing over several keys; see ``redis_rl.Limiter.check_all``."""
-        return self._run(self._engine.check_all(items, cost))
+        return cast(MultiDecision, self._run(self._engine.check_all(items, cost)))
 
     def query(self, *command: Any) -> Any:
         """Runs any command through the breaker and timeout (tier lookups use this); raises

@@ -1,0 +1,66 @@
+"""A Redis Cluster (one node holding every slot) through redis-py's cluster clients: single
+keys are routed, and check_all sends one RL.ALL per hash slot, refunding the slots already
+taken when a later one denies."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Iterator
+
+import pytest
+import redis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+from conftest import Server
+from redis_rl import Limiter, Policy, Source, SyncLimiter
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Server]:
+    s = Server(extra=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
+    try:
+        r = redis.Redis(port=s.port)
+        r.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        deadline = time.monotonic() + 20
+        while b"cluster_state:ok" not in r.execute_command("CLUSTER", "INFO") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        r.close()
+        yield s
+    finally:
+        s.stop()
+
+
+def test_check_all_across_slots_refunds_the_slots_taken(cluster, prefix):
+    keys = [f"{prefix}:a", f"{prefix}:b", f"{prefix}:c"]
+    assert len({key_slot(k.encode()) for k in keys}) == 3
+    wide, narrow = Policy.sliding(10, 60_000), Policy.fixed(1, 60_000)
+    items = [(keys[0], wide), (keys[1], wide), (keys[2], narrow)]
+    lim = SyncLimiter(RedisCluster(host="127.0.0.1", port=cluster.port), deny_cache=0)
+    try:
+        assert lim.check(f"{prefix}:single", wide).source is Source.REDIS
+        ok = lim.check_all(items)
+        assert ok.allowed and [d.remaining for d in ok.decisions] == [9, 9, 0]
+        refused = lim.check_all(items)
+        assert refused.denied_index == 2 and all(d.source is Source.REDIS for d in refused.decisions)
+        # The first two slots were taken, then given back with RL.REFUND.
+        assert [lim.peek(k, wide, 0).remaining for k in keys[:2]] == [9, 9]
+        assert lim.stats().errors == 0
+    finally:
+        lim.close()
+
+
+def test_async_cluster_client(cluster, prefix):
+    async def main() -> None:
+        lim = Limiter(AsyncRedisCluster(host="127.0.0.1", port=cluster.port), timeout=2.0)
+        try:
+            tag = "{" + prefix + "}"
+            md = await lim.check_all([(f"{tag}:x", Policy.gcra(5, 1000)), (f"{tag}:y", Policy.log(2, 1000))])
+            assert md.allowed and [d.remaining for d in md.decisions] == [4, 1]
+            assert (await lim.check(f"{prefix}:z", Policy.token_bucket(3, 1, 1000))).remaining == 2
+        finally:
+            await lim.aclose()
+
+    asyncio.run(main())
