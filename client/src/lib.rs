@@ -74,6 +74,7 @@ pub mod transport;
 
 pub use backend::{Backend, Cluster, Standalone};
 pub use breaker::{Breaker, BreakerConfig, BreakerState, BreakerStats};
+pub use decider::Engine;
 pub use decision::{Decision, MultiDecision, Source, Verdict};
 pub use deny_cache::DenyCache;
 pub use error::{Error, Result};

@@ -10,7 +10,7 @@ use redis::{Cmd, Value};
 
 use crate::backend::{Backend, Cluster, Standalone};
 use crate::breaker::{BreakerConfig, BreakerState, BreakerStats};
-use crate::decider::{Decider, ModuleDecider};
+use crate::decider::{AutoDecider, Decider, Engine};
 use crate::decision::{Decision, MultiDecision, Source, Verdict};
 use crate::deny_cache::{DenyCache, DenyCached};
 use crate::error::Result;
@@ -42,6 +42,7 @@ pub struct LimiterBuilder {
     deny_cache: usize,
     local_capacity: usize,
     rl_all: Option<bool>,
+    engine: Engine,
 }
 
 impl Default for LimiterBuilder {
@@ -52,6 +53,7 @@ impl Default for LimiterBuilder {
             deny_cache: 10_000,
             local_capacity: 100_000,
             rl_all: None,
+            engine: Engine::Auto,
         }
     }
 }
@@ -89,6 +91,13 @@ impl LimiterBuilder {
         self
     }
 
+    /// How the server decides (default [`Engine::Auto`]: the module where its commands
+    /// exist, else the Lua twin `lua/rl.lua`, for servers that cannot load modules).
+    pub fn engine(mut self, engine: Engine) -> Self {
+        self.engine = engine;
+        self
+    }
+
     /// A limiter on a standalone server.
     pub fn standalone(self, url: &str) -> Result<Limiter> {
         let backend = Standalone::new(url, self.timeout)?;
@@ -109,7 +118,7 @@ impl LimiterBuilder {
             self.breaker,
             self.rl_all,
         ));
-        let decider: Box<dyn Decider> = Box::new(ModuleDecider::new(transport.clone()));
+        let decider: Box<dyn Decider> = Box::new(AutoDecider::new(transport.clone(), self.engine));
         let cached = DenyCached::new(
             decider,
             NonZeroUsize::new(self.deny_cache).map(DenyCache::new),

@@ -115,6 +115,7 @@ pub(crate) fn caps(all: bool) -> Value {
 
 pub(crate) fn limiter(mock: &Arc<Mock>) -> Limiter {
     Limiter::builder()
+        .engine(crate::decider::Engine::Module)
         .timeout(Duration::from_millis(20))
         .breaker(BreakerConfig {
             failure_threshold: 3,

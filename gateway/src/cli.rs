@@ -86,6 +86,11 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_BREAKER_OPEN_MS", default_value_t = 1_000)]
     pub breaker_open_ms: u64,
 
+    /// How Redis decides: `auto` (the module where its commands exist, else the Lua twin
+    /// for servers that cannot load modules), `module` or `lua`.
+    #[arg(long, env = "RL_GATEWAY_ENGINE", default_value = "auto")]
+    pub engine: redis_rl_client::Engine,
+
     /// Keys held by the hot-key deny cache (0 turns it off).
     #[arg(long, env = "RL_GATEWAY_DENY_CACHE", default_value_t = 10_000)]
     pub deny_cache: usize,

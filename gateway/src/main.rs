@@ -66,7 +66,8 @@ async fn run(args: Args) -> Result<(), String> {
             failure_threshold: args.breaker_failures.max(1),
             open_for: Duration::from_millis(args.breaker_open_ms),
         })
-        .deny_cache(args.deny_cache);
+        .deny_cache(args.deny_cache)
+        .engine(args.engine);
     let limiter = if args.cluster {
         let nodes: Vec<String> = args.redis.split(',').map(str::to_string).collect();
         builder.cluster(&nodes)

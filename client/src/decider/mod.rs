@@ -7,7 +7,8 @@
 //! Limiter (facade: shadow policies, stats)
 //!   └ Failover        failure modes: open, closed, local fallback (crate::failover)
 //!      └ DenyCached   hot-key deny cache (crate::deny_cache)
-//!         └ dyn Decider   decisions from Redis: ModuleDecider (module commands), ...
+//!         └ dyn Decider   decisions from Redis: AutoDecider picks ModuleDecider (module
+//!                         commands) or LuaDecider (the same commands run by lua/rl.lua)
 //!            └ Transport  timeout, circuit breaker, capabilities (crate::transport)
 //!               └ dyn Backend  standalone or cluster connection (crate::backend)
 //! ```
@@ -26,10 +27,14 @@
 //! contract of [`Decider::check_all`]. The limiter holds it as a `Box<dyn Decider>`, so
 //! nothing above this layer changes.
 
+mod auto;
+pub mod lua;
 mod module;
 
 use std::time::Duration;
 
+pub use auto::{AutoDecider, Engine};
+pub use lua::LuaDecider;
 pub use module::ModuleDecider;
 
 use crate::backend::BoxFuture;

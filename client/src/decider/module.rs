@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use futures_util::future::join_all;
 
+use super::lua::Twin;
 use super::{unknown, Check, Decider, Items};
 use crate::backend::BoxFuture;
 use crate::command;
@@ -23,6 +24,8 @@ use crate::transport::{is_unknown_command, Capabilities, Transport};
 #[derive(Debug)]
 pub struct ModuleDecider {
     transport: Arc<Transport>,
+    /// Sends the same commands to the Lua twin instead (see [`super::LuaDecider`]).
+    twin: Option<Arc<Twin>>,
 }
 
 type Item<'a> = (&'a str, &'a Algorithm);
@@ -30,7 +33,37 @@ type Item<'a> = (&'a str, &'a Algorithm);
 impl ModuleDecider {
     /// Module commands over `transport`.
     pub fn new(transport: Arc<Transport>) -> Self {
-        Self { transport }
+        Self {
+            transport,
+            twin: None,
+        }
+    }
+
+    /// The same logic with every command run by the Lua twin.
+    pub(crate) fn through_twin(transport: Arc<Transport>, twin: Arc<Twin>) -> Self {
+        Self {
+            transport,
+            twin: Some(twin),
+        }
+    }
+
+    /// Sends one of the module's commands (to the twin when there is one).
+    async fn send(&self, cmd: &redis::Cmd, slot: Option<u16>) -> Result<redis::Value> {
+        match &self.twin {
+            Some(twin) => twin.call(&self.transport, cmd, slot).await,
+            None => self.transport.call(cmd, slot).await,
+        }
+    }
+
+    /// What the server offers: the twin has RL.ALL and RL.REFUND.
+    async fn capabilities(&self) -> Result<Capabilities> {
+        if self.twin.is_some() {
+            return Ok(Capabilities {
+                rl_all: true,
+                rl_refund: true,
+            });
+        }
+        self.transport.capabilities().await
     }
 
     async fn one(
@@ -41,15 +74,12 @@ impl ModuleDecider {
         peek: bool,
     ) -> Result<Decision> {
         let cmd = command::single(key, algorithm, cost, peek);
-        let v = self
-            .transport
-            .call(&cmd, self.transport.slot_of(key))
-            .await?;
+        let v = self.send(&cmd, self.transport.slot_of(key)).await?;
         decision::parse_single(algorithm.command(), &v)
     }
 
     async fn all(&self, items: &[Item<'_>], cost: u64) -> Result<MultiDecision> {
-        let caps = self.transport.capabilities().await?;
+        let caps = self.capabilities().await?;
         if caps.rl_all {
             self.rl_all(items, cost, caps).await
         } else {
@@ -74,7 +104,7 @@ impl ModuleDecider {
                 .filter_map(|&i| items.get(i).copied())
                 .collect();
             let cmd = command::all(&group, cost, false);
-            let outcome = match self.transport.call(&cmd, *slot).await {
+            let outcome = match self.send(&cmd, *slot).await {
                 Ok(v) => decision::parse_all(&v, group.len()),
                 Err(e) => Err(e),
             };
@@ -163,7 +193,7 @@ impl ModuleDecider {
                 .filter_map(|&i| items.get(i))
                 .map(|(key, algorithm)| async move {
                     let cmd = command::refund(key, algorithm, cost);
-                    if let Err(e) = self.transport.call(&cmd, self.transport.slot_of(key)).await {
+                    if let Err(e) = self.send(&cmd, self.transport.slot_of(key)).await {
                         self.transport.log_error("RL.REFUND", &e);
                     }
                 });

@@ -52,6 +52,8 @@ pub struct Server {
     dir: PathBuf,
     /// Extra `--name value` arguments, kept across restarts.
     extra: Vec<String>,
+    /// Without the module (a server where modules cannot be loaded: the Lua twin decides).
+    plain: bool,
 }
 
 impl Server {
@@ -62,10 +64,20 @@ impl Server {
 
     /// Starts a server with the module and extra `--name value` arguments on a free port.
     pub fn start_with(extra: &[&str]) -> Server {
+        Server::start_as(extra, false)
+    }
+
+    /// Starts a server without the module (as a managed service offers it).
+    pub fn start_plain(extra: &[&str]) -> Server {
+        Server::start_as(extra, true)
+    }
+
+    fn start_as(extra: &[&str], plain: bool) -> Server {
         let mut last = String::new();
         for _ in 0..5 {
             let mut server = Server::unstarted(free_port());
             server.extra = extra.iter().map(|a| a.to_string()).collect();
+            server.plain = plain;
             match server.spawn() {
                 Ok(()) => return server,
                 Err(e) => last = e,
@@ -84,17 +96,20 @@ impl Server {
             port,
             dir,
             extra: Vec::new(),
+            plain: false,
         }
     }
 
     fn spawn(&mut self) -> Result<(), String> {
-        let child = Command::new(server_binary())
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+        let mut cmd = Command::new(server_binary());
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
-            .arg(&self.dir)
-            .arg("--loadmodule")
-            .arg(module_path())
+            .arg(&self.dir);
+        if !self.plain {
+            cmd.arg("--loadmodule").arg(module_path());
+        }
+        let child = cmd
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1,0 +1,184 @@
+//! The limiter on servers without the module: it asks once whether the RL commands exist and
+//! decides with the Lua twin (`lua/rl.lua`, a function library; a script where FUNCTION is
+//! refused), standalone and on a 3-master cluster; keys it writes are continued by the module.
+
+mod common;
+
+use std::time::Duration;
+
+use common::Server;
+use redis_rl_client::{Engine, Limiter, Policy, Source};
+
+fn query<T: redis::FromRedisValue>(server: &Server, args: &[&str]) -> T {
+    let mut cmd = redis::Cmd::new();
+    for a in args {
+        cmd.arg(*a);
+    }
+    cmd.query(&mut server.client())
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+fn limiter(server: &Server) -> Limiter {
+    Limiter::builder()
+        .timeout(Duration::from_millis(500))
+        .standalone(&server.url())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn without_the_module_the_twin_decides_with_the_same_bytes() {
+    let plain = Server::start_plain(&[]);
+    let l = limiter(&plain);
+    let tb = Policy::token_bucket(3, 1, 3_600_000).unwrap();
+    for left in [2, 1, 0] {
+        let d = l.check("api:alice", &tb).await;
+        assert_eq!(d.source, Source::Redis);
+        assert!(d.allows());
+        assert_eq!(d.remaining, left);
+    }
+    let d = l.check("api:alice", &tb).await;
+    assert_eq!(d.source, Source::Redis);
+    assert!(!d.allows());
+    assert!(d.retry_after().unwrap() > Duration::from_secs(1_000));
+    // The library was loaded once, by the client.
+    let libs: redis::Value = query(&plain, &["FUNCTION", "LIST", "LIBRARYNAME", "redisrl"]);
+    assert!(
+        matches!(libs, redis::Value::Array(ref l) if l.len() == 1),
+        "{libs:?}"
+    );
+
+    // Several dimensions, all or nothing.
+    let s = Policy::sliding(1, 60_000).unwrap();
+    let g = Policy::gcra(5, 1_000, None).unwrap();
+    let md = l.check_all(&[("{t}:a", s), ("{t}:b", g)]).await;
+    assert!(md.allows());
+    let md = l.check_all(&[("{t}:a", s), ("{t}:b", g)]).await;
+    assert_eq!(md.denied, Some(0));
+    assert_eq!(
+        l.peek("{t}:b", &g, 0).await.remaining,
+        4,
+        "nothing taken on a denial"
+    );
+
+    // Move to a server with the module, keeping the state: DUMP / RESTORE (or replication,
+    // MIGRATE, an RDB file) carries the bytes; the module continues the limiter.
+    let module = Server::start();
+    for key in ["api:alice", "{t}:b"] {
+        let dump: Vec<u8> = query(&plain, &["DUMP", key]);
+        let pttl: i64 = query(&plain, &["PTTL", key]);
+        let mut restore = redis::cmd("RESTORE");
+        restore.arg(key).arg(pttl).arg(dump);
+        let _: () = restore.query(&mut module.client()).unwrap();
+    }
+    let m = limiter(&module);
+    let d = m.check("api:alice", &tb).await;
+    assert_eq!(d.source, Source::Redis);
+    assert!(!d.allows(), "the module sees the bucket the twin emptied");
+    assert_eq!(m.peek("{t}:b", &g, 0).await.remaining, 4);
+}
+
+#[tokio::test]
+async fn where_function_is_refused_the_twin_runs_as_a_script() {
+    let plain = Server::start_plain(&["--rename-command", "FUNCTION", ""]);
+    let l = limiter(&plain);
+    let p = Policy::fixed(2, 60_000).unwrap();
+    assert!(l.check("k", &p).await.allows());
+    assert!(l.check("k", &p).await.allows());
+    let d = l.check("k", &p).await;
+    assert_eq!(d.source, Source::Redis);
+    assert!(!d.allows());
+    // A script cache flush (restart, failover) is repaired on NOSCRIPT.
+    let _: () = query(&plain, &["SCRIPT", "FLUSH"]);
+    let d = l.check("k2", &p).await;
+    assert_eq!(d.source, Source::Redis);
+    assert_eq!(d.remaining, 1);
+}
+
+#[tokio::test]
+async fn a_forced_engine_is_used_as_is() {
+    let plain = Server::start_plain(&[]);
+    let forced = Limiter::builder()
+        .timeout(Duration::from_millis(500))
+        .engine(Engine::Module)
+        .standalone(&plain.url())
+        .unwrap();
+    let p = Policy::sliding(5, 1_000).unwrap();
+    assert_ne!(forced.check("k", &p).await.source, Source::Redis);
+    let module = Server::start();
+    let lua = Limiter::builder()
+        .timeout(Duration::from_millis(500))
+        .engine(Engine::Lua)
+        .standalone(&module.url())
+        .unwrap();
+    let d = lua.check("k", &p).await;
+    assert_eq!(d.source, Source::Redis);
+    assert_eq!(d.remaining, 4);
+    // Function not found, FUNCTION LOAD, FCALL again.
+    assert_eq!(module.calls("fcall"), 2, "the twin");
+    assert_eq!(module.calls("RL.SLIDING"), 0, "not the module");
+    // Parameters beyond the twin's exact range are refused before any call.
+    let huge = Policy::token_bucket(1_000_000_000_000_000, 1, 1_000_000_000_000).unwrap();
+    assert_ne!(lua.check("h", &huge).await.source, Source::Redis);
+}
+
+#[tokio::test]
+async fn on_a_cluster_without_the_module() {
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| {
+            Server::start_plain(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ])
+        })
+        .collect();
+    let per_node = 16384 / 3 + 1;
+    for (i, node) in nodes.iter().enumerate() {
+        let first = i as u16 * per_node;
+        let last = ((i as u16 + 1) * per_node).min(16384) - 1;
+        let _: () = query(
+            node,
+            &[
+                "CLUSTER",
+                "ADDSLOTSRANGE",
+                &first.to_string(),
+                &last.to_string(),
+            ],
+        );
+    }
+    for node in &nodes[1..] {
+        let _: () = query(
+            &nodes[0],
+            &["CLUSTER", "MEET", "127.0.0.1", &node.port.to_string()],
+        );
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    for node in &nodes {
+        loop {
+            let info: String = query(node, &["CLUSTER", "INFO"]);
+            if info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "cluster did not form");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let urls: Vec<String> = nodes.iter().map(Server::url).collect();
+    let l = Limiter::builder()
+        .timeout(Duration::from_millis(500))
+        .cluster(&urls)
+        .unwrap();
+    let tb = Policy::token_bucket(2, 1, 3_600_000).unwrap();
+    // Keys on every node: the library is loaded on each as it is first needed there.
+    for key in ["user:1", "user:2", "user:3", "user:4", "user:5"] {
+        let d = l.check(key, &tb).await;
+        assert_eq!(d.source, Source::Redis, "{key}");
+        assert_eq!(d.remaining, 1, "{key}");
+    }
+    // Across slots: all or nothing by compensation (the twin's RL.REFUND).
+    assert!(l.check("user:2", &tb).await.allows());
+    let both = l.check_all(&[("user:1", tb), ("user:2", tb)]).await;
+    assert_eq!(both.denied, Some(1));
+    assert_eq!(l.peek("user:1", &tb, 0).await.remaining, 1, "refunded");
+}
