@@ -10,7 +10,7 @@
 //! wrongly allowed; one it denied while the true window had room is wrongly denied. The same
 //! traffic replayed through the exact log alone gives its own admission rate.
 //!
-//! Run with `cargo test -p redis-rl --test accuracy -- --nocapture` to see the table. Only
+//! Run with `cargo test -p redis-rl-core --test accuracy -- --nocapture` to see the table. Only
 //! what is certain is asserted (counts add up, the log never exceeds the limit, the counter
 //! never more than twice the limit, the same seed gives the same figures), never a share.
 

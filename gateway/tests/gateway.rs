@@ -1,14 +1,11 @@
 //! The rl-gateway binary end to end: a real server, the gateway process on loopback, and
 //! HTTP requests through it.
 
-#[path = "../../client/tests/common/mod.rs"]
-mod common;
-
 use bytes::Bytes;
-use common::{eventually, free_port, Server};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use redis_rl_testkit::{eventually, free_port, Server};
 use std::process::{Child, Command, Stdio};
 
 /// The gateway process, killed on drop.

@@ -1,0 +1,12 @@
+//! The client's integration tests against a live server with the module: one test binary,
+//! one module per area, so the suite links once. The harness (servers, clusters, waiting) is
+//! the `redis-rl-testkit` crate (`testkit/`), shared with the module's and rl-gateway's tests.
+//!
+//! Adding a test file: put it next to this one as `client/tests/live/<area>.rs` and add
+//! `mod <area>;` below. A test that needs a process of its own (a global tracing subscriber,
+//! as `client/tests/logging.rs`) is a file directly in `client/tests/` instead.
+
+mod cluster;
+mod limiter;
+mod lua_twin;
+mod middleware;

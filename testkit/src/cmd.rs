@@ -1,0 +1,125 @@
+//! Running commands and reading what they return: replies, error texts, key bytes and
+//! expiry, `INFO` fields, the server clock; waiting for a condition; many clients at once.
+
+use crate::server::Server;
+use std::time::{Duration, Instant};
+
+/// Runs a command that replies with an array of integers (every limiter reply).
+pub fn ints(conn: &mut redis::Connection, args: &[&str]) -> Vec<i64> {
+    query(conn, args)
+}
+
+/// Runs a command that must fail, and returns the full error text as the client saw it
+/// (`ERR ...` or `WRONGTYPE ...`).
+pub fn error(conn: &mut redis::Connection, args: &[&str]) -> String {
+    match command(args).query::<redis::Value>(conn) {
+        Ok(v) => panic!("{args:?} should fail, replied {v:?}"),
+        Err(e) => error_text(&e),
+    }
+}
+
+/// The server's error line, `CODE message`, from a client error.
+pub fn error_text(e: &redis::RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => e.to_string(),
+    }
+}
+
+/// The raw bytes of a key (`None` if missing), and its PTTL.
+pub fn snapshot(conn: &mut redis::Connection, key: &str) -> (Option<Vec<u8>>, i64) {
+    let value: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query(conn).expect("DUMP");
+    let ttl: i64 = redis::cmd("PTTL").arg(key).query(conn).expect("PTTL");
+    (value, ttl)
+}
+
+/// Builds a command from its words, text or bytes (`&["SET", "k", "v"]`).
+pub fn command<A: redis::ToRedisArgs>(args: &[A]) -> redis::Cmd {
+    let mut cmd = redis::Cmd::new();
+    for a in args {
+        cmd.arg(a);
+    }
+    cmd
+}
+
+/// Runs a command and converts its reply, panicking with the command on failure.
+pub fn query<T: redis::FromRedisValue>(conn: &mut redis::Connection, args: &[&str]) -> T {
+    command(args)
+        .query(conn)
+        .unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
+}
+
+/// The raw bytes of a key (`None` if missing) and its absolute expiry in Unix ms
+/// (`PEXPIRETIME`: -1 without expiry, -2 missing). Unlike [`snapshot`] it does not change as
+/// time passes, so "before == after" is an exact check that a call wrote nothing.
+pub fn frozen(conn: &mut redis::Connection, key: &str) -> (Option<Vec<u8>>, i64) {
+    let value: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query(conn).expect("DUMP");
+    let expiry: i64 = redis::cmd("PEXPIRETIME")
+        .arg(key)
+        .query(conn)
+        .expect("PEXPIRETIME");
+    (value, expiry)
+}
+
+/// The server's clock (`TIME`) in microseconds since the epoch: the clock the limiters use.
+pub fn server_time_us(conn: &mut redis::Connection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(conn).expect("TIME");
+    secs * 1_000_000 + micros
+}
+
+/// Polls `done` every few milliseconds until it returns true; panics after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The value of `field` in `INFO section` (`None` if the server does not report it).
+pub fn info_field(conn: &mut redis::Connection, section: &str, field: &str) -> Option<String> {
+    let info: String = redis::cmd("INFO").arg(section).query(conn).expect("INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+}
+
+/// Polls `f` every 20 ms until it returns true or 10 s pass (no timing assertions: only
+/// an upper bound that a healthy machine never reaches).
+pub async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokio::time::Instant::now() < deadline {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("not within 10 s: {what}");
+}
+
+/// Runs `client(i, conn)` on `clients` threads, each with its own connection, started
+/// together; returns everything they collected.
+pub fn hammer_with<T: Send>(
+    server: &Server,
+    clients: usize,
+    client: impl Fn(usize, &mut redis::Connection) -> Vec<T> + Sync,
+) -> Vec<T> {
+    let start = std::sync::Barrier::new(clients);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..clients)
+            .map(|i| {
+                let (start, client) = (&start, &client);
+                let mut conn = server.client();
+                s.spawn(move || {
+                    start.wait();
+                    client(i, &mut conn)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("client thread"))
+            .collect()
+    })
+}

@@ -1,0 +1,28 @@
+//! The integration-test harness shared by the module's, the client's and rl-gateway's tests:
+//! real `redis-server` / `valkey-server` processes with the module loaded, on free loopback
+//! ports, killed when dropped.
+//!
+//! The server binary is `$RL_SERVER` (default `redis-server`); `make test` runs every
+//! integration test once with Redis 7.0 and once with Valkey 9.1, after building the module
+//! in release. The module is `$RL_MODULE`, else `target/release/libredis_rl.so`.
+//!
+//! - [`server`]: [`Server`], one process (start, restart on the same port or files, kill,
+//!   freeze, replicas).
+//! - [`cluster`]: [`Cluster`], three masters sharing the slots.
+//! - [`cmd`]: running commands and reading replies, errors, keys, `INFO` and the clock.
+//! - [`checks`]: assertions shared by the module's tests (refused calls change nothing,
+//!   PEEK matches the real call, TTLs after a write).
+//! - [`ops`]: the operations tests' seeded random mix of RL.* calls and dataset snapshots.
+//!
+//! `use redis_rl_testkit::*;` brings in everything but [`ops`].
+
+pub mod checks;
+pub mod cluster;
+pub mod cmd;
+pub mod ops;
+pub mod server;
+
+pub use checks::*;
+pub use cluster::Cluster;
+pub use cmd::*;
+pub use server::{free_port, module_path, server_binary, Server, MASTER_ARGS};

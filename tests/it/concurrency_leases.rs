@@ -1,0 +1,589 @@
+//! RL.CONCURRENCY against a real server: every reply field, renewal, RELEASE (the last one
+//! deletes the key), lease expiry, TTL, ids as arbitrary bytes, the stored layout, foreign
+//! data, the bad-input table, 32 clients at once, replication, and the key's size (printed
+//! for the README: run with `--nocapture`).
+//!
+//! Most tests use the longest lease (10^12 ms), so no lease expires during a test. The
+//! expiry tests use leases of a few milliseconds and poll with a deadline; none asserts how
+//! long anything took.
+
+use redis_rl_testkit::*;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Barrier;
+use std::time::Duration;
+
+const LONG: u64 = 1_000_000_000_000;
+const LONG_S: &str = "1000000000000";
+const LONG_US: u128 = LONG as u128 * 1000;
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+const NOT_OURS: &str = "ERR key holds a value that is not a redis-rl limiter";
+const LIMIT: &str = "ERR limit must be an integer between 1 and 10000";
+const LEASE_MS: &str = "ERR lease_ms must be an integer between 1 and 1000000000000";
+const OPERATION: &str = "ERR expected 'limit lease_ms ACQUIRE id' or 'RELEASE id' after the key";
+const ID: &str = "ERR id must be between 1 and 256 bytes long";
+const UNKNOWN_FOO: &str = "ERR unknown option 'FOO', expected PEEK";
+const UNKNOWN_COST: &str = "ERR unknown option 'COST', expected PEEK";
+const PEEK_TWICE: &str = "ERR option PEEK given more than once";
+
+fn acquire(c: &mut redis::Connection, key: &str, limit: &str, lease: &str, id: &str) -> Vec<i64> {
+    ints(c, &["RL.CONCURRENCY", key, limit, lease, "ACQUIRE", id])
+}
+
+fn release(c: &mut redis::Connection, key: &str, id: &str) -> i64 {
+    query(c, &["RL.CONCURRENCY", key, "RELEASE", id])
+}
+
+/// Whole ms from `now_us` until `at_us`, rounded up (as every wait in a reply).
+fn ms_until(at_us: u128, now_us: u128) -> i64 {
+    i64::try_from(at_us.saturating_sub(now_us).div_ceil(1000)).unwrap()
+}
+
+fn now_us(c: &mut redis::Connection) -> u128 {
+    u128::from(server_time_us(c))
+}
+
+fn exists(c: &mut redis::Connection, key: &str) -> bool {
+    query::<i64>(c, &["EXISTS", key]) == 1
+}
+
+fn get_bytes(c: &mut redis::Connection, key: &str) -> Vec<u8> {
+    redis::cmd("GET").arg(key).query(c).expect("GET")
+}
+
+fn read_varint(bytes: &mut &[u8]) -> u64 {
+    let mut v = 0;
+    for shift in (0..64).step_by(7) {
+        let (b, rest) = bytes.split_first().expect("truncated varint");
+        *bytes = rest;
+        v |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            break;
+        }
+    }
+    v
+}
+
+/// The leases of a stored value, soonest expiry first: `(id, expires_at_us)`.
+fn decode(value: &[u8]) -> Vec<(Vec<u8>, u64)> {
+    assert_eq!(&value[..5], b"\0RL\x01C");
+    let mut rest = &value[5..];
+    let mut leases = Vec::new();
+    let mut at = 0;
+    while !rest.is_empty() {
+        at += read_varint(&mut rest);
+        let len = read_varint(&mut rest) as usize;
+        let (id, tail) = rest.split_at(len);
+        rest = tail;
+        leases.push((id.to_vec(), at));
+    }
+    leases
+}
+
+#[test]
+fn acquire_renew_and_release_reply_every_field() {
+    let server = Server::start();
+    let mut c = server.client();
+    let t0 = now_us(&mut c);
+    assert_eq!(acquire(&mut c, "k", "2", LONG_S, "a"), [1, 2, 1, 0, 0]);
+    let t1 = now_us(&mut c);
+    assert_eq!(acquire(&mut c, "k", "2", LONG_S, "b"), [1, 2, 0, 0, 0]);
+
+    let before = frozen(&mut c, "k");
+    let (u0, d, u1) = (
+        now_us(&mut c),
+        acquire(&mut c, "k", "2", LONG_S, "c"),
+        now_us(&mut c),
+    );
+    assert_eq!(d[..3], [0, 2, 0]);
+    assert_eq!(d[4], 0);
+    // Until "a", the oldest lease, expires.
+    let range = ms_until(t0 + LONG_US, u1)..=ms_until(t1 + LONG_US, u0);
+    assert!(range.contains(&d[3]), "retry {d:?} not in {range:?}");
+    assert_eq!(frozen(&mut c, "k"), before, "a denial wrote nothing");
+
+    // Renewing a held lease needs no free slot; "b" is now the oldest.
+    assert_eq!(acquire(&mut c, "k", "2", LONG_S, "a"), [1, 2, 0, 0, 0]);
+    let ids: Vec<Vec<u8>> = decode(&get_bytes(&mut c, "k"))
+        .into_iter()
+        .map(|l| l.0)
+        .collect();
+    assert_eq!(ids, [b"b".to_vec(), b"a".to_vec()]);
+
+    assert_eq!(release(&mut c, "k", "a"), 1);
+    assert_eq!(release(&mut c, "k", "a"), 0);
+    assert_eq!(release(&mut c, "k", "nobody"), 0);
+    assert_eq!(acquire(&mut c, "k", "2", LONG_S, "c"), [1, 2, 0, 0, 0]);
+    assert_eq!(release(&mut c, "k", "b"), 1);
+    assert!(exists(&mut c, "k"));
+    // The last lease released deletes the key: no lease held is no key.
+    assert_eq!(release(&mut c, "k", "c"), 1);
+    assert!(!exists(&mut c, "k"));
+    assert_eq!(release(&mut c, "k", "c"), 0);
+    assert_eq!(release(&mut c, "missing", "x"), 0);
+    assert!(!exists(&mut c, "missing"));
+}
+
+#[test]
+fn peek_replies_like_the_real_acquire_and_writes_nothing() {
+    let server = Server::start();
+    let mut c = server.client();
+    let peek = |c: &mut redis::Connection, id: &str| {
+        ints(
+            c,
+            &["RL.CONCURRENCY", "k", "2", LONG_S, "ACQUIRE", id, "PEEK"],
+        )
+    };
+    assert_eq!(peek(&mut c, "a"), [1, 2, 1, 0, 0]);
+    assert!(!exists(&mut c, "k"), "a PEEK created the key");
+
+    acquire(&mut c, "k", "2", LONG_S, "a");
+    // A free slot (b would take the last one), then a renewal of the held lease (a keeps its
+    // one slot): allowed, but nothing taken or renewed.
+    for (id, remaining) in [("b", 0), ("a", 1)] {
+        let before = frozen(&mut c, "k");
+        assert_eq!(peek(&mut c, id), [1, 2, remaining, 0, 0], "{id}");
+        assert_eq!(frozen(&mut c, "k"), before, "PEEK {id} wrote");
+    }
+    acquire(&mut c, "k", "2", LONG_S, "b");
+    let before = frozen(&mut c, "k");
+    let peeked = peek(&mut c, "c");
+    assert_eq!(frozen(&mut c, "k"), before, "PEEK c wrote");
+    let real = acquire(&mut c, "k", "2", LONG_S, "c");
+    assert_eq!(peeked[..3], [0, 2, 0]);
+    assert_eq!(real[..3], peeked[..3]);
+    // The wait until the oldest lease expires can only have shrunk in between.
+    assert!(
+        real[3] <= peeked[3] && peeked[3] - real[3] < 60_000,
+        "{peeked:?} {real:?}"
+    );
+    // Options in any case.
+    let r = ints(
+        &mut c,
+        &["RL.CONCURRENCY", "k", "3", LONG_S, "acquire", "c", "peek"],
+    );
+    assert_eq!(r, [1, 3, 0, 0, 0]);
+    assert_eq!(frozen(&mut c, "k"), before);
+}
+
+#[test]
+fn lowering_the_limit_keeps_holders_and_waits_for_enough_expiries() {
+    let server = Server::start();
+    let mut c = server.client();
+    for id in ["a", "b", "c"] {
+        assert_eq!(acquire(&mut c, "k", "3", LONG_S, id)[0], 1);
+    }
+    let d = acquire(&mut c, "k", "1", LONG_S, "d");
+    assert_eq!(d[..3], [0, 1, 0]);
+    assert!(d[3] > 0);
+    // A holder may renew even over the new limit.
+    assert_eq!(acquire(&mut c, "k", "1", LONG_S, "c"), [1, 1, 0, 0, 0]);
+    assert_eq!(acquire(&mut c, "k", "5", LONG_S, "d"), [1, 5, 1, 0, 0]);
+}
+
+#[test]
+fn an_unreleased_lease_expires_by_itself() {
+    let server = Server::start();
+    let mut c = server.client();
+    assert_eq!(acquire(&mut c, "k", "1", "30", "crashed")[0], 1);
+    let mut denials = 0;
+    // "next" asks for a minute's lease, so the key is still there when read below, however
+    // slow the machine; its denials wait for "crashed" (30 ms) only.
+    wait_until("the lease to expire", Duration::from_secs(10), || {
+        let before = frozen(&mut c, "k");
+        let r = acquire(&mut c, "k", "1", "60000", "next");
+        if r[0] == 0 {
+            denials += 1;
+            assert!((1..=30).contains(&r[3]), "{r:?}");
+            assert_eq!(frozen(&mut c, "k"), before, "a denial wrote nothing");
+        }
+        r[0] == 1
+    });
+    // The crashed worker's lease is gone: releasing it releases nothing.
+    assert_eq!(release(&mut c, "k", "crashed"), 0);
+    let ids: Vec<Vec<u8>> = decode(&get_bytes(&mut c, "k"))
+        .into_iter()
+        .map(|l| l.0)
+        .collect();
+    assert_eq!(ids, [b"next".to_vec()]);
+    // A lease renewed in time does not expire.
+    let r = acquire(&mut c, "k2", "1", "60000", "w");
+    assert_eq!(r[0], 1);
+    assert_eq!(acquire(&mut c, "k2", "1", "60000", "w")[0], 1);
+    println!("{denials} denials before the lease expired");
+}
+
+#[test]
+fn waiting_retry_after_is_enough() {
+    let server = Server::start();
+    let mut c = server.client();
+    for round in 0..5 {
+        let key = format!("k{round}");
+        assert_eq!(acquire(&mut c, &key, "1", "40", "a")[0], 1);
+        let d = acquire(&mut c, &key, "1", "40", "b");
+        if d[0] == 1 {
+            continue; // this machine was slower than the lease: nothing to wait for
+        }
+        // The denial was decided no later than now: after retry_after more, the lease has
+        // expired on the server's clock.
+        std::thread::sleep(Duration::from_millis(d[3] as u64));
+        assert_eq!(acquire(&mut c, &key, "1", "40", "b")[0], 1, "round {round}");
+    }
+}
+
+#[test]
+fn the_key_expires_with_its_last_lease_plus_a_second() {
+    let server = Server::start();
+    let mut c = server.client();
+    let expiry = |c: &mut redis::Connection| query::<i64>(c, &["PEXPIRETIME", "k"]) as u128;
+    let t0 = now_us(&mut c);
+    acquire(&mut c, "k", "5", "60000", "a");
+    let t1 = now_us(&mut c);
+    let range = (t0.div_ceil(1000) + 61_000)..=(t1.div_ceil(1000) + 61_000);
+    assert!(range.contains(&expiry(&mut c)), "{range:?}");
+    // A shorter lease does not shorten the key's life.
+    acquire(&mut c, "k", "5", "10", "b");
+    assert!(range.contains(&expiry(&mut c)), "{range:?}");
+    let t0 = now_us(&mut c);
+    acquire(&mut c, "k", "5", "120000", "c");
+    let t1 = now_us(&mut c);
+    let range = (t0.div_ceil(1000) + 121_000)..=(t1.div_ceil(1000) + 121_000);
+    assert!(range.contains(&expiry(&mut c)), "{range:?}");
+    // Releasing the longest lease brings the expiry back to the last remaining one.
+    release(&mut c, "k", "c");
+    assert!(expiry(&mut c) < range.start() - 50_000);
+}
+
+#[test]
+fn ids_are_arbitrary_bytes_up_to_256() {
+    let server = Server::start();
+    let mut c = server.client();
+    let acquire_bytes = |c: &mut redis::Connection, id: &[u8]| -> redis::RedisResult<Vec<i64>> {
+        redis::cmd("RL.CONCURRENCY")
+            .arg("k")
+            .arg("10")
+            .arg(LONG_S)
+            .arg("ACQUIRE")
+            .arg(id)
+            .query(c)
+    };
+    let longest = vec![b'x'; 256];
+    let ids: [&[u8]; 5] = [b"\0\xff\r\n", b"a", b"A", b"a b", &longest];
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(
+            acquire_bytes(&mut c, id).unwrap(),
+            [1, 10, 9 - i as i64, 0, 0]
+        );
+    }
+    // The same bytes are the same holder.
+    assert_eq!(acquire_bytes(&mut c, b"\0\xff\r\n").unwrap()[2], 5);
+    let stored: Vec<Vec<u8>> = decode(&get_bytes(&mut c, "k"))
+        .into_iter()
+        .map(|l| l.0)
+        .collect();
+    assert_eq!(stored.len(), 5);
+    assert_eq!(stored.last().unwrap(), b"\0\xff\r\n");
+    let before = frozen(&mut c, "k");
+    for id in [&b""[..], &[b'x'; 257]] {
+        let err = acquire_bytes(&mut c, id).unwrap_err();
+        assert_eq!(error_text(&err), ID);
+        let err = redis::cmd("RL.CONCURRENCY")
+            .arg("k")
+            .arg("RELEASE")
+            .arg(id)
+            .query::<i64>(&mut c)
+            .unwrap_err();
+        assert_eq!(error_text(&err), ID);
+    }
+    assert_eq!(frozen(&mut c, "k"), before);
+    let released: i64 = redis::cmd("RL.CONCURRENCY")
+        .arg("k")
+        .arg("release")
+        .arg(&b"\0\xff\r\n"[..])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(released, 1);
+}
+
+#[test]
+fn the_stored_value_is_the_documented_layout() {
+    let server = Server::start();
+    let mut c = server.client();
+    let t0 = now_us(&mut c);
+    acquire(&mut c, "k", "3", "60000", "worker-1");
+    let t1 = now_us(&mut c);
+    acquire(&mut c, "k", "3", "1000", "w2");
+    let leases = decode(&get_bytes(&mut c, "k"));
+    assert_eq!(leases.len(), 2);
+    // Soonest expiry first.
+    assert_eq!(leases[0].0, b"w2");
+    assert_eq!(leases[1].0, b"worker-1");
+    let at = u128::from(leases[1].1);
+    assert!((t0 + 60_000_000..=t1 + 60_000_000).contains(&at));
+}
+
+#[test]
+fn foreign_data_is_refused_and_left_untouched() {
+    let server = Server::start();
+    let mut c = server.client();
+    query::<i64>(&mut c, &["RPUSH", "list", "a"]);
+    query::<()>(&mut c, &["SET", "text", "hello", "PX", "600000"]);
+    ints(&mut c, &["RL.LOG", "log", "10", "1000"]);
+    ints(&mut c, &["RL.TOKENBUCKET", "tb", "10", "10", "1000"]);
+    redis::cmd("SET")
+        .arg("corrupt")
+        .arg(&b"\0RL\x01C\x00\x00"[..])
+        .query::<()>(&mut c)
+        .unwrap();
+    for (key, expected) in [
+        ("list", WRONGTYPE),
+        ("text", NOT_OURS),
+        (
+            "log",
+            "ERR key holds a sliding window log limiter, not a concurrency limiter",
+        ),
+        (
+            "tb",
+            "ERR key holds a token bucket limiter, not a concurrency limiter",
+        ),
+        (
+            "corrupt",
+            "ERR key holds a corrupt redis-rl concurrency limiter",
+        ),
+    ] {
+        let before = frozen(&mut c, key);
+        for args in [
+            &["RL.CONCURRENCY", key, "10", "1000", "ACQUIRE", "a"][..],
+            &["RL.CONCURRENCY", key, "RELEASE", "a"],
+        ] {
+            assert_eq!(error(&mut c, args), expected, "{args:?}");
+        }
+        assert_eq!(frozen(&mut c, key), before, "{key} changed");
+    }
+    acquire(&mut c, "leases", "10", "60000", "a");
+    let before = frozen(&mut c, "leases");
+    assert_eq!(
+        error(&mut c, &["RL.LOG", "leases", "10", "1000"]),
+        "ERR key holds a concurrency limiter, not a sliding window log limiter"
+    );
+    assert_eq!(frozen(&mut c, "leases"), before);
+}
+
+const NOT_INTEGERS: &[&str] = &[
+    "",
+    "abc",
+    "1.5",
+    "-1",
+    "+1",
+    " 1",
+    "0x10",
+    "\u{0663}",
+    "18446744073709551616",
+];
+
+#[test]
+fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
+    let server = Server::start();
+    let mut c = server.client();
+    acquire(&mut c, "k", "10", LONG_S, "held");
+    query::<i64>(&mut c, &["RPUSH", "list", "a"]);
+    let owned = |args: &[&str]| args.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut cases: Vec<(Vec<String>, &str)> = Vec::new();
+    for v in NOT_INTEGERS.iter().chain(&["0", "10001"]) {
+        cases.push((owned(&[v, "1000", "ACQUIRE", "a"]), LIMIT));
+    }
+    for v in NOT_INTEGERS.iter().chain(&["0", "1000000000001"]) {
+        cases.push((owned(&["10", v, "ACQUIRE", "a"]), LEASE_MS));
+    }
+    for (args, expected) in [
+        (&["10", "1000", "TAKE", "a"][..], OPERATION),
+        (&["10", "1000", "RELEASE", "a"], OPERATION),
+        (&["10", "1000", "", "a"], OPERATION),
+        (&["ACQUIRE", "a"], OPERATION),
+        (&["FREE", "a"], OPERATION),
+        (&["10", "1000", "ACQUIRE", ""], ID),
+        (&["RELEASE", ""], ID),
+        // The operation is checked first, then limit, lease_ms and the id.
+        (&["0", "0", "TAKE", ""], OPERATION),
+        (&["0", "0", "ACQUIRE", ""], LIMIT),
+        (&["10", "0", "ACQUIRE", ""], LEASE_MS),
+        // PEEK is ACQUIRE's only option, checked last.
+        (&["10", "1000", "ACQUIRE", "a", "FOO"], UNKNOWN_FOO),
+        (&["10", "1000", "ACQUIRE", "a", "COST", "2"], UNKNOWN_COST),
+        (&["10", "1000", "ACQUIRE", "a", "PEEK", "FOO"], UNKNOWN_FOO),
+        (&["10", "1000", "ACQUIRE", "a", "PEEK", "peek"], PEEK_TWICE),
+        (&["0", "1000", "ACQUIRE", "a", "FOO"], LIMIT),
+        (&["10", "1000", "ACQUIRE", "", "FOO"], ID),
+    ] {
+        cases.push((owned(args), expected));
+    }
+    let long_id = "x".repeat(257);
+    cases.push((owned(&["10", "1000", "ACQUIRE", &long_id]), ID));
+    cases.push((owned(&["RELEASE", &long_id]), ID));
+    let arity = "ERR wrong number of arguments for 'RL.CONCURRENCY' command";
+    for key in ["k", "missing", "list"] {
+        let before = frozen(&mut c, key);
+        for (args, expected) in &cases {
+            let mut full = vec!["RL.CONCURRENCY", key];
+            full.extend(args.iter().map(String::as_str));
+            assert_eq!(error(&mut c, &full), *expected, "{full:?}");
+        }
+        for args in [
+            &[][..],
+            &[key],
+            &[key, "RELEASE"],
+            &[key, "10", "1000", "ACQUIRE"],
+            &[key, "RELEASE", "a", "b"],
+        ] {
+            let mut full = vec!["RL.CONCURRENCY"];
+            full.extend_from_slice(args);
+            assert_eq!(error(&mut c, &full), arity, "{full:?}");
+        }
+        assert_eq!(frozen(&mut c, key), before, "{key} changed");
+    }
+    // The edges of every range, and any case for the operation, are accepted.
+    assert_eq!(acquire(&mut c, "edge", "1", "1", "a").len(), 5);
+    let r = ints(
+        &mut c,
+        &["RL.CONCURRENCY", "edge2", "10000", LONG_S, "acquire", "a"],
+    );
+    assert_eq!(r, [1, 10000, 9999, 0, 0]);
+    assert_eq!(
+        query::<i64>(&mut c, &["RL.CONCURRENCY", "edge2", "Release", "a"]),
+        1
+    );
+}
+
+/// Runs `client(i, conn)` on 32 threads that start together; returns all their results.
+fn hammer<T: Send>(
+    server: &Server,
+    client: impl Fn(usize, &mut redis::Connection) -> Vec<T> + Sync,
+) -> Vec<T> {
+    const CLIENTS: usize = 32;
+    let start = Barrier::new(CLIENTS);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..CLIENTS)
+            .map(|i| {
+                let (start, client) = (&start, &client);
+                let mut conn = server.client();
+                s.spawn(move || {
+                    start.wait();
+                    client(i, &mut conn)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("client thread"))
+            .collect()
+    })
+}
+
+#[test]
+fn thirty_two_clients_never_hold_more_than_the_limit() {
+    let server = Server::start();
+    // First round: everyone asks once, nobody releases: exactly the limit gets a lease.
+    let first = hammer(&server, |i, c| {
+        vec![acquire(c, "once", "10", LONG_S, &format!("w{i}"))]
+    });
+    let mut remaining: Vec<i64> = first.iter().filter(|r| r[0] == 1).map(|r| r[2]).collect();
+    remaining.sort_unstable();
+    assert_eq!(remaining, (0..10).collect::<Vec<_>>());
+    assert!(first
+        .iter()
+        .filter(|r| r[0] == 0)
+        .all(|r| r[..3] == [0, 10, 0] && r[3] > 0));
+
+    // Then each client loops: acquire, count itself in, count itself out, release. The
+    // count of clients inside is never above the limit, and every granted lease is released
+    // exactly once.
+    let inside = AtomicI64::new(0);
+    let most = AtomicI64::new(0);
+    let results = hammer(&server, |i, c| {
+        let id = format!("w{i}");
+        let mut granted = 0;
+        let mut released = 0;
+        for _ in 0..40 {
+            if acquire(c, "k", "5", LONG_S, &id)[0] == 1 {
+                granted += 1;
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                inside.fetch_sub(1, Ordering::SeqCst);
+                released += release(c, "k", &id);
+            }
+        }
+        vec![(granted, released)]
+    });
+    assert!(most.load(Ordering::SeqCst) <= 5);
+    let granted: i64 = results.iter().map(|r| r.0).sum();
+    let released: i64 = results.iter().map(|r| r.1).sum();
+    assert_eq!(granted, released);
+    assert!(granted >= 5, "only {granted} leases granted");
+    let mut c = server.client();
+    assert!(!exists(&mut c, "k"), "every lease was released");
+}
+
+#[test]
+fn a_replica_holds_the_same_bytes_and_absolute_expiry() {
+    let master = Server::start_with(&MASTER_ARGS);
+    let replica = Server::start_replica_of(&master);
+    let (mut m, mut r) = (master.client(), replica.client());
+    acquire(&mut m, "k", "2", "60000", "a");
+    acquire(&mut m, "k", "2", "120000", "b");
+    acquire(&mut m, "k", "2", "60000", "c");
+    acquire(&mut m, "k", "2", "60000", "a");
+    acquire(&mut m, "gone", "2", "60000", "x");
+    acquire(&mut m, "gone", "2", "60000", "y");
+    release(&mut m, "gone", "x");
+    assert_eq!(query::<i64>(&mut m, &["WAIT", "1", "5000"]), 1);
+    assert_eq!(frozen(&mut r, "k"), frozen(&mut m, "k"));
+    assert_eq!(frozen(&mut r, "gone"), frozen(&mut m, "gone"));
+    // The last release deletes the key on the replica too.
+    release(&mut m, "gone", "y");
+    assert_eq!(query::<i64>(&mut m, &["WAIT", "1", "5000"]), 1);
+    assert!(!exists(&mut r, "gone"));
+    let offset = info_field(&mut m, "replication", "master_repl_offset");
+    // Denials and releases of nothing replicate nothing.
+    acquire(&mut m, "k", "2", "60000", "z");
+    release(&mut m, "k", "nobody");
+    release(&mut m, "missing", "nobody");
+    assert_eq!(
+        info_field(&mut m, "replication", "master_repl_offset"),
+        offset
+    );
+}
+
+/// MEMORY USAGE and STRLEN for N leases, for the README.
+#[test]
+fn bytes_per_lease_measured() {
+    let server = Server::start();
+    let mut c = server.client();
+    println!("\nRL.CONCURRENCY key size (lease 60 s, ids of 36 bytes like a UUID):");
+    println!(
+        "{:>6} {:>8} {:>13} {:>10}",
+        "N", "STRLEN", "MEMORY USAGE", "B/lease"
+    );
+    for n in [1usize, 10, 100, 1_000, 10_000] {
+        let key = format!("k{n}");
+        for chunk in (0..n).collect::<Vec<_>>().chunks(1_000) {
+            let mut pipe = redis::pipe();
+            for i in chunk {
+                let id = format!("{i:08}-0000-4000-8000-000000000000");
+                pipe.add_command(command(&[
+                    "RL.CONCURRENCY",
+                    &key,
+                    "10000",
+                    "60000",
+                    "ACQUIRE",
+                    &id,
+                ]));
+            }
+            let replies: Vec<Vec<i64>> = pipe.query(&mut c).expect("pipeline");
+            assert!(replies.iter().all(|r| r[0] == 1));
+        }
+        let len: i64 = query(&mut c, &["STRLEN", &key]);
+        let mem: i64 = query(&mut c, &["MEMORY", "USAGE", &key, "SAMPLES", "0"]);
+        assert_eq!(decode(&get_bytes(&mut c, &key)).len(), n);
+        println!("{n:>6} {len:>8} {mem:>13} {:>10.2}", len as f64 / n as f64);
+    }
+}

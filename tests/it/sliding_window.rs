@@ -1,0 +1,406 @@
+//! RL.SLIDING against a real server: every reply field, the previous window's weight, PEEK,
+//! COST, TTL and expiry, waiting `retry_after_ms`, and both windows in one plain string key.
+//!
+//! Windows are aligned to multiples of `window_ms` since the epoch. Most tests use the
+//! largest window (10^12 ms: the current one runs from 2001 to 2033), so no window boundary
+//! passes during a test, and check the time-dependent fields against the server's own clock
+//! (`TIME` before and after the call).
+
+use redis_rl_testkit::*;
+use std::time::Duration;
+
+/// The largest window, in ms.
+const WIDE: u64 = 1_000_000_000_000;
+const WIDE_S: &str = "1000000000000";
+/// The window in µs, as the limiter computes.
+const WIDE_US: u128 = WIDE as u128 * 1000;
+
+fn sw(conn: &mut redis::Connection, key: &str, params: &[&str]) -> Vec<i64> {
+    let mut args = vec!["RL.SLIDING", key];
+    args.extend_from_slice(params);
+    ints(conn, &args)
+}
+
+/// Runs one call and returns its reply with the server time (µs) just before and after it.
+fn timed(conn: &mut redis::Connection, key: &str, params: &[&str]) -> (Vec<i64>, u128, u128) {
+    let t0 = server_time_us(conn);
+    let reply = sw(conn, key, params);
+    let t1 = server_time_us(conn);
+    assert_eq!(t0 / 1000 / WIDE, t1 / 1000 / WIDE, "a 30-year window ended");
+    (reply, u128::from(t0), u128::from(t1))
+}
+
+/// Start of the wide window containing `t_us`, in µs.
+fn wide_start_us(t_us: u128) -> u128 {
+    t_us - t_us % WIDE_US
+}
+
+/// Whole ms from `now_us` until `at_us`, rounded up (as every wait in a reply).
+fn ms_until(at_us: u128, now_us: u128) -> i64 {
+    i64::try_from((at_us - now_us).div_ceil(1000)).unwrap()
+}
+
+/// The stored bytes of a sliding window (the documented key format).
+fn state(window_ms: u64, start_ms: u64, previous: u64, current: u64) -> Vec<u8> {
+    let mut v = b"\0RL\x01S".to_vec();
+    for field in [window_ms, start_ms, previous, current] {
+        v.extend_from_slice(&field.to_le_bytes());
+    }
+    v
+}
+
+fn set_bytes(conn: &mut redis::Connection, key: &str, value: &[u8]) {
+    redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query::<()>(conn)
+        .expect("SET");
+}
+
+fn exists(conn: &mut redis::Connection, key: &str) -> bool {
+    query::<i64>(conn, &["EXISTS", key]) == 1
+}
+
+#[test]
+fn a_fresh_window_replies_every_field() {
+    let server = Server::start();
+    let mut c = server.client();
+    // (params, allowed, remaining, retry_after, idle at the end of the next window?, written)
+    type Case = (&'static [&'static str], i64, i64, i64, bool, bool);
+    let cases: &[Case] = &[
+        (&["10", WIDE_S], 1, 9, 0, true, true),
+        (&["10", WIDE_S, "COST", "10"], 1, 0, 0, true, true),
+        (&["10", WIDE_S, "COST", "0"], 1, 10, 0, false, false),
+        (&["10", WIDE_S, "COST", "11"], 0, 10, -1, false, false),
+        (&["10", WIDE_S, "PEEK"], 1, 9, 0, true, false),
+        (&["10", WIDE_S, "COST", "3", "PEEK"], 1, 7, 0, true, false),
+        (
+            &["1000000000000000", WIDE_S, "COST", "1000000000000000"],
+            1,
+            0,
+            0,
+            true,
+            true,
+        ),
+    ];
+    for (i, &(params, allowed, remaining, retry, busy, written)) in cases.iter().enumerate() {
+        let key = format!("fresh:{i}");
+        let (r, t0, t1) = timed(&mut c, &key, params);
+        let limit: i64 = params[0].parse().unwrap();
+        assert_eq!(r[..4], [allowed, limit, remaining, retry], "{params:?}");
+        // Units taken now count until the end of the next window; nothing taken: idle now.
+        if busy {
+            let idle_at = wide_start_us(t0) + 2 * WIDE_US;
+            let range = ms_until(idle_at, t1)..=ms_until(idle_at, t0);
+            assert!(
+                range.contains(&r[4]),
+                "{params:?}: reset {} not in {range:?}",
+                r[4]
+            );
+        } else {
+            assert_eq!(r[4], 0, "{params:?}");
+        }
+        assert_eq!(exists(&mut c, &key), written, "{params:?} key written");
+    }
+}
+
+#[test]
+fn a_full_window_denies_until_enough_has_decayed() {
+    let server = Server::start();
+    let mut c = server.client();
+    assert_eq!(
+        sw(&mut c, "k", &["10", WIDE_S, "COST", "3"])[..4],
+        [1, 10, 7, 0]
+    );
+    assert_eq!(
+        sw(&mut c, "k", &["10", WIDE_S, "COST", "4"])[..4],
+        [1, 10, 3, 0]
+    );
+
+    let before = frozen(&mut c, "k");
+    let (denied, t0, t1) = timed(&mut c, "k", &["10", WIDE_S, "COST", "4"]);
+    assert_eq!(denied[..3], [0, 10, 3]);
+    // 7 units in this window: 4 more fit once the next window is 1 - 6/7 of the way through
+    // (7 x (1 - e) <= 10 - 4), rounded up to the microsecond.
+    let next = wide_start_us(t0) + WIDE_US;
+    let decay = WIDE_US - 6 * WIDE_US / 7;
+    let range = ms_until(next + decay, t1)..=ms_until(next + decay, t0);
+    assert!(
+        range.contains(&denied[3]),
+        "retry {denied:?} not in {range:?}"
+    );
+    let range = ms_until(next + WIDE_US, t1)..=ms_until(next + WIDE_US, t0);
+    assert!(
+        range.contains(&denied[4]),
+        "reset {denied:?} not in {range:?}"
+    );
+    assert_eq!(frozen(&mut c, "k"), before, "a denied call writes nothing");
+
+    let never = sw(&mut c, "k", &["10", WIDE_S, "COST", "11"]);
+    assert_eq!(never[..4], [0, 10, 3, -1]);
+    assert!(
+        never[4] <= denied[4] && never[4] >= denied[4] - 60_000,
+        "{never:?}"
+    );
+    assert_eq!(
+        sw(&mut c, "k", &["10", WIDE_S, "COST", "0"])[..4],
+        [1, 10, 3, 0]
+    );
+    assert_eq!(
+        frozen(&mut c, "k"),
+        before,
+        "COST 0 and never write nothing"
+    );
+
+    assert_eq!(
+        sw(&mut c, "k", &["10", WIDE_S, "COST", "3"])[..4],
+        [1, 10, 0, 0]
+    );
+    // Full: one more unit fits once a tenth of the next window has passed, and the window
+    // is idle at the end of the next one: the two waits differ by exactly 9/10 of a window.
+    let full = sw(&mut c, "k", &["10", WIDE_S]);
+    assert_eq!(full[..3], [0, 10, 0]);
+    assert_eq!(full[4] - full[3], (WIDE / 10 * 9) as i64, "{full:?}");
+}
+
+#[test]
+fn the_previous_window_counts_by_the_fraction_not_yet_elapsed() {
+    let server = Server::start();
+    let mut c = server.client();
+    let now = u128::from(server_time_us(&mut c));
+    let start_us = wide_start_us(now);
+    let start = u64::try_from(start_us / 1000).unwrap();
+    let limit: u64 = 1_000_000;
+    let limit_s = limit.to_string();
+    // count = previous x (1 - e / window) + current, e = time since the window started.
+    let remaining = |previous: u64, current: u64, now: u128| {
+        let used =
+            u128::from(previous) * (WIDE_US - (now - start_us)) + u128::from(current) * WIDE_US;
+        let budget = u128::from(limit) * WIDE_US;
+        i64::try_from(budget.saturating_sub(used) / WIDE_US).unwrap()
+    };
+
+    // Stored one window ago: its current count is now the previous one, and the count before
+    // it (999) is forgotten.
+    set_bytes(&mut c, "k", &state(WIDE, start - WIDE, 999, limit));
+    let (r, t0, t1) = timed(&mut c, "k", &[&limit_s, WIDE_S, "COST", "0"]);
+    let range = remaining(limit, 0, t0)..=remaining(limit, 0, t1);
+    assert!(range.contains(&r[2]), "remaining {r:?} not in {range:?}");
+    assert_eq!(r[..2], [1, limit as i64]);
+    // Only the previous window counts: idle when the current window ends.
+    let range = ms_until(start_us + WIDE_US, t1)..=ms_until(start_us + WIDE_US, t0);
+    assert!(range.contains(&r[4]), "reset {r:?} not in {range:?}");
+
+    // One unit more than remains: denied until the previous window has decayed enough.
+    let cost = r[2] as u64 + 1;
+    let (denied, t0, t1) = timed(&mut c, "k", &[&limit_s, WIDE_S, "COST", &cost.to_string()]);
+    assert_eq!(denied[..3], [0, limit as i64, r[2]]);
+    let spare = u128::from(limit - cost);
+    let decayed_at = start_us + WIDE_US - spare * WIDE_US / u128::from(limit);
+    let range = ms_until(decayed_at, t1)..=ms_until(decayed_at, t0);
+    assert!(
+        range.contains(&denied[3]),
+        "retry {denied:?} not in {range:?}"
+    );
+
+    // A write keeps both windows in the one key.
+    assert_eq!(sw(&mut c, "k", &[&limit_s, WIDE_S, "COST", "5"])[0], 1);
+    let stored: Vec<u8> = query(&mut c, &["GET", "k"]);
+    assert_eq!(stored, state(WIDE, start, limit, 5));
+    assert_eq!(query::<i64>(&mut c, &["DBSIZE"]), 1);
+
+    // Both windows: 1000 in the previous, 300 in this one.
+    set_bytes(&mut c, "k", &state(WIDE, start, 1000, 300));
+    let (r, t0, t1) = timed(&mut c, "k", &[&limit_s, WIDE_S, "COST", "0"]);
+    let range = remaining(1000, 300, t0)..=remaining(1000, 300, t1);
+    assert!(range.contains(&r[2]), "remaining {r:?} not in {range:?}");
+    let range = ms_until(start_us + 2 * WIDE_US, t1)..=ms_until(start_us + 2 * WIDE_US, t0);
+    assert!(range.contains(&r[4]), "reset {r:?} not in {range:?}");
+
+    // Stored two windows ago (or more): everything has expired. (A shorter window, since
+    // the wide one before the previous would start before the epoch.)
+    let window: u64 = 100_000_000_000;
+    let start = u64::try_from(now / 1000).unwrap() / window * window;
+    for windows_ago in [2, 3, 17] {
+        set_bytes(
+            &mut c,
+            "k",
+            &state(window, start - windows_ago * window, limit, limit),
+        );
+        assert_eq!(
+            sw(&mut c, "k", &[&limit_s, &window.to_string(), "COST", "0"]),
+            [1, limit as i64, limit as i64, 0, 0]
+        );
+    }
+}
+
+#[test]
+fn peek_replies_like_the_real_call_and_writes_nothing() {
+    let server = Server::start();
+    let mut c = server.client();
+    let r = sw(&mut c, "k", &["10", WIDE_S, "PEEK", "COST", "4"]);
+    assert_eq!(r[..4], [1, 10, 6, 0]);
+    assert!(!exists(&mut c, "k"));
+
+    sw(&mut c, "k", &["10", WIDE_S, "COST", "4"]);
+    for cost in ["2", "6", "7", "11", "0"] {
+        let before = frozen(&mut c, "k");
+        let peeked = sw(&mut c, "k", &["10", WIDE_S, "COST", cost, "PEEK"]);
+        assert_eq!(frozen(&mut c, "k"), before, "PEEK COST {cost} wrote");
+        let real = sw(&mut c, "k", &["10", WIDE_S, "COST", cost]);
+        assert_peek_then_real(&peeked, &real, &format!("PEEK COST {cost}"));
+        if real[0] == 1 {
+            query::<()>(&mut c, &["DEL", "k"]);
+            sw(&mut c, "k", &["10", WIDE_S, "COST", "4"]);
+        }
+    }
+}
+
+#[test]
+fn a_written_key_expires_one_second_after_the_window_goes_idle() {
+    let server = Server::start();
+    let mut c = server.client();
+    let (r, t0, _) = timed(&mut c, "k", &["10", WIDE_S, "COST", "2"]);
+    // Idle at the end of the next window; the expiry is that instant + 1000 ms (+1 when the
+    // call's instant is rounded up to the millisecond).
+    let idle_ms = (wide_start_us(t0) + 2 * WIDE_US) / 1000;
+    let (_, expire_at) = frozen(&mut c, "k");
+    let expire_at = expire_at as u128;
+    assert!(
+        expire_at == idle_ms + 1000 || expire_at == idle_ms + 1001,
+        "expiry {expire_at}, idle at {idle_ms}"
+    );
+    assert_pttl_after_call(&mut c, "k", r[4], u64::try_from(t0).unwrap());
+
+    // Same on a short window, whatever the instant within it.
+    let t0 = server_time_us(&mut c);
+    let r = sw(&mut c, "short", &["5", "100", "COST", "1"]);
+    let t1 = server_time_us(&mut c);
+    let (_, expire_at) = frozen(&mut c, "short");
+    let call_ms = expire_at - r[4] - 1000;
+    let range = t0.div_ceil(1000) as i64..=t1.div_ceil(1000) as i64;
+    assert!(
+        range.contains(&call_ms),
+        "expiry {expire_at}, {r:?}, call in {range:?}"
+    );
+    assert!(r[4] > 100 && r[4] <= 200, "{r:?}");
+}
+
+#[test]
+fn a_key_that_expired_is_the_idle_state() {
+    let server = Server::start();
+    let mut c = server.client();
+    let r = sw(&mut c, "k", &["3", "20", "COST", "3"]);
+    assert_eq!(r[..4], [1, 3, 0, 0]);
+    wait_until("the key to expire", Duration::from_secs(10), || {
+        !exists(&mut c, "k")
+    });
+    assert_eq!(sw(&mut c, "k", &["3", "20", "COST", "0"]), [1, 3, 3, 0, 0]);
+    assert_eq!(
+        sw(&mut c, "k", &["3", "20", "COST", "3"])[..4],
+        [1, 3, 0, 0]
+    );
+}
+
+#[test]
+fn waiting_retry_after_is_enough() {
+    let server = Server::start();
+    let mut c = server.client();
+    // (limit, window_ms, cost)
+    let cases = [
+        ("2", "40", "1"),
+        ("5", "30", "3"),
+        ("4", "50", "4"),
+        ("10", "7", "2"),
+    ];
+    for (i, (limit, window, cost)) in cases.into_iter().enumerate() {
+        let mut denials = 0;
+        for attempt in 0..20 {
+            if denials == 2 {
+                break;
+            }
+            let key = format!("k{i}:{attempt}");
+            sw(&mut c, &key, &[limit, window, "COST", limit]);
+            let denied = sw(&mut c, &key, &[limit, window, "COST", cost]);
+            if denied[0] == 1 {
+                continue; // the machine stalled long enough to decay: try again
+            }
+            denials += 1;
+            let retry = denied[3];
+            assert!(retry > 0, "{denied:?}");
+            std::thread::sleep(Duration::from_millis(retry as u64));
+            let again = sw(&mut c, &key, &[limit, window, "COST", cost]);
+            assert_eq!(
+                again[0], 1,
+                "case {i}: denied with retry_after {retry}, still denied after waiting: {again:?}"
+            );
+        }
+        assert!(denials > 0, "case {i}: never saw a denial");
+    }
+}
+
+#[test]
+fn a_limiter_key_is_one_plain_string() {
+    let server = Server::start();
+    let mut c = server.client();
+    let p = ["10", WIDE_S];
+    sw(&mut c, "k", &[&p[..], &["COST", "4"]].concat());
+    sw(&mut c, "k", &p);
+    assert_eq!(
+        query::<i64>(&mut c, &["DBSIZE"]),
+        1,
+        "both windows in one key"
+    );
+    assert_eq!(query::<String>(&mut c, &["TYPE", "k"]), "string");
+    let value: Vec<u8> = query(&mut c, &["GET", "k"]);
+    assert_eq!(value.len(), 37);
+    assert_eq!(&value[..5], b"\0RL\x01S");
+    let peek =
+        |c: &mut redis::Connection, key: &str| sw(c, key, &[&p[..], &["COST", "0"]].concat())[2];
+
+    let (dump, expire_at) = frozen(&mut c, "k");
+    let dump = dump.unwrap();
+    redis::cmd("RESTORE")
+        .arg("copy")
+        .arg(expire_at)
+        .arg(&dump)
+        .arg("ABSTTL")
+        .query::<()>(&mut c)
+        .expect("RESTORE");
+    assert_eq!(frozen(&mut c, "copy"), (Some(dump), expire_at));
+    assert_eq!(peek(&mut c, "copy"), 5);
+    assert_eq!(sw(&mut c, "copy", &p)[2], 4);
+    assert_eq!(peek(&mut c, "k"), 5, "the original is independent");
+
+    assert_eq!(query::<i64>(&mut c, &["EXPIRE", "k", "100000"]), 1);
+    assert!(query::<i64>(&mut c, &["PTTL", "k"]) > 99_000_000);
+    assert_eq!(peek(&mut c, "k"), 5);
+
+    assert_eq!(query::<i64>(&mut c, &["DEL", "k"]), 1);
+    assert_eq!(peek(&mut c, "k"), 10);
+}
+
+#[test]
+fn a_changed_window_or_limit_keeps_the_traffic() {
+    let server = Server::start();
+    let mut c = server.client();
+    sw(&mut c, "k", &["10", WIDE_S, "COST", "6"]);
+    let check = |c: &mut redis::Connection, params: &[&str]| {
+        sw(c, "k", &[params, &["COST", "0"]].concat())[..3].to_vec()
+    };
+    // Another window: the count so far (6) carries over into the new window.
+    assert_eq!(check(&mut c, &["10", "500000000000"]), [1, 10, 4]);
+    assert_eq!(check(&mut c, &["10", "1000"]), [1, 10, 4]);
+    // Another limit: judged against the count.
+    // Over the lower limit, even a zero-cost check is denied (count + 0 > limit).
+    assert_eq!(check(&mut c, &["5", WIDE_S]), [0, 5, 0]);
+    assert_eq!(check(&mut c, &["6", WIDE_S]), [1, 6, 0]);
+    assert_eq!(check(&mut c, &["20", WIDE_S]), [1, 20, 14]);
+    assert_eq!(sw(&mut c, "k", &["5", WIDE_S])[..3], [0, 5, 0]);
+    // A write with another window stores the carried-over count.
+    assert_eq!(
+        sw(&mut c, "k", &["10", "500000000000", "COST", "1"])[..3],
+        [1, 10, 3]
+    );
+    assert_eq!(check(&mut c, &["10", "500000000000"]), [1, 10, 3]);
+}
