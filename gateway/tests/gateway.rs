@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use redis_rl_testkit::{eventually, free_port, Server};
+use redis_rl_testkit::{eventually, free_port, query, Server};
 use std::process::{Child, Command, Stdio};
 
 /// The gateway process, killed on drop.
@@ -109,12 +109,10 @@ fn help_documents_every_flag() {
 #[tokio::test]
 async fn limits_by_tier_and_endpoint_with_headers_health_and_metrics() {
     let server = Server::start();
-    let _: () = redis::cmd("HSET")
-        .arg("rl:tiers")
-        .arg("pro-key")
-        .arg("pro")
-        .query(&mut server.client())
-        .unwrap();
+    let _: () = query(
+        &mut server.client(),
+        &["HSET", "rl:tiers", "pro-key", "pro"],
+    );
     let dir = std::env::temp_dir().join(format!("rl-gw-test-{}", server.port));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("gateway.toml");

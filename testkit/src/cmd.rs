@@ -62,6 +62,13 @@ pub fn frozen(conn: &mut redis::Connection, key: &str) -> (Option<Vec<u8>>, i64)
     (value, expiry)
 }
 
+/// Whether `needle` occurs in `haystack`, ignoring ASCII case (a command name in an AOF).
+pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle))
+}
+
 /// The server's clock (`TIME`) in microseconds since the epoch: the clock the limiters use.
 pub fn server_time_us(conn: &mut redis::Connection) -> u64 {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query(conn).expect("TIME");

@@ -25,4 +25,4 @@ pub mod server;
 pub use checks::*;
 pub use cluster::Cluster;
 pub use cmd::*;
-pub use server::{free_port, module_path, server_binary, Server, MASTER_ARGS};
+pub use server::{aof_bytes, free_port, module_path, server_binary, Server, MASTER_ARGS};

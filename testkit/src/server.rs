@@ -270,6 +270,15 @@ impl Server {
     }
 }
 
+/// The files of `server`'s append-only directory, concatenated.
+pub fn aof_bytes(server: &Server) -> Vec<u8> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(server.dir.join("appendonlydir")).expect("appendonlydir") {
+        out.extend(std::fs::read(entry.expect("entry").path()).expect("read AOF"));
+    }
+    out
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         if self.frozen.load(Ordering::Relaxed) {

@@ -21,28 +21,13 @@ const COST_MISSING: &str =
 const COST_TWICE: &str = "ERR option COST given more than once";
 const PEEK_TWICE: &str = "ERR option PEEK given more than once";
 
-/// Not a decimal integer at all, or far outside every range: the range error for any
-/// parameter.
-const NOT_INTEGERS: &[&str] = &[
-    "",
-    "abc",
+/// Beyond [`NOT_DECIMAL_INTEGERS`], more that are not a decimal integer at all, or far
+/// outside every range: the range error for any parameter.
+const MORE_NOT_INTEGERS: &[&str] = &[
     "ten",
-    "1.5",
     "1.0",
-    "1e3",
-    "0x10",
-    "-1",
-    "-0",
-    "+1",
-    " 1",
-    "1 ",
-    "1_000",
     "1,000",
-    "\u{0663}", // ARABIC-INDIC DIGIT THREE
-    "99999999999999999999999",
-    "18446744073709551616", // u64::MAX + 1
-    "18446744073709551615", // u64::MAX
-    "9223372036854775808",  // i64::MAX + 1
+    "9223372036854775808", // i64::MAX + 1
     "-9223372036854775808",
 ];
 
@@ -111,7 +96,11 @@ fn value_cases(cmd: &Command) -> Vec<Case> {
             args[i] = v.to_string();
             args
         };
-        for v in NOT_INTEGERS.iter().chain(&[p.below, p.above]) {
+        for v in NOT_DECIMAL_INTEGERS
+            .iter()
+            .chain(MORE_NOT_INTEGERS)
+            .chain(&[p.below, p.above])
+        {
             cases.push((with(v), Some(p.error.to_string())));
         }
         for v in [p.min, p.max] {
@@ -123,7 +112,11 @@ fn value_cases(cmd: &Command) -> Vec<Case> {
         args.extend(strings(&["COST", v]));
         args
     };
-    for v in NOT_INTEGERS.iter().chain(&[COUNT_ABOVE]) {
+    for v in NOT_DECIMAL_INTEGERS
+        .iter()
+        .chain(MORE_NOT_INTEGERS)
+        .chain(&[COUNT_ABOVE])
+    {
         cases.push((with_cost(v), Some(COST.to_string())));
     }
     for v in ["0", "1", COUNT_MAX] {

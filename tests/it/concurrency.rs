@@ -3,7 +3,6 @@
 //! admitted calls' `remaining` values form one sequence, as if the calls ran one at a time.
 
 use redis_rl_testkit::*;
-use std::sync::Barrier;
 
 const CLIENTS: usize = 32;
 const BUDGET: i64 = 500;
@@ -16,36 +15,11 @@ fn call(conn: &mut redis::Connection, args: &[&str], cost: i64) -> Vec<i64> {
     ints(conn, &full)
 }
 
-/// Runs `client(i, conn)` on CLIENTS threads that start together; returns every
-/// `(cost, reply)` they collected.
-fn hammer(
-    server: &Server,
-    client: impl Fn(usize, &mut redis::Connection) -> Vec<(i64, Vec<i64>)> + Sync,
-) -> Vec<(i64, Vec<i64>)> {
-    let start = Barrier::new(CLIENTS);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..CLIENTS)
-            .map(|i| {
-                let (start, client) = (&start, &client);
-                let mut conn = server.client();
-                s.spawn(move || {
-                    start.wait();
-                    client(i, &mut conn)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("client thread"))
-            .collect()
-    })
-}
-
 /// Every client calls with cost 1 until it is denied: with no refill, a denial means the
 /// budget is spent, so exactly BUDGET calls pass, with remaining BUDGET-1 down to 0, once each.
 fn exactly_the_budget_with_unit_costs(args: &[&str]) {
     let server = Server::start();
-    let replies = hammer(&server, |_, conn| {
+    let replies = hammer_with(&server, CLIENTS, |_, conn| {
         let mut seen = Vec::new();
         loop {
             let r = call(conn, args, 1);
@@ -77,7 +51,7 @@ fn exactly_the_budget_with_unit_costs(args: &[&str]) {
 /// (no lost or doubled update), ending at the limiter's final state.
 fn a_single_chain_with_mixed_costs(args: &[&str]) {
     let server = Server::start();
-    let replies = hammer(&server, |i, conn| {
+    let replies = hammer_with(&server, CLIENTS, |i, conn| {
         (0..20)
             .map(|n| {
                 let cost = ((i + n) % 4 + 1) as i64;

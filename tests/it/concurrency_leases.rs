@@ -9,7 +9,6 @@
 
 use redis_rl_testkit::*;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Barrier;
 use std::time::Duration;
 
 const LONG: u64 = 1_000_000_000_000;
@@ -454,36 +453,11 @@ fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
     );
 }
 
-/// Runs `client(i, conn)` on 32 threads that start together; returns all their results.
-fn hammer<T: Send>(
-    server: &Server,
-    client: impl Fn(usize, &mut redis::Connection) -> Vec<T> + Sync,
-) -> Vec<T> {
-    const CLIENTS: usize = 32;
-    let start = Barrier::new(CLIENTS);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..CLIENTS)
-            .map(|i| {
-                let (start, client) = (&start, &client);
-                let mut conn = server.client();
-                s.spawn(move || {
-                    start.wait();
-                    client(i, &mut conn)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("client thread"))
-            .collect()
-    })
-}
-
 #[test]
 fn thirty_two_clients_never_hold_more_than_the_limit() {
     let server = Server::start();
     // First round: everyone asks once, nobody releases: exactly the limit gets a lease.
-    let first = hammer(&server, |i, c| {
+    let first = hammer_with(&server, 32, |i, c| {
         vec![acquire(c, "once", "10", LONG_S, &format!("w{i}"))]
     });
     let mut remaining: Vec<i64> = first.iter().filter(|r| r[0] == 1).map(|r| r[2]).collect();
@@ -499,7 +473,7 @@ fn thirty_two_clients_never_hold_more_than_the_limit() {
     // exactly once.
     let inside = AtomicI64::new(0);
     let most = AtomicI64::new(0);
-    let results = hammer(&server, |i, c| {
+    let results = hammer_with(&server, 32, |i, c| {
         let id = format!("w{i}");
         let mut granted = 0;
         let mut released = 0;

@@ -61,21 +61,6 @@ fn assert_restored(what: &str, before: &Dataset, server: &Server) {
     );
 }
 
-/// The files of an append-only directory, concatenated.
-fn aof_bytes(server: &Server) -> Vec<u8> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(server.dir.join("appendonlydir")).expect("appendonlydir") {
-        out.extend(std::fs::read(entry.expect("entry").path()).expect("read AOF"));
-    }
-    out
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|w| w.eq_ignore_ascii_case(needle))
-}
-
 #[test]
 fn every_command_survives_save_and_restart() {
     let mut first = Server::start();

@@ -2,6 +2,7 @@
 //! a replica, an AOF replay and an RDB reload hold the same bytes and the same absolute
 //! expiry as the master, and calls that write nothing send nothing.
 
+use redis_rl_testkit::ops::limiter_calls;
 use redis_rl_testkit::*;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -101,23 +102,6 @@ fn dataset(c: &mut redis::Connection) -> BTreeMap<String, (Option<Vec<u8>>, i64)
             (k, state)
         })
         .collect()
-}
-
-/// Calls of every RL.* command the server counted (`INFO commandstats`).
-fn limiter_calls(c: &mut redis::Connection) -> i64 {
-    let stats: String = query(c, &["INFO", "commandstats"]);
-    stats
-        .lines()
-        .filter(|l| l.to_ascii_lowercase().starts_with("cmdstat_rl."))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<i64>()
-                .ok()
-        })
-        .sum()
 }
 
 fn set_calls(c: &mut redis::Connection) -> i64 {
@@ -242,21 +226,6 @@ fn a_bucket_that_takes_ages_to_refill_replicates_too() {
     assert_eq!(reply[..4], [1, 10_000_000, 0, 0]);
     assert_eq!(query::<i64>(&mut m, &["WAIT", "1", "5000"]), 1);
     assert_eq!(dataset(&mut r), dataset(&mut m));
-}
-
-/// The files of an append-only directory, concatenated.
-fn aof_bytes(server: &Server) -> Vec<u8> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(server.dir.join("appendonlydir")).expect("appendonlydir") {
-        out.extend(std::fs::read(entry.expect("entry").path()).expect("read AOF"));
-    }
-    out
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 const AOF: [&str; 4] = ["--appendonly", "yes", "--appendfsync", "always"];

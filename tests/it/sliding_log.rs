@@ -9,7 +9,6 @@
 //! with a deadline; none asserts how long anything took.
 
 use redis_rl_testkit::*;
-use std::sync::Barrier;
 use std::time::Duration;
 
 /// The largest window, in ms and µs.
@@ -442,35 +441,10 @@ fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
     }
 }
 
-/// Runs `client(i, conn)` on 32 threads that start together; returns all their results.
-fn hammer<T: Send>(
-    server: &Server,
-    client: impl Fn(usize, &mut redis::Connection) -> Vec<T> + Sync,
-) -> Vec<T> {
-    const CLIENTS: usize = 32;
-    let start = Barrier::new(CLIENTS);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..CLIENTS)
-            .map(|i| {
-                let (start, client) = (&start, &client);
-                let mut conn = server.client();
-                s.spawn(move || {
-                    start.wait();
-                    client(i, &mut conn)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("client thread"))
-            .collect()
-    })
-}
-
 #[test]
 fn thirty_two_clients_admit_exactly_the_limit() {
     let server = Server::start();
-    let replies = hammer(&server, |_, c| {
+    let replies = hammer_with(&server, 32, |_, c| {
         let mut seen = Vec::new();
         loop {
             let r = log(c, "k", &["500", WIDE_S]);
@@ -497,7 +471,7 @@ fn thirty_two_clients_admit_exactly_the_limit() {
 #[test]
 fn thirty_two_clients_with_mixed_costs_form_one_chain() {
     let server = Server::start();
-    let replies = hammer(&server, |i, c| {
+    let replies = hammer_with(&server, 32, |i, c| {
         (0..20)
             .map(|n| {
                 let cost = ((i + n) % 4 + 1) as i64;

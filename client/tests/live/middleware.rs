@@ -16,7 +16,7 @@ use http::StatusCode;
 use redis_rl_client::middleware::{RateLimitConfig, RateLimitLayer};
 use redis_rl_client::tier::Rate;
 use redis_rl_client::{BreakerConfig, Limiter, RedisHashTiers, Source};
-use redis_rl_testkit::{eventually, Server};
+use redis_rl_testkit::{eventually, query, Server};
 use tower::ServiceExt;
 
 fn app(server: &Server, config: RateLimitConfig) -> (Router, Limiter) {
@@ -123,12 +123,10 @@ async fn each_dimension_refuses_with_its_name() {
 #[tokio::test]
 async fn the_tier_is_read_from_the_redis_hash() {
     let server = Server::start();
-    let _: () = redis::cmd("HSET")
-        .arg("rl:tiers")
-        .arg("pro-key")
-        .arg("pro")
-        .query(&mut server.client())
-        .unwrap();
+    let _: () = query(
+        &mut server.client(),
+        &["HSET", "rl:tiers", "pro-key", "pro"],
+    );
     let mut config = RateLimitConfig::default();
     config.dimensions = vec![redis_rl_client::middleware::Dimension::ApiKey];
     let (app, _) = app(&server, config);
