@@ -73,9 +73,11 @@ bench: build
 # Fault-injection game day (not part of make test): redis-server with the module, rl-gateway in
 # front of it and a paced HTTP load on loopback; kill -9, SIGSTOP, empty restart and slow-script
 # phases for each failure mode (open, local, closed); writes benches/GAMEDAY.md. About 75 s.
+# What the limit allows is decided by rl-replay (testkit/src/bin/replay.rs): the core's own
+# token bucket run on the same request stream.
 # Options: GAMEDAY_ARGS="--modes open,local --phase-s 3 ..." (python3 scripts/gameday.py --help).
 gameday: deps
-	$(CARGO) build --release -p redis-rl -p rl-gateway
+	$(CARGO) build --release -p redis-rl -p rl-gateway -p redis-rl-testkit
 	python3 scripts/gameday.py $(GAMEDAY_ARGS)
 
 clean:

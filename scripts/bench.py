@@ -12,11 +12,13 @@ import os
 import platform
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import time
+
+import procs
+import resp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -132,68 +134,6 @@ def log(*args):
     print(*args, file=sys.stderr, flush=True)
 
 
-# ---------------------------------------------------------------- a minimal RESP client
-
-
-class Client:
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = self.sock.makefile("rb", buffering=1 << 16)
-
-    @staticmethod
-    def encode(args):
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            a = a if isinstance(a, bytes) else str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-        return b"".join(out)
-
-    def read(self):
-        line = self.reader.readline()
-        if not line:
-            raise ConnectionError("server closed the connection")
-        kind, rest = line[:1], line[1:-2]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            return RespError(rest.decode())
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            data = self.reader.read(n + 2)
-            return data[:-2]
-        if kind == b"*":
-            n = int(rest)
-            return None if n < 0 else [self.read() for _ in range(n)]
-        raise ValueError("unexpected reply %r" % line)
-
-    def call(self, *args):
-        self.sock.sendall(self.encode(args))
-        return self.read()
-
-    def pipeline(self, commands, batch=2000):
-        """Sends many commands, `batch` at a time; returns the number of error replies."""
-        errors = 0
-        for i in range(0, len(commands), batch):
-            chunk = commands[i:i + batch]
-            self.sock.sendall(b"".join(self.encode(c) for c in chunk))
-            for _ in chunk:
-                errors += isinstance(self.read(), RespError)
-        return errors
-
-    def info(self, section):
-        text = self.call("INFO", section).decode()
-        return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-
-
-class RespError(str):
-    pass
-
-
 # ---------------------------------------------------------------- server
 
 
@@ -207,15 +147,9 @@ def scheduled(args, cpu):
     return prefix + args
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     def __init__(self, modules):
-        self.port = free_port()
+        self.port = procs.free_port()
         args = [CONFIG["server"], "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--protected-mode", "yes",
                 "--loglevel", "warning", "--logfile", ""]
@@ -225,10 +159,10 @@ class Server:
         deadline = time.time() + 10
         while True:
             try:
-                self.client = Client(self.port)
+                self.client = resp.Connection(self.port)
                 if self.client.call("PING") == "PONG":
                     break
-            except OSError:
+            except (OSError, resp.ReplyError):
                 pass
             if self.proc.poll() is not None or time.time() > deadline:
                 err = self.proc.stderr.read().decode() if self.proc.poll() is not None else ""
@@ -236,12 +170,7 @@ class Server:
             time.sleep(0.05)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        procs.stop(self.proc)
 
 
 # ---------------------------------------------------------------- throughput
@@ -638,10 +567,11 @@ def main():
             if only and name not in only:
                 continue
             # Does one call work at all?
-            check = client.call(*expand(args, "rl:check", sha, pxat))
-            if isinstance(check, RespError):
-                problems.append("%s: skipped, it replies `%s`" % (name, check))
-                log("  %s skipped: %s" % (name, check))
+            try:
+                client.call(*expand(args, "rl:check", sha, pxat))
+            except resp.ReplyError as e:
+                problems.append("%s: skipped, it replies `%s`" % (name, e))
+                log("  %s skipped: %s" % (name, e))
                 continue
             results[name] = {}
             for random_keys, pipeline in CONFIGS:

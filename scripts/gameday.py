@@ -12,11 +12,12 @@ EVAL, shorter and then longer than the gateway's Redis timeout).
 Per phase it prints requests sent, 2xx, 429, 5xx, client-side latency p50/p99/max,
 breaker transitions and decisions by source (deltas of the gateway's /healthz counters), the
 time from recovery to the breaker closing, and over-admission: admitted requests minus what
-an exact token bucket per key (the configured limit) admits for the same request stream.
+the core's exact token bucket per key (the configured limit, run by rl-replay) admits for
+the same request stream.
 Everything it started is stopped at the end, on Ctrl-C and on errors.
 
-Python 3 standard library only. `make gameday` builds the release binaries first and writes
-benches/GAMEDAY.md.
+Python 3 standard library only (RESP through scripts/resp.py). `make gameday` builds the
+release binaries first (the module, rl-gateway and rl-replay) and writes benches/GAMEDAY.md.
 """
 
 import argparse
@@ -27,12 +28,14 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+import procs
+import resp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -63,71 +66,7 @@ def log(msg):
     print(f"[gameday {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-# --------------------------------------------------------------------------- Redis (RESP)
-
-
-def resp_encode(*args):
-    out = [f"*{len(args)}\r\n".encode()]
-    for a in args:
-        b = a if isinstance(a, bytes) else str(a).encode()
-        out.append(f"${len(b)}\r\n".encode() + b + b"\r\n")
-    return b"".join(out)
-
-
-def resp_read(f):
-    line = f.readline()
-    if not line:
-        raise ConnectionError("connection closed")
-    kind, rest = line[:1], line[1:-2]
-    if kind == b"+":
-        return rest.decode()
-    if kind == b"-":
-        raise RuntimeError(rest.decode())
-    if kind == b":":
-        return int(rest)
-    if kind == b"$":
-        n = int(rest)
-        if n < 0:
-            return None
-        data = f.read(n + 2)
-        return data[:-2]
-    if kind == b"*":
-        n = int(rest)
-        return None if n < 0 else [resp_read(f) for _ in range(n)]
-    raise RuntimeError(f"bad RESP line {line!r}")
-
-
-class Resp:
-    """A minimal blocking Redis connection."""
-
-    def __init__(self, port, timeout=5.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.f = self.sock.makefile("rb")
-
-    def call(self, *args):
-        self.sock.sendall(resp_encode(*args))
-        return resp_read(self.f)
-
-    def close(self):
-        try:
-            self.f.close()
-            self.sock.close()
-        except OSError:
-            pass
-
-
-def redis_call(port, *args, timeout=1.0):
-    c = Resp(port, timeout)
-    try:
-        return c.call(*args)
-    finally:
-        c.close()
+# --------------------------------------------------------------------------- Redis
 
 
 class RedisServer:
@@ -135,7 +74,7 @@ class RedisServer:
         self.binary = binary
         self.module = module
         self.workdir = workdir
-        self.port = free_port()
+        self.port = procs.free_port()
         self.proc = None
         self.stopped = False
 
@@ -159,7 +98,7 @@ class RedisServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"redis-server exited ({self.proc.returncode}); see {self.workdir}/redis.log")
             try:
-                if redis_call(self.port, "PING", timeout=0.2) == "PONG":
+                if resp.call(self.port, "PING", timeout=0.2) == "PONG":
                     return
             except (OSError, RuntimeError):
                 pass
@@ -190,7 +129,7 @@ class RedisServer:
 
 class Gateway:
     def __init__(self, binary, redis_port, mode, args, workdir):
-        self.port = free_port()
+        self.port = procs.free_port()
         self.logpath = os.path.join(workdir, f"gateway-{mode}.log")
         cfg = os.path.join(workdir, "gameday.toml")
         with open(cfg, "w") as f:
@@ -233,13 +172,7 @@ class Gateway:
             return sum(1 for _ in f)
 
     def cleanup(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        procs.stop(self.proc)
         self.logfile.close()
 
 
@@ -351,21 +284,20 @@ class Load(threading.Thread):
 # --------------------------------------------------------------------------- analysis
 
 
-def reference_admits(records, nkeys):
-    """For each record index: would one exact token bucket per key (burst LIMIT, LIMIT per
-    WINDOW_MS, continuous refill) admit it? Requests in send order."""
-    rate = LIMIT / (WINDOW_MS / 1000.0)
-    tokens = [float(LIMIT)] * nkeys
-    last = [None] * nkeys
+def reference_admits(records, replay):
+    """For each record index: would the token bucket of the configured limit (burst LIMIT,
+    LIMIT per WINDOW_MS), one per key, admit it? Requests in send order, decided by the core's
+    own code: `replay` is rl-replay (testkit/src/bin/replay.rs), which runs the module's exact
+    integer token bucket on the trace."""
+    order = sorted(range(len(records)), key=lambda i: records[i][0])
+    trace = "".join(f"{records[i][2]} {round(records[i][0] * 1e6)} 1\n" for i in order)
+    out = subprocess.run([replay, str(LIMIT), str(LIMIT), str(WINDOW_MS)], input=trace,
+                         capture_output=True, text=True, check=True).stdout.split()
+    if len(out) != len(order):
+        raise RuntimeError(f"rl-replay decided {len(out)} of {len(order)} requests")
     admit = [False] * len(records)
-    for i in sorted(range(len(records)), key=lambda i: records[i][0]):
-        t, _, k, _ = records[i]
-        if last[k] is not None:
-            tokens[k] = min(float(LIMIT), tokens[k] + (t - last[k]) * rate)
-        last[k] = t
-        if tokens[k] >= 1.0:
-            tokens[k] -= 1.0
-            admit[i] = True
+    for i, decision in zip(order, out):
+        admit[i] = decision == "1"
     return admit
 
 
@@ -376,8 +308,8 @@ def pct(sorted_vals, p):
     return sorted_vals[i]
 
 
-def summarize(phases, records, nkeys, samples):
-    admit = reference_admits(records, nkeys)
+def summarize(phases, records, replay, samples):
+    admit = reference_admits(records, replay)
     rows = []
     for ph in phases:
         idx = [i for i, r in enumerate(records) if ph["start"] <= r[0] < ph["end"]]
@@ -440,7 +372,7 @@ class Busy(threading.Thread):
 
     def run(self):
         try:
-            c = Resp(self.port, timeout=10)
+            c = resp.Connection(self.port, timeout=10)
             sha = c.call("SCRIPT", "LOAD", BUSY_LUA)
             while not self.stop.is_set():
                 c.call("EVALSHA", sha, 0, self.busy_ms)
@@ -452,7 +384,7 @@ class Busy(threading.Thread):
 
 
 def run_mode(mode, args, binaries, workdir):
-    redis_bin, module, gateway_bin = binaries
+    redis_bin, module, gateway_bin, replay_bin = binaries
     rdir = os.path.join(workdir, f"redis-{mode}")
     os.makedirs(rdir)
     redis = RedisServer(redis_bin, module, rdir)
@@ -491,49 +423,40 @@ def run_mode(mode, args, binaries, workdir):
         time.sleep(p)
         end(ph)
 
-        ph = begin("kill -9, restart (AOF kept)")
-        t = time.monotonic()
-        redis.kill()
-        time.sleep(p)
-        redis.start()
-        ph["recovered"] = time.monotonic()
-        ph["outage_ms"] = round((ph["recovered"] - t) * 1000)
-        time.sleep(args.recover_s)
-        end(ph)
-
-        ph = begin("SIGSTOP, SIGCONT")
-        t = time.monotonic()
-        redis.stop_signal(signal.SIGSTOP)
-        time.sleep(p)
-        redis.stop_signal(signal.SIGCONT)
-        ph["recovered"] = time.monotonic()
-        ph["outage_ms"] = round((ph["recovered"] - t) * 1000)
-        time.sleep(args.recover_s)
-        end(ph)
-
-        ph = begin("restart, empty dataset")
-        t = time.monotonic()
-        redis.kill()
-        redis.start(empty=True)
-        ph["recovered"] = time.monotonic()
-        ph["outage_ms"] = round((ph["recovered"] - t) * 1000)
-        time.sleep(args.recover_s + 0.5)
-        end(ph)
-
-        for busy_ms in (args.timeout_ms * 2 // 5, args.timeout_ms * 2):
-            ph = begin(f"slow: EVAL busy {busy_ms} ms")
+        def outage(name, fault, recover, settle=args.recover_s):
+            """A phase: `fault()`, then `recover()`; the outage lasts from the fault to the
+            end of the recovery, then `settle` seconds of traffic follow."""
+            ph = begin(name)
             t = time.monotonic()
-            busy = Busy(redis.port, busy_ms, args.slow_gap_ms)
-            busy.start()
-            time.sleep(p)
-            busy.stop.set()
-            busy.join()
-            if busy.error:
-                raise RuntimeError(f"busy loop: {busy.error}")
+            fault()
+            recover()
             ph["recovered"] = time.monotonic()
             ph["outage_ms"] = round((ph["recovered"] - t) * 1000)
-            time.sleep(args.recover_s)
+            time.sleep(settle)
             end(ph)
+
+        def then_wait(action):
+            def run():
+                action()
+                time.sleep(p)
+            return run
+
+        outage("kill -9, restart (AOF kept)", then_wait(redis.kill), redis.start)
+        outage("SIGSTOP, SIGCONT", then_wait(lambda: redis.stop_signal(signal.SIGSTOP)),
+               lambda: redis.stop_signal(signal.SIGCONT))
+        outage("restart, empty dataset", redis.kill, lambda: redis.start(empty=True),
+               settle=args.recover_s + 0.5)
+
+        for busy_ms in (args.timeout_ms * 2 // 5, args.timeout_ms * 2):
+            busy = Busy(redis.port, busy_ms, args.slow_gap_ms)
+
+            def done(busy=busy):
+                busy.stop.set()
+                busy.join()
+                if busy.error:
+                    raise RuntimeError(f"busy loop: {busy.error}")
+
+            outage(f"slow: EVAL busy {busy_ms} ms", then_wait(busy.start), done)
 
         load.finish()
         poller.stop.set()
@@ -542,7 +465,7 @@ def run_mode(mode, args, binaries, workdir):
             with open(os.path.join(workdir, f"trace-{mode}.json"), "w") as f:
                 json.dump({"phases": [{k: ph[k] for k in ("name", "start", "end")} | {"recovered": ph.get("recovered")} for ph in phases],
                            "health": poller.samples, "requests": load.records}, f)
-        return summarize(phases, load.records, len(keys), poller.samples)
+        return summarize(phases, load.records, replay_bin, poller.samples)
     finally:
         if load:
             load.stop_at = 0
@@ -603,10 +526,12 @@ def main():
 
     rel = os.path.join(args.target_dir, "release")
     binaries = (shutil.which(args.redis_server) or args.redis_server,
-                os.path.join(rel, "libredis_rl.so"), os.path.join(rel, "rl-gateway"))
+                os.path.join(rel, "libredis_rl.so"), os.path.join(rel, "rl-gateway"),
+                os.path.join(rel, "rl-replay"))
     for b in binaries:
         if not os.path.exists(b):
-            sys.exit(f"gameday: {b} not found (cargo build --release -p redis-rl -p rl-gateway)")
+            sys.exit(f"gameday: {b} not found "
+                     "(cargo build --release -p redis-rl -p rl-gateway -p redis-rl-testkit)")
     version = subprocess.run([binaries[0], "--version"], capture_output=True, text=True).stdout.strip()
 
     # Ctrl-C and SIGTERM unwind through the finally blocks that stop every process.
@@ -676,8 +601,9 @@ def write_report(args, results, version, elapsed):
         "response read). *breaker open/close*, *local*, *fail-open*, *fail-closed*, *deny cache*: "
         "deltas of the gateway's `/healthz` counters over the phase (decisions by source). "
         "*close after recovery*: from recovery to the first `/healthz` poll (every 50 ms) showing "
-        "the breaker closed. *limit allows*: what an exact token bucket per key admits for the "
-        "same requests (send times, one simulated bucket over the whole run); *over-admitted* = "
+        "the breaker closed. *limit allows*: what the core's exact token bucket per key (the "
+        "module's own code, run by `rl-replay`) admits for the same requests (send times, one "
+        "bucket over the whole run); *over-admitted* = "
         "2xx - limit allows (negative: fewer admitted than the limit allows; ±2 is clock jitter "
         "between client and server). *log lines*: gateway log lines written during the phase.",
         "",
