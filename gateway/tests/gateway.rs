@@ -96,6 +96,7 @@ fn help_documents_every_flag() {
         "--breaker-failures",
         "--breaker-open-ms",
         "--deny-cache",
+        "--engine",
         "--tier-hash",
         "--tier-cache-ms",
         "--route",
@@ -266,4 +267,46 @@ async fn forwards_allowed_requests_to_the_upstream() {
     .await;
     let (status, _, body) = dead.get("/x", &[]).await.unwrap();
     assert_eq!(status, 502, "{body}");
+}
+
+/// In front of a server without the module (a managed service), unchanged: the limiter
+/// finds no RL commands and decides with the Lua twin, in closed mode too (no 503).
+#[tokio::test]
+async fn works_unchanged_on_a_server_without_the_module() {
+    let server = Server::start_plain(&[]);
+    let dir = std::env::temp_dir().join(format!("rl-gw-test-{}", server.port));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        "dimensions = [\"api_key\", \"endpoint\"]\n[endpoint]\nlimit = 3\n",
+    )
+    .unwrap();
+    let gw = Gateway::start(&[
+        "--redis",
+        &server.url(),
+        "--config",
+        config.to_str().unwrap(),
+        "--failure-mode",
+        "closed",
+    ])
+    .await;
+    for i in 1..=3 {
+        let (status, h, body) = gw
+            .get(&format!("/api/items/{i}"), &[("x-api-key", "k")])
+            .await
+            .unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(h["x-ratelimit-remaining"], (3 - i).to_string());
+    }
+    let (status, _, _) = gw.get("/api/items/4", &[("x-api-key", "k")]).await.unwrap();
+    assert_eq!(status, 429);
+    let libraries: redis::Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query(&mut server.client())
+        .unwrap();
+    assert!(
+        format!("{libraries:?}").contains("redisrl"),
+        "{libraries:?}"
+    );
 }
