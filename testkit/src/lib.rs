@@ -12,6 +12,7 @@
 //! - [`cmd`]: running commands and reading replies, errors, keys, `INFO` and the clock.
 //! - [`checks`]: assertions shared by the module's tests (refused calls change nothing,
 //!   PEEK matches the real call, TTLs after a write).
+//! - [`rng`]: [`Rng`], seeded and reproducible (splitmix64).
 //! - [`ops`]: the operations tests' seeded random mix of RL.* calls and dataset snapshots.
 //!
 //! `use redis_rl_testkit::*;` brings in everything but [`ops`].
@@ -20,9 +21,11 @@ pub mod checks;
 pub mod cluster;
 pub mod cmd;
 pub mod ops;
+pub mod rng;
 pub mod server;
 
 pub use checks::*;
 pub use cluster::Cluster;
 pub use cmd::*;
+pub use rng::Rng;
 pub use server::{aof_bytes, free_port, module_path, server_binary, Server, MASTER_ARGS};

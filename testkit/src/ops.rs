@@ -4,6 +4,7 @@
 //! snapshots (bytes and absolute expiry of every key).
 
 use crate::cmd::{command, info_field, query, server_time_us};
+use crate::rng::Rng;
 use redis::{ConnectionLike, Value};
 use std::collections::BTreeMap;
 
@@ -31,33 +32,6 @@ pub fn available(c: &mut redis::Connection) -> Vec<&'static str> {
             !matches!(info.as_slice(), [Value::Nil] | [])
         })
         .collect()
-}
-
-/// A small deterministic generator (splitmix64): reproducible runs without a dependency.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    /// True with probability `percent` / 100.
-    pub fn percent(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
 }
 
 /// A limiter algorithm, its key prefix and the command that writes it.

@@ -93,32 +93,6 @@ fn module_cmd(name: &str, keys: &[String], rest: &[String]) -> redis::Cmd {
     cmd
 }
 
-/// A small deterministic generator (SplitMix64): sequences are reproducible from the seed
-/// printed on failure.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-}
-
 const EXACT: u128 = (1 << 53) - 1;
 const MARGIN: u128 = 2_000_000_000_000;
 
@@ -179,11 +153,11 @@ impl Spec {
                 Kind::Sw => Spec::Sw(SlidingWindowParams::new(count(r), duration(r)).unwrap()),
                 Kind::Fw => Spec::Fw(FixedWindowParams::new(count(r), duration(r)).unwrap()),
                 Kind::Gc => {
-                    let burst = r.chance(50).then(|| count(r));
+                    let burst = r.percent(50).then(|| count(r));
                     Spec::Gc(GcraParams::new(count(r), duration(r), burst).unwrap())
                 }
                 Kind::Lg => {
-                    let limit = if r.chance(10) {
+                    let limit = if r.percent(10) {
                         r.range(1, 10_000)
                     } else {
                         r.range(1, 30)
@@ -433,7 +407,7 @@ impl Op {
                 amount: cost_for(r, specs[key].limit()),
             },
             2 | 3 => {
-                let mut keys: Vec<usize> = (0..specs.len()).filter(|_| r.chance(60)).collect();
+                let mut keys: Vec<usize> = (0..specs.len()).filter(|_| r.percent(60)).collect();
                 if keys.is_empty() {
                     keys.push(key);
                 }
@@ -441,13 +415,13 @@ impl Op {
                 Op::All {
                     keys,
                     cost: cost_for(r, least),
-                    peek: r.chance(15),
+                    peek: r.percent(15),
                 }
             }
             _ => Op::Check {
                 key,
                 cost: cost_for(r, specs[key].limit()),
-                peek: r.chance(15),
+                peek: r.percent(15),
             },
         }
     }
@@ -572,7 +546,7 @@ fn exact_against_the_core() {
     let steps = 80;
     let mut calls = 0;
     for seed in 0..sequences {
-        let mut r = Rng(seed * 7919 + 17);
+        let mut r = Rng::new(seed * 7919 + 17);
         let n = r.range(1, 3) as usize;
         let kinds: Vec<Kind> = (0..n).map(|_| r.pick(&KINDS)).collect();
         let mut specs: Vec<Spec> = kinds.iter().map(|&k| Spec::random(k, &mut r)).collect();
@@ -589,7 +563,7 @@ fn exact_against_the_core() {
                 4..=6 => now,
                 _ => now + r.below(1_500),
             };
-            if r.chance(5) {
+            if r.percent(5) {
                 let k = r.below(n as u64) as usize;
                 specs[k] = Spec::random(kinds[k], &mut r);
             }
@@ -601,7 +575,7 @@ fn exact_against_the_core() {
             argv.push(now.to_string());
             let expected = model(&op, &specs, &states, now);
             // The library and the script alike.
-            let cmd = if r.chance(25) {
+            let cmd = if r.percent(25) {
                 script_cmd(&sha, &op_keys, &argv)
             } else {
                 twin_cmd(&sha, &op_keys, &argv)
@@ -649,7 +623,7 @@ fn time_insensitive(kind: Kind, r: &mut Rng) -> Spec {
         Kind::Sw => Spec::Sw(SlidingWindowParams::new(limit, long).unwrap()),
         Kind::Fw => Spec::Fw(FixedWindowParams::new(limit, long).unwrap()),
         Kind::Gc => {
-            let burst = r.chance(50).then(|| r.range(1, 12));
+            let burst = r.percent(50).then(|| r.range(1, 12));
             Spec::Gc(GcraParams::new(limit, long, burst).unwrap())
         }
         Kind::Lg => Spec::Lg(SlidingLogParams::new(limit, long).unwrap()),
@@ -692,7 +666,7 @@ fn same_replies_as_the_module() {
     let sha = load(&mut conn, SCRIPT);
     let began = Instant::now();
     for seed in 0..30u64 {
-        let mut r = Rng(seed * 104_729 + 3);
+        let mut r = Rng::new(seed * 104_729 + 3);
         let n = r.range(1, 3) as usize;
         let kinds: Vec<Kind> = (0..n).map(|_| r.pick(&KINDS)).collect();
         let specs: Vec<Spec> = kinds.iter().map(|&k| time_insensitive(k, &mut r)).collect();
