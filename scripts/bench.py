@@ -545,13 +545,13 @@ def main():
         present = {"lua"}
         with open(os.path.join(ROOT, "lua", "rl.lua")) as f:
             library = f.read()
-        loaded = client.call("FUNCTION", "LOAD", "REPLACE", library)
-        script = "#!lua\n" + library.split("\n", 1)[1]
-        TWIN_SHA["sha"] = client.call("SCRIPT", "LOAD", script).decode()
-        if isinstance(loaded, RespError) or isinstance(TWIN_SHA["sha"], RespError):
-            problems.append("the Lua twin did not load: %s" % loaded)
-        else:
+        try:
+            client.call("FUNCTION", "LOAD", "REPLACE", library)
+            script = "#!lua\n" + library.split("\n", 1)[1]
+            TWIN_SHA["sha"] = client.call("SCRIPT", "LOAD", script).decode()
             present.add("twin")
+        except resp.ReplyError as e:
+            problems.append("the Lua twin did not load: %s" % e)
         for _, _, _, need in COMMANDS:
             if need and need not in ("lua", "twin"):
                 info = client.call("COMMAND", "INFO", need)
