@@ -15,6 +15,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import procs
@@ -263,6 +264,89 @@ def memory(server, commands, sha, pxat):
 # ---------------------------------------------------------------- report
 
 
+# Lease tables of N leases: per-call server time and bytes appended to the AOF (the same
+# commands the replication stream carries) for a renewal, an acquire of a new id and its
+# release, with ids of 36 bytes (a UUID) and of 256.
+# The largest row holds 9,999 leases so that an acquire of a new id fits the limit of 10,000.
+LEASE_SIZES = [(100, 36), (1000, 36), (9999, 36), (9999, 256)]
+
+
+def command_totals(client, name):
+    """`calls` and `usec` (totals) of a command in `INFO commandstats`."""
+    stats = next((v for k, v in client.info("commandstats").items()
+                  if k.lower() == "cmdstat_" + name), "")
+    fields = dict(kv.split("=") for kv in stats.split(",") if "=" in kv)
+    return {"calls": int(fields.get("calls", "0")), "usec": int(fields.get("usec", "0"))}
+
+
+def lease_costs(server, calls=2000):
+    client = server.client
+    tmp = tempfile.mkdtemp(prefix="rl-bench-aof-")
+    client.call("CONFIG", "SET", "dir", tmp)
+    # No automatic rewrite during the measurement (it would shrink the file).
+    client.call("CONFIG", "SET", "auto-aof-rewrite-percentage", "0")
+    client.call("CONFIG", "SET", "appendonly", "yes")
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        p = client.info("persistence")
+        if p.get("aof_rewrite_in_progress") == "0" and p.get("aof_rewrite_scheduled") == "0":
+            break
+        time.sleep(0.05)
+    out = []
+    try:
+        for n, id_len in LEASE_SIZES:
+            key = "rl:leases:%d:%d" % (n, id_len)
+            ident = lambda i: ("%08d" % i).ljust(id_len, "x")
+            acquire = lambda i: ["RL.CONCURRENCY", key, "10000", "3600000", "ACQUIRE", ident(i)]
+            client.pipeline([acquire(i) for i in range(n)])
+            row = {"leases": n, "id_bytes": id_len,
+                   "strlen": client.call("STRLEN", key),
+                   "memory": client.call("MEMORY", "USAGE", key, "SAMPLES", "0")}
+            cases = [
+                ("renew", [acquire((i * 7919) % n) for i in range(calls)]),
+                ("acquire+release", [c for i in range(calls // 2)
+                                     for c in (acquire(n + i),
+                                               ["RL.CONCURRENCY", key, "RELEASE", ident(n + i)])]),
+            ]
+            for case, commands in cases:
+                before = command_totals(client, "rl.concurrency")
+                aof0 = int(client.info("persistence").get("aof_current_size", 0))
+                errors = client.pipeline(commands, batch=200)
+                aof1 = int(client.info("persistence").get("aof_current_size", 0))
+                after = command_totals(client, "rl.concurrency")
+                done = after["calls"] - before["calls"]
+                row[case] = {"usec": (after["usec"] - before["usec"]) / max(done, 1),
+                             "aof_bytes": (aof1 - aof0) / max(len(commands), 1),
+                             "errors": errors}
+            client.call("DEL", key)
+            out.append(row)
+            log("  %5d leases of %3d-byte ids: renew %.1f us, %.0f B; acquire/release %.1f us, %.0f B"
+                % (n, id_len, row["renew"]["usec"], row["renew"]["aof_bytes"],
+                   row["acquire+release"]["usec"], row["acquire+release"]["aof_bytes"]))
+    finally:
+        client.call("CONFIG", "SET", "appendonly", "no")
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def lease_report(leases):
+    if not leases:
+        return []
+    lines = ["## RL.CONCURRENCY: cost per call by lease count", "",
+             "A key filled with N leases, then 2,000 calls pipelined: renewals of held ids, and "
+             "acquires of new ids each followed by its release. Server time is `usec_per_call` "
+             "from `INFO commandstats`; bytes are what the calls appended to the AOF, the same "
+             "commands the replication stream carries (`SETRANGE` + `PEXPIREAT` in MULTI/EXEC).",
+             "",
+             "| leases | id bytes | STRLEN | MEMORY USAGE | renew usec | renew bytes | acquire/release usec | acquire/release bytes |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in leases:
+        lines.append("| %d | %d | %d | %d | %.1f | %.0f | %.1f | %.0f |" % (
+            r["leases"], r["id_bytes"], r["strlen"], r["memory"], r["renew"]["usec"],
+            r["renew"]["aof_bytes"], r["acquire+release"]["usec"], r["acquire+release"]["aof_bytes"]))
+    return lines + [""]
+
+
 def machine_info(server):
     cpu = "unknown"
     try:
@@ -318,7 +402,7 @@ def config_name(random_keys, pipeline):
                                 pipeline)
 
 
-def report(results, mem, criterion, info, present, problems):
+def report(results, mem, criterion, info, present, problems, leases=None):
     c = CONFIG
     med = {name: {cfg: statistics.median(r["rps"] for r in runs) for cfg, runs in per.items()}
            for name, per in results.items()}
@@ -385,6 +469,7 @@ def report(results, mem, criterion, info, present, problems):
             lines.append("| %s | %.0f | %s | %s | %s%s |" % (
                 name, m["per_key"], ratio(m["per_key"], base), m["usage"], stored, flag))
         lines.append("")
+    lines += lease_report(leases)
     if criterion:
         lines += ["## Core decisions (criterion)", "",
                   "`cargo bench` of the pure algorithms (and of the client's local fallback, if "
@@ -524,7 +609,15 @@ def main():
         for name, random_keys, pipeline, runs in raw["results"]:
             results.setdefault(name, {})[(random_keys, pipeline)] = runs
         report(results, raw["memory"], criterion_results(), raw["info"], set(raw["present"]),
-               raw["problems"])
+               raw["problems"], raw.get("leases"))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--leases-only":
+        # Only the lease-cost table (RL_MODULE picks the module: compare two builds).
+        server = Server([CONFIG["module"]])
+        try:
+            print("\n".join(lease_report(lease_costs(server))))
+        finally:
+            server.stop()
         return
     for tool in (CONFIG["server"], CONFIG["benchmark"]):
         if not shutil.which(tool) and not os.path.exists(tool):
@@ -587,15 +680,20 @@ def main():
                 continue
             mem[name] = memory(server, commands, sha, pxat)
             log("  %-24s %6.1f bytes/key, MEMORY USAGE %s" % (name, mem[name]["per_key"], mem[name]["usage"]))
+        leases = []
+        if "RL.CONCURRENCY" in present and (not only or "RL.CONCURRENCY" in only):
+            log("== lease costs")
+            leases = lease_costs(server)
         info = machine_info(server)
     finally:
         server.stop()
     raw = {"info": info, "present": sorted(present), "problems": problems, "memory": mem,
+           "leases": leases,
            "results": [[n, r, p, runs] for n, per in results.items() for (r, p), runs in per.items()]}
     os.makedirs(os.path.dirname(CONFIG["raw"]), exist_ok=True)
     with open(CONFIG["raw"], "w") as f:
         json.dump(raw, f, indent=1)
-    lines = report(results, mem, criterion_results(), info, present, problems)
+    lines = report(results, mem, criterion_results(), info, present, problems, leases)
     print("\n".join(lines))
 
 

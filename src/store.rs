@@ -22,9 +22,10 @@
 //! valid, whatever its size.
 
 use redis_module::{raw, Context, RedisError, RedisString};
-use redis_rl_core::Millis;
+use redis_rl_core::concurrency::ConcurrencyState;
+use redis_rl_core::{Micros, Millis};
 
-use crate::encoding::{self, DecodeError, Stored, HEADER_LEN};
+use crate::encoding::{self, lease_table, DecodeError, Stored, HEADER_LEN};
 
 /// Strings up to this many bytes may be stored embedded or as an integer (Redis 7.0 embeds up
 /// to 44 bytes, Valkey 9.1 a whole key entry of up to 128), which a direct read would
@@ -161,6 +162,92 @@ impl<'a> LimiterKey<'a> {
         replicate_set(self.ctx, self.name, value, expire_at_ms);
         Ok(())
     }
+}
+
+impl LimiterKey<'_> {
+    /// Reads a concurrency limiter's value: a version 2 lease table in place (it is never
+    /// short enough to be stored embedded), a version 1 list decoded, or `Missing`.
+    /// Errors as [`LimiterKey::read`].
+    pub fn read_leases(&self) -> Result<Leases<'_>, RedisError> {
+        match self.key_type() {
+            Some(raw::KeyType::Empty) => return Ok(Leases::Missing),
+            Some(raw::KeyType::String) => {}
+            _ => return Err(RedisError::WrongType),
+        }
+        let len = self.len();
+        if len > MAY_BE_EMBEDDED && len <= lease_table::MAX_LEN {
+            let mut dma_len = 0;
+            let ptr = raw::string_dma(self.key, &mut dma_len, raw::KeyMode::READ);
+            if ptr.is_null() {
+                return Err(RedisError::WrongType);
+            }
+            // SAFETY: Redis returned a buffer of `dma_len` bytes, valid while the key is
+            // open and unmodified; the caller reads it before changing the key.
+            let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), dma_len) };
+            if lease_table::is_table(bytes) {
+                return Ok(Leases::Table(bytes));
+            }
+        }
+        Ok(self
+            .read::<ConcurrencyState>()?
+            .map_or(Leases::Missing, Leases::List))
+    }
+
+    /// Changes the value in place with `change`, which returns the byte ranges it changed
+    /// and the instant (us) the limiter becomes idle; sets the key to expire then (plus the
+    /// TTL slack), and replicates the ranges as `SETRANGE` and the expiry as `PEXPIREAT`
+    /// (the server wraps them in MULTI/EXEC), publishing the notifications those publish on
+    /// a replica (`setrange` per range, then `expire`).
+    pub fn patch(
+        &self,
+        change: impl FnOnce(&mut [u8]) -> (lease_table::Dirty, u64),
+    ) -> Result<(), RedisError> {
+        // SAFETY: the API table is filled once at module load, before any command runs.
+        let set_abs_expire = unsafe { raw::RedisModule_SetAbsExpire }.ok_or(RedisError::Str(
+            "ERR redis-rl needs RedisModule_SetAbsExpire (Redis 6.2 or later)",
+        ))?;
+        let mut len = 0;
+        let dma = raw::string_dma(self.key, &mut len, raw::KeyMode::WRITE);
+        if dma.is_null() {
+            return Err(RedisError::WrongType);
+        }
+        // SAFETY: `dma` points to the key's value buffer of `len` bytes, valid until the key
+        // is closed or modified otherwise; nothing else refers to it during this call.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(dma.cast::<u8>(), len) };
+        let (dirty, idle_at_us) = change(bytes);
+        let expire_at = Micros(idle_at_us)
+            .ceil_millis()
+            .saturating_add(crate::config::ttl_slack());
+        let expire_at_ms = i64::try_from(expire_at.0).unwrap_or(i64::MAX);
+        // SAFETY: the key is open for writing and holds a string.
+        unsafe { set_abs_expire(self.key, expire_at_ms) };
+        signal_modified(self.ctx, self.name);
+        for (offset, length) in dirty.ranges() {
+            let Some(changed) = bytes.get(offset..offset + length) else {
+                continue;
+            };
+            notify(self.ctx, raw::NotifyEvent::STRING, c"setrange", self.name);
+            replicate_setrange(self.ctx, self.name, offset, changed);
+        }
+        notify(self.ctx, raw::NotifyEvent::GENERIC, c"expire", self.name);
+        replicate_pexpireat(self.ctx, self.name, expire_at_ms);
+        Ok(())
+    }
+
+    /// Deletes the key and replicates `DEL key`.
+    pub fn delete(&self) -> Result<(), RedisError> {
+        delete_open(self.ctx, self.name, self.key)
+    }
+}
+
+/// A concurrency limiter's value, as [`LimiterKey::read_leases`] finds it.
+pub enum Leases<'k> {
+    /// No key.
+    Missing,
+    /// A version 1 value (a list of leases), decoded.
+    List(ConcurrencyState),
+    /// A version 2 value (a lease table), in place.
+    Table(&'k [u8]),
 }
 
 impl Drop for LimiterKey<'_> {
@@ -309,15 +396,23 @@ fn refusal<S: Stored>(header: &[u8]) -> DecodeError {
 
 /// Deletes `key` and replicates `DEL key`.
 pub fn delete(ctx: &Context, key: &RedisString) -> Result<(), RedisError> {
+    let open = OpenKey(raw::open_key(ctx.get_raw(), key.inner, raw::KeyMode::WRITE));
+    delete_open(ctx, key, open.0)
+}
+
+/// Deletes the key open (for writing) as `open` and replicates `DEL key`.
+fn delete_open(
+    ctx: &Context,
+    key: &RedisString,
+    open: *mut raw::RedisModuleKey,
+) -> Result<(), RedisError> {
     // SAFETY: the API table is filled once at module load, before any command runs.
     let delete_key = unsafe { raw::RedisModule_DeleteKey }
         .ok_or(RedisError::Str("ERR redis-rl needs RedisModule_DeleteKey"))?;
-    let open = OpenKey(raw::open_key(ctx.get_raw(), key.inner, raw::KeyMode::WRITE));
     // SAFETY: the key is open for writing.
-    if raw::Status::from(unsafe { delete_key(open.0) }) != raw::Status::Ok {
+    if raw::Status::from(unsafe { delete_key(open) }) != raw::Status::Ok {
         return Err(RedisError::Str("ERR redis-rl could not delete the key"));
     }
-    drop(open);
     signal_modified(ctx, key);
     notify(ctx, raw::NotifyEvent::GENERIC, c"del", key);
     ctx.replicate("DEL", &[key.as_slice()]);
@@ -348,6 +443,46 @@ fn notify(ctx: &Context, class: raw::NotifyEvent, event: &std::ffi::CStr, key: &
     // event name and a key name that outlive the call.
     if let Some(notify) = unsafe { raw::RedisModule_NotifyKeyspaceEvent } {
         unsafe { notify(ctx.get_raw(), class.bits(), event.as_ptr(), key.inner) };
+    }
+}
+
+/// Propagates `SETRANGE key offset bytes`.
+fn replicate_setrange(ctx: &Context, key: &RedisString, offset: usize, bytes: &[u8]) {
+    // SAFETY: the API table is filled at module load, before any command runs.
+    let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
+        return;
+    };
+    let offset = std::os::raw::c_longlong::try_from(offset).unwrap_or(0);
+    // SAFETY: "slb" takes a module string, a long long, and a buffer and its length,
+    // matching the arguments; all of them outlive the call, and Redis copies them.
+    unsafe {
+        replicate(
+            ctx.get_raw(),
+            c"SETRANGE".as_ptr(),
+            c"slb".as_ptr(),
+            key.inner,
+            offset,
+            bytes.as_ptr().cast::<std::os::raw::c_char>(),
+            bytes.len(),
+        );
+    }
+}
+
+/// Propagates `PEXPIREAT key expire_at_ms`.
+fn replicate_pexpireat(ctx: &Context, key: &RedisString, expire_at_ms: i64) {
+    // SAFETY: the API table is filled at module load, before any command runs.
+    let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
+        return;
+    };
+    // SAFETY: "sl" takes a module string and a long long, matching the arguments.
+    unsafe {
+        replicate(
+            ctx.get_raw(),
+            c"PEXPIREAT".as_ptr(),
+            c"sl".as_ptr(),
+            key.inner,
+            std::os::raw::c_longlong::from(expire_at_ms),
+        );
     }
 }
 

@@ -1,4 +1,5 @@
-//! Stored form of a concurrency limiter's leases.
+//! Stored form of a concurrency limiter's leases, format version 1 (read, and converted to
+//! version 2 on the next write: see `lease_table.rs`).
 
 use redis_rl_core::concurrency::{ConcurrencyState, Lease, MAX_ID_LEN, MAX_LIMIT};
 use redis_rl_core::Micros;
@@ -14,8 +15,16 @@ impl Stored for ConcurrencyState {
     const VARIABLE_LEN: bool = true;
     /// A lease takes at most 10 bytes for its expiry, 2 for its id's length and
     /// [`MAX_ID_LEN`] for the id, and a valid value holds at most [`MAX_LIMIT`] leases:
-    /// about 2.7 MB.
-    const MAX_BODY_LEN: usize = (12 + MAX_ID_LEN) * MAX_LIMIT as usize;
+    /// about 2.7 MB. A version 2 table (same tag) is larger at most: about 8.8 MB.
+    const MAX_BODY_LEN: usize = {
+        let list = (12 + MAX_ID_LEN) * MAX_LIMIT as usize;
+        let table = super::lease_table::MAX_LEN - super::HEADER_LEN;
+        if list > table {
+            list
+        } else {
+            table
+        }
+    };
 
     fn encode_body(&self, out: &mut Writer<'_>) {
         let ids: usize = self.leases.iter().map(|l| l.id.len()).sum();

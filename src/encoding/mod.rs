@@ -30,6 +30,7 @@ use redis_rl_core::Micros;
 mod concurrency;
 mod fixed_window;
 mod gcra;
+pub mod lease_table;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
@@ -250,7 +251,8 @@ pub fn algorithm_of(bytes: &[u8]) -> Result<Algorithm, DecodeError> {
         return Err(DecodeError::NotOurs);
     }
     let [version, tag] = [rest.first(), rest.get(1)].map(|b| b.copied().unwrap_or(0));
-    if version != VERSION {
+    // Version 2 exists for the concurrency limiter only (its lease table).
+    if version != VERSION && !(version == lease_table::VERSION && tag == b'C') {
         return Err(DecodeError::UnsupportedVersion(version));
     }
     Algorithm::from_tag(tag).ok_or(DecodeError::UnknownAlgorithm(tag))
@@ -305,6 +307,9 @@ pub fn describe(bytes: &[u8], now: Micros) -> Result<(Algorithm, StateFields), D
         Algorithm::FixedWindow => fixed_window::FixedWindowState::decode(bytes)?.describe(now),
         Algorithm::Gcra => gcra::GcraState::decode(bytes)?.describe(now),
         Algorithm::SlidingLog => sliding_log::SlidingLogState::decode(bytes)?.describe(now),
+        Algorithm::Concurrency if lease_table::is_table(bytes) => lease_table::Table::parse(bytes)
+            .and_then(|table| table.describe(now))
+            .map_err(|_| DecodeError::Corrupt(algorithm))?,
         Algorithm::Concurrency => concurrency::ConcurrencyState::decode(bytes)?.describe(now),
     };
     Ok((algorithm, fields))

@@ -50,32 +50,35 @@ fn get_bytes(c: &mut redis::Connection, key: &str) -> Vec<u8> {
     redis::cmd("GET").arg(key).query(c).expect("GET")
 }
 
-fn read_varint(bytes: &mut &[u8]) -> u64 {
-    let mut v = 0;
-    for shift in (0..64).step_by(7) {
-        let (b, rest) = bytes.split_first().expect("truncated varint");
-        *bytes = rest;
-        v |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            break;
-        }
-    }
-    v
+fn u16_at(bytes: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(bytes[at..at + 2].try_into().unwrap())
 }
 
-/// The leases of a stored value, soonest expiry first: `(id, expires_at_us)`.
+/// The leases of a stored value (format version 2, the lease table documented in the
+/// README), soonest expiry first: `(id, expires_at_us)`, walking the expiry list.
 fn decode(value: &[u8]) -> Vec<(Vec<u8>, u64)> {
-    assert_eq!(&value[..5], b"\0RL\x01C");
-    let mut rest = &value[5..];
+    assert_eq!(&value[..5], b"\0RL\x02C");
+    let (width, capacity) = (u16_at(value, 5) as usize, u16_at(value, 7) as usize);
+    let (live, head, tail) = (
+        u16_at(value, 9) as usize,
+        u16_at(value, 13),
+        u16_at(value, 15),
+    );
+    let record = 14 + width;
+    assert_eq!(value.len(), 17 + capacity * record);
     let mut leases = Vec::new();
-    let mut at = 0;
-    while !rest.is_empty() {
-        at += read_varint(&mut rest);
-        let len = read_varint(&mut rest) as usize;
-        let (id, tail) = rest.split_at(len);
-        rest = tail;
-        leases.push((id.to_vec(), at));
+    let (mut cur, mut prev) = (head, u16::MAX);
+    while cur != u16::MAX {
+        let rec = &value[17 + cur as usize * record..][..record];
+        assert_eq!(rec[0], 1, "a live record");
+        assert_eq!(u16_at(rec, 2), prev, "linked back");
+        let id_len = rec[1] as usize + 1;
+        let at = u64::from_le_bytes(rec[6..14].try_into().unwrap());
+        leases.push((rec[14..14 + id_len].to_vec(), at));
+        (prev, cur) = (cur, u16_at(rec, 4));
+        assert!(leases.len() <= live);
     }
+    assert_eq!((leases.len(), prev), (live, tail));
     leases
 }
 
@@ -319,6 +322,35 @@ fn the_stored_value_is_the_documented_layout() {
     assert_eq!(leases[1].0, b"worker-1");
     let at = u128::from(leases[1].1);
     assert!((t0 + 60_000_000..=t1 + 60_000_000).contains(&at));
+}
+
+/// A value in the previous format (version 1: a varint-delta list) is still read, and the
+/// next write converts it to a lease table; a denial or PEEK leaves it as it is.
+#[test]
+fn a_version_1_value_is_read_and_converted_on_write() {
+    let server = Server::start();
+    let mut c = server.client();
+    let far = server_time_us(&mut c) + 3_600_000_000;
+    let mut v1 = b"\0RL\x01C".to_vec();
+    // One lease "old" expiring in an hour: varint(far), varint(3), "old".
+    let mut v = far;
+    while v >= 0x80 {
+        v1.push((v & 0x7f) as u8 | 0x80);
+        v >>= 7;
+    }
+    v1.push(v as u8);
+    v1.extend_from_slice(b"\x03old");
+    let _: () = command(&[&b"SET"[..], b"k", &v1]).query(&mut c).unwrap();
+    let state: Vec<redis::Value> = query(&mut c, &["RL.STATE", "k"]);
+    assert_eq!(state[3], redis::Value::Int(1), "held");
+    assert_eq!(acquire(&mut c, "k", "1", "60000", "new")[..3], [0, 1, 0]);
+    assert_eq!(get_bytes(&mut c, "k"), v1, "a denial left it as it was");
+    assert_eq!(acquire(&mut c, "k", "2", "60000", "new")[..3], [1, 2, 0]);
+    let leases = decode(&get_bytes(&mut c, "k"));
+    assert_eq!(leases.len(), 2);
+    assert_eq!(leases[1], (b"old".to_vec(), far));
+    assert_eq!(release(&mut c, "k", "old"), 1);
+    assert_eq!(decode(&get_bytes(&mut c, "k")).len(), 1);
 }
 
 #[test]
