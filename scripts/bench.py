@@ -149,11 +149,11 @@ def scheduled(args, cpu):
 
 
 class Server:
-    def __init__(self, modules):
+    def __init__(self, modules, extra=()):
         self.port = procs.free_port()
         args = [CONFIG["server"], "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--protected-mode", "yes",
-                "--loglevel", "warning", "--logfile", ""]
+                "--loglevel", "warning", "--logfile", ""] + list(extra)
         for m in modules:
             args += ["--loadmodule", m]
         self.proc = subprocess.Popen(scheduled(args, 0), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -279,13 +279,23 @@ def command_totals(client, name):
     return {"calls": int(fields.get("calls", "0")), "usec": int(fields.get("usec", "0"))}
 
 
-def lease_costs(server, calls=2000):
-    client = server.client
+def lease_costs(modules, calls=2000):
+    """The lease-cost rows, on a server of their own that appends to an AOF in a temporary
+    directory (`dir` cannot be changed at run time), with no automatic rewrite (it would
+    shrink the file during a measurement). Mind the disk with an older module (format
+    version 1 rewrites the whole value on every call): its 256-byte row appends about 27 GB."""
     tmp = tempfile.mkdtemp(prefix="rl-bench-aof-")
-    client.call("CONFIG", "SET", "dir", tmp)
-    # No automatic rewrite during the measurement (it would shrink the file).
-    client.call("CONFIG", "SET", "auto-aof-rewrite-percentage", "0")
-    client.call("CONFIG", "SET", "appendonly", "yes")
+    server = Server(modules, ["--dir", tmp, "--appendonly", "yes",
+                              "--auto-aof-rewrite-percentage", "0"])
+    try:
+        return lease_rows(server, calls)
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def lease_rows(server, calls):
+    client = server.client
     deadline = time.time() + 60
     while time.time() < deadline:
         p = client.info("persistence")
@@ -293,39 +303,35 @@ def lease_costs(server, calls=2000):
             break
         time.sleep(0.05)
     out = []
-    try:
-        for n, id_len in LEASE_SIZES:
-            key = "rl:leases:%d:%d" % (n, id_len)
-            ident = lambda i: ("%08d" % i).ljust(id_len, "x")
-            acquire = lambda i: ["RL.CONCURRENCY", key, "10000", "3600000", "ACQUIRE", ident(i)]
-            client.pipeline([acquire(i) for i in range(n)])
-            row = {"leases": n, "id_bytes": id_len,
-                   "strlen": client.call("STRLEN", key),
-                   "memory": client.call("MEMORY", "USAGE", key, "SAMPLES", "0")}
-            cases = [
-                ("renew", [acquire((i * 7919) % n) for i in range(calls)]),
-                ("acquire+release", [c for i in range(calls // 2)
-                                     for c in (acquire(n + i),
-                                               ["RL.CONCURRENCY", key, "RELEASE", ident(n + i)])]),
-            ]
-            for case, commands in cases:
-                before = command_totals(client, "rl.concurrency")
-                aof0 = int(client.info("persistence").get("aof_current_size", 0))
-                errors = client.pipeline(commands, batch=200)
-                aof1 = int(client.info("persistence").get("aof_current_size", 0))
-                after = command_totals(client, "rl.concurrency")
-                done = after["calls"] - before["calls"]
-                row[case] = {"usec": (after["usec"] - before["usec"]) / max(done, 1),
-                             "aof_bytes": (aof1 - aof0) / max(len(commands), 1),
-                             "errors": errors}
-            client.call("DEL", key)
-            out.append(row)
-            log("  %5d leases of %3d-byte ids: renew %.1f us, %.0f B; acquire/release %.1f us, %.0f B"
-                % (n, id_len, row["renew"]["usec"], row["renew"]["aof_bytes"],
-                   row["acquire+release"]["usec"], row["acquire+release"]["aof_bytes"]))
-    finally:
-        client.call("CONFIG", "SET", "appendonly", "no")
-        shutil.rmtree(tmp, ignore_errors=True)
+    for n, id_len in LEASE_SIZES:
+        key = "rl:leases:%d:%d" % (n, id_len)
+        ident = lambda i: ("%08d" % i).ljust(id_len, "x")
+        acquire = lambda i: ["RL.CONCURRENCY", key, "10000", "3600000", "ACQUIRE", ident(i)]
+        client.pipeline([acquire(i) for i in range(n)])
+        row = {"leases": n, "id_bytes": id_len,
+               "strlen": client.call("STRLEN", key),
+               "memory": client.call("MEMORY", "USAGE", key, "SAMPLES", "0")}
+        cases = [
+            ("renew", [acquire((i * 7919) % n) for i in range(calls)]),
+            ("acquire+release", [c for i in range(calls // 2)
+                                 for c in (acquire(n + i),
+                                           ["RL.CONCURRENCY", key, "RELEASE", ident(n + i)])]),
+        ]
+        for case, commands in cases:
+            before = command_totals(client, "rl.concurrency")
+            aof0 = int(client.info("persistence").get("aof_current_size", 0))
+            errors = client.pipeline(commands, batch=200)
+            aof1 = int(client.info("persistence").get("aof_current_size", 0))
+            after = command_totals(client, "rl.concurrency")
+            done = after["calls"] - before["calls"]
+            row[case] = {"usec": (after["usec"] - before["usec"]) / max(done, 1),
+                         "aof_bytes": (aof1 - aof0) / max(len(commands), 1),
+                         "errors": errors}
+        client.call("DEL", key)
+        out.append(row)
+        log("  %5d leases of %3d-byte ids: renew %.1f us, %.0f B; acquire/release %.1f us, %.0f B"
+            % (n, id_len, row["renew"]["usec"], row["renew"]["aof_bytes"],
+               row["acquire+release"]["usec"], row["acquire+release"]["aof_bytes"]))
     return out
 
 
@@ -613,11 +619,7 @@ def main():
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--leases-only":
         # Only the lease-cost table (RL_MODULE picks the module: compare two builds).
-        server = Server([CONFIG["module"]])
-        try:
-            print("\n".join(lease_report(lease_costs(server))))
-        finally:
-            server.stop()
+        print("\n".join(lease_report(lease_costs([CONFIG["module"]]))))
         return
     for tool in (CONFIG["server"], CONFIG["benchmark"]):
         if not shutil.which(tool) and not os.path.exists(tool):
@@ -683,7 +685,7 @@ def main():
         leases = []
         if "RL.CONCURRENCY" in present and (not only or "RL.CONCURRENCY" in only):
             log("== lease costs")
-            leases = lease_costs(server)
+            leases = lease_costs(modules)
         info = machine_info(server)
     finally:
         server.stop()
