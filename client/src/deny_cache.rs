@@ -12,8 +12,7 @@ use std::time::Duration;
 use lru::LruCache;
 use tokio::time::Instant;
 
-use crate::backend::BoxFuture;
-use crate::decider::{unknown, Check, Decider, Items};
+use crate::decider::{unknown, Check, Decided, Decider, Items};
 use crate::decision::{Decision, MultiDecision, Source, Verdict};
 use crate::error::Result;
 
@@ -178,15 +177,11 @@ impl<D: Decider> DenyCached<D> {
 }
 
 impl<D: Decider> Decider for DenyCached<D> {
-    fn check<'a>(&'a self, call: Check<'a>) -> BoxFuture<'a, Result<Decision>> {
+    fn check<'a>(&'a self, call: Check<'a>) -> Decided<'a, Decision> {
         Box::pin(self.check_cached(call))
     }
 
-    fn check_all<'a>(
-        &'a self,
-        items: Items<'a>,
-        cost: u64,
-    ) -> BoxFuture<'a, Result<MultiDecision>> {
+    fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
         Box::pin(self.check_all_cached(items, cost))
     }
 }

@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use super::{Check, Decider, Items, LuaDecider, ModuleDecider};
-use crate::backend::BoxFuture;
+use super::{Check, Decided, Decider, Items, LuaDecider, ModuleDecider};
 use crate::decision::{Decision, MultiDecision};
 use crate::error::Result;
 use crate::transport::{is_unknown_command, Transport};
@@ -119,7 +118,7 @@ impl AutoDecider {
 }
 
 impl Decider for AutoDecider {
-    fn check<'a>(&'a self, call: Check<'a>) -> BoxFuture<'a, Result<Decision>> {
+    fn check<'a>(&'a self, call: Check<'a>) -> Decided<'a, Decision> {
         Box::pin(async move {
             let engine = self.engine().await?;
             let result = self.decider(engine).check(call).await;
@@ -127,11 +126,7 @@ impl Decider for AutoDecider {
         })
     }
 
-    fn check_all<'a>(
-        &'a self,
-        items: Items<'a>,
-        cost: u64,
-    ) -> BoxFuture<'a, Result<MultiDecision>> {
+    fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
         Box::pin(async move {
             let engine = self.engine().await?;
             let result = self.decider(engine).check_all(items, cost).await;

@@ -14,8 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use redis::{Cmd, Value};
 
 use super::module::ModuleDecider;
-use super::{Check, Decider, Items};
-use crate::backend::BoxFuture;
+use super::{Check, Decided, Decider, Items};
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{Error, Result};
 use crate::policy::Algorithm;
@@ -215,18 +214,14 @@ impl LuaDecider {
 }
 
 impl Decider for LuaDecider {
-    fn check<'a>(&'a self, call: Check<'a>) -> BoxFuture<'a, Result<Decision>> {
+    fn check<'a>(&'a self, call: Check<'a>) -> Decided<'a, Decision> {
         Box::pin(async move {
             check_range(call.algorithm)?;
             self.inner.check(call).await
         })
     }
 
-    fn check_all<'a>(
-        &'a self,
-        items: Items<'a>,
-        cost: u64,
-    ) -> BoxFuture<'a, Result<MultiDecision>> {
+    fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
         Box::pin(async move {
             for (_, algorithm) in items {
                 check_range(algorithm)?;

@@ -56,31 +56,29 @@ pub struct Check<'a> {
     pub peek: bool,
 }
 
+/// What a [`Decider`] answers, later: a decision or why Redis could not give one.
+pub type Decided<'a, T> = BoxFuture<'a, Result<T>>;
+
 /// Several keys checked together, each with its algorithm.
 pub type Items<'a> = &'a [(&'a str, &'a Algorithm)];
 
 /// Makes decisions on the server. See the [module docs](self) for where it sits.
 pub trait Decider: Send + Sync + 'static {
     /// One key.
-    fn check<'a>(&'a self, call: Check<'a>) -> BoxFuture<'a, Result<Decision>>;
+    fn check<'a>(&'a self, call: Check<'a>) -> Decided<'a, Decision>;
 
     /// Takes `cost` units on every key if every key allows it, else nothing: the index of
     /// the first denial and one decision per key, in order. `items` is not empty and holds
     /// no shadow policy (the limiter checks those apart).
-    fn check_all<'a>(&'a self, items: Items<'a>, cost: u64)
-        -> BoxFuture<'a, Result<MultiDecision>>;
+    fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision>;
 }
 
 impl<D: Decider + ?Sized> Decider for Box<D> {
-    fn check<'a>(&'a self, call: Check<'a>) -> BoxFuture<'a, Result<Decision>> {
+    fn check<'a>(&'a self, call: Check<'a>) -> Decided<'a, Decision> {
         (**self).check(call)
     }
 
-    fn check_all<'a>(
-        &'a self,
-        items: Items<'a>,
-        cost: u64,
-    ) -> BoxFuture<'a, Result<MultiDecision>> {
+    fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
         (**self).check_all(items, cost)
     }
 }

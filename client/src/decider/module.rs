@@ -6,8 +6,7 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 
 use super::lua::Twin;
-use super::{unknown, Check, Decider, Items};
-use crate::backend::BoxFuture;
+use super::{unknown, Check, Decided, Decider, Items};
 use crate::command;
 use crate::decision::{self, Decision, MultiDecision};
 use crate::error::Result;
@@ -202,15 +201,11 @@ impl ModuleDecider {
 }
 
 impl Decider for ModuleDecider {
-    fn check<'a>(&'a self, call: Check<'a>) -> BoxFuture<'a, Result<Decision>> {
+    fn check<'a>(&'a self, call: Check<'a>) -> Decided<'a, Decision> {
         Box::pin(self.one(call.key, call.algorithm, call.cost, call.peek))
     }
 
-    fn check_all<'a>(
-        &'a self,
-        items: Items<'a>,
-        cost: u64,
-    ) -> BoxFuture<'a, Result<MultiDecision>> {
+    fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
         Box::pin(self.all(items, cost))
     }
 }
