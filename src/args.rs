@@ -1,12 +1,14 @@
 //! Argument parsing without allocation: integers, and the `COST n` / `PEEK` options.
 //!
 //! Every bad argument becomes an [`ArgError`] whose text names the argument and what was
-//! expected. Parsing happens before any key is read, so a rejected call changes nothing.
+//! expected (`crate::error` adds the `ERR ` prefix). Parsing happens before any key is read,
+//! so a rejected call changes nothing.
 
 use std::fmt;
 
 use redis_module::RedisString;
-use redis_rl_core::limits::{self, ParamError, Range};
+use redis_rl_core::algorithm::{Opt, MAX_OPTIONS};
+use redis_rl_core::limits::{ParamError, Range};
 
 use crate::config;
 
@@ -17,7 +19,7 @@ pub enum ArgError {
     Param(ParamError),
     /// An option name the command does not have, and the options it has (as listed in
     /// the error text).
-    UnknownOption(String, &'static str),
+    UnknownOption(String, Accepted),
     /// An option given twice.
     RepeatedOption(&'static str),
     /// `COST` as the last argument, without its value.
@@ -33,13 +35,13 @@ impl From<ParamError> for ArgError {
 impl fmt::Display for ArgError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ArgError::Param(e) => write!(f, "ERR {e}"),
+            ArgError::Param(e) => write!(f, "{e}"),
             ArgError::UnknownOption(given, expected) => {
-                write!(f, "ERR unknown option '{given}', expected {expected}")
+                write!(f, "unknown option '{given}', expected {expected}")
             }
-            ArgError::RepeatedOption(name) => write!(f, "ERR option {name} given more than once"),
+            ArgError::RepeatedOption(name) => write!(f, "option {name} given more than once"),
             ArgError::MissingValue(name, range) => {
-                write!(f, "ERR option {name} needs a value: {}", range.error())
+                write!(f, "option {name} needs a value: {}", range.error())
             }
         }
     }
@@ -76,48 +78,75 @@ pub struct Options {
     pub peek: bool,
 }
 
+/// The options a command accepts after its positional arguments: its algorithm's (such as
+/// `BURST b`), `COST n` if it takes a cost, and `PEEK`. The `Display` lists them as error
+/// texts do: `BURST b, COST n or PEEK`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Accepted {
+    /// The algorithm's options (from the core registry).
+    pub options: &'static [Opt],
+    /// Whether `COST n` is accepted.
+    pub cost: bool,
+}
+
+impl fmt::Display for Accepted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for opt in self.options {
+            write!(f, "{} {}, ", opt.token, opt.value)?;
+        }
+        if self.cost {
+            write!(f, "COST n or ")?;
+        }
+        write!(f, "PEEK")
+    }
+}
+
 impl Options {
     /// Parses `[COST n] [PEEK]` in any order, each at most once, names in any case.
     pub fn parse(args: &[RedisString]) -> Result<Options, ArgError> {
-        Self::parse_accepting(args, None, true).map(|(options, _)| options)
+        let accepted = Accepted {
+            options: &[],
+            cost: true,
+        };
+        Self::parse_accepting(args, accepted).map(|(options, _)| options)
     }
 
     /// Parses `[PEEK]` (RL.CONCURRENCY ACQUIRE, which takes no `COST`): true if given.
     pub fn parse_peek_only(args: &[RedisString]) -> Result<bool, ArgError> {
-        Self::parse_accepting(args, None, false).map(|(options, _)| options.peek)
-    }
-
-    /// Parses `[BURST b] [COST n] [PEEK]` (RL.GCRA) like [`Options::parse`], and returns
-    /// `BURST` apart (`None` when not given).
-    pub fn parse_with_burst(args: &[RedisString]) -> Result<(Options, Option<u64>), ArgError> {
-        Self::parse_accepting(args, Some(limits::count("burst")), true)
-    }
-
-    /// Parses the options: `PEEK` always, `BURST` only when its range is given, `COST` only
-    /// when `accepts_cost`.
-    fn parse_accepting(
-        args: &[RedisString],
-        burst_range: Option<Range>,
-        accepts_cost: bool,
-    ) -> Result<(Options, Option<u64>), ArgError> {
-        let expected = match (burst_range.is_some(), accepts_cost) {
-            (true, _) => "BURST b, COST n or PEEK",
-            (false, true) => "COST n or PEEK",
-            (false, false) => "PEEK",
+        let accepted = Accepted {
+            options: &[],
+            cost: false,
         };
+        Self::parse_accepting(args, accepted).map(|(options, _)| options.peek)
+    }
+
+    /// Parses the options `accepted` lists, in any order, each at most once, names in any
+    /// case; returns the algorithm's options apart, in the order of `accepted.options`
+    /// (`None` when not given).
+    pub fn parse_accepting(
+        args: &[RedisString],
+        accepted: Accepted,
+    ) -> Result<(Options, [Option<u64>; MAX_OPTIONS]), ArgError> {
         let mut cost = None;
         let mut peek = false;
-        let mut burst = None;
+        let mut extra = [None; MAX_OPTIONS];
         let mut rest = args.iter();
         while let Some(arg) = rest.next() {
             let name = arg.as_slice();
-            if let (Some(range), true) = (burst_range, name.eq_ignore_ascii_case(b"BURST")) {
-                if burst.is_some() {
-                    return Err(ArgError::RepeatedOption("BURST"));
+            let own = accepted
+                .options
+                .iter()
+                .zip(extra.iter_mut())
+                .find(|(opt, _)| name.eq_ignore_ascii_case(opt.token.as_bytes()));
+            if let Some((opt, slot)) = own {
+                if slot.is_some() {
+                    return Err(ArgError::RepeatedOption(opt.token));
                 }
-                let value = rest.next().ok_or(ArgError::MissingValue("BURST", range))?;
-                burst = Some(integer(value, range)?);
-            } else if accepts_cost && name.eq_ignore_ascii_case(b"COST") {
+                let value = rest
+                    .next()
+                    .ok_or(ArgError::MissingValue(opt.token, opt.range))?;
+                *slot = Some(integer(value, opt.range)?);
+            } else if accepted.cost && name.eq_ignore_ascii_case(b"COST") {
                 if cost.is_some() {
                     return Err(ArgError::RepeatedOption("COST"));
                 }
@@ -131,18 +160,17 @@ impl Options {
                 }
                 peek = true;
             } else {
-                return Err(ArgError::UnknownOption(shown(name), expected));
+                return Err(ArgError::UnknownOption(shown(name), accepted));
             }
         }
         let cost = match cost {
             Some(cost) => cost,
             // The implicit cost is a cost like any other: `rl.max-cost 0` refuses it too.
-            None if accepts_cost => config::cost_range().check(1)?,
+            None if accepted.cost => config::cost_range().check(1)?,
             // A lease is one slot, not a cost (RL.CONCURRENCY takes no COST).
             None => 1,
         };
-        let options = Options { cost, peek };
-        Ok((options, burst))
+        Ok((Options { cost, peek }, extra))
     }
 }
 

@@ -7,8 +7,8 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use redis_rl_core::limits::{self, Range, MAX_COUNT};
-use redis_rl_core::Millis;
 use redis_rl_core::{sliding_log, throttle};
+use redis_rl_core::{Algorithm, Kind, Millis};
 
 /// `rl.max-cost`: the largest cost a call may ask for, however it arrives: `COST n`,
 /// RL.THROTTLE's `quantity`, or the implicit cost of 1 when neither is given (default and
@@ -59,6 +59,22 @@ pub fn numkeys_range() -> Range {
         name: "numkeys",
         min: 1,
         max: read(&MAX_ALL_KEYS),
+    }
+}
+
+/// The accepted range of parameter `range` of algorithm `A` under the current
+/// configuration: the registry's range, except RL.LOG's `limit`, capped by
+/// `rl.max-log-entries`.
+pub fn param_range<A: Algorithm>(range: Range) -> Range {
+    param_range_of(Kind::from_tag(A::TAG), range)
+}
+
+/// [`param_range`] for the algorithm of `kind`.
+pub fn param_range_of(kind: Option<Kind>, range: Range) -> Range {
+    if kind == Some(Kind::SlidingLog) && range == sliding_log::LIMIT {
+        log_limit_range()
+    } else {
+        range
     }
 }
 

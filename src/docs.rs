@@ -1,26 +1,30 @@
-//! Command metadata for `COMMAND INFO` and `COMMAND DOCS`: summary, arity, key specs and
-//! arguments of every RL.* command.
+//! Command metadata for `COMMAND INFO` and `COMMAND DOCS` (summary, arity, key specs and
+//! arguments) and ACL categories, attached to every command of the table in `commands`.
 //!
 //! `RedisModule_SetCommandInfo` exists from Redis 7.0; it is looked up at run time, and on a
 //! server without it (or if it refuses the metadata) the commands still work, only without
 //! documentation. Redis copies what it is given, so the C structures here are temporary.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
 use std::ptr;
 
 use redis_module::{raw, Context};
+use redis_rl_core::algorithm::Opt;
+use redis_rl_core::limits::Range;
+
+use crate::commands::{Command, COMMANDS};
 
 /// One argument as COMMAND DOCS shows it.
-struct Arg {
-    name: &'static CStr,
+pub struct Arg {
+    name: &'static str,
     kind: raw::RedisModuleCommandArgType,
-    token: Option<&'static CStr>,
+    token: Option<&'static str>,
     flags: u32,
     sub: &'static [Arg],
 }
 
-const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
+const fn arg(name: &'static str, kind: raw::RedisModuleCommandArgType) -> Arg {
     Arg {
         name,
         kind,
@@ -30,253 +34,153 @@ const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
     }
 }
 
-const fn key() -> Arg {
+/// The key.
+pub const fn key() -> Arg {
     arg(
-        c"key",
+        "key",
         raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
     )
 }
 
-const fn int(name: &'static CStr) -> Arg {
+/// An integer.
+pub const fn int(name: &'static str) -> Arg {
     arg(
         name,
         raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
     )
 }
 
-const fn string(name: &'static CStr) -> Arg {
+/// A string.
+pub const fn string(name: &'static str) -> Arg {
     arg(
         name,
         raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
     )
 }
 
+/// A block of arguments (`ONEOF` or `BLOCK`).
+pub const fn group(
+    name: &'static str,
+    kind: raw::RedisModuleCommandArgType,
+    sub: &'static [Arg],
+) -> Arg {
+    Arg {
+        sub,
+        ..arg(name, kind)
+    }
+}
+
+impl Arg {
+    /// The same argument, optional.
+    pub const fn optional(self) -> Arg {
+        Arg {
+            flags: self.flags | raw::REDISMODULE_CMD_ARG_OPTIONAL,
+            ..self
+        }
+    }
+
+    /// The same argument, repeated.
+    pub const fn multiple(self) -> Arg {
+        Arg {
+            flags: self.flags | raw::REDISMODULE_CMD_ARG_MULTIPLE,
+            ..self
+        }
+    }
+
+    /// The same argument after the word `token`.
+    pub const fn after(self, token: &'static str) -> Arg {
+        Arg {
+            token: Some(token),
+            ..self
+        }
+    }
+}
+
 /// `TOKEN value`, optional.
-const fn option(token: &'static CStr, name: &'static CStr) -> Arg {
-    Arg {
-        token: Some(token),
-        flags: raw::REDISMODULE_CMD_ARG_OPTIONAL,
-        ..int(name)
-    }
+const fn option(token: &'static str, name: &'static str) -> Arg {
+    int(name).after(token).optional()
 }
 
-/// A bare optional flag such as `PEEK`.
-const fn flag(token: &'static CStr, name: &'static CStr) -> Arg {
-    Arg {
-        token: Some(token),
-        flags: raw::REDISMODULE_CMD_ARG_OPTIONAL,
-        ..arg(
-            name,
-            raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
-        )
-    }
-}
-
-const COST: Arg = option(c"COST", c"cost");
-const PEEK: Arg = flag(c"PEEK", c"peek");
+/// `COST n`, optional.
+pub const COST: Arg = option("COST", "cost");
+/// `PEEK`, optional.
+pub const PEEK: Arg = arg(
+    "peek",
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+)
+.after("PEEK")
+.optional();
 
 /// How the keys of a command are found.
 #[derive(Clone, Copy)]
-enum Keys {
-    /// The first argument is the only key.
-    First { flags: u32 },
-    /// `numkeys key [key ...]`, like EVAL.
+pub enum Keys {
+    /// The first argument is the only key, with these key-spec flags.
+    First {
+        /// `REDISMODULE_CMD_KEY_*` flags.
+        flags: u32,
+    },
+    /// `numkeys key [key ...]`, like EVAL (declared per call through the getkeys API).
     Counted,
 }
 
-struct Command {
-    name: &'static CStr,
-    summary: &'static CStr,
-    complexity: &'static CStr,
-    arity: c_int,
-    keys: Keys,
-    args: &'static [Arg],
-}
-
-const LIMITER_KEY: Keys = Keys::First {
+/// A limiter key that the command reads and may update.
+pub const LIMITER_KEY: Keys = Keys::First {
     flags: raw::REDISMODULE_CMD_KEY_RW
         | raw::REDISMODULE_CMD_KEY_ACCESS
         | raw::REDISMODULE_CMD_KEY_UPDATE,
 };
 
-const LIMIT_WINDOW: &[Arg] = &[key(), int(c"limit"), int(c"window_ms"), COST, PEEK];
+impl Keys {
+    /// `firstkey, lastkey, step` for `RedisModule_CreateCommand` (0, 0, 0 when keys are
+    /// declared through the getkeys API).
+    pub const fn positions(self) -> (c_int, c_int, c_int) {
+        match self {
+            Keys::First { .. } => (1, 1, 1),
+            Keys::Counted => (0, 0, 0),
+        }
+    }
+}
 
-const COMMANDS: &[Command] = &[
-    Command {
-        name: c"RL.TOKENBUCKET",
-        summary: c"Takes tokens from a token bucket that refills continuously; replies allowed, limit, remaining, retry_after_ms, reset_after_ms.",
-        complexity: c"O(1)",
-        arity: -5,
-        keys: LIMITER_KEY,
-        args: &[
-            key(),
-            int(c"capacity"),
-            int(c"refill_tokens"),
-            int(c"refill_ms"),
-            COST,
-            PEEK,
-        ],
+/// A command's arguments for COMMAND DOCS.
+pub enum Syntax {
+    /// As listed.
+    Args(&'static [Arg]),
+    /// `key`, an algorithm's parameters and options (names from the core registry), then
+    /// `[COST n] [PEEK]`.
+    Limiter {
+        /// The positional parameters.
+        params: &'static [Range],
+        /// The options.
+        options: &'static [Opt],
     },
-    Command {
-        name: c"RL.SLIDING",
-        summary: c"Counts a request in a sliding window counter (previous window weighted); replies allowed, limit, remaining, retry_after_ms, reset_after_ms.",
-        complexity: c"O(1)",
-        arity: -4,
-        keys: LIMITER_KEY,
-        args: LIMIT_WINDOW,
-    },
-    Command {
-        name: c"RL.FIXED",
-        summary: c"Counts a request in a fixed window aligned to the epoch; replies allowed, limit, remaining, retry_after_ms, reset_after_ms.",
-        complexity: c"O(1)",
-        arity: -4,
-        keys: LIMITER_KEY,
-        args: LIMIT_WINDOW,
-    },
-    Command {
-        name: c"RL.LOG",
-        summary: c"Exact sliding window log of admitted units; replies allowed, limit, remaining, retry_after_ms, reset_after_ms.",
-        complexity: c"O(N) where N is the number of entries in the window (at most limit)",
-        arity: -4,
-        keys: LIMITER_KEY,
-        args: LIMIT_WINDOW,
-    },
-    Command {
-        name: c"RL.GCRA",
-        summary: c"Generic cell rate algorithm (one stored timestamp); replies allowed, limit, remaining, retry_after_ms, reset_after_ms.",
-        complexity: c"O(1)",
-        arity: -4,
-        keys: LIMITER_KEY,
-        args: &[
-            key(),
-            int(c"limit"),
-            int(c"period_ms"),
-            option(c"BURST", c"burst"),
-            COST,
-            PEEK,
-        ],
-    },
-    Command {
-        name: c"RL.THROTTLE",
-        summary: c"redis-cell CL.THROTTLE compatible GCRA; replies limited, limit, remaining, retry_after_s, reset_after_s.",
-        complexity: c"O(1)",
-        arity: -5,
-        keys: LIMITER_KEY,
-        args: &[
-            key(),
-            int(c"max_burst"),
-            int(c"count"),
-            int(c"period_s"),
-            Arg {
-                flags: raw::REDISMODULE_CMD_ARG_OPTIONAL,
-                ..int(c"quantity")
-            },
-        ],
-    },
-    Command {
-        name: c"RL.CONCURRENCY",
-        summary: c"Acquires or releases a lease in a concurrency limiter (leases expire after lease_ms).",
-        complexity: c"O(N) where N is the number of leases held (at most limit)",
-        arity: -4,
-        keys: LIMITER_KEY,
-        args: &[
-            key(),
-            Arg {
-                sub: &[
-                    Arg {
-                        sub: &[
-                            int(c"limit"),
-                            int(c"lease_ms"),
-                            Arg {
-                                token: Some(c"ACQUIRE"),
-                                ..string(c"id")
-                            },
-                            PEEK,
-                        ],
-                        ..arg(c"acquire", raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK)
-                    },
-                    Arg {
-                        token: Some(c"RELEASE"),
-                        ..string(c"release-id")
-                    },
-                ],
-                ..arg(c"operation", raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF)
-            },
-        ],
-    },
-    Command {
-        name: c"RL.ALL",
-        summary: c"Checks one request against several limiters, all or nothing; replies allowed, denied_index and each key's limit, remaining, retry_after_ms, reset_after_ms.",
-        complexity: c"O(N) where N is the number of keys",
-        arity: -4,
-        keys: Keys::Counted,
-        args: &[
-            int(c"numkeys"),
-            Arg {
-                flags: raw::REDISMODULE_CMD_ARG_MULTIPLE,
-                ..key()
-            },
-            Arg {
-                flags: raw::REDISMODULE_CMD_ARG_MULTIPLE,
-                ..string(c"spec")
-            },
-            COST,
-            PEEK,
-        ],
-    },
-    Command {
-        name: c"RL.REFUND",
-        summary: c"Gives back units taken earlier by the same limiter spec (best effort); replies refunded, limit, remaining, 0, reset_after_ms.",
-        complexity: c"O(1), O(N) for LOG",
-        arity: -5,
-        keys: LIMITER_KEY,
-        args: &[
-            key(),
-            Arg {
-                flags: raw::REDISMODULE_CMD_ARG_MULTIPLE,
-                ..string(c"spec")
-            },
-            Arg {
-                token: Some(c"COST"),
-                ..int(c"cost")
-            },
-        ],
-    },
-    Command {
-        name: c"RL.RESET",
-        summary: c"Deletes a redis-rl limiter key; refuses keys that are not limiters.",
-        complexity: c"O(1)",
-        arity: 2,
-        keys: Keys::First {
-            flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
-        },
-        args: &[key()],
-    },
-    Command {
-        name: c"RL.STATE",
-        summary: c"Shows a limiter's algorithm, stored parameters, current count or tokens and TTL, without writing.",
-        complexity: c"O(1), O(N) for LOG and CONCURRENCY",
-        arity: 2,
-        keys: Keys::First {
-            flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
-        },
-        args: &[key()],
-    },
-];
+}
 
-/// Holds the C arrays for one command until Redis has copied them.
+/// Holds the C strings and arrays for one command until Redis has copied them.
 #[derive(Default)]
 struct Arena {
+    strings: Vec<CString>,
     lists: Vec<Vec<raw::RedisModuleCommandArg>>,
 }
 
 impl Arena {
+    /// A C string for `s` (a name or token of ours: never a NUL byte in it).
+    fn c_str(&mut self, s: &str) -> *const std::os::raw::c_char {
+        let c = CString::new(s).unwrap_or_default();
+        let ptr = c.as_ptr();
+        // Moving the CString does not move its heap buffer, so `ptr` stays valid.
+        self.strings.push(c);
+        ptr
+    }
+
     /// A zero-terminated C array for `args` (and, recursively, their sub-arguments).
-    fn args(&mut self, args: &[Arg]) -> *mut raw::RedisModuleCommandArg {
-        let mut list: Vec<raw::RedisModuleCommandArg> = args
-            .iter()
-            .map(|a| raw::RedisModuleCommandArg {
-                name: a.name.as_ptr(),
+    fn args<'a>(
+        &mut self,
+        args: impl IntoIterator<Item = &'a Arg>,
+    ) -> *mut raw::RedisModuleCommandArg {
+        let mut list = Vec::new();
+        for a in args {
+            let entry = raw::RedisModuleCommandArg {
+                name: self.c_str(a.name),
                 type_: a.kind,
                 key_spec_index: if a.kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY
                 {
@@ -284,7 +188,7 @@ impl Arena {
                 } else {
                     -1
                 },
-                token: a.token.map_or(ptr::null(), CStr::as_ptr),
+                token: a.token.map_or(ptr::null(), |t| self.c_str(t)),
                 summary: ptr::null(),
                 since: ptr::null(),
                 flags: c_int::try_from(a.flags).unwrap_or(0),
@@ -295,8 +199,9 @@ impl Arena {
                     self.args(a.sub)
                 },
                 display_text: ptr::null(),
-            })
-            .collect();
+            };
+            list.push(entry);
+        }
         // SAFETY: an all-zero RedisModuleCommandArg (null pointers, zero ints) is the
         // terminator the API expects.
         list.push(unsafe { std::mem::zeroed() });
@@ -304,6 +209,21 @@ impl Arena {
         // Moving the Vec into `lists` does not move its heap buffer, so `ptr` stays valid.
         self.lists.push(list);
         ptr
+    }
+
+    /// The C array of a command's arguments.
+    fn syntax(&mut self, syntax: &Syntax) -> *mut raw::RedisModuleCommandArg {
+        match syntax {
+            Syntax::Args(args) => self.args(*args),
+            Syntax::Limiter { params, options } => {
+                let args: Vec<Arg> = std::iter::once(key())
+                    .chain(params.iter().map(|r| int(r.name)))
+                    .chain(options.iter().map(|o| option(o.token, o.range.name)))
+                    .chain([COST, PEEK])
+                    .collect();
+                self.args(&args)
+            }
+        }
     }
 }
 
@@ -336,11 +256,37 @@ fn key_specs(keys: Keys) -> [raw::RedisModuleCommandKeySpec; 2] {
     [spec, unsafe { std::mem::zeroed() }]
 }
 
+/// Calls `attach` with the server's handle of each registered command (a command the
+/// server does not know is skipped), and logs a warning naming `what` for each it refuses.
+fn for_each_registered(
+    ctx: &Context,
+    what: &str,
+    mut attach: impl FnMut(*mut raw::RedisModuleCommand, &Command) -> c_int,
+) {
+    // SAFETY: the API table is filled at module load, before init runs.
+    let Some(get_command) = (unsafe { raw::RedisModule_GetCommand }) else {
+        return;
+    };
+    for command in COMMANDS {
+        // SAFETY: a valid context and a NUL-terminated name; null if not registered.
+        let handle = unsafe { get_command(ctx.get_raw(), command.name.as_ptr()) };
+        if handle.is_null() {
+            continue;
+        }
+        if attach(handle, command) != raw::REDISMODULE_OK as c_int {
+            ctx.log_warning(&format!(
+                "redis-rl: the server refused {what} {}",
+                command.name.to_string_lossy()
+            ));
+        }
+    }
+}
+
 /// Attaches the metadata to every registered RL.* command. Never fails loading: a server
 /// without `RedisModule_SetCommandInfo`, or one that refuses the metadata, only logs.
 pub fn describe_commands(ctx: &Context) {
     // SAFETY: the API table is filled at module load, before init runs.
-    let (Some(get_command), Some(set_info)) =
+    let (Some(_), Some(set_info)) =
         (unsafe { (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandInfo) })
     else {
         ctx.log_notice("redis-rl: this server has no SetCommandInfo; COMMAND DOCS will be empty");
@@ -352,12 +298,7 @@ pub fn describe_commands(ctx: &Context) {
         sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
         sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
     };
-    for command in COMMANDS {
-        // SAFETY: a valid context and a NUL-terminated name; null if not registered.
-        let handle = unsafe { get_command(ctx.get_raw(), command.name.as_ptr()) };
-        if handle.is_null() {
-            continue;
-        }
+    for_each_registered(ctx, "the documentation of", |handle, command| {
         let mut arena = Arena::default();
         let mut specs = key_specs(command.keys);
         let info = raw::RedisModuleCommandInfo {
@@ -369,49 +310,26 @@ pub fn describe_commands(ctx: &Context) {
             tips: ptr::null(),
             arity: command.arity,
             key_specs: specs.as_mut_ptr(),
-            args: arena.args(command.args),
+            args: arena.syntax(&command.syntax),
         };
         // SAFETY: every pointer in `info` is valid until the call returns; Redis copies.
-        if unsafe { set_info(handle, &info) } != raw::REDISMODULE_OK as c_int {
-            ctx.log_warning(&format!(
-                "redis-rl: the server refused the documentation of {}",
-                command.name.to_string_lossy()
-            ));
-        }
-    }
+        unsafe { set_info(handle, &info) }
+    });
 }
 
-/// Puts every RL.* command in the standard ACL categories (`@write @fast`, RL.STATE in
-/// `@read @fast`), so rules such as `-@write` cover them. The API exists from Redis 7.2 and
-/// on Valkey; on Redis 7.0 ACL rules must name the commands.
+/// Puts every RL.* command in its ACL categories (`@write @fast`, RL.STATE in `@read
+/// @fast`), so rules such as `-@write` cover them. The API exists from Redis 7.2 and on
+/// Valkey; on Redis 7.0 ACL rules must name the commands.
 pub fn set_acl_categories(ctx: &Context) {
     // SAFETY: the API table is filled at module load, before init runs.
-    let (Some(get_command), Some(set_categories)) = (unsafe {
-        (
-            raw::RedisModule_GetCommand,
-            raw::RedisModule_SetCommandACLCategories,
-        )
-    }) else {
+    let Some(set_categories) = (unsafe { raw::RedisModule_SetCommandACLCategories }) else {
         return;
     };
-    for command in COMMANDS {
-        let read_only = matches!(command.keys, Keys::First { flags } if flags & raw::REDISMODULE_CMD_KEY_RO != 0);
-        let categories = if read_only {
-            c"read fast"
-        } else {
-            c"write fast"
-        };
-        // SAFETY: a valid context and NUL-terminated strings; null if not registered.
-        let handle = unsafe { get_command(ctx.get_raw(), command.name.as_ptr()) };
-        if handle.is_null() {
-            continue;
-        }
+    for_each_registered(ctx, "ACL categories for", |handle, command| {
         // SAFETY: a registered command handle and a NUL-terminated category list.
-        if unsafe { set_categories(handle, categories.as_ptr()) } != raw::REDISMODULE_OK as c_int {
-            ctx.log_warning(&format!(
-                "redis-rl: the server refused ACL categories for {}",
-                command.name.to_string_lossy()
-            ));
-        }
-    }
+        unsafe { set_categories(handle, command.acl.as_ptr()) }
+    });
 }
+
+/// The categories of a command that writes.
+pub const WRITE_ACL: &CStr = c"write fast";

@@ -16,6 +16,7 @@ mod commands;
 mod config;
 mod docs;
 mod encoding;
+mod error;
 mod reply;
 mod stats;
 mod store;

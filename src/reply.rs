@@ -1,10 +1,9 @@
 //! The reply format, the one place where a decision becomes wire integers (and `-1`).
 
-use redis_module::{raw, Context, RedisResult, RedisValue};
+use redis_module::{raw, Context, RedisValue};
+use redis_rl_core::algorithm::StateValue;
 use redis_rl_core::throttle::Throttled;
 use redis_rl_core::{Decision, Millis, Outcome};
-
-use crate::encoding::StateValue;
 
 /// An integer field: counts and durations above `i64::MAX` (only possible at the extreme
 /// documented bounds) are reported as `i64::MAX`.
@@ -61,12 +60,12 @@ pub fn throttle(d: &Decision) -> Fields {
 
 /// Sends an array of integers straight to the client (no intermediate `RedisValue`, which
 /// would allocate on every call) and returns `NoReply` for the dispatcher.
-pub fn send(ctx: &Context, fields: &[i64]) -> RedisResult {
+pub fn send(ctx: &Context, fields: &[i64]) -> RedisValue {
     raw::reply_with_array(ctx.get_raw(), fields.len().try_into().unwrap_or(0));
     for &field in fields {
         raw::reply_with_long_long(ctx.get_raw(), field);
     }
-    Ok(RedisValue::NoReply)
+    RedisValue::NoReply
 }
 
 /// RL.STATE: `algorithm`, the algorithm's own fields, then `ttl_ms` (-1: no expiry), in

@@ -1,16 +1,15 @@
 //! Per-command counters for the `INFO rl` section: calls, allowed, denied, errors.
 //!
-//! Counting costs a few relaxed atomic increments per call. Commands run on Redis's main
-//! thread, so the command being counted is kept in a thread-local set by the dispatcher;
-//! the deciding code records allowed/denied without knowing which command it serves.
+//! Counting costs a few relaxed atomic increments per call. The dispatcher counts each call
+//! from what its handler returned (`commands::Handled`), so the deciding code never needs
+//! to know which command it serves.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::commands::{COMMANDS, COUNTERS};
 
 /// The counters of one command.
 pub struct CommandStats {
-    /// The command name as shown in INFO (lower case, without the `rl.` prefix).
-    pub name: &'static str,
     calls: AtomicU64,
     allowed: AtomicU64,
     denied: AtomicU64,
@@ -18,10 +17,9 @@ pub struct CommandStats {
 }
 
 impl CommandStats {
-    /// Zeroed counters for `name`.
-    pub const fn new(name: &'static str) -> Self {
+    /// Zeroed counters.
+    pub const fn new() -> Self {
         Self {
-            name,
             calls: AtomicU64::new(0),
             allowed: AtomicU64::new(0),
             denied: AtomicU64::new(0),
@@ -40,79 +38,32 @@ impl CommandStats {
     }
 }
 
-thread_local! {
-    static CURRENT: Cell<Option<&'static CommandStats>> = const { Cell::new(None) };
-}
-
-/// Counts one call of `stats`' command and makes it the target of [`record_decision`] while
-/// `run` executes; counts an error if `run` returns one.
-pub fn count<T, E>(
-    stats: &'static CommandStats,
-    run: impl FnOnce() -> Result<T, E>,
-) -> Result<T, E> {
-    stats.calls.fetch_add(1, Ordering::Relaxed);
-    CURRENT.with(|c| c.set(Some(stats)));
-    let result = run();
-    CURRENT.with(|c| c.set(None));
-    if result.is_err() {
-        stats.errors.fetch_add(1, Ordering::Relaxed);
+impl Default for CommandStats {
+    fn default() -> Self {
+        Self::new()
     }
-    result
 }
 
-/// Records the outcome of the call being counted (not for PEEK: a peek decides nothing).
-pub fn record_decision(allowed: bool) {
-    CURRENT.with(|c| {
-        if let Some(stats) = c.get() {
-            let counter = if allowed {
-                &stats.allowed
-            } else {
-                &stats.denied
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-    });
+/// Counts one call: an error, or a reply with its decision (`Some(allowed)`) if it made one.
+pub fn count<E>(stats: &CommandStats, outcome: Result<Option<bool>, E>) {
+    stats.calls.fetch_add(1, Ordering::Relaxed);
+    let counter = match outcome {
+        Err(_) => &stats.errors,
+        Ok(Some(true)) => &stats.allowed,
+        Ok(Some(false)) => &stats.denied,
+        Ok(None) => return,
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// RL.TOKENBUCKET.
-pub static TOKENBUCKET: CommandStats = CommandStats::new("tokenbucket");
-/// RL.SLIDING.
-pub static SLIDING: CommandStats = CommandStats::new("sliding");
-/// RL.FIXED.
-pub static FIXED: CommandStats = CommandStats::new("fixed");
-/// RL.LOG.
-pub static LOG: CommandStats = CommandStats::new("log");
-/// RL.GCRA.
-pub static GCRA: CommandStats = CommandStats::new("gcra");
-/// RL.THROTTLE.
-pub static THROTTLE: CommandStats = CommandStats::new("throttle");
-/// RL.CONCURRENCY.
-pub static CONCURRENCY: CommandStats = CommandStats::new("concurrency");
-/// RL.ALL.
-pub static ALL: CommandStats = CommandStats::new("all");
-/// RL.REFUND.
-pub static REFUND: CommandStats = CommandStats::new("refund");
-/// RL.RESET.
-pub static RESET: CommandStats = CommandStats::new("reset");
-/// RL.STATE.
-pub static STATE: CommandStats = CommandStats::new("state");
+/// The command's name as INFO shows it: lower case, without the `rl.` prefix.
+fn info_name(name: &std::ffi::CStr) -> String {
+    let name = name.to_string_lossy().to_ascii_lowercase();
+    name.strip_prefix("rl.").unwrap_or(&name).to_string()
+}
 
-/// Every command's counters, in the order INFO shows them.
-static EVERY: [&CommandStats; 11] = [
-    &TOKENBUCKET,
-    &SLIDING,
-    &FIXED,
-    &LOG,
-    &GCRA,
-    &THROTTLE,
-    &CONCURRENCY,
-    &ALL,
-    &REFUND,
-    &RESET,
-    &STATE,
-];
-
-/// The `INFO rl` section: `<command>_calls`, `_allowed`, `_denied`, `_errors` per command.
+/// The `INFO rl` section: `<command>_calls`, `_allowed`, `_denied`, `_errors` per command,
+/// in the order of the command table.
 ///
 /// Registered with `RedisModule_RegisterInfoFunc` at load.
 pub extern "C" fn info(ctx: *mut redis_module::raw::RedisModuleInfoCtx, _for_crash_report: i32) {
@@ -127,7 +78,8 @@ pub extern "C" fn info(ctx: *mut redis_module::raw::RedisModuleInfoCtx, _for_cra
     };
     // SAFETY: valid context; an empty name makes the section the module's own ("rl").
     unsafe { add_section(ctx, c"".as_ptr()) };
-    for stats in EVERY {
+    for (command, stats) in COMMANDS.iter().zip(COUNTERS) {
+        let name = info_name(command.name);
         let (calls, allowed, denied, errors) = stats.snapshot();
         for (suffix, value) in [
             ("calls", calls),
@@ -135,10 +87,47 @@ pub extern "C" fn info(ctx: *mut redis_module::raw::RedisModuleInfoCtx, _for_cra
             ("denied", denied),
             ("errors", errors),
         ] {
-            if let Ok(field) = std::ffi::CString::new(format!("{}_{suffix}", stats.name)) {
+            if let Ok(field) = std::ffi::CString::new(format!("{name}_{suffix}")) {
                 // SAFETY: valid context and NUL-terminated field name.
                 unsafe { add_field(ctx, field.as_ptr(), value) };
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_names_are_the_command_names_in_lower_case() {
+        assert_eq!(info_name(c"RL.TOKENBUCKET"), "tokenbucket");
+        let names: Vec<String> = COMMANDS.iter().map(|c| info_name(c.name)).collect();
+        assert_eq!(
+            names,
+            [
+                "tokenbucket",
+                "sliding",
+                "fixed",
+                "log",
+                "gcra",
+                "throttle",
+                "concurrency",
+                "all",
+                "refund",
+                "reset",
+                "state"
+            ]
+        );
+    }
+
+    #[test]
+    fn counts_calls_decisions_and_errors() {
+        let s = CommandStats::new();
+        count::<()>(&s, Ok(Some(true)));
+        count::<()>(&s, Ok(Some(false)));
+        count::<()>(&s, Ok(None));
+        count(&s, Err(()));
+        assert_eq!(s.snapshot(), (4, 1, 1, 1));
     }
 }

@@ -21,11 +21,12 @@
 //! is read through `GETRANGE`, which copies at most the header of a value that cannot be
 //! valid, whatever its size.
 
-use redis_module::{raw, Context, RedisError, RedisString};
+use redis_module::{raw, Context, RedisString};
 use redis_rl_core::concurrency::ConcurrencyState;
 use redis_rl_core::{Micros, Millis};
 
 use crate::encoding::{self, lease_table, DecodeError, Stored, HEADER_LEN};
+use crate::error::Error;
 
 /// Strings up to this many bytes may be stored embedded or as an integer (Redis 7.0 embeds up
 /// to 44 bytes, Valkey 9.1 a whole key entry of up to 128), which a direct read would
@@ -78,11 +79,11 @@ impl<'a> LimiterKey<'a> {
     /// but a string of exactly a fixed-size state's length (29 or 37 bytes) that is stored
     /// embedded (written by another client, or loaded from RDB, AOF or RESTORE) becomes raw,
     /// as the next write of this module would make it anyway.
-    pub fn read<S: Stored>(&self) -> Result<Option<S>, RedisError> {
+    pub fn read<S: Stored>(&self) -> Result<Option<S>, Error> {
         match self.key_type() {
             Some(raw::KeyType::Empty) => return Ok(None),
             Some(raw::KeyType::String) => {}
-            _ => return Err(RedisError::WrongType),
+            _ => return Err(Error::WrongType),
         }
         let len = self.len();
         let in_place = S::plausible_len(len) && (!S::VARIABLE_LEN || len > MAY_BE_EMBEDDED);
@@ -90,7 +91,7 @@ impl<'a> LimiterKey<'a> {
             let mut dma_len = 0;
             let ptr = raw::string_dma(self.key, &mut dma_len, raw::KeyMode::READ);
             if ptr.is_null() {
-                return Err(RedisError::WrongType);
+                return Err(Error::WrongType);
             }
             // SAFETY: Redis returned a buffer of `dma_len` bytes, valid while the key is
             // open and unmodified; it is only read before this function returns.
@@ -104,18 +105,16 @@ impl<'a> LimiterKey<'a> {
                 Err(refusal::<S>(&bytes))
             }
         };
-        decoded
-            .map(Some)
-            .map_err(|e| RedisError::String(e.to_string()))
+        Ok(Some(decoded?))
     }
 
     /// Stores `value`, expiring at the absolute instant `expire_at`, and replicates it.
     ///
     /// The value is written in place when the key already holds a value of the same length.
-    pub fn write(&self, value: &[u8], expire_at: Millis) -> Result<(), RedisError> {
+    pub fn write(&self, value: &[u8], expire_at: Millis) -> Result<(), Error> {
         // SAFETY: the API table is filled once at module load, before any command runs.
-        let set_abs_expire = unsafe { raw::RedisModule_SetAbsExpire }.ok_or(RedisError::Str(
-            "ERR redis-rl needs RedisModule_SetAbsExpire (Redis 6.2 or later)",
+        let set_abs_expire = unsafe { raw::RedisModule_SetAbsExpire }.ok_or(Error::Fixed(
+            "redis-rl needs RedisModule_SetAbsExpire (Redis 6.2 or later)",
         ))?;
         // Redis keeps expiries as signed milliseconds: clamp once, and replicate the same
         // number we set, or replicas and AOF would refuse a PXAT beyond i64::MAX.
@@ -123,20 +122,18 @@ impl<'a> LimiterKey<'a> {
         let mut len = 0;
         let mut dma = raw::string_dma(self.key, &mut len, raw::KeyMode::WRITE);
         if dma.is_null() {
-            return Err(RedisError::WrongType);
+            return Err(Error::WrongType);
         }
         if len != value.len() && self.key_type() == Some(raw::KeyType::Empty) {
             // A new key: let Redis create an exact-size raw string, written in place below.
             // A string made with RedisModule_CreateString would be an embedded string, which
             // the next call's DMA access would copy into a raw one.
             if raw::string_truncate(self.key, value.len()) != raw::Status::Ok {
-                return Err(RedisError::Str(
-                    "ERR redis-rl could not write the key's value",
-                ));
+                return Err(Error::Fixed("redis-rl could not write the key's value"));
             }
             dma = raw::string_dma(self.key, &mut len, raw::KeyMode::WRITE);
             if dma.is_null() {
-                return Err(RedisError::WrongType);
+                return Err(Error::WrongType);
             }
         }
         if len == value.len() {
@@ -149,9 +146,7 @@ impl<'a> LimiterKey<'a> {
             // would reserve up to twice the room, which a log or lease key keeps).
             let fresh = RedisString::create_from_slice(self.ctx.get_raw(), value);
             if raw::string_set(self.key, fresh.inner) != raw::Status::Ok {
-                return Err(RedisError::Str(
-                    "ERR redis-rl could not write the key's value",
-                ));
+                return Err(Error::Fixed("redis-rl could not write the key's value"));
             }
         }
         // SAFETY: the key is open for writing and holds a string.
@@ -168,18 +163,18 @@ impl LimiterKey<'_> {
     /// Reads a concurrency limiter's value: a version 2 lease table in place (it is never
     /// short enough to be stored embedded), a version 1 list decoded, or `Missing`.
     /// Errors as [`LimiterKey::read`].
-    pub fn read_leases(&self) -> Result<Leases<'_>, RedisError> {
+    pub fn read_leases(&self) -> Result<Leases<'_>, Error> {
         match self.key_type() {
             Some(raw::KeyType::Empty) => return Ok(Leases::Missing),
             Some(raw::KeyType::String) => {}
-            _ => return Err(RedisError::WrongType),
+            _ => return Err(Error::WrongType),
         }
         let len = self.len();
         if len > MAY_BE_EMBEDDED && len <= lease_table::MAX_LEN {
             let mut dma_len = 0;
             let ptr = raw::string_dma(self.key, &mut dma_len, raw::KeyMode::READ);
             if ptr.is_null() {
-                return Err(RedisError::WrongType);
+                return Err(Error::WrongType);
             }
             // SAFETY: Redis returned a buffer of `dma_len` bytes, valid while the key is
             // open and unmodified; the caller reads it before changing the key.
@@ -201,15 +196,15 @@ impl LimiterKey<'_> {
     pub fn patch(
         &self,
         change: impl FnOnce(&mut [u8]) -> (lease_table::Dirty, u64),
-    ) -> Result<(), RedisError> {
+    ) -> Result<(), Error> {
         // SAFETY: the API table is filled once at module load, before any command runs.
-        let set_abs_expire = unsafe { raw::RedisModule_SetAbsExpire }.ok_or(RedisError::Str(
-            "ERR redis-rl needs RedisModule_SetAbsExpire (Redis 6.2 or later)",
+        let set_abs_expire = unsafe { raw::RedisModule_SetAbsExpire }.ok_or(Error::Fixed(
+            "redis-rl needs RedisModule_SetAbsExpire (Redis 6.2 or later)",
         ))?;
         let mut len = 0;
         let dma = raw::string_dma(self.key, &mut len, raw::KeyMode::WRITE);
         if dma.is_null() {
-            return Err(RedisError::WrongType);
+            return Err(Error::WrongType);
         }
         // SAFETY: `dma` points to the key's value buffer of `len` bytes, valid until the key
         // is closed or modified otherwise; nothing else refers to it during this call.
@@ -235,7 +230,7 @@ impl LimiterKey<'_> {
     }
 
     /// Deletes the key and replicates `DEL key`.
-    pub fn delete(&self) -> Result<(), RedisError> {
+    pub fn delete(&self) -> Result<(), Error> {
         delete_open(self.ctx, self.name, self.key)
     }
 }
@@ -257,7 +252,7 @@ impl Drop for LimiterKey<'_> {
 }
 
 /// Reads the limiter state in `key`: `None` if the key is missing (see [`LimiterKey::read`]).
-pub fn read<S: Stored>(ctx: &Context, key: &RedisString) -> Result<Option<S>, RedisError> {
+pub fn read<S: Stored>(ctx: &Context, key: &RedisString) -> Result<Option<S>, Error> {
     LimiterKey::open(ctx, key).read()
 }
 
@@ -267,7 +262,7 @@ pub fn write(
     key: &RedisString,
     value: &[u8],
     expire_at: Millis,
-) -> Result<(), RedisError> {
+) -> Result<(), Error> {
     LimiterKey::open(ctx, key).write(value, expire_at)
 }
 
@@ -305,7 +300,7 @@ pub fn peek(
     ctx: &Context,
     key: &RedisString,
     whole_if_valid: bool,
-) -> Result<Option<Peeked>, RedisError> {
+) -> Result<Option<Peeked>, Error> {
     let open = OpenKey(raw::open_key(ctx.get_raw(), key.inner, raw::KeyMode::READ));
     // SAFETY: the API table is filled at module load; the key is open for reading.
     let key_type =
@@ -313,7 +308,7 @@ pub fn peek(
     match key_type {
         Some(raw::KeyType::Empty) => return Ok(None),
         Some(raw::KeyType::String) => {}
-        _ => return Err(RedisError::WrongType),
+        _ => return Err(Error::WrongType),
     }
     // SAFETY: as above.
     let len = unsafe { raw::RedisModule_ValueLength }.map_or(0, |f| unsafe { f(open.0) });
@@ -335,8 +330,8 @@ pub fn peek(
 
 /// The first `len` bytes of the string in `key` (fewer if it is shorter), read through
 /// `GETRANGE`: a copy that leaves the value and its encoding as they are.
-fn get_range(ctx: &Context, key: &RedisString, len: usize) -> Result<Vec<u8>, RedisError> {
-    const FAILED: RedisError = RedisError::Str("ERR redis-rl could not read the key's value");
+fn get_range(ctx: &Context, key: &RedisString, len: usize) -> Result<Vec<u8>, Error> {
+    const FAILED: Error = Error::Fixed("redis-rl could not read the key's value");
     if len == 0 {
         return Ok(Vec::new());
     }
@@ -395,7 +390,7 @@ fn refusal<S: Stored>(header: &[u8]) -> DecodeError {
 }
 
 /// Deletes `key` and replicates `DEL key`.
-pub fn delete(ctx: &Context, key: &RedisString) -> Result<(), RedisError> {
+pub fn delete(ctx: &Context, key: &RedisString) -> Result<(), Error> {
     let open = OpenKey(raw::open_key(ctx.get_raw(), key.inner, raw::KeyMode::WRITE));
     delete_open(ctx, key, open.0)
 }
@@ -405,13 +400,13 @@ fn delete_open(
     ctx: &Context,
     key: &RedisString,
     open: *mut raw::RedisModuleKey,
-) -> Result<(), RedisError> {
+) -> Result<(), Error> {
     // SAFETY: the API table is filled once at module load, before any command runs.
     let delete_key = unsafe { raw::RedisModule_DeleteKey }
-        .ok_or(RedisError::Str("ERR redis-rl needs RedisModule_DeleteKey"))?;
+        .ok_or(Error::Fixed("redis-rl needs RedisModule_DeleteKey"))?;
     // SAFETY: the key is open for writing.
     if raw::Status::from(unsafe { delete_key(open) }) != raw::Status::Ok {
-        return Err(RedisError::Str("ERR redis-rl could not delete the key"));
+        return Err(Error::Fixed("redis-rl could not delete the key"));
     }
     signal_modified(ctx, key);
     notify(ctx, raw::NotifyEvent::GENERIC, c"del", key);

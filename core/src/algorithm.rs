@@ -16,6 +16,8 @@ use crate::time::Micros;
 pub struct Opt {
     /// The option word as the user writes it (`BURST`), matched in any case.
     pub token: &'static str,
+    /// The placeholder of its value in texts (`b`, as in `BURST b`).
+    pub value: &'static str,
     /// The accepted range of its value.
     pub range: Range,
 }
@@ -134,20 +136,30 @@ pub const MAX_PARAMS: usize = 4;
 /// Most options of any algorithm.
 pub const MAX_OPTIONS: usize = 2;
 
-/// Parses `A`'s parameters by asking `value` for each positional one (given its range) and
-/// `option` for each option (`None` when absent), in declaration order: the one parser
-/// shared by every command and spec that names an algorithm. Allocates nothing.
-pub fn parse_params<A: Algorithm, E: From<ParamError>>(
-    mut value: impl FnMut(Range) -> Result<u64, E>,
-    mut option: impl FnMut(&Opt) -> Result<Option<u64>, E>,
-) -> Result<A::Params, E> {
+/// Where a parser gets an algorithm's numbers from (the module reads its arguments).
+pub trait Source {
+    /// What a bad or missing number is.
+    type Error: From<ParamError>;
+
+    /// The next positional parameter, checked against `range` (the error names it when it
+    /// is missing or outside).
+    fn value(&mut self, range: Range) -> Result<u64, Self::Error>;
+
+    /// The option `opt` if it is given (next), checked against its range; `None` if not.
+    fn option(&mut self, opt: &Opt) -> Result<Option<u64>, Self::Error>;
+}
+
+/// Parses `A`'s parameters from `source`: each positional one in order, then each option in
+/// declaration order, then [`Algorithm::params`]. The one parser shared by every spec that
+/// names an algorithm. Allocates nothing.
+pub fn parse_params<A: Algorithm, S: Source>(source: &mut S) -> Result<A::Params, S::Error> {
     let mut values = [0u64; MAX_PARAMS];
     for (slot, range) in values.iter_mut().zip(A::PARAMS) {
-        *slot = value(*range)?;
+        *slot = source.value(*range)?;
     }
     let mut options = [None; MAX_OPTIONS];
     for (slot, opt) in options.iter_mut().zip(A::OPTIONS) {
-        *slot = option(opt)?;
+        *slot = source.option(opt)?;
     }
     let values = values.get(..A::PARAMS.len()).unwrap_or(&[]);
     let options = options.get(..A::OPTIONS.len()).unwrap_or(&[]);

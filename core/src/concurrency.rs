@@ -36,7 +36,7 @@ impl Algorithm for Concurrency {
     const NAME: &'static str = "CONCURRENCY";
     const LABEL: &'static str = "concurrency";
     const TAG: u8 = b'C';
-    const PARAMS: &'static [Range] = &[LIMIT, limits::duration_ms("lease_ms")];
+    const PARAMS: &'static [Range] = &[LIMIT, LEASE_MS];
     type Params = ConcurrencyParams;
     type State = ConcurrencyState;
 
@@ -60,6 +60,9 @@ impl Algorithm for Concurrency {
         ]
     }
 }
+
+/// The range of `lease_ms`.
+pub const LEASE_MS: Range = limits::duration_ms("lease_ms");
 
 /// Validated concurrency parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

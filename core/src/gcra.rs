@@ -29,6 +29,7 @@ use crate::time::{Micros, Millis};
 /// `BURST b`: the most units that may pass at once (default: `limit`).
 pub const BURST: Opt = Opt {
     token: "BURST",
+    value: "b",
     range: limits::count("burst"),
 };
 

@@ -7,7 +7,7 @@
 //! file): every match generated from it follows, and a missing piece (an encoding, a
 //! test model) is a compile error, not a silent gap.
 
-use crate::algorithm::{parse_params, Algorithm, Opt, RateLimiter, StateView};
+use crate::algorithm::{parse_params, Algorithm, Opt, RateLimiter, Source, StateView};
 use crate::decision::Decision;
 use crate::limits::{ParamError, Range};
 use crate::time::Micros;
@@ -150,15 +150,11 @@ macro_rules! generate {
                 }
             }
 
-            /// Parses the parameters of the rate limiter `word` names (in any case) with
-            /// [`parse_params`]; `None` if `word` names none.
-            pub fn parse<E: From<ParamError>>(
-                word: &[u8],
-                value: impl FnMut(Range) -> Result<u64, E>,
-                option: impl FnMut(&Opt) -> Result<Option<u64>, E>,
-            ) -> Option<Result<AnyParams, E>> {
-                match Kind::limiter(word)? {
-                    $(Kind::$l => Some(parse_params::<$lt, E>(value, option).map(AnyParams::$l)),)*
+            /// Parses the parameters of the rate limiter `kind` from `source` with
+            /// [`parse_params`]; `None` if `kind` is not a rate limiter.
+            pub fn parse<S: Source>(kind: Kind, source: &mut S) -> Option<Result<AnyParams, S::Error>> {
+                match kind {
+                    $(Kind::$l => Some(parse_params::<$lt, S>(source).map(AnyParams::$l)),)*
                     _ => None,
                 }
             }

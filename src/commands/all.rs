@@ -6,11 +6,33 @@
 
 use std::fmt;
 
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisString, RedisValue};
 
-use super::spec::{Spec, SpecError};
+use super::spec::{self, Spec, SpecError};
+use super::{Command, Handled};
 use crate::args::{integer, ArgError, Options};
-use crate::{clock, config, reply, stats, store};
+use crate::docs::{int, key, string, Keys, Syntax, COST, PEEK, WRITE_ACL};
+use crate::error::Error;
+use crate::{clock, config, reply, store};
+
+pub const COMMAND: Command = Command {
+    name: c"RL.ALL",
+    // Movable keys: declared per call through the getkeys API.
+    flags: c"write deny-oom fast getkeys-api",
+    acl: WRITE_ACL,
+    keys: Keys::Counted,
+    arity: -4,
+    summary: c"Checks one request against several limiters, all or nothing; replies allowed, denied_index and each key's limit, remaining, retry_after_ms, reset_after_ms.",
+    complexity: c"O(N) where N is the number of keys",
+    syntax: Syntax::Args(&[
+        int("numkeys"),
+        key().multiple(),
+        string("spec").multiple(),
+        COST,
+        PEEK,
+    ]),
+    handler: run,
+};
 
 /// A bad RL.ALL call, with the public error text as `Display`.
 #[derive(Debug)]
@@ -27,22 +49,22 @@ impl fmt::Display for AllError {
         match self {
             AllError::NumKeys(e) | AllError::Options(e) => write!(f, "{e}"),
             AllError::TooFewKeys { numkeys } => {
-                write!(f, "ERR numkeys is {numkeys} but fewer keys follow")
+                write!(f, "numkeys is {numkeys} but fewer keys follow")
             }
             AllError::DuplicateKey(i) => {
                 write!(
                     f,
-                    "ERR key {i} repeats an earlier key: each key may appear once"
+                    "key {i} repeats an earlier key: each key may appear once"
                 )
             }
-            AllError::Spec(i, e) => write!(f, "ERR spec {i}: {e}"),
+            AllError::Spec(i, e) => write!(f, "spec {i}: {e}"),
         }
     }
 }
 
-impl From<AllError> for RedisError {
+impl From<AllError> for Error {
     fn from(e: AllError) -> Self {
-        RedisError::String(e.to_string())
+        Error::text(e)
     }
 }
 
@@ -73,7 +95,7 @@ fn parse(args: &[RedisString]) -> Result<Request<'_>, AllError> {
     let mut rest = rest.iter();
     let mut specs = Vec::with_capacity(n);
     for i in 1..=n {
-        specs.push(Spec::parse(&mut rest).map_err(|e| AllError::Spec(i, e))?);
+        specs.push(spec::parse(&mut rest).map_err(|e| AllError::Spec(i, e))?);
     }
     let options = Options::parse(rest.as_slice()).map_err(AllError::Options)?;
     Ok(Request {
@@ -100,30 +122,27 @@ fn declare_keys(ctx: &Context, args: &[RedisString]) {
     }
 }
 
-pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
+fn run(ctx: &Context, args: &[RedisString]) -> Result<Handled, Error> {
     if ctx.is_keys_position_request() {
         declare_keys(ctx, args);
-        return Ok(RedisValue::NoReply);
+        return Ok(RedisValue::NoReply.into());
     }
     if args.len() < 4 {
-        return Err(RedisError::WrongArity);
+        return Err(Error::WrongArity);
     }
     let request = parse(args)?;
     let now = clock::now();
     let cost = request.options.cost;
     let mut evaluated = Vec::with_capacity(request.keys.len());
     for (key, spec) in request.keys.iter().zip(&request.specs) {
-        evaluated.push(spec.evaluate(ctx, key, now, cost)?);
+        evaluated.push(spec::evaluate(spec, ctx, key, now, cost)?);
     }
     let denied = evaluated.iter().position(|e| !e.decision.is_allowed());
-    if !request.options.peek {
-        stats::record_decision(denied.is_none());
-    }
     if denied.is_some() {
         // Nothing is taken anywhere: report each allowing dimension as it stands.
         for ((key, spec), e) in request.keys.iter().zip(&request.specs).zip(&mut evaluated) {
             if e.decision.is_allowed() {
-                e.decision = spec.evaluate(ctx, key, now, 0)?.decision;
+                e.decision = spec::evaluate(spec, ctx, key, now, 0)?.decision;
             }
         }
     } else if !request.options.peek {
@@ -137,9 +156,13 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
         .iter()
         .map(|e| reply::dimension(&e.decision))
         .collect();
-    Ok(RedisValue::Array(vec![
+    let reply = RedisValue::Array(vec![
         RedisValue::Integer(i64::from(denied.is_none())),
         RedisValue::Integer(denied.map_or(0, |i| i64::try_from(i + 1).unwrap_or(0))),
         RedisValue::Array(per_key),
-    ]))
+    ]);
+    Ok(Handled {
+        reply,
+        decided: (!request.options.peek).then_some(denied.is_none()),
+    })
 }

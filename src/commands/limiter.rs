@@ -1,13 +1,77 @@
-//! The flow shared by every single-key limiting command.
+//! The flow shared by every single-key limiting command, and the one generic command of a
+//! rate limiter in the core registry (`RL.<NAME> key <params> [options] [COST n] [PEEK]`).
 
-use redis_module::{Context, RedisResult, RedisString};
+use std::ffi::CStr;
+
+use redis_module::{Context, RedisString};
+use redis_rl_core::algorithm::RateLimiter;
 use redis_rl_core::decision::expire_at;
 use redis_rl_core::{Decision, Micros};
 
-use crate::args::Options;
+use super::{Command, Handled, WRITE};
+use crate::args::{integer, Accepted, Options};
+use crate::docs::{Syntax, LIMITER_KEY, WRITE_ACL};
 use crate::encoding::Stored;
+use crate::error::Error;
 use crate::store::LimiterKey;
-use crate::{clock, config, reply, stats};
+use crate::{clock, config, reply};
+
+/// The command of rate limiter `A`: its arity, arguments and handler come from `A`'s
+/// parameters in the core registry; `name`, `summary` and `complexity` are its own.
+pub const fn command<A: RateLimiter>(
+    name: &'static CStr,
+    summary: &'static CStr,
+    complexity: &'static CStr,
+) -> Command
+where
+    A::State: Stored,
+{
+    // At most a handful of parameters: the cast cannot truncate.
+    let arity = -2 - A::PARAMS.len() as i32;
+    Command {
+        name,
+        flags: WRITE,
+        acl: WRITE_ACL,
+        keys: LIMITER_KEY,
+        arity,
+        summary,
+        complexity,
+        syntax: Syntax::Limiter {
+            params: A::PARAMS,
+            options: A::OPTIONS,
+        },
+        handler: run::<A>,
+    }
+}
+
+/// `RL.<NAME> key <params> [options] [COST n] [PEEK]`: the parameters in order (each checked
+/// against its range), then the options in any order, then the decision.
+fn run<A: RateLimiter>(ctx: &Context, args: &[RedisString]) -> Result<Handled, Error>
+where
+    A::State: Stored,
+{
+    let [_, key, rest @ ..] = args else {
+        return Err(Error::WrongArity);
+    };
+    let (positional, options) = rest
+        .split_at_checked(A::PARAMS.len())
+        .ok_or(Error::WrongArity)?;
+    let mut values = [0u64; redis_rl_core::algorithm::MAX_PARAMS];
+    for ((slot, arg), range) in values.iter_mut().zip(positional).zip(A::PARAMS) {
+        *slot = integer(arg, config::param_range::<A>(*range))?;
+    }
+    let accepted = Accepted {
+        options: A::OPTIONS,
+        cost: true,
+    };
+    let (options, extra) = Options::parse_accepting(options, accepted)?;
+    let values = values.get(..A::PARAMS.len()).unwrap_or(&[]);
+    let extra = extra.get(..A::OPTIONS.len()).unwrap_or(&[]);
+    let params = A::params(values, extra)?;
+    decide::<A::State>(ctx, key, options, |state, now, cost| {
+        A::check(state, now, &params, cost)
+    })
+}
 
 /// Reads `key`, lets `check` decide at the server's current time, stores the new state
 /// (unless PEEK, a denial or a no-op) and replies.
@@ -16,7 +80,7 @@ pub fn decide<S: Stored>(
     key: &RedisString,
     options: Options,
     check: impl FnOnce(Option<S>, Micros, u64) -> (Decision, Option<S>),
-) -> RedisResult {
+) -> Result<Handled, Error> {
     decide_replying(ctx, key, options, check, reply::decision)
 }
 
@@ -27,17 +91,17 @@ pub fn decide_replying<S: Stored>(
     options: Options,
     check: impl FnOnce(Option<S>, Micros, u64) -> (Decision, Option<S>),
     reply: fn(&Decision) -> reply::Fields,
-) -> RedisResult {
+) -> Result<Handled, Error> {
     let key = LimiterKey::open(ctx, key);
     let stored = key.read::<S>()?;
     let now = clock::now();
     let (decision, new_state) = check(stored, now, options.cost);
-    if !options.peek {
-        stats::record_decision(decision.is_allowed());
-    }
     if let (false, Some(state)) = (options.peek, new_state) {
         let expiry = expire_at(now, decision.reset_after, config::ttl_slack());
         key.write(state.encode().as_bytes(), expiry)?;
     }
-    reply::send(ctx, &reply(&decision))
+    Ok(Handled {
+        reply: reply::send(ctx, &reply(&decision)),
+        decided: (!options.peek).then_some(decision.is_allowed()),
+    })
 }

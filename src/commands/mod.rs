@@ -1,6 +1,9 @@
 //! Command handlers: parse, read the key, call the core, write the key, reply.
 //!
-//! No arithmetic lives here; the decisions are made in `redis_rl_core`.
+//! No arithmetic lives here; the decisions are made in `redis_rl_core`. Each command file
+//! declares its [`Command`]: name, flags, key spec, documentation and handler together. The
+//! table [`COMMANDS`] lists them once; registration, `COMMAND DOCS`, ACL categories and the
+//! `INFO rl` counters are all generated from it.
 
 mod all;
 mod concurrency;
@@ -21,80 +24,132 @@ use std::mem::ManuallyDrop;
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use redis_module::{raw, Context, RedisError, RedisResult, RedisString};
+use redis_module::{raw, Context, RedisError, RedisString, RedisValue};
 
+use crate::docs::{Keys, Syntax};
+use crate::error::Error;
 use crate::stats::{self, CommandStats};
 
+/// What a handler did: the reply (already sent when it is `NoReply`) and, for a call that
+/// decided something, whether it was allowed (counted in `INFO rl`).
+pub struct Handled {
+    /// The reply for the dispatcher to send.
+    pub reply: RedisValue,
+    /// `Some(allowed)` for a decision that counts (not for PEEK, which decides nothing).
+    pub decided: Option<bool>,
+}
+
+impl Handled {
+    /// A reply that decides nothing (RL.STATE, RL.RESET, a PEEK, ...).
+    pub const fn reply(reply: RedisValue) -> Self {
+        Handled {
+            reply,
+            decided: None,
+        }
+    }
+}
+
+impl From<RedisValue> for Handled {
+    fn from(reply: RedisValue) -> Self {
+        Handled::reply(reply)
+    }
+}
+
 /// A command handler: the arguments as Redis passed them (command name first).
-type Handler = fn(&Context, &[RedisString]) -> RedisResult;
+pub type Handler = fn(&Context, &[RedisString]) -> Result<Handled, Error>;
+
+/// One RL.* command: everything the server is told about it, and its handler.
+pub struct Command {
+    /// The command name.
+    pub name: &'static CStr,
+    /// Redis command flags (`write deny-oom fast`, ...).
+    pub flags: &'static CStr,
+    /// ACL categories (`write fast`, ...), where the server has the API.
+    pub acl: &'static CStr,
+    /// Where the keys are.
+    pub keys: Keys,
+    /// Redis arity: the argument count with the name, negative for "at least".
+    pub arity: c_int,
+    /// One line for `COMMAND DOCS`.
+    pub summary: &'static CStr,
+    /// Time complexity for `COMMAND DOCS`.
+    pub complexity: &'static CStr,
+    /// The arguments for `COMMAND DOCS`.
+    pub syntax: Syntax,
+    /// Runs one call.
+    pub handler: Handler,
+}
+
+/// Flags of a command that takes units from a limiter.
+pub const WRITE: &CStr = c"write deny-oom fast";
+
+/// Declares the table: each command's C entry point (Redis gives a callback no user data,
+/// so each command needs its own) and its counters, from the list of command files.
+macro_rules! table {
+    ($( $file:ident ),* $(,)?) => {
+        /// Every command of the module, in the order INFO shows them.
+        pub static COMMANDS: &[&Command] = &[$( &$file::COMMAND, )*];
+
+        /// Each command's counters, in the order of [`COMMANDS`].
+        pub static COUNTERS: &[&CommandStats] = &[$( &counters::$file, )*];
+
+        /// The C entry point of each command, in the order of [`COMMANDS`].
+        static ENTRIES: &[EntryPoint] = &[$( entries::$file, )*];
+
+        #[allow(non_upper_case_globals)]
+        mod counters {
+            use crate::stats::CommandStats;
+            $( pub static $file: CommandStats = CommandStats::new(); )*
+        }
+
+        mod entries {
+            use std::os::raw::c_int;
+            use redis_module::raw;
+            $(
+                pub extern "C" fn $file(
+                    ctx: *mut raw::RedisModuleCtx,
+                    argv: *mut *mut raw::RedisModuleString,
+                    argc: c_int,
+                ) -> c_int {
+                    super::dispatch(ctx, argv, argc, &super::$file::COMMAND, &super::counters::$file)
+                }
+            )*
+        }
+    };
+}
+
+table! {
+    token_bucket,
+    sliding_window,
+    fixed_window,
+    sliding_log,
+    gcra,
+    throttle,
+    concurrency,
+    all,
+    refund,
+    reset,
+    state,
+}
 
 /// The C entry point Redis calls for one command.
 type EntryPoint =
     extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
-
-/// One RL.* command as it is registered with the server.
-pub struct CommandDef {
-    /// The command name.
-    pub name: &'static CStr,
-    /// Redis command flags.
-    pub flags: &'static CStr,
-    /// `firstkey, lastkey, step` (0, 0, 0 when keys are declared through the getkeys API).
-    pub keys: (c_int, c_int, c_int),
-    entry: EntryPoint,
-}
-
-/// Declares each command's C entry point (Redis gives a callback no user data, so each
-/// command needs its own) and the table [`COMMANDS`] that registers them.
-macro_rules! commands {
-    ($( $entry:ident: $name:literal, $flags:literal, $keys:expr, $stats:path, $handler:path; )*) => {
-        $(
-            extern "C" fn $entry(
-                ctx: *mut raw::RedisModuleCtx,
-                argv: *mut *mut raw::RedisModuleString,
-                argc: c_int,
-            ) -> c_int {
-                dispatch(ctx, argv, argc, &$stats, $handler)
-            }
-        )*
-
-        /// Every command of the module.
-        pub const COMMANDS: &[CommandDef] = &[
-            $( CommandDef { name: $name, flags: $flags, keys: $keys, entry: $entry }, )*
-        ];
-    };
-}
-
-const ONE_KEY: (c_int, c_int, c_int) = (1, 1, 1);
-
-commands! {
-    rl_tokenbucket: c"RL.TOKENBUCKET", c"write deny-oom fast", ONE_KEY, stats::TOKENBUCKET, token_bucket::run;
-    rl_sliding: c"RL.SLIDING", c"write deny-oom fast", ONE_KEY, stats::SLIDING, sliding_window::run;
-    rl_fixed: c"RL.FIXED", c"write deny-oom fast", ONE_KEY, stats::FIXED, fixed_window::run;
-    rl_gcra: c"RL.GCRA", c"write deny-oom fast", ONE_KEY, stats::GCRA, gcra::run;
-    rl_throttle: c"RL.THROTTLE", c"write deny-oom fast", ONE_KEY, stats::THROTTLE, throttle::run;
-    rl_log: c"RL.LOG", c"write deny-oom fast", ONE_KEY, stats::LOG, sliding_log::run;
-    rl_concurrency: c"RL.CONCURRENCY", c"write deny-oom fast", ONE_KEY, stats::CONCURRENCY, concurrency::run;
-    // Movable keys: declared per call through the getkeys API.
-    rl_all: c"RL.ALL", c"write deny-oom fast getkeys-api", (0, 0, 0), stats::ALL, all::run;
-    rl_refund: c"RL.REFUND", c"write deny-oom fast", ONE_KEY, stats::REFUND, refund::run;
-    rl_reset: c"RL.RESET", c"write fast", ONE_KEY, stats::RESET, reset::run;
-    rl_state: c"RL.STATE", c"readonly fast", ONE_KEY, stats::STATE, state::run;
-}
 
 /// Registers every command; fails (and so fails loading) if the server refuses one.
 pub fn register(ctx: &Context) -> Result<(), String> {
     // SAFETY: the API table is filled before init runs.
     let create = unsafe { raw::RedisModule_CreateCommand }
         .ok_or_else(|| "RedisModule_CreateCommand is missing".to_string())?;
-    for command in COMMANDS {
-        let (first, last, step) = command.keys;
+    for (command, entry) in COMMANDS.iter().zip(ENTRIES) {
+        let (first, last, step) = command.keys.positions();
         // SAFETY: a valid context, NUL-terminated strings and an entry point that lives
         // as long as the module.
         let status = unsafe {
             create(
                 ctx.get_raw(),
                 command.name.as_ptr(),
-                Some(command.entry),
+                Some(*entry),
                 command.flags.as_ptr(),
                 first,
                 last,
@@ -111,34 +166,25 @@ pub fn register(ctx: &Context) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs one call: borrows the arguments, counts the call in `INFO rl`, runs the handler so
-/// that a bug can never unwind into redis-server (a panic becomes an error reply), replies.
+/// Runs one call: borrows the arguments, runs the handler so that a bug can never unwind
+/// into redis-server (a panic becomes an error reply), counts the call and its outcome in
+/// `INFO rl`, replies.
 fn dispatch(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
-    counters: &'static CommandStats,
-    handler: Handler,
+    command: &Command,
+    counters: &CommandStats,
 ) -> c_int {
     let context = Context::new(ctx);
     let result = with_args(ctx, argv, argc, |args| {
-        stats::count(counters, || {
-            catch_unwind(AssertUnwindSafe(|| handler(&context, args))).unwrap_or(Err(
-                RedisError::Str(
-                    "ERR internal error in redis-rl (a bug: please report it with the command)",
-                ),
-            ))
-        })
+        catch_unwind(AssertUnwindSafe(|| (command.handler)(&context, args))).unwrap_or(Err(
+            Error::Fixed("internal error in redis-rl (a bug: please report it with the command)"),
+        ))
     });
-    // The crate turns an error text into a C string and would panic (outside our guard) on
-    // a NUL byte; no text of ours has one, but never let that reach the server.
-    let result = result.map_err(|e| match e {
-        RedisError::String(text) if text.contains('\0') => {
-            RedisError::String(text.replace('\0', "\\x00"))
-        }
-        other => other,
-    });
-    context.reply(result) as c_int
+    stats::count(counters, result.as_ref().map(|h| h.decided));
+    let reply = result.map(|h| h.reply).map_err(RedisError::from);
+    context.reply(reply) as c_int
 }
 
 /// Calls `f` with the call's arguments as `RedisString`s borrowed from Redis, without
@@ -179,5 +225,21 @@ fn with_args<R>(
     } else {
         let borrowed: Vec<_> = raw_args.iter().map(borrow).collect();
         f(as_strings(&borrowed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_each_command_once_with_its_entry_point_and_counters() {
+        assert_eq!(COMMANDS.len(), ENTRIES.len());
+        assert_eq!(COMMANDS.len(), COUNTERS.len());
+        for (i, c) in COMMANDS.iter().enumerate() {
+            let name = c.name.to_str().unwrap();
+            assert!(name.starts_with("RL."), "{name}");
+            assert!(COMMANDS[..i].iter().all(|other| other.name != c.name));
+        }
     }
 }

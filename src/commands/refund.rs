@@ -4,28 +4,42 @@
 //! RL.ALL cannot reach every key: take slot by slot, and refund the slots already taken when
 //! a later one denies. Refunds are best effort; see each algorithm's `refund` in the core.
 
-use redis_module::{Context, RedisError, RedisResult, RedisString};
+use redis_module::{Context, RedisString};
 
-use super::spec::Spec;
+use super::{spec, Command, Handled, WRITE};
 use crate::args::{integer, shown, ArgError};
+use crate::docs::{int, key, string, Syntax, LIMITER_KEY, WRITE_ACL};
+use crate::error::Error;
 use crate::{clock, reply, store};
 
-pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
+pub const COMMAND: Command = Command {
+    name: c"RL.REFUND",
+    flags: WRITE,
+    acl: WRITE_ACL,
+    keys: LIMITER_KEY,
+    arity: -5,
+    summary: c"Gives back units taken earlier by the same limiter spec (best effort); replies refunded, limit, remaining, 0, reset_after_ms.",
+    complexity: c"O(1), O(N) for LOG",
+    syntax: Syntax::Args(&[key(), string("spec").multiple(), int("cost").after("COST")]),
+    handler: run,
+};
+
+fn run(ctx: &Context, args: &[RedisString]) -> Result<Handled, Error> {
     let [_, key, rest @ ..] = args else {
-        return Err(RedisError::WrongArity);
+        return Err(Error::WrongArity);
     };
     if rest.len() < 3 {
-        return Err(RedisError::WrongArity);
+        return Err(Error::WrongArity);
     }
     let mut rest = rest.iter();
-    let spec = Spec::parse(&mut rest).map_err(|e| RedisError::String(format!("ERR spec: {e}")))?;
-    let amount = parse_cost(rest.as_slice()).map_err(|e| RedisError::String(e.to_string()))?;
+    let spec = spec::parse(&mut rest).map_err(|e| Error::text(format_args!("spec: {e}")))?;
+    let amount = parse_cost(rest.as_slice()).map_err(Error::text)?;
     let now = clock::now();
-    let (refunded, after) = spec.refund(ctx, key, now, amount)?;
+    let (refunded, after) = spec::refund(&spec, ctx, key, now, amount)?;
     if let Some((value, expiry)) = &after.write {
         store::write(ctx, key, value.as_bytes(), *expiry)?;
     }
-    reply::send(ctx, &reply::refund(refunded, &after.decision))
+    Ok(reply::send(ctx, &reply::refund(refunded, &after.decision)).into())
 }
 
 /// The mandatory `COST n` after the spec, and nothing else.
@@ -56,11 +70,11 @@ impl std::fmt::Display for RefundArgError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RefundArgError::NoCost => {
-                write!(f, "ERR RL.REFUND needs COST n: the units to give back")
+                write!(f, "RL.REFUND needs COST n: the units to give back")
             }
             RefundArgError::Arg(e) => write!(f, "{e}"),
             RefundArgError::Unknown(given) => {
-                write!(f, "ERR unknown option '{given}', expected COST n")
+                write!(f, "unknown option '{given}', expected COST n")
             }
         }
     }

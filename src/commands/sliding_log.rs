@@ -1,26 +1,11 @@
-//! `RL.LOG key limit window_ms [COST n] [PEEK]`.
+//! `RL.LOG key limit window_ms [COST n] [PEEK]` (`limit` at most `rl.max-log-entries`).
 
-use redis_module::{Context, RedisError, RedisResult, RedisString};
-use redis_rl_core::limits;
-use redis_rl_core::sliding_log::{check, SlidingLogParams, SlidingLogState};
+use redis_rl_core::sliding_log::SlidingLog;
 
-use super::limiter::decide;
-use crate::args::{integer, ArgError, Options};
+use super::{limiter, Command};
 
-pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    let [_, key, limit, window_ms, options @ ..] = args else {
-        return Err(RedisError::WrongArity);
-    };
-    let params = parse(limit, window_ms).map_err(|e| RedisError::String(e.to_string()))?;
-    let options = Options::parse(options).map_err(|e| RedisError::String(e.to_string()))?;
-    decide::<SlidingLogState>(ctx, key, options, |state, now, cost| {
-        check(state, now, &params, cost)
-    })
-}
-
-fn parse(limit: &RedisString, window_ms: &RedisString) -> Result<SlidingLogParams, ArgError> {
-    Ok(SlidingLogParams::new(
-        integer(limit, crate::config::log_limit_range())?,
-        integer(window_ms, limits::duration_ms("window_ms"))?,
-    )?)
-}
+pub const COMMAND: Command = limiter::command::<SlidingLog>(
+    c"RL.LOG",
+    c"Exact sliding window log of admitted units; replies allowed, limit, remaining, retry_after_ms, reset_after_ms.",
+    c"O(N) where N is the number of entries in the window (at most limit)",
+);

@@ -1,26 +1,11 @@
 //! `RL.SLIDING key limit window_ms [COST n] [PEEK]`.
 
-use redis_module::{Context, RedisError, RedisResult, RedisString};
-use redis_rl_core::limits;
-use redis_rl_core::sliding_window::{check, SlidingWindowParams, SlidingWindowState};
+use redis_rl_core::sliding_window::SlidingWindow;
 
-use super::limiter::decide;
-use crate::args::{integer, ArgError, Options};
+use super::{limiter, Command};
 
-pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    let [_, key, limit, window_ms, options @ ..] = args else {
-        return Err(RedisError::WrongArity);
-    };
-    let params = parse(limit, window_ms).map_err(|e| RedisError::String(e.to_string()))?;
-    let options = Options::parse(options).map_err(|e| RedisError::String(e.to_string()))?;
-    decide::<SlidingWindowState>(ctx, key, options, |state, now, cost| {
-        check(state, now, &params, cost)
-    })
-}
-
-fn parse(limit: &RedisString, window_ms: &RedisString) -> Result<SlidingWindowParams, ArgError> {
-    Ok(SlidingWindowParams::new(
-        integer(limit, limits::count("limit"))?,
-        integer(window_ms, limits::duration_ms("window_ms"))?,
-    )?)
-}
+pub const COMMAND: Command = limiter::command::<SlidingWindow>(
+    c"RL.SLIDING",
+    c"Counts a request in a sliding window counter (previous window weighted); replies allowed, limit, remaining, retry_after_ms, reset_after_ms.",
+    c"O(1)",
+);

@@ -1,42 +1,27 @@
 //! A limiter specification as RL.ALL and RL.REFUND take it: `TOKENBUCKET capacity
 //! refill_tokens refill_ms`, `SLIDING limit window_ms`, ...; and running one against a key.
 //!
-//! This is the one place that maps an algorithm name to its parameters, stored state and
-//! core functions, so multi-key commands treat every algorithm alike.
+//! The words, parameters and ranges come from the core registry (`AnyParams`), and the
+//! dispatch to each algorithm's stored state is generated from the same list, so multi-key
+//! commands treat every algorithm alike and a new one needs nothing here.
 
 use std::fmt;
 use std::slice::Iter;
 
-use redis_module::{Context, RedisError, RedisString};
+use redis_module::{Context, RedisString};
+use redis_rl_core::algorithm::{Opt, RateLimiter, Source};
 use redis_rl_core::decision::expire_at;
-use redis_rl_core::fixed_window::{self, FixedWindowParams};
-use redis_rl_core::gcra::{self, GcraParams};
-use redis_rl_core::sliding_log::{self, SlidingLogParams};
-use redis_rl_core::sliding_window::{self, SlidingWindowParams};
-use redis_rl_core::token_bucket::{self, TokenBucketParams};
-use redis_rl_core::{limits, Decision, Micros, Millis};
+use redis_rl_core::limits::{ParamError, Range};
+use redis_rl_core::registry::SpecNames;
+use redis_rl_core::{AnyParams, Decision, Kind, Micros, Millis};
 
 use crate::args::{integer, shown, ArgError};
 use crate::encoding::{Encoded, Stored};
+use crate::error::Error;
 use crate::{config, store};
 
-/// The algorithm names a spec may start with, as listed in error texts.
-pub const ALGORITHMS: &str = "TOKENBUCKET, SLIDING, FIXED, GCRA or LOG";
-
 /// One limiter's algorithm and parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Spec {
-    /// `TOKENBUCKET capacity refill_tokens refill_ms`
-    TokenBucket(TokenBucketParams),
-    /// `SLIDING limit window_ms`
-    SlidingWindow(SlidingWindowParams),
-    /// `FIXED limit window_ms`
-    FixedWindow(FixedWindowParams),
-    /// `GCRA limit period_ms [BURST b]`
-    Gcra(GcraParams),
-    /// `LOG limit window_ms`
-    Log(SlidingLogParams),
-}
+pub type Spec = AnyParams;
 
 /// Why a spec could not be parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,25 +35,70 @@ pub enum SpecError {
 }
 
 impl fmt::Display for SpecError {
-    /// The text after `ERR ` and any position prefix.
+    /// The text after any position prefix.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SpecError::Missing => write!(f, "missing, expected {ALGORITHMS} and its parameters"),
+            SpecError::Missing => write!(f, "missing, expected {SpecNames} and its parameters"),
             SpecError::UnknownAlgorithm(name) => {
-                write!(f, "unknown algorithm '{name}', expected {ALGORITHMS}")
+                write!(f, "unknown algorithm '{name}', expected {SpecNames}")
             }
-            SpecError::Arg(e) => {
-                let text = e.to_string();
-                write!(f, "{}", text.strip_prefix("ERR ").unwrap_or(&text))
-            }
+            SpecError::Arg(e) => write!(f, "{e}"),
         }
     }
 }
 
-impl From<limits::ParamError> for SpecError {
-    fn from(e: limits::ParamError) -> Self {
+impl From<ArgError> for SpecError {
+    fn from(e: ArgError) -> Self {
+        SpecError::Arg(e)
+    }
+}
+
+impl From<ParamError> for SpecError {
+    fn from(e: ParamError) -> Self {
         SpecError::Arg(ArgError::Param(e))
     }
+}
+
+/// A spec's numbers, read from the arguments that follow its word.
+struct Args<'a, 'b> {
+    kind: Kind,
+    args: &'a mut Iter<'b, RedisString>,
+}
+
+impl Source for Args<'_, '_> {
+    type Error = SpecError;
+
+    fn value(&mut self, range: Range) -> Result<u64, SpecError> {
+        let range = config::param_range_of(Some(self.kind), range);
+        let arg = self.args.next().ok_or(range.error())?;
+        Ok(integer(arg, range)?)
+    }
+
+    fn option(&mut self, opt: &Opt) -> Result<Option<u64>, SpecError> {
+        let given = self
+            .args
+            .as_slice()
+            .first()
+            .is_some_and(|a| a.as_slice().eq_ignore_ascii_case(opt.token.as_bytes()));
+        if !given {
+            return Ok(None);
+        }
+        self.args.next();
+        let value = self
+            .args
+            .next()
+            .ok_or(ArgError::MissingValue(opt.token, opt.range))?;
+        Ok(Some(integer(value, opt.range)?))
+    }
+}
+
+/// Parses one spec from the front of `args`, consuming exactly its arguments: the word,
+/// the parameters in order, then each of the algorithm's options if it comes next.
+pub fn parse(args: &mut Iter<'_, RedisString>) -> Result<Spec, SpecError> {
+    let name = args.next().ok_or(SpecError::Missing)?;
+    let unknown = || SpecError::UnknownAlgorithm(shown(name.as_slice()));
+    let kind = Kind::limiter(name.as_slice()).ok_or_else(unknown)?;
+    AnyParams::parse(kind, &mut Args { kind, args }).ok_or_else(unknown)?
 }
 
 /// The outcome of running a spec against a key, before anything is written.
@@ -79,159 +109,71 @@ pub struct Evaluated {
     pub write: Option<(Encoded, Millis)>,
 }
 
-impl Spec {
-    /// Parses one spec from the front of `args`, consuming exactly its arguments.
-    pub fn parse(args: &mut Iter<'_, RedisString>) -> Result<Spec, SpecError> {
-        let name = args.next().ok_or(SpecError::Missing)?;
-        let mut param = |range: limits::Range| -> Result<u64, SpecError> {
-            let arg = args.next().ok_or(range.error())?;
-            Ok(integer(arg, range)?)
-        };
-        let name_bytes = name.as_slice();
-        if name_bytes.eq_ignore_ascii_case(b"TOKENBUCKET") {
-            let capacity = param(limits::count("capacity"))?;
-            let refill_tokens = param(limits::count("refill_tokens"))?;
-            let refill_ms = param(limits::duration_ms("refill_ms"))?;
-            Ok(Spec::TokenBucket(TokenBucketParams::new(
-                capacity,
-                refill_tokens,
-                refill_ms,
-            )?))
-        } else if name_bytes.eq_ignore_ascii_case(b"SLIDING") {
-            let limit = param(limits::count("limit"))?;
-            let window_ms = param(limits::duration_ms("window_ms"))?;
-            Ok(Spec::SlidingWindow(SlidingWindowParams::new(
-                limit, window_ms,
-            )?))
-        } else if name_bytes.eq_ignore_ascii_case(b"FIXED") {
-            let limit = param(limits::count("limit"))?;
-            let window_ms = param(limits::duration_ms("window_ms"))?;
-            Ok(Spec::FixedWindow(FixedWindowParams::new(limit, window_ms)?))
-        } else if name_bytes.eq_ignore_ascii_case(b"GCRA") {
-            let limit = param(limits::count("limit"))?;
-            let period_ms = param(limits::duration_ms("period_ms"))?;
-            let has_burst = args
-                .as_slice()
-                .first()
-                .is_some_and(|a| a.as_slice().eq_ignore_ascii_case(b"BURST"));
-            let burst = if has_burst {
-                args.next();
-                let range = limits::count("burst");
-                let value = args
-                    .next()
-                    .ok_or(SpecError::Arg(ArgError::MissingValue("BURST", range)))?;
-                Some(integer(value, range)?)
-            } else {
-                None
-            };
-            Ok(Spec::Gcra(GcraParams::new(limit, period_ms, burst)?))
-        } else if name_bytes.eq_ignore_ascii_case(b"LOG") {
-            let limit = param(config::log_limit_range())?;
-            let window_ms = param(limits::duration_ms("window_ms"))?;
-            Ok(Spec::Log(SlidingLogParams::new(limit, window_ms)?))
-        } else {
-            Err(SpecError::UnknownAlgorithm(shown(name_bytes)))
+/// Generates [`evaluate`] and [`refund`] from the registry: one arm per rate limiter.
+macro_rules! dispatch {
+    (
+        limiters: [$($l:ident = $lt:ty),* $(,)?],
+        others: [$($o:ident = $ot:ty),* $(,)?] $(,)?
+    ) => {
+        /// Reads `key` and decides whether `cost` units may be taken at `now`. Writes nothing.
+        pub fn evaluate(
+            spec: &Spec,
+            ctx: &Context,
+            key: &RedisString,
+            now: Micros,
+            cost: u64,
+        ) -> Result<Evaluated, Error> {
+            match spec {
+                $(AnyParams::$l(p) => decide::<$lt>(ctx, key, now, p, cost),)*
+            }
         }
-    }
 
-    /// Reads `key` and decides whether `cost` units may be taken at `now`. Writes nothing.
-    pub fn evaluate(
-        &self,
-        ctx: &Context,
-        key: &RedisString,
-        now: Micros,
-        cost: u64,
-    ) -> Result<Evaluated, RedisError> {
-        match self {
-            Spec::TokenBucket(p) => decide(ctx, key, now, p, cost, token_bucket::check),
-            Spec::SlidingWindow(p) => decide(ctx, key, now, p, cost, sliding_window::check),
-            Spec::FixedWindow(p) => decide(ctx, key, now, p, cost, fixed_window::check),
-            Spec::Gcra(p) => decide(ctx, key, now, p, cost, gcra::check),
-            Spec::Log(p) => decide(ctx, key, now, p, cost, sliding_log::check),
+        /// Reads `key` and gives back up to `amount` units. Returns the units given back
+        /// and the key's state afterwards (as a zero-cost decision). Writes nothing.
+        pub fn refund(
+            spec: &Spec,
+            ctx: &Context,
+            key: &RedisString,
+            now: Micros,
+            amount: u64,
+        ) -> Result<(u64, Evaluated), Error> {
+            match spec {
+                $(AnyParams::$l(p) => give_back::<$lt>(ctx, key, now, p, amount),)*
+            }
         }
-    }
-
-    /// Reads `key` and gives back up to `amount` units. Returns the units given back and the
-    /// key's state afterwards (as a zero-cost decision). Writes nothing.
-    pub fn refund(
-        &self,
-        ctx: &Context,
-        key: &RedisString,
-        now: Micros,
-        amount: u64,
-    ) -> Result<(u64, Evaluated), RedisError> {
-        match self {
-            Spec::TokenBucket(p) => give_back(
-                ctx,
-                key,
-                now,
-                p,
-                amount,
-                token_bucket::refund,
-                token_bucket::check,
-            ),
-            Spec::SlidingWindow(p) => give_back(
-                ctx,
-                key,
-                now,
-                p,
-                amount,
-                sliding_window::refund,
-                sliding_window::check,
-            ),
-            Spec::FixedWindow(p) => give_back(
-                ctx,
-                key,
-                now,
-                p,
-                amount,
-                fixed_window::refund,
-                fixed_window::check,
-            ),
-            Spec::Gcra(p) => give_back(ctx, key, now, p, amount, gcra::refund, gcra::check),
-            Spec::Log(p) => give_back(
-                ctx,
-                key,
-                now,
-                p,
-                amount,
-                sliding_log::refund,
-                sliding_log::check,
-            ),
-        }
-    }
+    };
 }
 
-/// A core `check` function: `(state, now, params, cost) -> (decision, state to write)`.
-type Check<S, P> = fn(Option<S>, Micros, &P, u64) -> (Decision, Option<S>);
-/// A core `refund` function: `(state, now, params, amount) -> (given back, state to write)`.
-type Refund<S, P> = fn(Option<S>, Micros, &P, u64) -> (u64, Option<S>);
+redis_rl_core::registry!(dispatch);
 
-fn decide<S: Stored, P>(
+fn decide<A: RateLimiter>(
     ctx: &Context,
     key: &RedisString,
     now: Micros,
-    params: &P,
+    params: &A::Params,
     cost: u64,
-    check: Check<S, P>,
-) -> Result<Evaluated, RedisError> {
-    let stored = store::read::<S>(ctx, key)?;
-    let (decision, state) = check(stored, now, params, cost);
+) -> Result<Evaluated, Error>
+where
+    A::State: Stored,
+{
+    let stored = store::read::<A::State>(ctx, key)?;
+    let (decision, state) = A::check(stored, now, params, cost);
     Ok(with_write(decision, state, now))
 }
 
-fn give_back<S: Stored + Clone, P>(
+fn give_back<A: RateLimiter>(
     ctx: &Context,
     key: &RedisString,
     now: Micros,
-    params: &P,
+    params: &A::Params,
     amount: u64,
-    refund: Refund<S, P>,
-    check: Check<S, P>,
-) -> Result<(u64, Evaluated), RedisError> {
-    let stored = store::read::<S>(ctx, key)?;
-    let (refunded, state) = refund(stored.clone(), now, params, amount);
-    let (view, _) = check(state.clone().or(stored), now, params, 0);
+) -> Result<(u64, Evaluated), Error>
+where
+    A::State: Stored,
+{
+    let stored = store::read::<A::State>(ctx, key)?;
+    let (refunded, state) = A::refund(stored.clone(), now, params, amount);
+    let (view, _) = A::check(state.clone().or(stored), now, params, 0);
     Ok((refunded, with_write(view, state, now)))
 }
 
@@ -241,7 +183,7 @@ fn with_write<S: Stored>(decision: Decision, state: Option<S>, now: Micros) -> E
         write: state.map(|s| {
             (
                 s.encode(),
-                expire_at(now, decision.reset_after, crate::config::ttl_slack()),
+                expire_at(now, decision.reset_after, config::ttl_slack()),
             )
         }),
     }

@@ -1,21 +1,41 @@
 //! `RL.THROTTLE key max_burst count period_s [quantity]`: redis-cell's `CL.THROTTLE`.
 
-use redis_module::{Context, RedisError, RedisResult, RedisString};
+use redis_module::{Context, RedisString};
 use redis_rl_core::gcra::{check, GcraParams, GcraState};
 use redis_rl_core::throttle;
 
 use super::limiter::decide_replying;
+use super::{Command, Handled, WRITE};
 use crate::args::{integer, ArgError, Options};
+use crate::docs::{int, key, Syntax, LIMITER_KEY, WRITE_ACL};
+use crate::error::Error;
 use crate::reply;
 
-pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
+pub const COMMAND: Command = Command {
+    name: c"RL.THROTTLE",
+    flags: WRITE,
+    acl: WRITE_ACL,
+    keys: LIMITER_KEY,
+    arity: -5,
+    summary: c"redis-cell CL.THROTTLE compatible GCRA; replies limited, limit, remaining, retry_after_s, reset_after_s.",
+    complexity: c"O(1)",
+    syntax: Syntax::Args(&[
+        key(),
+        int(throttle::MAX_BURST.name),
+        int(throttle::COUNT.name),
+        int(throttle::PERIOD_S.name),
+        int(throttle::QUANTITY.name).optional(),
+    ]),
+    handler: run,
+};
+
+fn run(ctx: &Context, args: &[RedisString]) -> Result<Handled, Error> {
     let (key, max_burst, count, period_s, quantity) = match args {
         [_, key, b, c, p] => (key, b, c, p, None),
         [_, key, b, c, p, q] => (key, b, c, p, Some(q)),
-        _ => return Err(RedisError::WrongArity),
+        _ => return Err(Error::WrongArity),
     };
-    let (params, options) = parse(max_burst, count, period_s, quantity)
-        .map_err(|e| RedisError::String(e.to_string()))?;
+    let (params, options) = parse(max_burst, count, period_s, quantity)?;
     decide_replying::<GcraState>(
         ctx,
         key,

@@ -1,32 +1,11 @@
 //! `RL.TOKENBUCKET key capacity refill_tokens refill_ms [COST n] [PEEK]`.
 
-use redis_module::{Context, RedisError, RedisResult, RedisString};
-use redis_rl_core::limits;
-use redis_rl_core::token_bucket::{check, TokenBucketParams, TokenBucketState};
+use redis_rl_core::token_bucket::TokenBucket;
 
-use super::limiter::decide;
-use crate::args::{integer, ArgError, Options};
+use super::{limiter, Command};
 
-pub fn run(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    let [_, key, capacity, refill_tokens, refill_ms, options @ ..] = args else {
-        return Err(RedisError::WrongArity);
-    };
-    let params =
-        parse(capacity, refill_tokens, refill_ms).map_err(|e| RedisError::String(e.to_string()))?;
-    let options = Options::parse(options).map_err(|e| RedisError::String(e.to_string()))?;
-    decide::<TokenBucketState>(ctx, key, options, |state, now, cost| {
-        check(state, now, &params, cost)
-    })
-}
-
-fn parse(
-    capacity: &RedisString,
-    refill_tokens: &RedisString,
-    refill_ms: &RedisString,
-) -> Result<TokenBucketParams, ArgError> {
-    Ok(TokenBucketParams::new(
-        integer(capacity, limits::count("capacity"))?,
-        integer(refill_tokens, limits::count("refill_tokens"))?,
-        integer(refill_ms, limits::duration_ms("refill_ms"))?,
-    )?)
-}
+pub const COMMAND: Command = limiter::command::<TokenBucket>(
+    c"RL.TOKENBUCKET",
+    c"Takes tokens from a token bucket that refills continuously; replies allowed, limit, remaining, retry_after_ms, reset_after_ms.",
+    c"O(1)",
+);

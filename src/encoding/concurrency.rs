@@ -4,7 +4,7 @@
 use redis_rl_core::concurrency::{ConcurrencyState, Lease, MAX_ID_LEN, MAX_LIMIT};
 use redis_rl_core::Micros;
 
-use super::{Algorithm, Reader, StateFields, StateValue, Stored, Writer};
+use super::{Algorithm, Reader, Stored, Writer};
 
 /// Concurrency fields, per lease (soonest expiry first): a varint (LEB128) of the
 /// microseconds since the previous lease's expiry (since the epoch for the first), a varint
@@ -57,21 +57,6 @@ impl Stored for ConcurrencyState {
             });
         }
         Some(ConcurrencyState { leases })
-    }
-
-    /// The leases held now, and when (ms, rounded up) the soonest and the last of them
-    /// expire (0 when none is held).
-    fn describe(&self, now: Micros) -> StateFields {
-        // Soonest expiry first, so the last lease is the last to expire.
-        let live = |l: &&Lease| l.expires_at > now;
-        let expiry = |l: Option<&Lease>| l.map_or(0, |l| l.expires_at.ceil_millis().0);
-        let next = expiry(self.leases.iter().find(live));
-        let last = expiry(self.leases.last().filter(live));
-        vec![
-            ("held", StateValue::Int(self.held_at(now))),
-            ("next_expiry_ms", StateValue::Int(next)),
-            ("last_expiry_ms", StateValue::Int(last)),
-        ]
     }
 }
 
@@ -129,34 +114,6 @@ mod tests {
             corrupt,
             "more leases than the largest limit"
         );
-    }
-
-    #[test]
-    fn describes_the_leases_held_now() {
-        let base = 1_700_000_000_000_000;
-        let state = ConcurrencyState {
-            leases: vec![
-                lease(b"a", base),
-                lease(b"b", base + 1_500),
-                lease(b"c", base + 9_000),
-            ],
-        };
-        let (algorithm, fields) =
-            crate::encoding::describe(state.encode().as_bytes(), Micros(base)).unwrap();
-        assert_eq!(algorithm, Algorithm::Concurrency);
-        let int = StateValue::Int;
-        assert_eq!(
-            fields,
-            vec![
-                ("held", int(2)),
-                ("next_expiry_ms", int(base / 1000 + 2)),
-                ("last_expiry_ms", int(base / 1000 + 9)),
-            ]
-        );
-        let (_, fields) =
-            crate::encoding::describe(state.encode().as_bytes(), Micros(base + 9_000)).unwrap();
-        assert_eq!(fields[0], ("held", int(0)));
-        assert_eq!(fields[1], ("next_expiry_ms", int(0)));
     }
 
     proptest! {

@@ -2,9 +2,9 @@
 
 use redis_rl_core::fixed_window::FixedWindowState;
 use redis_rl_core::limits::MAX_COUNT;
-use redis_rl_core::{Micros, Millis};
+use redis_rl_core::Millis;
 
-use super::{duration_ms_in_range, Algorithm, Reader, StateFields, StateValue, Stored, Writer};
+use super::{duration_ms_in_range, Algorithm, Reader, Stored, Writer};
 
 /// Fixed window fields: `window_ms`, `window_start_ms`, `count`, all `u64` (29 bytes with
 /// the header).
@@ -29,19 +29,11 @@ impl Stored for FixedWindowState {
             count,
         })
     }
-
-    fn describe(&self, now: Micros) -> StateFields {
-        vec![
-            ("window_ms", StateValue::Int(self.window_ms)),
-            ("window_start_ms", StateValue::Int(self.window_start.0)),
-            ("count", StateValue::Int(self.count_at(now))),
-        ]
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{describe, is_limiter, DecodeError};
+    use super::super::{is_limiter, DecodeError};
     use super::*;
     use proptest::prelude::*;
 
@@ -83,24 +75,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn describes_the_window_and_its_count_now() {
-        let e = state().encode();
-        let (algorithm, fields) = describe(e.as_bytes(), Micros(1_700_000_099_999_999)).unwrap();
-        assert_eq!(algorithm, Algorithm::FixedWindow);
-        assert_eq!(
-            fields,
-            vec![
-                ("window_ms", StateValue::Int(60_000)),
-                ("window_start_ms", StateValue::Int(1_700_000_040_000)),
-                ("count", StateValue::Int(42)),
-            ]
-        );
-        // Once the window has ended, the count is zero.
-        let (_, fields) = describe(e.as_bytes(), Micros(1_700_000_100_000_000)).unwrap();
-        assert_eq!(fields[2], ("count", StateValue::Int(0)));
-    }
-
     proptest! {
         #[test]
         fn round_trip(window_ms in 1u64..1_000_000, index in 0u64..10_000_000, count in 0..=MAX_COUNT) {
@@ -109,11 +83,10 @@ mod tests {
         }
 
         #[test]
-        fn our_header_with_random_fields_never_panics(body in prop::collection::vec(any::<u8>(), 0..40), now in any::<u64>()) {
+        fn our_header_with_random_fields_never_panics(body in prop::collection::vec(any::<u8>(), 0..40)) {
             let mut v = b"\0RL\x01F".to_vec();
             v.extend_from_slice(&body);
             let _ = FixedWindowState::decode(&v);
-            let _ = describe(&v, Micros(now));
         }
     }
 }

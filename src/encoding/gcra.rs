@@ -2,9 +2,8 @@
 
 use redis_rl_core::gcra::GcraState;
 use redis_rl_core::limits::{MAX_COUNT, MAX_DURATION_MS};
-use redis_rl_core::Micros;
 
-use super::{duration_ms_in_range, Algorithm, Reader, StateFields, StateValue, Stored, Writer};
+use super::{duration_ms_in_range, Algorithm, Reader, Stored, Writer};
 
 /// GCRA fields: `tat: u128` (ticks of 1/`limit` µs since the epoch), `limit: u64`,
 /// `period_ms: u64` (37 bytes with the header).
@@ -33,23 +32,15 @@ impl Stored for GcraState {
             period_ms,
         })
     }
-
-    fn describe(&self, now: Micros) -> StateFields {
-        vec![
-            ("limit", StateValue::Int(self.limit)),
-            ("period_ms", StateValue::Int(self.period_ms)),
-            ("tat_ms", StateValue::Int(self.tat_ms().0)),
-            ("used", StateValue::Int(self.used_at(now))),
-        ]
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{algorithm_of, describe, DecodeError};
+    use super::super::{algorithm_of, DecodeError};
     use super::*;
     use proptest::prelude::*;
     use redis_rl_core::gcra::{check, GcraParams};
+    use redis_rl_core::Micros;
 
     fn state() -> GcraState {
         // 10 per second, 4 units taken at 1_700_000_000 s.
@@ -91,22 +82,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn describes_the_limit_the_arrival_time_and_the_units_in_use() {
-        let e = state().encode();
-        let (algorithm, fields) = describe(e.as_bytes(), Micros(1_700_000_000_150_000)).unwrap();
-        assert_eq!(algorithm, Algorithm::Gcra);
-        assert_eq!(
-            fields,
-            vec![
-                ("limit", StateValue::Int(10)),
-                ("period_ms", StateValue::Int(1_000)),
-                ("tat_ms", StateValue::Int(1_700_000_000_400)),
-                ("used", StateValue::Int(3)),
-            ]
-        );
-    }
-
     proptest! {
         #[test]
         fn round_trip(tat_us in any::<u64>(), limit in 1..=MAX_COUNT, period_ms in 1..=MAX_DURATION_MS) {
@@ -115,11 +90,10 @@ mod tests {
         }
 
         #[test]
-        fn our_header_with_random_fields_never_panics(body in prop::collection::vec(any::<u8>(), 0..40), now in any::<u64>()) {
+        fn our_header_with_random_fields_never_panics(body in prop::collection::vec(any::<u8>(), 0..40)) {
             let mut v = b"\0RL\x01G".to_vec();
             v.extend_from_slice(&body);
             let _ = GcraState::decode(&v);
-            let _ = describe(&v, Micros(now));
         }
     }
 }

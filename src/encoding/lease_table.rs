@@ -32,7 +32,7 @@
 use redis_rl_core::concurrency::{ConcurrencyParams, ConcurrencyState, Lease, MAX_ID_LEN};
 use redis_rl_core::{Decision, Micros, Millis, Outcome};
 
-use super::{StateFields, StateValue, MAGIC};
+use super::MAGIC;
 
 /// The format version of a lease table.
 pub const VERSION: u8 = 2;
@@ -358,27 +358,6 @@ impl<'a> Table<'a> {
             Change::Release { expired, slot }
         }))
     }
-
-    /// RL.STATE's fields: the leases held now, and when (ms, rounded up) the soonest and the
-    /// last of them expire (0 when none is held).
-    pub fn describe(&self, now: Micros) -> Result<StateFields, Corrupt> {
-        let (expired, first_held) = self.expired_prefix(now)?;
-        let held = u64::from(self.live - expired);
-        let ms = |us: u64| Micros(us).ceil_millis().0;
-        let (next, last) = if held == 0 {
-            (0, 0)
-        } else {
-            (
-                ms(self.record(first_held)?.expires_at),
-                ms(self.record(self.tail)?.expires_at),
-            )
-        };
-        Ok(vec![
-            ("held", StateValue::Int(held)),
-            ("next_expiry_ms", StateValue::Int(next)),
-            ("last_expiry_ms", StateValue::Int(last)),
-        ])
-    }
 }
 
 /// A decided change to a table.
@@ -655,7 +634,8 @@ pub fn build(state: &ConcurrencyState) -> Vec<u8> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use redis_rl_core::concurrency::{self, acquire, release};
+    use redis_rl_core::concurrency::{self, acquire, release, Concurrency};
+    use redis_rl_core::Algorithm as _;
 
     fn params(limit: u64, lease_ms: u64) -> ConcurrencyParams {
         ConcurrencyParams::new(limit, lease_ms).unwrap()
@@ -717,7 +697,6 @@ mod tests {
                     let _ = table.acquire(Micros(50), &params(10, 1), b"z");
                     let _ = table.acquire(Micros(102), &params(2, 1), b"c");
                     let _ = table.release(Micros(50), b"c");
-                    let _ = table.describe(Micros(50));
                 }
             }
         }
@@ -836,9 +815,8 @@ mod tests {
                     prop_assert_eq!(held(&leases, at), held(m, at));
                     // The list is in expiry order.
                     prop_assert!(leases.leases.windows(2).all(|w| w[0].expires_at <= w[1].expires_at));
-                    let described = table.describe(at).unwrap();
-                    let core_view = crate::encoding::describe(
-                        crate::encoding::Stored::encode(m).as_bytes(), at).unwrap().1;
+                    let described = Concurrency::view(&leases, at);
+                    let core_view = Concurrency::view(m, at);
                     prop_assert_eq!(described, core_view);
                 }
             }

@@ -16,16 +16,15 @@
 //! Decoding checks magic, version, tag, exact length and field ranges, so anything we did
 //! not write is refused with a clear error rather than misread.
 //!
-//! **Adding an algorithm**: a variant of [`Algorithm`] with its tag and name, a file with
-//! its `impl Stored`, an arm in [`describe`] (the match is exhaustive, so the compiler
-//! points at every place to extend), and an override of [`Stored::describe`] so RL.STATE
-//! shows its parameters and current count (the default shows none, which is correct but
-//! says little).
+//! **Adding an algorithm**: a file with its `impl Stored` (and its `mod` line below). Its tag
+//! and name come from the core registry, and the dispatch by tag ([`plausible_len`],
+//! [`decode_any`]) is generated from the registry's list: a registered algorithm without an
+//! `impl Stored` does not compile.
 
 use std::fmt;
 
+use redis_rl_core::algorithm::Algorithm as CoreAlgorithm;
 use redis_rl_core::limits::MAX_DURATION_MS;
-use redis_rl_core::Micros;
 
 mod concurrency;
 mod fixed_window;
@@ -44,59 +43,9 @@ pub const HEADER_LEN: usize = MAGIC.len() + 2;
 /// Room for the largest encoded value.
 const MAX_LEN: usize = 64;
 
-/// The kinds of limiter a key can hold.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Algorithm {
-    /// RL.TOKENBUCKET.
-    TokenBucket,
-    /// RL.SLIDING.
-    SlidingWindow,
-    /// RL.FIXED.
-    FixedWindow,
-    /// RL.GCRA and RL.THROTTLE.
-    Gcra,
-    /// RL.LOG.
-    SlidingLog,
-    /// RL.CONCURRENCY.
-    Concurrency,
-}
-
-impl Algorithm {
-    const fn tag(self) -> u8 {
-        match self {
-            Algorithm::TokenBucket => b'T',
-            Algorithm::SlidingWindow => b'S',
-            Algorithm::FixedWindow => b'F',
-            Algorithm::Gcra => b'G',
-            Algorithm::SlidingLog => b'L',
-            Algorithm::Concurrency => b'C',
-        }
-    }
-
-    const fn from_tag(tag: u8) -> Option<Self> {
-        match tag {
-            b'T' => Some(Algorithm::TokenBucket),
-            b'S' => Some(Algorithm::SlidingWindow),
-            b'F' => Some(Algorithm::FixedWindow),
-            b'G' => Some(Algorithm::Gcra),
-            b'L' => Some(Algorithm::SlidingLog),
-            b'C' => Some(Algorithm::Concurrency),
-            _ => None,
-        }
-    }
-
-    /// The name used in error texts.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Algorithm::TokenBucket => "token bucket",
-            Algorithm::SlidingWindow => "sliding window",
-            Algorithm::FixedWindow => "fixed window",
-            Algorithm::Gcra => "GCRA",
-            Algorithm::SlidingLog => "sliding window log",
-            Algorithm::Concurrency => "concurrency",
-        }
-    }
-}
+/// The kinds of limiter a key can hold: the core registry's [`Kind`](redis_rl_core::Kind)
+/// (tag byte, and the name in error texts).
+pub use redis_rl_core::Kind as Algorithm;
 
 /// Why a stored value could not be read as the expected limiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,28 +68,28 @@ pub enum DecodeError {
 }
 
 impl fmt::Display for DecodeError {
-    /// The public error text (Redis adds nothing: the `ERR ` prefix is ours).
+    /// The public error text, without the `ERR ` prefix (`crate::error` adds it).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DecodeError::NotOurs => {
-                write!(f, "ERR key holds a value that is not a redis-rl limiter")
+                write!(f, "key holds a value that is not a redis-rl limiter")
             }
             DecodeError::UnsupportedVersion(v) => write!(
                 f,
-                "ERR key holds a redis-rl limiter in format version {v}, this module reads version {VERSION}"
+                "key holds a redis-rl limiter in format version {v}, this module reads version {VERSION}"
             ),
             DecodeError::UnknownAlgorithm(tag) => write!(
                 f,
-                "ERR key holds a redis-rl limiter of a kind this module does not know (tag {tag})"
+                "key holds a redis-rl limiter of a kind this module does not know (tag {tag})"
             ),
             DecodeError::WrongAlgorithm { stored, expected } => write!(
                 f,
-                "ERR key holds a {} limiter, not a {} limiter",
+                "key holds a {} limiter, not a {} limiter",
                 stored.name(),
                 expected.name()
             ),
             DecodeError::Corrupt(algorithm) => {
-                write!(f, "ERR key holds a corrupt redis-rl {} limiter", algorithm.name())
+                write!(f, "key holds a corrupt redis-rl {} limiter", algorithm.name())
             }
         }
     }
@@ -198,16 +147,6 @@ pub trait Stored: Sized {
     /// Reads the fields; `None` if a field is out of range.
     fn decode_body(body: &mut Reader<'_>) -> Option<Self>;
 
-    /// What RL.STATE shows of this state as of `now`, as `(name, value)` pairs in display
-    /// order, between the algorithm's name and the key's TTL: the stored parameters and the
-    /// current count or tokens. Read-only: it never changes the state.
-    ///
-    /// The default shows nothing more, which is correct for any state; override it so
-    /// RL.STATE is useful.
-    fn describe(&self, _now: Micros) -> StateFields {
-        Vec::new()
-    }
-
     /// The full stored value: header then fields.
     fn encode(&self) -> Encoded {
         let mut out = Encoded {
@@ -258,61 +197,60 @@ pub fn algorithm_of(bytes: &[u8]) -> Result<Algorithm, DecodeError> {
     Algorithm::from_tag(tag).ok_or(DecodeError::UnknownAlgorithm(tag))
 }
 
-/// True if a value of `len` bytes whose header names `algorithm` may be a valid state of
-/// it: RL.STATE reads a value whole only then (anything else is corrupt, whatever its
-/// bytes). Every algorithm needs an arm here.
-pub fn plausible_len(algorithm: Algorithm, len: usize) -> bool {
-    use redis_rl_core::{
-        concurrency, fixed_window, gcra, sliding_log, sliding_window, token_bucket,
+/// Something done with a decoded state of any algorithm (RL.STATE's view): the generic
+/// method gets the state with its algorithm's type.
+pub trait Visit {
+    /// What it gives.
+    type Out;
+    /// Does it with `state`, a state of algorithm `A`.
+    fn visit<A: CoreAlgorithm>(self, state: A::State) -> Self::Out;
+}
+
+/// Generates the dispatch by tag from the core registry: one arm per algorithm.
+macro_rules! by_tag {
+    (
+        limiters: [$($l:ident = $lt:ty),* $(,)?],
+        others: [$($o:ident = $ot:ty),* $(,)?] $(,)?
+    ) => {
+        /// True if a value of `len` bytes whose header names `algorithm` may be a valid
+        /// state of it: RL.STATE reads a value whole only then (anything else is corrupt,
+        /// whatever its bytes).
+        pub fn plausible_len(algorithm: Algorithm, len: usize) -> bool {
+            match algorithm {
+                $(Algorithm::$l => <<$lt as CoreAlgorithm>::State as Stored>::plausible_len(len),)*
+                $(Algorithm::$o => <<$ot as CoreAlgorithm>::State as Stored>::plausible_len(len),)*
+            }
+        }
+
+        /// Decodes a value of any algorithm's format version 1 and hands the state to
+        /// `visit`.
+        fn decode_v1<V: Visit>(bytes: &[u8], visit: V) -> Result<V::Out, DecodeError> {
+            match algorithm_of(bytes)? {
+                $(Algorithm::$l => Ok(visit.visit::<$lt>(Stored::decode(bytes)?)),)*
+                $(Algorithm::$o => Ok(visit.visit::<$ot>(Stored::decode(bytes)?)),)*
+            }
+        }
     };
-    match algorithm {
-        Algorithm::TokenBucket => token_bucket::TokenBucketState::plausible_len(len),
-        Algorithm::SlidingWindow => sliding_window::SlidingWindowState::plausible_len(len),
-        Algorithm::FixedWindow => fixed_window::FixedWindowState::plausible_len(len),
-        Algorithm::Gcra => gcra::GcraState::plausible_len(len),
-        Algorithm::SlidingLog => sliding_log::SlidingLogState::plausible_len(len),
-        Algorithm::Concurrency => concurrency::ConcurrencyState::plausible_len(len),
+}
+
+redis_rl_core::registry!(by_tag);
+
+/// Decodes a stored value of any algorithm (the one in its header) and hands the state to
+/// `visit` (a concurrency limiter's lease table as its leases).
+pub fn decode_any<V: Visit>(bytes: &[u8], visit: V) -> Result<V::Out, DecodeError> {
+    if algorithm_of(bytes)? == Algorithm::Concurrency && lease_table::is_table(bytes) {
+        let leases = lease_table::Table::parse(bytes)
+            .and_then(|table| table.leases())
+            .map_err(|_| DecodeError::Corrupt(Algorithm::Concurrency))?;
+        return Ok(visit.visit::<redis_rl_core::concurrency::Concurrency>(leases));
     }
+    decode_v1(bytes, visit)
 }
 
 /// True if the value carries the redis-rl header, whatever its version, algorithm or
 /// contents: what RL.RESET may delete (including a corrupt or newer-format limiter).
 pub fn is_limiter(bytes: &[u8]) -> bool {
     bytes.len() >= HEADER_LEN && bytes.starts_with(&MAGIC)
-}
-
-/// A value shown by RL.STATE. (Another kind of value needs a variant here and its arm in
-/// `reply::state`.)
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StateValue {
-    /// A count, a duration or an instant.
-    Int(u64),
-}
-
-/// The fields RL.STATE shows for one limiter, in display order.
-pub type StateFields = Vec<(&'static str, StateValue)>;
-
-/// RL.STATE's view of a stored value as of `now`: its algorithm and the fields its
-/// [`Stored::describe`] shows. Every algorithm needs an arm here.
-pub fn describe(bytes: &[u8], now: Micros) -> Result<(Algorithm, StateFields), DecodeError> {
-    use redis_rl_core::{
-        concurrency, fixed_window, gcra, sliding_log, sliding_window, token_bucket,
-    };
-    let algorithm = algorithm_of(bytes)?;
-    let fields = match algorithm {
-        Algorithm::TokenBucket => token_bucket::TokenBucketState::decode(bytes)?.describe(now),
-        Algorithm::SlidingWindow => {
-            sliding_window::SlidingWindowState::decode(bytes)?.describe(now)
-        }
-        Algorithm::FixedWindow => fixed_window::FixedWindowState::decode(bytes)?.describe(now),
-        Algorithm::Gcra => gcra::GcraState::decode(bytes)?.describe(now),
-        Algorithm::SlidingLog => sliding_log::SlidingLogState::decode(bytes)?.describe(now),
-        Algorithm::Concurrency if lease_table::is_table(bytes) => lease_table::Table::parse(bytes)
-            .and_then(|table| table.describe(now))
-            .map_err(|_| DecodeError::Corrupt(algorithm))?,
-        Algorithm::Concurrency => concurrency::ConcurrencyState::decode(bytes)?.describe(now),
-    };
-    Ok((algorithm, fields))
 }
 
 /// `ms` if it is a valid duration parameter.
@@ -521,22 +459,6 @@ mod tests {
         let mut b = bucket();
         b.refill_ms = 0;
         assert!(TokenBucketState::decode(b.encode().as_bytes()).is_err());
-    }
-
-    #[test]
-    fn error_texts_are_the_documented_ones() {
-        assert_eq!(
-            DecodeError::NotOurs.to_string(),
-            "ERR key holds a value that is not a redis-rl limiter"
-        );
-        assert_eq!(
-            DecodeError::WrongAlgorithm {
-                stored: Algorithm::TokenBucket,
-                expected: Algorithm::SlidingWindow
-            }
-            .to_string(),
-            "ERR key holds a token bucket limiter, not a sliding window limiter"
-        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use redis_rl_core::sliding_log::{LogEntry, SlidingLogState, MAX_LIMIT};
 use redis_rl_core::Micros;
 
-use super::{duration_ms_in_range, Algorithm, Reader, StateFields, StateValue, Stored, Writer};
+use super::{duration_ms_in_range, Algorithm, Reader, Stored, Writer};
 
 /// Sliding window log fields: a varint (LEB128) of `window_ms`, then one varint per entry,
 /// oldest first, holding the microseconds since the previous entry (since the epoch for the
@@ -60,20 +60,6 @@ impl Stored for SlidingLogState {
             });
         }
         Some(SlidingLogState { window_ms, entries })
-    }
-
-    /// The window, the units in it now, and the stored entries with the instants (ms) of
-    /// the oldest and newest (0 when empty).
-    fn describe(&self, now: Micros) -> StateFields {
-        let at_ms = |e: Option<&LogEntry>| e.map_or(0, |e| e.at.0 / 1000);
-        let entries = u64::try_from(self.entries.len()).unwrap_or(u64::MAX);
-        vec![
-            ("window_ms", StateValue::Int(self.window_ms)),
-            ("count", StateValue::Int(self.count_at(now))),
-            ("entries", StateValue::Int(entries)),
-            ("oldest_at_ms", StateValue::Int(at_ms(self.entries.first()))),
-            ("newest_at_ms", StateValue::Int(at_ms(self.entries.last()))),
-        ]
     }
 }
 
@@ -174,26 +160,6 @@ mod tests {
         assert_eq!(
             with_body(&huge),
             Err(DecodeError::Corrupt(Algorithm::SlidingLog))
-        );
-    }
-
-    #[test]
-    fn describes_the_window_and_its_count_now() {
-        let base = 1_700_000_000_000_000;
-        let state = log(vec![entry(base, 2), entry(base + 600_000, 3)]);
-        let (algorithm, fields) =
-            crate::encoding::describe(state.encode().as_bytes(), Micros(base + 1_200_000)).unwrap();
-        assert_eq!(algorithm, Algorithm::SlidingLog);
-        let int = StateValue::Int;
-        assert_eq!(
-            fields,
-            vec![
-                ("window_ms", int(1_000)),
-                ("count", int(3)),
-                ("entries", int(2)),
-                ("oldest_at_ms", int(base / 1000)),
-                ("newest_at_ms", int(base / 1000 + 600)),
-            ]
         );
     }
 

@@ -1,10 +1,10 @@
 //! Stored form of a sliding window counter.
 
 use redis_rl_core::limits::MAX_COUNT;
-use redis_rl_core::sliding_window::{check, SlidingWindowParams, SlidingWindowState};
-use redis_rl_core::{Micros, Millis};
+use redis_rl_core::sliding_window::SlidingWindowState;
+use redis_rl_core::Millis;
 
-use super::{duration_ms_in_range, Algorithm, Reader, StateFields, StateValue, Stored, Writer};
+use super::{duration_ms_in_range, Algorithm, Reader, Stored, Writer};
 
 /// Sliding window fields: `window_ms`, `window_start_ms`, `previous`, `current`, all `u64`
 /// (37 bytes with the header).
@@ -32,20 +32,5 @@ impl Stored for SlidingWindowState {
             previous,
             current,
         })
-    }
-
-    fn describe(&self, now: Micros) -> StateFields {
-        // The weighted count now, rounded up: with the largest limit, a zero-cost check's
-        // `remaining` is that limit minus the count.
-        let count = SlidingWindowParams::new(MAX_COUNT, self.window_ms)
-            .map(|p| MAX_COUNT.saturating_sub(check(Some(*self), now, &p, 0).0.remaining))
-            .unwrap_or(0);
-        vec![
-            ("window_ms", StateValue::Int(self.window_ms)),
-            ("window_start_ms", StateValue::Int(self.window_start.0)),
-            ("previous", StateValue::Int(self.previous)),
-            ("current", StateValue::Int(self.current)),
-            ("count", StateValue::Int(count)),
-        ]
     }
 }
