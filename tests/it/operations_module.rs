@@ -274,3 +274,80 @@ fn acl_categories_follow_the_flags() {
     let mut no_write = user(&server, "nowrite", &["~*", "+@all", "-@write"]);
     assert!(error(&mut no_write, &["RL.TOKENBUCKET", "k", "10", "10", SLOW]).starts_with("NOPERM"));
 }
+
+/// A field of a `COMMAND DOCS` entry (a map in RESP3, flat pairs in RESP2).
+fn doc_field<'a>(doc: &'a Value, name: &str) -> Option<&'a Value> {
+    match doc {
+        Value::Map(pairs) => pairs
+            .iter()
+            .find(|(k, _)| text(k).eq_ignore_ascii_case(name))
+            .map(|(_, v)| v),
+        Value::Array(items) => items
+            .chunks(2)
+            .find(|pair| text(&pair[0]).eq_ignore_ascii_case(name))
+            .map(|pair| &pair[1]),
+        _ => None,
+    }
+}
+
+/// Every command the module registers (one table generates registration and docs) answers
+/// `COMMAND DOCS` with its summary and arguments, the algorithm commands with the parameter
+/// names of the core registry.
+#[test]
+fn every_command_answers_command_docs() {
+    let server = Server::start();
+    let mut c = server.client();
+    let listed: Vec<String> = query(&mut c, &["COMMAND", "LIST", "FILTERBY", "MODULE", "rl"]);
+    let mut names: Vec<String> = listed.iter().map(|n| n.to_lowercase()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "rl.all",
+            "rl.concurrency",
+            "rl.fixed",
+            "rl.gcra",
+            "rl.log",
+            "rl.refund",
+            "rl.reset",
+            "rl.sliding",
+            "rl.state",
+            "rl.throttle",
+            "rl.tokenbucket"
+        ]
+    );
+    for name in &names {
+        let docs: Value = query(&mut c, &["COMMAND", "DOCS", name]);
+        let doc = doc_field(&docs, name).unwrap_or_else(|| panic!("{name}: no docs: {docs:?}"));
+        let summary = doc_field(doc, "summary").map(text).unwrap_or_default();
+        assert!(!summary.is_empty(), "{name}: no summary: {doc:?}");
+        let Some(Value::Array(args)) = doc_field(doc, "arguments") else {
+            panic!("{name}: no arguments: {doc:?}");
+        };
+        let arg_names: Vec<String> = args
+            .iter()
+            .filter_map(|a| doc_field(a, "name").map(text))
+            .collect();
+        assert_eq!(
+            arg_names.first().map(String::as_str),
+            Some(if name == "rl.all" { "numkeys" } else { "key" }),
+            "{name}"
+        );
+        let expected: &[&str] = match name.as_str() {
+            "rl.tokenbucket" => &[
+                "key",
+                "capacity",
+                "refill_tokens",
+                "refill_ms",
+                "cost",
+                "peek",
+            ],
+            "rl.gcra" => &["key", "limit", "period_ms", "burst", "cost", "peek"],
+            "rl.sliding" | "rl.fixed" | "rl.log" => &["key", "limit", "window_ms", "cost", "peek"],
+            _ => &[],
+        };
+        if !expected.is_empty() {
+            assert_eq!(arg_names, expected, "{name}");
+        }
+    }
+}
