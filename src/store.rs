@@ -21,6 +21,8 @@
 //! is read through `GETRANGE`, which copies at most the header of a value that cannot be
 //! valid, whatever its size.
 
+use std::borrow::Cow;
+
 use redis_module::{raw, Context, RedisString};
 use redis_rl_core::concurrency::ConcurrencyState;
 use redis_rl_core::{Micros, Millis};
@@ -160,9 +162,9 @@ impl<'a> LimiterKey<'a> {
 }
 
 impl LimiterKey<'_> {
-    /// Reads a concurrency limiter's value: a version 2 lease table in place (it is never
-    /// short enough to be stored embedded), a version 1 list decoded, or `Missing`.
-    /// Errors as [`LimiterKey::read`].
+    /// Reads a concurrency limiter's value: a version 2 lease table (in place, or copied
+    /// through `GETRANGE` when it is short enough to be stored embedded), a version 1 list
+    /// decoded, or `Missing`. Errors as [`LimiterKey::read`].
     pub fn read_leases(&self) -> Result<Leases<'_>, Error> {
         match self.key_type() {
             Some(raw::KeyType::Empty) => return Ok(Leases::Missing),
@@ -180,7 +182,12 @@ impl LimiterKey<'_> {
             // open and unmodified; the caller reads it before changing the key.
             let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), dma_len) };
             if lease_table::is_table(bytes) {
-                return Ok(Leases::Table(bytes));
+                return Ok(Leases::Table(Cow::Borrowed(bytes)));
+            }
+        } else if len <= MAY_BE_EMBEDDED {
+            let bytes = get_range(self.ctx, self.name, len)?;
+            if lease_table::is_table(&bytes) {
+                return Ok(Leases::Table(Cow::Owned(bytes)));
             }
         }
         Ok(self
@@ -241,8 +248,8 @@ pub enum Leases<'k> {
     Missing,
     /// A version 1 value (a list of leases), decoded.
     List(ConcurrencyState),
-    /// A version 2 value (a lease table), in place.
-    Table(&'k [u8]),
+    /// A version 2 value (a lease table), in place (or a copy of a short one).
+    Table(Cow<'k, [u8]>),
 }
 
 impl Drop for LimiterKey<'_> {

@@ -97,7 +97,7 @@ fn run_acquire(
     let now = clock::now();
     match key.read_leases()? {
         Leases::Table(bytes) => {
-            let table = Table::parse(bytes).map_err(corrupt)?;
+            let table = Table::parse(&bytes).map_err(corrupt)?;
             let (decision, change) = table.acquire(now, params, id).map_err(corrupt)?;
             if peek {
                 return replied(ctx, &decision, peek);
@@ -157,7 +157,7 @@ fn run_release(ctx: &Context, name: &RedisString, id: &[u8]) -> Result<Handled, 
             }
         },
         Leases::Table(bytes) => {
-            let change = Table::parse(bytes)
+            let change = Table::parse(&bytes)
                 .and_then(|table| table.release(now, id))
                 .map_err(corrupt)?;
             match change {

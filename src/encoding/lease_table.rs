@@ -8,7 +8,7 @@
 //! ```text
 //! offset 0   "\0RL", version 2, tag 'C'
 //! offset 5   u16 width       bytes of id room in every record (the longest id held, 1..=256)
-//! offset 7   u16 capacity    records (a power of two, 8..=32768)
+//! offset 7   u16 capacity    records (a power of two, 2..=32768)
 //! offset 9   u16 live        records on the list (held leases, and expired ones not yet dropped)
 //! offset 11  u16 used        records not empty (live and free): probing stops at an empty one
 //! offset 13  u16 head        record of the soonest expiry (0xffff: none)
@@ -44,7 +44,8 @@ const FIXED: usize = 17;
 const RECORD_FIXED: usize = 14;
 /// "No record" in a link.
 const NONE: u16 = u16::MAX;
-const MIN_CAPACITY: usize = 8;
+/// A key holding one lease takes two records.
+const MIN_CAPACITY: usize = 2;
 /// Twice the largest limit (10,000), rounded up to a power of two.
 const MAX_CAPACITY: usize = 32_768;
 /// The longest valid value: the largest table of the widest records.
@@ -662,12 +663,12 @@ mod tests {
             }],
         };
         let bytes = build(&state);
-        assert_eq!(bytes.len(), FIXED + 8 * (RECORD_FIXED + 2));
+        assert_eq!(bytes.len(), FIXED + 2 * (RECORD_FIXED + 2));
         assert_eq!(&bytes[..5], b"\0RL\x02C");
         assert_eq!(u16_at(&bytes, WIDTH), Some(2));
-        assert_eq!(u16_at(&bytes, CAPACITY), Some(8));
+        assert_eq!(u16_at(&bytes, CAPACITY), Some(2));
         assert_eq!(u16_at(&bytes, LIVE_COUNT), Some(1));
-        let slot = (fnv1a64(b"ab") & 7) as usize;
+        let slot = (fnv1a64(b"ab") & 1) as usize;
         let rec = &bytes[FIXED + slot * 16..FIXED + slot * 16 + 16];
         assert_eq!(
             rec,

@@ -195,20 +195,29 @@ fn master_and_replica_publish_the_same_keyspace_notifications() {
         (&["RL.LOG", "lg", "1", "60000"], set_events("lg")),
         (&["RL.LOG", "lg", "1", "60000"], vec![]),
         (&["RL.STATE", "lg"], vec![]),
+        // A new key, then a rebuild (two records for one lease), then changes in place.
         (
-            &["RL.CONCURRENCY", "cc", "2", "60000", "ACQUIRE", "a"],
+            &["RL.CONCURRENCY", "cc", "3", "60000", "ACQUIRE", "a"],
             set_events("cc"),
         ),
         (
-            &["RL.CONCURRENCY", "cc", "2", "60000", "ACQUIRE", "b"],
+            &["RL.CONCURRENCY", "cc", "3", "60000", "ACQUIRE", "b"],
+            set_events("cc"),
+        ),
+        (
+            &["RL.CONCURRENCY", "cc", "3", "60000", "ACQUIRE", "c"],
             setrange_events("cc"),
         ),
         (
-            &["RL.CONCURRENCY", "cc", "2", "60000", "ACQUIRE", "c"],
+            &["RL.CONCURRENCY", "cc", "3", "60000", "ACQUIRE", "a"],
+            setrange_events("cc"),
+        ),
+        (
+            &["RL.CONCURRENCY", "cc", "3", "60000", "ACQUIRE", "d"],
             vec![],
         ),
         (
-            &["RL.CONCURRENCY", "cc", "2", "60000", "ACQUIRE", "c", "PEEK"],
+            &["RL.CONCURRENCY", "cc", "3", "60000", "ACQUIRE", "d", "PEEK"],
             vec![],
         ),
         (
@@ -218,6 +227,10 @@ fn master_and_replica_publish_the_same_keyspace_notifications() {
         (&["RL.CONCURRENCY", "cc", "RELEASE", "zz"], vec![]),
         (
             &["RL.CONCURRENCY", "cc", "RELEASE", "b"],
+            setrange_events("cc"),
+        ),
+        (
+            &["RL.CONCURRENCY", "cc", "RELEASE", "c"],
             event("cc", "del"),
         ),
         (
