@@ -504,7 +504,8 @@ local function build()
       M.fail("ERR key holds a value that is not a redis-rl limiter")
     end
     local version = byte(v, 4)
-    if version ~= 1 then
+    -- Version 2 exists for the concurrency limiter only (its lease table, src/encoding).
+    if version ~= 1 and not (version == 2 and v:sub(5, 5) == "C") then
       M.fail("ERR key holds a redis-rl limiter in format version " .. version .. ", this module reads version 1")
     end
     local stored = v:sub(5, 5)
