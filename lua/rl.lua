@@ -400,10 +400,11 @@ local function build()
     return M.integer(s, name, 1, M.MAX_DURATION_MS)
   end
 
-  -- `[BURST b] [COST n] [PEEK]` from args[i..]: cost, peek, burst (nil when not given).
-  function M.options(args, i, with_burst)
-    local expected = with_burst and "BURST b, COST n or PEEK" or "COST n or PEEK"
-    local cost, peek, burst
+  -- `[BURST b] [COST n] [UPTO] [PEEK]` from args[i..]: cost, peek, burst (nil when not
+  -- given), upto. BURST and UPTO are options only where with_burst / with_upto say so.
+  function M.options(args, i, with_burst, with_upto)
+    local expected = (with_burst and "BURST b, " or "") .. (with_upto and "COST n, UPTO or PEEK" or "COST n or PEEK")
+    local cost, peek, burst, upto
     while i <= #args do
       local name = args[i]:upper()
       if with_burst and name == "BURST" then
@@ -430,11 +431,33 @@ local function build()
         end
         peek = true
         i = i + 1
+      elseif with_upto and name == "UPTO" then
+        if upto then
+          M.fail("ERR option UPTO given more than once")
+        end
+        upto = true
+        i = i + 1
       else
         M.fail("ERR unknown option '" .. M.shown(args[i]) .. "', expected " .. expected)
       end
     end
-    return cost or 1, peek or false, burst
+    return cost or 1, peek or false, burst, upto or false
+  end
+
+  -- A partial grant (`UPTO`, core/src/algorithm.rs `upto`): min(cost, what a zero-cost check
+  -- leaves) units; nothing available is the denial of one unit, writing nothing; cost 0 is
+  -- the zero-cost check. Returns the decision, the new state (nil: write nothing), granted.
+  function M.upto(algo, s, now, p, cost)
+    local probe = algo.check(s, now, p, 0)
+    if cost == 0 then
+      return probe, nil, 0
+    end
+    local granted = cost < probe.remaining and cost or probe.remaining
+    local d, new = algo.check(s, now, p, granted > 0 and granted or 1)
+    if d.allowed and granted > 0 then
+      return d, new, granted
+    end
+    return d, nil, 0
   end
 
   -- Refuses parameters whose waits could exceed what a double holds exactly.
@@ -1228,26 +1251,35 @@ local function build()
     if algo == M.GC then
       local limit = M.count_param(args[2], "limit")
       local period_ms = M.duration_param(args[3], "period_ms")
-      local cost, peek, burst = M.options(args, 4, true)
-      return algo, M.gcra_params(limit, period_ms, burst), cost, peek
+      local cost, peek, burst, upto = M.options(args, 4, true, true)
+      return algo, M.gcra_params(limit, period_ms, burst), cost, peek, upto
     end
     p, i = algo.parse(args, 2)
-    local cost, peek = M.options(args, i, false)
-    return algo, p, cost, peek
+    local cost, peek, _, upto = M.options(args, i, false, algo ~= M.LG)
+    return algo, p, cost, peek, upto
   end
 
   function M.run_single(name, algo, args)
-    local p, cost, peek
-    algo, p, cost, peek = M.single(name, algo, args)
+    local p, cost, peek, upto
+    algo, p, cost, peek, upto = M.single(name, algo, args)
     local key = M.KEYS[1]
     local state = algo.read(key)
     local now = M.now_us()
-    local d, new = algo.check(state, now, p, cost)
+    local d, new, granted
+    if upto then
+      d, new, granted = M.upto(algo, state, now, p, cost)
+    else
+      d, new = algo.check(state, now, p, cost)
+    end
     M.check_exact(d)
     if new and not peek then
       M.write(key, algo.encode(new), now, d.reset)
     end
-    return M.reply(d)
+    local reply = M.reply(d)
+    if upto then
+      reply[6] = granted
+    end
+    return reply
   end
 
   function M.run_all(args)
@@ -1271,7 +1303,7 @@ local function build()
       algo, p, at = M.parse_spec(args, at, "spec " .. i .. ": ")
       specs[i] = { algo = algo, p = p }
     end
-    local cost, peek = M.options(args, at, false)
+    local cost, peek = M.options(args, at, false, false)
     local states = {}
     for i = 1, n do
       states[i] = specs[i].algo.read(M.KEYS[i])

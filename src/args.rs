@@ -1,4 +1,4 @@
-//! Argument parsing without allocation: integers, and the `COST n` / `PEEK` options.
+//! Argument parsing without allocation: integers, and the `COST n` / `UPTO` / `PEEK` options.
 //!
 //! Every bad argument becomes an [`ArgError`] whose text names the argument and what was
 //! expected (`crate::error` adds the `ERR ` prefix). Parsing happens before any key is read,
@@ -76,17 +76,21 @@ pub struct Options {
     pub cost: u64,
     /// Decide without taking or writing anything.
     pub peek: bool,
+    /// Take `min(cost, available)` units: a partial grant, replied as a sixth integer.
+    pub upto: bool,
 }
 
 /// The options a command accepts after its positional arguments: its algorithm's (such as
-/// `BURST b`), `COST n` if it takes a cost, and `PEEK`. The `Display` lists them as error
-/// texts do: `BURST b, COST n or PEEK`.
+/// `BURST b`), `COST n` if it takes a cost, `UPTO` if it grants partially, and `PEEK`. The
+/// `Display` lists them as error texts do: `BURST b, COST n, UPTO or PEEK`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Accepted {
     /// The algorithm's options (from the core registry).
     pub options: &'static [Opt],
     /// Whether `COST n` is accepted.
     pub cost: bool,
+    /// Whether `UPTO` is accepted (the core's `RateLimiter::UPTO`).
+    pub upto: bool,
 }
 
 impl fmt::Display for Accepted {
@@ -94,8 +98,11 @@ impl fmt::Display for Accepted {
         for opt in self.options {
             write!(f, "{} {}, ", opt.token, opt.value)?;
         }
-        if self.cost {
-            write!(f, "COST n or ")?;
+        match (self.cost, self.upto) {
+            (true, true) => write!(f, "COST n, UPTO or ")?,
+            (true, false) => write!(f, "COST n or ")?,
+            (false, true) => write!(f, "UPTO or ")?,
+            (false, false) => {}
         }
         write!(f, "PEEK")
     }
@@ -107,6 +114,7 @@ impl Options {
         let accepted = Accepted {
             options: &[],
             cost: true,
+            upto: false,
         };
         Self::parse_accepting(args, accepted).map(|(options, _)| options)
     }
@@ -116,6 +124,7 @@ impl Options {
         let accepted = Accepted {
             options: &[],
             cost: false,
+            upto: false,
         };
         Self::parse_accepting(args, accepted).map(|(options, _)| options.peek)
     }
@@ -129,6 +138,7 @@ impl Options {
     ) -> Result<(Options, [Option<u64>; MAX_OPTIONS]), ArgError> {
         let mut cost = None;
         let mut peek = false;
+        let mut upto = false;
         let mut extra = [None; MAX_OPTIONS];
         let mut rest = args.iter();
         while let Some(arg) = rest.next() {
@@ -159,6 +169,11 @@ impl Options {
                     return Err(ArgError::RepeatedOption("PEEK"));
                 }
                 peek = true;
+            } else if accepted.upto && name.eq_ignore_ascii_case(b"UPTO") {
+                if upto {
+                    return Err(ArgError::RepeatedOption("UPTO"));
+                }
+                upto = true;
             } else {
                 return Err(ArgError::UnknownOption(shown(name), accepted));
             }
@@ -170,7 +185,7 @@ impl Options {
             // A lease is one slot, not a cost (RL.CONCURRENCY takes no COST).
             None => 1,
         };
-        Ok((Options { cost, peek }, extra))
+        Ok((Options { cost, peek, upto }, extra))
     }
 }
 

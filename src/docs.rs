@@ -103,6 +103,13 @@ const fn option(token: &'static str, name: &'static str) -> Arg {
 
 /// `COST n`, optional.
 pub const COST: Arg = option("COST", "cost");
+/// `UPTO`, optional.
+pub const UPTO: Arg = arg(
+    "upto",
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+)
+.after("UPTO")
+.optional();
 /// `PEEK`, optional.
 pub const PEEK: Arg = arg(
     "peek",
@@ -146,12 +153,14 @@ pub enum Syntax {
     /// As listed.
     Args(&'static [Arg]),
     /// `key`, an algorithm's parameters and options (names from the core registry), then
-    /// `[COST n] [PEEK]`.
+    /// `[COST n] [UPTO] [PEEK]` (`UPTO` where the algorithm takes it).
     Limiter {
         /// The positional parameters.
         params: &'static [Range],
         /// The options.
         options: &'static [Opt],
+        /// Whether `UPTO` is accepted.
+        upto: bool,
     },
 }
 
@@ -215,11 +224,17 @@ impl Arena {
     fn syntax(&mut self, syntax: &Syntax) -> *mut raw::RedisModuleCommandArg {
         match syntax {
             Syntax::Args(args) => self.args(*args),
-            Syntax::Limiter { params, options } => {
+            Syntax::Limiter {
+                params,
+                options,
+                upto,
+            } => {
                 let args: Vec<Arg> = std::iter::once(key())
                     .chain(params.iter().map(|r| int(r.name)))
                     .chain(options.iter().map(|o| option(o.token, o.range.name)))
-                    .chain([COST, PEEK])
+                    .chain(std::iter::once(COST))
+                    .chain(upto.then_some(UPTO))
+                    .chain(std::iter::once(PEEK))
                     .collect();
                 self.args(&args)
             }

@@ -32,6 +32,20 @@ pub fn decision(d: &Decision) -> Fields {
     ]
 }
 
+/// A partial grant's reply (`UPTO`): the five fields, then `granted`, the units taken (or,
+/// with PEEK, that would be taken); 0 when denied.
+pub fn with_granted(fields: Fields, granted: u64) -> [i64; 6] {
+    let [allowed, limit, remaining, retry_after, reset_after] = fields;
+    [
+        allowed,
+        limit,
+        remaining,
+        retry_after,
+        reset_after,
+        int(granted),
+    ]
+}
+
 /// One dimension of an RL.ALL reply: `[limit, remaining, retry_after_ms, reset_after_ms]`.
 pub fn dimension(d: &Decision) -> RedisValue {
     let [_, rest @ ..] = decision(d);

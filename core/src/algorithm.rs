@@ -63,6 +63,9 @@ pub trait Algorithm {
 /// An algorithm that takes `cost` units per call: what RL.ALL, RL.REFUND and the single-key
 /// commands run.
 pub trait RateLimiter: Algorithm {
+    /// Whether its command takes `UPTO` (a partial grant, see [`upto`]).
+    const UPTO: bool = false;
+
     /// Decides whether `cost` units may be taken at `now`; returns the decision and the
     /// state to store (`None`: write nothing).
     fn check(
@@ -83,10 +86,18 @@ pub trait RateLimiter: Algorithm {
 }
 
 /// Implements [`RateLimiter`] for `$algorithm` with the `check` and `refund` functions of
-/// the module where it is invoked.
+/// the module where it is invoked (`rate_limiter!(T, upto)`: its command takes `UPTO`).
 macro_rules! rate_limiter {
+    ($algorithm:ty, upto) => {
+        $crate::algorithm::rate_limiter!($algorithm, true);
+    };
     ($algorithm:ty) => {
+        $crate::algorithm::rate_limiter!($algorithm, false);
+    };
+    ($algorithm:ty, $upto:literal) => {
         impl $crate::algorithm::RateLimiter for $algorithm {
+            const UPTO: bool = $upto;
+
             fn check(
                 state: Option<Self::State>,
                 now: $crate::Micros,
@@ -108,6 +119,51 @@ macro_rules! rate_limiter {
     };
 }
 pub(crate) use rate_limiter;
+
+/// A partial grant (`COST n UPTO`): takes `min(cost, available)` units, where `available` is
+/// the largest cost [`RateLimiter::check`] would allow right now (the `remaining` of a
+/// zero-cost check). Returns the decision, the units granted and the state to store
+/// (`None`: write nothing).
+///
+/// - `granted > 0`: the decision and state of `check(granted)` (allowed; `remaining` is
+///   what is left after the grant).
+/// - nothing available (and `cost > 0`): the decision of `check(1)`, denied with the wait
+///   until one unit is available; `granted` is 0 and nothing is written.
+/// - `cost == 0`: the zero-cost check, as without `UPTO` (granted 0, nothing written).
+///
+/// A cost above the limit is not "never" here: it is simply more than can be granted.
+/// Allocates nothing for the algorithms whose state is `Copy` (every one that takes `UPTO`).
+///
+/// ```
+/// use redis_rl_core::algorithm::upto;
+/// use redis_rl_core::token_bucket::{TokenBucket, TokenBucketParams};
+/// use redis_rl_core::Micros;
+/// let p = TokenBucketParams::new(10, 1, 1_000).unwrap();
+/// let (d, granted, state) = upto::<TokenBucket>(None, Micros(0), &p, 25);
+/// assert_eq!((d.is_allowed(), granted, d.remaining), (true, 10, 0));
+/// let (d, granted, none) = upto::<TokenBucket>(state, Micros(0), &p, 25);
+/// assert_eq!((d.is_allowed(), granted), (false, 0));
+/// assert!(none.is_none());
+/// ```
+pub fn upto<A: RateLimiter>(
+    state: Option<A::State>,
+    now: Micros,
+    params: &A::Params,
+    cost: u64,
+) -> (Decision, u64, Option<A::State>) {
+    let (probe, _) = A::check(state.clone(), now, params, 0);
+    if cost == 0 {
+        return (probe, 0, None);
+    }
+    let granted = cost.min(probe.remaining);
+    // Nothing available: the call for one unit tells how long until there is one.
+    let (decision, next) = A::check(state, now, params, granted.max(1));
+    if decision.is_allowed() && granted > 0 {
+        (decision, granted, next)
+    } else {
+        (decision, 0, None)
+    }
+}
 
 /// Checks `values` against `ranges` in order and returns them as an array: the error of
 /// the first value outside its range, or of the first missing one.

@@ -43,7 +43,7 @@ impl Algorithm for FixedWindow {
     }
 }
 
-rate_limiter!(FixedWindow);
+rate_limiter!(FixedWindow, upto);
 
 /// The stored state: one window and the units taken in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -65,7 +65,7 @@ impl Algorithm for Gcra {
     }
 }
 
-rate_limiter!(Gcra);
+rate_limiter!(Gcra, upto);
 
 /// Validated GCRA parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

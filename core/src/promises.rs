@@ -5,11 +5,14 @@
 //! - never more than the budget in any span of time;
 //! - a denial's `retry_after` is exact: waiting it suffices, a millisecond less does not;
 //! - after `reset_after` the limiter is idle (the same as a missing key);
-//! - a refund right after a take gives every unit back and restores the decision.
+//! - a refund right after a take gives every unit back and restores the decision;
+//! - a partial grant (`UPTO`, [`upto`]) takes the most units `check` would allow, at most
+//!   the cost, stays within the budget, writes nothing when it grants nothing, and a peek
+//!   (the same call with its state dropped) tells the grant of the real call.
 
 use proptest::prelude::*;
 
-use crate::algorithm::RateLimiter;
+use crate::algorithm::{upto, RateLimiter};
 use crate::decision::{Decision, Outcome};
 use crate::scenario::wait_is_exact;
 use crate::time::{Micros, Millis};
@@ -156,6 +159,56 @@ pub fn refund_round_trips<A: RateLimiter>(
     Ok(())
 }
 
+/// Random calls through [`upto`] (as in [`calls`], with costs up to 60 against limits
+/// under 100): at each one, the grant is the largest `k <= cost` that `check(k)` allows,
+/// with `check(granted)`'s decision and state; granting nothing writes nothing and is
+/// denied with the exact wait for one unit (a cost of 0 is the plain zero-cost check); a
+/// peek (the same call, its state dropped) grants what the real call then grants. Over the
+/// whole sequence the granted units stay within the budget.
+pub fn partial_grants_are_the_largest_allowed<A: Model>(
+    params: &A::Params,
+    calls: &[(u64, u64)],
+) -> Result<(), TestCaseError> {
+    let mut state = None;
+    let mut now = 0u64;
+    let mut granted_at = Vec::new();
+    for &(step, cost) in calls {
+        now += step;
+        let t = Micros(now);
+        let peek = upto::<A>(state.clone(), t, params, cost);
+        let (d, granted, next) = upto::<A>(state.clone(), t, params, cost);
+        prop_assert_eq!((peek.0, peek.1), (d, granted));
+        prop_assert!(granted <= cost);
+        let allows = |k: u64| A::check(state.clone(), t, params, k).0.is_allowed();
+        let largest = (0..=cost).rev().find(|&k| allows(k)).unwrap_or(0);
+        prop_assert_eq!(granted, largest);
+        if cost == 0 {
+            prop_assert_eq!(d, A::check(state.clone(), t, params, 0).0);
+            prop_assert!(next.is_none());
+        } else if granted == 0 {
+            prop_assert!(!d.is_allowed());
+            prop_assert!(next.is_none());
+            prop_assert_eq!(d, A::check(state.clone(), t, params, 1).0);
+            wait_is_exact(&d, &state, now, |s, at| A::check(s, at, params, 1).0)?;
+        } else {
+            let (expected, expected_next) = A::check(state.clone(), t, params, granted);
+            prop_assert!(expected.is_allowed());
+            prop_assert_eq!(d, expected);
+            prop_assert_eq!(&next, &expected_next);
+            granted_at.push((now, granted));
+        }
+        state = next.or(state);
+    }
+    for (i, &(from, _)) in granted_at.iter().enumerate() {
+        let mut taken = 0u128;
+        for &(to, granted) in &granted_at[i..] {
+            taken += u128::from(granted);
+            prop_assert!(taken <= A::budget(params, to - from));
+        }
+    }
+    Ok(())
+}
+
 /// Instantiates the promises for every rate limiter of the registry.
 macro_rules! promise_tests {
     (
@@ -186,6 +239,11 @@ macro_rules! promise_tests {
                     #[test]
                     fn reset_after_reaches_the_idle_state(p in <$lt as Model>::arb_params(), calls in calls()) {
                         super::reset_after_reaches_the_idle_state::<$lt>(&p, &calls)?;
+                    }
+
+                    #[test]
+                    fn partial_grants_are_the_largest_allowed(p in <$lt as Model>::arb_params(), calls in calls()) {
+                        super::partial_grants_are_the_largest_allowed::<$lt>(&p, &calls)?;
                     }
 
                     #[test]

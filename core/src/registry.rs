@@ -7,7 +7,7 @@
 //! file): every match generated from it follows, and a missing piece (an encoding, a
 //! test model) is a compile error, not a silent gap.
 
-use crate::algorithm::{parse_params, Algorithm, Opt, RateLimiter, Source, StateView};
+use crate::algorithm::{parse_params, upto, Algorithm, Opt, RateLimiter, Source, StateView};
 use crate::decision::Decision;
 use crate::limits::{ParamError, Range};
 use crate::time::Micros;
@@ -114,6 +114,14 @@ macro_rules! generate {
                 }
             }
 
+            /// Whether its command takes `UPTO` (partial grants; false for the others).
+            pub const fn upto(self) -> bool {
+                match self {
+                    $(Kind::$l => <$lt as RateLimiter>::UPTO,)*
+                    $(Kind::$o => false,)*
+                }
+            }
+
             /// The rate limiter a spec word names, in any case (`None` for anything else).
             pub fn limiter(word: &[u8]) -> Option<Kind> {
                 Kind::LIMITERS
@@ -194,6 +202,24 @@ macro_rules! generate {
                         let state = match state { Some(AnyState::$l(s)) => Some(s), _ => None };
                         let (d, next) = <$lt as RateLimiter>::check(state, now, p, cost);
                         (d, next.map(AnyState::$l))
+                    })*
+                }
+            }
+
+            /// A partial grant ([`upto`]) of this algorithm: the decision, the units
+            /// granted and the state to store (a state of another algorithm counts as no
+            /// state).
+            pub fn upto(
+                &self,
+                state: Option<AnyState>,
+                now: Micros,
+                cost: u64,
+            ) -> (Decision, u64, Option<AnyState>) {
+                match self {
+                    $(AnyParams::$l(p) => {
+                        let state = match state { Some(AnyState::$l(s)) => Some(s), _ => None };
+                        let (d, granted, next) = upto::<$lt>(state, now, p, cost);
+                        (d, granted, next.map(AnyState::$l))
                     })*
                 }
             }
@@ -283,6 +309,16 @@ mod tests {
         );
         assert_eq!(Kind::limiter(b"tokenBucket"), Some(Kind::TokenBucket));
         assert_eq!(Kind::limiter(b"CONCURRENCY"), None);
+        let upto: Vec<_> = Kind::ALL.iter().filter(|k| k.upto()).collect();
+        assert_eq!(
+            upto,
+            [
+                &Kind::TokenBucket,
+                &Kind::SlidingWindow,
+                &Kind::FixedWindow,
+                &Kind::Gcra
+            ]
+        );
     }
 
     #[test]
@@ -298,7 +334,10 @@ mod tests {
         // A state of another algorithm is no state.
         let other = AnyParams::new(b"FIXED", &[1, 1_000], &[]).unwrap().unwrap();
         let (_, fixed) = other.check(None, Micros(0), 1);
-        assert!(p.check(fixed, Micros(0), 2).0.is_allowed());
+        assert!(p.check(fixed.clone(), Micros(0), 2).0.is_allowed());
+        let (d, granted, s) = p.upto(fixed, Micros(0), 5);
+        assert_eq!((d.remaining, granted), (0, 2));
+        assert_eq!(p.upto(s, Micros(0), 5).1, 0);
         assert_eq!(
             AnyParams::new(b"GCRA", &[1], &[]).unwrap(),
             Err(crate::limits::duration_ms("period_ms").error())

@@ -50,7 +50,7 @@ impl Algorithm for SlidingWindow {
     }
 }
 
-rate_limiter!(SlidingWindow);
+rate_limiter!(SlidingWindow, upto);
 
 /// The stored state: the current window and the counts of it and the one before.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -49,7 +49,7 @@ impl Algorithm for TokenBucket {
     }
 }
 
-rate_limiter!(TokenBucket);
+rate_limiter!(TokenBucket, upto);
 
 /// Validated token bucket parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! `RL.GCRA key limit period_ms [BURST b] [COST n] [PEEK]`.
+//! `RL.GCRA key limit period_ms [BURST b] [COST n] [UPTO] [PEEK]`.
 
 use redis_rl_core::gcra::Gcra;
 
@@ -6,6 +6,6 @@ use super::{limiter, Command};
 
 pub const COMMAND: Command = limiter::command::<Gcra>(
     c"RL.GCRA",
-    c"Generic cell rate algorithm (one stored timestamp); replies allowed, limit, remaining, retry_after_ms, reset_after_ms.",
+    c"Generic cell rate algorithm (one stored timestamp); replies allowed, limit, remaining, retry_after_ms, reset_after_ms (and granted with UPTO).",
     c"O(1)",
 );

@@ -1,10 +1,11 @@
 //! The flow shared by every single-key limiting command, and the one generic command of a
-//! rate limiter in the core registry (`RL.<NAME> key <params> [options] [COST n] [PEEK]`).
+//! rate limiter in the core registry (`RL.<NAME> key <params> [options] [COST n] [UPTO]
+//! [PEEK]`, `UPTO` where the core's `RateLimiter::UPTO` says so).
 
 use std::ffi::CStr;
 
 use redis_module::{Context, RedisString};
-use redis_rl_core::algorithm::RateLimiter;
+use redis_rl_core::algorithm::{upto, RateLimiter};
 use redis_rl_core::decision::expire_at;
 use redis_rl_core::{Decision, Micros};
 
@@ -39,13 +40,15 @@ where
         syntax: Syntax::Limiter {
             params: A::PARAMS,
             options: A::OPTIONS,
+            upto: A::UPTO,
         },
         handler: run::<A>,
     }
 }
 
-/// `RL.<NAME> key <params> [options] [COST n] [PEEK]`: the parameters in order (each checked
-/// against its range), then the options in any order, then the decision.
+/// `RL.<NAME> key <params> [options] [COST n] [UPTO] [PEEK]`: the parameters in order (each
+/// checked against its range), then the options in any order, then the decision (a partial
+/// grant with `UPTO`, replied with a sixth integer).
 fn run<A: RateLimiter>(ctx: &Context, args: &[RedisString]) -> Result<Handled, Error>
 where
     A::State: Stored,
@@ -63,11 +66,24 @@ where
     let accepted = Accepted {
         options: A::OPTIONS,
         cost: true,
+        upto: A::UPTO,
     };
     let (options, extra) = Options::parse_accepting(options, accepted)?;
     let values = values.get(..A::PARAMS.len()).unwrap_or(&[]);
     let extra = extra.get(..A::OPTIONS.len()).unwrap_or(&[]);
     let params = A::params(values, extra)?;
+    if options.upto {
+        return settle::<A::State>(
+            ctx,
+            key,
+            options,
+            |state, now, cost| {
+                let (decision, granted, next) = upto::<A>(state, now, &params, cost);
+                (decision, Some(granted), next)
+            },
+            reply::decision,
+        );
+    }
     decide::<A::State>(ctx, key, options, |state, now, cost| {
         A::check(state, now, &params, cost)
     })
@@ -92,16 +108,37 @@ pub fn decide_replying<S: Stored>(
     check: impl FnOnce(Option<S>, Micros, u64) -> (Decision, Option<S>),
     reply: fn(&Decision) -> reply::Fields,
 ) -> Result<Handled, Error> {
+    let check = |state, now, cost| {
+        let (decision, next) = check(state, now, cost);
+        (decision, None, next)
+    };
+    settle(ctx, key, options, check, reply)
+}
+
+/// The flow itself: `check` also tells the units granted by `UPTO` (`None` without it),
+/// which the reply then carries as a sixth integer.
+fn settle<S: Stored>(
+    ctx: &Context,
+    key: &RedisString,
+    options: Options,
+    check: impl FnOnce(Option<S>, Micros, u64) -> (Decision, Option<u64>, Option<S>),
+    reply: fn(&Decision) -> reply::Fields,
+) -> Result<Handled, Error> {
     let key = LimiterKey::open(ctx, key);
     let stored = key.read::<S>()?;
     let now = clock::now();
-    let (decision, new_state) = check(stored, now, options.cost);
+    let (decision, granted, new_state) = check(stored, now, options.cost);
     if let (false, Some(state)) = (options.peek, new_state) {
         let expiry = expire_at(now, decision.reset_after, config::ttl_slack());
         key.write(state.encode().as_bytes(), expiry)?;
     }
+    let fields = reply(&decision);
+    let reply = match granted {
+        Some(granted) => reply::send(ctx, &reply::with_granted(fields, granted)),
+        None => reply::send(ctx, &fields),
+    };
     Ok(Handled {
-        reply: reply::send(ctx, &reply(&decision)),
+        reply,
         decided: (!options.peek).then_some(decision.is_allowed()),
     })
 }

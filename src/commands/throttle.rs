@@ -60,5 +60,12 @@ fn parse(
     // is the call's cost: `rl.max-cost` bounds it, the implicit 1 included.
     let range = crate::config::quantity_range();
     let cost = quantity.map_or_else(|| range.check(1), |q| integer(q, range))?;
-    Ok((params, Options { cost, peek: false }))
+    Ok((
+        params,
+        Options {
+            cost,
+            peek: false,
+            upto: false,
+        },
+    ))
 }

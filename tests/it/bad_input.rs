@@ -1,4 +1,5 @@
-//! The bad-input table for every argument of RL.TOKENBUCKET and RL.SLIDING: each bad
+//! The bad-input table for every argument of RL.TOKENBUCKET and RL.SLIDING (and `UPTO`
+//! wherever it is and is not an option): each bad
 //! argument gets its exact documented `ERR` text and changes nothing (an existing key keeps
 //! its bytes and expiry, a missing key stays missing, the dataset is not dirtied); each value
 //! at the edge of its documented range is accepted.
@@ -20,6 +21,7 @@ const COST_MISSING: &str =
     "ERR option COST needs a value: cost must be an integer between 0 and 1000000000000000";
 const COST_TWICE: &str = "ERR option COST given more than once";
 const PEEK_TWICE: &str = "ERR option PEEK given more than once";
+const UPTO_TWICE: &str = "ERR option UPTO given more than once";
 
 /// Beyond [`NOT_DECIMAL_INTEGERS`], more that are not a decimal integer at all, or far
 /// outside every range: the range error for any parameter.
@@ -129,7 +131,7 @@ fn value_cases(cmd: &Command) -> Vec<Case> {
 fn option_cases(cmd: &Command) -> Vec<Case> {
     let unknown = |shown: &str| {
         Some(format!(
-            "ERR unknown option '{shown}', expected COST n or PEEK"
+            "ERR unknown option '{shown}', expected COST n, UPTO or PEEK"
         ))
     };
     let long = "X".repeat(41);
@@ -155,11 +157,24 @@ fn option_cases(cmd: &Command) -> Vec<Case> {
         (vec!["COST", "1", "PEEK", "EXTRA"], unknown("EXTRA")),
         (vec!["FOO", "COST"], unknown("FOO")),
         (vec!["COST", "x", "FOO"], Some(COST.into())),
+        (vec!["UPTOS"], unknown("UPTOS")),
+        (vec!["UP", "TO"], unknown("UP")),
+        (vec!["UPTO", "5"], unknown("5")),
+        (vec!["COST", "UPTO"], Some(COST.into())),
+        (vec!["UPTO", "COST"], Some(COST_MISSING.into())),
+        (vec!["UPTO", "UPTO"], Some(UPTO_TWICE.into())),
+        (vec!["upto", "COST", "2", "Upto"], Some(UPTO_TWICE.into())),
+        (vec!["UPTO", "PEEK", "UPTO"], Some(UPTO_TWICE.into())),
+        (vec!["UPTO", "COST", COUNT_ABOVE], Some(COST.into())),
         // Accepted: any order, any case.
         (vec!["PEEK"], None),
         (vec!["peek"], None),
         (vec!["PEEK", "COST", "2"], None),
         (vec!["Cost", "2", "pEeK"], None),
+        (vec!["UPTO"], None),
+        (vec!["COST", "5", "UPTO"], None),
+        (vec!["upto", "peek", "cost", "0"], None),
+        (vec!["UPTO", "COST", COUNT_MAX, "PEEK"], None),
     ];
     table
         .into_iter()
@@ -184,7 +199,11 @@ fn check(c: &mut redis::Connection, cmd: &Command, (args, expected): &Case) {
         full.extend(args.iter().map(String::as_str));
         match expected {
             Some(text) => assert_eq!(&error(c, &full), text, "{full:?}"),
-            None => assert_eq!(ints(c, &full).len(), 5, "{full:?}"),
+            None => {
+                let upto = args.iter().any(|a| a.eq_ignore_ascii_case("UPTO"));
+                let len = if upto { 6 } else { 5 };
+                assert_eq!(ints(c, &full).len(), len, "{full:?}");
+            }
         }
         assert_eq!(frozen(c, key), before, "{full:?} changed {key}");
     }
@@ -362,8 +381,89 @@ fn an_option_that_is_not_ascii_is_shown_escaped_in_the_error() {
             .expect_err("an unknown option is refused");
         assert_eq!(
             error_text(&err),
-            format!("ERR unknown option '{shown}', expected COST n or PEEK")
+            format!("ERR unknown option '{shown}', expected COST n, UPTO or PEEK")
         );
     }
     assert_eq!(query::<i64>(&mut c, &["EXISTS", "k"]), 0);
+}
+
+/// `UPTO` is refused, like any option a command does not have, by every command that does
+/// not take it (RL.LOG, RL.ALL, RL.REFUND, RL.CONCURRENCY, RL.THROTTLE), with nothing
+/// changed; `rl.max-cost` bounds an `UPTO` call's cost as any other.
+#[test]
+fn upto_is_refused_where_it_is_not_an_option() {
+    let server = Server::start();
+    let mut c = server.client();
+    ints(&mut c, &["RL.LOG", "log", "10", "1000"]);
+    ints(&mut c, &["RL.SLIDING", "sw", "10", "1000"]);
+    let unknown = |expected: &str| format!("ERR unknown option 'UPTO', expected {expected}");
+    for key in ["log", "sw", "missing"] {
+        let before = frozen(&mut c, key);
+        for (args, expected) in [
+            (
+                vec!["RL.LOG", key, "10", "1000", "UPTO"],
+                unknown("COST n or PEEK"),
+            ),
+            (
+                vec!["RL.LOG", key, "10", "1000", "COST", "3", "UPTO"],
+                unknown("COST n or PEEK"),
+            ),
+            (
+                vec![
+                    "RL.ALL", "1", key, "SLIDING", "10", "1000", "COST", "2", "UPTO",
+                ],
+                unknown("COST n or PEEK"),
+            ),
+            (
+                vec![
+                    "RL.REFUND",
+                    key,
+                    "SLIDING",
+                    "10",
+                    "1000",
+                    "COST",
+                    "1",
+                    "UPTO",
+                ],
+                "ERR option COST given more than once".to_string(),
+            ),
+            (
+                vec![
+                    "RL.REFUND",
+                    key,
+                    "SLIDING",
+                    "10",
+                    "1000",
+                    "UPTO",
+                    "COST",
+                    "1",
+                ],
+                "ERR unknown option 'UPTO', expected COST n".to_string(),
+            ),
+            (
+                vec!["RL.CONCURRENCY", key, "10", "1000", "ACQUIRE", "id", "UPTO"],
+                unknown("PEEK"),
+            ),
+            (
+                vec!["RL.THROTTLE", key, "10", "10", "60", "UPTO"],
+                "ERR quantity must be an integer between 0 and 1000000000000000".to_string(),
+            ),
+        ] {
+            assert_eq!(error(&mut c, &args), expected, "{args:?}");
+        }
+        assert_eq!(frozen(&mut c, key), before, "{key} changed");
+    }
+    query::<()>(&mut c, &["CONFIG", "SET", "rl.max-cost", "5"]);
+    assert_eq!(
+        error(
+            &mut c,
+            &["RL.SLIDING", "sw", "10", "1000", "COST", "6", "UPTO"]
+        ),
+        "ERR cost must be an integer between 0 and 5"
+    );
+    let r = ints(
+        &mut c,
+        &["RL.FIXED", "f", "10", "1000000000", "COST", "5", "UPTO"],
+    );
+    assert_eq!((r[..4].to_vec(), r[5]), (vec![1, 10, 5, 0], 5));
 }

@@ -284,7 +284,8 @@ fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
     let mut c = server.client();
     assert_eq!(fixed(&mut c, "k", &["10", LONG, "COST", "3"])[0], 1);
     let dirty = info_field(&mut c, "persistence", "rdb_changes_since_last_save");
-    let unknown = |shown: &str| format!("ERR unknown option '{shown}', expected COST n or PEEK");
+    let unknown =
+        |shown: &str| format!("ERR unknown option '{shown}', expected COST n, UPTO or PEEK");
     let mut table: Vec<(Vec<String>, String)> = Vec::new();
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     for bad in NOT_DECIMAL_INTEGERS
@@ -315,6 +316,11 @@ fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
             "ERR option PEEK given more than once".into(),
         ),
         (&["COST", "1", "PEEK", "EXTRA"], unknown("EXTRA")),
+        (
+            &["UPTO", "COST", "2", "upto"],
+            "ERR option UPTO given more than once".into(),
+        ),
+        (&["UPTO", "1"], unknown("1")),
     ];
     for (opts, text) in options {
         let mut args = s(&["10", LONG]);

@@ -232,8 +232,9 @@ fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
     let mut c = server.client();
     assert_eq!(gcra(&mut c, "k", &["10", SLOW, "COST", "3"])[0], 1);
     let dirty = info_field(&mut c, "persistence", "rdb_changes_since_last_save");
-    let unknown =
-        |shown: &str| format!("ERR unknown option '{shown}', expected BURST b, COST n or PEEK");
+    let unknown = |shown: &str| {
+        format!("ERR unknown option '{shown}', expected BURST b, COST n, UPTO or PEEK")
+    };
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let mut table: Vec<(Vec<String>, String)> = Vec::new();
     for bad in NOT_DECIMAL_INTEGERS

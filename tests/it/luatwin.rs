@@ -1,7 +1,7 @@
 //! The Lua twin (`lua/rl.lua`) against the module and the core.
 //!
-//! - `exact_against_the_core`: random sequences of every algorithm (costs, PEEK, refunds,
-//!   RL.ALL, changed parameters, clock steps back and forth) through the twin with a clock
+//! - `exact_against_the_core`: random sequences of every algorithm (costs, PEEK, UPTO,
+//!   refunds, RL.ALL, changed parameters, clock steps back and forth) through the twin with a clock
 //!   the test sets, against `redis-rl-core` with the same instants: identical replies,
 //!   identical stored bytes (the README's format, which the module writes) and identical
 //!   absolute expiries.
@@ -252,6 +252,35 @@ impl Spec {
         }
     }
 
+    /// Whether its command takes `UPTO`.
+    fn takes_upto(&self) -> bool {
+        !matches!(self, Spec::Lg(_))
+    }
+
+    /// A partial grant (`UPTO`): the decision, the state to write and the units granted.
+    fn upto(&self, state: Option<&State>, now: u64, cost: u64) -> (Decision, Option<State>, u64) {
+        use redis_rl_core::algorithm::upto;
+        let now = Micros(now);
+        macro_rules! run {
+            ($algorithm:ty, $variant:ident, $p:expr) => {{
+                let s = match state {
+                    Some(State::$variant(s)) => Some(s.clone()),
+                    None => None,
+                    Some(other) => panic!("model state {other:?} for {self:?}"),
+                };
+                let (d, granted, n) = upto::<$algorithm>(s, now, $p, cost);
+                (d, n.map(State::$variant), granted)
+            }};
+        }
+        match self {
+            Spec::Tb(p) => run!(token_bucket::TokenBucket, Tb, p),
+            Spec::Sw(p) => run!(sliding_window::SlidingWindow, Sw, p),
+            Spec::Fw(p) => run!(fixed_window::FixedWindow, Fw, p),
+            Spec::Gc(p) => run!(gcra::Gcra, Gc, p),
+            Spec::Lg(_) => panic!("RL.LOG takes no UPTO"),
+        }
+    }
+
     fn refund(&self, state: Option<&State>, now: u64, amount: u64) -> (u64, Option<State>) {
         let now = Micros(now);
         macro_rules! run {
@@ -380,6 +409,7 @@ enum Op {
         key: usize,
         cost: u64,
         peek: bool,
+        upto: bool,
     },
     Refund {
         key: usize,
@@ -418,11 +448,18 @@ impl Op {
                     peek: r.percent(15),
                 }
             }
-            _ => Op::Check {
-                key,
-                cost: cost_for(r, specs[key].limit()),
-                peek: r.percent(15),
-            },
+            _ => {
+                let upto = specs[key].takes_upto() && r.percent(25);
+                // With UPTO a cost above the limit is an ordinary request for "as many as can be".
+                let limit = specs[key].limit();
+                let cost = cost_for(r, if upto { limit.saturating_mul(3) } else { limit });
+                Op::Check {
+                    key,
+                    cost,
+                    peek: r.percent(15),
+                    upto,
+                }
+            }
         }
     }
 
@@ -439,9 +476,17 @@ impl Op {
             o
         };
         match self {
-            Op::Check { key, cost, peek } => {
+            Op::Check {
+                key,
+                cost,
+                peek,
+                upto,
+            } => {
                 let (name, mut args) = specs[*key].command();
                 args.extend(opts(*cost, *peek));
+                if *upto {
+                    args.push("UPTO".to_string());
+                }
                 (name, vec![*key], args)
             }
             Op::Refund { key, amount } => {
@@ -472,14 +517,28 @@ fn model(op: &Op, specs: &[Spec], states: &[Option<State>], now: u64) -> Expecte
     let slack = Millis(1000);
     let expiry = |d: &Decision| expire_at(Micros(now), d.reset_after, slack);
     match op {
-        Op::Check { key, cost, peek } => {
-            let (d, new) = specs[*key].check(states[*key].as_ref(), now, *cost);
+        Op::Check {
+            key,
+            cost,
+            peek,
+            upto,
+        } => {
+            let state = states[*key].as_ref();
+            let (d, new, granted) = if *upto {
+                let (d, new, granted) = specs[*key].upto(state, now, *cost);
+                (d, new, Some(granted))
+            } else {
+                let (d, new) = specs[*key].check(state, now, *cost);
+                (d, new, None)
+            };
             let writes = match (new, peek) {
                 (Some(s), false) => vec![(*key, s, expiry(&d))],
                 _ => vec![],
             };
+            let mut reply = fields(&d);
+            reply.extend(granted.map(|g| g as i64));
             Expected {
-                reply: int_array(fields(&d)),
+                reply: int_array(reply),
                 writes,
             }
         }
@@ -651,6 +710,7 @@ fn assert_same(module: &Value, twin: &Value, tolerance: i64, what: &str) {
                 && mp.len() == tp.len()
                 && mp.iter().zip(&tp).all(|(a, b)| close(a, b, &[2, 3]))
         }
+        // Single-key replies, with `granted` as a sixth integer after UPTO.
         _ => close(&to_ints(module), &to_ints(twin), &[3, 4]),
     };
     assert!(
@@ -754,6 +814,11 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
         &["\u{1}bad\u{ff}option-that-is-longer-than-forty-bytes-for-sure"],
         &["BURST"],
         &["COST", "1", "EXTRA"],
+        &["UPTO", "upto"],
+        &["UPTO", "COST"],
+        &["COST", "2", "UPTO", "2"],
+        &["UPTO", "COST", "2"],
+        &["UPTO", "PEEK", "COST", "1000000000000000"],
     ];
     let mut compare = |args: Vec<String>, base: &[&str]| {
         let (module_key, key) = ("{e}:m".to_string(), "{e}:k".to_string());
@@ -821,6 +886,9 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
             "SLIDING", "10", "1000", "FIXED", "1", "1000", "COST", "2", "PEEK", "PEEK",
         ],
         &["SLIDING", "10", "1000", "FIXED", "1", "1000", "BURST", "2"],
+        &[
+            "SLIDING", "10", "1000", "FIXED", "1", "1000", "COST", "2", "UPTO",
+        ],
     ];
     for case in all_cases {
         let keys = vec!["{e}:a".to_string(), "{e}:b".to_string()];

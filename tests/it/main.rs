@@ -35,4 +35,5 @@ mod soak;
 mod steady_state;
 mod throttle;
 mod token_bucket;
+mod upto;
 mod watch;

@@ -340,10 +340,12 @@ fn every_command_answers_command_docs() {
                 "refill_tokens",
                 "refill_ms",
                 "cost",
+                "upto",
                 "peek",
             ],
-            "rl.gcra" => &["key", "limit", "period_ms", "burst", "cost", "peek"],
-            "rl.sliding" | "rl.fixed" | "rl.log" => &["key", "limit", "window_ms", "cost", "peek"],
+            "rl.gcra" => &["key", "limit", "period_ms", "burst", "cost", "upto", "peek"],
+            "rl.sliding" | "rl.fixed" => &["key", "limit", "window_ms", "cost", "upto", "peek"],
+            "rl.log" => &["key", "limit", "window_ms", "cost", "peek"],
             _ => &[],
         };
         if !expected.is_empty() {
