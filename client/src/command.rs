@@ -12,6 +12,20 @@ pub(crate) fn single(key: &str, algorithm: &Algorithm, cost: u64, peek: bool) ->
     cmd
 }
 
+/// `RL.<ALG> key params... COST n UPTO [PEEK]`: a partial grant (COST always named).
+pub(crate) fn upto(key: &str, algorithm: &Algorithm, cost: u64, peek: bool) -> Cmd {
+    let mut cmd = redis::cmd(algorithm.command());
+    cmd.arg(key)
+        .arg(algorithm.params())
+        .arg("COST")
+        .arg(cost)
+        .arg("UPTO");
+    if peek {
+        cmd.arg("PEEK");
+    }
+    cmd
+}
+
 /// `RL.ALL numkeys key... spec... [COST n] [PEEK]`.
 pub(crate) fn all(keys: &[(&str, &Algorithm)], cost: u64, peek: bool) -> Cmd {
     let mut cmd = redis::cmd("RL.ALL");
@@ -151,6 +165,27 @@ mod tests {
         assert_eq!(
             words(&all(&[("k", &SW)], 1, true)),
             ["RL.ALL", "1", "k", "SLIDING", "10", "1000", "PEEK"]
+        );
+    }
+
+    #[test]
+    fn upto_always_names_the_cost() {
+        assert_eq!(
+            words(&upto("k", &TB, 1, false)),
+            [
+                "RL.TOKENBUCKET",
+                "k",
+                "100",
+                "100",
+                "60000",
+                "COST",
+                "1",
+                "UPTO"
+            ]
+        );
+        assert_eq!(
+            words(&upto("k", &GCRA, 50, true)),
+            ["RL.GCRA", "k", "5", "1000", "BURST", "3", "COST", "50", "UPTO", "PEEK"]
         );
     }
 

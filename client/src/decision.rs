@@ -90,6 +90,20 @@ impl Decision {
     }
 }
 
+/// The answer to a partial grant ([`crate::Limiter::take_upto`], `COST n UPTO`): how many
+/// units were taken, and the decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// Units taken: `min(n, units available)`; 0 when denied (or for a cost of 0). With a
+    /// peek, what the real call would take (nothing is taken).
+    pub granted: u64,
+    /// The decision: allowed when `granted > 0` (`remaining` is what is left after the
+    /// grant); denied when nothing was available, with the wait until one unit is
+    /// (`retry_after`). Never [`Verdict::Never`]: a cost above the limit only asks for all
+    /// there is.
+    pub decision: Decision,
+}
+
 /// The answer for several keys checked together ([`crate::Limiter::check_all`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MultiDecision {
@@ -183,6 +197,28 @@ pub(crate) fn parse_single(command: &'static str, v: &Value) -> Result<Decision>
     })
 }
 
+/// Parses a partial grant's reply: the five fields of [`parse_single`], then `granted`.
+pub(crate) fn parse_upto(command: &'static str, v: &Value) -> Result<Grant> {
+    let items = array(command, v, Some(6))?;
+    let [fields @ .., granted] = items else {
+        return Err(reply_error(command, "expected 6 elements"));
+    };
+    Ok(Grant {
+        granted: non_negative(command, granted)?,
+        decision: parse_single(command, &Value::Array(fields.to_vec()))?,
+    })
+}
+
+/// Parses RL.REFUND's reply `[refunded, limit, remaining, 0, reset_after_ms]`: the units
+/// given back.
+pub(crate) fn parse_refund(v: &Value) -> Result<u64> {
+    const CMD: &str = "RL.REFUND";
+    match array(CMD, v, Some(5))? {
+        [refunded, ..] => non_negative(CMD, refunded),
+        [] => Err(reply_error(CMD, "expected 5 elements")),
+    }
+}
+
 /// Parses `[allowed, denied_index, [[limit, remaining, retry_after_ms, reset_after_ms], ...]]`
 /// into the decisions of `n` keys and the 0-based index of the first denying key.
 pub(crate) fn parse_all(v: &Value, n: usize) -> Result<(Option<usize>, Vec<Decision>)> {
@@ -261,6 +297,20 @@ mod tests {
         assert!(parse_single("RL.SLIDING", &ints(&[0, -5, 0, 1, 1])).is_err());
         assert!(parse_single("RL.SLIDING", &ints(&[0, 5, 0, -7, 1])).is_err());
         assert!(parse_single("RL.SLIDING", &Value::Okay).is_err());
+    }
+
+    #[test]
+    fn upto_and_refund_replies() {
+        let g = parse_upto("RL.SLIDING", &ints(&[1, 10, 0, 0, 900, 7])).unwrap();
+        assert_eq!((g.granted, g.decision.remaining), (7, 0));
+        assert!(g.decision.allows());
+        let g = parse_upto("RL.SLIDING", &ints(&[0, 10, 0, 30, 900, 0])).unwrap();
+        assert_eq!(g.granted, 0);
+        assert_eq!(g.decision.retry_after(), Some(Duration::from_millis(30)));
+        assert!(parse_upto("RL.SLIDING", &ints(&[1, 10, 0, 0, 900])).is_err());
+        assert!(parse_upto("RL.SLIDING", &ints(&[1, 10, 0, 0, 900, -1])).is_err());
+        assert_eq!(parse_refund(&ints(&[3, 10, 8, 0, 100])).unwrap(), 3);
+        assert!(parse_refund(&ints(&[3, 10])).is_err());
     }
 
     #[test]

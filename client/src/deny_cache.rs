@@ -13,8 +13,9 @@ use lru::LruCache;
 use tokio::time::Instant;
 
 use crate::decider::{unknown, Check, Decided, Decider, Items};
-use crate::decision::{Decision, MultiDecision, Source, Verdict};
+use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
 use crate::error::Result;
+use crate::policy::Algorithm;
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -152,6 +153,25 @@ impl<D: Decider> DenyCached<D> {
         Ok(d)
     }
 
+    /// A partial grant that finds nothing available is a denial of one unit: a key the
+    /// cache holds for one unit grants nothing without a round trip, and a grant of nothing
+    /// from Redis is remembered for one unit (so plain checks of the key are denied too).
+    async fn take_upto_cached(&self, call: Check<'_>) -> Result<Grant> {
+        if !call.peek && call.cost > 0 {
+            if let Some(decision) = self.cached(call.key, 1) {
+                return Ok(Grant {
+                    granted: 0,
+                    decision,
+                });
+            }
+        }
+        let grant = self.inner.take_upto(call).await?;
+        if !call.peek && grant.granted == 0 {
+            self.remember(call.key, 1, &grant.decision);
+        }
+        Ok(grant)
+    }
+
     async fn check_all_cached(&self, items: Items<'_>, cost: u64) -> Result<MultiDecision> {
         // A key the cache holds denies the whole request without a round trip.
         for (i, (key, _)) in items.iter().enumerate() {
@@ -183,6 +203,19 @@ impl<D: Decider> Decider for DenyCached<D> {
 
     fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
         Box::pin(self.check_all_cached(items, cost))
+    }
+
+    fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant> {
+        Box::pin(self.take_upto_cached(call))
+    }
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a str,
+        algorithm: &'a Algorithm,
+        amount: u64,
+    ) -> Decided<'a, u64> {
+        self.inner.refund(key, algorithm, amount)
     }
 }
 

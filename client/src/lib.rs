@@ -5,7 +5,9 @@
 //!
 //! - [`Limiter`]: typed policies ([`Policy`]: token bucket, sliding window, fixed window,
 //!   GCRA, log) and typed [`Decision`]s; `check`, `check_n`, and `check_all` (several
-//!   dimensions all-or-nothing: one `RL.ALL` per hash slot, refunds across slots).
+//!   dimensions all-or-nothing: one `RL.ALL` per hash slot, refunds across slots);
+//!   `take_upto` and `refund` (take a batch of units, as many as are available, and give
+//!   back what was not used: the primitive of leases).
 //! - Failure handling: a timeout on every call (default 50 ms), a circuit [`Breaker`], a
 //!   per-policy [`FailureMode`] (open, closed, or local: the same core algorithms in
 //!   process, the limit divided by the expected number of instances), and a hot-key
@@ -75,7 +77,7 @@ pub mod transport;
 pub use backend::{Backend, Cluster, Standalone};
 pub use breaker::{Breaker, BreakerConfig, BreakerState, BreakerStats};
 pub use decider::Engine;
-pub use decision::{Decision, MultiDecision, Source, Verdict};
+pub use decision::{Decision, Grant, MultiDecision, Source, Verdict};
 pub use deny_cache::DenyCache;
 pub use error::{Error, Result};
 pub use fallback::LocalLimiter;

@@ -10,8 +10,9 @@ use redis::{Cmd, Value};
 
 use crate::backend::{Backend, Cluster, Standalone};
 use crate::breaker::{BreakerConfig, BreakerState, BreakerStats};
+use crate::decider::Check;
 use crate::decider::{AutoDecider, Decider, Engine};
-use crate::decision::{Decision, MultiDecision, Source, Verdict};
+use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
 use crate::deny_cache::{DenyCache, DenyCached};
 use crate::error::Result;
 use crate::failover::Failover;
@@ -267,6 +268,74 @@ impl Limiter {
         }
     }
 
+    /// Takes a batch: up to `n` units of `policy` on `key` in one call (`COST n UPTO`), as
+    /// many as are available now. The primitive of leases: take a batch, spend it in
+    /// process, give back what was not spent with [`Limiter::refund`].
+    ///
+    /// - `Ok(grant)` with `grant.granted` in `1..=n`: that many units were taken;
+    ///   `grant.decision` is allowed and its `remaining` is what the limiter has left.
+    /// - `Ok(grant)` with `granted == 0` (for `n > 0`): nothing was available, nothing was
+    ///   taken; `grant.decision.retry_after()` is the wait until one unit is. The denial
+    ///   goes to the deny cache (for one unit), so until then further `take_upto` and
+    ///   `check` calls on `key` are denied without a round trip (`source: DenyCache`).
+    /// - `Err(e)`: Redis did not answer (timeout, breaker open, connection: see
+    ///   [`Error::is_outage`](crate::Error::is_outage)) or refused the call (a server whose
+    ///   module predates `UPTO`, or a [`Policy::log`], which takes no `UPTO`). Unlike
+    ///   `check`, no failure mode decides here: the caller picks its fallback. A call that
+    ///   timed out may still have been taken on the server.
+    ///
+    /// Works with both engines (the module and the Lua twin) and on a cluster (the key's
+    /// slot). The policy's shadow flag is not applied.
+    ///
+    /// ```no_run
+    /// use redis_rl_client::{Limiter, Policy};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = Limiter::standalone("redis://127.0.0.1:6379/").unwrap();
+    /// let global = Policy::sliding(10_000, 60_000).unwrap();
+    /// let grant = limiter.take_upto("rl:{global}", &global, 50).await.unwrap();
+    /// let mut lease = grant.granted;
+    /// // ... spend the lease in process, one unit per admitted request ...
+    /// lease = lease.saturating_sub(3);
+    /// // When the lease ends, give back what is left (best effort: see RL.REFUND).
+    /// limiter.refund("rl:{global}", &global, lease).await.unwrap();
+    /// # }
+    /// ```
+    pub async fn take_upto(&self, key: &str, policy: &Policy, n: u64) -> Result<Grant> {
+        self.upto(key, policy, n, false).await
+    }
+
+    /// What [`Limiter::take_upto`] would grant now (`COST n UPTO PEEK`), taking nothing.
+    pub async fn peek_upto(&self, key: &str, policy: &Policy, n: u64) -> Result<Grant> {
+        self.upto(key, policy, n, true).await
+    }
+
+    async fn upto(&self, key: &str, policy: &Policy, n: u64, peek: bool) -> Result<Grant> {
+        let call = Check {
+            key,
+            algorithm: policy.algorithm(),
+            cost: n,
+            peek,
+        };
+        self.inner.stack.inner().take_upto(call).await
+    }
+
+    /// Gives back up to `amount` units of `policy` on `key` taken earlier (`RL.REFUND`,
+    /// e.g. the unspent rest of a lease); returns the units given back. Best effort, as
+    /// the README's RL.REFUND says: a token bucket caps at its capacity, the window
+    /// counters give back only units of the current window. An amount of 0 sends nothing.
+    /// `Err` when Redis did not answer: the units then stay taken until the limiter
+    /// recovers them (nothing is ever given back twice).
+    pub async fn refund(&self, key: &str, policy: &Policy, amount: u64) -> Result<u64> {
+        if amount == 0 {
+            return Ok(0);
+        }
+        self.inner
+            .stack
+            .inner()
+            .refund(key, policy.algorithm(), amount)
+            .await
+    }
+
     /// Runs any command through the breaker and timeout (tier lookups use this).
     pub async fn query(&self, cmd: &Cmd, slot: Option<u16>) -> Result<Value> {
         self.inner.transport.call(cmd, slot).await
@@ -302,6 +371,9 @@ impl Limiter {
 mod tests {
     use redis::Value;
 
+    use std::time::Duration;
+
+    use crate::decision::Source;
     use crate::policy::Policy;
     use crate::testing::*;
 
@@ -327,5 +399,56 @@ mod tests {
         assert_eq!(md.retry_after(), None);
         let single = l.check("s", &shadow).await;
         assert!(single.allows() && single.is_denied());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn take_upto_sends_upto_and_a_grant_of_nothing_is_cached() {
+        let mock = Mock::new(false, |w| {
+            match (w[0].as_str(), w.get(5).map(String::as_str)) {
+                ("RL.SLIDING", Some("50")) => ints(&[1, 100, 0, 0, 60_000, 40]),
+                ("RL.SLIDING", _) => ints(&[0, 100, 0, 250, 60_000, 0]),
+                ("RL.REFUND", _) => ints(&[15, 100, 15, 0, 60_000]),
+                _ => Value::Nil,
+            }
+        });
+        let l = limiter(&mock);
+        let p = Policy::sliding(100, 60_000).unwrap();
+        let g = l.take_upto("g", &p, 50).await.unwrap();
+        assert_eq!(g.granted, 40);
+        assert!(g.decision.allows());
+        assert_eq!(l.refund("g", &p, 15).await.unwrap(), 15);
+        assert_eq!(l.refund("g", &p, 0).await.unwrap(), 0, "nothing sent");
+        let g = l.take_upto("g", &p, 60).await.unwrap();
+        assert_eq!(g.granted, 0);
+        assert_eq!(g.decision.retry_after(), Some(Duration::from_millis(250)));
+        // The denial is cached for one unit: no round trip for the next take or check.
+        let g = l.take_upto("g", &p, 60).await.unwrap();
+        assert_eq!((g.granted, g.decision.source), (0, Source::DenyCache));
+        assert_eq!(l.check("g", &p).await.source, Source::DenyCache);
+        // A peek always asks.
+        let g = l.peek_upto("g", &p, 60).await.unwrap();
+        assert_eq!(g.decision.source, Source::Redis);
+        assert_eq!(
+            mock.commands(),
+            [
+                vec!["RL.SLIDING", "g", "100", "60000", "COST", "50", "UPTO"],
+                vec!["RL.REFUND", "g", "SLIDING", "100", "60000", "COST", "15"],
+                vec!["RL.SLIDING", "g", "100", "60000", "COST", "60", "UPTO"],
+                vec![
+                    "RL.SLIDING",
+                    "g",
+                    "100",
+                    "60000",
+                    "COST",
+                    "60",
+                    "UPTO",
+                    "PEEK"
+                ],
+            ]
+        );
+        // The log takes no UPTO: refused before any call.
+        let log = Policy::log(10, 1_000).unwrap();
+        assert!(l.take_upto("l", &log, 5).await.is_err());
+        assert_eq!(mock.commands().len(), 4);
     }
 }

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::{Check, Decided, Decider, Items, LuaDecider, ModuleDecider};
-use crate::decision::{Decision, MultiDecision};
+use crate::decision::{Decision, Grant, MultiDecision};
 use crate::error::Result;
+use crate::policy::Algorithm;
 use crate::transport::{is_unknown_command, Transport};
 
 /// Which implementation decides on the server.
@@ -130,6 +131,27 @@ impl Decider for AutoDecider {
         Box::pin(async move {
             let engine = self.engine().await?;
             let result = self.decider(engine).check_all(items, cost).await;
+            self.notice(engine, result)
+        })
+    }
+
+    fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant> {
+        Box::pin(async move {
+            let engine = self.engine().await?;
+            let result = self.decider(engine).take_upto(call).await;
+            self.notice(engine, result)
+        })
+    }
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a str,
+        algorithm: &'a Algorithm,
+        amount: u64,
+    ) -> Decided<'a, u64> {
+        Box::pin(async move {
+            let engine = self.engine().await?;
+            let result = self.decider(engine).refund(key, algorithm, amount).await;
             self.notice(engine, result)
         })
     }

@@ -15,7 +15,7 @@ use redis::{Cmd, Value};
 
 use super::module::ModuleDecider;
 use super::{Check, Decided, Decider, Items};
-use crate::decision::{Decision, MultiDecision};
+use crate::decision::{Decision, Grant, MultiDecision};
 use crate::error::{Error, Result};
 use crate::policy::Algorithm;
 use crate::transport::{is_unknown_command, Transport};
@@ -227,6 +227,25 @@ impl Decider for LuaDecider {
                 check_range(algorithm)?;
             }
             self.inner.check_all(items, cost).await
+        })
+    }
+
+    fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant> {
+        Box::pin(async move {
+            check_range(call.algorithm)?;
+            self.inner.take_upto(call).await
+        })
+    }
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a str,
+        algorithm: &'a Algorithm,
+        amount: u64,
+    ) -> Decided<'a, u64> {
+        Box::pin(async move {
+            check_range(algorithm)?;
+            self.inner.refund(key, algorithm, amount).await
         })
     }
 }

@@ -24,7 +24,8 @@
 //! module, is a second implementation of [`Decider`] over the same [`Transport`]: it
 //! sends its commands with [`Transport::call`] (so they are timed out, counted and seen by
 //! the breaker), returns decisions with `source: Redis`, and keeps the all-or-nothing
-//! contract of [`Decider::check_all`]. The limiter holds it as a `Box<dyn Decider>`, so
+//! contract of [`Decider::check_all`]. [`Decider::take_upto`] and [`Decider::refund`] are
+//! the partial grant (`COST n UPTO`) and the give-back that leases are built from. The limiter holds it as a `Box<dyn Decider>`, so
 //! nothing above this layer changes.
 
 mod auto;
@@ -38,7 +39,7 @@ pub use lua::LuaDecider;
 pub use module::ModuleDecider;
 
 use crate::backend::BoxFuture;
-use crate::decision::{Decision, MultiDecision, Source, Verdict};
+use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
 use crate::error::Result;
 use crate::policy::Algorithm;
 
@@ -71,6 +72,20 @@ pub trait Decider: Send + Sync + 'static {
     /// the first denial and one decision per key, in order. `items` is not empty and holds
     /// no shadow policy (the limiter checks those apart).
     fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision>;
+
+    /// A partial grant (`COST n UPTO`): takes up to `call.cost` units of `call.key`, as many
+    /// as are available (with `call.peek`: says how many, taking nothing). The algorithm
+    /// must take `UPTO` (every rate limiter but the log).
+    fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant>;
+
+    /// Gives back up to `amount` units of `key` taken earlier (`RL.REFUND`); the units
+    /// given back.
+    fn refund<'a>(
+        &'a self,
+        key: &'a str,
+        algorithm: &'a Algorithm,
+        amount: u64,
+    ) -> Decided<'a, u64>;
 }
 
 impl<D: Decider + ?Sized> Decider for Box<D> {
@@ -80,6 +95,19 @@ impl<D: Decider + ?Sized> Decider for Box<D> {
 
     fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
         (**self).check_all(items, cost)
+    }
+
+    fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant> {
+        (**self).take_upto(call)
+    }
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a str,
+        algorithm: &'a Algorithm,
+        amount: u64,
+    ) -> Decided<'a, u64> {
+        (**self).refund(key, algorithm, amount)
     }
 }
 

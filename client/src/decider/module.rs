@@ -8,8 +8,8 @@ use futures_util::future::join_all;
 use super::lua::Twin;
 use super::{unknown, Check, Decided, Decider, Items};
 use crate::command;
-use crate::decision::{self, Decision, MultiDecision};
-use crate::error::Result;
+use crate::decision::{self, Decision, Grant, MultiDecision};
+use crate::error::{Error, Result};
 use crate::policy::Algorithm;
 use crate::transport::{is_unknown_command, Capabilities, Transport};
 
@@ -75,6 +75,24 @@ impl ModuleDecider {
         let cmd = command::single(key, algorithm, cost, peek);
         let v = self.send(&cmd, self.transport.slot_of(key)).await?;
         decision::parse_single(algorithm.command(), &v)
+    }
+
+    async fn upto(&self, call: Check<'_>) -> Result<Grant> {
+        if !call.algorithm.kind().upto() {
+            return Err(Error::Config(format!(
+                "{} takes no UPTO (partial grants): use another algorithm",
+                call.algorithm.command()
+            )));
+        }
+        let cmd = command::upto(call.key, call.algorithm, call.cost, call.peek);
+        let v = self.send(&cmd, self.transport.slot_of(call.key)).await?;
+        decision::parse_upto(call.algorithm.command(), &v)
+    }
+
+    async fn give_back(&self, key: &str, algorithm: &Algorithm, amount: u64) -> Result<u64> {
+        let cmd = command::refund(key, algorithm, amount);
+        let v = self.send(&cmd, self.transport.slot_of(key)).await?;
+        decision::parse_refund(&v)
     }
 
     async fn all(&self, items: &[Item<'_>], cost: u64) -> Result<MultiDecision> {
@@ -207,6 +225,19 @@ impl Decider for ModuleDecider {
 
     fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
         Box::pin(self.all(items, cost))
+    }
+
+    fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant> {
+        Box::pin(self.upto(call))
+    }
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a str,
+        algorithm: &'a Algorithm,
+        amount: u64,
+    ) -> Decided<'a, u64> {
+        Box::pin(self.give_back(key, algorithm, amount))
     }
 }
 

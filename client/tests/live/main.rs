@@ -10,3 +10,4 @@ mod cluster;
 mod limiter;
 mod lua_twin;
 mod middleware;
+mod upto;
