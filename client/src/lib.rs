@@ -83,4 +83,4 @@ pub use error::{Error, Result};
 pub use fallback::LocalLimiter;
 pub use limiter::{Limiter, LimiterBuilder, LimiterStats, DEFAULT_TIMEOUT};
 pub use policy::{Algorithm, FailureMode, Policy};
-pub use tier::{Rate, RedisHashTiers, StaticTiers, TierConfig, TierResolver};
+pub use tier::{Rate, RateOverride, RedisHashTiers, StaticTiers, TierConfig, TierResolver};

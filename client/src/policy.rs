@@ -171,15 +171,17 @@ impl Algorithm {
             Algorithm::Sliding { limit, .. }
             | Algorithm::Fixed { limit, .. }
             | Algorithm::Log { limit, .. } => limit,
+            // A bucket of `burst` units (default `limit`) refilled at `limit` per period.
             Algorithm::Gcra { limit, burst, .. } => match burst {
-                Some(b) if b > limit => b,
-                _ => limit,
+                Some(b) => b,
+                None => limit,
             },
         }
     }
 
     /// The window over which `limit` applies (`w` of `RateLimit-Policy`). For a token
-    /// bucket this is the time to refill from empty to full.
+    /// bucket (and GCRA, a bucket of `burst` units) this is the time to refill from empty
+    /// to full.
     pub fn window(&self) -> Duration {
         let ms = match *self {
             Algorithm::TokenBucket {
@@ -193,7 +195,15 @@ impl Algorithm {
             Algorithm::Sliding { window_ms, .. }
             | Algorithm::Fixed { window_ms, .. }
             | Algorithm::Log { window_ms, .. } => window_ms,
-            Algorithm::Gcra { period_ms, .. } => period_ms,
+            Algorithm::Gcra {
+                limit,
+                period_ms,
+                burst,
+            } => {
+                let ms = u128::from(burst.unwrap_or(limit)) * u128::from(period_ms)
+                    / u128::from(limit.max(1));
+                u64::try_from(ms).unwrap_or(u64::MAX)
+            }
         };
         Duration::from_millis(ms)
     }
@@ -441,5 +451,11 @@ mod tests {
         assert_eq!(tiers.algorithm().window(), Duration::from_secs(60));
         let slow = Policy::token_bucket(10, 1, 1_000).unwrap();
         assert_eq!(slow.algorithm().window(), Duration::from_secs(10));
+        let gcra = Policy::gcra(10, 1_000, Some(30)).unwrap();
+        assert_eq!(gcra.algorithm().limit(), 30);
+        assert_eq!(gcra.algorithm().window(), Duration::from_secs(3));
+        let small = Policy::gcra(10, 1_000, Some(2)).unwrap();
+        assert_eq!(small.algorithm().limit(), 2);
+        assert_eq!(small.algorithm().window(), Duration::from_millis(200));
     }
 }

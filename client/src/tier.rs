@@ -173,6 +173,50 @@ impl Rate {
     }
 }
 
+/// A partial [`Rate`]: the fields given replace those of a base rate, the others are kept.
+///
+/// The tables of the middleware's dimensions (`[ip]`, `[endpoint]`, `[global]`) are read as
+/// overrides of the design's defaults, and a tier's `[tiers.<name>.<dimension>]` as an
+/// override of the dimension's table: `[ip] limit = 1000` keeps the sliding window, and only
+/// `algorithm = ".."` changes the algorithm.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RateOverride {
+    /// Units per window.
+    pub limit: Option<u64>,
+    /// The window in milliseconds.
+    pub window_ms: Option<u64>,
+    /// The algorithm.
+    pub algorithm: Option<AlgorithmKind>,
+    /// Burst: token bucket capacity or GCRA burst.
+    pub burst: Option<u64>,
+    /// Decide and record, but never deny.
+    pub shadow: Option<bool>,
+    /// Overrides the global failure mode for this limit.
+    pub failure_mode: Option<FailureModeName>,
+}
+
+impl RateOverride {
+    /// `base` with the fields given here replaced.
+    ///
+    /// ```
+    /// use redis_rl_client::tier::{AlgorithmKind, Rate, RateOverride};
+    /// let ip = Rate::per_minute(100).with_algorithm(AlgorithmKind::Sliding);
+    /// let more = RateOverride { limit: Some(1000), ..RateOverride::default() };
+    /// assert_eq!(more.apply(&ip), Rate::per_minute(1000).with_algorithm(AlgorithmKind::Sliding));
+    /// ```
+    pub fn apply(&self, base: &Rate) -> Rate {
+        Rate {
+            limit: self.limit.unwrap_or(base.limit),
+            window_ms: self.window_ms.unwrap_or(base.window_ms),
+            algorithm: self.algorithm.unwrap_or(base.algorithm),
+            burst: self.burst.or(base.burst),
+            shadow: self.shadow.unwrap_or(base.shadow),
+            failure_mode: self.failure_mode.or(base.failure_mode),
+        }
+    }
+}
+
 /// Tier definitions: a rate per tier name and the tier for unknown keys.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 pub struct TierConfig {

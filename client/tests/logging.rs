@@ -71,7 +71,9 @@ async fn every_log_line_carries_request_id_tenant_and_dimension() {
         .init();
 
     let mut config = RateLimitConfig::default();
-    config.tiers.insert("free".into(), Rate::per_minute(1));
+    config
+        .tiers
+        .insert("free".into(), Rate::per_minute(1).into());
     let limiter = Limiter::builder().backend(Arc::new(Down));
     let layer = RateLimitLayer::new(limiter, config, Arc::new(StaticTiers::new())).unwrap();
     let app = Router::new()

@@ -141,8 +141,12 @@ async fn limits_by_tier_and_endpoint_with_headers_health_and_metrics() {
     assert_eq!(h["x-request-id"], "t-1");
     assert!(body.contains("\"route\":\"/api/items/{id}\""), "{body}");
     assert!(body.contains("\"request_id\":\"t-1\""), "{body}");
-    // The endpoint (3) is more restrictive than the pro tier (1000).
-    assert_eq!(h["ratelimit-policy"], "\"endpoint\";q=3;w=60");
+    // The endpoint (3, still a sliding window) is more restrictive than the pro tier (1000).
+    assert_eq!(
+        h["ratelimit-policy"],
+        "\"api_key\";q=1000;w=60, \"endpoint\";q=3;w=60"
+    );
+    assert_eq!(h["ratelimit"], "\"endpoint\";r=2;t=60");
     gw.get("/api/items/2", &[("x-api-key", "pro-key")])
         .await
         .unwrap();

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use axum::extract::{ConnectInfo, MatchedPath};
 use axum::response::Response;
 
-use super::headers::{refusal_response, Reported};
+use super::headers::{refusal_response, QuotaPolicy, Reported};
 use super::request::{Extensions, RequestInfo, RequestView};
 
 /// The default [`RequestInfo`] with the `axum` feature: axum's `ConnectInfo<SocketAddr>`
@@ -33,8 +33,13 @@ impl RequestInfo for AxumRequestInfo {
 }
 
 /// [`refusal_response`] as an axum [`Response`].
-pub fn refusal(r: &Reported, request_id: &str, unavailable: bool) -> Response {
-    refusal_response(r, request_id, unavailable)
+pub fn refusal(
+    r: &Reported,
+    policies: &[QuotaPolicy],
+    request_id: &str,
+    unavailable: bool,
+) -> Response {
+    refusal_response(r, policies, request_id, unavailable)
 }
 
 #[cfg(test)]
@@ -46,7 +51,7 @@ mod tests {
 
     use super::*;
     use crate::decision::Verdict;
-    use crate::middleware::headers::tests::reported;
+    use crate::middleware::headers::tests::{ip_policy, reported};
     use crate::middleware::REQUEST_ID;
 
     #[tokio::test]
@@ -54,7 +59,7 @@ mod tests {
         let r = reported(Verdict::Denied {
             retry_after: Duration::from_millis(1_200),
         });
-        let resp = refusal(&r, "req-1", false);
+        let resp = refusal(&r, &[ip_policy()], "req-1", false);
         assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(resp.headers()[RETRY_AFTER], "2");
         assert_eq!(resp.headers()[CONTENT_TYPE], "application/problem+json");
@@ -68,12 +73,13 @@ mod tests {
         assert_eq!(body["request_id"], "req-1");
         assert_eq!(body["retry_after"], 2);
 
-        let never = refusal(&reported(Verdict::Never), "r", false);
+        let never = refusal(&reported(Verdict::Never), &[], "r", false);
         assert!(never.headers().get(RETRY_AFTER).is_none());
         let closed = refusal(
             &reported(Verdict::Denied {
                 retry_after: Duration::from_secs(1),
             }),
+            &[ip_policy()],
             "r",
             true,
         );

@@ -7,10 +7,10 @@ use std::num::NonZeroU32;
 use std::path::Path;
 
 use ipnet::IpNet;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 use crate::error::{Error, Result};
-use crate::tier::{AlgorithmKind, FailureModeName, Rate, TierConfig};
+use crate::tier::{AlgorithmKind, FailureModeName, Rate, RateOverride, TierConfig};
 
 /// A dimension a request is limited on.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -53,13 +53,19 @@ impl fmt::Display for Dimension {
 /// trusted_proxies = ["10.0.0.0/8"]        # X-Forwarded-For is read only from these peers
 /// dimensions = ["api_key", "ip", "endpoint", "global"]
 /// default_tier = "free"
+/// api_key_header = "Authorization"        # default X-API-Key; a leading "Bearer " is stripped
+/// ipv6_prefix = 64                        # IPv6 clients share one budget per /64
 ///
 /// [tiers.free]
 /// limit = 100                             # per window_ms (default 60000)
 ///
+/// [tiers.pro]
+/// limit = 1000
+/// [tiers.pro.endpoint]                    # pro keys: 1000/min per route (others: [endpoint])
+/// limit = 1000
+///
 /// [ip]
-/// limit = 100
-/// algorithm = "sliding"
+/// limit = 100                             # still a sliding window: only `algorithm` changes it
 ///
 /// [endpoint]
 /// limit = 100
@@ -67,6 +73,10 @@ impl fmt::Display for Dimension {
 /// [global]
 /// limit = 100000
 /// shadow = true                           # record, never deny
+///
+/// [access]
+/// allow_ips = ["10.1.0.0/16"]             # never limited, not counted
+/// deny_ips = ["203.0.113.0/24"]           # 403 (deny wins over allow)
 /// ```
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -90,18 +100,146 @@ pub struct RateLimitConfig {
     /// The tier of keys without one.
     #[serde(default = "default_tier")]
     pub default_tier: String,
-    /// Rate per tier, for the API-key dimension.
+    /// Per tier: the API-key dimension's rate, and overrides of the other dimensions for
+    /// keys of that tier.
     #[serde(default = "default_tiers")]
-    pub tiers: BTreeMap<String, Rate>,
+    pub tiers: BTreeMap<String, TierLimits>,
     /// Per client IP (default 100/min, sliding window).
-    #[serde(default = "default_ip")]
+    #[serde(default = "default_ip", deserialize_with = "ip_rate")]
     pub ip: Rate,
     /// Per API key and endpoint (default 100/min, sliding window).
-    #[serde(default = "default_endpoint")]
+    #[serde(default = "default_endpoint", deserialize_with = "endpoint_rate")]
     pub endpoint: Rate,
     /// Global (default 100000/min, sliding window).
-    #[serde(default = "default_global")]
+    #[serde(default = "default_global", deserialize_with = "global_rate")]
     pub global: Rate,
+    /// The header carrying the API key (default `X-API-Key`; any header name, e.g.
+    /// `Authorization`). A leading `Bearer ` (any case) is stripped from its value.
+    #[serde(default = "default_api_key_header")]
+    pub api_key_header: String,
+    /// IPv6 clients are limited per network of this prefix length (default 64: one budget
+    /// per /64, the block a single host or site gets; 128: per address). IPv4 clients are
+    /// limited per address.
+    #[serde(default = "default_ipv6_prefix")]
+    pub ipv6_prefix: u8,
+    /// Allow and deny lists (default empty).
+    #[serde(default)]
+    pub access: AccessConfig,
+}
+
+/// One tier: the API-key dimension's rate (`[tiers.pro] limit = 1000`), and for keys of
+/// this tier optional overrides of the other dimensions (`[tiers.pro.endpoint]`,
+/// `[tiers.pro.ip]`, `[tiers.pro.global]`), each taking the fields it does not set from the
+/// dimension's own table.
+///
+/// An overridden `ip` or `global` limit is a budget of the tier's own, in the key
+/// `<prefix>:{ip:<ip>}:tier:<tier>` or `<prefix>:{global}:tier:<tier>`: the tier's keys do
+/// not share it with key-less traffic or other tiers (and one key never holds two policies).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TierLimits {
+    /// Units per window (API-key dimension).
+    pub limit: u64,
+    /// The window in milliseconds (default 60000).
+    #[serde(default = "one_minute")]
+    pub window_ms: u64,
+    /// The algorithm (default token bucket).
+    #[serde(default)]
+    pub algorithm: AlgorithmKind,
+    /// Burst: token bucket capacity or GCRA burst (default: `limit`).
+    #[serde(default)]
+    pub burst: Option<u64>,
+    /// Decide and record, but never deny.
+    #[serde(default)]
+    pub shadow: bool,
+    /// Overrides the global failure mode for this rate.
+    #[serde(default)]
+    pub failure_mode: Option<FailureModeName>,
+    /// The IP dimension for keys of this tier (default: `[ip]`).
+    #[serde(default)]
+    pub ip: Option<RateOverride>,
+    /// The endpoint dimension for keys of this tier (default: `[endpoint]`).
+    #[serde(default)]
+    pub endpoint: Option<RateOverride>,
+    /// The global dimension for keys of this tier (default: `[global]`).
+    #[serde(default)]
+    pub global: Option<RateOverride>,
+}
+
+fn one_minute() -> u64 {
+    60_000
+}
+
+impl From<Rate> for TierLimits {
+    /// A tier with this API-key rate and no overrides.
+    fn from(r: Rate) -> Self {
+        Self {
+            limit: r.limit,
+            window_ms: r.window_ms,
+            algorithm: r.algorithm,
+            burst: r.burst,
+            shadow: r.shadow,
+            failure_mode: r.failure_mode,
+            ip: None,
+            endpoint: None,
+            global: None,
+        }
+    }
+}
+
+impl TierLimits {
+    /// The API-key dimension's rate.
+    pub fn rate(&self) -> Rate {
+        Rate {
+            limit: self.limit,
+            window_ms: self.window_ms,
+            algorithm: self.algorithm,
+            burst: self.burst,
+            shadow: self.shadow,
+            failure_mode: self.failure_mode,
+        }
+    }
+
+    /// The override of `dimension` (`None` for the API key: that is the tier's own rate).
+    pub fn override_of(&self, dimension: Dimension) -> Option<&RateOverride> {
+        match dimension {
+            Dimension::ApiKey => None,
+            Dimension::Ip => self.ip.as_ref(),
+            Dimension::Endpoint => self.endpoint.as_ref(),
+            Dimension::Global => self.global.as_ref(),
+        }
+    }
+
+    /// Sets the override of `dimension` (builder style; ignored for the API key).
+    pub fn with_override(mut self, dimension: Dimension, rate: RateOverride) -> Self {
+        match dimension {
+            Dimension::ApiKey => {}
+            Dimension::Ip => self.ip = Some(rate),
+            Dimension::Endpoint => self.endpoint = Some(rate),
+            Dimension::Global => self.global = Some(rate),
+        }
+        self
+    }
+}
+
+/// Allow and deny lists, checked before any limit. Deny wins: a request whose client IP or
+/// API key is denied gets 403 even if the other is allowed. An allowed request (IP or key
+/// listed, nothing denied) is never limited and costs Redis nothing.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AccessConfig {
+    /// Client networks never limited (CIDR or address).
+    #[serde(default)]
+    pub allow_ips: Vec<IpNet>,
+    /// Client networks always refused with 403.
+    #[serde(default)]
+    pub deny_ips: Vec<IpNet>,
+    /// API keys never limited.
+    #[serde(default)]
+    pub allow_api_keys: Vec<String>,
+    /// API keys always refused with 403.
+    #[serde(default)]
+    pub deny_api_keys: Vec<String>,
 }
 
 fn default_prefix() -> String {
@@ -124,8 +262,12 @@ fn default_dimensions() -> Vec<Dimension> {
 fn default_tier() -> String {
     TierConfig::default().default_tier
 }
-fn default_tiers() -> BTreeMap<String, Rate> {
-    TierConfig::default().tiers
+fn default_tiers() -> BTreeMap<String, TierLimits> {
+    TierConfig::default()
+        .tiers
+        .into_iter()
+        .map(|(name, rate)| (name, rate.into()))
+        .collect()
 }
 fn default_ip() -> Rate {
     Rate::per_minute(100).with_algorithm(AlgorithmKind::Sliding)
@@ -135,6 +277,24 @@ fn default_endpoint() -> Rate {
 }
 fn default_global() -> Rate {
     Rate::per_minute(100_000).with_algorithm(AlgorithmKind::Sliding)
+}
+fn default_api_key_header() -> String {
+    "X-API-Key".to_string()
+}
+fn default_ipv6_prefix() -> u8 {
+    64
+}
+
+// A dimension's table overrides the dimension's defaults, so its algorithm stays the
+// documented one unless `algorithm` is given.
+fn ip_rate<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Rate, D::Error> {
+    Ok(RateOverride::deserialize(d)?.apply(&default_ip()))
+}
+fn endpoint_rate<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Rate, D::Error> {
+    Ok(RateOverride::deserialize(d)?.apply(&default_endpoint()))
+}
+fn global_rate<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Rate, D::Error> {
+    Ok(RateOverride::deserialize(d)?.apply(&default_global()))
 }
 
 impl Default for RateLimitConfig {
@@ -153,6 +313,9 @@ impl Default for RateLimitConfig {
             ip: default_ip(),
             endpoint: default_endpoint(),
             global: default_global(),
+            api_key_header: default_api_key_header(),
+            ipv6_prefix: default_ipv6_prefix(),
+            access: AccessConfig::default(),
         }
     }
 }
@@ -170,15 +333,42 @@ impl RateLimitConfig {
         crate::toml_file::parse(text, Self::validate)
     }
 
-    /// The tier part of the configuration.
+    /// The tier part of the configuration (the API-key dimension's rates).
     pub fn tier_config(&self) -> TierConfig {
         TierConfig {
             default_tier: self.default_tier.clone(),
-            tiers: self.tiers.clone(),
+            tiers: self
+                .tiers
+                .iter()
+                .map(|(name, t)| (name.clone(), t.rate()))
+                .collect(),
         }
     }
 
-    /// Checks every rate, the default tier, and the key prefix.
+    /// The rate of `dimension` at the top level (the API key's is the default tier's).
+    pub fn dimension_rate(&self, dimension: Dimension) -> Rate {
+        match dimension {
+            Dimension::ApiKey => self.tier_config().rate(None).1.clone(),
+            Dimension::Ip => self.ip.clone(),
+            Dimension::Endpoint => self.endpoint.clone(),
+            Dimension::Global => self.global.clone(),
+        }
+    }
+
+    /// The rate of `dimension` for keys of `tier`: the tier's override over the
+    /// dimension's table, if the tier has one.
+    pub fn tier_rate(&self, tier: &str, dimension: Dimension) -> Option<Rate> {
+        let limits = self.tiers.get(tier)?;
+        match dimension {
+            Dimension::ApiKey => Some(limits.rate()),
+            d => limits
+                .override_of(d)
+                .map(|o| o.apply(&self.dimension_rate(d))),
+        }
+    }
+
+    /// Checks every rate (tier overrides included), the default tier, the key prefix, the
+    /// API key header and the IPv6 prefix.
     pub fn validate(&self) -> Result<()> {
         self.tier_config().validate()?;
         let mode = self.failure_mode.with_instances(self.instances);
@@ -190,9 +380,39 @@ impl RateLimitConfig {
             rate.policy(mode)
                 .map_err(|e| Error::Config(format!("{name}: {e}")))?;
         }
+        for tier in self.tiers.keys() {
+            for d in [Dimension::Ip, Dimension::Endpoint, Dimension::Global] {
+                if let Some(rate) = self.tier_rate(tier, d) {
+                    rate.policy(mode)
+                        .map_err(|e| Error::Config(format!("tiers.{tier}.{d}: {e}")))?;
+                }
+            }
+        }
         if self.key_prefix.contains(['{', '}']) {
             return Err(Error::Config(
                 "key_prefix must not contain braces (they would change the hash slot)".to_string(),
+            ));
+        }
+        if http::HeaderName::from_bytes(self.api_key_header.as_bytes()).is_err() {
+            return Err(Error::Config(format!(
+                "api_key_header {:?} is not a valid header name",
+                self.api_key_header
+            )));
+        }
+        if !(1..=128).contains(&self.ipv6_prefix) {
+            return Err(Error::Config(
+                "ipv6_prefix must be between 1 and 128".to_string(),
+            ));
+        }
+        if self
+            .access
+            .allow_api_keys
+            .iter()
+            .chain(&self.access.deny_api_keys)
+            .any(|k| k.trim().is_empty() || k.trim() != k)
+        {
+            return Err(Error::Config(
+                "access: API keys must be non-empty, without surrounding spaces".to_string(),
             ));
         }
         Ok(())
@@ -238,7 +458,11 @@ mod tests {
         assert_eq!(c.trusted_proxies.len(), 2);
         assert_eq!(c.dimensions, [Dimension::Ip, Dimension::Global]);
         assert_eq!(c.ip.limit, 9);
-        assert_eq!(c.ip.algorithm, AlgorithmKind::TokenBucket);
+        assert_eq!(
+            c.ip.algorithm,
+            AlgorithmKind::Sliding,
+            "overriding a rate keeps the dimension's algorithm"
+        );
         assert!(c.global.shadow);
         assert_eq!(c.endpoint, default_endpoint());
     }
@@ -252,9 +476,96 @@ mod tests {
             ("default_tier = \"gold\"", "default_tier"),
             ("trusted_proxies = [\"nope\"]", "invalid IP"),
             ("instances = 0", "instances"),
+            ("ipv6_prefix = 0", "ipv6_prefix must be between 1 and 128"),
+            ("ipv6_prefix = 129", "ipv6_prefix must be between 1 and 128"),
+            (
+                "api_key_header = \"x key\"",
+                "api_key_header \"x key\" is not a valid",
+            ),
+            ("[access]\nallow_ips = [\"10.0.0.0/33\"]", "invalid IP"),
+            (
+                "[access]\ndeny_api_keys = [\"\"]",
+                "access: API keys must be non-empty",
+            ),
+            ("[access]\nallow = []", "unknown field `allow`"),
+            (
+                "[tiers.free]\nlimit = 1\n[tiers.free.ip]\nlimit = 0",
+                "tiers.free.ip: invalid policy: limit",
+            ),
+            (
+                "[tiers.free]\nlimit = 1\n[tiers.free.api]\nlimit = 1",
+                "unknown field `api`",
+            ),
+            (
+                "[tiers.free]\nlimit = 1\n[tiers.free.endpoint]\nlimt = 1",
+                "unknown field `limt`",
+            ),
         ] {
             let err = RateLimitConfig::from_toml(text).unwrap_err().to_string();
             assert!(err.contains(expected), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn tiers_override_any_dimension_and_keep_the_algorithm() {
+        let c = RateLimitConfig::from_toml(
+            r#"
+            api_key_header = "Authorization"
+            ipv6_prefix = 56
+            [tiers.free]
+            limit = 100
+            [tiers.pro]
+            limit = 1000
+            [tiers.pro.endpoint]
+            limit = 1000
+            [tiers.pro.ip]
+            limit = 500
+            window_ms = 1000
+            [tiers.pro.global]
+            algorithm = "gcra"
+            [ip]
+            limit = 50
+            [access]
+            allow_ips = ["10.0.0.0/8"]
+            deny_ips = ["10.6.6.0/24"]
+            allow_api_keys = ["a"]
+            deny_api_keys = ["d"]
+            "#,
+        )
+        .unwrap();
+        let sliding = |limit, window_ms| Rate {
+            window_ms,
+            ..Rate::per_minute(limit).with_algorithm(AlgorithmKind::Sliding)
+        };
+        assert_eq!(c.ip, sliding(50, 60_000));
+        assert_eq!(c.endpoint, default_endpoint());
+        assert_eq!(
+            c.tier_rate("pro", Dimension::ApiKey),
+            Some(Rate::per_minute(1000))
+        );
+        assert_eq!(
+            c.tier_rate("pro", Dimension::Endpoint),
+            Some(sliding(1000, 60_000))
+        );
+        assert_eq!(c.tier_rate("pro", Dimension::Ip), Some(sliding(500, 1_000)));
+        assert_eq!(
+            c.tier_rate("pro", Dimension::Global),
+            Some(Rate::per_minute(100_000).with_algorithm(AlgorithmKind::Gcra))
+        );
+        assert_eq!(c.tier_rate("free", Dimension::Ip), None, "no override");
+        assert_eq!(c.tier_rate("gold", Dimension::ApiKey), None);
+        assert_eq!(c.api_key_header, "Authorization");
+        assert_eq!(c.ipv6_prefix, 56);
+        assert_eq!(c.access.deny_ips.len(), 1);
+        assert_eq!(c.access.allow_api_keys, ["a"]);
+        // Defaults stay the design's: no tier overrides another dimension.
+        let d = RateLimitConfig::default();
+        for tier in ["free", "pro", "enterprise"] {
+            for dim in [Dimension::Ip, Dimension::Endpoint, Dimension::Global] {
+                assert_eq!(d.tier_rate(tier, dim), None);
+            }
+        }
+        assert_eq!(d.api_key_header, "X-API-Key");
+        assert_eq!(d.ipv6_prefix, 64);
     }
 }

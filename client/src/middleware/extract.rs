@@ -2,8 +2,8 @@
 
 use std::net::IpAddr;
 
-use http::HeaderMap;
-use ipnet::IpNet;
+use http::{HeaderMap, HeaderName};
+use ipnet::{IpNet, Ipv6Net};
 use sha2::{Digest, Sha256};
 
 /// The request id header, taken from the request or generated, and returned.
@@ -43,13 +43,51 @@ pub fn client_ip(peer: Option<IpAddr>, headers: &HeaderMap, trusted: &[IpNet]) -
     Some(client)
 }
 
-/// The API key, if the header is present, non-empty and printable.
+/// The API key from `X-API-Key`, if present, non-empty and printable.
 pub fn api_key(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(API_KEY)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|k| !k.is_empty())
+    api_key_in(headers, &HeaderName::from_static(API_KEY))
+}
+
+/// The API key from the header `name` (e.g. `Authorization`), if present, non-empty and
+/// printable; a leading `Bearer ` (the scheme in any case, RFC 9110 section 11.1) is
+/// stripped, so `Authorization: Bearer k1` and `Authorization: bearer k1` both give `k1`.
+///
+/// ```
+/// use http::{HeaderMap, HeaderName};
+/// use redis_rl_client::middleware::api_key_in;
+/// let mut h = HeaderMap::new();
+/// h.insert("authorization", "Bearer s3cret".parse().unwrap());
+/// assert_eq!(api_key_in(&h, &HeaderName::from_static("authorization")), Some("s3cret"));
+/// ```
+pub fn api_key_in<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h str> {
+    let value = headers.get(name)?.to_str().ok()?.trim();
+    if value.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = match value.get(..7) {
+        Some(scheme) if scheme.eq_ignore_ascii_case("bearer ") => value.get(7..)?.trim(),
+        _ => value,
+    };
+    Some(token).filter(|k| !k.is_empty())
+}
+
+/// How a client address appears in limiter keys: an IPv4 address as is (an IPv4-mapped
+/// IPv6 address as the IPv4 one), an IPv6 address as its network of `ipv6_prefix` bits
+/// (`2001:db8:1:2::/64`), so a host cannot multiply its budget by rotating through the
+/// addresses of its block.
+///
+/// ```
+/// use redis_rl_client::middleware::client_network;
+/// assert_eq!(client_network("2001:db8:1:2:aaaa::9".parse().unwrap(), 64), "2001:db8:1:2::/64");
+/// assert_eq!(client_network("::ffff:192.0.2.1".parse().unwrap(), 64), "192.0.2.1");
+/// ```
+pub fn client_network(ip: IpAddr, ipv6_prefix: u8) -> String {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) if ipv6_prefix >= 128 => v6.to_string(),
+        IpAddr::V6(v6) => Ipv6Net::new(v6, ipv6_prefix)
+            .map_or_else(|_| v6.to_string(), |net| net.trunc().to_string()),
+    }
 }
 
 /// A stable id for an API key that does not reveal it: the first 16 hex digits of its
@@ -147,5 +185,46 @@ mod tests {
         assert_eq!(api_key(&h), Some("k1"));
         assert_eq!(tenant_id("k1"), tenant_id("k1"));
         assert_ne!(tenant_id("k1"), tenant_id("k2"));
+    }
+
+    #[test]
+    fn api_key_from_any_header_with_bearer_stripped() {
+        let auth = HeaderName::from_static("authorization");
+        let mut h = HeaderMap::new();
+        assert_eq!(api_key_in(&h, &auth), None);
+        for (value, expected) in [
+            ("Bearer k1", Some("k1")),
+            ("bearer k1", Some("k1")),
+            ("BEARER   k1 ", Some("k1")),
+            ("Bearer ", None),
+            ("Bearer", None),
+            ("Basic dXNlcjpwdw==", Some("Basic dXNlcjpwdw==")),
+            ("k2", Some("k2")),
+        ] {
+            h.insert(&auth, value.parse().unwrap());
+            assert_eq!(api_key_in(&h, &auth), expected, "{value:?}");
+        }
+        let custom = HeaderName::from_static("x-token");
+        h.insert(&custom, "t9".parse().unwrap());
+        assert_eq!(api_key_in(&h, &custom), Some("t9"));
+    }
+
+    #[test]
+    fn ipv6_clients_are_grouped_by_prefix() {
+        let cases = [
+            ("192.0.2.7", 64, "192.0.2.7"),
+            ("::ffff:192.0.2.7", 64, "192.0.2.7"),
+            ("2001:db8:1:2:3:4:5:6", 64, "2001:db8:1:2::/64"),
+            ("2001:db8:1:2:ffff::1", 64, "2001:db8:1:2::/64"),
+            ("2001:db8:1:2:3:4:5:6", 48, "2001:db8:1::/48"),
+            ("2001:db8:1:2:3:4:5:6", 128, "2001:db8:1:2:3:4:5:6"),
+        ];
+        for (addr, prefix, expected) in cases {
+            assert_eq!(
+                client_network(ip(addr), prefix),
+                expected,
+                "{addr}/{prefix}"
+            );
+        }
     }
 }

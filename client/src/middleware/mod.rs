@@ -52,6 +52,7 @@
 //! # }
 //! ```
 
+mod access;
 #[cfg(feature = "axum")]
 mod axum;
 mod config;
@@ -64,9 +65,15 @@ mod service;
 
 #[cfg(feature = "axum")]
 pub use self::axum::{refusal, AxumRequestInfo};
-pub use config::{Dimension, RateLimitConfig};
-pub use extract::{api_key, client_ip, request_id, tenant_id, API_KEY, REQUEST_ID};
-pub use headers::{ceil_secs, refusal_response, write_rate_limit, Reported};
+pub use access::Access;
+pub use config::{AccessConfig, Dimension, RateLimitConfig, TierLimits};
+pub use extract::{
+    api_key, api_key_in, client_ip, client_network, request_id, tenant_id, API_KEY, REQUEST_ID,
+};
+pub use headers::{
+    ceil_secs, forbidden_response, policy_field, refusal_response, write_rate_limit, QuotaPolicy,
+    Reported,
+};
 pub use layer::RateLimitLayer;
 pub use request::{Extensions, RequestInfo, RequestView, RoutePattern};
 pub use service::RateLimitService;

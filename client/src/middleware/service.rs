@@ -8,8 +8,11 @@ use http::{HeaderValue, Request, Response};
 use tower_service::Service;
 use tracing::Instrument;
 
+use super::access::Access;
 use super::extract::{self, REQUEST_ID};
-use super::headers::{refusal_response, write_rate_limit, write_request_id, Reported};
+use super::headers::{
+    forbidden_response, refusal_response, write_rate_limit, write_request_id, QuotaPolicy, Reported,
+};
 use super::plan::{Planned, Shared};
 use super::request::{RequestInfo, RequestView};
 use crate::backend::BoxFuture;
@@ -71,7 +74,7 @@ where
     ResBody: From<String>,
 {
     let request_id = extract::request_id(req.headers());
-    let api_key = extract::api_key(req.headers()).map(str::to_owned);
+    let api_key = extract::api_key_in(req.headers(), &shared.api_key_header).map(str::to_owned);
     let tenant = api_key.as_deref().map(extract::tenant_id);
     let span = tracing::info_span!(
         "rate_limit",
@@ -83,48 +86,77 @@ where
     async move {
         let view = RequestView::of(&req);
         let peer = info.peer_ip(&view);
-        let ip = extract::client_ip(peer, req.headers(), &shared.config.trusted_proxies);
-        let endpoint = info
-            .route(&view)
-            .unwrap_or_else(|| "<unmatched>".to_owned());
-        let tier = match &api_key {
-            Some(key) => shared.resolver.tier(key).await,
-            None => None,
-        };
-        if let Some(t) = &tier {
-            tracing::Span::current().record("tier", tracing::field::display(t));
-        }
-        let plan = shared.plan(tenant.as_deref(), tier.as_deref(), ip, &endpoint);
-        let items: Vec<(&str, crate::Policy)> =
-            plan.iter().map(|p| (p.key.as_str(), p.policy)).collect();
-        let md = shared.limiter.check_all(&items).await;
-        count(&plan, &md);
-        let reported = most_restrictive(&plan, &md);
-        if let Some(r) = &reported {
-            tracing::Span::current().record("dimension", tracing::field::display(r.dimension));
+        let ip = extract::client_ip(peer, req.headers(), &shared.config.trusted_proxies)
+            .map(|ip| ip.to_canonical());
+        let mut limited = true;
+        if !shared.access.is_empty() {
+            match shared.access.check(ip, api_key.as_deref()) {
+                Access::Denied(on) => {
+                    metrics::counter!("rl_access_total", "list" => "deny", "on" => on).increment(1);
+                    tracing::debug!(denied_by = on, "request refused by the deny list");
+                    return Ok(forbidden_response(on, &request_id));
+                }
+                Access::Allowed => {
+                    metrics::counter!("rl_access_total", "list" => "allow").increment(1);
+                    limited = false;
+                }
+                Access::Limited => {}
+            }
         }
 
-        if let (Some(_), Some(r)) = (md.denied, &reported) {
-            let unavailable = r.decision.source == Source::FailClosed;
-            tracing::debug!(
-                retry_after_ms = r
-                    .decision
-                    .retry_after()
-                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-                source = r.decision.source.name(),
-                "request refused"
+        let (reported, policies) = if limited {
+            let endpoint = info
+                .route(&view)
+                .unwrap_or_else(|| "<unmatched>".to_owned());
+            let tier = match &api_key {
+                Some(key) => shared.resolver.tier(key).await,
+                None => None,
+            };
+            if let Some(t) = &tier {
+                tracing::Span::current().record("tier", tracing::field::display(t));
+            }
+            let client = ip.map_or_else(
+                || "unknown".to_string(),
+                |ip| extract::client_network(ip, shared.config.ipv6_prefix),
             );
-            return Ok(refusal_response(r, &request_id, unavailable));
-        }
+            let plan = shared.plan(tenant.as_deref(), tier.as_deref(), &client, &endpoint);
+            let items: Vec<(&str, crate::Policy)> =
+                plan.iter().map(|p| (p.key.as_str(), p.policy)).collect();
+            let md = shared.limiter.check_all(&items).await;
+            count(&plan, &md);
+            let policies: Vec<QuotaPolicy> = plan
+                .iter()
+                .filter(|p| !p.policy.is_shadow())
+                .map(|p| QuotaPolicy::of(p.dimension, &p.policy))
+                .collect();
+            let reported = most_restrictive(&plan, &md);
+            if let Some(r) = &reported {
+                tracing::Span::current()
+                    .record("dimension", tracing::field::display(r.policy.dimension));
+            }
+            if let (Some(_), Some(r)) = (md.denied, &reported) {
+                let unavailable = r.decision.source == Source::FailClosed;
+                tracing::debug!(
+                    retry_after_ms = r
+                        .decision
+                        .retry_after()
+                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                    source = r.decision.source.name(),
+                    "request refused"
+                );
+                return Ok(refusal_response(r, &policies, &request_id, unavailable));
+            }
+            (reported, policies)
+        } else {
+            (None, Vec::new())
+        };
 
         if let Ok(v) = HeaderValue::try_from(request_id.as_str()) {
             req.headers_mut().insert(REQUEST_ID, v);
         }
         let mut response = inner.call(req).await?;
         let headers = response.headers_mut();
-        if let Some(r) = &reported {
-            write_rate_limit(headers, r);
-        }
+        write_rate_limit(headers, reported.as_ref(), &policies);
         write_request_id(headers, &request_id);
         if response.status().is_server_error() {
             tracing::warn!(status = response.status().as_u16(), "upstream error");
@@ -135,30 +167,25 @@ where
     .await
 }
 
-/// The dimension to report: the denying one, else the enforced one with the fewest units
-/// left (ties: the one that takes longest to reset).
+/// The policy to report: the denying one, else among the enforced ones that Redis (or the
+/// local fallback) decided, the one with the fewest units left (ties: the longest `t`).
+/// `None` when nothing was decided (every dimension failed open, or none is enforced).
 fn most_restrictive(plan: &[Planned], md: &MultiDecision) -> Option<Reported> {
     let reported = |i: usize| {
         let p = plan.get(i)?;
         let d = md.decisions.get(i)?;
         Some(Reported {
-            dimension: p.dimension,
-            window: p.policy.algorithm().window(),
+            policy: QuotaPolicy::of(p.dimension, &p.policy),
             decision: *d,
         })
     };
     if let Some(i) = md.denied {
         return reported(i);
     }
-    let candidates = (0..plan.len()).filter(|&i| md.decisions.get(i).is_some_and(|d| !d.shadow));
-    let best = candidates
-        .min_by_key(|&i| {
-            md.decisions
-                .get(i)
-                .map(|d| (d.remaining, Reverse(d.reset_after)))
-        })
-        .or(if plan.is_empty() { None } else { Some(0) })?;
-    reported(best)
+    (0..plan.len())
+        .filter_map(reported)
+        .filter(|r| !r.decision.shadow && r.decision.source != Source::FailOpen)
+        .min_by_key(|r| (r.remaining(), Reverse(r.reset_secs())))
 }
 
 fn count(plan: &[Planned], md: &MultiDecision) {
@@ -196,8 +223,8 @@ mod tests {
 
     use super::*;
     use crate::backend::Backend;
-    use crate::middleware::{RateLimitConfig, RateLimitLayer};
-    use crate::tier::{FailureModeName, Rate, StaticTiers};
+    use crate::middleware::{Dimension, RateLimitConfig, RateLimitLayer};
+    use crate::tier::{FailureModeName, Rate, RateOverride, StaticTiers};
     use crate::Limiter;
 
     /// Redis is down for these tests: every decision is the local fallback's, which runs
@@ -267,15 +294,17 @@ mod tests {
         assert_eq!(resp.status(), StatusCode::OK);
         let h = resp.headers().clone();
         // free tier 100 (token bucket: full again in 0.6 s), ip 100 and endpoint 100
-        // (sliding windows: idle in 120 s), global 100000: fewest left, then longest reset.
+        // (sliding windows: idle in 120 s, reported as at most w), global 100000: fewest
+        // left, then the longest t, then the configured order.
         assert_eq!(h["x-ratelimit-limit"], "100");
         assert_eq!(h["x-ratelimit-remaining"], "99");
+        assert_eq!(h["x-ratelimit-reset"], "60", "t, never more than w");
         assert_eq!(
-            h["x-ratelimit-reset"], "120",
-            "a sliding window count weighs on the next window too"
+            h["ratelimit-policy"],
+            "\"api_key\";q=100;w=60, \"ip\";q=100;w=60, \"endpoint\";q=100;w=60, \"global\";q=100000;w=60",
+            "every policy enforced on the request"
         );
-        assert_eq!(h["ratelimit-policy"], "\"ip\";q=100;w=60");
-        assert_eq!(h["ratelimit"], "\"ip\";r=99;t=120");
+        assert_eq!(h["ratelimit"], "\"ip\";r=99;t=60");
         let id = h[REQUEST_ID].to_str().unwrap().to_string();
         assert_eq!(id.len(), 36);
         let bytes = axum::body::to_bytes(resp.into_body(), 1_000).await.unwrap();
@@ -306,7 +335,12 @@ mod tests {
         // 2 tokens per minute: the next one in 30 s, not the 60 s window.
         assert_eq!(h["retry-after"], "30");
         assert_eq!(h["x-ratelimit-remaining"], "0");
-        assert_eq!(h["ratelimit-policy"], "\"ip\";q=2;w=60");
+        assert_eq!(h["x-ratelimit-reset"], "30");
+        assert_eq!(h["ratelimit"], "\"ip\";r=0;t=30");
+        assert_eq!(
+            h["ratelimit-policy"],
+            "\"ip\";q=2;w=60, \"endpoint\";q=100;w=60, \"global\";q=100000;w=60"
+        );
         let body = body_json(resp).await;
         assert_eq!(body["dimension"], "ip");
         assert_eq!(body["request_id"], "abc-1");
@@ -337,7 +371,10 @@ mod tests {
             .unwrap();
         assert_eq!(a.status(), StatusCode::OK);
         assert_eq!(b.status(), StatusCode::OK);
-        assert_eq!(b.headers()["ratelimit-policy"], "\"endpoint\";q=2;w=60");
+        assert!(b.headers()["ratelimit"]
+            .to_str()
+            .unwrap()
+            .starts_with("\"endpoint\";r=0;"));
         let c = app
             .clone()
             .oneshot(request("/items/3", "192.0.2.4", Some("pro-key")))
@@ -353,7 +390,7 @@ mod tests {
             .unwrap();
         assert_eq!(d.status(), StatusCode::OK);
         let mut only_key = RateLimitConfig::default();
-        only_key.dimensions = vec![crate::middleware::Dimension::ApiKey];
+        only_key.dimensions = vec![Dimension::ApiKey];
         let resp = self::app(only_key)
             .oneshot(request("/other", "192.0.2.5", Some("pro-key")))
             .await
@@ -410,6 +447,9 @@ mod tests {
             .unwrap();
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(resp.headers()["retry-after"], "1");
+        for name in ["ratelimit", "ratelimit-policy", "x-ratelimit-remaining"] {
+            assert!(resp.headers().get(name).is_none(), "503 with {name}");
+        }
         assert_eq!(body_json(resp).await["title"], "Rate limiter unavailable");
     }
 
@@ -428,6 +468,136 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(resp.status(), StatusCode::OK);
+        }
+    }
+
+    #[tokio::test]
+    async fn tiers_override_every_dimension_for_their_keys() {
+        let mut config = RateLimitConfig::default();
+        config.endpoint = Rate {
+            window_ms: 3_600_000,
+            ..Rate::per_minute(2)
+        }
+        .with_algorithm(crate::tier::AlgorithmKind::Sliding);
+        let pro = config.tiers.remove("pro").unwrap().with_override(
+            Dimension::Endpoint,
+            RateOverride {
+                limit: Some(5),
+                ..RateOverride::default()
+            },
+        );
+        config.tiers.insert("pro".into(), pro);
+        let app = app(config);
+        let run = |key: &'static str| {
+            let app = app.clone();
+            async move {
+                let mut ok = 0;
+                for _ in 0..8 {
+                    let resp = app
+                        .clone()
+                        .oneshot(request("/items/1", "192.0.2.20", Some(key)))
+                        .await
+                        .unwrap();
+                    if resp.status() == StatusCode::OK {
+                        ok += 1;
+                    }
+                }
+                ok
+            }
+        };
+        assert_eq!(run("free-key").await, 2, "free: the [endpoint] table");
+        assert_eq!(run("pro-key").await, 5, "pro: [tiers.pro.endpoint]");
+    }
+
+    #[tokio::test]
+    async fn access_lists_bypass_or_refuse_before_any_limit() {
+        let mut config = RateLimitConfig::default();
+        config.ip = Rate::per_minute(1);
+        config.access.allow_ips = vec!["198.51.100.0/24".parse().unwrap()];
+        config.access.deny_ips = vec!["198.51.100.66/32".parse().unwrap()];
+        config.access.deny_api_keys = vec!["stolen".into()];
+        config.access.allow_api_keys = vec!["partner".into()];
+        let app = app(config);
+        for _ in 0..5 {
+            let resp = app
+                .clone()
+                .oneshot(request("/other", "198.51.100.7", None))
+                .await
+                .unwrap();
+            assert_eq!(
+                resp.status(),
+                StatusCode::OK,
+                "allowed network: never limited"
+            );
+            assert!(resp.headers().get("ratelimit").is_none());
+            let resp = app
+                .clone()
+                .oneshot(request("/other", "192.0.2.30", Some("partner")))
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::OK, "allowed key: never limited");
+        }
+        let mut req = request("/other", "198.51.100.66", None);
+        req.headers_mut()
+            .insert(REQUEST_ID, "deny-1".parse().unwrap());
+        let resp = app.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "deny wins over allow");
+        assert_eq!(resp.headers()["content-type"], "application/problem+json");
+        let body = body_json(resp).await;
+        assert_eq!(body["request_id"], "deny-1");
+        assert_eq!(body["denied_by"], "ip");
+        let resp = app
+            .clone()
+            .oneshot(request("/other", "198.51.100.7", Some("stolen")))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        // Not listed: limited as usual (1 per minute per IP).
+        assert_eq!(
+            status(&app, request("/other", "192.0.2.31", None)).await,
+            StatusCode::OK
+        );
+        assert_eq!(
+            status(&app, request("/other", "192.0.2.31", None)).await,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+
+    #[tokio::test]
+    async fn bearer_tokens_and_ipv6_networks_identify_clients() {
+        let mut config = RateLimitConfig::default();
+        config.api_key_header = "Authorization".into();
+        config.dimensions = vec![Dimension::ApiKey, Dimension::Ip];
+        config.ip = Rate::per_minute(2);
+        let app = app(config);
+        let bearer = |ip: &str, token: &str| {
+            let mut r = request("/other", ip, None);
+            r.headers_mut()
+                .insert("authorization", token.parse().unwrap());
+            r
+        };
+        // The pro tier is found from the Bearer token, in any case of the scheme.
+        let resp = app
+            .clone()
+            .oneshot(bearer("192.0.2.40", "bearer pro-key"))
+            .await
+            .unwrap();
+        assert!(resp.headers()["ratelimit-policy"]
+            .to_str()
+            .unwrap()
+            .starts_with("\"api_key\";q=1000;"));
+        // Two addresses of one /64 share its budget; another /64 has its own.
+        for (ip, expected) in [
+            ("2001:db8:0:1::1", StatusCode::OK),
+            ("2001:db8:0:1:ffff::2", StatusCode::OK),
+            ("2001:db8:0:1:1234::3", StatusCode::TOO_MANY_REQUESTS),
+            ("2001:db8:0:2::1", StatusCode::OK),
+        ] {
+            assert_eq!(
+                status(&app, request("/other", ip, None)).await,
+                expected,
+                "{ip}"
+            );
         }
     }
 }

@@ -67,7 +67,7 @@ async fn each_dimension_refuses_with_its_name() {
     let cases = [
         ("api_key", {
             let mut c = RateLimitConfig::default();
-            c.tiers.insert("free".into(), Rate::per_minute(2));
+            c.tiers.insert("free".into(), Rate::per_minute(2).into());
             c
         }),
         ("ip", {
@@ -109,9 +109,17 @@ async fn each_dimension_refuses_with_its_name() {
             (1..=30).contains(&retry),
             "{dimension}: true wait, not the window: {retry}"
         );
+        assert!(
+            h["ratelimit-policy"]
+                .to_str()
+                .unwrap()
+                .contains(&format!("\"{dimension}\";q=2;w=60")),
+            "every enforced policy is listed"
+        );
         assert_eq!(
-            h["ratelimit-policy"],
-            format!("\"{dimension}\";q=2;w=60").as_str()
+            h["ratelimit"],
+            format!("\"{dimension}\";r=0;t={retry}").as_str(),
+            "t is the wait of Retry-After"
         );
         assert_eq!(h["x-ratelimit-remaining"], "0");
         let body = problem(resp).await;
