@@ -15,22 +15,19 @@
 //! algorithm = "sliding"          # token_bucket (default), sliding, fixed, gcra, log
 //! ```
 
+mod redis_hash;
+
 use std::collections::{BTreeMap, HashMap};
-use std::num::{NonZeroU32, NonZeroUsize};
+use std::num::NonZeroU32;
 #[cfg(feature = "toml")]
 use std::path::Path;
-use std::sync::Mutex;
-use std::time::Duration;
 
-use lru::LruCache;
-use redis::Value;
 use redis_rl_core::limits::Range;
 use serde::Deserialize;
-use tokio::time::Instant;
 
+pub use self::redis_hash::{RedisHashTiers, TierStats, DEFAULT_SNAPSHOT_MAX_KEYS};
 use crate::backend::BoxFuture;
 use crate::error::{Error, Result};
-use crate::limiter::Limiter;
 use crate::policy::{Algorithm, FailureMode, Policy};
 
 /// The algorithm named in configuration.
@@ -329,81 +326,6 @@ impl TierResolver for StaticTiers {
     fn tier<'a>(&'a self, api_key: &'a str) -> BoxFuture<'a, Option<String>> {
         let tier = self.map.get(api_key).cloned();
         Box::pin(async move { tier })
-    }
-}
-
-#[derive(Clone, Debug)]
-struct Cached {
-    tier: Option<String>,
-    fetched: Instant,
-}
-
-/// Tiers stored in a Redis hash (`HSET rl:tiers <api key> pro`), cached locally for `ttl`
-/// so a lookup costs a round trip once per key per `ttl`, not per request.
-///
-/// Lookups go through the limiter's timeout and breaker. When Redis cannot answer, the
-/// last known tier is used even if stale, else the default tier.
-pub struct RedisHashTiers {
-    limiter: Limiter,
-    hash: String,
-    ttl: Duration,
-    cache: Mutex<LruCache<String, Cached>>,
-}
-
-impl RedisHashTiers {
-    /// Reads tiers from the hash `hash`, caching up to `capacity` keys for `ttl`.
-    pub fn new(
-        limiter: Limiter,
-        hash: impl Into<String>,
-        ttl: Duration,
-        capacity: NonZeroUsize,
-    ) -> Self {
-        Self {
-            limiter,
-            hash: hash.into(),
-            ttl,
-            cache: Mutex::new(LruCache::new(capacity)),
-        }
-    }
-
-    fn cached(&self, api_key: &str) -> Option<Cached> {
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache.get(api_key).cloned()
-    }
-
-    async fn fetch(&self, api_key: &str) -> Option<String> {
-        let stale = match self.cached(api_key) {
-            Some(c) if c.fetched.elapsed() < self.ttl => return c.tier,
-            other => other,
-        };
-        let mut cmd = redis::cmd("HGET");
-        cmd.arg(&self.hash).arg(api_key);
-        let slot = Some(redis::cluster_routing::get_slot(self.hash.as_bytes()));
-        let tier = match self.limiter.query(&cmd, slot).await {
-            Ok(Value::Nil) => None,
-            Ok(Value::BulkString(bytes)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-            Ok(Value::SimpleString(s)) => Some(s),
-            Ok(other) => {
-                tracing::warn!(hash = %self.hash, reply = ?other, "unexpected tier lookup reply");
-                None
-            }
-            Err(_) => return stale.and_then(|c| c.tier),
-        };
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache.put(
-            api_key.to_string(),
-            Cached {
-                tier: tier.clone(),
-                fetched: Instant::now(),
-            },
-        );
-        tier
-    }
-}
-
-impl TierResolver for RedisHashTiers {
-    fn tier<'a>(&'a self, api_key: &'a str) -> BoxFuture<'a, Option<String>> {
-        Box::pin(self.fetch(api_key))
     }
 }
 

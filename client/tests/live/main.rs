@@ -10,4 +10,5 @@ mod cluster;
 mod limiter;
 mod lua_twin;
 mod middleware;
+mod policy;
 mod upto;
