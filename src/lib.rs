@@ -17,6 +17,7 @@ mod config;
 mod docs;
 mod encoding;
 mod error;
+mod replication;
 mod reply;
 mod stats;
 mod store;
@@ -53,9 +54,20 @@ redis_module! {
     ]
 }
 
+/// Valkey's `VALKEYMODULE_OPTIONS_SKIP_COMMAND_VALIDATION` (Valkey 8.1+); the bit has
+/// another meaning or none on Redis.
+const VALKEY_SKIP_COMMAND_VALIDATION: c_int = 1 << 4;
 /// Valkey's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (Valkey 9.0+); the bit has
 /// another meaning or none on Redis.
 const VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+
+/// The server this module runs in, from `INFO server`.
+struct Server {
+    /// `server_name:valkey` (Redis 7.0 has no such field).
+    valkey: bool,
+    /// `valkey_version` as (major, minor), on Valkey.
+    valkey_version: Option<(u32, u32)>,
+}
 
 /// The module's options:
 /// - only real writes signal a key as modified (store.rs does it), not reads or denials;
@@ -66,18 +78,38 @@ const VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
 ///   loaded module does not declare it): a limiter is a plain string key, moved by the
 ///   slot snapshot like any other, and every write is propagated as a plain command
 ///   (`SET ... PXAT`, `DEL`), which the server forwards to the target while the slot is
-///   exported.
-fn module_options(ctx: &Context) -> c_int {
+///   exported (a slot export also switches the replication mode to effects, see
+///   `replication.rs`);
+/// - on Valkey 8.1 and later, no command validation for the commands the module replicates
+///   (`SET`, `SETRANGE`, `PEXPIREAT`, `DEL`: always valid; saves a command lookup by name
+///   per replicated write).
+fn module_options(server: &Server) -> c_int {
     let mut options = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int
         | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD as c_int;
-    if server_name(ctx).as_deref() == Some("valkey") {
+    if server.valkey {
         options |= VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION;
+        if server.valkey_version.is_some_and(|v| v >= (8, 1)) {
+            options |= VALKEY_SKIP_COMMAND_VALIDATION;
+        }
     }
     options
 }
 
-/// `server_name` from `INFO server` (Valkey reports `valkey`; Redis 7.0 has no such field).
-fn server_name(ctx: &Context) -> Option<String> {
+/// Reads [`Server`] from `INFO server`.
+fn server(ctx: &Context) -> Server {
+    let name = server_field(ctx, c"server_name");
+    let version = server_field(ctx, c"valkey_version").and_then(|v| {
+        let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
+        Some((parts.next()??, parts.next()??))
+    });
+    Server {
+        valkey: name.as_deref() == Some("valkey"),
+        valkey_version: version,
+    }
+}
+
+/// A field of `INFO server`, if the server has it.
+fn server_field(ctx: &Context, name: &std::ffi::CStr) -> Option<String> {
     // SAFETY: the API table is filled before init runs.
     let (get, field, free) = unsafe {
         (
@@ -86,21 +118,21 @@ fn server_name(ctx: &Context) -> Option<String> {
             raw::RedisModule_FreeServerInfo?,
         )
     };
-    // SAFETY: a valid context and a NUL-terminated section name; the field's text is
-    // copied before the info object is freed.
+    // SAFETY: a valid context and NUL-terminated names; the field's text is copied before
+    // the info object is freed.
     unsafe {
         let info = get(ctx.get_raw(), c"server".as_ptr());
         if info.is_null() {
             return None;
         }
-        let value = field(info, c"server_name".as_ptr());
-        let name = (!value.is_null()).then(|| {
+        let value = field(info, name.as_ptr());
+        let text = (!value.is_null()).then(|| {
             std::ffi::CStr::from_ptr(value)
                 .to_string_lossy()
                 .into_owned()
         });
         free(ctx.get_raw(), info);
-        name
+        text
     }
 }
 
@@ -108,10 +140,12 @@ fn server_name(ctx: &Context) -> Option<String> {
 /// command metadata, ACL categories and the INFO section, each only where the server has
 /// the API, so the module loads on Redis 7.0 as on newer servers.
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    let server = server(ctx);
     // SAFETY: the API table is filled before init runs.
     if let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions } {
-        unsafe { set_options(ctx.get_raw(), module_options(ctx)) };
+        unsafe { set_options(ctx.get_raw(), module_options(&server)) };
     }
+    replication::init(ctx, server.valkey);
     if let Err(e) = commands::register(ctx) {
         ctx.log_warning(&format!("redis-rl: {e}"));
         return Status::Err;

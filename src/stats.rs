@@ -63,7 +63,10 @@ fn info_name(name: &std::ffi::CStr) -> String {
 }
 
 /// The `INFO rl` section: `<command>_calls`, `_allowed`, `_denied`, `_errors` per command,
-/// in the order of the command table.
+/// in the order of the command table, then the replication mode (`replication_mode`:
+/// `effects` or `verbatim`) and `writes_replayed` (RL writes that ran from the replication
+/// stream or while loading: non-zero only if a master ever sent an RL call itself, see
+/// `replication.rs`).
 ///
 /// Registered with `RedisModule_RegisterInfoFunc` at load.
 pub extern "C" fn info(ctx: *mut redis_module::raw::RedisModuleInfoCtx, _for_crash_report: i32) {
@@ -93,6 +96,22 @@ pub extern "C" fn info(ctx: *mut redis_module::raw::RedisModuleInfoCtx, _for_cra
             }
         }
     }
+    let mode = match crate::replication::mode() {
+        crate::replication::Mode::Replicate => c"effects",
+        crate::replication::Mode::Verbatim => c"verbatim",
+    };
+    // SAFETY: the API table is filled at module load; valid context and NUL-terminated texts.
+    if let Some(add_text) = unsafe { raw::RedisModule_InfoAddFieldCString } {
+        unsafe { add_text(ctx, c"replication_mode".as_ptr(), mode.as_ptr()) };
+    }
+    // SAFETY: as above.
+    unsafe {
+        add_field(
+            ctx,
+            c"writes_replayed".as_ptr(),
+            crate::replication::replayed(),
+        )
+    };
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ use redis_rl_core::{Micros, Millis};
 
 use crate::encoding::{self, lease_table, DecodeError, Stored, HEADER_LEN};
 use crate::error::Error;
+use crate::replication;
 
 /// Strings up to this many bytes may be stored embedded or as an integer (Redis 7.0 embeds up
 /// to 44 bytes, Valkey 9.1 a whole key entry of up to 128), which a direct read would
@@ -156,7 +157,9 @@ impl<'a> LimiterKey<'a> {
         signal_modified(self.ctx, self.name);
         notify(self.ctx, raw::NotifyEvent::STRING, c"set", self.name);
         notify(self.ctx, raw::NotifyEvent::GENERIC, c"expire", self.name);
-        replicate_set(self.ctx, self.name, value, expire_at_ms);
+        replication::replicate(self.ctx, || {
+            replicate_set(self.ctx, self.name, value, expire_at_ms);
+        });
         Ok(())
     }
 }
@@ -224,15 +227,22 @@ impl LimiterKey<'_> {
         // SAFETY: the key is open for writing and holds a string.
         unsafe { set_abs_expire(self.key, expire_at_ms) };
         signal_modified(self.ctx, self.name);
-        for (offset, length) in dirty.ranges() {
-            let Some(changed) = bytes.get(offset..offset + length) else {
-                continue;
-            };
+        let ranges = dirty.ranges();
+        let changed = || {
+            ranges
+                .iter()
+                .filter_map(|&(offset, length)| Some((offset, bytes.get(offset..offset + length)?)))
+        };
+        for _ in changed() {
             notify(self.ctx, raw::NotifyEvent::STRING, c"setrange", self.name);
-            replicate_setrange(self.ctx, self.name, offset, changed);
         }
         notify(self.ctx, raw::NotifyEvent::GENERIC, c"expire", self.name);
-        replicate_pexpireat(self.ctx, self.name, expire_at_ms);
+        replication::replicate(self.ctx, || {
+            for (offset, range) in changed() {
+                replicate_setrange(self.ctx, self.name, offset, range);
+            }
+            replicate_pexpireat(self.ctx, self.name, expire_at_ms);
+        });
         Ok(())
     }
 
@@ -417,7 +427,9 @@ fn delete_open(
     }
     signal_modified(ctx, key);
     notify(ctx, raw::NotifyEvent::GENERIC, c"del", key);
-    ctx.replicate("DEL", &[key.as_slice()]);
+    replication::replicate(ctx, || {
+        ctx.replicate("DEL", &[key.as_slice()]);
+    });
     Ok(())
 }
 

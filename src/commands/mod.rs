@@ -177,6 +177,7 @@ fn dispatch(
     counters: &CommandStats,
 ) -> c_int {
     let context = Context::new(ctx);
+    crate::replication::begin_call();
     let result = with_args(ctx, argv, argc, |args| {
         catch_unwind(AssertUnwindSafe(|| (command.handler)(&context, args))).unwrap_or(Err(
             Error::Fixed("internal error in redis-rl (a bug: please report it with the command)"),

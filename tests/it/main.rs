@@ -28,6 +28,7 @@ mod operations_module;
 mod operations_persistence;
 mod operations_replication;
 mod replication;
+mod replication_mode;
 mod reset_state;
 mod sliding_log;
 mod sliding_window;
