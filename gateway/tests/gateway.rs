@@ -314,3 +314,108 @@ async fn works_unchanged_on_a_server_without_the_module() {
         "{libraries:?}"
     );
 }
+
+/// The TOML a platform team writes, end to end over HTTP: per-tier overrides of the
+/// endpoint dimension, `Authorization: Bearer` keys, deny and allow lists, one wait in
+/// every header of a 429, and no quota fields on the 503 of closed mode.
+#[tokio::test]
+async fn config_file_sets_tiers_identity_access_and_coherent_headers() {
+    let mut server = Server::start();
+    let _: () = query(
+        &mut server.client(),
+        &["HSET", "rl:tiers", "pro-tok", "pro"],
+    );
+    let dir = std::env::temp_dir().join(format!("rl-gw-policy-{}", server.port));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        r#"
+dimensions = ["api_key", "endpoint"]
+api_key_header = "Authorization"
+[endpoint]
+limit = 2
+[tiers.free]
+limit = 100
+[tiers.pro]
+limit = 1000
+[tiers.pro.endpoint]
+limit = 4
+[access]
+allow_api_keys = ["partner-tok"]
+deny_api_keys = ["revoked-tok"]
+"#,
+    )
+    .unwrap();
+    let gw = Gateway::start(&[
+        "--redis",
+        &server.url(),
+        "--config",
+        config.to_str().unwrap(),
+        "--failure-mode",
+        "closed",
+    ])
+    .await;
+    let bearer = |t: &str| format!("Bearer {t}");
+    let admitted = async |token: &str, path: &str| {
+        let mut ok = 0;
+        let mut last = None;
+        for _ in 0..6 {
+            let auth = bearer(token);
+            let (status, h, _) = gw.get(path, &[("authorization", &auth)]).await.unwrap();
+            if status == 200 {
+                ok += 1;
+            } else {
+                last = Some((status, h));
+            }
+        }
+        (ok, last)
+    };
+    let (free, refused) = admitted("free-tok", "/api/items/1").await;
+    assert_eq!(free, 2, "free keys: the [endpoint] table");
+    let (status, h) = refused.unwrap();
+    assert_eq!(status, 429);
+    let t = h["retry-after"].to_str().unwrap();
+    assert_eq!(h["ratelimit"], format!("\"endpoint\";r=0;t={t}").as_str());
+    assert_eq!(h["x-ratelimit-reset"], t);
+    assert_eq!(
+        h["ratelimit-policy"],
+        "\"api_key\";q=100;w=60, \"endpoint\";q=2;w=60"
+    );
+    let (pro, _) = admitted("pro-tok", "/api/items/1").await;
+    assert_eq!(pro, 4, "pro keys: [tiers.pro.endpoint]");
+
+    let (status, h, body) = gw
+        .get(
+            "/api/items/1",
+            &[
+                ("authorization", "bearer revoked-tok"),
+                ("x-request-id", "r-403"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(h["content-type"], "application/problem+json");
+    assert_eq!(h["x-request-id"], "r-403");
+    assert!(body.contains("\"request_id\":\"r-403\""), "{body}");
+    let (partner, _) = admitted("partner-tok", "/api/items/1").await;
+    assert_eq!(partner, 6, "allowed keys are never limited");
+
+    // A key and route Redis never denied (the deny cache would answer those locally).
+    server.kill();
+    let (status, h, body) = gw
+        .get("/api/search", &[("authorization", "Bearer other-tok")])
+        .await
+        .unwrap();
+    assert_eq!(status, 503, "{body}");
+    for name in [
+        "ratelimit",
+        "ratelimit-policy",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+    ] {
+        assert!(h.get(name).is_none(), "503 with {name}");
+    }
+}
