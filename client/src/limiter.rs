@@ -217,9 +217,10 @@ impl Limiter {
     /// Takes `cost` units on every key if every enforced key allows it, else nothing.
     ///
     /// With `RL.ALL` on the server: one call per hash slot (one in all on a standalone
-    /// server, atomic). Across slots, slot by slot, refunding (`RL.REFUND`) the slots
-    /// already taken when a later one denies; between the take and the refund another
-    /// client can see the lower count (best effort). Without `RL.ALL`: every key is peeked
+    /// server, atomic). Across slots, every slot at once (one round trip of latency),
+    /// refunding (`RL.REFUND`) the slots that took when another one denies or fails;
+    /// between the take and the refund another client can see the lower count (best
+    /// effort). Without `RL.ALL`: every key is peeked
     /// first (nothing taken if one denies), then taken; if a key denies in between
     /// (a race), the others are refunded when the server has `RL.REFUND`.
     ///

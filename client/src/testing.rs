@@ -25,6 +25,8 @@ type Answer = Box<dyn Fn(&[String]) -> Value + Send + Sync>;
 /// up, refuses connections while down, never answers while hanging.
 pub(crate) struct Mock {
     mode: AtomicU8,
+    /// How long each answer takes (tests run on paused time).
+    delay: Mutex<Duration>,
     cluster: bool,
     pub(crate) log: Mutex<Vec<(Vec<String>, Option<u16>)>>,
     answer: Answer,
@@ -37,6 +39,7 @@ impl Mock {
     ) -> Arc<Self> {
         Arc::new(Self {
             mode: AtomicU8::new(UP),
+            delay: Mutex::new(Duration::ZERO),
             cluster,
             log: Mutex::new(Vec::new()),
             answer: Box::new(answer),
@@ -45,6 +48,11 @@ impl Mock {
 
     pub(crate) fn set(&self, mode: u8) {
         self.mode.store(mode, Ordering::SeqCst);
+    }
+
+    /// Each answer from now on takes `delay`.
+    pub(crate) fn delay(&self, delay: Duration) {
+        *self.delay.lock().unwrap() = delay;
     }
 
     pub(crate) fn commands(&self) -> Vec<Vec<String>> {
@@ -75,7 +83,11 @@ impl Backend for Mock {
         self.log.lock().unwrap().push((w.clone(), slot));
         let mode = self.mode.load(Ordering::SeqCst);
         let reply = (self.answer)(&w);
+        let delay = *self.delay.lock().unwrap();
         Box::pin(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             match mode {
                 UP => match reply {
                     Value::SimpleString(e) if e.starts_with('-') => {
