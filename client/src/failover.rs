@@ -1,5 +1,7 @@
 //! The failure-mode layer: turns "Redis could not answer" into a decision, by each
-//! policy's [`FailureMode`] (open, closed, or the local fallback limiter).
+//! policy's [`FailureMode`] (open, closed, or the local fallback limiter, whose share of
+//! each limit is the limit divided by the live fleet size when it is known, see
+//! [`crate::fleet`], else by the policy's `instances`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,6 +11,7 @@ use crate::decider::{Check, Decider};
 use crate::decision::{Decision, MultiDecision, Source, Verdict};
 use crate::error::Error;
 use crate::fallback::LocalLimiter;
+use crate::fleet::FleetView;
 use crate::policy::{Algorithm, FailureMode, Policy};
 use crate::transport::Transport;
 
@@ -30,18 +33,26 @@ pub struct Failover<D> {
     inner: D,
     transport: Arc<Transport>,
     local: LocalLimiter,
+    fleet: Arc<FleetView>,
     local_count: AtomicU64,
     fail_open: AtomicU64,
     fail_closed: AtomicU64,
 }
 
 impl<D: Decider> Failover<D> {
-    /// `inner`, falling back on `local` (the breaker and the error log are `transport`'s).
-    pub fn new(inner: D, transport: Arc<Transport>, local: LocalLimiter) -> Self {
+    /// `inner`, falling back on `local` (the breaker and the error log are `transport`'s),
+    /// which divides limits as `fleet` says.
+    pub(crate) fn new(
+        inner: D,
+        transport: Arc<Transport>,
+        local: LocalLimiter,
+        fleet: Arc<FleetView>,
+    ) -> Self {
         Self {
             inner,
             transport,
             local,
+            fleet,
             local_count: AtomicU64::new(0),
             fail_open: AtomicU64::new(0),
             fail_closed: AtomicU64::new(0),
@@ -146,8 +157,8 @@ impl<D: Decider> Failover<D> {
                 shadow: false,
             },
             FailureMode::Local { instances } => {
-                self.local
-                    .check(key, policy.algorithm(), instances, cost, peek)
+                let share = self.fleet.divisor(instances);
+                self.local.check(key, policy.algorithm(), share, cost, peek)
             }
         }
     }

@@ -63,6 +63,7 @@ pub mod deny_cache;
 pub mod error;
 pub mod failover;
 pub mod fallback;
+pub mod fleet;
 pub mod limiter;
 #[cfg(feature = "middleware")]
 pub mod middleware;
@@ -81,6 +82,7 @@ pub use decision::{Decision, Grant, MultiDecision, Source, Verdict};
 pub use deny_cache::DenyCache;
 pub use error::{Error, Result};
 pub use fallback::LocalLimiter;
+pub use fleet::FleetConfig;
 pub use limiter::{Limiter, LimiterBuilder, LimiterStats, DEFAULT_TIMEOUT};
 pub use policy::{Algorithm, FailureMode, Policy};
 pub use tier::{Rate, RateOverride, RedisHashTiers, StaticTiers, TierConfig, TierResolver};

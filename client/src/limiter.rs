@@ -1,8 +1,8 @@
 //! The limiter: the facade over the layers (see [`crate::decider`] for the stack). It
 //! builds them, splits shadow policies from enforced ones, and gathers the counters.
 
-use std::num::NonZeroUsize;
-use std::sync::Arc;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -17,6 +17,7 @@ use crate::deny_cache::{DenyCache, DenyCached};
 use crate::error::Result;
 use crate::failover::Failover;
 use crate::fallback::LocalLimiter;
+use crate::fleet::{FleetConfig, FleetView, Membership};
 use crate::policy::Policy;
 use crate::transport::Transport;
 
@@ -44,6 +45,7 @@ pub struct LimiterBuilder {
     local_capacity: usize,
     rl_all: Option<bool>,
     engine: Engine,
+    fleet_fallback: bool,
 }
 
 impl Default for LimiterBuilder {
@@ -55,6 +57,7 @@ impl Default for LimiterBuilder {
             local_capacity: 100_000,
             rl_all: None,
             engine: Engine::Auto,
+            fleet_fallback: true,
         }
     }
 }
@@ -99,6 +102,15 @@ impl LimiterBuilder {
         self
     }
 
+    /// Whether the local fallback divides each limit by the live fleet size once
+    /// [`Limiter::join_fleet`] has read it (default true), instead of by each policy's
+    /// `FailureMode::Local { instances }` (which still applies before the size is known).
+    /// Turn it off to keep a static `instances`.
+    pub fn fleet_fallback(mut self, on: bool) -> Self {
+        self.fleet_fallback = on;
+        self
+    }
+
     /// A limiter on a standalone server.
     pub fn standalone(self, url: &str) -> Result<Limiter> {
         let backend = Standalone::new(url, self.timeout)?;
@@ -124,13 +136,20 @@ impl LimiterBuilder {
             decider,
             NonZeroUsize::new(self.deny_cache).map(DenyCache::new),
         );
+        let fleet = Arc::new(FleetView::new(self.fleet_fallback));
         let stack = Failover::new(
             cached,
             transport.clone(),
             LocalLimiter::new(self.local_capacity),
+            fleet.clone(),
         );
         Limiter {
-            inner: Arc::new(Inner { transport, stack }),
+            inner: Arc::new(Inner {
+                transport,
+                stack,
+                fleet,
+                membership: Mutex::new(None),
+            }),
         }
     }
 }
@@ -152,11 +171,15 @@ pub struct LimiterStats {
     pub fail_closed: u64,
     /// Breaker transitions.
     pub breaker: BreakerStats,
+    /// The fleet size last read from Redis (0: not in a fleet, or not read yet).
+    pub fleet_size: u32,
 }
 
 struct Inner {
     transport: Arc<Transport>,
     stack: Failover<DenyCached<Box<dyn Decider>>>,
+    fleet: Arc<FleetView>,
+    membership: Mutex<Option<Membership>>,
 }
 
 /// The client's entry point: cheap to clone, share one per process.
@@ -337,6 +360,52 @@ impl Limiter {
             .await
     }
 
+    /// Joins a fleet: registers this limiter (one per gateway process) on `config.key` and
+    /// keeps its membership and the live fleet size with a heartbeat task on the current
+    /// tokio runtime (see [`crate::fleet`]). Until [`Limiter::shutdown`] or the last clone
+    /// is dropped; joining again replaces the membership. Errors: settings the server would
+    /// refuse, or no tokio runtime. Needs the module (the Lua twin has no RL.CONCURRENCY:
+    /// the size then stays unknown and the fallback divides by `instances`).
+    ///
+    /// ```no_run
+    /// use redis_rl_client::{FleetConfig, Limiter};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = Limiter::standalone("redis://127.0.0.1:6379/").unwrap();
+    /// limiter.join_fleet(FleetConfig::new("rl:{fleet}")).unwrap();
+    /// // ... serve; within a heartbeat limiter.fleet_size() is the number of gateways ...
+    /// limiter.shutdown().await; // leaves the fleet at once
+    /// # }
+    /// ```
+    pub fn join_fleet(&self, config: FleetConfig) -> Result<()> {
+        let membership =
+            Membership::start(config, self.inner.transport.clone(), self.inner.fleet.clone())?;
+        *self.lock_membership() = Some(membership);
+        Ok(())
+    }
+
+    /// The fleet size last read from Redis (`None` before the first heartbeat answered, or
+    /// without [`Limiter::join_fleet`]). Kept through an outage: it is what the local
+    /// fallback divides by.
+    pub fn fleet_size(&self) -> Option<NonZeroU32> {
+        self.inner.fleet.size()
+    }
+
+    /// For a clean stop: leaves the fleet (its lease released at once, so the others count
+    /// one member less at their next heartbeat). Best effort within the call timeout.
+    pub async fn shutdown(&self) {
+        let membership = self.lock_membership().take();
+        if let Some(m) = membership {
+            m.leave().await;
+        }
+    }
+
+    fn lock_membership(&self) -> std::sync::MutexGuard<'_, Option<Membership>> {
+        self.inner
+            .membership
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Runs any command through the breaker and timeout (tier lookups use this).
     pub async fn query(&self, cmd: &Cmd, slot: Option<u16>) -> Result<Value> {
         self.inner.transport.call(cmd, slot).await
@@ -364,6 +433,7 @@ impl Limiter {
             fail_open: failover.fail_open,
             fail_closed: failover.fail_closed,
             breaker: self.inner.transport.breaker().stats(),
+            fleet_size: self.inner.fleet.size().map_or(0, NonZeroU32::get),
         }
     }
 }

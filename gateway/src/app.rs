@@ -99,6 +99,7 @@ async fn healthz(limiter: Limiter) -> Response {
             "fail_closed": s.fail_closed,
             "breaker_opened": s.breaker.opened,
             "breaker_closed": s.breaker.closed,
+            "fleet_size": s.fleet_size,
         },
     }))
     .into_response()

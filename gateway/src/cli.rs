@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 use ipnet::IpNet;
+use redis_rl_client::middleware::Dimension;
 
 /// What to do when Redis is unavailable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -13,7 +14,8 @@ pub enum Mode {
     Open,
     /// Refuse every request with 503 (protection first; the outage becomes an API outage).
     Closed,
-    /// Decide in process with the same algorithms, limits divided by --instances.
+    /// Decide in process with the same algorithms, each limit divided by the live fleet
+    /// size (or --instances); leases in hand are spent first.
     Local,
 }
 
@@ -69,10 +71,26 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_FAILURE_MODE", value_enum)]
     pub failure_mode: Option<Mode>,
 
-    /// Gateway instances sharing the limits: local fallback enforces limit / instances
-    /// [default: from the config, else 1].
+    /// A static fleet size: the local fallback enforces limit / instances, overriding the
+    /// live fleet size [default: from the config, else the live fleet size (1 until known,
+    /// or with --no-fleet)].
     #[arg(long, env = "RL_GATEWAY_INSTANCES")]
     pub instances: Option<u32>,
+
+    /// Do not join the fleet: no membership heartbeat in Redis, no live fleet size (the
+    /// local fallback divides by --instances, else 1).
+    #[arg(long, env = "RL_GATEWAY_NO_FLEET")]
+    pub no_fleet: bool,
+
+    /// Dimensions served from leases (batches taken with UPTO, spent in process; repeat or
+    /// comma-separate: api_key, ip, endpoint, global) [default: from the config, else
+    /// global].
+    #[arg(long, env = "RL_GATEWAY_HOT", value_delimiter = ',', value_parser = dimension)]
+    pub hot: Vec<Dimension>,
+
+    /// No leases: every dimension is decided by Redis on every request.
+    #[arg(long, env = "RL_GATEWAY_NO_LEASES", conflicts_with = "hot")]
+    pub no_leases: bool,
 
     /// Timeout of each Redis call, in milliseconds.
     #[arg(long, env = "RL_GATEWAY_TIMEOUT_MS", default_value_t = 50)]
@@ -116,4 +134,17 @@ pub struct Args {
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, env = "RL_GATEWAY_LOG", default_value = "info")]
     pub log: tracing::Level,
+}
+
+/// A dimension by its configuration name.
+fn dimension(name: &str) -> Result<Dimension, String> {
+    [
+        Dimension::ApiKey,
+        Dimension::Ip,
+        Dimension::Endpoint,
+        Dimension::Global,
+    ]
+    .into_iter()
+    .find(|d| d.name() == name)
+    .ok_or_else(|| format!("unknown dimension {name:?}, expected api_key, ip, endpoint or global"))
 }

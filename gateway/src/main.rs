@@ -52,7 +52,15 @@ fn config(args: &Args) -> Result<RateLimitConfig, String> {
         };
     }
     if let Some(n) = args.instances {
-        config.instances = NonZeroU32::new(n).ok_or("--instances must be at least 1")?;
+        config.instances = Some(NonZeroU32::new(n).ok_or("--instances must be at least 1")?);
+    }
+    if args.no_fleet {
+        config.fleet.membership = false;
+    }
+    if args.no_leases {
+        config.hot.clear();
+    } else if !args.hot.is_empty() {
+        config.hot = args.hot.clone();
     }
     config.validate().map_err(|e| e.to_string())?;
     Ok(config)
@@ -67,7 +75,8 @@ async fn run(args: Args) -> Result<(), String> {
             open_for: Duration::from_millis(args.breaker_open_ms),
         })
         .deny_cache(args.deny_cache)
-        .engine(args.engine);
+        .engine(args.engine)
+        .fleet_fallback(config.fleet_fallback());
     let limiter = if args.cluster {
         let nodes: Vec<String> = args.redis.split(',').map(str::to_string).collect();
         builder.cluster(&nodes)
@@ -75,6 +84,9 @@ async fn run(args: Args) -> Result<(), String> {
         builder.standalone(&args.redis)
     }
     .map_err(|e| format!("--redis {}: {e}", args.redis))?;
+    if let Some(fleet) = config.fleet_config() {
+        limiter.join_fleet(fleet).map_err(|e| e.to_string())?;
+    }
     let tiers = RedisHashTiers::new(
         limiter.clone(),
         args.tier_hash.clone(),
@@ -93,7 +105,7 @@ async fn run(args: Args) -> Result<(), String> {
         )?),
         None => None,
     };
-    let router = app::router(&args.routes, layer, limiter, prometheus, upstream)?;
+    let router = app::router(&args.routes, layer, limiter.clone(), prometheus, upstream)?;
 
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -103,7 +115,9 @@ async fn run(args: Args) -> Result<(), String> {
         listen = %local,
         redis = %args.redis,
         failure_mode = ?config.failure_mode,
-        instances = config.instances.get(),
+        instances = config.instances.map_or(0, NonZeroU32::get),
+        fleet = config.fleet.membership,
+        hot = ?config.hot,
         upstream = args.upstream.as_deref().unwrap_or("(demo responses)"),
         "rl-gateway listening"
     );
@@ -113,7 +127,11 @@ async fn run(args: Args) -> Result<(), String> {
     )
     .with_graceful_shutdown(shutdown())
     .await
-    .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())?;
+    // Leave the fleet at once (the others stop counting this gateway at their next
+    // heartbeat) and give back what the leases hold.
+    limiter.shutdown().await;
+    Ok(())
 }
 
 async fn shutdown() {

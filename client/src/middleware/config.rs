@@ -5,11 +5,14 @@ use std::fmt;
 use std::num::NonZeroU32;
 #[cfg(feature = "toml")]
 use std::path::Path;
+use std::time::Duration;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
 use crate::error::{Error, Result};
+use crate::fleet::FleetConfig;
+use crate::policy::FailureMode;
 use crate::tier::{AlgorithmKind, FailureModeName, Rate, RateOverride, TierConfig};
 
 /// A dimension a request is limited on.
@@ -49,7 +52,9 @@ impl fmt::Display for Dimension {
 /// ```toml
 /// key_prefix = "rl"                       # Redis keys: rl:{k:<tenant>}:key, rl:{ip:<ip>}, ...
 /// failure_mode = "local"                  # open | closed | local
-/// instances = 4                           # gateways sharing the limits (local mode divides by it)
+/// instances = 4                           # optional: a static fleet size for the local
+///                                         # fallback (default: the live fleet size)
+/// hot = ["global"]                        # dimensions served from leases ([] = none)
 /// trusted_proxies = ["10.0.0.0/8"]        # X-Forwarded-For is read only from these peers
 /// dimensions = ["api_key", "ip", "endpoint", "global"]
 /// default_tier = "free"
@@ -77,6 +82,15 @@ impl fmt::Display for Dimension {
 /// [access]
 /// allow_ips = ["10.1.0.0/16"]             # never limited, not counted
 /// deny_ips = ["203.0.113.0/24"]           # 403 (deny wins over allow)
+///
+/// [fleet]
+/// membership = true                       # register in Redis, keep the live fleet size
+/// heartbeat_ms = 1000
+/// ttl_ms = 3000
+///
+/// [leases]
+/// lifetime_ms = 250                       # a lease's unspent units go back after this
+/// demand_ms = 200                         # a lease covers this much of recent demand
 /// ```
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -87,9 +101,11 @@ pub struct RateLimitConfig {
     /// What to do when Redis is unavailable (default local).
     #[serde(default = "default_failure_mode")]
     pub failure_mode: FailureModeName,
-    /// Expected gateway instances: the local fallback enforces `limit / instances`.
-    #[serde(default = "default_instances")]
-    pub instances: NonZeroU32,
+    /// A static fleet size: the local fallback enforces `limit / instances`. Default
+    /// (`None`): the live fleet size from [`FleetSettings`] membership, 1 until it is known
+    /// (or without membership).
+    #[serde(default)]
+    pub instances: Option<NonZeroU32>,
     /// Peers whose `X-Forwarded-For` is believed (default none: the peer address is the
     /// client).
     #[serde(default)]
@@ -125,6 +141,84 @@ pub struct RateLimitConfig {
     /// Allow and deny lists (default empty).
     #[serde(default)]
     pub access: AccessConfig,
+    /// Dimensions whose limits are served from leases: batches taken with `UPTO` and
+    /// spent in process (default `["global"]`; `[]` turns leases off).
+    #[serde(default = "default_hot")]
+    pub hot: Vec<Dimension>,
+    /// Fleet membership.
+    #[serde(default)]
+    pub fleet: FleetSettings,
+    /// Lease timing.
+    #[serde(default)]
+    pub leases: LeaseSettings,
+}
+
+/// Fleet membership as configured (`[fleet]`): see [`crate::fleet`].
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSettings {
+    /// Register in Redis and keep the live fleet size (default true). Off: the local
+    /// fallback divides by `instances` (1 if not set).
+    #[serde(default = "yes")]
+    pub membership: bool,
+    /// Time between renewals in milliseconds (default 1000).
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_ms: u64,
+    /// How long a silent member is still counted, in milliseconds (default 3000).
+    #[serde(default = "default_ttl_ms")]
+    pub ttl_ms: u64,
+}
+
+impl Default for FleetSettings {
+    fn default() -> Self {
+        Self {
+            membership: true,
+            heartbeat_ms: default_heartbeat_ms(),
+            ttl_ms: default_ttl_ms(),
+        }
+    }
+}
+
+/// Lease timing as configured (`[leases]`).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseSettings {
+    /// A lease's unspent units are given back this long after it was taken, in
+    /// milliseconds (default 250; the longest a unit is spent after it was counted).
+    #[serde(default = "default_lifetime_ms")]
+    pub lifetime_ms: u64,
+    /// A lease is sized to this much of the instance's recent demand, in milliseconds
+    /// (default 200).
+    #[serde(default = "default_demand_ms")]
+    pub demand_ms: u64,
+}
+
+impl Default for LeaseSettings {
+    fn default() -> Self {
+        Self {
+            lifetime_ms: default_lifetime_ms(),
+            demand_ms: default_demand_ms(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_heartbeat_ms() -> u64 {
+    1_000
+}
+fn default_ttl_ms() -> u64 {
+    3_000
+}
+fn default_lifetime_ms() -> u64 {
+    250
+}
+fn default_demand_ms() -> u64 {
+    200
+}
+fn default_hot() -> Vec<Dimension> {
+    vec![Dimension::Global]
 }
 
 /// One tier: the API-key dimension's rate (`[tiers.pro] limit = 1000`), and for keys of
@@ -248,9 +342,6 @@ fn default_prefix() -> String {
 fn default_failure_mode() -> FailureModeName {
     FailureModeName::Local
 }
-fn default_instances() -> NonZeroU32 {
-    NonZeroU32::MIN
-}
 fn default_dimensions() -> Vec<Dimension> {
     vec![
         Dimension::ApiKey,
@@ -300,12 +391,13 @@ fn global_rate<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Rate, D::
 impl Default for RateLimitConfig {
     /// The design's limits: tiers free 100/min (default), pro 1000/min, enterprise
     /// 10000/min per API key; 100/min per IP; 100/min per key and endpoint; 100000/min
-    /// globally; local fallback for one instance.
+    /// globally; leases for the global limit; fleet membership, the local fallback
+    /// dividing by the live fleet size.
     fn default() -> Self {
         Self {
             key_prefix: default_prefix(),
             failure_mode: default_failure_mode(),
-            instances: default_instances(),
+            instances: None,
             trusted_proxies: Vec::new(),
             dimensions: default_dimensions(),
             default_tier: default_tier(),
@@ -316,6 +408,9 @@ impl Default for RateLimitConfig {
             api_key_header: default_api_key_header(),
             ipv6_prefix: default_ipv6_prefix(),
             access: AccessConfig::default(),
+            hot: default_hot(),
+            fleet: FleetSettings::default(),
+            leases: LeaseSettings::default(),
         }
     }
 }
@@ -367,11 +462,42 @@ impl RateLimitConfig {
         }
     }
 
+    /// The failure mode of every limit without its own, with the static `instances` (1
+    /// when not set: the limiter then divides by the live fleet size once known).
+    pub fn failure_mode(&self) -> FailureMode {
+        self.failure_mode
+            .with_instances(self.instances.unwrap_or(NonZeroU32::MIN))
+    }
+
+    /// The fleet membership settings (`None` when membership is off). The fleet key is
+    /// `<key_prefix>:{fleet}`: gateways with the same prefix form one fleet.
+    pub fn fleet_config(&self) -> Option<FleetConfig> {
+        self.fleet.membership.then(|| FleetConfig {
+            heartbeat: Duration::from_millis(self.fleet.heartbeat_ms),
+            ttl: Duration::from_millis(self.fleet.ttl_ms),
+            ..FleetConfig::new(format!("{}:{{fleet}}", self.key_prefix))
+        })
+    }
+
+    /// Whether the local fallback should divide by the live fleet size: membership on and
+    /// no static `instances`.
+    pub fn fleet_fallback(&self) -> bool {
+        self.fleet.membership && self.instances.is_none()
+    }
+
     /// Checks every rate (tier overrides included), the default tier, the key prefix, the
-    /// API key header and the IPv6 prefix.
+    /// API key header, the IPv6 prefix, and the fleet and lease settings.
     pub fn validate(&self) -> Result<()> {
         self.tier_config().validate()?;
-        let mode = self.failure_mode.with_instances(self.instances);
+        if let Some(fleet) = self.fleet_config() {
+            fleet.validate()?;
+        }
+        if self.leases.lifetime_ms == 0 || self.leases.demand_ms == 0 {
+            return Err(Error::Config(
+                "leases: lifetime_ms and demand_ms must be at least 1".to_string(),
+            ));
+        }
+        let mode = self.failure_mode();
         for (name, rate) in [
             ("ip", &self.ip),
             ("endpoint", &self.endpoint),
@@ -454,7 +580,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.key_prefix, "x");
         assert_eq!(c.failure_mode, FailureModeName::Open);
-        assert_eq!(c.instances.get(), 3);
+        assert_eq!(c.instances, NonZeroU32::new(3));
         assert_eq!(c.trusted_proxies.len(), 2);
         assert_eq!(c.dimensions, [Dimension::Ip, Dimension::Global]);
         assert_eq!(c.ip.limit, 9);
@@ -468,6 +594,31 @@ mod tests {
     }
 
     #[test]
+    fn a_fleet_is_on_by_default_and_instances_overrides_its_size() {
+        let c = RateLimitConfig::default();
+        assert_eq!(c.hot, [Dimension::Global]);
+        let fleet = c.fleet_config().unwrap();
+        assert_eq!(fleet.key, "rl:{fleet}");
+        assert_eq!(fleet.heartbeat, Duration::from_secs(1));
+        assert!(c.fleet_fallback());
+        let c = RateLimitConfig::from_toml(
+            "key_prefix = \"x\"\ninstances = 4\nhot = []\n[fleet]\nheartbeat_ms = 200\nttl_ms = 900\n",
+        )
+        .unwrap();
+        assert!(c.hot.is_empty());
+        assert!(!c.fleet_fallback(), "a static instances count overrides");
+        assert_eq!(c.fleet_config().unwrap().key, "x:{fleet}");
+        assert_eq!(
+            c.failure_mode(),
+            FailureMode::Local {
+                instances: NonZeroU32::new(4).unwrap()
+            }
+        );
+        let off = RateLimitConfig::from_toml("[fleet]\nmembership = false\n").unwrap();
+        assert!(off.fleet_config().is_none() && !off.fleet_fallback());
+    }
+
+    #[test]
     fn bad_configs_are_rejected_with_the_field() {
         for (text, expected) in [
             ("keyprefix = \"x\"", "unknown field `keyprefix`"),
@@ -476,6 +627,10 @@ mod tests {
             ("default_tier = \"gold\"", "default_tier"),
             ("trusted_proxies = [\"nope\"]", "invalid IP"),
             ("instances = 0", "instances"),
+            ("hot = [\"nope\"]", "unknown variant"),
+            ("[fleet]\nheartbeat_ms = 3000", "shorter than ttl"),
+            ("[fleet]\nbeat = 1", "unknown field `beat`"),
+            ("[leases]\nlifetime_ms = 0", "leases"),
             ("ipv6_prefix = 0", "ipv6_prefix must be between 1 and 128"),
             ("ipv6_prefix = 129", "ipv6_prefix must be between 1 and 128"),
             (

@@ -66,7 +66,9 @@ mod service;
 #[cfg(feature = "axum")]
 pub use self::axum::{refusal, AxumRequestInfo};
 pub use access::Access;
-pub use config::{AccessConfig, Dimension, RateLimitConfig, TierLimits};
+pub use config::{
+    AccessConfig, Dimension, FleetSettings, LeaseSettings, RateLimitConfig, TierLimits,
+};
 pub use extract::{
     api_key, api_key_in, client_ip, client_network, request_id, tenant_id, API_KEY, REQUEST_ID,
 };

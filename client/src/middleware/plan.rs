@@ -53,7 +53,7 @@ impl Shared {
         resolver: Arc<dyn TierResolver>,
     ) -> Result<Self> {
         config.validate()?;
-        let mode = config.failure_mode.with_instances(config.instances);
+        let mode = config.failure_mode();
         let mut tiers = HashMap::new();
         for (name, limits) in &config.tiers {
             let over = |d: Dimension| {

@@ -7,6 +7,7 @@
 //! as `client/tests/logging.rs`) is a file directly in `client/tests/` instead.
 
 mod cluster;
+mod fleet;
 mod limiter;
 mod lua_twin;
 mod middleware;

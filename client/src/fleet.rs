@@ -1,0 +1,304 @@
+//! Fleet membership: each limiter (one per gateway process) holds an `RL.CONCURRENCY`
+//! lease named by its instance id on one fleet key, renewed by a heartbeat, and reads the
+//! live fleet size from the reply (`limit - remaining`: the leases held, its own included).
+//!
+//! Why a concurrency lease: it is the module's own "who is alive" primitive. A crashed
+//! gateway stops renewing and is no longer counted once its lease expires (`ttl`); a gateway
+//! that stops cleanly releases it at once; the renewal is one O(1) call of a few hundred
+//! bytes however large the fleet. A new gateway is counted by the others at their next
+//! heartbeat (within `heartbeat`, 1 s by default).
+//!
+//! The size is what the local fallback divides each limit by while Redis is down
+//! ([`crate::failover`]): the last size known before the outage, so a fleet that scaled
+//! since the configuration was written still shares each limit once, not `N` times.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+use std::num::NonZeroU32;
+
+use crate::error::{Error, Result};
+use crate::transport::{is_unknown_command, Transport};
+
+/// The most members one fleet key counts (`RL.CONCURRENCY`'s largest `limit`).
+pub const MAX_MEMBERS: u64 = 10_000;
+
+/// Fleet membership settings ([`crate::Limiter::join_fleet`]).
+///
+/// ```
+/// use redis_rl_client::FleetConfig;
+/// let fleet = FleetConfig::new("rl:{fleet}");
+/// assert_eq!(fleet.heartbeat, std::time::Duration::from_secs(1));
+/// assert!(fleet.ttl > fleet.heartbeat);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetConfig {
+    /// The fleet key (one per fleet; every member names the same one).
+    pub key: String,
+    /// This member's id (default: unique per process and start).
+    pub id: String,
+    /// Time between renewals (default 1 s): how soon a new member is counted by the others.
+    pub heartbeat: Duration,
+    /// Lease time (default 3 s): how long a member that stopped renewing (crashed,
+    /// partitioned) is still counted.
+    pub ttl: Duration,
+}
+
+impl FleetConfig {
+    /// Membership on `key` with a fresh id, a 1 s heartbeat and a 3 s lease.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            id: instance_id(),
+            heartbeat: Duration::from_secs(1),
+            ttl: Duration::from_secs(3),
+        }
+    }
+
+    /// Checks the numbers the server would refuse, and that a lease outlives a heartbeat.
+    pub fn validate(&self) -> Result<()> {
+        if self.key.is_empty() || self.id.is_empty() || self.id.len() > 256 {
+            return Err(Error::Config(
+                "fleet: key must not be empty and id must be 1 to 256 bytes".to_string(),
+            ));
+        }
+        if self.heartbeat.is_zero() || self.ttl <= self.heartbeat {
+            return Err(Error::Config(format!(
+                "fleet: heartbeat ({:?}) must be positive and shorter than ttl ({:?})",
+                self.heartbeat, self.ttl
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// An id unique to this process and start: pid, start time and the std hasher's random keys.
+fn instance_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(nanos);
+    h.write_u32(std::process::id());
+    format!("{}-{:016x}", std::process::id(), h.finish())
+}
+
+/// What the limiter knows of its fleet, shared by the heartbeat and the failover layer.
+#[derive(Debug)]
+pub(crate) struct FleetView {
+    /// The last size read from Redis (0: never read).
+    size: AtomicU32,
+    /// Whether the local fallback divides by the fleet size.
+    divide: AtomicBool,
+}
+
+impl FleetView {
+    pub(crate) fn new(divide: bool) -> Self {
+        Self {
+            size: AtomicU32::new(0),
+            divide: AtomicBool::new(divide),
+        }
+    }
+
+    /// The last size known (None before the first heartbeat answered).
+    pub(crate) fn size(&self) -> Option<NonZeroU32> {
+        NonZeroU32::new(self.size.load(Ordering::Relaxed))
+    }
+
+    fn set(&self, size: NonZeroU32) {
+        self.size.store(size.get(), Ordering::Relaxed);
+        metrics::gauge!("rl_fleet_size").set(f64::from(size.get()));
+    }
+
+    /// What the local fallback divides a policy's limit by: the fleet size when it is
+    /// known and fleet-aware fallback is on, else the policy's own `instances`.
+    pub(crate) fn divisor(&self, instances: NonZeroU32) -> NonZeroU32 {
+        match (self.divide.load(Ordering::Relaxed), self.size()) {
+            (true, Some(size)) => size,
+            _ => instances,
+        }
+    }
+}
+
+/// `RL.CONCURRENCY key 10000 ttl_ms ACQUIRE id`.
+fn acquire(config: &FleetConfig) -> redis::Cmd {
+    let mut cmd = redis::cmd("RL.CONCURRENCY");
+    cmd.arg(&config.key)
+        .arg(MAX_MEMBERS)
+        .arg(millis(config.ttl))
+        .arg("ACQUIRE")
+        .arg(&config.id);
+    cmd
+}
+
+/// `RL.CONCURRENCY key RELEASE id`.
+fn release(config: &FleetConfig) -> redis::Cmd {
+    let mut cmd = redis::cmd("RL.CONCURRENCY");
+    cmd.arg(&config.key).arg("RELEASE").arg(&config.id);
+    cmd
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The members counted by an ACQUIRE reply `[allowed, limit, remaining, retry_after_ms, 0]`:
+/// `limit - remaining` (a full key, which did not count this member, counts as full).
+fn members(v: &Value) -> Result<NonZeroU32> {
+    const CMD: &str = "RL.CONCURRENCY";
+    let bad = |detail: &str| Error::Reply {
+        command: CMD,
+        detail: detail.to_string(),
+    };
+    let Value::Array(items) = v else {
+        return Err(bad("expected an array"));
+    };
+    let int = |i: usize| match items.get(i) {
+        Some(Value::Int(n)) => u64::try_from(*n).map_err(|_| bad("negative count")),
+        _ => Err(bad("expected integers")),
+    };
+    let held = int(1)?.saturating_sub(int(2)?);
+    let held = u32::try_from(held).unwrap_or(u32::MAX);
+    Ok(NonZeroU32::new(held).unwrap_or(NonZeroU32::MIN))
+}
+
+/// The running membership: the heartbeat task, stopped when this is dropped.
+#[derive(Debug)]
+pub(crate) struct Membership {
+    config: FleetConfig,
+    transport: Arc<Transport>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Membership {
+    /// Starts the heartbeat on the current tokio runtime (the first renewal at once).
+    pub(crate) fn start(
+        config: FleetConfig,
+        transport: Arc<Transport>,
+        view: Arc<FleetView>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            Error::Config("fleet: join_fleet needs a tokio runtime (the heartbeat task)".into())
+        })?;
+        let task = runtime.spawn(heartbeat(config.clone(), transport.clone(), view));
+        Ok(Self {
+            config,
+            transport,
+            task,
+        })
+    }
+
+    /// Stops the heartbeat and releases the lease, so the others stop counting this member
+    /// at their next heartbeat (best effort: otherwise it expires after `ttl`).
+    pub(crate) async fn leave(self) {
+        self.task.abort();
+        let cmd = release(&self.config);
+        let slot = self.transport.slot_of(&self.config.key);
+        if let Err(e) = self.transport.call(&cmd, slot).await {
+            tracing::debug!(error = %e, "fleet: release failed; the lease expires on its own");
+        }
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn heartbeat(config: FleetConfig, transport: Arc<Transport>, view: Arc<FleetView>) {
+    let cmd = acquire(&config);
+    let slot = transport.slot_of(&config.key);
+    let mut warned = false;
+    let mut interval = tokio::time::interval(config.heartbeat);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        match transport.call(&cmd, slot).await.and_then(|v| members(&v)) {
+            Ok(size) => {
+                if view.size() != Some(size) {
+                    tracing::info!(
+                        fleet = %config.key,
+                        id = %config.id,
+                        size = size.get(),
+                        "fleet size"
+                    );
+                }
+                view.set(size);
+            }
+            // Keep the last size: it is what the fallback needs during an outage.
+            Err(e) if is_unknown_command(&e) && !warned => {
+                warned = true;
+                tracing::warn!(
+                    "fleet: the server has no RL.CONCURRENCY (Lua twin?): fleet size unknown, \
+                     the local fallback divides by `instances`"
+                );
+            }
+            Err(e) => tracing::debug!(error = %e, "fleet: heartbeat failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::words;
+
+    fn ints(v: &[i64]) -> Value {
+        Value::Array(v.iter().map(|&n| Value::Int(n)).collect())
+    }
+
+    #[test]
+    fn the_size_is_the_leases_held() {
+        assert_eq!(members(&ints(&[1, 10_000, 9_997, 0, 0])).unwrap().get(), 3);
+        assert_eq!(members(&ints(&[0, 10_000, 0, 50, 0])).unwrap().get(), 10_000);
+        assert_eq!(members(&ints(&[1, 10_000, 10_000, 0, 0])).unwrap().get(), 1);
+        assert!(members(&Value::Okay).is_err());
+        assert!(members(&ints(&[1, -1, 0, 0, 0])).is_err());
+    }
+
+    #[test]
+    fn commands_name_the_fleet_key_and_the_id() {
+        let mut c = FleetConfig::new("rl:{fleet}");
+        c.id = "gw-1".into();
+        assert_eq!(
+            words(&acquire(&c)),
+            ["RL.CONCURRENCY", "rl:{fleet}", "10000", "3000", "ACQUIRE", "gw-1"]
+        );
+        assert_eq!(
+            words(&release(&c)),
+            ["RL.CONCURRENCY", "rl:{fleet}", "RELEASE", "gw-1"]
+        );
+        assert_ne!(FleetConfig::new("k").id, FleetConfig::new("k").id);
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        let mut c = FleetConfig::new("k");
+        assert!(c.validate().is_ok());
+        c.ttl = c.heartbeat;
+        assert!(c.validate().is_err());
+        let mut c = FleetConfig::new("");
+        assert!(c.validate().is_err());
+        c = FleetConfig::new("k");
+        c.id = "x".repeat(257);
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn the_divisor_is_the_fleet_size_once_known() {
+        let four = NonZeroU32::new(4).unwrap();
+        let view = FleetView::new(true);
+        assert_eq!(view.divisor(four), four, "unknown: the policy's instances");
+        view.set(NonZeroU32::new(3).unwrap());
+        assert_eq!(view.divisor(four).get(), 3);
+        let static_view = FleetView::new(false);
+        static_view.set(NonZeroU32::new(3).unwrap());
+        assert_eq!(static_view.divisor(four), four);
+    }
+}
