@@ -256,7 +256,10 @@ mod tests {
     #[test]
     fn the_size_is_the_leases_held() {
         assert_eq!(members(&ints(&[1, 10_000, 9_997, 0, 0])).unwrap().get(), 3);
-        assert_eq!(members(&ints(&[0, 10_000, 0, 50, 0])).unwrap().get(), 10_000);
+        assert_eq!(
+            members(&ints(&[0, 10_000, 0, 50, 0])).unwrap().get(),
+            10_000
+        );
         assert_eq!(members(&ints(&[1, 10_000, 10_000, 0, 0])).unwrap().get(), 1);
         assert!(members(&Value::Okay).is_err());
         assert!(members(&ints(&[1, -1, 0, 0, 0])).is_err());
@@ -268,7 +271,14 @@ mod tests {
         c.id = "gw-1".into();
         assert_eq!(
             words(&acquire(&c)),
-            ["RL.CONCURRENCY", "rl:{fleet}", "10000", "3000", "ACQUIRE", "gw-1"]
+            [
+                "RL.CONCURRENCY",
+                "rl:{fleet}",
+                "10000",
+                "3000",
+                "ACQUIRE",
+                "gw-1"
+            ]
         );
         assert_eq!(
             words(&release(&c)),

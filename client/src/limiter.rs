@@ -377,8 +377,11 @@ impl Limiter {
     /// # }
     /// ```
     pub fn join_fleet(&self, config: FleetConfig) -> Result<()> {
-        let membership =
-            Membership::start(config, self.inner.transport.clone(), self.inner.fleet.clone())?;
+        let membership = Membership::start(
+            config,
+            self.inner.transport.clone(),
+            self.inner.fleet.clone(),
+        )?;
         *self.lock_membership() = Some(membership);
         Ok(())
     }

@@ -88,5 +88,9 @@ async fn the_fallback_divides_by_the_last_known_fleet_size_after_redis_is_killed
         assert_eq!(l.fleet_size().unwrap().get(), 4, "the last size known");
         admitted.push(n);
     }
-    assert_eq!(admitted, [25, 25, 25, 100], "100 / 4 members; the static one: 100 / 1");
+    assert_eq!(
+        admitted,
+        [25, 25, 25, 100],
+        "100 / 4 members; the static one: 100 / 1"
+    );
 }
