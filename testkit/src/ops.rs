@@ -255,6 +255,10 @@ impl Mix {
                     out.extend(["BURST".to_string(), (1 + i % 5).to_string()]);
                 }
                 Self::options(rng, Self::limit(kind, i), &mut out);
+                // A partial grant now and then (every rate limiter but the log takes UPTO).
+                if kind != Kind::Log && rng.percent(15) {
+                    out.push("UPTO".into());
+                }
             }
         }
         out
