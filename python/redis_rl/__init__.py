@@ -1,7 +1,8 @@
 """redis-rl for Python: rate limiting on the redis-rl Redis module.
 
 - ``Limiter`` (asyncio) and ``SyncLimiter`` (blocking): ``check``, ``peek``, ``check_all``
-  with timeouts, a circuit breaker, a hot-key deny cache and failure modes (open, closed,
+  (and ``take_upto`` / ``refund``: a batch of units with ``UPTO``, the rest given back) with
+  timeouts, a circuit breaker, a hot-key deny cache and failure modes (open, closed,
   local: the same core algorithms as the module, compiled in as ``redis_rl._core``).
 - ``Policy`` constructors validated with the server's ranges and texts.
 - ``redis_rl.asgi.RateLimitMiddleware`` for Starlette and FastAPI.
@@ -9,7 +10,7 @@
 
 from redis_rl._engine import BreakerOpen, LimiterStats
 from redis_rl.breaker import BreakerConfig, BreakerState
-from redis_rl.decision import Decision, MultiDecision, ReplyError, Source
+from redis_rl.decision import Decision, Grant, MultiDecision, ReplyError, Source
 from redis_rl.limiter import DEFAULT_TIMEOUT, Limiter
 from redis_rl.policy import FailureMode, Policy
 from redis_rl.sync import SyncLimiter
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "Decision",
     "FailureMode",
+    "Grant",
     "Limiter",
     "LimiterStats",
     "MultiDecision",

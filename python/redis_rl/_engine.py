@@ -23,7 +23,17 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from redis_rl._core import LUA_TWIN, LocalStore, check_cost
 from redis_rl.breaker import Breaker, BreakerConfig, BreakerState
-from redis_rl.decision import Decision, MultiDecision, ReplyError, Source, parse_all, parse_single
+from redis_rl.decision import (
+    Decision,
+    Grant,
+    MultiDecision,
+    ReplyError,
+    Source,
+    parse_all,
+    parse_refund,
+    parse_single,
+    parse_upto,
+)
 from redis_rl.deny_cache import DenyCache
 from redis_rl.policy import Policy
 
@@ -236,6 +246,43 @@ class Engine:
                 self._remember_denial(key, cost, d)
         return d.with_shadow(policy.shadow)
 
+    # -- batches (leases) ----------------------------------------------------------------
+
+    def take_upto(self, key: str, policy: Policy, n: int, peek: bool) -> Op:
+        """``COST n UPTO [PEEK]``: a ``Grant``. Raises the call's error (no failure mode
+        decides). A grant of nothing is remembered by the deny cache for one unit."""
+        _check_key(key)
+        if not isinstance(policy, Policy):
+            raise TypeError(f"policy must be a Policy, not {type(policy).__name__}")
+        if policy.command == "RL.LOG":
+            raise ValueError("RL.LOG takes no UPTO (partial grants): use another algorithm")
+        n = check_cost(n)
+        if not peek and n > 0:
+            cached = self._cached_denial(key, 1)
+            if cached is not None:
+                return Grant(granted=0, decision=cached)
+        result = yield upto_command(key, policy, n, peek)
+        if isinstance(result, Failed):
+            raise result.error
+        grant = parse_upto(policy.command, result.value)
+        if not peek and grant.granted == 0:
+            self._remember_denial(key, 1, grant.decision)
+        return grant
+
+    def refund(self, key: str, policy: Policy, amount: int) -> Op:
+        """``RL.REFUND key spec COST amount``: the units given back (0 sends nothing).
+        Raises the call's error."""
+        _check_key(key)
+        if not isinstance(policy, Policy):
+            raise TypeError(f"policy must be a Policy, not {type(policy).__name__}")
+        amount = check_cost(amount)
+        if amount == 0:
+            return 0
+        result = yield refund_command(key, policy, amount)
+        if isinstance(result, Failed):
+            raise result.error
+        return parse_refund(result.value)
+
     # -- several keys --------------------------------------------------------------------
 
     def check_all(self, items: Sequence[Tuple[str, Policy]], cost: int) -> Op:
@@ -430,6 +477,11 @@ def _cost_peek(cost: int, peek: bool) -> Command:
 def single(key: str, policy: Policy, cost: int, peek: bool) -> Command:
     """``RL.<ALG> key params... [COST n] [PEEK]``."""
     return (policy.command, key, *policy.spec(), *_cost_peek(cost, peek))
+
+
+def upto_command(key: str, policy: Policy, n: int, peek: bool) -> Command:
+    """``RL.<ALG> key params... COST n UPTO [PEEK]``."""
+    return (policy.command, key, *policy.spec(), "COST", n, "UPTO", *(("PEEK",) if peek else ()))
 
 
 def all_command(pairs: Sequence[Tuple[str, Policy]], cost: int) -> Command:

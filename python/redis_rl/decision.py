@@ -111,6 +111,19 @@ class MultiDecision:
         return longest
 
 
+@dataclass(frozen=True)
+class Grant:
+    """The answer to ``take_upto`` (``COST n UPTO``): a batch of units, as many as were
+    available."""
+
+    granted: int
+    """Units taken, ``min(n, available)``: 0 when nothing was available (or ``n`` was 0).
+    For ``peek_upto``, what a take would get (nothing is taken)."""
+    decision: Decision
+    """Allowed when ``granted > 0`` (``remaining``: what is left after the grant); denied
+    when nothing was available, with the wait until one unit is (``retry_after_ms``)."""
+
+
 class ReplyError(Exception):
     """A reply of an unexpected shape (a server without the module, or a newer one)."""
 
@@ -129,6 +142,23 @@ def parse_single(command: str, reply: Any) -> Decision:
     if fields[1] < 0 or fields[2] < 0 or fields[3] < -1 or fields[4] < 0:
         raise ReplyError(f"{command}: unexpected values {reply!r}")
     return Decision.from_reply(fields)
+
+
+def parse_upto(command: str, reply: Any) -> Grant:
+    """Parses a partial grant's reply: the five fields of ``parse_single``, then ``granted``."""
+    fields = _ints(reply, 6, command)
+    if fields[5] < 0:
+        raise ReplyError(f"{command}: unexpected values {reply!r}")
+    return Grant(granted=fields[5], decision=parse_single(command, fields[:5]))
+
+
+def parse_refund(reply: Any) -> int:
+    """Parses ``RL.REFUND``'s ``[refunded, limit, remaining, 0, reset_after_ms]``: the units
+    given back."""
+    fields = _ints(reply, 5, "RL.REFUND")
+    if fields[0] < 0:
+        raise ReplyError(f"RL.REFUND: unexpected values {reply!r}")
+    return fields[0]
 
 
 def parse_all(reply: Any, n: int) -> Tuple[Optional[int], List[Decision]]:

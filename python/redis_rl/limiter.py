@@ -12,7 +12,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from redis_rl._engine import Engine, Failed, LimiterStats, Ok, Op, Result, is_function_missing
 from redis_rl.breaker import BreakerConfig, BreakerState
-from redis_rl.decision import Decision, MultiDecision
+from redis_rl.decision import Decision, Grant, MultiDecision
 from redis_rl.policy import Policy
 
 __all__ = ["Limiter", "DEFAULT_TIMEOUT"]
@@ -104,6 +104,23 @@ class Limiter:
         slot by slot, refunding the slots already taken (RL.REFUND) when a later one denies.
         Shadow policies are checked on their own and never deny."""
         return cast(MultiDecision, await self._run(self._engine.check_all(items, cost)))
+
+    async def take_upto(self, key: str, policy: Policy, n: int) -> Grant:
+        """Takes a batch: up to ``n`` units of ``key`` in one call (``COST n UPTO``), as
+        many as are available; give back what is not spent with ``refund``. A grant of 0
+        means nothing was available (``grant.decision.retry_after_ms``: the wait for one
+        unit); the deny cache then answers for the key until then. Raises when Redis cannot
+        answer (no failure mode decides). Not for ``Policy.log``."""
+        return cast(Grant, await self._run(self._engine.take_upto(key, policy, n, False)))
+
+    async def peek_upto(self, key: str, policy: Policy, n: int) -> Grant:
+        """What ``take_upto`` would grant now (``UPTO PEEK``), taking nothing."""
+        return cast(Grant, await self._run(self._engine.take_upto(key, policy, n, True)))
+
+    async def refund(self, key: str, policy: Policy, amount: int) -> int:
+        """Gives back up to ``amount`` units taken earlier (``RL.REFUND``, best effort);
+        returns the units given back. Raises when Redis cannot answer."""
+        return cast(int, await self._run(self._engine.refund(key, policy, amount)))
 
     async def query(self, *command: Any) -> Any:
         """Runs any command through the breaker and timeout (tier lookups use this); raises

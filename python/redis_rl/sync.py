@@ -11,7 +11,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from redis_rl._engine import Engine, Failed, LimiterStats, Ok, Op, Result, is_function_missing
 from redis_rl.breaker import BreakerConfig, BreakerState
-from redis_rl.decision import Decision, MultiDecision
+from redis_rl.decision import Decision, Grant, MultiDecision
 from redis_rl.limiter import DEFAULT_TIMEOUT
 from redis_rl.policy import Policy
 
@@ -77,6 +77,18 @@ class SyncLimiter:
     def check_all(self, items: Sequence[Tuple[str, Policy]], cost: int = 1) -> MultiDecision:
         """All or nothing over several keys; see ``redis_rl.Limiter.check_all``."""
         return cast(MultiDecision, self._run(self._engine.check_all(items, cost)))
+
+    def take_upto(self, key: str, policy: Policy, n: int) -> Grant:
+        """A batch of up to ``n`` units; see ``redis_rl.Limiter.take_upto``."""
+        return cast(Grant, self._run(self._engine.take_upto(key, policy, n, False)))
+
+    def peek_upto(self, key: str, policy: Policy, n: int) -> Grant:
+        """What ``take_upto`` would grant now, taking nothing."""
+        return cast(Grant, self._run(self._engine.take_upto(key, policy, n, True)))
+
+    def refund(self, key: str, policy: Policy, amount: int) -> int:
+        """Gives back up to ``amount`` units; see ``redis_rl.Limiter.refund``."""
+        return cast(int, self._run(self._engine.refund(key, policy, amount)))
 
     def query(self, *command: Any) -> Any:
         """Runs any command through the breaker and timeout (tier lookups use this); raises

@@ -10,7 +10,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from redis_rl import Decision, Limiter, MultiDecision, Policy, Source, SyncLimiter
+from redis_rl import Decision, Grant, Limiter, MultiDecision, Policy, Source, SyncLimiter
 
 
 class Both:
@@ -47,7 +47,7 @@ class _SyncFacade:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.limiter, name)
-        if name not in ("check", "peek", "check_all"):
+        if name not in ("check", "peek", "check_all", "take_upto", "peek_upto", "refund"):
             return method
 
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -157,6 +157,39 @@ def test_peek_and_cost_zero_take_nothing(server, prefix, kind):
         assert taken.remaining == 3
 
     run(kind, server.port, body)
+
+
+def test_take_upto_takes_a_batch_and_refund_gives_back(server, prefix, kind, client):
+    policies = [
+        Policy.sliding(100, 1_000_000_000),
+        Policy.fixed(100, 1_000_000_000),
+        Policy.token_bucket(100, 1, 1_000_000_000),
+        Policy.gcra(100, 1_000_000_000),
+    ]
+
+    async def body(lim):
+        for i, p in enumerate(policies):
+            key = f"{prefix}:g{i}"
+            g = await lim.take_upto(key, p, 60)
+            assert isinstance(g, Grant)
+            assert (g.granted, g.decision.allowed, g.decision.remaining) == (60, True, 40)
+            assert (await lim.peek_upto(key, p, 60)).granted == 40
+            g = await lim.take_upto(key, p, 60)
+            assert (g.granted, g.decision.remaining) == (40, 0)
+            g = await lim.take_upto(key, p, 60)
+            assert g.granted == 0 and not g.decision.allowed and g.decision.retry_after_ms > 1000
+            assert await lim.refund(key, p, 25) == 25
+            assert (await lim.peek(key, p, cost=0)).remaining == 25
+            assert await lim.refund(key, p, 0) == 0
+        with pytest.raises(ValueError):
+            await lim.take_upto(f"{prefix}:log", Policy.log(10, 1000), 5)
+
+    run(kind, server.port, body, deny_cache=0)
+    # The commands as sent: COST always named, UPTO after it.
+    key = f"{prefix}:cmd"
+    p = Policy.sliding(10, 60_000)
+    reply = client.execute_command("RL.SLIDING", key, 10, 60_000, "COST", 4, "UPTO")
+    assert reply[5] == 4
 
 
 def test_shadow_records_but_allows(server, prefix, kind):
