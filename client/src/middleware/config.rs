@@ -723,4 +723,54 @@ mod tests {
         assert_eq!(d.api_key_header, "X-API-Key");
         assert_eq!(d.ipv6_prefix, 64);
     }
+
+    /// The README's annotated TOML is the default configuration, key for key.
+    #[test]
+    fn the_readme_toml_is_the_default() {
+        let readme = include_str!("../../../README.md");
+        let section = readme
+            .split("### Configuring rl-gateway")
+            .nth(1)
+            .expect("README has the section");
+        let toml = section
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .expect("the section has a TOML block");
+        assert_eq!(
+            RateLimitConfig::from_toml(toml).unwrap(),
+            RateLimitConfig::default()
+        );
+        for key in [
+            "key_prefix",
+            "failure_mode",
+            "instances",
+            "trusted_proxies",
+            "dimensions",
+            "default_tier",
+            "api_key_header",
+            "ipv6_prefix",
+            "window_ms",
+            "algorithm",
+            "burst",
+            "shadow",
+            "[tiers.pro.endpoint]",
+            "[tiers.pro.ip]",
+            "[tiers.pro.global]",
+            "allow_ips",
+            "deny_ips",
+            "allow_api_keys",
+            "deny_api_keys",
+            "hot",
+            "[fleet]",
+            "membership",
+            "heartbeat_ms",
+            "ttl_ms",
+            "[leases]",
+            "lifetime_ms",
+            "demand_ms",
+        ] {
+            assert!(toml.contains(key), "the README's TOML lacks {key}");
+        }
+    }
 }

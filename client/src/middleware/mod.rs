@@ -7,32 +7,41 @@
 //! | dimension | key | default limit |
 //! |---|---|---|
 //! | `api_key` | `rl:{k:<tenant>}:key` | the key's tier (free 100/min, pro 1000/min, enterprise 10000/min) |
-//! | `ip` | `rl:{ip:<client ip>}` | 100/min |
-//! | `endpoint` | `rl:{k:<tenant>}:ep:<route pattern>` (`rl:{ip:<ip>}:ep:...` without a key) | 100/min |
+//! | `ip` | `rl:{ip:<client>}` | 100/min |
+//! | `endpoint` | `rl:{k:<tenant>}:ep:<route pattern>` (`rl:{ip:<client>}:ep:...` without a key) | 100/min |
 //! | `global` | `rl:{global}` | 100000/min |
 //!
-//! `<tenant>` is [`tenant_id`] of the `X-API-Key` header (the key itself is never logged or
-//! stored in a limiter key); a request without a key is limited per IP (and per IP and
-//! endpoint) and globally. The client IP is the peer address, or the nearest untrusted
-//! `X-Forwarded-For` hop when the peer is a configured trusted proxy. The endpoint is the
-//! route pattern (e.g. `/items/{id}`), so ids in paths do not multiply keys. A
-//! [`RequestInfo`] finds the peer and the pattern: by default axum's
-//! `ConnectInfo<SocketAddr>` and `MatchedPath` (feature `axum`; apply the layer with
-//! `Router::layer` so the pattern is known), else the `SocketAddr` and [`RoutePattern`]
-//! request extensions.
+//! A tier may override any dimension for its keys ([`TierLimits`]); an overridden `ip` or
+//! `global` budget is the tier's own, in the key above plus `:tier:<tier>`.
 //!
-//! Every response gets `X-Request-Id` (the caller's if sane, else a new UUID),
-//! `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` and the
-//! draft-ietf-httpapi-ratelimit-headers-11 `RateLimit-Policy` and `RateLimit` fields for
-//! the most restrictive dimension (the denying one, else the one with the fewest units
-//! left). A denied request gets 429 with `Retry-After` (the true wait, whole seconds
-//! rounded up) and an `application/problem+json` body naming the dimension and the request
-//! id; a dimension that fails closed while Redis is down gives 503 instead.
+//! `<tenant>` is [`tenant_id`] of the API key (the `api_key_header`, default `X-API-Key`;
+//! `Authorization: Bearer <key>` works too), never logged or stored in a limiter key; a
+//! request without a key is limited per IP (and per IP and endpoint) and globally.
+//! `<client>` is the client IP ([`client_network`]: an IPv6 address as its /64, or
+//! `ipv6_prefix`): the peer address, or the nearest untrusted `X-Forwarded-For` hop when
+//! the peer is a configured trusted proxy. The endpoint is the route pattern (e.g.
+//! `/items/{id}`), so ids in paths do not multiply keys. A [`RequestInfo`] finds the peer
+//! and the pattern: by default axum's `ConnectInfo<SocketAddr>` and `MatchedPath` (feature
+//! `axum`; apply the layer with `Router::layer` so the pattern is known), else the
+//! `SocketAddr` and [`RoutePattern`] request extensions.
+//!
+//! The `[access]` lists come first: a denied client IP or key gets 403 with a problem body
+//! (deny wins), an allowed one passes without any limit or Redis call.
+//!
+//! Every response gets `X-Request-Id` (the caller's if sane, else a new UUID). A limited
+//! one gets draft-ietf-httpapi-ratelimit-headers-11's `RateLimit-Policy` (every enforced
+//! policy) and `RateLimit` (the most restrictive: the denying one, else the fewest units
+//! left), with `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` equal to
+//! its `q`, `r` and `t` ([`Reported::reset_secs`]). A denied request gets 429 with
+//! `Retry-After` (the true wait, whole seconds rounded up: the same as `t`) and an
+//! `application/problem+json` body naming the dimension and the request id; a dimension
+//! that fails closed while Redis is down gives 503 instead, without quota fields.
 //!
 //! The whole request, the inner service included, runs in a `tracing` span `rate_limit`
 //! with `request_id`, `tenant`, `tier` and `dimension`. Counters (through the `metrics`
 //! facade): `rl_requests_total{dimension, outcome}` (outcome `allowed`, `denied`,
-//! `shadow_denied`) and `rl_fallback_total{dimension, source}`.
+//! `shadow_denied`), `rl_fallback_total{dimension, source}` and
+//! `rl_access_total{list}` (`allow`, `deny`).
 //!
 //! ```no_run
 //! use std::sync::Arc;
