@@ -101,22 +101,34 @@ impl Transport {
             return Err(Error::BreakerOpen);
         }
         self.redis_calls.fetch_add(1, Ordering::Relaxed);
+        let started = std::time::Instant::now();
         let result = match tokio::time::timeout(self.timeout, self.backend.query(cmd, slot)).await {
             Err(_) => Err(Error::Timeout(self.timeout)),
             Ok(Err(e)) => Err(Error::Redis(e)),
             Ok(Ok(v)) => Ok(v),
         };
-        match &result {
+        let outcome = match &result {
             Err(e) if e.is_outage() => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 self.breaker.on_failure();
+                if matches!(e, Error::Timeout(_)) {
+                    "timeout"
+                } else {
+                    "unavailable"
+                }
             }
             Err(_) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 self.breaker.on_success();
+                "error_reply"
             }
-            Ok(_) => self.breaker.on_success(),
-        }
+            Ok(_) => {
+                self.breaker.on_success();
+                "ok"
+            }
+        };
+        metrics::histogram!("rl_redis_call_duration_seconds", "outcome" => outcome)
+            .record(started.elapsed().as_secs_f64());
         result
     }
 

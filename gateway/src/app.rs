@@ -1,28 +1,30 @@
-//! The router: limited routes (demo answers or the upstream), plus /healthz and /metrics.
+//! The routers: the rate-limited routes (demo answers or the upstream), rebuilt on each
+//! reload, and the public router that sends every request to the live one.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
-use axum::extract::{MatchedPath, Request};
-use axum::http::header::CONTENT_TYPE;
+use axum::extract::{MatchedPath, Request, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::any;
 use axum::{Json, Router};
-use metrics_exporter_prometheus::PrometheusHandle;
+use ipnet::IpNet;
 use redis_rl_client::middleware::{RateLimitLayer, REQUEST_ID};
-use redis_rl_client::{BreakerState, Limiter};
+use tower::ServiceExt;
 
 use crate::proxy::Upstream;
+use crate::reload::Live;
 
 const BUILT_IN: [&str; 2] = ["/healthz", "/metrics"];
 
-/// Builds the gateway. `routes` are the patterns of the endpoint dimension; every other
-/// path falls under `/{*path}`.
-pub fn router(
+/// The limited routes. `routes` are the patterns of the endpoint dimension; every other
+/// path falls under `/{*path}`. `trusted` are the peers whose `X-Forwarded-Proto/Host`
+/// the proxy keeps.
+pub fn limited(
     routes: &[String],
     layer: RateLimitLayer,
-    limiter: Limiter,
-    prometheus: PrometheusHandle,
     upstream: Option<Upstream>,
+    trusted: Vec<IpNet>,
 ) -> Result<Router, String> {
     for r in routes {
         if !r.starts_with('/') || BUILT_IN.contains(&r.as_str()) || r == "/" || r == "/{*path}" {
@@ -31,11 +33,13 @@ pub fn router(
             ));
         }
     }
+    let trusted: Arc<[IpNet]> = trusted.into();
     let handler = move |req: Request| {
         let upstream = upstream.clone();
+        let trusted = trusted.clone();
         async move {
             match upstream {
-                Some(u) => u.forward(req).await,
+                Some(u) => u.forward(req, &trusted).await,
                 None => demo(req),
             }
         }
@@ -50,14 +54,27 @@ pub fn router(
             .route("/{*path}", any(handler))
     }))
     .map_err(|_| format!("--route: invalid or duplicate pattern in {routes:?}"))?;
-    let health = limiter.clone();
-    let open = Router::new()
-        .route("/healthz", get(move || healthz(health.clone())))
-        .route(
-            "/metrics",
-            get(move || render_metrics(limiter.clone(), prometheus.clone())),
-        );
-    Ok(open.merge(limited.layer(layer)))
+    Ok(limited.layer(layer))
+}
+
+/// The public listener's router: `ops` (/healthz, /metrics) when they are not on an admin
+/// listener, and everything else through the live configuration's router.
+pub fn public(live: Arc<Live>, ops: Option<Router>) -> Router {
+    let dispatch = Router::new().fallback(dispatch).with_state(live);
+    match ops {
+        Some(ops) => ops.merge(dispatch),
+        None => dispatch,
+    }
+}
+
+/// Hands the request to the router of the configuration live when it arrived; that router
+/// stays alive until the request is answered, whatever reloads happen meanwhile.
+async fn dispatch(State(live): State<Arc<Live>>, req: Request) -> Response {
+    let router = live.current().router.clone();
+    match router.oneshot(req).await {
+        Ok(resp) => resp,
+        Err(never) => match never {},
+    }
 }
 
 /// The answer of the demo upstream: what was asked, and under which route pattern.
@@ -79,43 +96,4 @@ fn demo(req: Request) -> Response {
         "request_id": request_id,
     }))
     .into_response()
-}
-
-/// Always 200 while the gateway runs; says whether Redis answers PING and the breaker
-/// state, with the limiter's counters.
-async fn healthz(limiter: Limiter) -> Response {
-    let redis_up = limiter.ping().await;
-    let s = limiter.stats();
-    Json(serde_json::json!({
-        "status": "ok",
-        "redis": if redis_up { "up" } else { "down" },
-        "breaker": limiter.breaker_state().name(),
-        "stats": {
-            "redis_calls": s.redis_calls,
-            "redis_errors": s.errors,
-            "deny_cache": s.deny_cache,
-            "local": s.local,
-            "fail_open": s.fail_open,
-            "fail_closed": s.fail_closed,
-            "breaker_opened": s.breaker.opened,
-            "breaker_closed": s.breaker.closed,
-            "fleet_size": s.fleet_size,
-        },
-    }))
-    .into_response()
-}
-
-/// Prometheus text format: the middleware's and limiter's counters, plus the breaker state.
-async fn render_metrics(limiter: Limiter, prometheus: PrometheusHandle) -> Response {
-    let open = match limiter.breaker_state() {
-        BreakerState::Closed => 0.0,
-        BreakerState::HalfOpen => 0.5,
-        BreakerState::Open => 1.0,
-    };
-    metrics::gauge!("rl_breaker_open").set(open);
-    (
-        [(CONTENT_TYPE, "text/plain; version=0.0.4")],
-        prometheus.render(),
-    )
-        .into_response()
 }

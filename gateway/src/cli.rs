@@ -25,13 +25,19 @@ pub enum Mode {
 /// pro 1000/min, enterprise 10000/min per API key (X-API-Key; tier from the Redis hash
 /// rl:tiers, e.g. `HSET rl:tiers KEY pro`); 100/min per client IP; 100/min per API key and
 /// endpoint; 100000/min globally; local fallback behind a circuit breaker when Redis fails.
-/// GET /healthz and GET /metrics are built in and never limited.
+/// GET /healthz and GET /metrics are built in and never limited (on --admin-listen when
+/// given). SIGHUP re-reads --config; a bad file is refused and the running one kept.
 #[derive(Clone, Debug, Parser)]
 #[command(name = "rl-gateway", version, about, long_about)]
 pub struct Args {
     /// Address to listen on.
     #[arg(long, env = "RL_GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+
+    /// Serve /healthz and /metrics on this address only (e.g. 127.0.0.1:9090); the public
+    /// listener then forwards those paths like any other.
+    #[arg(long, env = "RL_GATEWAY_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
 
     /// Redis URL (with --cluster: a comma-separated list of seed node URLs).
     #[arg(
@@ -46,16 +52,32 @@ pub struct Args {
     pub cluster: bool,
 
     /// TOML file with tiers, dimension limits, trusted proxies and failure mode
-    /// (see the client crate's RateLimitConfig). Flags below override it.
+    /// (see the client crate's RateLimitConfig). Flags below override it. Re-read on
+    /// SIGHUP.
     #[arg(long, env = "RL_GATEWAY_CONFIG")]
     pub config: Option<PathBuf>,
 
-    /// Forward allowed requests to this base URL (http only), instead of answering them
-    /// with a small demo JSON response.
+    /// Forward allowed requests to this base URL (http:// or https://, HTTP/1.1 with
+    /// pooled keep-alive connections), instead of answering them with a small demo JSON
+    /// response.
     #[arg(long, env = "RL_GATEWAY_UPSTREAM")]
     pub upstream: Option<String>,
 
-    /// Timeout for an upstream response, in milliseconds.
+    /// PEM file of the CA certificates an https upstream must present a chain to, instead
+    /// of the system's trusted roots.
+    #[arg(long, env = "RL_GATEWAY_UPSTREAM_CA")]
+    pub upstream_ca: Option<PathBuf>,
+
+    /// Timeout for connecting to the upstream (TCP and TLS), in milliseconds (504 after).
+    #[arg(
+        long,
+        env = "RL_GATEWAY_UPSTREAM_CONNECT_TIMEOUT_MS",
+        default_value_t = 5_000
+    )]
+    pub upstream_connect_timeout_ms: u64,
+
+    /// Timeout for the upstream's response head, connecting included, in milliseconds
+    /// (504 after). The body then streams without a limit.
     #[arg(long, env = "RL_GATEWAY_UPSTREAM_TIMEOUT_MS", default_value_t = 30_000)]
     pub upstream_timeout_ms: u64,
 

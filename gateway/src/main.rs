@@ -3,7 +3,9 @@
 
 mod app;
 mod cli;
+mod ops;
 mod proxy;
+mod reload;
 
 use std::net::SocketAddr;
 use std::num::{NonZeroU32, NonZeroUsize};
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use redis_rl_client::middleware::{RateLimitConfig, RateLimitLayer};
+use redis_rl_client::middleware::RateLimitConfig;
 use redis_rl_client::tier::FailureModeName;
 use redis_rl_client::{BreakerConfig, Limiter, RedisHashTiers};
 
@@ -35,8 +37,9 @@ async fn main() -> ExitCode {
     }
 }
 
-/// The middleware configuration: the file (or the defaults), then the flags.
-fn config(args: &Args) -> Result<RateLimitConfig, String> {
+/// The middleware configuration: the file (or the defaults), then the flags. Read at start
+/// and again on each SIGHUP.
+pub(crate) fn config(args: &Args) -> Result<RateLimitConfig, String> {
     let mut config = match &args.config {
         Some(path) => RateLimitConfig::load(path).map_err(|e| e.to_string())?,
         None => RateLimitConfig::default(),
@@ -93,26 +96,52 @@ async fn run(args: Args) -> Result<(), String> {
         Duration::from_millis(args.tier_cache_ms),
         NonZeroUsize::new(100_000).unwrap_or(NonZeroUsize::MIN),
     );
-    let layer = RateLimitLayer::new(limiter.clone(), config.clone(), Arc::new(tiers))
-        .map_err(|e| e.to_string())?;
-    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .map_err(|e| format!("metrics recorder: {e}"))?;
+    let prometheus = ops::install_recorder()?;
     let upstream = match &args.upstream {
-        Some(url) => Some(proxy::Upstream::new(
+        Some(url) => Some(proxy::Upstream::new(&proxy::UpstreamOptions {
             url,
-            Duration::from_millis(args.upstream_timeout_ms),
-        )?),
+            connect_timeout: Duration::from_millis(args.upstream_connect_timeout_ms.max(1)),
+            response_timeout: Duration::from_millis(args.upstream_timeout_ms.max(1)),
+            ca_file: args.upstream_ca.as_deref(),
+        })?),
         None => None,
     };
-    let router = app::router(&args.routes, layer, limiter.clone(), prometheus, upstream)?;
+    let live = Arc::new(reload::Live::new(
+        reload::Parts {
+            args: args.clone(),
+            limiter: limiter.clone(),
+            tiers: Arc::new(tiers),
+            upstream,
+        },
+        config.clone(),
+    )?);
+    let ops = ops::router(Arc::new(ops::Ops {
+        live: live.clone(),
+        prometheus,
+    }));
+    let (public_ops, admin) = match args.admin_listen {
+        Some(addr) => (None, Some((addr, ops))),
+        None => (Some(ops), None),
+    };
+    let router = app::public(live.clone(), public_ops);
+    tokio::spawn(reload::on_sighup(live));
 
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("--listen {}: {e}", args.listen))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let admin = match admin {
+        Some((addr, router)) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("--admin-listen {addr}: {e}"))?;
+            Some((l, router))
+        }
+        None => None,
+    };
     tracing::info!(
         listen = %local,
+        admin = %args.admin_listen.map_or_else(|| "(on --listen)".to_string(), |a| a.to_string()),
         redis = %args.redis,
         failure_mode = ?config.failure_mode,
         instances = config.instances.map_or(0, NonZeroU32::get),
@@ -121,11 +150,30 @@ async fn run(args: Args) -> Result<(), String> {
         upstream = args.upstream.as_deref().unwrap_or("(demo responses)"),
         "rl-gateway listening"
     );
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown().await;
+        let _ = stop.send(true);
+    });
+    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    if let Some((l, router)) = admin {
+        let rx = stopped.clone();
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(l, router)
+                .with_graceful_shutdown(until_stopped(rx))
+                .await
+            {
+                tracing::error!(error = %e, "admin listener failed");
+            }
+        });
+    }
     axum::serve(
         listener,
         router.into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown())
+    .with_graceful_shutdown(until_stopped(stopped))
     .await
     .map_err(|e| e.to_string())?;
     // Leave the fleet at once (the others stop counting this gateway at their next

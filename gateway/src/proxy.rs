@@ -1,20 +1,30 @@
-//! Forwarding allowed requests to an upstream HTTP server.
+//! Forwarding allowed requests to the upstream: hyper-util's pooled client (HTTP/1.1
+//! keep-alive) over hyper-rustls (https upstreams), with the proxy's own duties done here:
+//! hop-by-hop headers removed both ways (RFC 9110 section 7.6.1), `X-Forwarded-*` and
+//! `Forwarded` (RFC 7239) set, connect and response timeouts. Bodies stream both ways:
+//! nothing is buffered whole.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
-use axum::http::header::{self, HeaderName, HeaderValue};
+use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use hyper_rustls::{ConfigBuilderExt, HttpsConnector};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use ipnet::IpNet;
 use redis_rl_client::middleware::REQUEST_ID;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 
-/// Headers that belong to one connection, not to the request (RFC 9110 section 7.6.1).
+/// Headers that belong to one connection, not to the message (RFC 9110 section 7.6.1),
+/// besides those named in `Connection`.
 const HOP_BY_HOP: [&str; 7] = [
     "connection",
     "keep-alive",
@@ -25,39 +35,83 @@ const HOP_BY_HOP: [&str; 7] = [
     "upgrade",
 ];
 
-/// An upstream base URL and a pooled HTTP/1 client.
+/// How to reach the upstream.
+pub struct UpstreamOptions<'a> {
+    /// `http://host:port[/base]` or `https://...`.
+    pub url: &'a str,
+    /// Limit on establishing a connection (TCP and TLS).
+    pub connect_timeout: Duration,
+    /// Limit on the response head, from sending the request (connecting included).
+    pub response_timeout: Duration,
+    /// PEM file of the CAs an https upstream's certificate must chain to, instead of the
+    /// system's roots.
+    pub ca_file: Option<&'a Path>,
+}
+
+/// The upstream base URL and a pooled client; clones share the pool.
 #[derive(Clone)]
 pub struct Upstream {
+    base: Arc<Base>,
+    client: Client<HttpsConnector<HttpConnector>, Body>,
+}
+
+struct Base {
     scheme: String,
     authority: String,
-    base_path: String,
+    path: String,
     timeout: Duration,
-    client: Arc<Client<HttpConnector, Body>>,
 }
 
 impl Upstream {
-    /// Parses `http://host:port[/base]`.
-    pub fn new(url: &str, timeout: Duration) -> Result<Self, String> {
+    /// Parses the URL and builds the client (TLS roots are read only for https).
+    pub fn new(o: &UpstreamOptions<'_>) -> Result<Self, String> {
+        let url = o.url;
         let uri: Uri = url.parse().map_err(|e| format!("--upstream {url}: {e}"))?;
         let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
             return Err(format!(
-                "--upstream {url}: expected http://host:port[/path]"
+                "--upstream {url}: expected http(s)://host[:port][/path]"
             ));
         };
-        if scheme != "http" {
-            return Err(format!("--upstream {url}: only http is supported"));
+        if uri.query().is_some() {
+            return Err(format!("--upstream {url}: a query is not allowed"));
         }
+        let tls = match scheme {
+            "http" | "https" => rustls_config(scheme == "https", o.ca_file)?,
+            _ => {
+                return Err(format!(
+                    "--upstream {url}: the scheme must be http or https"
+                ))
+            }
+        };
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(o.connect_timeout));
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(connector);
         Ok(Self {
-            scheme: scheme.to_string(),
-            authority: authority.to_string(),
-            base_path: uri.path().trim_end_matches('/').to_string(),
-            timeout,
-            client: Arc::new(Client::builder(TokioExecutor::new()).build_http()),
+            base: Arc::new(Base {
+                scheme: scheme.to_string(),
+                authority: authority.to_string(),
+                path: uri.path().trim_end_matches('/').to_string(),
+                timeout: o.response_timeout,
+            }),
+            client,
         })
     }
 
-    /// Sends `req` upstream; 502 when the upstream fails, 504 when it is too slow.
-    pub async fn forward(&self, req: Request) -> Response {
+    /// Sends `req` upstream and streams the answer back; a problem+json 502 when the
+    /// upstream cannot be reached, 504 when connecting or the response head takes too long.
+    /// `X-Forwarded-Proto` and `X-Forwarded-Host` from a peer in `trusted` are kept (the
+    /// proxy in front knows the original scheme and host); anyone else's are replaced.
+    pub async fn forward(&self, req: Request, trusted: &[IpNet]) -> Response {
         let (mut parts, body) = req.into_parts();
         let request_id = parts
             .headers
@@ -68,48 +122,220 @@ impl Upstream {
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let target = format!(
             "{}://{}{}{}",
-            self.scheme, self.authority, self.base_path, path
+            self.base.scheme, self.base.authority, self.base.path, path
         );
+        let host = parts.headers.get(header::HOST).cloned().or_else(|| {
+            let a = parts.uri.authority()?;
+            HeaderValue::from_str(a.as_str()).ok()
+        });
         parts.uri = match target.parse() {
             Ok(uri) => uri,
             Err(_) => return problem(StatusCode::BAD_REQUEST, "bad request target", &request_id),
         };
-        for name in HOP_BY_HOP {
-            parts.headers.remove(name);
-        }
-        if let Ok(host) = HeaderValue::from_str(&self.authority) {
+        strip_hop_by_hop(&mut parts.headers);
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(a)| a.ip());
+        set_forwarded(&mut parts.headers, peer, host, trusted);
+        if let Ok(host) = HeaderValue::from_str(&self.base.authority) {
             parts.headers.insert(header::HOST, host);
         }
-        if let Some(ConnectInfo(peer)) = parts.extensions.get::<ConnectInfo<SocketAddr>>() {
-            let xff = HeaderName::from_static("x-forwarded-for");
-            let value = match parts.headers.get(&xff).and_then(|v| v.to_str().ok()) {
-                Some(prev) => format!("{prev}, {}", peer.ip()),
-                None => peer.ip().to_string(),
-            };
-            if let Ok(v) = HeaderValue::from_str(&value) {
-                parts.headers.insert(xff, v);
+
+        let started = Instant::now();
+        let sent = self.client.request(Request::from_parts(parts, body));
+        let (outcome, response) = match tokio::time::timeout(self.base.timeout, sent).await {
+            Ok(Ok(resp)) => {
+                let class = match resp.status().as_u16() {
+                    100..=199 => "1xx",
+                    200..=299 => "2xx",
+                    300..=399 => "3xx",
+                    400..=499 => "4xx",
+                    _ => "5xx",
+                };
+                let mut resp = resp.map(Body::new);
+                strip_hop_by_hop(resp.headers_mut());
+                (class, resp)
             }
-        }
-        let upstream_req = Request::from_parts(parts, body);
-        match tokio::time::timeout(self.timeout, self.client.request(upstream_req)).await {
-            Ok(Ok(resp)) => resp.map(Body::new),
+            Ok(Err(e)) if e.is_connect() && timed_out(&e) => {
+                tracing::warn!(error = %e, "upstream connect timed out");
+                (
+                    "timeout",
+                    problem(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "upstream connect timed out",
+                        &request_id,
+                    ),
+                )
+            }
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "upstream request failed");
-                problem(StatusCode::BAD_GATEWAY, "upstream unavailable", &request_id)
+                tracing::warn!(error = %e, source = ?std::error::Error::source(&e), "upstream request failed");
+                (
+                    "error",
+                    problem(StatusCode::BAD_GATEWAY, "upstream unavailable", &request_id),
+                )
             }
             Err(_) => {
                 tracing::warn!(
-                    timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+                    timeout_ms = u64::try_from(self.base.timeout.as_millis()).unwrap_or(u64::MAX),
                     "upstream timed out"
                 );
-                problem(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "upstream timed out",
-                    &request_id,
+                (
+                    "timeout",
+                    problem(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "upstream timed out",
+                        &request_id,
+                    ),
                 )
             }
+        };
+        metrics::histogram!("rl_upstream_duration_seconds", "outcome" => outcome)
+            .record(started.elapsed().as_secs_f64());
+        response
+    }
+}
+
+/// rustls on ring, TLS 1.2 and 1.3. An https upstream's certificate must chain to a CA of
+/// `ca_file`, else to one of the system's roots (read by rustls-native-certs); an http
+/// upstream needs no roots.
+fn rustls_config(https: bool, ca_file: Option<&Path>) -> Result<rustls::ClientConfig, String> {
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("tls: {e}"))?;
+    let mut roots = rustls::RootCertStore::empty();
+    match (https, ca_file) {
+        (false, _) => {}
+        (true, Some(path)) => {
+            let bad = |e: &dyn std::fmt::Display| format!("--upstream-ca {}: {e}", path.display());
+            for cert in CertificateDer::pem_file_iter(path).map_err(|e| bad(&e))? {
+                roots.add(cert.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;
+            }
+            if roots.is_empty() {
+                return Err(bad(&"no certificate in the file"));
+            }
+        }
+        (true, None) => {
+            return Ok(builder
+                .with_native_roots()
+                .map_err(|e| {
+                    format!("--upstream: no system CA certificates ({e}); pass --upstream-ca")
+                })?
+                .with_no_client_auth())
         }
     }
+    Ok(builder.with_root_certificates(roots).with_no_client_auth())
+}
+
+/// True when a client error was caused by a connect timeout (hyper-util's connector reports
+/// it as an `io::Error` of kind `TimedOut` in the source chain).
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
+/// Removes the connection-specific headers: the fixed list and every header named in
+/// `Connection`.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// Appends the peer to `X-Forwarded-For` and `Forwarded`; sets `X-Forwarded-Proto` (the
+/// gateway listens on plain http) and `X-Forwarded-Host` (the client's `Host`) unless a
+/// trusted peer already set them.
+fn set_forwarded(
+    headers: &mut HeaderMap,
+    peer: Option<IpAddr>,
+    host: Option<HeaderValue>,
+    trusted: &[IpNet],
+) {
+    let from_trusted = peer.is_some_and(|ip| trusted.iter().any(|n| n.contains(&ip)));
+    let xfp = HeaderName::from_static("x-forwarded-proto");
+    let xfh = HeaderName::from_static("x-forwarded-host");
+    if !from_trusted || !headers.contains_key(&xfp) {
+        headers.insert(xfp, HeaderValue::from_static("http"));
+    }
+    if !from_trusted || !headers.contains_key(&xfh) {
+        match &host {
+            Some(h) => headers.insert(xfh, h.clone()),
+            None => headers.remove(xfh),
+        };
+    }
+    let Some(peer) = peer else { return };
+    append(
+        headers,
+        HeaderName::from_static("x-forwarded-for"),
+        &peer.to_string(),
+    );
+    let node = match peer {
+        IpAddr::V4(ip) => ip.to_string(),
+        IpAddr::V6(ip) => format!("\"[{ip}]\""),
+    };
+    let mut element = format!("for={node};proto=http");
+    if let Some(h) = host.as_ref().and_then(|h| h.to_str().ok()) {
+        element.push_str(";host=");
+        element.push_str(&quoted(h));
+    }
+    append(headers, header::FORWARDED, &element);
+}
+
+/// Sets `name` to its existing values (all lines, comma-joined) followed by `value`.
+fn append(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+    let prev: Vec<&str> = headers
+        .get_all(&name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .collect();
+    let joined = if prev.is_empty() {
+        value.to_string()
+    } else {
+        format!("{}, {value}", prev.join(", "))
+    };
+    if let Ok(v) = HeaderValue::from_str(&joined) {
+        headers.insert(name, v);
+    }
+}
+
+/// A `Forwarded` value: a token as is, anything else (a host with a port) quoted.
+fn quoted(v: &str) -> String {
+    let token = !v.is_empty()
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if token {
+        return v.to_string();
+    }
+    let escaped: String = v
+        .chars()
+        .flat_map(|c| match c {
+            '"' | '\\' => vec!['\\', c],
+            _ => vec![c],
+        })
+        .collect();
+    format!("\"{escaped}\"")
 }
 
 fn problem(status: StatusCode, title: &str, request_id: &str) -> Response {
@@ -125,4 +351,114 @@ fn problem(status: StatusCode, title: &str, request_id: &str) -> Response {
         body.to_string(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn hop_by_hop_headers_and_those_named_in_connection_are_removed() {
+        let mut h = headers(&[
+            ("connection", "keep-alive, X-Hop"),
+            ("connection", "x-other"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("te", "trailers"),
+            ("trailer", "x-sum"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("x-hop", "1"),
+            ("x-other", "2"),
+            ("x-end-to-end", "3"),
+            ("cache-control", "no-store"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["x-end-to-end", "cache-control"]);
+    }
+
+    #[test]
+    fn forwarded_headers_append_and_replace_what_an_untrusted_client_sent() {
+        let mut h = headers(&[
+            ("x-forwarded-for", "198.51.100.7"),
+            ("x-forwarded-for", "203.0.113.9"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "evil.example"),
+            ("forwarded", "for=198.51.100.7"),
+        ]);
+        let peer: IpAddr = "127.0.0.1".parse().unwrap();
+        set_forwarded(
+            &mut h,
+            Some(peer),
+            Some(HeaderValue::from_static("api.example:8080")),
+            &[],
+        );
+        assert_eq!(h["x-forwarded-for"], "198.51.100.7, 203.0.113.9, 127.0.0.1");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "api.example:8080");
+        assert_eq!(
+            h["forwarded"],
+            "for=198.51.100.7, for=127.0.0.1;proto=http;host=\"api.example:8080\""
+        );
+    }
+
+    #[test]
+    fn a_trusted_proxy_keeps_its_proto_and_host_and_ipv6_is_bracketed() {
+        let mut h = headers(&[
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "api.example"),
+        ]);
+        let peer: IpAddr = "::1".parse().unwrap();
+        let trusted: Vec<IpNet> = vec!["::1/128".parse().unwrap()];
+        set_forwarded(
+            &mut h,
+            Some(peer),
+            Some(HeaderValue::from_static("internal")),
+            &trusted,
+        );
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert_eq!(h["x-forwarded-host"], "api.example");
+        assert_eq!(h["x-forwarded-for"], "::1");
+        assert_eq!(h["forwarded"], "for=\"[::1]\";proto=http;host=internal");
+    }
+
+    #[test]
+    fn bad_upstreams_are_refused() {
+        for (url, expected) in [
+            ("ftp://x", "scheme must be http or https"),
+            ("/relative", "expected http(s)://"),
+            ("http://x/?q=1", "query is not allowed"),
+        ] {
+            let err = Upstream::new(&UpstreamOptions {
+                url,
+                connect_timeout: Duration::from_secs(1),
+                response_timeout: Duration::from_secs(1),
+                ca_file: None,
+            })
+            .err()
+            .unwrap();
+            assert!(err.contains(expected), "{url}: {err}");
+        }
+        let err = Upstream::new(&UpstreamOptions {
+            url: "https://127.0.0.1:1",
+            connect_timeout: Duration::from_secs(1),
+            response_timeout: Duration::from_secs(1),
+            ca_file: Some(Path::new("/nonexistent/ca.pem")),
+        })
+        .err()
+        .unwrap();
+        assert!(err.contains("--upstream-ca /nonexistent/ca.pem"), "{err}");
+    }
 }

@@ -6,12 +6,25 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use redis_rl_testkit::{eventually, free_port, query, Server};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
+
+// The proxy, operations and reload tests (issue 16 items 3, 4, 7), in this one test binary.
+#[path = "gateway/ops.rs"]
+mod ops;
+#[path = "gateway/proxy.rs"]
+mod proxy;
+#[path = "gateway/reload.rs"]
+mod reload;
+#[path = "gateway/upstream.rs"]
+mod upstream;
 
 /// The gateway process, killed on drop.
 struct Gateway {
     child: Child,
     port: u16,
+    /// The `--admin-listen` port, if any (/healthz and /metrics are there, not on `port`).
+    admin: Option<u16>,
 }
 
 impl Gateway {
@@ -21,20 +34,32 @@ impl Gateway {
     /// would be decided by the failure mode instead of Redis (none of these tests is about
     /// the timeout).
     async fn start(args: &[&str]) -> Gateway {
+        Self::launch(args, false, None).await
+    }
+
+    /// [`start`](Self::start), with an admin listener on a free port when `admin`, and the
+    /// log written to `log` (else discarded).
+    async fn launch(args: &[&str], admin: bool, log: Option<&Path>) -> Gateway {
         for _ in 0..5 {
             let port = free_port();
-            let child = Command::new(env!("CARGO_BIN_EXE_rl-gateway"))
-                .args(["--listen", &format!("127.0.0.1:{port}"), "--log", "warn"])
+            let admin = admin.then(free_port);
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-gateway"));
+            cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--log", "warn"])
                 .args(["--timeout-ms", "5000"])
                 .args(args)
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("start rl-gateway");
-            let mut gw = Gateway { child, port };
+                .stdout(Stdio::null());
+            if let Some(a) = admin {
+                cmd.args(["--admin-listen", &format!("127.0.0.1:{a}")]);
+            }
+            if let Some(log) = log {
+                cmd.stdout(std::fs::File::create(log).unwrap());
+            }
+            let child = cmd.spawn().expect("start rl-gateway");
+            let mut gw = Gateway { child, port, admin };
             let mut exited = false;
             eventually("the gateway answers /healthz", async || {
                 exited = matches!(gw.child.try_wait(), Ok(Some(_)));
-                exited || gw.get("/healthz", &[]).await.is_some()
+                exited || gw.ops("/healthz").await.is_some()
             })
             .await;
             if !exited {
@@ -50,22 +75,46 @@ impl Gateway {
         path: &str,
         headers: &[(&str, &str)],
     ) -> Option<(u16, http::HeaderMap, String)> {
-        let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-        let mut req = http::Request::get(format!("http://127.0.0.1:{}{path}", self.port));
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        let resp = client.request(req.body(Empty::new()).unwrap()).await.ok()?;
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let body = resp.into_body().collect().await.ok()?.to_bytes();
-        Some((status, headers, String::from_utf8_lossy(&body).into_owned()))
+        get_from(self.port, path, headers).await
+    }
+
+    /// GET an operations path (/healthz, /metrics) where the gateway serves it.
+    async fn ops(&self, path: &str) -> Option<(u16, http::HeaderMap, String)> {
+        get_from(self.admin.unwrap_or(self.port), path, &[]).await
     }
 
     async fn health(&self) -> serde_json::Value {
-        let (_, _, body) = self.get("/healthz", &[]).await.expect("healthz");
+        let (_, _, body) = self.ops("/healthz").await.expect("healthz");
         serde_json::from_str(&body).unwrap()
     }
+
+    /// Sends SIGHUP (reload the configuration file).
+    fn hangup(&self) {
+        let ok = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -HUP");
+    }
+}
+
+/// GET `http://127.0.0.1:{port}{path}` on a new connection.
+async fn get_from(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Option<(u16, http::HeaderMap, String)> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let mut req = http::Request::get(format!("http://127.0.0.1:{port}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = client.request(req.body(Empty::new()).unwrap()).await.ok()?;
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.ok()?.to_bytes();
+    Some((status, headers, String::from_utf8_lossy(&body).into_owned()))
 }
 
 impl Drop for Gateway {
@@ -89,6 +138,10 @@ fn help_documents_every_flag() {
         "--config",
         "--upstream",
         "--upstream-timeout-ms",
+        "--upstream-connect-timeout-ms",
+        "--upstream-ca",
+        "--admin-listen",
+        "SIGHUP",
         "--trusted-proxy",
         "--failure-mode",
         "--instances",

@@ -1,0 +1,244 @@
+//! Operations endpoints: `/healthz` (200 while the gateway serves, 503 while it would
+//! refuse traffic) and `/metrics` (Prometheus text, every metric with HELP and TYPE, latency
+//! histograms), on the public listener or on `--admin-listen`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use metrics::{describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use redis_rl_client::middleware::{Dimension, RateLimitConfig};
+use redis_rl_client::tier::FailureModeName;
+use redis_rl_client::{BreakerState, Rate};
+
+use crate::reload::Live;
+
+/// Redis round trips: a loopback call takes ~0.1 ms, the default timeout is 50 ms.
+const REDIS_BUCKETS: [f64; 13] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+/// Upstream response heads: milliseconds to the default 30 s timeout.
+const UPSTREAM_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Installs the Prometheus recorder (histograms with buckets, not summaries) and describes
+/// every metric the gateway and the client record.
+pub fn install_recorder() -> Result<PrometheusHandle, String> {
+    let err = |e: metrics_exporter_prometheus::BuildError| format!("metrics recorder: {e}");
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("rl_redis_call_duration_seconds".to_string()),
+            &REDIS_BUCKETS,
+        )
+        .map_err(err)?
+        .set_buckets_for_metric(
+            Matcher::Full("rl_upstream_duration_seconds".to_string()),
+            &UPSTREAM_BUCKETS,
+        )
+        .map_err(err)?
+        .install_recorder()
+        .map_err(err)?;
+    describe();
+    // Without an HTTP listener of its own the exporter needs its upkeep run (it bounds the
+    // memory of histograms between scrapes).
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            every.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    Ok(handle)
+}
+
+/// The HELP text of every metric (the exporter writes TYPE itself). A metric recorded
+/// without a line here would have no HELP: the integration test checks that each has one.
+fn describe() {
+    describe_counter!(
+        "rl_requests_total",
+        "Rate-limit decisions per dimension of each request, by outcome (allowed, denied, shadow_denied)."
+    );
+    describe_counter!(
+        "rl_fallback_total",
+        "Decisions taken without Redis (the failure mode), by dimension and source (local, fail_open, fail_closed)."
+    );
+    describe_counter!(
+        "rl_client_decisions_total",
+        "Limiter decisions not answered by Redis, by source (deny_cache, local, fail_open, fail_closed)."
+    );
+    describe_counter!(
+        "rl_breaker_transitions_total",
+        "Circuit breaker transitions, by the state entered (open, half_open, closed)."
+    );
+    describe_gauge!(
+        "rl_breaker_open",
+        "Circuit breaker state when scraped: 0 closed, 0.5 half-open, 1 open."
+    );
+    describe_histogram!(
+        "rl_redis_call_duration_seconds",
+        "Duration of each Redis round trip of the limiter (bounded by --timeout-ms), by outcome (ok, error_reply, unavailable, timeout)."
+    );
+    describe_histogram!(
+        "rl_upstream_duration_seconds",
+        "Time from forwarding a request to the upstream's response head (connecting included), by outcome (1xx..5xx, error, timeout)."
+    );
+    describe_counter!(
+        "rl_access_total",
+        "Requests decided by the access lists before any limit, by list (allow: never limited; deny: 403) and, for deny, on (ip or api_key)."
+    );
+    describe_gauge!(
+        "rl_fleet_size",
+        "Live gateways in the fleet (membership leases in Redis), the divisor of the local fallback."
+    );
+    describe_counter!(
+        "rl_config_reloads_total",
+        "Configuration reloads on SIGHUP, by result (ok, error: refused, the running configuration stays)."
+    );
+}
+
+/// What the ops endpoints read.
+pub struct Ops {
+    pub live: Arc<Live>,
+    pub prometheus: PrometheusHandle,
+}
+
+/// `/healthz` and `/metrics`.
+pub fn router(ops: Arc<Ops>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(render_metrics))
+        .with_state(ops)
+}
+
+/// 503 while Redis is unavailable (PING fails, or the breaker is open) and a dimension
+/// fails closed: the gateway refuses that traffic, so a load balancer should send it
+/// elsewhere. Otherwise 200: `ok`, or `degraded` while deciding by an open or local
+/// failure mode. The body details why either way.
+async fn healthz(State(ops): State<Arc<Ops>>) -> Response {
+    let limiter = &ops.live.parts().limiter;
+    let redis_up = limiter.ping().await;
+    // A breaker whose open time is up waits for a request to probe Redis; a drained
+    // instance gets none, so the health check probes (else a 503 would keep it drained).
+    if redis_up && limiter.breaker_state() == BreakerState::HalfOpen {
+        let _ = limiter.query(&redis::cmd("PING"), None).await;
+    }
+    let breaker = limiter.breaker_state();
+    let current = ops.live.current();
+    let closed = fail_closed(&current.config);
+    let available = redis_up && breaker != BreakerState::Open;
+    let (status, word) = if !available && !closed.is_empty() {
+        (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+    } else if !available || breaker != BreakerState::Closed {
+        (StatusCode::OK, "degraded")
+    } else {
+        (StatusCode::OK, "ok")
+    };
+    let s = limiter.stats();
+    let body = serde_json::json!({
+        "status": word,
+        "mode": mode_name(current.config.failure_mode),
+        "fail_closed": closed.iter().map(Dimension::name).collect::<Vec<_>>(),
+        "redis": if redis_up { "up" } else { "down" },
+        "breaker": breaker.name(),
+        "upstream": ops.live.parts().args.upstream,
+        "config": ops.live.status(),
+        "stats": {
+            "redis_calls": s.redis_calls,
+            "redis_errors": s.errors,
+            "deny_cache": s.deny_cache,
+            "local": s.local,
+            "fail_open": s.fail_open,
+            "fail_closed": s.fail_closed,
+            "breaker_opened": s.breaker.opened,
+            "breaker_closed": s.breaker.closed,
+            "fleet_size": s.fleet_size,
+        },
+    });
+    (status, Json(body)).into_response()
+}
+
+fn mode_name(mode: FailureModeName) -> &'static str {
+    match mode {
+        FailureModeName::Open => "open",
+        FailureModeName::Closed => "closed",
+        FailureModeName::Local => "local",
+    }
+}
+
+/// The enforced dimensions with a limit that fails closed (its own `failure_mode`, else the
+/// configuration's), a tier's override of the dimension included: while Redis is
+/// unavailable, requests counted on them get 503.
+fn fail_closed(config: &RateLimitConfig) -> Vec<Dimension> {
+    let closed = |r: &Rate| {
+        !r.shadow && r.failure_mode.unwrap_or(config.failure_mode) == FailureModeName::Closed
+    };
+    config
+        .dimensions
+        .iter()
+        .copied()
+        .filter(|&d| {
+            let base = match d {
+                Dimension::ApiKey => None,
+                Dimension::Ip => Some(&config.ip),
+                Dimension::Endpoint => Some(&config.endpoint),
+                Dimension::Global => Some(&config.global),
+            };
+            base.is_some_and(&closed)
+                || config.tiers.values().any(|t| match base {
+                    None => closed(&t.rate()),
+                    Some(b) => t.override_of(d).is_some_and(|o| closed(&o.apply(b))),
+                })
+        })
+        .collect()
+}
+
+/// Prometheus text format: the middleware's, limiter's and gateway's metrics.
+async fn render_metrics(State(ops): State<Arc<Ops>>) -> Response {
+    let open = match ops.live.parts().limiter.breaker_state() {
+        BreakerState::Closed => 0.0,
+        BreakerState::HalfOpen => 0.5,
+        BreakerState::Open => 1.0,
+    };
+    metrics::gauge!("rl_breaker_open").set(open);
+    (
+        [(CONTENT_TYPE, "text/plain; version=0.0.4")],
+        ops.prometheus.render(),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fail_closed_dimensions_follow_the_mode_and_the_per_limit_overrides() {
+        let mut c = RateLimitConfig::default();
+        assert!(fail_closed(&c).is_empty(), "local by default");
+        c.failure_mode = FailureModeName::Closed;
+        assert_eq!(fail_closed(&c).len(), 4);
+        c.global.shadow = true;
+        c.ip.failure_mode = Some(FailureModeName::Open);
+        assert_eq!(
+            fail_closed(&c),
+            [Dimension::ApiKey, Dimension::Endpoint],
+            "a shadow limit never refuses; an override wins"
+        );
+        c.dimensions = vec![Dimension::Ip];
+        assert!(fail_closed(&c).is_empty(), "only enforced dimensions count");
+        let pro = c.tiers.get_mut("pro").unwrap();
+        pro.ip = Some(redis_rl_client::tier::RateOverride {
+            failure_mode: Some(FailureModeName::Closed),
+            ..Default::default()
+        });
+        assert_eq!(fail_closed(&c), [Dimension::Ip], "a tier's override counts");
+    }
+}

@@ -1,0 +1,152 @@
+//! The live configuration: the limited router built from the config file and the flags,
+//! swapped whole on SIGHUP. A request holds the router it started with until it is
+//! answered, so a reload drops nothing in flight; a file that does not parse or validate is
+//! refused and the running configuration stays.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use axum::Router;
+use redis_rl_client::middleware::{RateLimitConfig, RateLimitLayer};
+use redis_rl_client::{Limiter, TierResolver};
+
+use crate::cli::Args;
+use crate::proxy::Upstream;
+
+/// What a configuration is built into: fixed for the life of the process.
+pub struct Parts {
+    pub args: Args,
+    pub limiter: Limiter,
+    pub tiers: Arc<dyn TierResolver>,
+    pub upstream: Option<Upstream>,
+}
+
+/// One loaded configuration.
+pub struct Current {
+    /// The rate-limited routes (the upstream or the demo answers).
+    pub router: Router,
+    pub config: RateLimitConfig,
+    /// 1 at start, +1 per successful reload.
+    pub generation: u64,
+}
+
+/// The running configuration and the history of reloads.
+pub struct Live {
+    parts: Parts,
+    current: ArcSwap<Current>,
+    failed: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+impl Live {
+    /// Builds the first configuration (`config`: the file and the flags, already read).
+    pub fn new(parts: Parts, config: RateLimitConfig) -> Result<Self, String> {
+        let router = build(&parts, &config)?;
+        Ok(Self {
+            parts,
+            current: ArcSwap::from_pointee(Current {
+                router,
+                config,
+                generation: 1,
+            }),
+            failed: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+        })
+    }
+
+    /// The configuration new requests get.
+    pub fn current(&self) -> Arc<Current> {
+        self.current.load_full()
+    }
+
+    pub fn parts(&self) -> &Parts {
+        &self.parts
+    }
+
+    /// Re-reads the file, applies the flags again and swaps the router in; on any error the
+    /// running configuration stays. Returns the new generation.
+    pub fn reload(&self) -> Result<u64, String> {
+        let built = crate::config(&self.parts.args).and_then(|config| {
+            let router = build(&self.parts, &config)?;
+            Ok((router, config))
+        });
+        match built {
+            Ok((router, config)) => {
+                let generation = self.current.load().generation.saturating_add(1);
+                self.current.store(Arc::new(Current {
+                    router,
+                    config,
+                    generation,
+                }));
+                metrics::counter!("rl_config_reloads_total", "result" => "ok").increment(1);
+                Ok(generation)
+            }
+            Err(e) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                metrics::counter!("rl_config_reloads_total", "result" => "error").increment(1);
+                Err(e)
+            }
+        }
+    }
+
+    /// For /healthz: the file, the generation, refused reloads and the last refusal.
+    pub fn status(&self) -> serde_json::Value {
+        let last_error = self
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        serde_json::json!({
+            "path": self.parts.args.config.as_ref().map(|p| p.display().to_string()),
+            "generation": self.current.load().generation,
+            "reloads_refused": self.failed.load(Ordering::Relaxed),
+            "last_reload_error": last_error,
+        })
+    }
+}
+
+fn build(parts: &Parts, config: &RateLimitConfig) -> Result<Router, String> {
+    let layer = RateLimitLayer::new(parts.limiter.clone(), config.clone(), parts.tiers.clone())
+        .map_err(|e| e.to_string())?;
+    crate::app::limited(
+        &parts.args.routes,
+        layer,
+        parts.upstream.clone(),
+        config.trusted_proxies.clone(),
+    )
+}
+
+/// Reloads on every SIGHUP until the process ends.
+pub async fn on_sighup(live: Arc<Live>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hup = match signal(SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGHUP: no reload");
+                return;
+            }
+        };
+        while hup.recv().await.is_some() {
+            let Some(path) = &live.parts.args.config else {
+                tracing::warn!("SIGHUP: no --config file to reload");
+                continue;
+            };
+            match live.reload() {
+                Ok(generation) => {
+                    tracing::info!(path = %path.display(), generation, "configuration reloaded")
+                }
+                Err(e) => tracing::error!(
+                    path = %path.display(),
+                    error = %e,
+                    "configuration reload refused; the running configuration stays"
+                ),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    drop(live);
+}
