@@ -18,7 +18,8 @@ pub const API_KEY: &str = "x-api-key";
 /// it would let a client pick its own rate-limit key. A malformed entry stops the walk at
 /// the last trusted hop's view (the peer), for the same reason.
 pub fn client_ip(peer: Option<IpAddr>, headers: &HeaderMap, trusted: &[IpNet]) -> Option<IpAddr> {
-    let peer = peer?;
+    // An IPv4 client on a dual-stack socket arrives as ::ffff:a.b.c.d: match it as IPv4.
+    let peer = peer?.to_canonical();
     let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
     if !is_trusted(&peer) {
         return Some(peer);
@@ -35,6 +36,7 @@ pub fn client_ip(peer: Option<IpAddr>, headers: &HeaderMap, trusted: &[IpNet]) -
         let Ok(ip) = hop.parse::<IpAddr>() else {
             return Some(peer);
         };
+        let ip = ip.to_canonical();
         client = ip;
         if !is_trusted(&ip) {
             break;
@@ -148,6 +150,9 @@ mod tests {
             // Trusted peer without the header, or only trusted hops.
             ("10.0.0.1", &[], "10.0.0.1"),
             ("10.0.0.1", &["10.0.0.2"], "10.0.0.2"),
+            // IPv4-mapped IPv6 peers and hops are their IPv4 addresses.
+            ("::ffff:10.0.0.1", &["::ffff:1.2.3.4"], "1.2.3.4"),
+            ("::ffff:203.0.113.9", &["1.2.3.4"], "203.0.113.9"),
             // Garbage: fall back to the peer.
             ("10.0.0.1", &["1.2.3.4, bogus"], "10.0.0.1"),
         ];
