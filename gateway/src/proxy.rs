@@ -1,7 +1,7 @@
 //! Forwarding allowed requests to the upstream: hyper-util's pooled client (HTTP/1.1
 //! keep-alive) over hyper-rustls (https upstreams), with the proxy's own duties done here:
-//! hop-by-hop headers removed both ways (RFC 9110 section 7.6.1), `X-Forwarded-*` and
-//! `Forwarded` (RFC 7239) set, connect and response timeouts. Bodies stream both ways:
+//! hop-by-hop headers removed both ways (RFC 9110 section 7.6.1), `X-Forwarded-*`,
+//! `Forwarded` (RFC 7239) and `Via` set, connect and response timeouts. Bodies stream both ways:
 //! nothing is buffered whole.
 
 use std::net::{IpAddr, SocketAddr};
@@ -138,6 +138,8 @@ impl Upstream {
             .get::<ConnectInfo<SocketAddr>>()
             .map(|ConnectInfo(a)| a.ip());
         set_forwarded(&mut parts.headers, peer, host, trusted);
+        // An HTTP-to-HTTP gateway sends Via in each inbound request (RFC 9110 section 7.6.3).
+        append(&mut parts.headers, header::VIA, "1.1 rl-gateway");
         if let Ok(host) = HeaderValue::from_str(&self.base.authority) {
             parts.headers.insert(header::HOST, host);
         }

@@ -110,6 +110,7 @@ async fn strips_hop_by_hop_headers_sets_forwarded_and_keeps_connections_alive() 
             got["forwarded"],
             "for=127.0.0.1;proto=http;host=\"front.example:8080\""
         );
+        assert_eq!(got["via"], "1.1 rl-gateway");
         for hop in ["connection", "x-hop", "keep-alive", "proxy-connection"] {
             assert!(!h.contains_key(hop), "{hop} reached the client: {h:?}");
         }
