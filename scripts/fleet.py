@@ -553,23 +553,34 @@ def finish(p, seconds):
     return json.loads(out)
 
 
-# Gateway flags per variant ({G}: the fleet size). `needs`: a word `rl-gateway --help` must
-# contain for the variant to run (flags that are not there yet are skipped, not guessed).
+# Gateway flags per variant ({G}: the fleet size). A variant whose flags `rl-gateway --help`
+# does not list is skipped.
 VARIANTS = {
     "static": {
-        "desc": "no leases, static fallback (`--instances` left at its default, 1)",
-        "args": [],
+        "desc": "today's gateway: no leases, no fleet membership, static fallback "
+                "(`--no-leases --no-fleet`, `--instances` left at 1)",
+        "args": ["--no-leases", "--no-fleet"],
     },
     "static-g": {
-        "desc": "no leases, static fallback with the right guess (`--instances {G}`)",
-        "args": ["--instances", "{G}"],
+        "desc": "no leases, static fallback with the right guess "
+                "(`--no-leases --no-fleet --instances {G}`)",
+        "args": ["--no-leases", "--no-fleet", "--instances", "{G}"],
+    },
+    "fleet-no-leases": {
+        "desc": "fleet membership and fleet-aware fallback, no leases (`--no-leases`)",
+        "args": ["--no-leases"],
+    },
+    "fleet": {
+        "desc": "rl-gateway's defaults: leases on the global dimension, fleet membership, "
+                "fleet-aware fallback (no flags)",
+        "args": [],
     },
 }
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variants", default="static",
+    ap.add_argument("--variants", default="static,fleet-no-leases,fleet",
                     help=f"comma-separated, of: {', '.join(VARIANTS)}")
     ap.add_argument("--gateways", type=int, default=4, help="rl-gateway processes (4-16)")
     ap.add_argument("--rate", type=float, default=600, help="requests/s offered")
@@ -606,9 +617,9 @@ def main():
     for v in args.variants.split(","):
         if v not in VARIANTS:
             sys.exit(f"fleet: unknown variant {v!r} (known: {', '.join(VARIANTS)})")
-        need = VARIANTS[v].get("needs")
-        if need and need not in help_text:
-            log(f"variant {v}: skipped, rl-gateway has no {need}")
+        missing = [a for a in VARIANTS[v]["args"] if a.startswith("--") and a not in help_text]
+        if missing:
+            log(f"variant {v}: skipped, rl-gateway has no {' '.join(missing)}")
             continue
         variants.append(v)
     version = subprocess.run([binaries[0], "--version"], capture_output=True, text=True).stdout.strip()

@@ -56,7 +56,7 @@ fn limits(config: &RateLimitConfig) -> Result<Limits, String> {
     };
     let mut tiers = HashMap::new();
     for (name, rate) in &config.tiers {
-        tiers.insert(name.clone(), alg(rate)?);
+        tiers.insert(name.clone(), alg(&rate.rate())?);
     }
     let tc = config.tier_config();
     Ok(Limits {
