@@ -22,9 +22,10 @@ pub enum Mode {
 /// rl-gateway: an API gateway that rate-limits with the redis-rl module.
 ///
 /// Without --config it enforces the design's limits: tiers free 100/min (unknown keys),
-/// pro 1000/min, enterprise 10000/min per API key (X-API-Key; tier from the Redis hash
-/// rl:tiers, e.g. `HSET rl:tiers KEY pro`); 100/min per client IP; 100/min per API key and
-/// endpoint; 100000/min globally; local fallback behind a circuit breaker when Redis fails.
+/// pro 1000/min, enterprise 10000/min per API key (X-API-Key, or api_key_header in the
+/// config; tier from the Redis hash rl:tiers, e.g. `HSET rl:tiers KEY pro`); 100/min per
+/// client IP (per /64 for IPv6); 100/min per API key and endpoint; 100000/min globally;
+/// local fallback behind a circuit breaker when Redis fails.
 /// GET /healthz and GET /metrics are built in and never limited (on --admin-listen when
 /// given). SIGHUP re-reads --config; a bad file is refused and the running one kept.
 #[derive(Clone, Debug, Parser)]
@@ -51,9 +52,9 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_CLUSTER")]
     pub cluster: bool,
 
-    /// TOML file with tiers, dimension limits, trusted proxies and failure mode
-    /// (see the client crate's RateLimitConfig). Flags below override it. Re-read on
-    /// SIGHUP.
+    /// TOML file with tiers (and their per-dimension overrides), dimension limits, API key
+    /// header, IPv6 prefix, access lists, trusted proxies and failure mode (README
+    /// "Configuring rl-gateway"). Flags below override it. Re-read on SIGHUP.
     #[arg(long, env = "RL_GATEWAY_CONFIG")]
     pub config: Option<PathBuf>,
 
@@ -139,7 +140,9 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_TIER_HASH", default_value = "rl:tiers")]
     pub tier_hash: String,
 
-    /// How long a key's tier is cached locally, in milliseconds.
+    /// How long a key's tier is cached locally, in milliseconds (also how often the
+    /// snapshot of the hash's keys, which answers unknown keys without a round trip, is
+    /// refreshed).
     #[arg(long, env = "RL_GATEWAY_TIER_CACHE_MS", default_value_t = 10_000)]
     pub tier_cache_ms: u64,
 
