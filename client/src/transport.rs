@@ -3,7 +3,8 @@
 //!
 //! Everything above it (the [deciders](crate::decider), the deny cache, the failure modes)
 //! sends commands only through [`Transport::call`], so every round trip is timed out,
-//! counted and seen by the breaker in one place.
+//! counted, measured (the `rl_redis_call_duration_seconds{outcome}` histogram) and seen by
+//! the breaker in one place.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;

@@ -70,6 +70,8 @@ pub(crate) fn config(args: &Args) -> Result<RateLimitConfig, String> {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    #[cfg(unix)]
+    let hangups = reload::hangups();
     let config = config(&args)?;
     let builder = Limiter::builder()
         .timeout(Duration::from_millis(args.timeout_ms.max(1)))
@@ -124,7 +126,8 @@ async fn run(args: Args) -> Result<(), String> {
         None => (Some(ops), None),
     };
     let router = app::public(live.clone(), public_ops);
-    tokio::spawn(reload::on_sighup(live));
+    #[cfg(unix)]
+    tokio::spawn(reload::on_sighup(live, hangups));
 
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

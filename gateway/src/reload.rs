@@ -118,35 +118,34 @@ fn build(parts: &Parts, config: &RateLimitConfig) -> Result<Router, String> {
     )
 }
 
+/// SIGHUP as a stream, registered first thing at start: from then on a SIGHUP reloads (or,
+/// until the configuration is built, waits) instead of ending the process, its default.
+#[cfg(unix)]
+pub fn hangups() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{signal, SignalKind};
+    signal(SignalKind::hangup())
+        .inspect_err(|e| tracing::warn!(error = %e, "cannot listen for SIGHUP: no reload"))
+        .ok()
+}
+
 /// Reloads on every SIGHUP until the process ends.
-pub async fn on_sighup(live: Arc<Live>) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut hup = match signal(SignalKind::hangup()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGHUP: no reload");
-                return;
-            }
+#[cfg(unix)]
+pub async fn on_sighup(live: Arc<Live>, hangups: Option<tokio::signal::unix::Signal>) {
+    let Some(mut hup) = hangups else { return };
+    while hup.recv().await.is_some() {
+        let Some(path) = &live.parts.args.config else {
+            tracing::warn!("SIGHUP: no --config file to reload");
+            continue;
         };
-        while hup.recv().await.is_some() {
-            let Some(path) = &live.parts.args.config else {
-                tracing::warn!("SIGHUP: no --config file to reload");
-                continue;
-            };
-            match live.reload() {
-                Ok(generation) => {
-                    tracing::info!(path = %path.display(), generation, "configuration reloaded")
-                }
-                Err(e) => tracing::error!(
-                    path = %path.display(),
-                    error = %e,
-                    "configuration reload refused; the running configuration stays"
-                ),
+        match live.reload() {
+            Ok(generation) => {
+                tracing::info!(path = %path.display(), generation, "configuration reloaded")
             }
+            Err(e) => tracing::error!(
+                path = %path.display(),
+                error = %e,
+                "configuration reload refused; the running configuration stays"
+            ),
         }
     }
-    #[cfg(not(unix))]
-    drop(live);
 }
