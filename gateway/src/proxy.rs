@@ -133,6 +133,9 @@ impl Upstream {
             Err(_) => return problem(StatusCode::BAD_REQUEST, "bad request target", &request_id),
         };
         strip_hop_by_hop(&mut parts.headers);
+        // HTTP/1.1 upstream whatever the client spoke (the pool holds HTTP/1.1 connections;
+        // an HTTP/1.0 request line would let the upstream close one after answering).
+        parts.version = axum::http::Version::HTTP_11;
         let peer = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()

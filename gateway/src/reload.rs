@@ -14,7 +14,10 @@ use redis_rl_client::{Limiter, TierResolver};
 use crate::cli::Args;
 use crate::proxy::Upstream;
 
-/// What a configuration is built into: fixed for the life of the process.
+/// What a configuration is built into: fixed for the life of the process. A reload builds a
+/// new rate-limit layer and drops the old one once its last request is answered, so state
+/// that must outlive a reload (the breaker, the deny cache, the local fallback's counters,
+/// fleet membership, the tier cache) lives in the limiter or the tier resolver, kept here.
 pub struct Parts {
     pub args: Args,
     pub limiter: Limiter,

@@ -13,6 +13,7 @@ use http_body_util::channel::Channel;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use redis_rl_testkit::Server;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::upstream::{seen, Upstream};
 use super::Gateway;
@@ -118,11 +119,30 @@ async fn strips_hop_by_hop_headers_sets_forwarded_and_keeps_connections_alive() 
         assert_eq!(h["x-request-id"], format!("hop-{i}").as_str());
         assert_eq!(h["x-ratelimit-limit"], "100");
     }
+    // An HTTP/1.0 client (its connection closes after one answer) is served over the pooled
+    // upstream connection too.
+    let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", gw.port))
+        .await
+        .unwrap();
+    raw.write_all(b"GET /api/search HTTP/1.0\r\nHost: old.example\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(10), raw.read_to_string(&mut answer))
+        .await
+        .expect("the gateway closes an HTTP/1.0 connection after the answer")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+    assert!(
+        answer.contains("\"x-forwarded-host\":\"old.example\""),
+        "{answer}"
+    );
     // One client connection carried every request; the upstream pool reused its connections.
     let upstream_connections = up.connections();
     assert!(
-        (1..requests).contains(&upstream_connections),
-        "{upstream_connections} upstream connections for {requests} sequential requests"
+        (1..=requests).contains(&upstream_connections),
+        "{upstream_connections} upstream connections for {} sequential requests",
+        requests + 1
     );
 }
 
