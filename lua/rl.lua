@@ -468,7 +468,9 @@ local function build()
   end
 
   -- ---------------------------------------------------------------------------------------
-  -- Stored bytes: magic "\0RL", version 1, tag, little-endian fields (src/encoding).
+  -- Stored bytes: magic "\0RL", version, tag, fields (src/encoding): version 1 has
+  -- little-endian fixed-width fields (still read; written for a log), version 2 the fields of
+  -- a fixed-size state as varints (written for T, S, F, G).
 
   M.NAMES = {
     T = "token bucket",
@@ -509,7 +511,9 @@ local function build()
 
   -- The longest value a valid limiter of each kind has (src/encoding: `MAX_BODY_LEN`); a longer
   -- one is corrupt and is never read whole.
-  M.MAX_LEN = { T = 37, S = 37, F = 29, G = 37, L = 5 + 6 + 12 * M.MAX_LOG }
+  M.MAX_LEN = { T = 5 + 39, S = 5 + 40, F = 5 + 30, G = 5 + 39, L = 5 + 6 + 12 * M.MAX_LOG }
+  -- Tags with a version 2 (compact) form, and their version 1 length.
+  M.V1_LEN = { T = 37, S = 37, F = 29, G = 37 }
 
   -- The key's value if it holds a limiter of `tag` (nil when missing), else the module's error.
   function M.read_value(key, tag)
@@ -527,8 +531,10 @@ local function build()
       M.fail("ERR key holds a value that is not a redis-rl limiter")
     end
     local version = byte(v, 4)
-    -- Version 2 exists for the concurrency limiter only (its lease table, src/encoding).
-    if version ~= 1 and not (version == 2 and v:sub(5, 5) == "C") then
+    -- Version 2 is the compact form of the fixed-size states, and the concurrency limiter's
+    -- lease table (src/encoding).
+    local v2_tag = v:sub(5, 5)
+    if version ~= 1 and not (version == 2 and (v2_tag == "C" or M.V1_LEN[v2_tag])) then
       M.fail("ERR key holds a redis-rl limiter in format version " .. version .. ", this module reads version 1")
     end
     local stored = v:sub(5, 5)
@@ -548,10 +554,17 @@ local function build()
     return n and n >= 1 and n <= M.MAX_DURATION_MS
   end
 
-  -- Fixed-size states: the fields, or the module's "corrupt" error.
-  function M.read_fixed(key, tag, len)
+  -- Fixed-size states: the value and its fields (version 2: varints, `wide` marking the
+  -- u128 ones; nil fields when malformed), or the module's "corrupt" error.
+  function M.read_fixed(key, tag, wide)
     local v = M.read_value(key, tag)
-    if v and #v ~= len then
+    if not v then
+      return nil
+    end
+    if byte(v, 4) == 2 then
+      return v, M.read_compact(v, wide) or M.corrupt(tag)
+    end
+    if #v ~= M.V1_LEN[tag] then
       M.corrupt(tag)
     end
     return v
@@ -580,6 +593,114 @@ local function build()
   end
 
   -- ---------------------------------------------------------------------------------------
+  -- LEB128 varints (src/encoding: `Writer::varint`, `varint128`): the entries of a log, and
+  -- every field of the fixed-size states in format version 2.
+  M.LOAD.varint = function()
+    -- A varint at `pos`: value, next position; nil when malformed or 2^53 or more.
+    function M.read_varint(v, pos)
+      local value, scale = 0, 1
+      for k = 0, 7 do
+        local b = byte(v, pos + k)
+        if not b then
+          return nil
+        end
+        if b < 128 then
+          if b == 0 and k > 0 then
+            return nil
+          end
+          value = value + b * scale
+          if value > M.EXACT then
+            return nil
+          end
+          return value, pos + k + 1
+        end
+        value = value + (b - 128) * scale
+        scale = scale * 128
+      end
+      return nil
+    end
+
+    function M.varint(out, v)
+      while v >= 128 do
+        local q = floor(v / 128)
+        out[#out + 1] = v - q * 128 + 128
+        v = q
+      end
+      out[#out + 1] = v
+    end
+
+    -- A varint of up to 128 bits (a bignum or a number), as the module writes a u128.
+    function M.bvarint(out, a)
+      while type(a) ~= "number" do
+        local q, r = M.bdivmod(a, 128)
+        out[#out + 1] = r + 128
+        a = q
+      end
+      M.varint(out, a)
+    end
+
+    -- A varint of up to 128 bits at `pos`: value (a bignum or a number), next position; nil
+    -- when malformed (truncated, not in its shortest form, over 128 bits).
+    function M.read_bvarint(v, pos)
+      local groups = {}
+      for k = 0, 18 do
+        local b = byte(v, pos + k)
+        if not b then
+          return nil
+        end
+        if b < 128 then
+          if (b == 0 and k > 0) or (k == 18 and b > 3) then
+            return nil
+          end
+          groups[k + 1] = b
+          local a = 0
+          for g = #groups, 1, -1 do
+            a = M.badd(M.bmul(a, 128), groups[g])
+          end
+          return a, pos + k + 1
+        end
+        groups[k + 1] = b - 128
+      end
+      return nil
+    end
+
+    -- The fields of a version 2 value (varints after the header; `wide` marks the u128
+    -- fields): a list of values, or nil when malformed or when bytes are left over.
+    function M.read_compact(v, wide)
+      local out, pos = {}, 6
+      for i, is_wide in ipairs(wide) do
+        local value
+        if is_wide then
+          value, pos = M.read_bvarint(v, pos)
+        else
+          value, pos = M.read_varint(v, pos)
+        end
+        if value == nil then
+          return nil
+        end
+        out[i] = value
+      end
+      if pos ~= #v + 1 then
+        return nil
+      end
+      return out
+    end
+
+    -- A version 2 value: the header, then `fields` as varints (`wide` marks the u128 ones).
+    function M.compact(tag, fields, wide)
+      local out = {}
+      for i, value in ipairs(fields) do
+        if wide[i] then
+          M.bvarint(out, value)
+        else
+          M.varint(out, value)
+        end
+      end
+      return "\0RL\2" .. tag .. char(unpack(out))
+    end
+  end
+
+  -- ---------------------------------------------------------------------------------------
   -- Token bucket (core/src/token_bucket.rs): level in units of 1/(refill_ms x 1000) token.
   M.LOAD.TB = function()
 
@@ -597,11 +718,16 @@ local function build()
     end
 
     function M.TB.read(key)
-      local v = M.read_fixed(key, "T", 37)
+      local v, f = M.read_fixed(key, "T", { false, false, true })
       if not v then
         return nil
       end
-      local s = { updated_at = M.read_u64(v, 6), refill_ms = M.read_u64(v, 14), level = M.read_u128(v, 22) }
+      local s
+      if f then
+        s = { updated_at = f[1], refill_ms = f[2], level = f[3] }
+      else
+        s = { updated_at = M.read_u64(v, 6), refill_ms = M.read_u64(v, 14), level = M.read_u128(v, 22) }
+      end
       if not s.updated_at or s.updated_at > M.LATEST_US or not M.valid_duration(s.refill_ms) then
         M.corrupt("T")
       end
@@ -612,7 +738,7 @@ local function build()
     end
 
     function M.TB.encode(s)
-      return M.header("T") .. M.u64_bytes(s.updated_at) .. M.u64_bytes(s.refill_ms) .. M.u128_bytes(s.level)
+      return M.compact("T", { s.updated_at, s.refill_ms, s.level }, { false, false, true })
     end
 
     function M.tb_level_at(s, now, p)
@@ -678,11 +804,18 @@ local function build()
     M.SW.parse = M.window_params
 
     function M.SW.read(key)
-      local v = M.read_fixed(key, "S", 37)
+      local v, f = M.read_fixed(key, "S", { false, false, false, false })
       if not v then
         return nil
       end
-      local s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), previous = M.read_u64(v, 22), current = M.read_u64(v, 30) }
+      local s
+      if f then
+        -- Version 2 stores the window's index (window_start / window_ms).
+        local start = M.valid_duration(f[1]) and f[2] * f[1] or nil
+        s = { window_ms = f[1], window_start = start, previous = f[3], current = f[4] }
+      else
+        s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), previous = M.read_u64(v, 22), current = M.read_u64(v, 30) }
+      end
       if not M.valid_duration(s.window_ms) or not s.window_start or s.window_start * 1000 > M.LATEST_US then
         M.corrupt("S")
       end
@@ -694,8 +827,7 @@ local function build()
     end
 
     function M.SW.encode(s)
-      return M.header("S") .. M.u64_bytes(s.window_ms) .. M.u64_bytes(s.window_start) .. M.u64_bytes(s.previous)
-        .. M.u64_bytes(s.current)
+      return M.compact("S", { s.window_ms, M.idiv(s.window_start, s.window_ms), s.previous, s.current }, {})
     end
 
     function M.sw_view(s, now, p)
@@ -812,11 +944,18 @@ local function build()
     M.FW.parse = M.window_params
 
     function M.FW.read(key)
-      local v = M.read_fixed(key, "F", 29)
+      local v, f = M.read_fixed(key, "F", { false, false, false })
       if not v then
         return nil
       end
-      local s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), count = M.read_u64(v, 22) }
+      local s
+      if f then
+        -- Version 2 stores the window's index (window_start / window_ms).
+        local start = M.valid_duration(f[1]) and f[2] * f[1] or nil
+        s = { window_ms = f[1], window_start = start, count = f[3] }
+      else
+        s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), count = M.read_u64(v, 22) }
+      end
       if not M.valid_duration(s.window_ms) or not s.window_start or s.window_start * 1000 > M.LATEST_US
         or M.imod(s.window_start, s.window_ms) ~= 0 or not s.count or s.count > M.MAX_COUNT then
         M.corrupt("F")
@@ -825,7 +964,7 @@ local function build()
     end
 
     function M.FW.encode(s)
-      return M.header("F") .. M.u64_bytes(s.window_ms) .. M.u64_bytes(s.window_start) .. M.u64_bytes(s.count)
+      return M.compact("F", { s.window_ms, M.idiv(s.window_start, s.window_ms), s.count }, {})
     end
 
     function M.fw_current(s, now, window_ms)
@@ -902,11 +1041,16 @@ local function build()
     end
 
     function M.GC.read(key)
-      local v = M.read_fixed(key, "G", 37)
+      local v, f = M.read_fixed(key, "G", { true, false, false })
       if not v then
         return nil
       end
-      local s = { tat = M.read_u128(v, 6), limit = M.read_u64(v, 22), period_ms = M.read_u64(v, 30) }
+      local s
+      if f then
+        s = { tat = f[1], limit = f[2], period_ms = f[3] }
+      else
+        s = { tat = M.read_u128(v, 6), limit = M.read_u64(v, 22), period_ms = M.read_u64(v, 30) }
+      end
       if not M.valid_duration(s.period_ms) or not s.limit or s.limit < 1 or s.limit > M.MAX_COUNT then
         M.corrupt("G")
       end
@@ -918,7 +1062,7 @@ local function build()
     end
 
     function M.GC.encode(s)
-      return M.header("G") .. M.u128_bytes(s.tat) .. M.u64_bytes(s.limit) .. M.u64_bytes(s.period_ms)
+      return M.compact("G", { s.tat, s.limit, s.period_ms }, { true, false, false })
     end
 
     function M.gcra_tat_in(s, limit)
@@ -980,39 +1124,6 @@ local function build()
       p.window_ms = M.duration_param(args[i + 1], "window_ms")
       p.window = p.window_ms * 1000
       return p, i + 2
-    end
-
-    -- A varint at `pos`: value, next position; nil when malformed or 2^53 or more.
-    function M.read_varint(v, pos)
-      local value, scale = 0, 1
-      for k = 0, 7 do
-        local b = byte(v, pos + k)
-        if not b then
-          return nil
-        end
-        if b < 128 then
-          if b == 0 and k > 0 then
-            return nil
-          end
-          value = value + b * scale
-          if value > M.EXACT then
-            return nil
-          end
-          return value, pos + k + 1
-        end
-        value = value + (b - 128) * scale
-        scale = scale * 128
-      end
-      return nil
-    end
-
-    function M.varint(out, v)
-      while v >= 128 do
-        local q = floor(v / 128)
-        out[#out + 1] = v - q * 128 + 128
-        v = q
-      end
-      out[#out + 1] = v
     end
 
     function M.LG.read(key)
@@ -1180,6 +1291,9 @@ local function build()
     if not M[name] then
       if NEEDS_BIGNUM[name] and not M.bn then
         M.LOAD.bignum()
+      end
+      if not M.varint then
+        M.LOAD.varint()
       end
       M.LOAD[name]()
     end

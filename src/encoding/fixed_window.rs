@@ -11,6 +11,26 @@ use super::{duration_ms_in_range, Algorithm, Reader, Stored, Writer};
 impl Stored for FixedWindowState {
     const ALGORITHM: Algorithm = Algorithm::FixedWindow;
     const BODY_LEN: usize = 8 * 3;
+    const COMPACT_BODY: Option<(usize, usize)> = Some((3, 10 * 3));
+
+    /// Version 2: `window_ms`, the window's index (`window_start / window_ms`) and `count`
+    /// as varints (about 13 bytes with the header).
+    fn encode_compact(&self, out: &mut Writer<'_>) {
+        out.varint(self.window_ms);
+        out.varint(self.window_start.0 / self.window_ms.max(1));
+        out.varint(self.count);
+    }
+
+    fn decode_compact(body: &mut Reader<'_>) -> Option<Self> {
+        let window_ms = duration_ms_in_range(body.varint()?)?;
+        let window_start = body.varint()?.checked_mul(window_ms)?;
+        let count = body.varint()?;
+        (count <= MAX_COUNT).then_some(FixedWindowState {
+            window_ms,
+            window_start: Millis(window_start),
+            count,
+        })
+    }
 
     fn encode_body(&self, out: &mut Writer<'_>) {
         out.u64(self.window_ms);
@@ -46,22 +66,29 @@ mod tests {
     }
 
     #[test]
-    fn round_trips_in_29_bytes() {
+    fn round_trips_in_13_bytes_and_reads_version_1() {
         let e = state().encode();
-        assert_eq!(e.as_bytes().len(), 29);
-        assert_eq!(&e.as_bytes()[..5], b"\0RL\x01F");
+        assert_eq!(e.as_bytes(), b"\0RL\x02F\xe0\xd4\x03\x96\xaa\xc1\x0d\x2a");
         assert_eq!(FixedWindowState::decode(e.as_bytes()), Ok(state()));
         assert!(is_limiter(e.as_bytes()));
+        let v1 = state().encode_v1();
+        assert_eq!(v1.as_bytes().len(), 29);
+        assert_eq!(&v1.as_bytes()[..5], b"\0RL\x01F");
+        assert_eq!(FixedWindowState::decode(v1.as_bytes()), Ok(state()));
     }
 
     #[test]
     fn refuses_impossible_fields() {
         let corrupt = Err(DecodeError::Corrupt(Algorithm::FixedWindow));
+        let misaligned = FixedWindowState {
+            window_start: Millis(1_500),
+            ..state()
+        };
+        assert_eq!(
+            FixedWindowState::decode(misaligned.encode_v1().as_bytes()),
+            corrupt
+        );
         for bad in [
-            FixedWindowState {
-                window_start: Millis(1_500),
-                ..state()
-            },
             FixedWindowState {
                 window_ms: 0,
                 ..state()
@@ -72,6 +99,10 @@ mod tests {
             },
         ] {
             assert_eq!(FixedWindowState::decode(bad.encode().as_bytes()), corrupt);
+            assert_eq!(
+                FixedWindowState::decode(bad.encode_v1().as_bytes()),
+                corrupt
+            );
         }
     }
 
@@ -80,13 +111,16 @@ mod tests {
         fn round_trip(window_ms in 1u64..1_000_000, index in 0u64..10_000_000, count in 0..=MAX_COUNT) {
             let s = FixedWindowState { window_ms, window_start: Millis(window_ms * index), count };
             prop_assert_eq!(FixedWindowState::decode(s.encode().as_bytes()), Ok(s));
+            prop_assert_eq!(FixedWindowState::decode(s.encode_v1().as_bytes()), Ok(s));
         }
 
         #[test]
         fn our_header_with_random_fields_never_panics(body in prop::collection::vec(any::<u8>(), 0..40)) {
-            let mut v = b"\0RL\x01F".to_vec();
-            v.extend_from_slice(&body);
-            let _ = FixedWindowState::decode(&v);
+            for version in [1, 2] {
+                let mut v = vec![0, b'R', b'L', version, b'F'];
+                v.extend_from_slice(&body);
+                let _ = FixedWindowState::decode(&v);
+            }
         }
     }
 }

@@ -6,10 +6,26 @@ use redis_rl_core::limits::{MAX_COUNT, MAX_DURATION_MS};
 use super::{duration_ms_in_range, Algorithm, Reader, Stored, Writer};
 
 /// GCRA fields: `tat: u128` (ticks of 1/`limit` µs since the epoch), `limit: u64`,
-/// `period_ms: u64` (37 bytes with the header).
+/// `period_ms: u64` (version 1: 37 bytes with the header).
 impl Stored for GcraState {
     const ALGORITHM: Algorithm = Algorithm::Gcra;
     const BODY_LEN: usize = 16 + 8 + 8;
+    const COMPACT_BODY: Option<(usize, usize)> = Some((3, 19 + 10 + 10));
+
+    /// Version 2: `tat`, `limit`, `period_ms` as varints (about 16 to 22 bytes with the
+    /// header).
+    fn encode_compact(&self, out: &mut Writer<'_>) {
+        out.varint128(self.tat);
+        out.varint(self.limit);
+        out.varint(self.period_ms);
+    }
+
+    fn decode_compact(body: &mut Reader<'_>) -> Option<Self> {
+        let tat = body.varint128()?;
+        let limit = body.varint()?;
+        let period_ms = body.varint()?;
+        valid(tat, limit, period_ms)
+    }
 
     fn encode_body(&self, out: &mut Writer<'_>) {
         out.u128(self.tat);
@@ -20,18 +36,24 @@ impl Stored for GcraState {
     fn decode_body(body: &mut Reader<'_>) -> Option<Self> {
         let tat = body.u128()?;
         let limit = body.u64()?;
-        let period_ms = duration_ms_in_range(body.u64()?)?;
-        // The furthest a TAT can be: the last representable instant plus the longest
-        // possible burst (MAX_COUNT intervals of MAX_DURATION_MS with a limit of 1).
-        let latest_us =
-            u128::from(u64::MAX) + u128::from(MAX_COUNT) * u128::from(MAX_DURATION_MS) * 1000;
-        let ok = (1..=MAX_COUNT).contains(&limit) && tat / u128::from(limit) <= latest_us;
-        ok.then_some(GcraState {
-            tat,
-            limit,
-            period_ms,
-        })
+        let period_ms = body.u64()?;
+        valid(tat, limit, period_ms)
     }
+}
+
+/// The state if its fields are in range (both versions).
+fn valid(tat: u128, limit: u64, period_ms: u64) -> Option<GcraState> {
+    let period_ms = duration_ms_in_range(period_ms)?;
+    // The furthest a TAT can be: the last representable instant plus the longest
+    // possible burst (MAX_COUNT intervals of MAX_DURATION_MS with a limit of 1).
+    let latest_us =
+        u128::from(u64::MAX) + u128::from(MAX_COUNT) * u128::from(MAX_DURATION_MS) * 1000;
+    let ok = (1..=MAX_COUNT).contains(&limit) && tat / u128::from(limit) <= latest_us;
+    ok.then_some(GcraState {
+        tat,
+        limit,
+        period_ms,
+    })
 }
 
 #[cfg(test)]
@@ -49,12 +71,16 @@ mod tests {
     }
 
     #[test]
-    fn round_trips_in_37_bytes() {
+    fn round_trips_in_16_bytes_and_reads_version_1() {
         let e = state().encode();
-        assert_eq!(e.as_bytes().len(), 37);
-        assert_eq!(&e.as_bytes()[..5], b"\0RL\x01G");
+        assert_eq!(e.as_bytes().len(), 16);
+        assert_eq!(&e.as_bytes()[..5], b"\0RL\x02G");
         assert_eq!(GcraState::decode(e.as_bytes()), Ok(state()));
         assert_eq!(algorithm_of(e.as_bytes()), Ok(Algorithm::Gcra));
+        let v1 = state().encode_v1();
+        assert_eq!(v1.as_bytes().len(), 37);
+        assert_eq!(&v1.as_bytes()[..5], b"\0RL\x01G");
+        assert_eq!(GcraState::decode(v1.as_bytes()), Ok(state()));
     }
 
     #[test]
@@ -79,6 +105,7 @@ mod tests {
             },
         ] {
             assert_eq!(GcraState::decode(bad.encode().as_bytes()), corrupt);
+            assert_eq!(GcraState::decode(bad.encode_v1().as_bytes()), corrupt);
         }
     }
 
@@ -87,13 +114,16 @@ mod tests {
         fn round_trip(tat_us in any::<u64>(), limit in 1..=MAX_COUNT, period_ms in 1..=MAX_DURATION_MS) {
             let s = GcraState { tat: u128::from(tat_us) * u128::from(limit), limit, period_ms };
             prop_assert_eq!(GcraState::decode(s.encode().as_bytes()), Ok(s));
+            prop_assert_eq!(GcraState::decode(s.encode_v1().as_bytes()), Ok(s));
         }
 
         #[test]
         fn our_header_with_random_fields_never_panics(body in prop::collection::vec(any::<u8>(), 0..40)) {
-            let mut v = b"\0RL\x01G".to_vec();
-            v.extend_from_slice(&body);
-            let _ = GcraState::decode(&v);
+            for version in [1, 2] {
+                let mut v = vec![0, b'R', b'L', version, b'G'];
+                v.extend_from_slice(&body);
+                let _ = GcraState::decode(&v);
+            }
         }
     }
 }

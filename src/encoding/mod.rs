@@ -5,16 +5,24 @@
 //!
 //! ```text
 //! offset 0  3 bytes  magic "\0RL" (a NUL first: no text value starts like this)
-//! offset 3  1 byte   format version (1)
+//! offset 3  1 byte   format version (1, or 2: see below)
 //! offset 4  1 byte   algorithm tag: 'T' token bucket, 'S' sliding window,
 //!                    'L' sliding window log, 'C' concurrency, 'F' fixed window,
 //!                    'G' GCRA
-//! offset 5  ...      little-endian fields of that algorithm (see each impl): fixed-size,
-//!                    or for a log or a set of leases, a fixed part then varint entries
+//! offset 5  ...      the fields of that algorithm (see each impl)
 //! ```
 //!
-//! Decoding checks magic, version, tag, exact length and field ranges, so anything we did
-//! not write is refused with a clear error rather than misread.
+//! Version 1 has little-endian fixed-width fields (a log or a set of leases: a fixed part
+//! then varint entries). Version 2 is written for the fixed-size states (T, S, F, G): the
+//! same fields as LEB128 varints, a window's start as its index (start / window_ms), so that
+//! a value is at most 30 bytes for realistic parameters (13 to 25: one string header size
+//! class and one allocation class smaller than version 1's 29 and 37 bytes on Redis, 16 bytes
+//! less per key). Version 1 values are still read, and become version 2 on their next write.
+//! For the concurrency limiter, version 2 is its lease table (`lease_table`).
+//!
+//! Decoding checks magic, version, tag, exact length and field ranges (a varint in its
+//! shortest form only, so every state has exactly one encoding), so anything we did not
+//! write is refused with a clear error rather than misread.
 //!
 //! **Adding an algorithm**: a file with its `impl Stored` (and its `mod` line below). Its tag
 //! and name come from the core registry, and the dispatch by tag ([`plausible_len`],
@@ -36,8 +44,12 @@ mod token_bucket;
 
 /// First bytes of every value we write.
 pub const MAGIC: [u8; 3] = *b"\0RL";
-/// The format version this module writes and reads.
+/// The first format version (still read; written for the variable-length states).
 pub const VERSION: u8 = 1;
+/// The compact format version of the fixed-size states (fields as varints).
+pub const COMPACT_VERSION: u8 = 2;
+/// Tags of the algorithms that have a compact (version 2) form.
+const COMPACT_TAGS: &[u8] = b"TSFG";
 /// Length of the header (magic, version, algorithm tag) that starts every value.
 pub const HEADER_LEN: usize = MAGIC.len() + 2;
 /// Room for the largest encoded value.
@@ -128,6 +140,9 @@ pub trait Stored: Sized {
     /// value is refused as corrupt before any of it is read, so a damaged value never
     /// makes the module reserve memory in proportion to its size.
     const MAX_BODY_LEN: usize = Self::BODY_LEN;
+    /// The least and most bytes of a compact (version 2) body, for a state that has that
+    /// form (then it is the one written); `None`: version 1 only.
+    const COMPACT_BODY: Option<(usize, usize)> = None;
 
     /// True if a value of `len` bytes (header included) may be a valid state: only such a
     /// value is ever read whole.
@@ -135,11 +150,24 @@ pub trait Stored: Sized {
         let Some(body) = len.checked_sub(HEADER_LEN) else {
             return false;
         };
-        if Self::VARIABLE_LEN {
-            (Self::BODY_LEN..=Self::MAX_BODY_LEN).contains(&body)
-        } else {
-            body == Self::BODY_LEN
+        Self::plausible_body(VERSION, body) || Self::plausible_body(COMPACT_VERSION, body)
+    }
+
+    /// True if a body of `len` bytes may be valid in format `version`.
+    fn plausible_body(version: u8, len: usize) -> bool {
+        match (version, Self::COMPACT_BODY) {
+            (COMPACT_VERSION, Some((least, most))) => (least..=most).contains(&len),
+            (COMPACT_VERSION, None) => false,
+            _ if Self::VARIABLE_LEN => (Self::BODY_LEN..=Self::MAX_BODY_LEN).contains(&len),
+            _ => len == Self::BODY_LEN,
         }
+    }
+
+    /// Writes the fields in the compact form (only called when `COMPACT_BODY` is set).
+    fn encode_compact(&self, _out: &mut Writer<'_>) {}
+    /// Reads the compact fields; `None` if a field is out of range.
+    fn decode_compact(_body: &mut Reader<'_>) -> Option<Self> {
+        None
     }
 
     /// Writes the fields into `out` (exactly `BODY_LEN` bytes).
@@ -149,6 +177,26 @@ pub trait Stored: Sized {
 
     /// The full stored value: header then fields.
     fn encode(&self) -> Encoded {
+        let mut out = Encoded {
+            buf: [0u8; MAX_LEN],
+            len: 0,
+            spill: Vec::new(),
+        };
+        let mut w = Writer { out: &mut out };
+        w.bytes(&MAGIC);
+        if Self::COMPACT_BODY.is_some() {
+            w.bytes(&[COMPACT_VERSION, Self::ALGORITHM.tag()]);
+            self.encode_compact(&mut w);
+        } else {
+            w.bytes(&[VERSION, Self::ALGORITHM.tag()]);
+            self.encode_body(&mut w);
+        }
+        out
+    }
+
+    /// The value in format version 1 (what older modules wrote): tests of reading it.
+    #[cfg(test)]
+    fn encode_v1(&self) -> Encoded {
         let mut out = Encoded {
             buf: [0u8; MAX_LEN],
             len: 0,
@@ -170,12 +218,18 @@ pub trait Stored: Sized {
                 expected: Self::ALGORITHM,
             });
         }
-        if !Self::plausible_len(bytes.len()) {
+        let version = bytes.get(MAGIC.len()).copied().unwrap_or(0);
+        let body = bytes.get(HEADER_LEN..).unwrap_or(&[]);
+        if !Self::plausible_body(version, body.len()) {
             return Err(DecodeError::Corrupt(stored));
         }
-        let body = bytes.get(HEADER_LEN..).unwrap_or(&[]);
         let mut reader = Reader { bytes: body };
-        Self::decode_body(&mut reader)
+        let state = if version == COMPACT_VERSION && Self::COMPACT_BODY.is_some() {
+            Self::decode_compact(&mut reader)
+        } else {
+            Self::decode_body(&mut reader)
+        };
+        state
             .filter(|_| reader.is_empty())
             .ok_or(DecodeError::Corrupt(stored))
     }
@@ -190,8 +244,11 @@ pub fn algorithm_of(bytes: &[u8]) -> Result<Algorithm, DecodeError> {
         return Err(DecodeError::NotOurs);
     }
     let [version, tag] = [rest.first(), rest.get(1)].map(|b| b.copied().unwrap_or(0));
-    // Version 2 exists for the concurrency limiter only (its lease table).
-    if version != VERSION && !(version == lease_table::VERSION && tag == b'C') {
+    // Version 2 is the compact form of the fixed-size states, and the concurrency
+    // limiter's lease table.
+    let v2 = (version == lease_table::VERSION && tag == b'C')
+        || (version == COMPACT_VERSION && COMPACT_TAGS.contains(&tag));
+    if version != VERSION && !v2 {
         return Err(DecodeError::UnsupportedVersion(version));
     }
     Algorithm::from_tag(tag).ok_or(DecodeError::UnknownAlgorithm(tag))
@@ -314,6 +371,23 @@ impl Writer<'_> {
         self.bytes(buf.get(..len).unwrap_or(&[]));
     }
 
+    /// An unsigned LEB128 varint of up to 128 bits (at most 19 bytes).
+    pub(crate) fn varint128(&mut self, mut v: u128) {
+        let mut buf = [0u8; 19];
+        let mut len = 0;
+        for byte in buf.iter_mut() {
+            let low = u8::try_from(v & 0x7f).unwrap_or(0);
+            v >>= 7;
+            len += 1;
+            if v == 0 {
+                *byte = low;
+                break;
+            }
+            *byte = low | 0x80;
+        }
+        self.bytes(buf.get(..len).unwrap_or(&[]));
+    }
+
     pub(crate) fn u64(&mut self, v: u64) {
         self.bytes(&v.to_le_bytes());
     }
@@ -361,6 +435,23 @@ impl Reader<'_> {
         None
     }
 
+    /// A varint as [`Writer::varint128`] writes it; `None` if truncated, too large for a
+    /// `u128` or not in its shortest form.
+    pub(crate) fn varint128(&mut self) -> Option<u128> {
+        let mut v = 0u128;
+        for shift in (0..128).step_by(7) {
+            let [b] = self.take::<1>()?;
+            if shift == 126 && b > 3 {
+                return None;
+            }
+            v |= u128::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return (b != 0 || shift == 0).then_some(v);
+            }
+        }
+        None
+    }
+
     /// True when every byte has been read.
     pub(crate) fn is_empty(&self) -> bool {
         self.bytes.is_empty()
@@ -389,6 +480,8 @@ mod tests {
     use redis_rl_core::token_bucket::TokenBucketState;
     use redis_rl_core::{Micros, Millis};
 
+    const MAX_COUNT_FOR_TESTS: u64 = redis_rl_core::limits::MAX_COUNT;
+
     fn bucket() -> TokenBucketState {
         TokenBucketState {
             level: 123_456_789,
@@ -409,12 +502,68 @@ mod tests {
     #[test]
     fn round_trips_and_sizes() {
         let b = bucket().encode();
-        assert_eq!(b.as_bytes().len(), 37);
-        assert_eq!(&b.as_bytes()[..5], b"\0RL\x01T");
+        assert_eq!(b.as_bytes().len(), 5 + 8 + 3 + 4);
+        assert_eq!(&b.as_bytes()[..5], b"\0RL\x02T");
         assert_eq!(TokenBucketState::decode(b.as_bytes()), Ok(bucket()));
         let w = window().encode();
-        assert_eq!(w.as_bytes().len(), 37);
+        assert_eq!(
+            w.as_bytes(),
+            b"\0RL\x02S\xe8\x07\x80\xe2\xcf\xaa\x06\x07\x03"
+        );
         assert_eq!(SlidingWindowState::decode(w.as_bytes()), Ok(window()));
+        // Version 1, as older modules wrote it, is still read.
+        let b1 = bucket().encode_v1();
+        assert_eq!(b1.as_bytes().len(), 37);
+        assert_eq!(&b1.as_bytes()[..5], b"\0RL\x01T");
+        assert_eq!(TokenBucketState::decode(b1.as_bytes()), Ok(bucket()));
+        let w1 = window().encode_v1();
+        assert_eq!(w1.as_bytes().len(), 37);
+        assert_eq!(SlidingWindowState::decode(w1.as_bytes()), Ok(window()));
+        // A version 1 length with the version 2 byte (or the other way round) is corrupt.
+        let mut mixed = b1.as_bytes().to_vec();
+        mixed[3] = 2;
+        assert_eq!(
+            TokenBucketState::decode(&mixed),
+            Err(DecodeError::Corrupt(Algorithm::TokenBucket))
+        );
+        let mut mixed = b.as_bytes().to_vec();
+        mixed[3] = 1;
+        assert_eq!(
+            TokenBucketState::decode(&mixed),
+            Err(DecodeError::Corrupt(Algorithm::TokenBucket))
+        );
+    }
+
+    #[test]
+    fn u128_varints_round_trip_in_their_shortest_form() {
+        for v in [
+            0,
+            1,
+            127,
+            128,
+            u128::from(u64::MAX),
+            u128::MAX >> 2,
+            u128::MAX,
+        ] {
+            let mut out = Encoded {
+                buf: [0; MAX_LEN],
+                len: 0,
+                spill: Vec::new(),
+            };
+            Writer { out: &mut out }.varint128(v);
+            let bytes = out.as_bytes();
+            let expected_len = (128 - v.leading_zeros()).div_ceil(7).max(1) as usize;
+            assert_eq!(bytes.len(), expected_len, "{v}");
+            let mut r = Reader { bytes };
+            assert_eq!(r.varint128(), Some(v));
+            assert!(r.is_empty());
+        }
+        let decode = |bytes: &[u8]| Reader { bytes }.varint128();
+        assert_eq!(decode(&[0x80, 0x00]), None, "not the shortest form");
+        assert_eq!(decode(&[0x80]), None, "truncated");
+        let mut too_big = vec![0xff; 18];
+        too_big.push(0x04);
+        assert_eq!(decode(&too_big), None, "129 bits");
     }
 
     #[test]
@@ -432,10 +581,10 @@ mod tests {
                 expected: Algorithm::SlidingWindow
             })
         );
-        v[3] = 2;
+        v[3] = 3;
         assert_eq!(
             TokenBucketState::decode(&v),
-            Err(DecodeError::UnsupportedVersion(2))
+            Err(DecodeError::UnsupportedVersion(3))
         );
         v[3] = 1;
         v[4] = b'?';
@@ -455,10 +604,11 @@ mod tests {
     fn refuses_impossible_fields() {
         let mut w = window();
         w.window_start = Millis(1_500);
-        assert!(SlidingWindowState::decode(w.encode().as_bytes()).is_err());
+        assert!(SlidingWindowState::decode(w.encode_v1().as_bytes()).is_err());
         let mut b = bucket();
         b.refill_ms = 0;
         assert!(TokenBucketState::decode(b.encode().as_bytes()).is_err());
+        assert!(TokenBucketState::decode(b.encode_v1().as_bytes()).is_err());
     }
 
     #[test]
@@ -522,9 +672,8 @@ mod tests {
 
         #[test]
         fn our_header_with_random_fields_never_panics(body in prop::collection::vec(any::<u8>(), 0..40)) {
-            for tag in [b'T', b'S'] {
-                let mut v = b"\0RL\x01".to_vec();
-                v.push(tag);
+            for (tag, version) in [(b'T', 1), (b'S', 1), (b'T', 2), (b'S', 2)] {
+                let mut v = vec![0, b'R', b'L', version, tag];
                 v.extend_from_slice(&body);
                 let _ = TokenBucketState::decode(&v);
                 let _ = SlidingWindowState::decode(&v);
@@ -535,6 +684,14 @@ mod tests {
         fn round_trip(level in 0u128..1_000_000_000_000_000_000, at in any::<u64>(), refill_ms in 1u64..1_000_000) {
             let s = TokenBucketState { level, updated_at: Micros(at), refill_ms };
             prop_assert_eq!(TokenBucketState::decode(s.encode().as_bytes()), Ok(s));
+            prop_assert_eq!(TokenBucketState::decode(s.encode_v1().as_bytes()), Ok(s));
+        }
+
+        #[test]
+        fn window_round_trip(window_ms in 1u64..1_000_000_000_000, index in 0u64..10_000_000, previous in 0..=MAX_COUNT_FOR_TESTS, current in 0..=MAX_COUNT_FOR_TESTS) {
+            let s = SlidingWindowState { window_ms, window_start: Millis(window_ms * index), previous, current };
+            prop_assert_eq!(SlidingWindowState::decode(s.encode().as_bytes()), Ok(s));
+            prop_assert_eq!(SlidingWindowState::decode(s.encode_v1().as_bytes()), Ok(s));
         }
     }
 }

@@ -11,6 +11,30 @@ use super::{duration_ms_in_range, Algorithm, Reader, Stored, Writer};
 impl Stored for SlidingWindowState {
     const ALGORITHM: Algorithm = Algorithm::SlidingWindow;
     const BODY_LEN: usize = 8 * 4;
+    const COMPACT_BODY: Option<(usize, usize)> = Some((4, 10 * 4));
+
+    /// Version 2: `window_ms`, the current window's index (`window_start / window_ms`),
+    /// `previous` and `current` as varints (about 14 bytes with the header).
+    fn encode_compact(&self, out: &mut Writer<'_>) {
+        out.varint(self.window_ms);
+        out.varint(self.window_start.0 / self.window_ms.max(1));
+        out.varint(self.previous);
+        out.varint(self.current);
+    }
+
+    fn decode_compact(body: &mut Reader<'_>) -> Option<Self> {
+        let window_ms = duration_ms_in_range(body.varint()?)?;
+        let window_start = body.varint()?.checked_mul(window_ms)?;
+        let previous = body.varint()?;
+        let current = body.varint()?;
+        let counts_ok = previous <= MAX_COUNT && current <= MAX_COUNT;
+        counts_ok.then_some(SlidingWindowState {
+            window_ms,
+            window_start: Millis(window_start),
+            previous,
+            current,
+        })
+    }
 
     fn encode_body(&self, out: &mut Writer<'_>) {
         out.u64(self.window_ms);

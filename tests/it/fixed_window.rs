@@ -140,8 +140,8 @@ fn the_key_expires_when_its_window_ends_plus_one_second() {
     );
     assert_eq!(query::<String>(&mut c, &["TYPE", "k"]), "string");
     let value: Vec<u8> = query(&mut c, &["GET", "k"]);
-    assert_eq!(value.len(), 29);
-    assert_eq!(&value[..5], b"\0RL\x01F");
+    assert!(value.len() <= 30, "{value:?}");
+    assert_eq!(&value[..5], b"\0RL\x02F");
 
     // A 50 ms window: the key is gone about a second after the window ends.
     let t0 = server_time_us(&mut c);

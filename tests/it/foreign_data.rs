@@ -172,7 +172,30 @@ fn one_limiter_kind_is_refused_by_the_other_command() {
 fn damaged_limiter_values_are_refused_and_untouched() {
     let server = Server::start();
     let mut c = server.client();
-    let (tb, sw) = real_values(&mut c);
+    let (tb2, sw2) = real_values(&mut c);
+    assert_eq!(
+        (&tb2[..5], &sw2[..5]),
+        (&b"\0RL\x02T"[..], &b"\0RL\x02S"[..])
+    );
+    // Format version 1 (what older modules wrote, still read): damaged at known offsets.
+    let v1 = |tag: u8, fields: &[&[u8]]| [&[0, b'R', b'L', 1, tag][..], &fields.concat()].concat();
+    let tb = v1(
+        b'T',
+        &[
+            &1_700_000_000_000_000u64.to_le_bytes(),
+            &1_000_000_000u64.to_le_bytes(),
+            &7_000_000_000_000u128.to_le_bytes(),
+        ],
+    );
+    let sw = v1(
+        b'S',
+        &[
+            &1_000_000_000_000u64.to_le_bytes(),
+            &0u64.to_le_bytes(),
+            &0u64.to_le_bytes(),
+            &3u64.to_le_bytes(),
+        ],
+    );
     assert_eq!((tb.len(), sw.len()), (37, 37));
     let with = |base: &[u8], at: usize, byte: u8| {
         let mut v = base.to_vec();
@@ -222,6 +245,32 @@ fn damaged_limiter_values_are_refused_and_untouched() {
         ("window_ms 0", sw_window_zero, bad_sw()),
         ("window start not aligned", sw_unaligned, bad_sw()),
         ("count above any limit", sw_count_huge, bad_sw()),
+        // Version 2 (varints): truncated, one byte long, a varint not in its shortest form.
+        (
+            "version 2 token bucket truncated",
+            tb2[..tb2.len() - 1].to_vec(),
+            bad_tb(),
+        ),
+        (
+            "version 2 token bucket one byte long",
+            longer(&tb2),
+            bad_tb(),
+        ),
+        (
+            "version 2 sliding window one byte long",
+            longer(&sw2),
+            bad_sw(),
+        ),
+        (
+            "version 2 sliding window, a varint not in its shortest form",
+            [&sw2[..sw2.len() - 1], &[sw2[sw2.len() - 1] | 0x80, 0]].concat(),
+            bad_sw(),
+        ),
+        (
+            "version 2 token bucket of a version 1 length",
+            with(&tb, 3, 2),
+            bad_tb(),
+        ),
     ];
     for (what, value, [tb_error, sw_error]) in &cases {
         for px in [None, Some(100_000)] {

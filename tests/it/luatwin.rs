@@ -306,40 +306,46 @@ impl Spec {
 
 /// The stored bytes as the README documents them (and the module writes them).
 fn encode(state: &State) -> Vec<u8> {
-    fn varint(out: &mut Vec<u8>, mut v: u64) {
+    fn varint(out: &mut Vec<u8>, v: u64) {
+        wide(out, u128::from(v));
+    }
+    fn wide(out: &mut Vec<u8>, mut v: u128) {
         while v >= 0x80 {
             out.push((v & 0x7f) as u8 | 0x80);
             v >>= 7;
         }
         out.push(v as u8);
     }
-    let mut out = b"\0RL\x01".to_vec();
+    // Version 2 (varints, a window as its index) for the fixed-size states, 1 for a log.
+    let mut out = b"\0RL\x02".to_vec();
     match state {
         State::Tb(s) => {
             out.push(b'T');
-            out.extend(s.updated_at.0.to_le_bytes());
-            out.extend(s.refill_ms.to_le_bytes());
-            out.extend(s.level.to_le_bytes());
+            varint(&mut out, s.updated_at.0);
+            varint(&mut out, s.refill_ms);
+            wide(&mut out, s.level);
         }
         State::Sw(s) => {
             out.push(b'S');
-            for v in [s.window_ms, s.window_start.0, s.previous, s.current] {
-                out.extend(v.to_le_bytes());
+            let index = s.window_start.0 / s.window_ms;
+            for v in [s.window_ms, index, s.previous, s.current] {
+                varint(&mut out, v);
             }
         }
         State::Fw(s) => {
             out.push(b'F');
-            for v in [s.window_ms, s.window_start.0, s.count] {
-                out.extend(v.to_le_bytes());
+            for v in [s.window_ms, s.window_start.0 / s.window_ms, s.count] {
+                varint(&mut out, v);
             }
         }
         State::Gc(s) => {
             out.push(b'G');
-            out.extend(s.tat.to_le_bytes());
-            out.extend(s.limit.to_le_bytes());
-            out.extend(s.period_ms.to_le_bytes());
+            wide(&mut out, s.tat);
+            varint(&mut out, s.limit);
+            varint(&mut out, s.period_ms);
         }
         State::Lg(s) => {
+            out[3] = 1;
             out.push(b'L');
             varint(&mut out, s.window_ms);
             let mut previous = 0;

@@ -14,6 +14,7 @@
 mod all;
 mod bad_input;
 mod cluster;
+mod compact_state;
 mod concurrency;
 mod concurrency_leases;
 mod config_info;

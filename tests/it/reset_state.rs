@@ -146,7 +146,7 @@ fn reset_deletes_every_kind_of_limiter() {
     for (key, value) in [
         (
             "newer",
-            &b"\0RL\x02T and whatever a later version stores"[..],
+            &b"\0RL\x03T and whatever a later version stores"[..],
         ),
         ("unknown", b"\0RL\x01?xyz"),
         ("damaged", b"\0RL\x01G\x01\x02"),
@@ -336,7 +336,7 @@ fn state_refuses_what_it_cannot_read_and_leaves_it_untouched() {
     query::<()>(&mut c, &["SET", "text", "hello"]);
     query::<()>(&mut c, &["SADD", "set", "a"]);
     for (key, value) in [
-        ("newer", &b"\0RL\x02G0123456789"[..]),
+        ("newer", &b"\0RL\x03G0123456789"[..]),
         ("unknown", b"\0RL\x01?xyz"),
         ("damaged", b"\0RL\x01G\x01\x02"),
         ("damaged_fixed", b"\0RL\x01F"),
@@ -356,7 +356,7 @@ fn state_refuses_what_it_cannot_read_and_leaves_it_untouched() {
         ),
         (
             "newer",
-            "ERR key holds a redis-rl limiter in format version 2, this module reads version 1",
+            "ERR key holds a redis-rl limiter in format version 3, this module reads version 1",
         ),
         (
             "unknown",

@@ -130,7 +130,7 @@ fn waits_round_up_to_whole_seconds_and_the_key_expires() {
     let ttl: i64 = query(&mut c, &["PTTL", "k"]);
     assert!(ttl > 0 && ttl <= 11_501, "{ttl}");
     let value: Vec<u8> = query(&mut c, &["GET", "k"]);
-    assert_eq!(&value[..5], b"\0RL\x01G");
+    assert_eq!(&value[..5], b"\0RL\x02G");
 }
 
 #[test]
