@@ -83,7 +83,8 @@ algorithm = "sliding"
 
 # Commands that are not the gateways' (this script's own INFO, MONITOR...).
 NOT_GATEWAY = {"info", "monitor", "ping", "cluster", "command", "client", "hello", "config",
-               "select", "readonly", "auth", "flushall", "hset", "debug"}
+               "select", "readonly", "auth", "flushall", "hset", "debug", "replconf", "psync",
+               "sync"}
 
 
 def log(msg):
@@ -212,20 +213,32 @@ def hset_tiers(nodes, pairs, cluster):
 
 
 def commandstats(node):
-    """(calls of RL.* commands, calls of every gateway command) from INFO commandstats."""
-    rl = total = 0
+    """Calls per command (lower case) of the gateways' commands, from INFO commandstats."""
+    out = {}
     text = node.call("INFO", "commandstats").decode()
     for line in text.splitlines():
         if not line.startswith("cmdstat_"):
             continue
         name, _, rest = line[len("cmdstat_"):].partition(":")
-        calls = int(rest.split(",")[0].split("=")[1])
         name = name.lower()
         if name.split("|")[0] in NOT_GATEWAY:
             continue
-        total += calls
-        rl += calls if name.startswith("rl.") else 0
-    return rl, total
+        out[name] = int(rest.split(",")[0].split("=")[1])
+    return out
+
+
+def metric(port, name):
+    """The values of the Prometheus sample `name` on a gateway's /metrics (summed)."""
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+    except (OSError, http.client.HTTPException):
+        return None
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith(name) and not line.startswith("#")]
+    return sum(values) if values else None
 
 
 class Monitor(threading.Thread):
@@ -413,13 +426,18 @@ class Run:
         ph.update(extra)
         fn(ph)
         ph["end_us"] = ph.get("end_us") or now_us()
+        ph["fleet_size"] = [metric(g.port, "rl_fleet_size") for g in self.gateways]
         h1 = sum_stats(self.gateways)
         ph["healthz"] = {k: h1.get(k, 0) - h0.get(k, 0) for k in h1}
         if nodes:
             try:
                 s1 = {n.port: commandstats(n) for n in nodes}
-                ph["shards"] = [{"port": p, "rl": s1[p][0] - s0[p][0], "all": s1[p][1] - s0[p][1]}
-                                for p in s0]
+                ph["shards"] = []
+                for p in s0:
+                    delta = {k: v - s0[p].get(k, 0) for k, v in s1[p].items() if v > s0[p].get(k, 0)}
+                    ph["shards"].append({"port": p, "commands": delta,
+                                         "rl": sum(v for k, v in delta.items() if k.startswith("rl.")),
+                                         "all": sum(delta.values())})
             except (OSError, RuntimeError):
                 pass
         phases.append(ph)
@@ -689,6 +707,65 @@ def shard_metrics(ph):
     return rl / answered, total / answered, hot
 
 
+def summary(variants, results, direct):
+    """One row per variant: the numbers the issue's targets are about (also README's table)."""
+    rows = [
+        "| variant | global key touched, per request (cluster / standalone) | hottest shard "
+        "| RL calls per request (cluster / standalone) | steady: global admitted / exact "
+        "| whole-Redis outage: admitted / exact, global | added latency p50 / p99 ms (steady, cluster) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for v in variants:
+        c = {ph["name"].split(" ")[0]: ph for ph in results.get((v, "cluster"), [])}
+        sa = {ph["name"].split(" ")[0]: ph for ph in results.get((v, "standalone"), [])}
+        cs, ss = c.get("steady"), sa.get("steady")
+
+        def touched(ph):
+            if not ph or "monitor" not in ph:
+                return "-"
+            answered = ph["ok"] + ph["r429"] + ph["r503"] + ph["other"]
+            return pct(ph["monitor"]["global"] / answered) if answered else "-"
+
+        def rl(ph):
+            x = shard_metrics(ph)[0] if ph else None
+            return "-" if x is None else f"{x:.2f}"
+
+        hot = shard_metrics(cs)[2] if cs else None
+        steady = (f"{cs['dims']['global']['admitted']} / {cs['dims']['global']['exact']}"
+                  if cs else "-")
+        out = c.get("all")
+        outage = "-"
+        if out:
+            g = out["dims"]["global"]
+            ratio = g["admitted"] / g["exact"] if g["exact"] else 0
+            outage = f"{g['admitted']} / {g['exact']} = {ratio:.2f}x"
+        lat = (f"{cs['ok_p50_ms'] - direct['ok_p50_ms']:+.2f} / {cs['ok_p99_ms'] - direct['ok_p99_ms']:+.2f}"
+               if cs else "-")
+        rows.append(f"| {v} | {touched(cs)} / {touched(ss)} | {pct(hot)} | {rl(cs)} / {rl(ss)} "
+                    f"| {steady} | {outage} | {lat} |")
+    return rows
+
+
+def by_command(ph):
+    """Calls per answered request of each command, over every master, largest first."""
+    answered = ph["ok"] + ph["r429"] + ph["r503"] + ph["other"]
+    calls = {}
+    for sh in ph.get("shards") or []:
+        for k, v in sh["commands"].items():
+            calls[k] = calls.get(k, 0) + v
+    if not answered or not calls:
+        return "-"
+    top = sorted(calls.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{k.upper()} {v / answered:.3f}" for k, v in top if v / answered >= 0.0005)
+
+
+def fleet_sizes(ph):
+    sizes = ph.get("fleet_size") or []
+    if not sizes or all(x is None for x in sizes):
+        return "-"
+    return " ".join("-" if x is None else f"{x:g}" for x in sizes)
+
+
 def targets(args, results):
     """The issue's targets, as (holds, text), per variant. They are set for leases; a variant
     without them is checked too, to show where it stands."""
@@ -762,6 +839,10 @@ def report(args, variants, results, direct, version, elapsed, load0, load1):
         "",
         "Variants: " + "; ".join(f"**{v}**: {VARIANTS[v]['desc']}" for v in variants) + ".",
         "",
+        "## Summary",
+        "",
+        *summary(variants, results, direct),
+        "",
         "## Requests and latency",
         "",
         f"Direct to the upstream (no gateway), {direct['offered']} requests: p50 "
@@ -791,8 +872,9 @@ def report(args, variants, results, direct, version, elapsed, load0, load1):
         "master, the phase's delta), commands naming the global key (MONITOR on its owner for the "
         "whole phase), and the hottest master's share of all RL calls (ideal: 1/3 = 33%).",
         "",
-        "| variant | backend | RL calls/request | all calls/request | global key/request | hottest shard |",
-        "|---|---|---:|---:|---:|---:|",
+        "| variant | backend | RL calls/request | all calls/request | global key/request | hottest shard "
+        "| per request, by command | fleet size seen by each gateway |",
+        "|---|---|---:|---:|---:|---:|---|---|",
     ]
     for (v, backend), phases in results.items():
         for ph in phases:
@@ -804,7 +886,8 @@ def report(args, variants, results, direct, version, elapsed, load0, load1):
             L.append(f"| {v} | {backend} ({ph['name']}) | {'-' if rl is None else f'{rl:.2f}'} "
                      f"| {'-' if total is None else f'{total:.2f}'} "
                      f"| {'-' if g is None or not answered else f'{g / answered:.3f}'} "
-                     f"| {pct(hot) if backend == 'cluster' else '-'} |")
+                     f"| {pct(hot) if backend == 'cluster' else '-'} | {by_command(ph)} "
+                     f"| {fleet_sizes(ph)} |")
     L += [
         "",
         "## Admitted versus the exact budget",
