@@ -29,6 +29,8 @@ pub enum Source {
     DenyCache,
     /// The in-process fallback limiter (Redis unavailable, failure mode local).
     Local,
+    /// A lease in hand: units Redis granted earlier to this instance (a hot key).
+    Lease,
     /// Redis unavailable, failure mode open: allowed without a decision.
     FailOpen,
     /// Redis unavailable, failure mode closed: denied without a decision.
@@ -42,6 +44,7 @@ impl Source {
             Source::Redis => "redis",
             Source::DenyCache => "deny_cache",
             Source::Local => "local",
+            Source::Lease => "lease",
             Source::FailOpen => "fail_open",
             Source::FailClosed => "fail_closed",
         }

@@ -64,6 +64,7 @@ pub mod error;
 pub mod failover;
 pub mod fallback;
 pub mod fleet;
+pub mod lease;
 pub mod limiter;
 #[cfg(feature = "middleware")]
 pub mod middleware;
@@ -83,6 +84,7 @@ pub use deny_cache::DenyCache;
 pub use error::{Error, Result};
 pub use fallback::LocalLimiter;
 pub use fleet::FleetConfig;
+pub use lease::{LeaseConfig, LeaseStats};
 pub use limiter::{Limiter, LimiterBuilder, LimiterStats, DEFAULT_TIMEOUT};
 pub use policy::{Algorithm, FailureMode, Policy};
 pub use tier::{Rate, RateOverride, RedisHashTiers, StaticTiers, TierConfig, TierResolver};

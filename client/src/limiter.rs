@@ -11,13 +11,14 @@ use redis::{Cmd, Value};
 use crate::backend::{Backend, Cluster, Standalone};
 use crate::breaker::{BreakerConfig, BreakerState, BreakerStats};
 use crate::decider::Check;
-use crate::decider::{AutoDecider, Decider, Engine};
+use crate::decider::{unknown, AutoDecider, Decider, Engine};
 use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
 use crate::deny_cache::{DenyCache, DenyCached};
 use crate::error::Result;
 use crate::failover::Failover;
 use crate::fallback::LocalLimiter;
 use crate::fleet::{FleetConfig, FleetView, Membership};
+use crate::lease::{leasable, LeaseConfig, LeaseStats, Leases, Reserve};
 use crate::policy::Policy;
 use crate::transport::Transport;
 
@@ -46,6 +47,7 @@ pub struct LimiterBuilder {
     rl_all: Option<bool>,
     engine: Engine,
     fleet_fallback: bool,
+    leases: LeaseConfig,
 }
 
 impl Default for LimiterBuilder {
@@ -58,6 +60,7 @@ impl Default for LimiterBuilder {
             rl_all: None,
             engine: Engine::Auto,
             fleet_fallback: true,
+            leases: LeaseConfig::default(),
         }
     }
 }
@@ -111,6 +114,13 @@ impl LimiterBuilder {
         self
     }
 
+    /// Lease settings for hot policies ([`Policy::hot`]; default: 250 ms lifetime, 200 ms
+    /// of demand, at most 1% of the limit per lease).
+    pub fn leases(mut self, config: LeaseConfig) -> Self {
+        self.leases = config;
+        self
+    }
+
     /// A limiter on a standalone server.
     pub fn standalone(self, url: &str) -> Result<Limiter> {
         let backend = Standalone::new(url, self.timeout)?;
@@ -132,10 +142,11 @@ impl LimiterBuilder {
             self.rl_all,
         ));
         let decider: Box<dyn Decider> = Box::new(AutoDecider::new(transport.clone(), self.engine));
-        let cached = DenyCached::new(
+        let cached = Arc::new(DenyCached::new(
             decider,
             NonZeroUsize::new(self.deny_cache).map(DenyCache::new),
-        );
+        ));
+        let leases = Leases::new(self.leases, cached.clone());
         let fleet = Arc::new(FleetView::new(self.fleet_fallback));
         let stack = Failover::new(
             cached,
@@ -147,6 +158,7 @@ impl LimiterBuilder {
             inner: Arc::new(Inner {
                 transport,
                 stack,
+                leases,
                 fleet,
                 membership: Mutex::new(None),
             }),
@@ -173,11 +185,14 @@ pub struct LimiterStats {
     pub breaker: BreakerStats,
     /// The fleet size last read from Redis (0: not in a fleet, or not read yet).
     pub fleet_size: u32,
+    /// Leases of hot keys.
+    pub leases: LeaseStats,
 }
 
 struct Inner {
     transport: Arc<Transport>,
-    stack: Failover<DenyCached<Box<dyn Decider>>>,
+    stack: Failover<Arc<DenyCached<Box<dyn Decider>>>>,
+    leases: Leases,
     fleet: Arc<FleetView>,
     membership: Mutex<Option<Membership>>,
 }
@@ -218,9 +233,18 @@ impl Limiter {
         self.check_n(key, policy, 1).await
     }
 
-    /// Takes `cost` units for `key` (0: look without taking).
+    /// Takes `cost` units for `key` (0: look without taking). A hot policy's units come
+    /// from this instance's lease of the key ([`crate::lease`]).
     pub async fn check_n(&self, key: &str, policy: &Policy, cost: u64) -> Decision {
-        let mut d = self.inner.stack.check(key, policy, cost, false).await;
+        let from_lease = if leasable(policy, cost) && !policy.is_shadow() {
+            self.inner.leases.reserve(key, policy, cost).await
+        } else {
+            Reserve::Ordinary
+        };
+        let mut d = match from_lease {
+            Reserve::Reserved(_, d) | Reserve::Denied(d) => d,
+            Reserve::Ordinary => self.inner.stack.check(key, policy, cost, false).await,
+        };
         d.shadow = policy.is_shadow();
         d
     }
@@ -262,7 +286,7 @@ impl Limiter {
             .filter_map(pair)
             .map(|(k, p)| self.check_n(k, p, cost));
         let (enforced_result, shadow_results) = tokio::join!(
-            self.inner.stack.check_all(&enforced_pairs, cost),
+            self.decide_all(&enforced_pairs, cost),
             join_all(shadow_checks)
         );
 
@@ -289,6 +313,68 @@ impl Limiter {
                 .denied
                 .and_then(|j| enforced.get(j).copied()),
             decisions,
+        }
+    }
+
+    /// The enforced keys, all or nothing: hot keys' units reserved from their leases
+    /// first, then the other keys through the stack in one go; the reserved units go back
+    /// to their leases when another key denies (a lease unit is spent only if every other
+    /// key allowed the request).
+    async fn decide_all(&self, items: &[(&str, &Policy)], cost: u64) -> MultiDecision {
+        let leases = &self.inner.leases;
+        let mut leased: Vec<Option<Decision>> = vec![None; items.len()];
+        let mut reserved = Vec::new();
+        for (i, (key, policy)) in items.iter().enumerate() {
+            if !leasable(policy, cost) {
+                continue;
+            }
+            match leases.reserve(key, policy, cost).await {
+                Reserve::Reserved(r, d) => {
+                    reserved.push(r);
+                    if let Some(slot) = leased.get_mut(i) {
+                        *slot = Some(d);
+                    }
+                }
+                Reserve::Denied(d) => {
+                    for r in reserved {
+                        leases.give_back(r);
+                    }
+                    let mut decisions: Vec<Decision> =
+                        items.iter().map(|(_, p)| unknown(p.algorithm())).collect();
+                    if let Some(slot) = decisions.get_mut(i) {
+                        *slot = d;
+                    }
+                    return MultiDecision {
+                        denied: Some(i),
+                        decisions,
+                    };
+                }
+                Reserve::Ordinary => {}
+            }
+        }
+        let rest: Vec<usize> = (0..items.len())
+            .filter(|&i| leased.get(i).is_some_and(Option::is_none))
+            .collect();
+        let rest_items: Vec<(&str, &Policy)> =
+            rest.iter().filter_map(|&i| items.get(i).copied()).collect();
+        let md = self.inner.stack.check_all(&rest_items, cost).await;
+        if md.denied.is_some() {
+            for r in reserved {
+                leases.give_back(r);
+            }
+        }
+        for (&i, d) in rest.iter().zip(md.decisions) {
+            if let Some(slot) = leased.get_mut(i) {
+                *slot = Some(d);
+            }
+        }
+        MultiDecision {
+            denied: md.denied.and_then(|j| rest.get(j).copied()),
+            decisions: items
+                .iter()
+                .zip(leased)
+                .map(|((_, p), d)| d.unwrap_or_else(|| unknown(p.algorithm())))
+                .collect(),
         }
     }
 
@@ -393,9 +479,11 @@ impl Limiter {
         self.inner.fleet.size()
     }
 
-    /// For a clean stop: leaves the fleet (its lease released at once, so the others count
-    /// one member less at their next heartbeat). Best effort within the call timeout.
+    /// For a clean stop: gives back the unspent units of every lease (`RL.REFUND`) and
+    /// leaves the fleet (its lease released at once, so the others count one member less at
+    /// their next heartbeat). Best effort within the call timeout.
     pub async fn shutdown(&self) {
+        self.inner.leases.release_all().await;
         let membership = self.lock_membership().take();
         if let Some(m) = membership {
             m.leave().await;
@@ -437,6 +525,7 @@ impl Limiter {
             fail_closed: failover.fail_closed,
             breaker: self.inner.transport.breaker().stats(),
             fleet_size: self.inner.fleet.size().map_or(0, NonZeroU32::get),
+            leases: self.inner.leases.stats(),
         }
     }
 }

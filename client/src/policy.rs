@@ -271,6 +271,7 @@ pub struct Policy {
     algorithm: Algorithm,
     on_failure: FailureMode,
     shadow: bool,
+    hot: bool,
 }
 
 impl Policy {
@@ -280,6 +281,7 @@ impl Policy {
             algorithm: algorithm.validate()?,
             on_failure: FailureMode::default(),
             shadow: false,
+            hot: false,
         })
     }
 
@@ -331,6 +333,19 @@ impl Policy {
     pub const fn shadow(mut self, shadow: bool) -> Self {
         self.shadow = shadow;
         self
+    }
+
+    /// A hot key: served from leases, batches of units taken with `UPTO` and spent in
+    /// process (see [`crate::lease`]), so most requests cost Redis nothing. For limits
+    /// many requests share (a global limit). Ignored for a log, which takes no `UPTO`.
+    pub const fn hot(mut self, hot: bool) -> Self {
+        self.hot = hot;
+        self
+    }
+
+    /// True for a hot key.
+    pub const fn is_hot(&self) -> bool {
+        self.hot
     }
 
     /// The algorithm and its parameters.

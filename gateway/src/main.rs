@@ -16,7 +16,7 @@ use std::time::Duration;
 use clap::Parser;
 use redis_rl_client::middleware::RateLimitConfig;
 use redis_rl_client::tier::FailureModeName;
-use redis_rl_client::{BreakerConfig, Limiter, RedisHashTiers};
+use redis_rl_client::{BreakerConfig, LeaseConfig, Limiter, RedisHashTiers};
 
 use crate::cli::{Args, Mode};
 
@@ -81,7 +81,12 @@ async fn run(args: Args) -> Result<(), String> {
         })
         .deny_cache(args.deny_cache)
         .engine(args.engine)
-        .fleet_fallback(config.fleet_fallback());
+        .fleet_fallback(config.fleet_fallback())
+        .leases(LeaseConfig {
+            lifetime: Duration::from_millis(config.leases.lifetime_ms),
+            demand: Duration::from_millis(config.leases.demand_ms),
+            ..LeaseConfig::default()
+        });
     let limiter = if args.cluster {
         let nodes: Vec<String> = args.redis.split(',').map(str::to_string).collect();
         builder.cluster(&nodes)

@@ -99,6 +99,34 @@ fn describe() {
         "Live gateways in the fleet (membership leases in Redis), the divisor of the local fallback."
     );
     describe_counter!(
+        "rl_decisions_total",
+        "Who decided each dimension of each request (counted as rl_requests_total), by source (redis: a call named the key; lease, deny_cache, local, fail_open, fail_closed: no call)."
+    );
+    describe_counter!(
+        "rl_lease_takes_total",
+        "Batches asked for on hot keys (one COST n UPTO call each)."
+    );
+    describe_counter!(
+        "rl_lease_hits_total",
+        "Requests served from a lease in hand, without a Redis call."
+    );
+    describe_counter!(
+        "rl_lease_refunds_total",
+        "RL.REFUND calls giving back the unspent units of an ended lease."
+    );
+    describe_counter!(
+        "rl_lease_units_granted_total",
+        "Units granted to leases by Redis."
+    );
+    describe_counter!(
+        "rl_lease_units_refunded_total",
+        "Unspent lease units given back to Redis."
+    );
+    describe_counter!(
+        "rl_lease_units_dropped_total",
+        "Unspent lease units not given back (refund failed during an outage, or the limiter gave back less): they stay counted."
+    );
+    describe_counter!(
         "rl_config_reloads_total",
         "Configuration reloads on SIGHUP, by result (ok, error: refused, the running configuration stays)."
     );
@@ -160,6 +188,9 @@ async fn healthz(State(ops): State<Arc<Ops>>) -> Response {
             "breaker_opened": s.breaker.opened,
             "breaker_closed": s.breaker.closed,
             "fleet_size": s.fleet_size,
+            "lease_takes": s.leases.takes,
+            "lease_hits": s.leases.hits,
+            "lease_refunds": s.leases.refunds,
         },
     });
     (status, Json(body)).into_response()

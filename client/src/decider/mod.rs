@@ -111,6 +111,29 @@ impl<D: Decider + ?Sized> Decider for Box<D> {
     }
 }
 
+impl<D: Decider + ?Sized> Decider for std::sync::Arc<D> {
+    fn check<'a>(&'a self, call: Check<'a>) -> Decided<'a, Decision> {
+        (**self).check(call)
+    }
+
+    fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
+        (**self).check_all(items, cost)
+    }
+
+    fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant> {
+        (**self).take_upto(call)
+    }
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a str,
+        algorithm: &'a Algorithm,
+        amount: u64,
+    ) -> Decided<'a, u64> {
+        (**self).refund(key, algorithm, amount)
+    }
+}
+
 /// A decision for a key that was not checked (another key decided first): its limit, with
 /// nothing known about its count.
 pub(crate) fn unknown(algorithm: &Algorithm) -> Decision {

@@ -137,10 +137,11 @@ impl Shared {
                     over(|t| t.global),
                 ),
             };
+            let hot = self.config.hot.contains(&dimension);
             out.push(Planned {
                 dimension,
                 key,
-                policy,
+                policy: policy.hot(hot),
             });
         }
         out

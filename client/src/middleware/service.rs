@@ -202,6 +202,8 @@ fn count(plan: &[Planned], md: &MultiDecision) {
         };
         metrics::counter!("rl_requests_total", "dimension" => dimension, "outcome" => outcome)
             .increment(1);
+        metrics::counter!("rl_decisions_total", "dimension" => dimension, "source" => d.source.name())
+            .increment(1);
         if d.source.is_fallback() {
             metrics::counter!("rl_fallback_total", "dimension" => dimension, "source" => d.source.name()).increment(1);
         }
