@@ -60,7 +60,7 @@ impl Default for LeaseConfig {
 /// Lease counts since start.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LeaseStats {
-    /// Batches asked for (`COST n UPTO` calls).
+    /// Batches asked of Redis (`COST n UPTO` calls; not those the deny cache answered).
     pub takes: u64,
     /// Units granted by those calls.
     pub granted: u64,
@@ -235,12 +235,12 @@ impl Leases {
             return Reserve::Ordinary;
         };
         let asked_at = Instant::now();
-        if let Some(r) = self.from_lease(&lease, cost, asked_at, true) {
+        if let Some(r) = self.serve_from(&lease, cost, asked_at, true) {
             return r;
         }
         let _taking = lease.taking.lock().await;
         // Another request may have taken a batch (or failed to) while this one waited.
-        if let Some(r) = self.from_lease(&lease, cost, asked_at, false) {
+        if let Some(r) = self.serve_from(&lease, cost, asked_at, false) {
             return r;
         }
         self.take(&lease, cost).await
@@ -248,7 +248,7 @@ impl Leases {
 
     /// Serves `cost` from the lease in hand if it is live and holds enough; ends a lease
     /// past its lifetime. `None`: a batch must be taken.
-    fn from_lease(
+    fn serve_from(
         &self,
         lease: &Arc<Lease>,
         cost: u64,
@@ -305,14 +305,23 @@ impl Leases {
             (batch, leftover)
         };
         self.refund_later(lease.clone(), leftover);
-        add(&self.counts.takes, 1, "rl_lease_takes_total");
         let call = Check {
             key: &lease.key,
             algorithm: lease.policy.algorithm(),
             cost: batch,
             peek: false,
         };
-        let grant = match self.decider.take_upto(call).await {
+        let taken = self.decider.take_upto(call).await;
+        // Count the calls that reached Redis (not the deny cache's or the open breaker's
+        // answers).
+        let sent = match &taken {
+            Ok(g) => g.decision.source == Source::Redis,
+            Err(e) => !matches!(e, crate::Error::BreakerOpen),
+        };
+        if sent {
+            add(&self.counts.takes, 1, "rl_lease_takes_total");
+        }
+        let grant = match taken {
             Ok(g) => g,
             Err(_) => {
                 lease.lock().failed_at = Some(Instant::now());
@@ -383,15 +392,16 @@ impl Leases {
         want.min(max).max(cost)
     }
 
-    /// Gives back units reserved for a request that another dimension denied, to the lease
-    /// they came from if it is still the one in hand (else they stay counted: dropped).
+    /// Gives back units reserved for a request that another dimension denied: to the lease
+    /// they came from if it is still the one in hand, else to Redis (a later lease must
+    /// not spend them past their own lease's lifetime).
     pub(crate) fn give_back(&self, r: Reservation) {
         let mut s = r.lease.lock();
         if s.live && s.generation == r.generation {
             s.units = s.units.saturating_add(r.cost);
         } else {
             drop(s);
-            add(&self.counts.dropped, r.cost, "rl_lease_units_dropped_total");
+            self.refund_later(r.lease, r.cost);
         }
     }
 

@@ -85,6 +85,7 @@ async fn run(args: Args) -> Result<(), String> {
         .leases(LeaseConfig {
             lifetime: Duration::from_millis(config.leases.lifetime_ms),
             demand: Duration::from_millis(config.leases.demand_ms),
+            max_percent: config.leases.max_percent,
             ..LeaseConfig::default()
         });
     let limiter = if args.cluster {

@@ -91,6 +91,7 @@ impl fmt::Display for Dimension {
 /// [leases]
 /// lifetime_ms = 250                       # a lease's unspent units go back after this
 /// demand_ms = 200                         # a lease covers this much of recent demand
+/// max_percent = 1                         # and holds at most this share of the limit
 /// ```
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -191,6 +192,10 @@ pub struct LeaseSettings {
     /// (default 200).
     #[serde(default = "default_demand_ms")]
     pub demand_ms: u64,
+    /// The largest lease, in percent of the limit (default 1; at least one unit): bounds
+    /// what a lease can hold away from the other gateways.
+    #[serde(default = "default_max_percent")]
+    pub max_percent: u64,
 }
 
 impl Default for LeaseSettings {
@@ -198,6 +203,7 @@ impl Default for LeaseSettings {
         Self {
             lifetime_ms: default_lifetime_ms(),
             demand_ms: default_demand_ms(),
+            max_percent: default_max_percent(),
         }
     }
 }
@@ -216,6 +222,9 @@ fn default_lifetime_ms() -> u64 {
 }
 fn default_demand_ms() -> u64 {
     200
+}
+fn default_max_percent() -> u64 {
+    1
 }
 fn default_hot() -> Vec<Dimension> {
     vec![Dimension::Global]
@@ -495,6 +504,11 @@ impl RateLimitConfig {
         if self.leases.lifetime_ms == 0 || self.leases.demand_ms == 0 {
             return Err(Error::Config(
                 "leases: lifetime_ms and demand_ms must be at least 1".to_string(),
+            ));
+        }
+        if !(1..=100).contains(&self.leases.max_percent) {
+            return Err(Error::Config(
+                "leases: max_percent must be between 1 and 100".to_string(),
             ));
         }
         let mode = self.failure_mode();

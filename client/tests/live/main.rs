@@ -8,6 +8,7 @@
 
 mod cluster;
 mod fleet;
+mod lease;
 mod limiter;
 mod lua_twin;
 mod middleware;
