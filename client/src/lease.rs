@@ -9,14 +9,16 @@
 //! - a unit is counted by Redis when the batch is taken and spent at most one `lifetime`
 //!   later; that shift is the only over-admission (over any span of time, at most what
 //!   the limiter granted over that span plus one lifetime before it);
-//! - under-admission is at most the units held in other gateways' leases (each at most
-//!   `max_percent` of the limit, and sized to `demand` of its own traffic);
+//! - under-admission is at most the units held in other gateways' leases: together at most
+//!   `max_percent` of the limit (each lease at most `limit × max_percent / 100 / fleet
+//!   size`, and sized to `demand` of its own traffic);
 //! - a refund that fails (Redis down) is dropped, never retried: the units stay counted
 //!   (under-admission), never both given back and spent.
 //!
 //! A lease is sized from the instance's own recent demand: the units asked since the last
 //! take over the time since, smoothed, times `demand` (200 ms by default); at least the
-//! request's cost, at most `max_percent` of the limit. A smaller grant makes a smaller
+//! request's cost, at most this instance's share of `max_percent` of the limit (divided by
+//! the live fleet size, see [`crate::fleet`]; 1 until known). A smaller grant makes a smaller
 //! lease; a grant of nothing is a denial, remembered by the deny cache. One take per key
 //! is in flight at a time: concurrent requests wait for it rather than each taking a batch.
 
@@ -29,6 +31,7 @@ use tokio::time::Instant;
 
 use crate::decider::{Check, Decider};
 use crate::decision::{Decision, Source, Verdict};
+use crate::fleet::FleetView;
 use crate::policy::{Algorithm, Policy};
 
 /// Lease settings ([`crate::LimiterBuilder::leases`]).
@@ -39,7 +42,9 @@ pub struct LeaseConfig {
     pub lifetime: Duration,
     /// How much of the instance's recent demand a lease covers (default 200 ms).
     pub demand: Duration,
-    /// The largest lease, in percent of the limit (default 1; at least one unit).
+    /// What the whole fleet's leases of one key may hold together, in percent of the limit
+    /// (default 10): each lease is at most `limit × max_percent / 100 / fleet size` units
+    /// (at least one). The bound on under-admission.
     pub max_percent: u64,
     /// Hot keys holding a lease at once (default 10000); beyond, a hot key is decided by
     /// Redis on every request, as if not hot.
@@ -51,7 +56,7 @@ impl Default for LeaseConfig {
         Self {
             lifetime: Duration::from_millis(250),
             demand: Duration::from_millis(200),
-            max_percent: 1,
+            max_percent: 10,
             max_keys: 10_000,
         }
     }
@@ -153,6 +158,7 @@ pub(crate) enum Reserve {
 pub(crate) struct Leases {
     config: LeaseConfig,
     decider: Arc<dyn Decider>,
+    fleet: Arc<FleetView>,
     table: Mutex<HashMap<String, Arc<Lease>>>,
     counts: Arc<Counts>,
 }
@@ -172,10 +178,15 @@ pub(crate) fn leasable(policy: &Policy, cost: u64) -> bool {
 }
 
 impl Leases {
-    pub(crate) fn new(config: LeaseConfig, decider: Arc<dyn Decider>) -> Self {
+    pub(crate) fn new(
+        config: LeaseConfig,
+        decider: Arc<dyn Decider>,
+        fleet: Arc<FleetView>,
+    ) -> Self {
         Self {
             config,
             decider,
+            fleet,
             table: Mutex::new(HashMap::new()),
             counts: Arc::new(Counts::default()),
         }
@@ -385,7 +396,8 @@ impl Leases {
         s.since = now;
         let want = u128::from(rate) * self.config.demand.as_micros() / 1_000_000;
         let want = u64::try_from(want).unwrap_or(u64::MAX);
-        let max = (u128::from(limit) * u128::from(self.config.max_percent) / 100)
+        let members = u128::from(self.fleet.size().map_or(1, |n| n.get()));
+        let max = (u128::from(limit) * u128::from(self.config.max_percent) / 100 / members)
             .try_into()
             .unwrap_or(u64::MAX)
             .max(1);
@@ -567,8 +579,8 @@ mod tests {
             assert_eq!(d.source, Source::Lease);
         }
         assert_eq!(takes(&mock).len(), 2, "19 units spent without a call");
-        // The demand grows: one request per millisecond is 1000/s, 200 per lease (the
-        // largest lease is 1% of the limit: 1000).
+        // The demand grows: one request per millisecond is 1000/s, 200 per lease (well
+        // under the largest lease, 10% of the limit).
         for _ in 0..400 {
             tokio::time::sleep(Duration::from_millis(1)).await;
             assert!(l.check("g", &hot()).await.allows());

@@ -115,7 +115,7 @@ impl LimiterBuilder {
     }
 
     /// Lease settings for hot policies ([`Policy::hot`]; default: 250 ms lifetime, 200 ms
-    /// of demand, at most 1% of the limit per lease).
+    /// of demand, the fleet's leases of a key holding at most 10% of its limit).
     pub fn leases(mut self, config: LeaseConfig) -> Self {
         self.leases = config;
         self
@@ -146,8 +146,8 @@ impl LimiterBuilder {
             decider,
             NonZeroUsize::new(self.deny_cache).map(DenyCache::new),
         ));
-        let leases = Leases::new(self.leases, cached.clone());
         let fleet = Arc::new(FleetView::new(self.fleet_fallback));
+        let leases = Leases::new(self.leases, cached.clone(), fleet.clone());
         let stack = Failover::new(
             cached,
             transport.clone(),

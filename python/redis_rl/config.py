@@ -138,6 +138,14 @@ class RateLimitConfig:
     ip: Rate = _per_minute(100, "sliding")
     endpoint: Rate = _per_minute(100, "sliding")
     global_: Rate = _per_minute(100_000, "sliding")
+    hot: Tuple[str, ...] = ("global",)
+    """rl-gateway's leased dimensions, read and checked so one TOML serves both; this
+    middleware has no leases (every dimension is decided by Redis)."""
+    fleet: Dict[str, Any] = field(default_factory=dict)
+    """rl-gateway's ``[fleet]`` membership settings (read and checked, not used here:
+    ``instances`` stays the local fallback's static divisor)."""
+    leases: Dict[str, Any] = field(default_factory=dict)
+    """rl-gateway's ``[leases]`` settings (read and checked, not used here)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -148,7 +156,7 @@ class RateLimitConfig:
         fields = {
             "key_prefix": str, "failure_mode": str, "instances": int, "trusted_proxies": list,
             "dimensions": list, "default_tier": str, "tiers": dict, "ip": dict,
-            "endpoint": dict, "global": dict,
+            "endpoint": dict, "global": dict, "hot": list, "fleet": dict, "leases": dict,
         }
         values = _take(data, "", fields)
         kwargs: Dict[str, Any] = {}
@@ -168,6 +176,15 @@ class RateLimitConfig:
                 if d not in DIMENSIONS:
                     raise ConfigError(f"dimensions: unknown dimension {d!r}, expected one of {', '.join(DIMENSIONS)}")
             kwargs["dimensions"] = tuple(values["dimensions"])
+        if "hot" in values:
+            for d in values["hot"]:
+                if d not in DIMENSIONS:
+                    raise ConfigError(f"hot: unknown dimension {d!r}, expected one of {', '.join(DIMENSIONS)}")
+            kwargs["hot"] = tuple(values["hot"])
+        if "fleet" in values:
+            kwargs["fleet"] = _take(values["fleet"], "fleet", {"membership": bool, "heartbeat_ms": int, "ttl_ms": int})
+        if "leases" in values:
+            kwargs["leases"] = _take(values["leases"], "leases", {"lifetime_ms": int, "demand_ms": int, "max_percent": int})
         if "tiers" in values:
             kwargs["tiers"] = {name: Rate.from_table(t, f"tiers.{name}") for name, t in values["tiers"].items()}
         for name in ("ip", "endpoint", "global"):

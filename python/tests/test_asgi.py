@@ -156,6 +156,9 @@ def test_toml_config_file_and_errors(tmp_path):
     assert (c.key_prefix, c.failure_mode, c.instances, c.dimensions) == ("gw", "closed", 2, ("ip", "global"))
     assert c.ip.algorithm == "gcra" and c.ip.policy(c.mode).burst == 3
     assert list(c.tiers) == ["free"]
+    # rl-gateway's fleet keys are read and checked (one TOML for both), not used here.
+    c = RateLimitConfig.from_toml('hot = ["global", "ip"]\n[fleet]\nmembership = false\n[leases]\nlifetime_ms = 100\n')
+    assert c.hot == ("global", "ip") and c.fleet == {"membership": False} and c.leases == {"lifetime_ms": 100}
     for text, message in [
         ("colour = 1", "unknown field `colour`"),
         ("[ip]\nlimit = 0", "ip: limit must be an integer between 1 and 1000000000000000"),
@@ -165,6 +168,8 @@ def test_toml_config_file_and_errors(tmp_path):
         ('key_prefix = "a{b}"', "key_prefix must not contain braces"),
         ('dimensions = ["apikey"]', "unknown dimension 'apikey'"),
         ("[ip]\nlimit = 5\nspeed = 1", "ip: unknown field `speed`"),
+        ('hot = ["gobal"]', "hot: unknown dimension 'gobal'"),
+        ("[fleet]\nbeat = 1", "fleet: unknown field `beat`"),
         ("limit = ", "invalid TOML"),
     ]:
         with pytest.raises(ConfigError, match=re.escape(message)):

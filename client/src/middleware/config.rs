@@ -91,7 +91,7 @@ impl fmt::Display for Dimension {
 /// [leases]
 /// lifetime_ms = 250                       # a lease's unspent units go back after this
 /// demand_ms = 200                         # a lease covers this much of recent demand
-/// max_percent = 1                         # and holds at most this share of the limit
+/// max_percent = 10                        # the fleet's leases hold at most this % of the limit
 /// ```
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -192,8 +192,9 @@ pub struct LeaseSettings {
     /// (default 200).
     #[serde(default = "default_demand_ms")]
     pub demand_ms: u64,
-    /// The largest lease, in percent of the limit (default 1; at least one unit): bounds
-    /// what a lease can hold away from the other gateways.
+    /// What the whole fleet's leases of one key hold at most together, in percent of the
+    /// limit (default 10; each lease at most its share by the live fleet size, at least one
+    /// unit): the bound on under-admission.
     #[serde(default = "default_max_percent")]
     pub max_percent: u64,
 }
@@ -224,7 +225,7 @@ fn default_demand_ms() -> u64 {
     200
 }
 fn default_max_percent() -> u64 {
-    1
+    10
 }
 fn default_hot() -> Vec<Dimension> {
     vec![Dimension::Global]
