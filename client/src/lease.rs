@@ -108,13 +108,17 @@ struct State {
     generation: u64,
     /// The decision of the take, for the decisions of the requests served from it.
     taken: Option<(Instant, Decision)>,
-    /// Units asked for since `since`, and the smoothed rate (units per second) so far.
+    /// Units asked for since `since` (the last take; `None` before the first), and the
+    /// smoothed rate (units per second) so far.
     asked: u64,
-    since: Instant,
+    since: Option<Instant>,
     rate: Option<u64>,
     /// The last take that failed (Redis unavailable): requests that waited for it do not
     /// try again at once.
     failed_at: Option<Instant>,
+    /// After a grant of nothing: no take before this instant (the denial to answer until
+    /// then).
+    closed: Option<(Instant, Decision)>,
 }
 
 /// One hot key's lease.
@@ -227,9 +231,10 @@ impl Leases {
                 generation: 0,
                 taken: None,
                 asked: 0,
-                since: Instant::now(),
+                since: None,
                 rate: None,
                 failed_at: None,
+                closed: None,
             }),
             taking: tokio::sync::Mutex::new(()),
         });
@@ -276,8 +281,18 @@ impl Leases {
         let failed_lately = s.failed_at.is_some_and(|t| {
             (!first_look && t >= asked_at) || now.duration_since(t) < self.config.lifetime
         });
-        if failed_lately && !(s.live && s.units >= cost) {
+        let in_hand = s.live && s.units >= cost;
+        if failed_lately && !in_hand {
             return Some(Reserve::Ordinary);
+        }
+        if let (Some((until, mut denied)), false) = (s.closed, in_hand) {
+            if now < until {
+                denied.verdict = Verdict::Denied {
+                    retry_after: until - now,
+                };
+                denied.source = Source::DenyCache;
+                return Some(Reserve::Denied(denied));
+            }
         }
         if s.live {
             if let Some((taken_at, d)) = s.taken {
@@ -340,6 +355,17 @@ impl Leases {
             }
         };
         if grant.granted == 0 {
+            // Nothing left: ask again once a batch could have freed up (the wait for one
+            // unit times the batch, within a lifetime), not at every unit: a saturated key
+            // then costs the fleet about one call per batch, not one per unit per gateway.
+            let one = grant.decision.retry_after().unwrap_or(Duration::ZERO);
+            let hold = one
+                .saturating_mul(u32::try_from(batch).unwrap_or(u32::MAX))
+                .min(self.config.lifetime)
+                .max(one);
+            if !hold.is_zero() {
+                lease.lock().closed = Some((Instant::now() + hold, grant.decision));
+            }
             return Reserve::Denied(grant.decision);
         }
         add(
@@ -353,6 +379,7 @@ impl Leases {
         s.live = true;
         s.taken = Some((now, grant.decision));
         s.failed_at = None;
+        s.closed = None;
         let generation = s.generation;
         let reserved = grant.granted >= cost;
         s.units = if reserved {
@@ -380,20 +407,20 @@ impl Leases {
     /// lease. Resets the demand measure.
     fn batch_size(&self, s: &mut State, limit: u64, cost: u64) -> u64 {
         let now = Instant::now();
-        let over = now.duration_since(s.since).max(MIN_MEASURE);
-        let observed = u128::from(s.asked) * 1_000_000 / over.as_micros().max(1);
-        let observed = u64::try_from(observed).unwrap_or(u64::MAX);
-        let rate = match s.rate {
-            Some(r) => r / 2 + observed / 2,
+        let rate = match s.since {
             // The first take knows nothing yet (just this request); the next one measures.
-            None if s.generation == 0 => 0,
-            None => observed,
+            None => 0,
+            Some(since) => {
+                let over = now.duration_since(since).max(MIN_MEASURE);
+                let observed = u128::from(s.asked) * 1_000_000 / over.as_micros().max(1);
+                let observed = u64::try_from(observed).unwrap_or(u64::MAX);
+                let rate = s.rate.map_or(observed, |r| r / 2 + observed / 2);
+                s.rate = Some(rate);
+                rate
+            }
         };
-        if s.generation > 0 {
-            s.rate = Some(rate);
-        }
         s.asked = 0;
-        s.since = now;
+        s.since = Some(now);
         let want = u128::from(rate) * self.config.demand.as_micros() / 1_000_000;
         let want = u64::try_from(want).unwrap_or(u64::MAX);
         let members = u128::from(self.fleet.size().map_or(1, |n| n.get()));
@@ -633,6 +660,38 @@ mod tests {
             1,
             "the other dimension was not asked"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_saturated_key_is_asked_again_once_a_batch_could_have_freed_up() {
+        let saturated = Mock::new(false, |w| match w[0].as_str() {
+            "COMMAND" => caps(true),
+            // One unit frees every 2 ms, and another gateway takes it.
+            _ => ints(&[0, 100_000, 0, 2, 60_000, 0]),
+        });
+        let l2 = limiter(&saturated);
+        warm_up_denied(&l2).await;
+        let mut denied = 0;
+        for _ in 0..200 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            denied += u32::from(l2.check("g", &hot()).await.is_denied());
+        }
+        assert_eq!(denied, 200);
+        let calls = saturated
+            .names()
+            .iter()
+            .filter(|n| *n == "RL.SLIDING")
+            .count();
+        // Without the hold: one call per 2 ms (the deny cache's wait), 100.
+        assert!(calls <= 20, "{calls} calls for 200 denied requests");
+    }
+
+    /// Demand measured on a key that is saturated from the start.
+    async fn warm_up_denied(l: &crate::Limiter) {
+        for _ in 0..3 {
+            assert!(l.check("g", &hot()).await.is_denied());
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
 
     #[tokio::test(start_paused = true)]
