@@ -144,18 +144,22 @@ class Policy:
 
     @property
     def limit(self) -> int:
-        """The quota a client sees (``X-RateLimit-Limit``, ``q`` of ``RateLimit-Policy``)."""
-        if self.algorithm == "gcra" and self.burst is not None and self.burst > self.numbers[0]:
+        """The quota a client sees (``X-RateLimit-Limit``, ``q`` of ``RateLimit-Policy``):
+        a token bucket's capacity, a GCRA's burst (default ``limit``), else ``limit``."""
+        if self.algorithm == "gcra" and self.burst is not None:
             return self.burst
         return self.numbers[0]
 
     @property
     def window_ms(self) -> int:
-        """The window over which ``limit`` applies; for a token bucket the time from empty
-        to full."""
+        """The window over which ``limit`` applies (``w`` of ``RateLimit-Policy``); for a
+        token bucket, and a GCRA (a bucket of ``burst`` units), the time from empty to full."""
         if self.algorithm == "token_bucket":
             capacity, refill_tokens, refill_ms = self.numbers
             return capacity * refill_ms // refill_tokens
+        if self.algorithm == "gcra":
+            limit, period_ms = self.numbers
+            return self.limit * period_ms // max(1, limit)
         return self.numbers[1]
 
     def local_params(self) -> Params:

@@ -68,7 +68,11 @@ def test_policy_fields_and_commands():
     assert (tb.command, tb.spec_name, tb.spec(), tb.limit, tb.window_ms) == (
         "RL.TOKENBUCKET", "TOKENBUCKET", [100, 10, 6000], 100, 60_000)
     g = Policy.gcra(10, 1000, burst=20)
-    assert (g.command, g.spec(), g.limit, g.window_ms) == ("RL.GCRA", [10, 1000, "BURST", 20], 20, 1000)
+    # q and w as the Rust client's: a GCRA is a bucket of `burst` units, w its time to fill.
+    assert (g.command, g.spec(), g.limit, g.window_ms) == ("RL.GCRA", [10, 1000, "BURST", 20], 20, 2000)
+    small = Policy.gcra(10, 1000, burst=2)
+    assert (small.limit, small.window_ms) == (2, 200)
+    assert (Policy.gcra(10, 1000).limit, Policy.gcra(10, 1000).window_ms) == (10, 1000)
     assert Policy.gcra(10, 1000).spec() == [10, 1000]
     assert Policy.log(5, 900).command == "RL.LOG"
     assert Policy.fixed(5, 900).spec_name == "FIXED"
