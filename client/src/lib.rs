@@ -10,8 +10,10 @@
 //!   back what was not used: the primitive of leases).
 //! - Failure handling: a timeout on every call (default 50 ms), a circuit [`Breaker`], a
 //!   per-policy [`FailureMode`] (open, closed, or local: the same core algorithms in
-//!   process, the limit divided by the expected number of instances), and a hot-key
-//!   [`DenyCache`] so a blocked key's flood costs Redis nothing.
+//!   process, the limit divided by the live fleet size or the expected number of
+//!   instances), and a hot-key [`DenyCache`] so a blocked key's flood costs Redis nothing.
+//! - Fleets ([`fleet`], [`lease`]): membership with a heartbeat and the live fleet size;
+//!   leases for hot keys (batches taken with `UPTO`, spent in process, the rest refunded).
 //! - Tiers as configuration ([`TierConfig`], TOML; free 100/min, pro 1000/min, enterprise
 //!   10000/min by default) and [`TierResolver`]s (in memory, or a Redis hash cached locally).
 //! - `middleware::RateLimitLayer` (feature `middleware`): a tower layer over

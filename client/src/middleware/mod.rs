@@ -40,8 +40,11 @@
 //! The whole request, the inner service included, runs in a `tracing` span `rate_limit`
 //! with `request_id`, `tenant`, `tier` and `dimension`. Counters (through the `metrics`
 //! facade): `rl_requests_total{dimension, outcome}` (outcome `allowed`, `denied`,
-//! `shadow_denied`), `rl_fallback_total{dimension, source}` and
-//! `rl_access_total{list}` (`allow`, `deny`).
+//! `shadow_denied`), `rl_decisions_total{dimension, source}` (who decided: `redis`,
+//! `lease`, `deny_cache`, `local`, `fail_open`, `fail_closed`),
+//! `rl_fallback_total{dimension, source}` and `rl_access_total{list}` (`allow`, `deny`).
+//! The dimensions listed in [`RateLimitConfig::hot`] (default `global`) are served from
+//! leases ([`crate::lease`]).
 //!
 //! ```no_run
 //! use std::sync::Arc;
