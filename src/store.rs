@@ -127,10 +127,20 @@ impl<'a> LimiterKey<'a> {
         if dma.is_null() {
             return Err(Error::WrongType);
         }
-        if len != value.len() && self.key_type() == Some(raw::KeyType::Empty) {
-            // A new key: let Redis create an exact-size raw string, written in place below.
-            // A string made with RedisModule_CreateString would be an embedded string, which
-            // the next call's DMA access would copy into a raw one.
+        if len != value.len() && value.len() <= MAY_BE_EMBEDDED {
+            // A new key, or a short value of another length (a compact state whose varints
+            // grew or shrank): let Redis create an exact-size raw string, written in place
+            // below. A string made with RedisModule_CreateString would be an embedded string,
+            // which the next call's DMA access would copy into a raw one; truncating the old
+            // string in place would keep its room (and growing reserves twice the length).
+            if self.key_type() != Some(raw::KeyType::Empty) {
+                // SAFETY: the API table is filled at module load; the key is open for writing.
+                let deleted = unsafe { raw::RedisModule_DeleteKey }
+                    .map(|delete| raw::Status::from(unsafe { delete(self.key) }));
+                if deleted != Some(raw::Status::Ok) {
+                    return Err(Error::Fixed("redis-rl could not write the key's value"));
+                }
+            }
             if raw::string_truncate(self.key, value.len()) != raw::Status::Ok {
                 return Err(Error::Fixed("redis-rl could not write the key's value"));
             }
@@ -145,8 +155,8 @@ impl<'a> LimiterKey<'a> {
             // valid until the key is closed or modified, and `value` does not overlap it.
             unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), dma.cast::<u8>(), len) };
         } else {
-            // A new size (logs, leases): a fresh string of exactly this size (growing in place
-            // would reserve up to twice the room, which a log or lease key keeps).
+            // A new size of a long value (logs, leases): a fresh string of exactly this size
+            // (growing in place would reserve up to twice the room, which the key keeps).
             let fresh = RedisString::create_from_slice(self.ctx.get_raw(), value);
             if raw::string_set(self.key, fresh.inner) != raw::Status::Ok {
                 return Err(Error::Fixed("redis-rl could not write the key's value"));

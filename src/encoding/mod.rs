@@ -502,7 +502,7 @@ mod tests {
     #[test]
     fn round_trips_and_sizes() {
         let b = bucket().encode();
-        assert_eq!(b.as_bytes().len(), 5 + 8 + 3 + 4);
+        assert_eq!(b.as_bytes().len(), 5 + 7 + 3 + 4);
         assert_eq!(&b.as_bytes()[..5], b"\0RL\x02T");
         assert_eq!(TokenBucketState::decode(b.as_bytes()), Ok(bucket()));
         let w = window().encode();

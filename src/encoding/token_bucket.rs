@@ -6,6 +6,10 @@ use redis_rl_core::Micros;
 
 use super::{duration_ms_in_range, Algorithm, Reader, Stored, Writer};
 
+/// 2020-01-01T00:00:00Z in microseconds: version 2 stores a bucket's instant from there, one
+/// byte less than from 1970 until 2037.
+pub const EPOCH_US: u64 = 1_577_836_800_000_000;
+
 /// Token bucket fields: `updated_at_us: u64`, `refill_ms: u64`, `level: u128` (version 1:
 /// 37 bytes with the header).
 impl Stored for TokenBucketState {
@@ -13,17 +17,18 @@ impl Stored for TokenBucketState {
     const BODY_LEN: usize = 8 + 8 + 16;
     const COMPACT_BODY: Option<(usize, usize)> = Some((3, 10 + 10 + 19));
 
-    /// Version 2: `updated_at_us`, `refill_ms`, `level` as varints (about 23 bytes with
-    /// the header: 8 for the instant, 2-3 for the period, up to 8 for a level of a billion
-    /// tokens refilled every second).
+    /// Version 2: `updated_at_us` as microseconds since 2020 ([`EPOCH_US`], wrapping below
+    /// it), `refill_ms`, `level` as varints (16 to 24 bytes with the header: 7 for the
+    /// instant until 2037, 2-4 for the period, up to 8 for a level of a billion tokens
+    /// refilled every second).
     fn encode_compact(&self, out: &mut Writer<'_>) {
-        out.varint(self.updated_at.0);
+        out.varint(self.updated_at.0.wrapping_sub(EPOCH_US));
         out.varint(self.refill_ms);
         out.varint128(self.level);
     }
 
     fn decode_compact(body: &mut Reader<'_>) -> Option<Self> {
-        let updated_at = body.varint()?;
+        let updated_at = body.varint()?.wrapping_add(EPOCH_US);
         let refill_ms = body.varint()?;
         let level = body.varint128()?;
         valid(updated_at, refill_ms, level)

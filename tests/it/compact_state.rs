@@ -35,14 +35,15 @@ fn cases(future_us: u64) -> Vec<Case> {
     let start_ms = future_us / 1000 / window_ms * window_ms;
     let mut out = Vec::new();
 
-    // Token bucket: updated_at_us, refill_ms, level (tokens x refill_ms x 1000).
+    // Token bucket: updated_at_us (version 2: since 2020-01-01), refill_ms, level (tokens x
+    // refill_ms x 1000).
     let (refill_ms, level) = (1_000u64, 7u128 * 1_000 * 1_000);
     let mut v1 = header(1, b'T');
     v1.extend(future_us.to_le_bytes());
     v1.extend(refill_ms.to_le_bytes());
     v1.extend(level.to_le_bytes());
     let mut v2 = header(2, b'T');
-    varint(&mut v2, future_us.into());
+    varint(&mut v2, (future_us - 1_577_836_800_000_000).into());
     varint(&mut v2, refill_ms.into());
     varint(&mut v2, level);
     out.push(Case {

@@ -321,7 +321,8 @@ fn encode(state: &State) -> Vec<u8> {
     match state {
         State::Tb(s) => {
             out.push(b'T');
-            varint(&mut out, s.updated_at.0);
+            // Microseconds since 2020-01-01, wrapping below it.
+            varint(&mut out, s.updated_at.0.wrapping_sub(1_577_836_800_000_000));
             varint(&mut out, s.refill_ms);
             wide(&mut out, s.level);
         }
