@@ -260,7 +260,7 @@ class RedisHashTiers:
 
         self._loading = asyncio.ensure_future(load())
 
-    def _local_unknown(self) -> None:
+    def _local_unknown(self) -> Optional[str]:
         self.unknown_local += 1
         return None
 

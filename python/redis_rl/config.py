@@ -215,7 +215,7 @@ class TierLimits(Rate):
         if "limit" not in values:
             raise ConfigError(f"{where}: missing field `limit`")
         _check_rate_values(values, where)
-        overrides = {
+        overrides: Dict[str, Any] = {
             ("global_" if name == "global" else name): RateOverride.from_table(values.pop(name), f"{where}.{name}")
             for name in subtables
             if name in values
@@ -439,10 +439,10 @@ class RateLimitConfig:
                 raise ConfigError(f"{name}: {e}") from None
         for tier in self.tiers:
             for d in ("ip", "endpoint", "global"):
-                rate = self.tier_rate(tier, d)
-                if rate is not None:
+                over = self.tier_rate(tier, d)
+                if over is not None:
                     try:
-                        rate.policy(self.mode)
+                        over.policy(self.mode)
                     except ConfigError as e:
                         raise ConfigError(f"tiers.{tier}.{d}: {e}") from None
         if "{" in self.key_prefix or "}" in self.key_prefix:
