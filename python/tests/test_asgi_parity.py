@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -356,13 +355,15 @@ def test_fleet_keys_parse_and_are_checked():
 
 
 def gateway_binary() -> Optional[Path]:
-    """``$RL_GATEWAY``, else ``target/release/rl-gateway`` if it is newer than the sources of
-    the client and the gateway (a stale build would compare against old behaviour)."""
+    """``$RL_GATEWAY``, else the newer of ``target/{release,debug}/rl-gateway`` (``make test``
+    builds the debug one for the gateway's integration tests) if it is newer than the
+    sources of the client and the gateway: a stale build would compare against old code."""
     if os.environ.get("RL_GATEWAY"):
         return Path(os.environ["RL_GATEWAY"])
-    path = ROOT / "target" / "release" / "rl-gateway"
-    if not path.exists():
+    built = [p for p in (ROOT / "target" / d / "rl-gateway" for d in ("release", "debug")) if p.exists()]
+    if not built:
         return None
+    path = max(built, key=lambda p: p.stat().st_mtime)
     sources = [*(ROOT / "client" / "src").rglob("*.rs"), *(ROOT / "gateway" / "src").rglob("*.rs")]
     newest = max((p.stat().st_mtime for p in sources), default=0.0)
     return path if path.stat().st_mtime >= newest else None
