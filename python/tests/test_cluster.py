@@ -16,6 +16,7 @@ from redis.crc import key_slot
 
 from conftest import Server
 from redis_rl import Limiter, Policy, Source, SyncLimiter
+from redis_rl.asgi import RedisHashTiers
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +61,12 @@ def test_async_cluster_client(cluster, prefix):
             md = await lim.check_all([(f"{tag}:x", Policy.gcra(5, 1000)), (f"{tag}:y", Policy.log(2, 1000))])
             assert md.allowed and [d.remaining for d in md.decisions] == [4, 1]
             assert (await lim.check(f"{prefix}:z", Policy.token_bucket(3, 1, 1000))).remaining == 2
+            # The tier hash's snapshot (HSCAN) and lookups go to the hash's slot.
+            await lim.query("HSET", f"{prefix}:tiers", "pro-key", "pro")
+            tiers = RedisHashTiers(lim, f"{prefix}:tiers", ttl=60.0)
+            assert await tiers.refresh() == 1
+            assert [await tiers("pro-key"), await tiers("nobody")] == ["pro", None]
+            assert tiers.stats()["redis_lookups"] == 1
         finally:
             await lim.aclose()
 
