@@ -334,6 +334,7 @@ class Run:
         self.standalone = None
         self.upstream = None
         self.gateways = []
+        self.loads = []
         self.seed = 1
 
     # -- setup and teardown
@@ -388,6 +389,8 @@ class Run:
         self.gateways = []
 
     def cleanup(self):
+        for p in self.loads:
+            procs.stop(p, grace_s=1)
         self.stop_gateways()
         if self.upstream:
             self.upstream.stop()
@@ -410,6 +413,7 @@ class Run:
         if no_key:
             cmd += ["--no-key"]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.loads.append(p)
         if not wait:
             return p
         return finish(p, seconds)
