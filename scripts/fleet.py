@@ -957,8 +957,9 @@ def report(args, variants, results, direct, version, elapsed, load0, load1):
         "gateway's 2xx latency minus that.",
         "",
         "| variant | backend | phase | offered/s | answered/s | 2xx/s | 429 (api_key/ip/endpoint/global) "
-        "| errors + not sent | 2xx p50 ms | 2xx p99 ms | added p50/p99 ms | local decisions |",
-        "|---|---|---|---:|---:|---:|---|---:|---:|---:|---|---:|",
+        "| errors + not sent | 2xx p50 ms | 2xx p99 ms | added p50/p99 ms | local decisions "
+        "| fleet size seen at the end |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---:|---|---:|---|",
     ]
     for (v, backend), phases in results.items():
         for ph in phases:
@@ -970,7 +971,7 @@ def report(args, variants, results, direct, version, elapsed, load0, load1):
                 f"| {ph['ok'] / d:.0f} | {ph['r429']} ({rb['api_key']}/{rb['ip']}/{rb['endpoint']}/{rb['global']}) "
                 f"| {ph['errors']} + {ph['not_sent']} | {ph['ok_p50_ms']:.2f} | {ph['ok_p99_ms']:.2f} "
                 f"| {ph['ok_p50_ms'] - direct['ok_p50_ms']:+.2f} / {ph['ok_p99_ms'] - direct['ok_p99_ms']:+.2f} "
-                f"| {ph.get('healthz', {}).get('local', '-')} |")
+                f"| {ph.get('healthz', {}).get('local', '-')} | {fleet_sizes(ph)} |")
     L += [
         "",
         "## Redis calls (steady state)",
