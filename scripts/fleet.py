@@ -1064,12 +1064,13 @@ def report(args, variants, results, direct, version, elapsed, load0, load1):
             L.append(f"| {v} | {backend} | {ph['name']} | {ph['ok']} | {eou('api_key')} | {eou('ip')} "
                      f"| {eou('endpoint')} | {eou('global')} | {pct(g['under'] / budget if budget else None)} "
                      f"| {ratios} |")
+    L += ["", "The bursting keys (the API-key dimension: sent, admitted, exact budget):", ""]
+    for (v, backend), phases in results.items():
         for ph in phases:
             if ph.get("burst"):
                 b = ph["burst"]
-                L.append("")
-                L.append(f"Burst ({v}, {backend}): key {b['key']} ({b['tier']}) sent {b['sent']}, "
-                         f"admitted {b['admitted']}, exact {b['exact']}.")
+                L.append(f"- {v}, {backend}, {ph['name']}: key {b['key']} ({b['tier']}) sent "
+                         f"{b['sent']}, admitted {b['admitted']}, exact {b['exact']}.")
     L += ["", "## Targets (issue 13)", ""]
     L += [f"- {'PASS' if ok else '**FAIL**'} {text}" for ok, text in targets(args, results)]
     L += ["", "## Failover and recovery", ""]
