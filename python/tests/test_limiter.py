@@ -128,7 +128,8 @@ def test_sliding_fixed_log_gcra_every_field(server, prefix, kind):
         g = Policy.gcra(10, 1000, burst=2)
         a, b, c = [await lim.check(f"{prefix}:g", g) for _ in range(3)]
         assert fields(a) == (True, 2, 1, 0, 100, Source.REDIS)
-        assert (b.allowed, b.remaining, b.reset_after_ms) == (True, 0, 200)
+        # A millisecond or two may pass between the calls: the reset counts down from 200.
+        assert (b.allowed, b.remaining) == (True, 0) and 190 <= b.reset_after_ms <= 200
         assert (c.allowed, c.limit, c.remaining) == (False, 2, 0) and 1 <= c.retry_after_ms <= 100
         assert (await lim.check(f"{prefix}:g", g, cost=3)).never
         assert (await lim.check(f"{prefix}:g2", Policy.gcra(10, 1000))).limit == 10
