@@ -14,7 +14,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 use std::num::NonZeroU32;
@@ -211,16 +211,45 @@ impl Drop for Membership {
     }
 }
 
+/// The size to keep after a reading of `read` members at `now`.
+///
+/// Why not simply `read`: after an outage (a restarted server, a failover to a replica
+/// without the latest renewals) every member's lease may be gone, and the members register
+/// again one by one over a heartbeat, the first one reading 1, the second 2, ... A reading
+/// is then only a lower bound until every member had a chance to renew, that is for one
+/// lease time (`ttl`) after the first successful heartbeat following a failed one: until
+/// `settle_until`, the size only grows. A member that really left is still dropped, one
+/// lease time later, as it is anyway when it crashes.
+fn settled_size(
+    previous: Option<NonZeroU32>,
+    read: NonZeroU32,
+    now: Instant,
+    settle_until: Option<Instant>,
+) -> NonZeroU32 {
+    match (previous, settle_until) {
+        (Some(previous), Some(until)) if now < until => previous.max(read),
+        _ => read,
+    }
+}
+
 async fn heartbeat(config: FleetConfig, transport: Arc<Transport>, view: Arc<FleetView>) {
     let cmd = acquire(&config);
     let slot = transport.slot_of(&config.key);
     let mut warned = false;
+    // Set by a failed heartbeat; the next successful one starts the settling time.
+    let mut failed = false;
+    let mut settle_until: Option<Instant> = None;
     let mut interval = tokio::time::interval(config.heartbeat);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
         match transport.call(&cmd, slot).await.and_then(|v| members(&v)) {
-            Ok(size) => {
+            Ok(read) => {
+                let now = Instant::now();
+                if std::mem::take(&mut failed) {
+                    settle_until = Some(now + config.ttl);
+                }
+                let size = settled_size(view.size(), read, now, settle_until);
                 if view.size() != Some(size) {
                     tracing::info!(
                         fleet = %config.key,
@@ -234,12 +263,16 @@ async fn heartbeat(config: FleetConfig, transport: Arc<Transport>, view: Arc<Fle
             // Keep the last size: it is what the fallback needs during an outage.
             Err(e) if is_unknown_command(&e) && !warned => {
                 warned = true;
+                failed = true;
                 tracing::warn!(
                     "fleet: the server has no RL.CONCURRENCY (Lua twin?): fleet size unknown, \
                      the local fallback divides by `instances`"
                 );
             }
-            Err(e) => tracing::debug!(error = %e, "fleet: heartbeat failed"),
+            Err(e) => {
+                failed = true;
+                tracing::debug!(error = %e, "fleet: heartbeat failed");
+            }
         }
     }
 }
@@ -298,6 +331,25 @@ mod tests {
         c = FleetConfig::new("k");
         c.id = "x".repeat(257);
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn after_a_failed_heartbeat_the_size_only_grows_for_one_lease_time() {
+        let n = |k| NonZeroU32::new(k).unwrap();
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(3);
+        // Steady: a reading is the size, smaller or larger.
+        assert_eq!(settled_size(Some(n(4)), n(3), t0, None), n(3));
+        assert_eq!(settled_size(Some(n(4)), n(5), t0, None), n(5));
+        assert_eq!(settled_size(None, n(1), t0, None), n(1));
+        // Re-registering after an outage: 1, 2, 3 read while settling keep the 4 known.
+        let until = Some(t0 + ttl);
+        for k in 1..=3 {
+            assert_eq!(settled_size(Some(n(4)), n(k), t0, until), n(4));
+        }
+        assert_eq!(settled_size(Some(n(4)), n(6), t0, until), n(6));
+        // One lease time later a member that left is dropped.
+        assert_eq!(settled_size(Some(n(4)), n(3), t0 + ttl, until), n(3));
     }
 
     #[test]
