@@ -57,6 +57,8 @@ COMMANDS=(
   "RL.TOKENBUCKET|rl.tokenbucket|tb:|$BIG 1 1000"
   "RL.SLIDING|rl.sliding|sl:|$BIG 60000"
   "RL.FIXED|rl.fixed|fx:|$BIG 60000"
+  "RL.GCRA|rl.gcra|gc:|1 1000 BURST $BIG"
+  "RL.THROTTLE|rl.throttle|th:|$BIG 1 1 1"
 )
 if [ -n "${PH_ONLY:-}" ]; then
   kept=()
