@@ -46,12 +46,6 @@ pub fn with_granted(fields: Fields, granted: u64) -> [i64; 6] {
     ]
 }
 
-/// One dimension of an RL.ALL reply: `[limit, remaining, retry_after_ms, reset_after_ms]`.
-pub fn dimension(d: &Decision) -> RedisValue {
-    let [_, rest @ ..] = decision(d);
-    RedisValue::Array(rest.into_iter().map(RedisValue::Integer).collect())
-}
-
 /// RL.REFUND: `[refunded, limit, remaining, 0, reset_after_ms]`, the state after the refund.
 pub fn refund(refunded: u64, after: &Decision) -> Fields {
     let [_, limit, remaining, _, reset_after] = decision(after);

@@ -3,17 +3,25 @@
 //!
 //! Every key is read and decided first; only if every dimension allows the request are the
 //! new states written. A request denied by any dimension therefore consumes nothing anywhere.
+//!
+//! Each key is opened once and stays open from its read to its write; the specs are parsed
+//! once. Up to [`ON_STACK`] keys (`rl.max-all-keys`' default) the call allocates nothing:
+//! its per-key data lives on the stack and the reply is sent directly.
 
 use std::fmt;
+use std::os::raw::c_long;
 
-use redis_module::{Context, RedisString, RedisValue};
+use redis_module::{raw, Context, RedisString, RedisValue};
+use redis_rl_core::decision::expire_at;
+use redis_rl_core::{AnyState, Decision};
 
 use super::spec::{self, Spec, SpecError};
 use super::{Command, Handled};
 use crate::args::{integer, ArgError, Options};
 use crate::docs::{int, key, string, Keys, Syntax, COST, PEEK, WRITE_ACL};
 use crate::error::Error;
-use crate::{clock, config, reply, store};
+use crate::store::LimiterKey;
+use crate::{clock, config, reply};
 
 pub const COMMAND: Command = Command {
     name: c"RL.ALL",
@@ -68,14 +76,45 @@ impl From<AllError> for Error {
     }
 }
 
-/// The parsed call.
-struct Request<'a> {
-    keys: &'a [RedisString],
-    specs: Vec<Spec>,
-    options: Options,
+/// Keys whose per-call data lives on the stack; a call with more (`rl.max-all-keys` above its
+/// default) makes one allocation for it.
+const ON_STACK: usize = 16;
+
+/// One key of the call, from parsing to the reply.
+#[derive(Default)]
+struct Dimension<'a> {
+    /// The key's name, for the duplicate check.
+    name: &'a [u8],
+    /// Its limiter.
+    spec: Option<Spec>,
+    /// The key, open from its read to its write, and what was decided for it.
+    decided: Option<Decided<'a>>,
 }
 
-fn parse(args: &[RedisString]) -> Result<Request<'_>, AllError> {
+/// A key read and decided, not yet written.
+struct Decided<'a> {
+    key: LimiterKey<'a>,
+    decision: Decision,
+    /// The state to store if the whole call is allowed.
+    next: Option<AnyState>,
+}
+
+/// Runs `f` with `n` default dimensions: on the stack up to [`ON_STACK`], else in one
+/// allocation.
+fn with_dimensions<'a, R>(n: usize, f: impl FnOnce(&mut [Dimension<'a>]) -> R) -> R {
+    if n <= ON_STACK {
+        let mut slots: [Dimension<'a>; ON_STACK] = std::array::from_fn(|_| Dimension::default());
+        let (used, _) = slots.split_at_mut(n.min(ON_STACK));
+        f(used)
+    } else {
+        let mut slots: Vec<Dimension<'a>> =
+            std::iter::repeat_with(Dimension::default).take(n).collect();
+        f(&mut slots)
+    }
+}
+
+/// The keys (after `numkeys`) and the arguments after them.
+fn split_keys(args: &[RedisString]) -> Result<(&[RedisString], &[RedisString]), AllError> {
     let [_, numkeys, rest @ ..] = args else {
         return Err(AllError::NumKeys(ArgError::Param(
             config::numkeys_range().error(),
@@ -84,25 +123,33 @@ fn parse(args: &[RedisString]) -> Result<Request<'_>, AllError> {
     let numkeys =
         integer(numkeys, config::numkeys_range()).map_err(|e| AllError::NumKeys(e.into()))?;
     let n = usize::try_from(numkeys).unwrap_or(usize::MAX);
-    let (keys, rest) = rest
-        .split_at_checked(n)
-        .ok_or(AllError::TooFewKeys { numkeys })?;
-    for (i, key) in keys.iter().enumerate() {
-        if keys.iter().take(i).any(|k| k.as_slice() == key.as_slice()) {
+    rest.split_at_checked(n)
+        .ok_or(AllError::TooFewKeys { numkeys })
+}
+
+/// Fills in each dimension's key name and spec, and parses the options after the specs.
+fn parse<'a>(
+    keys: &'a [RedisString],
+    rest: &'a [RedisString],
+    dimensions: &mut [Dimension<'a>],
+) -> Result<Options, AllError> {
+    for (d, key) in dimensions.iter_mut().zip(keys) {
+        d.name = key.as_slice();
+    }
+    for (i, d) in dimensions.iter().enumerate() {
+        if dimensions
+            .iter()
+            .take(i)
+            .any(|earlier| earlier.name == d.name)
+        {
             return Err(AllError::DuplicateKey(i + 1));
         }
     }
     let mut rest = rest.iter();
-    let mut specs = Vec::with_capacity(n);
-    for i in 1..=n {
-        specs.push(spec::parse(&mut rest).map_err(|e| AllError::Spec(i, e))?);
+    for (i, d) in dimensions.iter_mut().enumerate() {
+        d.spec = Some(spec::parse(&mut rest).map_err(|e| AllError::Spec(i + 1, e))?);
     }
-    let options = Options::parse(rest.as_slice()).map_err(AllError::Options)?;
-    Ok(Request {
-        keys,
-        specs,
-        options,
-    })
+    Options::parse(rest.as_slice()).map_err(AllError::Options)
 }
 
 /// Tells Redis where the keys are (`getkeys-api`), so cluster routing and ACLs see them.
@@ -130,39 +177,71 @@ fn run(ctx: &Context, args: &[RedisString]) -> Result<Handled, Error> {
     if args.len() < 4 {
         return Err(Error::WrongArity);
     }
-    let request = parse(args)?;
-    let now = clock::now();
-    let cost = request.options.cost;
-    let mut evaluated = Vec::with_capacity(request.keys.len());
-    for (key, spec) in request.keys.iter().zip(&request.specs) {
-        evaluated.push(spec::evaluate(spec, ctx, key, now, cost)?);
-    }
-    let denied = evaluated.iter().position(|e| !e.decision.is_allowed());
-    if denied.is_some() {
-        // Nothing is taken anywhere: report each allowing dimension as it stands.
-        for ((key, spec), e) in request.keys.iter().zip(&request.specs).zip(&mut evaluated) {
-            if e.decision.is_allowed() {
-                e.decision = spec::evaluate(spec, ctx, key, now, 0)?.decision;
-            }
-        }
-    } else if !request.options.peek {
-        for (key, e) in request.keys.iter().zip(&evaluated) {
-            if let Some((value, expiry)) = &e.write {
-                store::write(ctx, key, value.as_bytes(), *expiry)?;
-            }
-        }
-    }
-    let per_key = evaluated
-        .iter()
-        .map(|e| reply::dimension(&e.decision))
-        .collect();
-    let reply = RedisValue::Array(vec![
-        RedisValue::Integer(i64::from(denied.is_none())),
-        RedisValue::Integer(denied.map_or(0, |i| i64::try_from(i + 1).unwrap_or(0))),
-        RedisValue::Array(per_key),
-    ]);
-    Ok(Handled {
-        reply,
-        decided: (!request.options.peek).then_some(denied.is_none()),
+    let (keys, rest) = split_keys(args)?;
+    with_dimensions(keys.len(), |dimensions| {
+        let options = parse(keys, rest, dimensions)?;
+        decide(ctx, keys, dimensions, options)
     })
+}
+
+/// Reads and decides every key, writes them all if every one allows the request, replies.
+fn decide<'a>(
+    ctx: &'a Context,
+    keys: &'a [RedisString],
+    dimensions: &mut [Dimension<'a>],
+    options: Options,
+) -> Result<Handled, Error> {
+    let now = clock::now();
+    let mut denied = None;
+    for (i, (d, name)) in dimensions.iter_mut().zip(keys).enumerate() {
+        let Some(spec) = &d.spec else { continue };
+        let key = LimiterKey::open(ctx, name);
+        let (decision, next) = spec.check(spec::read(spec, &key)?, now, options.cost);
+        if denied.is_none() && !decision.is_allowed() {
+            denied = Some(i);
+        }
+        d.decided = Some(Decided {
+            key,
+            decision,
+            next,
+        });
+    }
+    if denied.is_some() {
+        // Nothing is taken anywhere: report each allowing dimension as it stands (read
+        // again from the key still open, which is unchanged).
+        for d in dimensions.iter_mut() {
+            let (Some(spec), Some(e)) = (&d.spec, &mut d.decided) else {
+                continue;
+            };
+            if e.decision.is_allowed() {
+                e.decision = spec.check(spec::read(spec, &e.key)?, now, 0).0;
+            }
+        }
+    } else if !options.peek {
+        for e in dimensions.iter().filter_map(|d| d.decided.as_ref()) {
+            if let Some(next) = &e.next {
+                let expiry = expire_at(now, e.decision.reset_after, config::ttl_slack());
+                e.key.write(spec::encode(next).as_bytes(), expiry)?;
+            }
+        }
+    }
+    send(ctx, denied, dimensions);
+    Ok(Handled {
+        reply: RedisValue::NoReply,
+        decided: (!options.peek).then_some(denied.is_none()),
+    })
+}
+
+/// Replies `[allowed, denied_index, [[limit, remaining, retry_after_ms, reset_after_ms], ...]]`
+/// directly (no intermediate `RedisValue`, which would allocate).
+fn send(ctx: &Context, denied: Option<usize>, dimensions: &[Dimension<'_>]) {
+    let c = ctx.get_raw();
+    raw::reply_with_array(c, 3);
+    raw::reply_with_long_long(c, i64::from(denied.is_none()));
+    raw::reply_with_long_long(c, denied.map_or(0, |i| i64::try_from(i + 1).unwrap_or(0)));
+    raw::reply_with_array(c, c_long::try_from(dimensions.len()).unwrap_or(0));
+    for e in dimensions.iter().filter_map(|d| d.decided.as_ref()) {
+        let [_, per_key @ ..] = reply::decision(&e.decision);
+        reply::send(ctx, &per_key);
+    }
 }

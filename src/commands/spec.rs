@@ -9,16 +9,17 @@ use std::fmt;
 use std::slice::Iter;
 
 use redis_module::{Context, RedisString};
-use redis_rl_core::algorithm::{Opt, RateLimiter, Source};
+use redis_rl_core::algorithm::{Algorithm, Opt, RateLimiter, Source};
 use redis_rl_core::decision::expire_at;
 use redis_rl_core::limits::{ParamError, Range};
 use redis_rl_core::registry::SpecNames;
-use redis_rl_core::{AnyParams, Decision, Kind, Micros, Millis};
+use redis_rl_core::{AnyParams, AnyState, Decision, Kind, Micros, Millis};
 
 use crate::args::{integer, shown, ArgError};
+use crate::config;
 use crate::encoding::{Encoded, Stored};
 use crate::error::Error;
-use crate::{config, store};
+use crate::store::{self, LimiterKey};
 
 /// One limiter's algorithm and parameters.
 pub type Spec = AnyParams;
@@ -109,22 +110,24 @@ pub struct Evaluated {
     pub write: Option<(Encoded, Millis)>,
 }
 
-/// Generates [`evaluate`] and [`refund`] from the registry: one arm per rate limiter.
+/// Generates [`read`], [`encode`] and [`refund`] from the registry: one arm per rate limiter.
 macro_rules! dispatch {
     (
         limiters: [$($l:ident = $lt:ty),* $(,)?],
         others: [$($o:ident = $ot:ty),* $(,)?] $(,)?
     ) => {
-        /// Reads `key` and decides whether `cost` units may be taken at `now`. Writes nothing.
-        pub fn evaluate(
-            spec: &Spec,
-            ctx: &Context,
-            key: &RedisString,
-            now: Micros,
-            cost: u64,
-        ) -> Result<Evaluated, Error> {
+        /// Reads the state of `spec`'s algorithm from the open `key` (see
+        /// [`LimiterKey::read`]): `None` if the key is missing.
+        pub fn read(spec: &Spec, key: &LimiterKey<'_>) -> Result<Option<AnyState>, Error> {
             match spec {
-                $(AnyParams::$l(p) => decide::<$lt>(ctx, key, now, p, cost),)*
+                $(AnyParams::$l(_) => Ok(key.read::<<$lt as Algorithm>::State>()?.map(AnyState::$l)),)*
+            }
+        }
+
+        /// The bytes to store for `state`.
+        pub fn encode(state: &AnyState) -> Encoded {
+            match state {
+                $(AnyState::$l(s) => s.encode(),)*
             }
         }
 
@@ -145,21 +148,6 @@ macro_rules! dispatch {
 }
 
 redis_rl_core::registry!(dispatch);
-
-fn decide<A: RateLimiter>(
-    ctx: &Context,
-    key: &RedisString,
-    now: Micros,
-    params: &A::Params,
-    cost: u64,
-) -> Result<Evaluated, Error>
-where
-    A::State: Stored,
-{
-    let stored = store::read::<A::State>(ctx, key)?;
-    let (decision, state) = A::check(stored, now, params, cost);
-    Ok(with_write(decision, state, now))
-}
 
 fn give_back<A: RateLimiter>(
     ctx: &Context,
