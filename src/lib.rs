@@ -146,6 +146,12 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         unsafe { set_options(ctx.get_raw(), module_options(&server)) };
     }
     replication::init(ctx, server.valkey);
+    let redis_major = server_field(ctx, c"redis_version")
+        .and_then(|v| v.split('.').next().and_then(|m| m.parse::<u32>().ok()));
+    store::set_server(
+        server.valkey_version.filter(|_| server.valkey),
+        redis_major.filter(|_| !server.valkey),
+    );
     if let Err(e) = commands::register(ctx) {
         ctx.log_warning(&format!("redis-rl: {e}"));
         return Status::Err;

@@ -22,6 +22,7 @@
 //! valid, whatever its size.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use redis_module::{raw, Context, RedisString};
 use redis_rl_core::concurrency::ConcurrencyState;
@@ -35,7 +36,43 @@ use crate::replication;
 /// to 44 bytes, Valkey 9.1 a whole key entry of up to 128), which a direct read would
 /// convert to a raw string. Values this short of a variable-length state (a log, leases) are
 /// read through `GETRANGE`; the fixed-size states are read directly (see [`LimiterKey::read`]).
+/// On the servers whose rule is known, [`may_be_embedded`] is exact.
 const MAY_BE_EMBEDDED: usize = 128;
+
+/// Which rule decides whether the server may store a string embedded or as an integer: 0
+/// unknown ([`MAY_BE_EMBEDDED`] bytes), else one of the constants below. Set once at load.
+static EMBEDDING: AtomicU8 = AtomicU8::new(0);
+/// Redis 7.x: `OBJ_ENCODING_EMBSTR_SIZE_LIMIT`, 44 bytes, whatever the key (`object.c`,
+/// 7.0.15 to 7.4; an integer is at most 20 characters).
+const EMBEDDING_REDIS_7: u8 = 1;
+/// Valkey 9.1: `shouldEmbedStringObject` embeds the value with its key (and expiry) when the
+/// whole object takes at most 128 bytes: 8 bytes of object, the key (its length + 3 below 32
+/// bytes, + 5 from 32), 8 with an expiry, the value (its length + 4). So a value of `len`
+/// bytes under a key of `key_len` bytes may be embedded only if `len + key_len <= 113`
+/// (measured: 112 under a 1-byte key, 98 under 15, 79 under 32, 51 under 60, the same after
+/// `DEBUG RELOAD`).
+const EMBEDDING_VALKEY_9_1: u8 = 2;
+
+/// Tells the store which server it runs in (at load): `valkey` with its (major, minor)
+/// version, or Redis with its major version.
+pub fn set_server(valkey: Option<(u32, u32)>, redis_major: Option<u32>) {
+    let rule = match (valkey, redis_major) {
+        (Some((9, 1)), _) => EMBEDDING_VALKEY_9_1,
+        (None, Some(7)) => EMBEDDING_REDIS_7,
+        _ => 0,
+    };
+    EMBEDDING.store(rule, Ordering::Relaxed);
+}
+
+/// True if the server may hold a string of `len` bytes under a key of `key_len` bytes
+/// embedded or as an integer (then a direct read would convert it to a raw string).
+fn may_be_embedded(len: usize, key_len: impl FnOnce() -> usize) -> bool {
+    match EMBEDDING.load(Ordering::Relaxed) {
+        EMBEDDING_REDIS_7 => len <= 44,
+        EMBEDDING_VALKEY_9_1 => len <= 113 && len + key_len() <= 113,
+        _ => len <= MAY_BE_EMBEDDED,
+    }
+}
 
 /// A limiter key open for one command: read it, then maybe write it. Closed on drop.
 pub struct LimiterKey<'a> {
@@ -59,6 +96,12 @@ impl<'a> LimiterKey<'a> {
     fn key_type(&self) -> Option<raw::KeyType> {
         // SAFETY: the key is open; the API table is filled at module load.
         unsafe { raw::RedisModule_KeyType.map(|f| raw::KeyType::from(f(self.key))) }
+    }
+
+    /// True if the server may hold this key's value of `len` bytes embedded or as an integer
+    /// (see [`may_be_embedded`]).
+    fn may_be_embedded(&self, len: usize) -> bool {
+        may_be_embedded(len, || self.name.as_slice().len())
     }
 
     /// The value's length in bytes (a string key).
@@ -89,7 +132,7 @@ impl<'a> LimiterKey<'a> {
             _ => return Err(Error::WrongType),
         }
         let len = self.len();
-        let in_place = S::plausible_len(len) && (!S::VARIABLE_LEN || len > MAY_BE_EMBEDDED);
+        let in_place = S::plausible_len(len) && (!S::VARIABLE_LEN || !self.may_be_embedded(len));
         let decoded = if in_place {
             let mut dma_len = 0;
             let ptr = raw::string_dma(self.key, &mut dma_len, raw::KeyMode::READ);
@@ -185,7 +228,8 @@ impl LimiterKey<'_> {
             _ => return Err(Error::WrongType),
         }
         let len = self.len();
-        if len > MAY_BE_EMBEDDED && len <= lease_table::MAX_LEN {
+        let short = self.may_be_embedded(len);
+        if !short && len <= lease_table::MAX_LEN {
             let mut dma_len = 0;
             let ptr = raw::string_dma(self.key, &mut dma_len, raw::KeyMode::READ);
             if ptr.is_null() {
@@ -197,7 +241,7 @@ impl LimiterKey<'_> {
             if lease_table::is_table(bytes) {
                 return Ok(Leases::Table(Cow::Borrowed(bytes)));
             }
-        } else if len <= MAY_BE_EMBEDDED {
+        } else if short {
             let bytes = get_range(self.ctx, self.name, len)?;
             if lease_table::is_table(&bytes) {
                 return Ok(Leases::Table(Cow::Owned(bytes)));

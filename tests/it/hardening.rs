@@ -352,6 +352,9 @@ fn refused_and_read_only_calls_keep_the_encoding() {
     let replica = Server::start_replica_of(&master);
     let mut c = master.client();
     let text60 = "x".repeat(60);
+    // The longest strings each server may embed under the key `v`: 44 bytes on Redis 7,
+    // 112 on Valkey 9.1 (see `store::may_be_embedded`).
+    let (text44, text112) = ("x".repeat(44), "x".repeat(112));
     let refusing: &[&[&str]] = &[
         &["RL.TOKENBUCKET", "v", "10", "1", "60000"],
         &["RL.SLIDING", "v", "10", "60000"],
@@ -365,7 +368,7 @@ fn refused_and_read_only_calls_keep_the_encoding() {
         &["RL.STATE", "v"],
         &["RL.RESET", "v"],
     ];
-    for value in ["12345", "hello", "123456", &text60] {
+    for value in ["12345", "hello", "123456", &text44, &text60, &text112] {
         let _: () = query(&mut c, &["SET", "v", value]);
         let before = encoding(&mut c, "v");
         for args in refusing {
