@@ -55,6 +55,18 @@ CONFIG = {
     "cell": env("RL_CELL", ""),
     "out": env("BENCH_OUT", os.path.join(ROOT, "benches", "RESULTS.md")),
     "raw": env("BENCH_RAW", os.path.join(ROOT, "target", "bench", "results.json")),
+    # Issue 15's targets table, from paired runs (see "issue 15's targets" below): the commands
+    # X, each paired with SET PXAT, CL.THROTTLE and the Lua script; pairs per reference;
+    # seconds per measured run, each after an unmeasured warm-up of the same command.
+    # The fixed-size limiters by default (RL.LOG, RL.CONCURRENCY and "RL.ALL x4" can be added).
+    "targets": env("BENCH_TARGETS", "RL.TOKENBUCKET,RL.SLIDING,RL.FIXED,RL.GCRA,RL.THROTTLE"),
+    "pairs": env("BENCH_PAIRS", 5, int),
+    "pair_seconds": env("BENCH_PAIR_SECONDS", 0.5, float),
+    "warmup_seconds": env("BENCH_WARMUP_SECONDS", 0.25, float),
+    # Instructions per call under callgrind next to the time ratios (0: skip), calls per command.
+    "callgrind": env("BENCH_CALLGRIND", 1, int),
+    "cg_calls": env("BENCH_CG_CALLS", 5_000, int),
+    "targets_raw": env("BENCH_TARGETS_RAW", os.path.join(ROOT, "target", "bench", "targets.json")),
     "criterion_since": env("BENCH_CRITERION_SINCE", 0.0, float),
     "criterion_dir": env("BENCH_CRITERION_DIR", os.path.join(ROOT, "target", "criterion")),
 }
@@ -132,6 +144,9 @@ MEMORY = [
      "RL.CONCURRENCY"),
 ]
 
+# What issue 15 compares every RL.* command with, in the targets table.
+TARGET_REFS = ("SET 25 B PXAT", "CL.THROTTLE", "Lua EVALSHA")
+
 HOT_KEY = "rl:hot"
 RANDOM_KEY = "rl:__rand_int__"
 
@@ -154,15 +169,19 @@ def scheduled(args, cpu):
 
 
 class Server:
-    def __init__(self, modules, extra=()):
+    """A server on a free loopback port. `wrapper` runs it under another program (valgrind),
+    which then gets more time to start."""
+
+    def __init__(self, modules, extra=(), wrapper=()):
         self.port = procs.free_port()
-        args = [CONFIG["server"], "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--protected-mode", "yes",
-                "--loglevel", "warning", "--logfile", ""] + list(extra)
+        args = list(wrapper) + [
+            CONFIG["server"], "--port", str(self.port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "no", "--protected-mode", "yes",
+            "--loglevel", "warning", "--logfile", ""] + list(extra)
         for m in modules:
             args += ["--loadmodule", m]
         self.proc = subprocess.Popen(scheduled(args, 0), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.time() + 10
+        deadline = time.time() + (120 if wrapper else 10)
         while True:
             try:
                 self.client = resp.Connection(self.port)
@@ -264,6 +283,268 @@ def memory(server, commands, sha, pxat):
     value = client.call("STRLEN", "rl:%012d" % 0) if kind == "string" else None
     return {"per_key": (after - before) / max(keys, 1), "keys": keys, "usage": one,
             "errors": errors, "type": kind, "strlen": value}
+
+
+# ---------------------------------------------------------------- issue 15's targets: paired runs
+#
+# A ratio of two medians measured minutes apart moves with the machine's load: on 2 shared
+# cores, one run put RL.* at 0.55-0.90x SET PXAT's server time and two quiet reruns at
+# 0.95-1.25x. So the targets table pairs runs instead: on one server, a run of the reference
+# (SET PXAT, CL.THROTTLE or the Lua script) and a run of the command X right after it (the order
+# alternates from pair to pair), each with CONFIG RESETSTAT before it; the ratio is taken per
+# pair, from usec_per_call, and the table gives the median of the pairs and their spread.
+# Next to it, the ratio of instructions per call in the server's call() under callgrind
+# (perf_history.sh's method), which does not depend on the load at all.
+
+
+def keyed(args, tag):
+    """A command's arguments with its own keys: `tag` + 12 random digits, as long as `rl:`'s."""
+    return [a.replace("{k}", tag + "__rand_int__") for a in args]
+
+
+def target_commands(present):
+    """(name, arguments, commandstats name) of the references and of every X measured."""
+    wanted = list(TARGET_REFS) + [n.strip() for n in CONFIG["targets"].split(",") if n.strip()]
+    table = {name: (args, stat, need) for name, args, stat, need in COMMANDS}
+    out = []
+    for i, name in enumerate(wanted):
+        if name not in table:
+            raise SystemExit("BENCH_TARGETS: unknown command %r (names: %s)" % (name, ", ".join(table)))
+        args, stat, need = table[name]
+        if need and need not in present:
+            continue
+        out.append((name, keyed(args, "%02d:" % i), stat))
+    return out
+
+
+def prefill(client, args, keys):
+    """One call per key that redis-benchmark -r `keys` can draw (every key exists before the
+    measured runs); returns the number of error replies."""
+    return client.pipeline([[a.replace("__rand_int__", "%012d" % i) for a in args]
+                            for i in range(keys)])
+
+
+def settle_keyspace(client, deadline_s=60):
+    """Waits until the keyspace has finished rehashing after a prefill (DEBUG HTSTATS: Redis
+    shows a rehashing target, Valkey a rehashing index >= 0), so no measured call pays for it."""
+    deadline = time.time() + deadline_s
+    while time.time() < deadline:
+        text = client.call("DEBUG", "HTSTATS", "0").decode()
+        if "rehashing target" not in text and not re.search(r"rehashing index: \d", text):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def prepare_keys(server, commands, sha, pxat, problems):
+    """Every key of every command, then a settled keyspace."""
+    client = server.client
+    client.call("FLUSHALL")
+    for name, args, _ in commands:
+        errors = prefill(client, expand(args, "", sha, pxat), CONFIG["keys"])
+        if errors:
+            problems.append("%s: %d errors while filling its keys" % (name, errors))
+    if not settle_keyspace(client):
+        problems.append("the keyspace was still rehashing after 60 s of waiting")
+
+
+def paired_runs(server, commands, sha, pxat, problems):
+    """For each X, CONFIG["pairs"] rounds of (SET, X), (CL.THROTTLE, X), (Lua, X): two runs in
+    a row on the same server each, the reference first in even rounds and X first in odd ones.
+    Every run follows an unmeasured warm-up of the same command (as a measured run of `make
+    bench` follows its calibration or the previous run: keys of short-lived limiters are live
+    again) and a CONFIG RESETSTAT. 100k random keys, pipeline 16, as in the headline table."""
+    client = server.client
+    by_name = {name: (expand(args, "", sha, pxat), stat) for name, args, stat in commands}
+    prepare_keys(server, commands, sha, pxat, problems)
+    rps = {}
+    for name, (argv, _) in by_name.items():  # calibration: sizes the runs
+        rps[name] = redis_benchmark(server.port, argv, 50_000, 16, True)
+
+    def run(name):
+        argv, stat = by_name[name]
+        redis_benchmark(server.port, argv, max(1000, int(rps[name] * CONFIG["warmup_seconds"])), 16, True)
+        client.call("CONFIG", "RESETSTAT")
+        n = max(10_000, int(rps[name] * CONFIG["pair_seconds"]))
+        rps[name] = redis_benchmark(server.port, argv, n, 16, True)
+        usec, failed = commandstat(client, stat)
+        if failed:
+            problems.append("%s: %d failed calls in a paired run" % (name, failed))
+        return usec
+
+    refs = [r for r in TARGET_REFS if r in by_name]
+    pairs = []
+    for x in [name for name in by_name if name not in TARGET_REFS]:
+        t = time.time()
+        for i in range(CONFIG["pairs"]):
+            for ref in refs:
+                if i % 2 == 0:
+                    ref_usec = run(ref)
+                    x_usec = run(x)
+                else:
+                    x_usec = run(x)
+                    ref_usec = run(ref)
+                pairs.append({"x": x, "ref": ref, "x_usec": x_usec, "ref_usec": ref_usec})
+        log("  %-16s %s  (%d pairs, %.0f s)" % (x, "  ".join(
+            "%s %s" % (label, pair_ratios(pairs, x, ref, higher)[0])
+            for ref, label, higher in zip(TARGET_REFS, ("vs SET", "CL is", "Lua is"), (False, True, True))
+            if ref in refs), CONFIG["pairs"] * len(refs), time.time() - t))
+    return pairs
+
+
+def pair_ratios(pairs, x, ref, theirs_over_ours):
+    """The median ratio of the pairs of `x` with `ref` (as text) and the ratios themselves:
+    ours / theirs (vs SET PXAT) or theirs / ours (how much slower CL.THROTTLE and Lua are)."""
+    ratios = [(p["ref_usec"] / p["x_usec"]) if theirs_over_ours else (p["x_usec"] / p["ref_usec"])
+              for p in pairs if p["x"] == x and p["ref"] == ref
+              and p["x_usec"] > 0 and p["ref_usec"] > 0]  # nan (no commandstats) fails both
+    return ("%.2fx" % statistics.median(ratios) if ratios else "-"), ratios
+
+
+def callgrind_dump_costs(dump):
+    """Inclusive instructions of the server's call() and of the whole program in a dump. A
+    nested call() (a script's redis.call, a module's RedisModule_Call) is not counted twice:
+    callgrind charges a recursive function's inclusive cost to its outermost invocation."""
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", dump],
+                         capture_output=True, text=True).stdout
+    total = in_call = None
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+(\(.*?\)\s+)?(PROGRAM TOTALS|\S*:call\s+\[)", line)
+        if m:
+            n = int(m.group(1).replace(",", ""))
+            if m.group(3) == "PROGRAM TOTALS":
+                total = n
+            elif in_call is None:
+                in_call = n
+    return in_call or 0, total or 0
+
+
+def instructions(modules, commands, problems):
+    """Instructions per call in call() of every command, perf_history.sh's method: the server
+    under `valgrind --tool=callgrind --instr-atstart=no`; every key of every command filled and
+    the keyspace settled without instrumentation; then per command its keys written again (fresh
+    expiry), `callgrind_control -i on -z`, redis-benchmark -c 50 -P 16 -r 100000 -n
+    BENCH_CG_CALLS, `callgrind_control -d`, and the dump's inclusive cost of call() divided by
+    the calls in INFO commandstats. Limiters whose keys live ~2 s (token bucket, GCRA, throttle
+    with the bench's arguments) mostly find them expired: under callgrind their figure is the
+    path that recreates a key. The dumps stay in target/bench/callgrind/ for callgrind_annotate."""
+    if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
+        problems.append("valgrind not found: no instruction counts (apt-get install valgrind)")
+        return {}
+    out_dir = os.path.join(os.path.dirname(CONFIG["targets_raw"]), "callgrind")
+    os.makedirs(out_dir, exist_ok=True)
+    tag = os.path.basename(CONFIG["server"])
+    for f in os.listdir(out_dir):
+        if f.startswith(tag + "."):
+            os.remove(os.path.join(out_dir, f))
+    wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+               "--log-file=" + os.path.join(out_dir, tag + ".valgrind.log"),
+               "--callgrind-out-file=" + os.path.join(out_dir, tag + ".%p")]
+    server = Server(modules, ["--enable-debug-command", "local"], wrapper)
+    pid = str(server.proc.pid)
+    counts = {}
+    try:
+        client = server.client
+        sha, _ = load_scripts(client, [])
+        pxat = str(int(time.time() * 1000) + 24 * 3600 * 1000)
+        prepare_keys(server, commands, sha, pxat, problems)
+        for name, args, stat in commands:
+            t = time.time()
+            argv = expand(args, "", sha, pxat)
+            prefill(client, argv, CONFIG["keys"])
+            client.call("CONFIG", "RESETSTAT")
+            for action in (["-i", "on"], ["-z"]):
+                subprocess.run(["callgrind_control"] + action + [pid], capture_output=True, timeout=60)
+            redis_benchmark(server.port, argv, CONFIG["cg_calls"], 16, True)
+            for action in (["-d"], ["-i", "off"]):
+                subprocess.run(["callgrind_control"] + action + [pid], capture_output=True, timeout=300)
+            calls = command_totals(client, stat)["calls"]
+            dumps = [os.path.join(out_dir, f) for f in os.listdir(out_dir)
+                     if f.startswith("%s.%s." % (tag, pid))]
+            in_call, total = callgrind_dump_costs(max(dumps, key=os.path.getmtime)) if dumps else (0, 0)
+            if not calls or not in_call:
+                problems.append("%s: no callgrind figure (%d calls)" % (name, calls))
+                continue
+            counts[name] = {"call": in_call / calls, "server": total / calls, "calls": calls}
+            log("  %-16s %7.0f instr/call in call(), %7.0f in the server  (%d calls, %.0f s)" % (
+                name, in_call / calls, total / calls, calls, time.time() - t))
+    finally:
+        server.stop()
+    return counts
+
+
+def machine_cpu_s():
+    """Busy CPU seconds of the whole machine so far (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s():
+    """CPU seconds of this script and of its finished children (servers, redis-benchmark)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def process_cpu_s(pid):
+    """CPU seconds a running process has used (/proc/<pid>/stat: utime + stime)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+class Busy:
+    """How busy the machine was with other work during a measurement: the load average at the
+    start and at the end, and the CPU that processes other than this script, its finished
+    children and the running server `pid` used (in cores, on average)."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.t0, self.cpu0 = time.time(), machine_cpu_s()
+        self.own0 = own_cpu_s() + process_cpu_s(pid)
+        self.load0 = os.getloadavg()
+
+    def summary(self):
+        seconds = max(time.time() - self.t0, 1e-3)
+        own = own_cpu_s() + process_cpu_s(self.pid) - self.own0
+        others = (machine_cpu_s() - self.cpu0 - own) / seconds
+        s = {"seconds": seconds, "load_start": "%.2f %.2f %.2f" % self.load0,
+             "load_end": "%.2f %.2f %.2f" % os.getloadavg(), "others_cores": max(others, 0.0)}
+        s["busy"] = busy_warning(s)
+        return s
+
+
+def busy_warning(s):
+    """A warning when other work ran during the measurement, else ''."""
+    why = []
+    if float(s["load_start"].split()[0]) > 1.0:
+        why.append("load %s at the start" % s["load_start"].split()[0])
+    if s["others_cores"] > 0.2:
+        why.append("other processes used %.2f of the %d cores" % (s["others_cores"], os.cpu_count() or 0))
+    return ("the machine was busy (%s): time ratios are less reliable than on a quiet machine; "
+            "the instruction ratios do not depend on it" % ", ".join(why)) if why else ""
+
+
+def measure_targets(server, modules, sha, pxat, present, problems):
+    """The paired runs and (unless BENCH_CALLGRIND=0) the instruction counts on CONFIG["server"]."""
+    commands = target_commands(present)
+    log("== issue 15's targets: paired runs (%d pairs per reference, %g s per run)" % (
+        CONFIG["pairs"], CONFIG["pair_seconds"]))
+    busy = Busy(server.proc.pid)
+    pairs = paired_runs(server, commands, sha, pxat, problems)
+    activity = busy.summary()
+    instr = {}
+    if CONFIG["callgrind"]:
+        log("== issue 15's targets: instructions per call under callgrind (%d calls each)" % CONFIG["cg_calls"])
+        instr = instructions(modules, commands, problems)
+    return {"pairs": pairs, "instr": instr, "activity": activity,
+            "settings": {"pairs": CONFIG["pairs"], "seconds": CONFIG["pair_seconds"],
+                         "warmup": CONFIG["warmup_seconds"], "keys": CONFIG["keys"],
+                         "clients": CONFIG["clients"],
+                         "cg_calls": CONFIG["cg_calls"] if CONFIG["callgrind"] else 0}}
 
 
 # ---------------------------------------------------------------- report
@@ -616,43 +897,91 @@ def criterion_results():
 # Issue 15's goals: server time per call at most SET PXAT's (Redis) or 0.8x of it (Valkey), at
 # least 2x faster than CL.THROTTLE and 4x than the design's Lua script; bytes per key at most
 # those of `SET k <25 B> PXAT`.
-def issue15_targets(runs):
-    cfg = (True, 16)
-    out = ["## Targets of issue 15 (%s, server time per call)" % config_name(True, 16), "",
-           "Server time is `usec_per_call` from `INFO commandstats` (medians of the runs); ratios are "
-           "from the same run of the same server. Goals: at most 1.0x SET PXAT's time on Redis and "
-           "0.8x on Valkey; CL.THROTTLE and the Lua script at least 2x and 4x our time; bytes per key "
-           "at most SET 25 B PXAT's. A cell that misses its goal says so.", "",
-           "| server | command | usec/call | vs SET PXAT | CL.THROTTLE is | Lua script is | bytes/key | vs SET bytes |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
+TARGETS_TITLE = "## Targets of issue 15"
 
-    def cell(x, goal, higher):
+
+def issue15_targets(runs):
+    """The targets table: per server and command, the paired time ratios (median of the pairs,
+    min-max) and the instruction ratios, with the goal next to every figure that misses it."""
+    keys = next((r["targets"]["settings"]["keys"] for r in runs if r.get("targets")), CONFIG["keys"])
+    out = ["%s (%d random keys, pipeline 16, server time per call)" % (TARGETS_TITLE, keys), "",
+           "Goals: at most 1.0x SET PXAT's server time on Redis and 0.8x on Valkey; CL.THROTTLE and "
+           "the Lua script at least 2x and 4x our time; bytes per key at most SET 25 B PXAT's. Each "
+           "ratio twice: **time** from paired runs on one server (a run of the reference and a run "
+           "of the command right after it or before it, alternately, `CONFIG RESETSTAT` before "
+           "each, `usec_per_call` of each run; the median ratio of the pairs and, in brackets, their "
+           "min-max: noisy on a shared machine) and **instr** from instructions per call in the "
+           "server's `call()` under callgrind (exact, the same on any machine; a time ratio also "
+           "includes cache misses and the like, which instruction counts do not see). A figure "
+           "that misses its goal says so. usec/call is the median of the command's paired runs, "
+           "instr/call its instructions per call in `call()`.", "",
+           "| server | command | usec/call | instr/call | vs SET PXAT: time | instr | CL.THROTTLE is: time "
+           "| instr | Lua script is: time | instr | bytes/key | vs SET bytes |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    notes = []
+
+    def verdict(x, goal, higher):
         ok = x >= goal if higher else x <= goal
         return "%.2fx%s" % (x, "" if ok else " (goal %s%gx)" % (">= " if higher else "<= ", goal))
 
     for run in runs:
-        server = run["info"]["server"]
+        server = run["info"]["server"].split(" (")[0]
+        t = run.get("targets")
+        if not t:
+            out.append("| %s | no paired runs in this run | | | | | | | | | | |" % server)
+            continue
+        pairs, instr, mem = t["pairs"], t["instr"], run.get("memory", {})
         set_goal = 0.8 if server.startswith("Valkey") else 1.0
-        usec = {name: statistics.median(r["usec"] for r in per[cfg])
-                for name, per in run["results"].items() if cfg in per}
-        mem = run["memory"]
-        set_u, cell_u, lua_u = usec.get("SET 25 B PXAT"), usec.get("CL.THROTTLE"), usec.get("Lua EVALSHA")
         set_b = mem.get("SET 25 B PXAT", {}).get("per_key")
-        for name, *_ in COMMANDS:
-            if not name.startswith("RL.") or name not in usec:
-                continue
-            ours = usec[name]
-            m = next((v for k, v in mem.items() if k.split(" (")[0] == name), None)
-            out.append("| %s | %s | %.2f | %s | %s | %s | %s | %s |" % (
-                server.split(" (")[0], name, ours,
-                cell(ours / set_u, set_goal, False) if set_u else "-",
-                cell(cell_u / ours, 2.0, True) if cell_u else "-",
-                cell(lua_u / ours, 4.0, True) if lua_u else "-",
+        usec = {}
+        for p in pairs:
+            usec.setdefault(p["x"], []).append(p["x_usec"])
+            usec.setdefault(p["ref"], []).append(p["ref_usec"])
+        ins = {name: v["call"] for name, v in instr.items()}
+
+        def time_cell(x, ref, goal, higher):
+            ratios = pair_ratios(pairs, x, ref, higher)[1]
+            if not ratios:
+                return "-"
+            return "%s (%.2f-%.2f)" % (verdict(statistics.median(ratios), goal, higher), min(ratios), max(ratios))
+
+        def instr_cell(x, ref, goal, higher):
+            if x not in ins or ref not in ins:
+                return "-"
+            return verdict(ins[ref] / ins[x] if higher else ins[x] / ins[ref], goal, higher)
+
+        for x in [n for n in usec if n not in TARGET_REFS]:
+            m = next((v for k, v in mem.items() if k.split(" (")[0] == x), None)
+            out.append("| %s | %s | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                server, x, statistics.median(usec[x]), "%.0f" % ins[x] if x in ins else "-",
+                time_cell(x, "SET 25 B PXAT", set_goal, False), instr_cell(x, "SET 25 B PXAT", set_goal, False),
+                time_cell(x, "CL.THROTTLE", 2.0, True), instr_cell(x, "CL.THROTTLE", 2.0, True),
+                time_cell(x, "Lua EVALSHA", 4.0, True), instr_cell(x, "Lua EVALSHA", 4.0, True),
                 "%.0f" % m["per_key"] if m else "-",
-                cell(m["per_key"] / set_b, 1.0, False) if m and set_b else "-"))
-        out.append("| %s | SET 25 B PXAT (floor) | %s | | | | %s | |" % (
-            server.split(" (")[0], "%.2f" % set_u if set_u else "-", "%.0f" % set_b if set_b else "-"))
-    return out + [""]
+                verdict(m["per_key"] / set_b, 1.0, False) if m and set_b else "-"))
+        for ref, label in zip(TARGET_REFS, ("SET 25 B PXAT (floor)", "CL.THROTTLE", "Lua script")):
+            if ref in usec:
+                b = set_b if ref == "SET 25 B PXAT" else None
+                out.append("| %s | %s | %.2f | %s | | | | | | | %s | |" % (
+                    server, label, statistics.median(usec[ref]),
+                    "%.0f" % ins[ref] if ref in ins else "-", "%.0f" % b if b else ""))
+        a, cfg = t["activity"], t["settings"]
+        notes.append("- %s, %s, commit %s: %d pair(s) per reference and command, %g s per run after a "
+                     "%g s warm-up, %d random keys of each command filled before (all in one "
+                     "server), pipeline 16, %d clients; callgrind: %s. Paired runs took %.0f s; load "
+                     "average %s at their start, %s at their end; other processes used %.2f cores "
+                     "meanwhile.%s" % (
+                         server, run["info"]["date"], run["info"]["commit"], cfg["pairs"], cfg["seconds"],
+                         cfg["warmup"], cfg["keys"], cfg["clients"],
+                         "%d calls per command" % cfg["cg_calls"] if cfg["cg_calls"] else "skipped",
+                         a["seconds"], a["load_start"], a["load_end"], a["others_cores"],
+                         " **Warning: %s.**" % a["busy"] if a["busy"] else ""))
+    out += [""] + notes
+    out += ["", "Under callgrind (slow) the keys of RL.TOKENBUCKET, RL.GCRA and RL.THROTTLE (about 2 s "
+            "of life with these arguments) are mostly expired when called, so their instruction "
+            "counts are those of recreating a key; in the timed runs most calls update a live key. "
+            "`make bench-targets` rewrites this section alone; `make bench` the whole file.", ""]
+    return out
 
 
 def write_report(runs, criterion):
@@ -697,6 +1026,14 @@ def main():
             raw = json.load(f)
         write_report(runs_from_raw(raw), criterion_results())
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--targets":
+        targets_main()
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--targets-report-only":
+        # Re-renders the targets section from the raw figures of the last --targets run.
+        with open(CONFIG["targets_raw"]) as f:
+            print("\n".join(write_targets_section(json.load(f)["runs"])))
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--leases-only":
         # Only the lease-cost table (RL_MODULE picks the module: compare two builds).
         print("\n".join(lease_report(lease_costs([CONFIG["module"]]))))
@@ -718,37 +1055,12 @@ def main():
 
 def run_server():
     """Every measurement on CONFIG["server"]: throughput, memory, lease costs."""
-    for tool in (CONFIG["server"], CONFIG["benchmark"]):
-        if not shutil.which(tool) and not os.path.exists(tool):
-            raise SystemExit("%s not found (make deps installs redis-server and redis-tools)" % tool)
-    if not os.path.exists(CONFIG["module"]):
-        raise SystemExit("%s not found: run cargo build --release first" % CONFIG["module"])
-    problems = []
-    modules = [CONFIG["module"]]
-    if CONFIG["cell"] and os.path.exists(CONFIG["cell"]):
-        modules.append(CONFIG["cell"])
-    else:
-        problems.append("redis-cell was not built: CL.THROTTLE is missing from this run")
-    server = Server(modules)
+    check_tools()
+    modules, problems = modules_and_problems()
+    server = Server(modules, ["--enable-debug-command", "local"])
     try:
         client = server.client
-        with open(os.path.join(ROOT, "benches", "lua", "token_bucket.lua")) as f:
-            sha = client.call("SCRIPT", "LOAD", f.read()).decode()
-        present = {"lua"}
-        with open(os.path.join(ROOT, "lua", "rl.lua")) as f:
-            library = f.read()
-        try:
-            client.call("FUNCTION", "LOAD", "REPLACE", library)
-            script = "#!lua\n" + library.split("\n", 1)[1]
-            TWIN_SHA["sha"] = client.call("SCRIPT", "LOAD", script).decode()
-            present.add("twin")
-        except resp.ReplyError as e:
-            problems.append("the Lua twin did not load: %s" % e)
-        for _, _, _, need in COMMANDS:
-            if need and need not in ("lua", "twin"):
-                info = client.call("COMMAND", "INFO", need)
-                if info and info[0] is not None:
-                    present.add(need)
+        sha, present = load_scripts(client, problems)
         pxat = str(int(time.time() * 1000) + 24 * 3600 * 1000)
         only = {s.strip() for s in CONFIG["only"].split(",") if s.strip()}
         results = {}
@@ -770,6 +1082,11 @@ def run_server():
                 seconds = CONFIG["seconds"] if (random_keys, pipeline) == (True, 16) else CONFIG["quick_seconds"]
                 results[name][(random_keys, pipeline)] = measure(
                     server, name, args, stat, random_keys, pipeline, seconds, sha, pxat)
+        targets = None
+        if CONFIG["pairs"] > 0:
+            if only:
+                CONFIG["targets"] = ",".join(n for n in CONFIG["targets"].split(",") if n.strip() in only)
+            targets = measure_targets(server, modules, sha, pxat, present, problems)
         log("== memory")
         mem = {}
         for name, commands, need in MEMORY:
@@ -787,7 +1104,115 @@ def run_server():
     finally:
         server.stop()
     return {"info": info, "present": sorted(present), "problems": problems, "memory": mem,
-            "leases": leases, "results": results}
+            "leases": leases, "results": results, "targets": targets}
+
+
+def load_scripts(client, problems):
+    """Loads the design's Lua script and the Lua twin; returns the script's sha and what the
+    server offers (`lua`, `twin`, and every module command the COMMANDS table needs)."""
+    with open(os.path.join(ROOT, "benches", "lua", "token_bucket.lua")) as f:
+        sha = client.call("SCRIPT", "LOAD", f.read()).decode()
+    present = {"lua"}
+    with open(os.path.join(ROOT, "lua", "rl.lua")) as f:
+        library = f.read()
+    try:
+        client.call("FUNCTION", "LOAD", "REPLACE", library)
+        script = "#!lua\n" + library.split("\n", 1)[1]
+        TWIN_SHA["sha"] = client.call("SCRIPT", "LOAD", script).decode()
+        present.add("twin")
+    except resp.ReplyError as e:
+        problems.append("the Lua twin did not load: %s" % e)
+    for _, _, _, need in COMMANDS:
+        if need and need not in ("lua", "twin"):
+            info = client.call("COMMAND", "INFO", need)
+            if info and info[0] is not None:
+                present.add(need)
+    return sha, present
+
+
+def check_tools():
+    for tool in (CONFIG["server"], CONFIG["benchmark"]):
+        if not shutil.which(tool) and not os.path.exists(tool):
+            raise SystemExit("%s not found (make deps installs redis-server and redis-tools)" % tool)
+    if not os.path.exists(CONFIG["module"]):
+        raise SystemExit("%s not found: run cargo build --release first" % CONFIG["module"])
+
+
+def modules_and_problems():
+    """The modules to load (redis-rl, and redis-cell when built) and the problems so far."""
+    modules, problems = [CONFIG["module"]], []
+    if CONFIG["cell"] and os.path.exists(CONFIG["cell"]):
+        modules.append(CONFIG["cell"])
+    else:
+        problems.append("redis-cell was not built: CL.THROTTLE is missing from this run")
+    return modules, problems
+
+
+def run_targets_server():
+    """`--targets`: issue 15's targets alone on CONFIG["server"]: paired runs, instruction
+    counts and bytes per key of SET PXAT and of each command measured."""
+    check_tools()
+    modules, problems = modules_and_problems()
+    server = Server(modules, ["--enable-debug-command", "local"])
+    try:
+        sha, present = load_scripts(server.client, problems)
+        pxat = str(int(time.time() * 1000) + 24 * 3600 * 1000)
+        targets = measure_targets(server, modules, sha, pxat, present, problems)
+        log("== memory")
+        mem = {}
+        measured = {p["x"] for p in targets["pairs"]} | {"SET 25 B PXAT"}
+        for name, commands, need in MEMORY:
+            if name.split(" (")[0] in measured and (not need or need in present):
+                mem[name] = memory(server, commands, sha, pxat)
+                log("  %-24s %6.1f bytes/key" % (name, mem[name]["per_key"]))
+        info = machine_info(server)
+    finally:
+        server.stop()
+    return {"info": info, "problems": problems, "memory": mem, "targets": targets}
+
+
+def write_targets_section(runs):
+    """Replaces the targets section of RESULTS.md (up to the next top-level heading) with a new
+    one, leaving the rest of the file as the last `make bench` wrote it."""
+    section = issue15_targets(runs)
+    problems = ["- %s: %s" % (r["info"]["server"].split(" (")[0], p) for r in runs for p in r["problems"]]
+    if problems:
+        section += ["Problems during this run:", ""] + problems + [""]
+    try:
+        with open(CONFIG["out"]) as f:
+            lines = f.read().split("\n")
+    except FileNotFoundError:
+        lines = ["# Benchmark results", ""]
+    start = next((i for i, l in enumerate(lines) if l.startswith(TARGETS_TITLE)), None)
+    if start is None:
+        start = end = min(len(lines), 4)
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("# ")), len(lines))
+    lines[start:end] = section
+    with open(CONFIG["out"], "w") as f:
+        f.write("\n".join(lines))
+    return section
+
+
+def targets_main():
+    """`bench.py --targets`: the targets section alone, on every server of BENCH_SERVERS."""
+    servers = [s.strip() for s in CONFIG["servers"].split(",") if s.strip()] or [CONFIG["server"]]
+    t0, load0 = time.time(), os.getloadavg()
+    log("== load average at the start: %.2f %.2f %.2f" % load0)
+    runs = []
+    for server in servers:
+        CONFIG["server"] = server
+        log("== server %s" % server)
+        runs.append(run_targets_server())
+    os.makedirs(os.path.dirname(CONFIG["targets_raw"]), exist_ok=True)
+    with open(CONFIG["targets_raw"], "w") as f:
+        json.dump({"runs": runs}, f, indent=1)
+    print("\n".join(write_targets_section(runs)))
+    print("load average at the start %.2f %.2f %.2f, at the end %.2f %.2f %.2f; %.0f s in all" % (
+        load0 + os.getloadavg() + (time.time() - t0,)))
+    for r in runs:
+        if r["targets"]["activity"]["busy"]:
+            print("WARNING (%s): %s" % (r["info"]["server"], r["targets"]["activity"]["busy"]))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,15 @@
 # redis-cell, on Redis and on Valkey, written to benches/RESULTS.md. Expects `cargo build
 # --release` done (make does it).
 #
-#   scripts/bench.sh [REDIS_CELL_SOURCE]    (make bench CELL=REDIS_CELL_SOURCE)
+#   scripts/bench.sh [REDIS_CELL_SOURCE]             (make bench CELL=REDIS_CELL_SOURCE)
+#   scripts/bench.sh --targets [REDIS_CELL_SOURCE]   (make bench-targets CELL=REDIS_CELL_SOURCE)
+#
+# --targets: issue 15's targets alone (no criterion, no other table), on Redis and on Valkey:
+# paired runs (SET PXAT, CL.THROTTLE and the Lua script each alternated with every RL command
+# on one server; per pair the ratio of usec_per_call, the table gives the median and min-max),
+# instructions per call in call() under callgrind for each of them, and bytes per key. Rewrites
+# only the targets section of benches/RESULTS.md; prints the load average at the start and the
+# end, and warns when other work used the machine meanwhile. About 8 minutes on 2 cores.
 #
 # REDIS_CELL_SOURCE: a directory holding redis-cell's source (e.g. the 0.5.0 release from
 # GitHub, which rounds waits up as RL.THROTTLE does), built once and cached under target/ by
@@ -14,6 +22,9 @@
 # Environment (all optional):
 #   BENCH_SECONDS=5 BENCH_QUICK_SECONDS=1 BENCH_REPS=3 BENCH_CLIENTS=50 BENCH_KEYS=100000
 #   BENCH_MEMORY_KEYS=100000 BENCH_ONLY="SET 25 B PXAT,RL.SLIDING"   (see scripts/bench.py)
+#   Targets table (both modes): BENCH_TARGETS="RL.TOKENBUCKET,..." BENCH_PAIRS=5
+#   BENCH_PAIR_SECONDS=0.5 BENCH_WARMUP_SECONDS=0.25 BENCH_CALLGRIND=1 BENCH_CG_CALLS=5000
+#   (BENCH_PAIRS=0 leaves the targets out of `make bench`)
 #   BENCH_CRITERION=0   skip the criterion benches
 #   BENCH_SERVER=0      skip the server benches (criterion only)
 #   RL_SERVER=redis-server   the server binary
@@ -24,6 +35,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 CARGO=${CARGO:-cargo}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+TARGETS_ONLY=0
+if [ "${1:-}" = --targets ]; then TARGETS_ONLY=1; shift; fi
 CELL_SRC=${1:-}
 if [ -n "$CELL_SRC" ]; then
   [ -f "$CELL_SRC/Cargo.toml" ] || { echo "!! $CELL_SRC has no Cargo.toml (redis-cell source expected)" >&2; exit 1; }
@@ -74,7 +87,7 @@ if ! build_redis_cell; then
 fi
 
 since=$(date +%s)
-if [ "${BENCH_CRITERION:-1}" != 0 ]; then
+if [ "${BENCH_CRITERION:-1}" != 0 ] && [ "$TARGETS_ONLY" = 0 ]; then
   echo "== criterion: core decisions"
   $CARGO bench -q -p redis-rl-core --bench core
   if [ -f client/benches/fallback.rs ] && grep -q '"client"' Cargo.toml; then
@@ -98,7 +111,11 @@ if [ -z "${BENCH_SERVERS:-}" ]; then
 fi
 export BENCH_SERVERS
 
-if [ "${BENCH_SERVER:-1}" != 0 ]; then
+if [ "$TARGETS_ONLY" = 1 ]; then
+  echo "== issue 15's targets on $BENCH_SERVERS"
+  RL_MODULE="$TARGET/release/libredis_rl.so" RL_CELL="$CELL_SO" RL_CELL_VERSION="$CELL_LABEL" \
+    BENCH_TARGETS_RAW="$TARGET/bench/targets.json" python3 scripts/bench.py --targets
+elif [ "${BENCH_SERVER:-1}" != 0 ]; then
   echo "== server benchmarks on $BENCH_SERVERS"
   RL_MODULE="$TARGET/release/libredis_rl.so" RL_CELL="$CELL_SO" RL_CELL_VERSION="$CELL_LABEL" \
     BENCH_CRITERION_SINCE="$since" BENCH_CRITERION_DIR="$TARGET/criterion" \
