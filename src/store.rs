@@ -22,6 +22,7 @@
 //! valid, whatever its size.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use redis_module::{raw, Context, RedisString};
@@ -79,6 +80,21 @@ pub struct LimiterKey<'a> {
     ctx: &'a Context,
     name: &'a RedisString,
     key: *mut raw::RedisModuleKey,
+    /// What the last read learned, so that the write after it skips the server calls that
+    /// would only tell it again.
+    seen: Cell<Seen>,
+}
+
+/// What [`LimiterKey::read`] learned about the key, for [`LimiterKey::write`].
+#[derive(Clone, Copy)]
+enum Seen {
+    /// Nothing (no read yet, or the key changed since).
+    Unknown,
+    /// The key is missing.
+    Missing,
+    /// The value is a raw string of `len` bytes at `ptr`, unshared: the buffer Redis gives
+    /// for writing in place (`RedisModule_StringDMA` in write mode).
+    Writable { ptr: *mut u8, len: usize },
 }
 
 impl<'a> LimiterKey<'a> {
@@ -89,7 +105,12 @@ impl<'a> LimiterKey<'a> {
             name.inner,
             raw::KeyMode::READ | raw::KeyMode::WRITE,
         );
-        LimiterKey { ctx, name, key }
+        LimiterKey {
+            ctx,
+            name,
+            key,
+            seen: Cell::new(Seen::Unknown),
+        }
     }
 
     /// The key's type (`None` only if the server lacks the API).
@@ -125,9 +146,19 @@ impl<'a> LimiterKey<'a> {
     /// but a string of exactly a fixed-size state's length (29 or 37 bytes) that is stored
     /// embedded (written by another client, or loaded from RDB, AOF or RESTORE) becomes raw,
     /// as the next write of this module would make it anyway.
+    ///
+    /// The in-place read asks for the buffer in write mode, which Redis gives as the same
+    /// raw string unless it is shared (`refcount > 1`, e.g. a value set earlier in the same
+    /// `MULTI`, still referenced by its pending propagation), which it copies first: the
+    /// value and its encoding stay as they are, and a write of the same length then goes
+    /// straight into that buffer.
     pub fn read<S: Stored>(&self) -> Result<Option<S>, Error> {
+        self.seen.set(Seen::Unknown);
         match self.key_type() {
-            Some(raw::KeyType::Empty) => return Ok(None),
+            Some(raw::KeyType::Empty) => {
+                self.seen.set(Seen::Missing);
+                return Ok(None);
+            }
             Some(raw::KeyType::String) => {}
             _ => return Err(Error::WrongType),
         }
@@ -135,13 +166,19 @@ impl<'a> LimiterKey<'a> {
         let in_place = S::plausible_len(len) && (!S::VARIABLE_LEN || !self.may_be_embedded(len));
         let decoded = if in_place {
             let mut dma_len = 0;
-            let ptr = raw::string_dma(self.key, &mut dma_len, raw::KeyMode::READ);
+            let ptr = raw::string_dma(
+                self.key,
+                &mut dma_len,
+                raw::KeyMode::READ | raw::KeyMode::WRITE,
+            );
             if ptr.is_null() {
                 return Err(Error::WrongType);
             }
+            let ptr = ptr.cast::<u8>();
+            self.seen.set(Seen::Writable { ptr, len: dma_len });
             // SAFETY: Redis returned a buffer of `dma_len` bytes, valid while the key is
             // open and unmodified; it is only read before this function returns.
-            S::decode(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), dma_len) })
+            S::decode(unsafe { std::slice::from_raw_parts(ptr, dma_len) })
         } else {
             let whole = S::plausible_len(len);
             let bytes = get_range(self.ctx, self.name, if whole { len } else { HEADER_LEN })?;
@@ -165,6 +202,53 @@ impl<'a> LimiterKey<'a> {
         // Redis keeps expiries as signed milliseconds: clamp once, and replicate the same
         // number we set, or replicas and AOF would refuse a PXAT beyond i64::MAX.
         let expire_at_ms = i64::try_from(expire_at.0).unwrap_or(i64::MAX);
+        match self.seen.replace(Seen::Unknown) {
+            // The read's buffer, of the same length: the common case of a live key.
+            Seen::Writable { ptr, len } if len == value.len() => {
+                // SAFETY: `ptr` is the key's unshared value buffer of exactly `len` bytes
+                // from the read's write-mode DMA; nothing changed the key since (every
+                // change goes through this handle and resets `seen`), and `value` does not
+                // overlap it.
+                unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), ptr, len) };
+            }
+            // A new key: an exact-size raw string, written in place.
+            Seen::Missing if !value.is_empty() => self.create(value)?,
+            _ => self.store(value)?,
+        }
+        // SAFETY: the key is open for writing and holds a string.
+        unsafe { set_abs_expire(self.key, expire_at_ms) };
+        signal_modified(self.ctx, self.name);
+        notify(self.ctx, raw::NotifyEvent::STRING, c"set", self.name);
+        notify(self.ctx, raw::NotifyEvent::GENERIC, c"expire", self.name);
+        replication::replicate(self.ctx, || {
+            replicate_set(self.ctx, self.name, value, expire_at_ms);
+        });
+        Ok(())
+    }
+
+    /// Creates the missing key as a raw string of exactly `value` (not empty).
+    ///
+    /// `RedisModule_StringTruncate` on a missing key makes an exact-size raw string; a
+    /// string made with `RedisModule_CreateString` and set would be embedded, which the next
+    /// call's direct access would copy into a raw one.
+    fn create(&self, value: &[u8]) -> Result<(), Error> {
+        if raw::string_truncate(self.key, value.len()) != raw::Status::Ok {
+            return Err(Error::Fixed("redis-rl could not write the key's value"));
+        }
+        let mut len = 0;
+        let dma = raw::string_dma(self.key, &mut len, raw::KeyMode::WRITE);
+        if dma.is_null() || len != value.len() {
+            return Err(Error::Fixed("redis-rl could not write the key's value"));
+        }
+        // SAFETY: `dma` points to the new value buffer of exactly `value.len()` bytes, valid
+        // until the key is closed or modified, and `value` does not overlap it.
+        unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), dma.cast::<u8>(), len) };
+        Ok(())
+    }
+
+    /// Stores `value` whatever the key holds (a string or nothing): in place when the
+    /// lengths match.
+    fn store(&self, value: &[u8]) -> Result<(), Error> {
         let mut len = 0;
         let mut dma = raw::string_dma(self.key, &mut len, raw::KeyMode::WRITE);
         if dma.is_null() {
@@ -205,14 +289,6 @@ impl<'a> LimiterKey<'a> {
                 return Err(Error::Fixed("redis-rl could not write the key's value"));
             }
         }
-        // SAFETY: the key is open for writing and holds a string.
-        unsafe { set_abs_expire(self.key, expire_at_ms) };
-        signal_modified(self.ctx, self.name);
-        notify(self.ctx, raw::NotifyEvent::STRING, c"set", self.name);
-        notify(self.ctx, raw::NotifyEvent::GENERIC, c"expire", self.name);
-        replication::replicate(self.ctx, || {
-            replicate_set(self.ctx, self.name, value, expire_at_ms);
-        });
         Ok(())
     }
 }
@@ -222,6 +298,7 @@ impl LimiterKey<'_> {
     /// through `GETRANGE` when it is short enough to be stored embedded), a version 1 list
     /// decoded, or `Missing`. Errors as [`LimiterKey::read`].
     pub fn read_leases(&self) -> Result<Leases<'_>, Error> {
+        self.seen.set(Seen::Unknown);
         match self.key_type() {
             Some(raw::KeyType::Empty) => return Ok(Leases::Missing),
             Some(raw::KeyType::String) => {}
@@ -261,6 +338,7 @@ impl LimiterKey<'_> {
         &self,
         change: impl FnOnce(&mut [u8]) -> (lease_table::Dirty, u64),
     ) -> Result<(), Error> {
+        self.seen.set(Seen::Unknown);
         // SAFETY: the API table is filled once at module load, before any command runs.
         let set_abs_expire = unsafe { raw::RedisModule_SetAbsExpire }.ok_or(Error::Fixed(
             "redis-rl needs RedisModule_SetAbsExpire (Redis 6.2 or later)",
@@ -302,6 +380,7 @@ impl LimiterKey<'_> {
 
     /// Deletes the key and replicates `DEL key`.
     pub fn delete(&self) -> Result<(), Error> {
+        self.seen.set(Seen::Unknown);
         delete_open(self.ctx, self.name, self.key)
     }
 }
