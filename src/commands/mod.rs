@@ -20,7 +20,7 @@ mod throttle;
 mod token_bucket;
 
 use std::ffi::CStr;
-use std::mem::ManuallyDrop;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -189,15 +189,16 @@ fn dispatch(
 }
 
 /// Calls `f` with the call's arguments as `RedisString`s borrowed from Redis, without
-/// touching their reference counts or allocating (up to 16 arguments; more, as RL.ALL may
-/// take, use one allocation). Redis keeps them alive for the whole call.
+/// touching their reference counts or allocating (up to 128 arguments, enough for an RL.ALL
+/// of `rl.max-all-keys`' default 16 keys with any specs; more, as a larger RL.ALL may take,
+/// use one allocation). Redis keeps them alive for the whole call.
 fn with_args<R>(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
     f: impl FnOnce(&[RedisString]) -> R,
 ) -> R {
-    const ON_STACK: usize = 16;
+    const ON_STACK: usize = 128;
     let raw_args: &[*mut raw::RedisModuleString] = match usize::try_from(argc) {
         // SAFETY: Redis passes `argc` valid argument pointers in `argv`.
         Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
@@ -206,26 +207,20 @@ fn with_args<R>(
     let borrow = |&p: &*mut raw::RedisModuleString| {
         ManuallyDrop::new(RedisString::from_redis_module_string(ctx, p))
     };
-    // `ManuallyDrop<T>` has the layout of `T`, and never dropping means never freeing
-    // strings we do not own.
-    let as_strings = |borrowed: &[ManuallyDrop<RedisString>]| -> &[RedisString] {
-        // SAFETY: same layout (repr(transparent)); the slice is only read.
-        unsafe { std::slice::from_raw_parts(borrowed.as_ptr().cast(), borrowed.len()) }
-    };
     if raw_args.len() <= ON_STACK {
-        let mut buf: [ManuallyDrop<RedisString>; ON_STACK] = std::array::from_fn(|_| {
-            ManuallyDrop::new(RedisString::from_redis_module_string(
-                ctx,
-                std::ptr::null_mut(),
-            ))
-        });
+        // Uninitialised room (nothing to fill for the slots a call does not use).
+        let mut buf = [const { MaybeUninit::<ManuallyDrop<RedisString>>::uninit() }; ON_STACK];
         for (slot, p) in buf.iter_mut().zip(raw_args) {
-            *slot = borrow(p);
+            slot.write(borrow(p));
         }
-        f(as_strings(buf.get(..raw_args.len()).unwrap_or(&[])))
+        // SAFETY: the first `raw_args.len()` slots were written above; `MaybeUninit<T>` and
+        // `ManuallyDrop<T>` have the layout of `T` (repr(transparent)), and never dropping
+        // means never freeing strings we do not own. The slice is only read.
+        f(unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), raw_args.len()) })
     } else {
         let borrowed: Vec<_> = raw_args.iter().map(borrow).collect();
-        f(as_strings(&borrowed))
+        // SAFETY: same layout (repr(transparent)); the slice is only read.
+        f(unsafe { std::slice::from_raw_parts(borrowed.as_ptr().cast(), borrowed.len()) })
     }
 }
 
