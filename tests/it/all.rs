@@ -431,3 +431,46 @@ fn log_dimensions_take_part_and_refund() {
     assert_eq!(&r[..3], &[2, 3, 2]);
     assert_eq!(all(&mut c, &args).0, 1);
 }
+
+/// 16 keys (the most whose per-call data the module keeps on the stack) and 40 (beyond it,
+/// with `rl.max-all-keys` raised, and more arguments than the dispatcher keeps on the stack):
+/// the same all-or-nothing answers either way.
+#[test]
+fn calls_of_sixteen_and_of_forty_keys_are_all_or_nothing_alike() {
+    let server = Server::start();
+    let mut c = server.client();
+    let _: () = query(&mut c, &["CONFIG", "SET", "rl.max-all-keys", "40"]);
+    for n in [16usize, 40] {
+        let keys: Vec<String> = (0..n).map(|i| format!("{{many}}:{n}:{i}")).collect();
+        let mut args = vec!["RL.ALL".to_string(), n.to_string()];
+        args.extend(keys.iter().cloned());
+        for i in 0..n {
+            let spec = if i % 2 == 0 {
+                "TOKENBUCKET 10 1 600000"
+            } else {
+                "SLIDING 10 600000"
+            };
+            args.extend(spec.split(' ').map(str::to_string));
+        }
+        let (allowed, denied, dims) = all(&mut c, &args);
+        assert_eq!((allowed, denied, dims.len()), (1, 0, n), "{n} keys");
+        assert!(dims.iter().all(|d| d[..3] == [10, 9, 0]), "{n}: {dims:?}");
+        // The last key is exhausted elsewhere: the next call takes nothing anywhere.
+        let last = &keys[n - 1];
+        ints(&mut c, &["RL.SLIDING", last, "10", "600000", "COST", "9"]);
+        let before: Vec<_> = keys.iter().map(|k| snapshot(&mut c, k).0).collect();
+        let (allowed, denied, dims) = all(&mut c, &args);
+        assert_eq!(
+            (allowed, denied),
+            (0, i64::try_from(n).unwrap()),
+            "{n} keys"
+        );
+        assert!(dims[n - 1][2] > 0, "{n}: the last key says when to retry");
+        assert!(
+            dims[..n - 1].iter().all(|d| d[..3] == [10, 9, 0]),
+            "{n}: {dims:?}"
+        );
+        let after: Vec<_> = keys.iter().map(|k| snapshot(&mut c, k).0).collect();
+        assert_eq!(before, after, "{n} keys: a denied call changed a key");
+    }
+}
