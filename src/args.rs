@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use redis_module::RedisString;
+use redis_module::{raw, RedisString};
 use redis_rl_core::algorithm::{Opt, MAX_OPTIONS};
 use redis_rl_core::limits::{ParamError, Range};
 
@@ -51,22 +51,97 @@ impl fmt::Display for ArgError {
 ///
 /// Anything else (empty, `-1`, `1.5`, `+3`, ` 7`, too large) is the range error, which says
 /// what is expected.
+#[inline]
 pub fn integer(arg: &RedisString, range: Range) -> Result<u64, ParamError> {
-    let bytes = arg.as_slice();
-    if bytes.is_empty() {
-        return Err(range.error());
+    match digits(bytes(arg)) {
+        Some(value) => range.check(value),
+        None => Err(range.error()),
     }
-    let mut value: u64 = 0;
-    for &b in bytes {
-        if !b.is_ascii_digit() {
-            return Err(range.error());
+}
+
+/// The bytes of an argument. The same as `RedisString::as_slice`, but inlined: every
+/// argument of every call goes through here.
+#[inline]
+pub fn bytes(arg: &RedisString) -> &[u8] {
+    // SAFETY: the API table is filled at module load.
+    let Some(ptr_len) = (unsafe { raw::RedisModule_StringPtrLen }) else {
+        return &[];
+    };
+    let mut len = 0;
+    // SAFETY: `arg` is a live string of this call; the server returns its buffer and length,
+    // valid (and unchanged) as long as `arg` is borrowed.
+    unsafe {
+        let ptr = ptr_len(arg.inner, &mut len);
+        if ptr.is_null() {
+            return &[];
         }
-        value = value
-            .checked_mul(10)
-            .and_then(|v| v.checked_add(u64::from(b - b'0')))
-            .ok_or(range.error())?;
+        std::slice::from_raw_parts(ptr.cast::<u8>(), len)
     }
-    range.check(value)
+}
+
+/// The value of `bytes` read as a decimal number of ASCII digits, or `None`: empty, any
+/// other byte, or above `u64::MAX`.
+#[inline(always)]
+fn digits(bytes: &[u8]) -> Option<u64> {
+    // Up to 19 digits the value stays below 10^19 < u64::MAX (1.8 x 10^19): no step can
+    // overflow, so no checked arithmetic. Longer numbers (leading zeros, or out of any
+    // range) take the checked loop.
+    const SAFE_DIGITS: usize = 19;
+    if bytes.is_empty() || bytes.len() > SAFE_DIGITS {
+        return digits_checked(bytes);
+    }
+    // The first `len % 8` digits one by one, then eight at a time.
+    let (head, body) = bytes.split_at_checked(bytes.len() % 8)?;
+    let mut value: u64 = 0;
+    for &b in head {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        value = value * 10 + u64::from(digit);
+    }
+    for chunk in body.chunks_exact(8) {
+        let word = u64::from_le_bytes(chunk.try_into().ok()?);
+        value = value * 100_000_000 + eight_digits(word)?;
+    }
+    Some(value)
+}
+
+/// The value of eight ASCII digits loaded as a little-endian word (the first digit in the
+/// lowest byte), or `None` if any byte is not a digit: the digits combined pairwise in a
+/// few multiplications instead of eight steps (the classic SWAR method of fast_float and
+/// simdjson).
+#[inline(always)]
+fn eight_digits(word: u64) -> Option<u64> {
+    const LOW_NIBBLES: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+    const ZEROS: u64 = 0x3030_3030_3030_3030; // b'0' in every byte
+                                              // A byte is a digit (0x30..=0x39) iff its high nibble is 3 and adding 6 leaves it 3. (A
+                                              // carry out of a byte needs a byte >= 0xFA, which already fails its own test.)
+    let high = word & !LOW_NIBBLES;
+    let high_plus_6 = word.wrapping_add(0x0606_0606_0606_0606) & !LOW_NIBBLES;
+    if high | (high_plus_6 >> 4) != 0x3333_3333_3333_3333 {
+        return None;
+    }
+    // Each byte now 0..=9; no step below carries out of its lane or overflows the word.
+    let d = word - ZEROS;
+    // 16-bit lanes: 10 x first + second of each pair of digits (0..=99).
+    let pairs = (d * 10 + (d >> 8)) & 0x00FF_00FF_00FF_00FF;
+    // 32-bit lanes: 100 x first + second of each pair of pairs (0..=9999).
+    let quads = (pairs * 100 + (pairs >> 16)) & 0x0000_FFFF_0000_FFFF;
+    // 10000 x first + second quad (0..=99,999,999).
+    Some((quads * 10_000 + (quads >> 32)) & 0xFFFF_FFFF)
+}
+
+/// [`digits`] for any length, with checked arithmetic.
+#[cold]
+fn digits_checked(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |value, &b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
+        value.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }
 
 /// The options every limiting command accepts after its positional arguments.
@@ -132,7 +207,27 @@ impl Options {
     /// Parses the options `accepted` lists, in any order, each at most once, names in any
     /// case; returns the algorithm's options apart, in the order of `accepted.options`
     /// (`None` when not given).
+    ///
+    /// Most calls give no option at all: that case is inlined and costs a comparison (and
+    /// the `rl.max-cost` check of the implicit cost).
+    #[inline]
     pub fn parse_accepting(
+        args: &[RedisString],
+        accepted: Accepted,
+    ) -> Result<(Options, [Option<u64>; MAX_OPTIONS]), ArgError> {
+        if args.is_empty() {
+            let options = Options {
+                cost: implicit_cost(accepted)?,
+                peek: false,
+                upto: false,
+            };
+            return Ok((options, [None; MAX_OPTIONS]));
+        }
+        Self::parse_given(args, accepted)
+    }
+
+    /// [`Options::parse_accepting`] when at least one option is given.
+    fn parse_given(
         args: &[RedisString],
         accepted: Accepted,
     ) -> Result<(Options, [Option<u64>; MAX_OPTIONS]), ArgError> {
@@ -142,7 +237,7 @@ impl Options {
         let mut extra = [None; MAX_OPTIONS];
         let mut rest = args.iter();
         while let Some(arg) = rest.next() {
-            let name = arg.as_slice();
+            let name = bytes(arg);
             let own = accepted
                 .options
                 .iter()
@@ -180,12 +275,21 @@ impl Options {
         }
         let cost = match cost {
             Some(cost) => cost,
-            // The implicit cost is a cost like any other: `rl.max-cost 0` refuses it too.
-            None if accepted.cost => config::cost_range().check(1)?,
-            // A lease is one slot, not a cost (RL.CONCURRENCY takes no COST).
-            None => 1,
+            None => implicit_cost(accepted)?,
         };
         Ok((Options { cost, peek, upto }, extra))
+    }
+}
+
+/// The cost of a call that gives no `COST n`.
+#[inline]
+fn implicit_cost(accepted: Accepted) -> Result<u64, ParamError> {
+    if accepted.cost {
+        // The implicit cost is a cost like any other: `rl.max-cost 0` refuses it too.
+        config::cost_range().check(1)
+    } else {
+        // A lease is one slot, not a cost (RL.CONCURRENCY takes no COST).
+        Ok(1)
     }
 }
 
@@ -205,4 +309,85 @@ pub(crate) fn shown(bytes: &[u8]) -> String {
         out.push_str("...");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The plain definition: non-empty, ASCII digits only, fits in a u64.
+    fn reference(bytes: &[u8]) -> Option<u64> {
+        if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(bytes).ok()?.parse().ok()
+    }
+
+    #[test]
+    fn digits_reads_every_length_and_refuses_anything_else() {
+        for text in [
+            "0",
+            "7",
+            "60000",
+            "1000000000",
+            "12345678",
+            "123456789",
+            "00000001",
+            "99999999",
+            "999999999999999999",
+            "9999999999999999999",
+            "10000000000000000000",
+            "18446744073709551615",
+            "18446744073709551616",
+            "000000000000000000000000000042",
+            "",
+            "-1",
+            "+3",
+            " 7",
+            "7 ",
+            "1.5",
+            "1e3",
+            "12345678:",
+            ":2345678",
+            "1234/678",
+            "\u{0}",
+            "１",
+        ] {
+            assert_eq!(
+                digits(text.as_bytes()),
+                reference(text.as_bytes()),
+                "{text:?}"
+            );
+        }
+        assert_eq!(digits(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(digits(b"18446744073709551616"), None);
+    }
+
+    #[test]
+    fn eight_digits_refuses_each_byte_that_is_not_a_digit_at_each_position() {
+        for position in 0..8 {
+            for b in 0..=255u8 {
+                let mut text = *b"12345678";
+                text[position] = b;
+                let expected = reference(&text);
+                assert_eq!(eight_digits(u64::from_le_bytes(text)), expected, "{text:?}");
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn digits_matches_the_definition_on_numbers(n: u64, zeros in 0usize..4) {
+            let text = format!("{}{n}", "0".repeat(zeros));
+            prop_assert_eq!(digits(text.as_bytes()), reference(text.as_bytes()));
+        }
+
+        #[test]
+        fn digits_matches_the_definition_on_any_bytes(
+            bytes in proptest::collection::vec(prop_oneof![b'0'..=b'9', any::<u8>()], 0..24)
+        ) {
+            prop_assert_eq!(digits(&bytes), reference(&bytes));
+        }
+    }
 }

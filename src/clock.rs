@@ -9,6 +9,7 @@ use redis_rl_core::Micros;
 
 /// The current wall-clock time. A clock before 1970 (or a failing call) reads as 0, which
 /// the limiters treat like any clock that stepped back: no time has passed.
+#[inline(always)]
 pub fn now() -> Micros {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -20,6 +21,7 @@ pub fn now() -> Micros {
         return Micros(0);
     }
     let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let micros = u64::try_from(ts.tv_nsec / 1000).unwrap_or(0);
+    // 0..1e9 by POSIX; unsigned, its division by 1000 is a multiplication.
+    let micros = u64::try_from(ts.tv_nsec).unwrap_or(0) / 1000;
     Micros(secs.saturating_mul(1_000_000).saturating_add(micros))
 }

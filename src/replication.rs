@@ -76,6 +76,7 @@ fn listener_may_appear() {
 }
 
 /// Called by the dispatcher before each command: the call has not been handed over yet.
+#[inline]
 pub fn begin_call() {
     SENT.store(false, Ordering::Relaxed);
 }
@@ -86,7 +87,10 @@ pub fn begin_call() {
 /// the replication stream or a load.
 pub fn replicate(ctx: &Context, effect: impl FnOnce()) {
     if VERBATIM.load(Ordering::Relaxed) {
-        if !SENT.swap(true, Ordering::Relaxed) {
+        // A load and a store, not a swap: only the main thread runs commands, and a swap
+        // is a locked instruction (a full barrier) on x86.
+        if !SENT.load(Ordering::Relaxed) {
+            SENT.store(true, Ordering::Relaxed);
             // SAFETY: the API table is filled at module load; a command's context.
             if let Some(verbatim) = unsafe { raw::RedisModule_ReplicateVerbatim } {
                 unsafe { verbatim(ctx.get_raw()) };

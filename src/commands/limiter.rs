@@ -49,6 +49,11 @@ where
 /// `RL.<NAME> key <params> [options] [COST n] [UPTO] [PEEK]`: the parameters in order (each
 /// checked against its range), then the options in any order, then the decision (a partial
 /// grant with `UPTO`, replied with a sixth integer).
+///
+/// This, [`decide`] and [`settle`] are inlined into the command's entry point (with the
+/// dispatcher): one function per command, so the parameters, the state, the decision and
+/// the reply fields stay in registers instead of being moved between frames.
+#[inline(always)]
 fn run<A: RateLimiter>(ctx: &Context, args: &[RedisString]) -> Result<Handled, Error>
 where
     A::State: Stored,
@@ -91,6 +96,7 @@ where
 
 /// Reads `key`, lets `check` decide at the server's current time, stores the new state
 /// (unless PEEK, a denial or a no-op) and replies.
+#[inline(always)]
 pub fn decide<S: Stored>(
     ctx: &Context,
     key: &RedisString,
@@ -101,6 +107,7 @@ pub fn decide<S: Stored>(
 }
 
 /// [`decide`] with another reply format (RL.THROTTLE answers like redis-cell).
+#[inline(always)]
 pub fn decide_replying<S: Stored>(
     ctx: &Context,
     key: &RedisString,
@@ -117,6 +124,7 @@ pub fn decide_replying<S: Stored>(
 
 /// The flow itself: `check` also tells the units granted by `UPTO` (`None` without it),
 /// which the reply then carries as a sixth integer.
+#[inline(always)]
 fn settle<S: Stored>(
     ctx: &Context,
     key: &RedisString,

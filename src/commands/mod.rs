@@ -169,6 +169,9 @@ pub fn register(ctx: &Context) -> Result<(), String> {
 /// Runs one call: borrows the arguments, runs the handler so that a bug can never unwind
 /// into redis-server (a panic becomes an error reply), counts the call and its outcome in
 /// `INFO rl`, replies.
+///
+/// Inlined into each command's entry point, so the handler is a direct call.
+#[inline(always)]
 fn dispatch(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
@@ -184,14 +187,24 @@ fn dispatch(
         ))
     });
     stats::count(counters, result.as_ref().map(|h| h.decided));
-    let reply = result.map(|h| h.reply).map_err(RedisError::from);
-    context.reply(reply) as c_int
+    let reply = match result {
+        Ok(handled) => handled.reply,
+        Err(error) => return context.reply(Err(RedisError::from(error))) as c_int,
+    };
+    if matches!(reply, RedisValue::NoReply) {
+        // The handler replied itself (every limiting command does): nothing left to send,
+        // and nothing to drop (`forget` spares the generic drop of a `RedisValue`).
+        std::mem::forget(reply);
+        return raw::REDISMODULE_OK as c_int;
+    }
+    context.reply(Ok(reply)) as c_int
 }
 
 /// Calls `f` with the call's arguments as `RedisString`s borrowed from Redis, without
 /// touching their reference counts or allocating (up to 128 arguments, enough for an RL.ALL
 /// of `rl.max-all-keys`' default 16 keys with any specs; more, as a larger RL.ALL may take,
 /// use one allocation). Redis keeps them alive for the whole call.
+#[inline(always)]
 fn with_args<R>(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
