@@ -196,7 +196,7 @@ fn decide<'a>(
     for (i, (d, name)) in dimensions.iter_mut().zip(keys).enumerate() {
         let Some(spec) = &d.spec else { continue };
         let key = LimiterKey::open(ctx, name);
-        let (decision, next) = spec.check(spec::read(spec, &key)?, now, options.cost);
+        let (decision, next) = spec::check(spec, &key, now, options.cost)?;
         if denied.is_none() && !decision.is_allowed() {
             denied = Some(i);
         }
@@ -214,7 +214,7 @@ fn decide<'a>(
                 continue;
             };
             if e.decision.is_allowed() {
-                e.decision = spec.check(spec::read(spec, &e.key)?, now, 0).0;
+                e.decision = spec::check(spec, &e.key, now, 0)?.0;
             }
         }
     } else if !options.peek {

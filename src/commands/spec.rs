@@ -9,7 +9,7 @@ use std::fmt;
 use std::slice::Iter;
 
 use redis_module::{Context, RedisString};
-use redis_rl_core::algorithm::{Algorithm, Opt, RateLimiter, Source};
+use redis_rl_core::algorithm::{Opt, RateLimiter, Source};
 use redis_rl_core::decision::expire_at;
 use redis_rl_core::limits::{ParamError, Range};
 use redis_rl_core::registry::SpecNames;
@@ -110,17 +110,26 @@ pub struct Evaluated {
     pub write: Option<(Encoded, Millis)>,
 }
 
-/// Generates [`read`], [`encode`] and [`refund`] from the registry: one arm per rate limiter.
+/// Generates [`check`], [`encode`] and [`refund`] from the registry: one arm per rate limiter.
 macro_rules! dispatch {
     (
         limiters: [$($l:ident = $lt:ty),* $(,)?],
         others: [$($o:ident = $ot:ty),* $(,)?] $(,)?
     ) => {
-        /// Reads the state of `spec`'s algorithm from the open `key` (see
-        /// [`LimiterKey::read`]): `None` if the key is missing.
-        pub fn read(spec: &Spec, key: &LimiterKey<'_>) -> Result<Option<AnyState>, Error> {
+        /// Reads `spec`'s state from the open `key` (see [`LimiterKey::read`]) and decides
+        /// whether `cost` units may be taken at `now`: the decision and the state to store if
+        /// the call is to change the key. Writes nothing.
+        pub fn check(
+            spec: &Spec,
+            key: &LimiterKey<'_>,
+            now: Micros,
+            cost: u64,
+        ) -> Result<(Decision, Option<AnyState>), Error> {
             match spec {
-                $(AnyParams::$l(_) => Ok(key.read::<<$lt as Algorithm>::State>()?.map(AnyState::$l)),)*
+                $(AnyParams::$l(p) => {
+                    let (decision, next) = <$lt as RateLimiter>::check(key.read()?, now, p, cost);
+                    Ok((decision, next.map(AnyState::$l)))
+                })*
             }
         }
 
