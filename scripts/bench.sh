@@ -12,7 +12,8 @@
 # on one server; per pair the ratio of usec_per_call, the table gives the median and min-max),
 # instructions per call in call() under callgrind for each of them, and bytes per key. Rewrites
 # only the targets section of benches/RESULTS.md; prints the load average at the start and the
-# end, and warns when other work used the machine meanwhile. About 8 minutes on 2 cores.
+# end, and warns when other work used the machine meanwhile. About 7 minutes on a quiet 2-core
+# machine (11 measured with other builds running, load 12-30).
 #
 # REDIS_CELL_SOURCE: a directory holding redis-cell's source (e.g. the 0.5.0 release from
 # GitHub, which rounds waits up as RL.THROTTLE does), built once and cached under target/ by
@@ -24,6 +25,7 @@
 #   BENCH_MEMORY_KEYS=100000 BENCH_ONLY="SET 25 B PXAT,RL.SLIDING"   (see scripts/bench.py)
 #   Targets table (both modes): BENCH_TARGETS="RL.TOKENBUCKET,..." BENCH_PAIRS=5
 #   BENCH_PAIR_SECONDS=0.5 BENCH_WARMUP_SECONDS=0.25 BENCH_CALLGRIND=1 BENCH_CG_CALLS=5000
+#   BENCH_CG_KEYS=100 (keys the calls under callgrind draw from, so short-lived keys stay live)
 #   (BENCH_PAIRS=0 leaves the targets out of `make bench`)
 #   BENCH_CRITERION=0   skip the criterion benches
 #   BENCH_SERVER=0      skip the server benches (criterion only)

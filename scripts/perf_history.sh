@@ -27,6 +27,9 @@
 #    and measured in turn (A B C D A B C D ...), PH_REPS repetitions, median.
 #
 # Environment: PH_CALLS=50000 PH_WALL_N=500000 PH_REPS=3 PH_KEYS=100000
+#   PH_CG_KEYS=PH_KEYS: the measured callgrind calls draw among the first PH_CG_KEYS keys only,
+#     written again just before (e.g. 100: short-lived keys stay live under callgrind, so the
+#     figure is the update path; `make bench-targets` measures that way)
 #   PH_CALLGRIND=1 PH_WALL=1 (0 skips a phase)   PH_ONLY="SET PXAT,RL.SLIDING" (names below)
 #   RL_SERVER=redis-server   CARGO_TARGET_DIR (default ./target)
 # Output: target/perf_history/{results.tsv,table.md}, the table also on stdout.
@@ -42,6 +45,7 @@ CALLS=${PH_CALLS:-50000}
 WALL_N=${PH_WALL_N:-500000}
 REPS=${PH_REPS:-3}
 KEYS=${PH_KEYS:-100000}
+CG_KEYS=${PH_CG_KEYS:-$KEYS}
 mkdir -p "$OUT"
 
 [ $# -gt 0 ] || set -- 3356906 77dbc74 eb388c8 828b5af HEAD
@@ -98,9 +102,9 @@ server_args() {  # port so
     --enable-debug-command local --loadmodule "$2"
 }
 # Every key redis-benchmark -r KEYS can draw (`__rand_int__` is 12 zero-padded digits) exists.
-prefill() {  # port command-spec
+prefill() {  # port command-spec [keys]
   IFS='|' read -r name _ prefix rest <<<"$2"
-  python3 - "$name" "$prefix" "$rest" "$KEYS" <<'EOF' | cli "$1" --pipe >/dev/null
+  python3 - "$name" "$prefix" "$rest" "${3:-$KEYS}" <<'EOF' | cli "$1" --pipe >/dev/null
 import sys
 name, prefix, rest, keys = sys.argv[1], sys.argv[2], sys.argv[3].split(), int(sys.argv[4])
 cmd = "SET" if name == "SET PXAT" else name
@@ -120,11 +124,11 @@ prefill_all() {  # port
   done
   echo "!! keyspace still rehashing" >&2
 }
-bench() {  # port command-spec n
+bench() {  # port command-spec n [keys]
   IFS='|' read -r name _ prefix rest <<<"$2"
   local cmd=$name; [ "$name" = "SET PXAT" ] && cmd=SET
   # shellcheck disable=SC2086
-  redis-benchmark -h 127.0.0.1 -p "$1" -c 50 -P 16 -r "$KEYS" -n "$3" -q $cmd "${prefix}__rand_int__" $rest \
+  redis-benchmark -h 127.0.0.1 -p "$1" -c 50 -P 16 -r "${4:-$KEYS}" -n "$3" -q $cmd "${prefix}__rand_int__" $rest \
     >/dev/null 2>&1
 }
 stat() {  # port commandstats-name field
@@ -148,11 +152,11 @@ if [ "${PH_CALLGRIND:-1}" != 0 ]; then
     prefill_all "$port"
     for spec in "${COMMANDS[@]}"; do
       IFS='|' read -r name stat_name _ _ <<<"$spec"
-      prefill "$port" "$spec"
+      prefill "$port" "$spec" "$CG_KEYS"
       cli "$port" config resetstat >/dev/null
       callgrind_control -i on "$vg" >/dev/null 2>&1
       callgrind_control -z "$vg" >/dev/null 2>&1
-      bench "$port" "$spec" "$CALLS"
+      bench "$port" "$spec" "$CALLS" "$CG_KEYS"
       callgrind_control -d "$vg" >/dev/null 2>&1
       callgrind_control -i off "$vg" >/dev/null 2>&1
       calls=$(stat "$port" "$stat_name" calls)
