@@ -142,7 +142,7 @@ proptest! {
                                 let (dirty, _) = apply(&mut changed, change, &id);
                                 // Only the reported ranges changed.
                                 let mut check = table_bytes.clone();
-                                for (off, len) in dirty.ranges() {
+                                for &(off, len) in dirty.ranges() {
                                     check[off..off + len].copy_from_slice(&changed[off..off + len]);
                                 }
                                 prop_assert_eq!(&check, &changed);

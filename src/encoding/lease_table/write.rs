@@ -32,27 +32,73 @@ pub enum Change {
     Rebuild,
 }
 
-/// Byte ranges changed in place, merged.
+/// Ranges closer than this many bytes are replicated as one (one `SETRANGE` costs more than a
+/// few unchanged bytes).
+const GAP: usize = 16;
+/// Merged ranges held without an allocation (a renewal or an insertion touches 2 to 4).
+const INLINE: usize = 8;
+
+/// Byte ranges changed in place as `(offset, length)`, merged as they are marked: sorted, and
+/// any two ranges at most [`GAP`] bytes apart joined (what sorting every mark and merging
+/// neighbours gives). Up to [`INLINE`] ranges take no allocation.
 #[derive(Debug, Default)]
-pub struct Dirty(Vec<(usize, usize)>);
+pub struct Dirty {
+    inline: [(usize, usize); INLINE],
+    len: usize,
+    /// Every range, once there are more than [`INLINE`] (many expired leases dropped at once).
+    spilled: Vec<(usize, usize)>,
+}
+
+/// Where a mark of `start..end` goes among sorted, merged `ranges`: it replaces
+/// `ranges[first..last]` (those it touches, none if `first == last`) with the returned range.
+fn merge(ranges: &[(usize, usize)], start: usize, end: usize) -> (usize, usize, (usize, usize)) {
+    let first = ranges.partition_point(|&(at, len)| at + len + GAP < start);
+    let (mut start, mut end, mut last) = (start, end, first);
+    while let Some(&(at, len)) = ranges.get(last) {
+        if at > end + GAP {
+            break;
+        }
+        (start, end) = (start.min(at), end.max(at + len));
+        last += 1;
+    }
+    (first, last, (start, end - start))
+}
 
 impl Dirty {
     fn mark(&mut self, at: usize, len: usize) {
-        self.0.push((at, at + len));
+        let (first, last, range) = merge(self.ranges(), at, at + len);
+        if self.spilled.is_empty() {
+            if first < last || self.len < INLINE {
+                // ranges[..first], the merged range, ranges[last..].
+                let old = self.inline;
+                let kept = old.get(..self.len).unwrap_or_default();
+                let before = kept.get(..first).unwrap_or_default();
+                let after = kept.get(last..).unwrap_or_default();
+                let mut n = 0;
+                for &r in before.iter().chain([range].iter()).chain(after) {
+                    if let Some(slot) = self.inline.get_mut(n) {
+                        *slot = r;
+                    }
+                    n += 1;
+                }
+                self.len = n;
+                return;
+            }
+            self.spilled.extend_from_slice(&self.inline);
+        }
+        let after = self.spilled.split_off(last.min(self.spilled.len()));
+        self.spilled.truncate(first);
+        self.spilled.push(range);
+        self.spilled.extend(after);
     }
 
-    /// The changed ranges as `(offset, length)`, sorted, with ranges closer than 16 bytes
-    /// merged (one `SETRANGE` costs more than a few unchanged bytes).
-    pub fn ranges(mut self) -> Vec<(usize, usize)> {
-        self.0.sort_unstable();
-        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(self.0.len());
-        for (start, end) in self.0 {
-            match merged.last_mut() {
-                Some(last) if start <= last.1 + 16 => last.1 = last.1.max(end),
-                _ => merged.push((start, end)),
-            }
+    /// The changed ranges as `(offset, length)`, sorted.
+    pub fn ranges(&self) -> &[(usize, usize)] {
+        if self.spilled.is_empty() {
+            self.inline.get(..self.len).unwrap_or_default()
+        } else {
+            &self.spilled
         }
-        merged.into_iter().map(|(s, e)| (s, e - s)).collect()
     }
 }
 
@@ -68,6 +114,16 @@ impl Writer<'_> {
         if let Some(dst) = self.bytes.get_mut(at..at + value.len()) {
             dst.copy_from_slice(value);
             self.dirty.mark(at, value.len());
+        }
+    }
+
+    /// Writes `value` followed by zeros up to `room` bytes, marked as one range.
+    fn put_padded(&mut self, at: usize, value: &[u8], room: usize) {
+        if let Some(dst) = self.bytes.get_mut(at..at + room) {
+            let (head, tail) = dst.split_at_mut(value.len().min(room));
+            head.copy_from_slice(value.get(..head.len()).unwrap_or_default());
+            tail.fill(0);
+            self.dirty.mark(at, room);
         }
     }
 
@@ -167,11 +223,7 @@ pub fn apply(bytes: &mut [u8], change: Change, id: &[u8]) -> (Dirty, u64) {
             let id_len = u8::try_from(id.len().saturating_sub(1)).unwrap_or(0);
             w.put(at + STATE, &[LIVE, id_len]);
             w.put(at + EXPIRES_AT, &place.expires_at.to_le_bytes());
-            let mut room = vec![0u8; width];
-            if let Some(dst) = room.get_mut(..id.len()) {
-                dst.copy_from_slice(id);
-            }
-            w.put(at + ID, &room);
+            w.put_padded(at + ID, id, width);
             w.link_after(place.slot, place.after);
         }
         Change::Release { slot, .. } => {
@@ -256,4 +308,39 @@ pub fn build(state: &ConcurrencyState) -> Vec<u8> {
         dst.copy_from_slice(&header);
     }
     bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Every mark sorted, then neighbours at most `GAP` bytes apart merged.
+    fn sorted_and_merged(marks: &[(usize, usize)]) -> Vec<(usize, usize)> {
+        let mut ends: Vec<(usize, usize)> = marks.iter().map(|&(at, len)| (at, at + len)).collect();
+        ends.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::new();
+        for (start, end) in ends {
+            match merged.last_mut() {
+                Some(last) if start <= last.1 + GAP => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        merged.into_iter().map(|(s, e)| (s, e - s)).collect()
+    }
+
+    proptest! {
+        /// Merging as marks come gives what sorting and merging them all gives, inline or
+        /// spilled.
+        #[test]
+        fn marks_merge_as_a_sort_would(
+            marks in prop::collection::vec((0usize..3_000, 1usize..40), 0..60),
+        ) {
+            let mut dirty = Dirty::default();
+            for (i, &(at, len)) in marks.iter().enumerate() {
+                dirty.mark(at, len);
+                prop_assert_eq!(dirty.ranges(), &sorted_and_merged(&marks[..=i])[..]);
+            }
+        }
+    }
 }
