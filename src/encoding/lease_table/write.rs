@@ -66,30 +66,46 @@ fn merge(ranges: &[(usize, usize)], start: usize, end: usize) -> (usize, usize, 
 
 impl Dirty {
     fn mark(&mut self, at: usize, len: usize) {
-        let (first, last, range) = merge(self.ranges(), at, at + len);
-        if self.spilled.is_empty() {
-            if first < last || self.len < INLINE {
-                // ranges[..first], the merged range, ranges[last..].
-                let old = self.inline;
-                let kept = old.get(..self.len).unwrap_or_default();
-                let before = kept.get(..first).unwrap_or_default();
-                let after = kept.get(last..).unwrap_or_default();
-                let mut n = 0;
-                for &r in before.iter().chain([range].iter()).chain(after) {
-                    if let Some(slot) = self.inline.get_mut(n) {
-                        *slot = r;
-                    }
-                    n += 1;
-                }
-                self.len = n;
-                return;
-            }
-            self.spilled.extend_from_slice(&self.inline);
+        if !self.spilled.is_empty() {
+            let (first, last, range) = merge(&self.spilled, at, at + len);
+            let after = self.spilled.split_off(last.min(self.spilled.len()));
+            self.spilled.truncate(first);
+            self.spilled.push(range);
+            self.spilled.extend(after);
+            return;
         }
-        let after = self.spilled.split_off(last.min(self.spilled.len()));
-        self.spilled.truncate(first);
-        self.spilled.push(range);
-        self.spilled.extend(after);
+        let n = self.len;
+        let (first, last, range) = merge(self.inline.get(..n).unwrap_or_default(), at, at + len);
+        match last - first {
+            // A new range at `first`: the ones from there move up one.
+            0 if n < INLINE => {
+                if let Some(tail) = self.inline.get_mut(first..=n) {
+                    tail.rotate_right(1);
+                    if let Some(slot) = tail.first_mut() {
+                        *slot = range;
+                    }
+                }
+                self.len = n + 1;
+            }
+            0 => {
+                self.spilled.reserve(2 * INLINE);
+                self.spilled
+                    .extend_from_slice(self.inline.get(..first).unwrap_or_default());
+                self.spilled.push(range);
+                self.spilled
+                    .extend_from_slice(self.inline.get(first..n).unwrap_or_default());
+            }
+            // `first..last` become one range: the ones after it move down.
+            joined => {
+                if let Some(slot) = self.inline.get_mut(first) {
+                    *slot = range;
+                }
+                if let Some(tail) = self.inline.get_mut(first + 1..n) {
+                    tail.rotate_left(joined - 1);
+                }
+                self.len = n - (joined - 1);
+            }
+        }
     }
 
     /// The changed ranges as `(offset, length)`, sorted.
