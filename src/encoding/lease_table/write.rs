@@ -75,12 +75,18 @@ impl Dirty {
             return;
         }
         let n = self.len;
-        let (first, last, range) = merge(self.inline.get(..n).unwrap_or_default(), at, at + len);
+        let ranges = self.inline.get(..n).unwrap_or_default();
+        // Most marks of a call fall in a range already marked (a record's fields, the header).
+        if ranges.iter().any(|&(o, l)| at >= o && at + len <= o + l) {
+            return;
+        }
+        let (first, last, range) = merge(ranges, at, at + len);
         match last - first {
             // A new range at `first`: the ones from there move up one.
             0 if n < INLINE => {
                 if let Some(tail) = self.inline.get_mut(first..=n) {
-                    tail.rotate_right(1);
+                    let moved = tail.len() - 1;
+                    tail.copy_within(..moved, 1);
                     if let Some(slot) = tail.first_mut() {
                         *slot = range;
                     }
@@ -101,7 +107,7 @@ impl Dirty {
                     *slot = range;
                 }
                 if let Some(tail) = self.inline.get_mut(first + 1..n) {
-                    tail.rotate_left(joined - 1);
+                    tail.copy_within(joined - 1.., 0);
                 }
                 self.len = n - (joined - 1);
             }
