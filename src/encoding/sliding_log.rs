@@ -23,18 +23,25 @@ impl Stored for SlidingLogState {
     fn encode_body(&self, out: &mut Writer<'_>) {
         // 3 bytes an entry covers gaps up to 1 s; more grows the buffer once or twice.
         out.reserve(16 + 3 * self.entries.len());
-        out.varint(self.window_ms);
+        // The varints go to a buffer on the stack, handed over a chunk at a time (one copy
+        // per chunk rather than per varint).
+        let mut chunk = Chunk::default();
+        chunk.varint(self.window_ms);
         let mut previous = 0;
         for e in &self.entries {
             let delta = e.at.0.saturating_sub(previous).min(u64::MAX >> 1);
             previous = e.at.0;
             if e.count == 1 {
-                out.varint(delta << 1);
+                chunk.varint(delta << 1);
             } else {
-                out.varint(delta << 1 | 1);
-                out.varint(e.count);
+                chunk.varint(delta << 1 | 1);
+                chunk.varint(e.count);
+            }
+            if chunk.len >= CHUNK {
+                out.bytes(chunk.take());
             }
         }
+        out.bytes(chunk.take());
     }
 
     fn decode_body(body: &mut Reader<'_>) -> Option<Self> {
@@ -60,6 +67,49 @@ impl Stored for SlidingLogState {
             });
         }
         Some(SlidingLogState { window_ms, entries })
+    }
+}
+
+/// Bytes of varints gathered before they are copied out.
+const CHUNK: usize = 64;
+
+/// Varints gathered on the stack: [`CHUNK`] bytes, plus room for the two longest varints of an
+/// entry (10 bytes each) written after the chunk filled.
+struct Chunk {
+    buf: [u8; CHUNK + 20],
+    len: usize,
+}
+
+impl Default for Chunk {
+    fn default() -> Self {
+        Chunk {
+            buf: [0; CHUNK + 20],
+            len: 0,
+        }
+    }
+}
+
+impl Chunk {
+    /// Appends `v` as an unsigned LEB128 varint (as [`Writer::varint`] writes it).
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.push(u8::try_from(v & 0x7f).unwrap_or(0) | 0x80);
+            v >>= 7;
+        }
+        self.push(u8::try_from(v).unwrap_or(0));
+    }
+
+    fn push(&mut self, byte: u8) {
+        if let Some(slot) = self.buf.get_mut(self.len) {
+            *slot = byte;
+            self.len += 1;
+        }
+    }
+
+    /// The bytes gathered, and an empty chunk for the next ones.
+    fn take(&mut self) -> &[u8] {
+        let len = std::mem::take(&mut self.len);
+        self.buf.get(..len).unwrap_or_default()
     }
 }
 

@@ -47,6 +47,9 @@ pub struct Dirty {
     len: usize,
     /// Every range, once there are more than [`INLINE`] (many expired leases dropped at once).
     spilled: Vec<(usize, usize)>,
+    /// The range (start, end) the last new mark ended up in: ranges only grow, so it stays
+    /// inside one, and most marks of a call fall in it (a record's fields, the header).
+    hot: (usize, usize),
 }
 
 /// Where a mark of `start..end` goes among sorted, merged `ranges`: it replaces
@@ -65,9 +68,18 @@ fn merge(ranges: &[(usize, usize)], start: usize, end: usize) -> (usize, usize, 
 }
 
 impl Dirty {
+    #[inline]
     fn mark(&mut self, at: usize, len: usize) {
+        if at >= self.hot.0 && at + len <= self.hot.1 {
+            return;
+        }
+        self.add(at, len);
+    }
+
+    fn add(&mut self, at: usize, len: usize) {
         if !self.spilled.is_empty() {
             let (first, last, range) = merge(&self.spilled, at, at + len);
+            self.hot = (range.0, range.0 + range.1);
             let after = self.spilled.split_off(last.min(self.spilled.len()));
             self.spilled.truncate(first);
             self.spilled.push(range);
@@ -81,6 +93,7 @@ impl Dirty {
             return;
         }
         let (first, last, range) = merge(ranges, at, at + len);
+        self.hot = (range.0, range.0 + range.1);
         match last - first {
             // A new range at `first`: the ones from there move up one.
             0 if n < INLINE => {
