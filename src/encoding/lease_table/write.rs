@@ -87,6 +87,22 @@ impl Dirty {
             return;
         }
         let n = self.len;
+        let end = at + len;
+        // The first range, or one that joins the only range (a small table: header and
+        // records within a few bytes of each other).
+        let single = match (n, self.inline.first()) {
+            (0, _) => Some((at, end)),
+            (1, Some(&(o, l))) if at <= o + l + GAP && o <= end + GAP => {
+                Some((at.min(o), end.max(o + l)))
+            }
+            _ => None,
+        };
+        if let (Some((start, end)), Some(slot)) = (single, self.inline.first_mut()) {
+            *slot = (start, end - start);
+            self.len = 1;
+            self.hot = (start, end);
+            return;
+        }
         let ranges = self.inline.get(..n).unwrap_or_default();
         // Most marks of a call fall in a range already marked (a record's fields, the header).
         if ranges.iter().any(|&(o, l)| at >= o && at + len <= o + l) {
