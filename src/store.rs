@@ -247,19 +247,32 @@ impl<'a> LimiterKey<'a> {
     }
 
     /// Stores `value` whatever the key holds (a string or nothing): in place when the
-    /// lengths match.
+    /// lengths match, or when a short value shrinks.
     fn store(&self, value: &[u8]) -> Result<(), Error> {
         let mut len = 0;
         let mut dma = raw::string_dma(self.key, &mut len, raw::KeyMode::WRITE);
         if dma.is_null() {
             return Err(Error::WrongType);
         }
+        if value.len() < len && len <= MAY_BE_EMBEDDED {
+            // A compact state whose varints shrank: cut the string in place. It keeps its
+            // allocation (at most that of the longer value it held, a few bytes more than an
+            // exact one), which spares deleting and re-creating the key (two dictionary
+            // deletions, an insertion, two expiry lookups and four allocations).
+            if raw::string_truncate(self.key, value.len()) != raw::Status::Ok {
+                return Err(Error::Fixed("redis-rl could not write the key's value"));
+            }
+            dma = raw::string_dma(self.key, &mut len, raw::KeyMode::WRITE);
+            if dma.is_null() {
+                return Err(Error::WrongType);
+            }
+        }
         if len != value.len() && value.len() <= MAY_BE_EMBEDDED {
-            // A new key, or a short value of another length (a compact state whose varints
-            // grew or shrank): let Redis create an exact-size raw string, written in place
-            // below. A string made with RedisModule_CreateString would be an embedded string,
-            // which the next call's DMA access would copy into a raw one; truncating the old
-            // string in place would keep its room (and growing reserves twice the length).
+            // A new key, or a short value that grew (a compact state whose varints grew, or
+            // a longer value that became short): let Redis create an exact-size raw string,
+            // written in place below. A string made with RedisModule_CreateString would be
+            // an embedded string, which the next call's DMA access would copy into a raw
+            // one; growing the old string in place would reserve twice the length.
             if self.key_type() != Some(raw::KeyType::Empty) {
                 // SAFETY: the API table is filled at module load; the key is open for writing.
                 let deleted = unsafe { raw::RedisModule_DeleteKey }

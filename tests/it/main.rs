@@ -35,6 +35,7 @@ mod sliding_log;
 mod sliding_window;
 mod soak;
 mod steady_state;
+mod store_paths;
 mod throttle;
 mod token_bucket;
 mod upto;
