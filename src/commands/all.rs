@@ -17,7 +17,7 @@ use redis_rl_core::{AnyState, Decision};
 
 use super::spec::{self, Spec, SpecError};
 use super::{Command, Handled};
-use crate::args::{integer, ArgError, Options};
+use crate::args::{self, integer, ArgError, Options};
 use crate::docs::{int, key, string, Keys, Syntax, COST, PEEK, WRITE_ACL};
 use crate::error::Error;
 use crate::store::LimiterKey;
@@ -134,7 +134,7 @@ fn parse<'a>(
     dimensions: &mut [Dimension<'a>],
 ) -> Result<Options, AllError> {
     for (d, key) in dimensions.iter_mut().zip(keys) {
-        d.name = key.as_slice();
+        d.name = args::bytes(key);
     }
     for (i, d) in dimensions.iter().enumerate() {
         if dimensions
@@ -225,23 +225,50 @@ fn decide<'a>(
             }
         }
     }
-    send(ctx, denied, dimensions);
     Ok(Handled {
-        reply: RedisValue::NoReply,
+        reply: send(ctx, denied, dimensions),
         decided: (!options.peek).then_some(denied.is_none()),
     })
 }
 
 /// Replies `[allowed, denied_index, [[limit, remaining, retry_after_ms, reset_after_ms], ...]]`
-/// directly (no intermediate `RedisValue`, which would allocate).
-fn send(ctx: &Context, denied: Option<usize>, dimensions: &[Dimension<'_>]) {
+/// through the server's reply functions directly (no intermediate `RedisValue`, which would
+/// allocate; no wrapper checking each function pointer again) and returns `NoReply`.
+fn send(ctx: &Context, denied: Option<usize>, dimensions: &[Dimension<'_>]) -> RedisValue {
+    let allowed = i64::from(denied.is_none());
+    let index = denied.map_or(0, |i| i64::try_from(i + 1).unwrap_or(0));
+    let per_key = || {
+        dimensions.iter().filter_map(|d| {
+            let [_, per_key @ ..] = reply::decision(&d.decided.as_ref()?.decision);
+            Some(per_key)
+        })
+    };
+    // SAFETY: the API table is filled at module load.
+    let (Some(array), Some(long_long)) = (unsafe { raw::RedisModule_ReplyWithArray }, unsafe {
+        raw::RedisModule_ReplyWithLongLong
+    }) else {
+        // Never on a server that loaded the module; let the dispatcher reply instead.
+        let int = RedisValue::Integer;
+        let per_key = per_key().map(|f| RedisValue::Array(f.into_iter().map(int).collect()));
+        return RedisValue::Array(vec![
+            int(allowed),
+            int(index),
+            RedisValue::Array(per_key.collect()),
+        ]);
+    };
     let c = ctx.get_raw();
-    raw::reply_with_array(c, 3);
-    raw::reply_with_long_long(c, i64::from(denied.is_none()));
-    raw::reply_with_long_long(c, denied.map_or(0, |i| i64::try_from(i + 1).unwrap_or(0)));
-    raw::reply_with_array(c, c_long::try_from(dimensions.len()).unwrap_or(0));
-    for e in dimensions.iter().filter_map(|d| d.decided.as_ref()) {
-        let [_, per_key @ ..] = reply::decision(&e.decision);
-        reply::send(ctx, &per_key);
+    // SAFETY: a command's context; each array header is followed by exactly its elements.
+    unsafe {
+        array(c, 3);
+        long_long(c, allowed);
+        long_long(c, index);
+        array(c, c_long::try_from(dimensions.len()).unwrap_or(0));
+        for fields in per_key() {
+            array(c, 4);
+            for field in fields {
+                long_long(c, field);
+            }
+        }
     }
+    RedisValue::NoReply
 }

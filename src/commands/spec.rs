@@ -15,7 +15,7 @@ use redis_rl_core::limits::{ParamError, Range};
 use redis_rl_core::registry::SpecNames;
 use redis_rl_core::{AnyParams, AnyState, Decision, Kind, Micros, Millis};
 
-use crate::args::{integer, shown, ArgError};
+use crate::args::{bytes, integer, shown, ArgError};
 use crate::config;
 use crate::encoding::{Encoded, Stored};
 use crate::error::Error;
@@ -80,7 +80,7 @@ impl Source for Args<'_, '_> {
             .args
             .as_slice()
             .first()
-            .is_some_and(|a| a.as_slice().eq_ignore_ascii_case(opt.token.as_bytes()));
+            .is_some_and(|a| bytes(a).eq_ignore_ascii_case(opt.token.as_bytes()));
         if !given {
             return Ok(None);
         }
@@ -97,8 +97,9 @@ impl Source for Args<'_, '_> {
 /// the parameters in order, then each of the algorithm's options if it comes next.
 pub fn parse(args: &mut Iter<'_, RedisString>) -> Result<Spec, SpecError> {
     let name = args.next().ok_or(SpecError::Missing)?;
-    let unknown = || SpecError::UnknownAlgorithm(shown(name.as_slice()));
-    let kind = Kind::limiter(name.as_slice()).ok_or_else(unknown)?;
+    let name = bytes(name);
+    let unknown = || SpecError::UnknownAlgorithm(shown(name));
+    let kind = Kind::limiter(name).ok_or_else(unknown)?;
     AnyParams::parse(kind, &mut Args { kind, args }).ok_or_else(unknown)?
 }
 
