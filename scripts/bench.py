@@ -5,6 +5,17 @@ one server on loopback, plus bytes per limiter key; on each server of BENCH_SERV
 Valkey) in turn. Writes benches/RESULTS.md: issue 15's targets for every server side by side,
 then each server's tables.
 
+Issue 15's targets come from paired runs, not from the tables' medians: SET PXAT, CL.THROTTLE
+and the Lua script each alternate with every RL command on one server, and each ratio is taken
+per pair of runs (median and min-max of the pairs), next to the ratio of instructions per call
+in the server's call() under callgrind; see "issue 15's targets" below.
+
+    bench.py                        everything (make bench)
+    bench.py --targets              the targets section alone (make bench-targets)
+    bench.py --report-only          RESULTS.md again from the last run's raw figures
+    bench.py --targets-report-only  the targets section again from the last --targets run
+    bench.py --leases-only          the RL.CONCURRENCY lease-cost table alone
+
 Standard library only. Everything is tunable with environment variables (see CONFIG below).
 """
 
@@ -572,6 +583,9 @@ def busy_warning(s):
 def measure_targets(server, modules, sha, pxat, present, problems):
     """The paired runs and (unless BENCH_CALLGRIND=0) the instruction counts on CONFIG["server"]."""
     commands = target_commands(present)
+    if all(name in TARGET_REFS for name, _, _ in commands):
+        problems.append("no command to pair with the references (BENCH_TARGETS, BENCH_ONLY)")
+        return None
     log("== issue 15's targets: paired runs (%d pairs per reference, %g s per run)" % (
         CONFIG["pairs"], CONFIG["pair_seconds"]))
     busy = Busy(server.proc.pid)
@@ -1214,7 +1228,7 @@ def run_targets_server():
         targets = measure_targets(server, modules, sha, pxat, present, problems)
         log("== memory")
         mem = {}
-        measured = {p["x"] for p in targets["pairs"]} | {"SET 25 B PXAT"}
+        measured = {p["x"] for p in (targets or {}).get("pairs", [])} | {"SET 25 B PXAT"}
         for name, commands, need in MEMORY:
             if name.split(" (")[0] in measured and (not need or need in present):
                 mem[name] = memory(server, commands, sha, pxat)
@@ -1265,7 +1279,7 @@ def targets_main():
     print("load average at the start %.2f %.2f %.2f, at the end %.2f %.2f %.2f; %.0f s in all" % (
         load0 + os.getloadavg() + (time.time() - t0,)))
     for r in runs:
-        if r["targets"]["activity"]["busy"]:
+        if r["targets"] and r["targets"]["activity"]["busy"]:
             print("WARNING (%s): %s" % (r["info"]["server"], r["targets"]["activity"]["busy"]))
 
 
