@@ -252,7 +252,10 @@ def commandstat(client, name):
 
 def measure(server, name, args, stat, random_keys, pipeline, seconds, sha, pxat):
     client = server.client
-    client.call("FLUSHALL")
+    # SYNC everywhere: Valkey frees a flushed keyspace in a background thread by default
+    # (lazyfree-lazy-user-flush yes), which would compete with the next runs for the CPUs and
+    # shrink used_memory during a memory count.
+    client.call("FLUSHALL", "SYNC")
     if name in ("GET 25 B", "EXPIRE"):
         populate_strings(client, random_keys)
     key = RANDOM_KEY if random_keys else HOT_KEY
@@ -280,7 +283,7 @@ def measure(server, name, args, stat, random_keys, pipeline, seconds, sha, pxat)
 
 def memory(server, commands, sha, pxat):
     client = server.client
-    client.call("FLUSHALL")
+    client.call("FLUSHALL", "SYNC")
     time.sleep(0.2)
     n = CONFIG["memory_keys"]
     before = int(client.info("memory")["used_memory"])
@@ -377,7 +380,7 @@ def prepare_keys(server, commands, sha, pxat, problems):
     """Every key of every command, then a settled keyspace."""
     t = time.time()
     client = server.client
-    client.call("FLUSHALL")
+    client.call("FLUSHALL", "SYNC")
     for name, args, _ in commands:
         errors = prefill(client, expand(args, "", sha, pxat), CONFIG["keys"])
         if errors:
@@ -465,9 +468,9 @@ def instructions(modules, commands, problems):
     """Instructions per call in call() of every command, perf_history.sh's method: the server
     under `valgrind --tool=callgrind --instr-atstart=no`; every key of every command filled
     (BENCH_KEYS each, as in the timed runs) and the keyspace settled, uninstrumented; then per
-    command `callgrind_control -i on -z`, BENCH_CG_CALLS calls by redis-benchmark -c 50 -P 16,
-    `callgrind_control -d`, and the dump's inclusive cost of call() divided by the calls in INFO
-    commandstats. The measured calls draw their keys among the first BENCH_CG_KEYS (100),
+    command `callgrind_control -i on`, its keys written again, `callgrind_control -z`,
+    BENCH_CG_CALLS calls by redis-benchmark -c 50 -P 16, `callgrind_control -d`, and the dump's
+    inclusive cost of call() divided by the calls counted meanwhile in INFO commandstats. The measured calls draw their keys among the first BENCH_CG_KEYS (100),
     written again just before: under callgrind a call is ~50x slower, so over 100k keys a token
     bucket, GCRA, throttle or CL.THROTTLE key (1-2 s of life with these arguments) would be
     expired at every call and the figure would be the path that recreates a key, while the
@@ -499,15 +502,16 @@ def instructions(modules, commands, problems):
             argv = expand(args, "", sha, pxat)
             if stat == "rl.fixed" and 60 - time.time() % 60 < 20:
                 time.sleep(60 - time.time() % 60 + 0.5)
+            # Instrumentation first: the keys are written again right before the counters are
+            # zeroed, not before a slow `callgrind_control -i on` (a CL.THROTTLE key lives 1 s).
+            control(pid, "-i", "on")
             prefill(client, argv, CONFIG["cg_keys"])
-            client.call("CONFIG", "RESETSTAT")
-            before = keys_and_expired(client)
-            for action in (["-i", "on"], ["-z"]):
-                subprocess.run(["callgrind_control"] + action + [pid], capture_output=True, timeout=60)
+            before, calls0 = keys_and_expired(client), command_totals(client, stat)["calls"]
+            control(pid, "-z")
             redis_benchmark(server.port, argv, CONFIG["cg_calls"], 16, True, CONFIG["cg_keys"])
-            for action in (["-d"], ["-i", "off"]):
-                subprocess.run(["callgrind_control"] + action + [pid], capture_output=True, timeout=300)
-            calls = command_totals(client, stat)["calls"]
+            control(pid, "-d")
+            control(pid, "-i", "off")
+            calls = command_totals(client, stat)["calls"] - calls0
             created = created_share(before, keys_and_expired(client), calls)
             dumps = [os.path.join(out_dir, f) for f in os.listdir(out_dir)
                      if f.startswith("%s.%s." % (tag, pid))]
@@ -523,6 +527,11 @@ def instructions(modules, commands, problems):
     finally:
         server.stop()
     return counts
+
+
+def control(pid, *args):
+    """`callgrind_control ARGS PID` (a dump can take a while on a slow machine)."""
+    subprocess.run(["callgrind_control"] + list(args) + [pid], capture_output=True, timeout=300)
 
 
 def machine_cpu_s():
