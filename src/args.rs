@@ -51,7 +51,7 @@ impl fmt::Display for ArgError {
 ///
 /// Anything else (empty, `-1`, `1.5`, `+3`, ` 7`, too large) is the range error, which says
 /// what is expected.
-#[inline]
+#[inline(always)]
 pub fn integer(arg: &RedisString, range: Range) -> Result<u64, ParamError> {
     match digits(bytes(arg)) {
         Some(value) => range.check(value),
@@ -210,7 +210,7 @@ impl Options {
     ///
     /// Most calls give no option at all: that case is inlined and costs a comparison (and
     /// the `rl.max-cost` check of the implicit cost).
-    #[inline]
+    #[inline(always)]
     pub fn parse_accepting(
         args: &[RedisString],
         accepted: Accepted,
@@ -226,7 +226,9 @@ impl Options {
         Self::parse_given(args, accepted)
     }
 
-    /// [`Options::parse_accepting`] when at least one option is given.
+    /// [`Options::parse_accepting`] when at least one option is given. Inlined: each
+    /// command's options are then constants, and the search for a word unrolls.
+    #[inline(always)]
     fn parse_given(
         args: &[RedisString],
         accepted: Accepted,
@@ -242,7 +244,7 @@ impl Options {
                 .options
                 .iter()
                 .zip(extra.iter_mut())
-                .find(|(opt, _)| name.eq_ignore_ascii_case(opt.token.as_bytes()));
+                .find(|(opt, _)| is_word(name, opt.token));
             if let Some((opt, slot)) = own {
                 if slot.is_some() {
                     return Err(ArgError::RepeatedOption(opt.token));
@@ -251,20 +253,19 @@ impl Options {
                     .next()
                     .ok_or(ArgError::MissingValue(opt.token, opt.range))?;
                 *slot = Some(integer(value, opt.range)?);
-            } else if accepted.cost && name.eq_ignore_ascii_case(b"COST") {
+            } else if accepted.cost && is_word(name, "COST") {
                 if cost.is_some() {
                     return Err(ArgError::RepeatedOption("COST"));
                 }
-                let value = rest
-                    .next()
-                    .ok_or(ArgError::MissingValue("COST", config::cost_range()))?;
-                cost = Some(integer(value, config::cost_range())?);
-            } else if name.eq_ignore_ascii_case(b"PEEK") {
+                let range = config::cost_range();
+                let value = rest.next().ok_or(ArgError::MissingValue("COST", range))?;
+                cost = Some(integer(value, range)?);
+            } else if is_word(name, "PEEK") {
                 if peek {
                     return Err(ArgError::RepeatedOption("PEEK"));
                 }
                 peek = true;
-            } else if accepted.upto && name.eq_ignore_ascii_case(b"UPTO") {
+            } else if accepted.upto && is_word(name, "UPTO") {
                 if upto {
                     return Err(ArgError::RepeatedOption("UPTO"));
                 }
@@ -279,6 +280,19 @@ impl Options {
         };
         Ok((Options { cost, peek, upto }, extra))
     }
+}
+
+/// True if `name` is the option word `word` in any case. Every option word is upper-case
+/// ASCII letters (a test checks the registry's), and for those clearing bit 5 (0x20) of a
+/// byte matches exactly its two cases: `b & 0xDF == b'B'` holds for `B` and `b` only. (The
+/// standard `eq_ignore_ascii_case` lower-cases both sides, byte by byte.)
+#[inline]
+fn is_word(name: &[u8], word: &str) -> bool {
+    name.len() == word.len()
+        && name
+            .iter()
+            .zip(word.as_bytes())
+            .all(|(&b, &w)| b & !0x20 == w)
 }
 
 /// The cost of a call that gives no `COST n`.
@@ -373,6 +387,32 @@ mod tests {
                 let expected = reference(&text);
                 assert_eq!(eight_digits(u64::from_le_bytes(text)), expected, "{text:?}");
             }
+        }
+    }
+
+    #[test]
+    fn option_words_match_in_any_case_and_nothing_else() {
+        // `is_word` needs upper-case letters: every word a command accepts.
+        let mut words = vec!["COST", "PEEK", "UPTO"];
+        for command in crate::commands::COMMANDS {
+            if let crate::docs::Syntax::Limiter { options, .. } = command.syntax {
+                words.extend(options.iter().map(|o| o.token));
+            }
+        }
+        assert!(words.contains(&"BURST"));
+        for word in words {
+            assert!(word.bytes().all(|b| b.is_ascii_uppercase()), "{word}");
+            for b in 0..=255u8 {
+                for i in 0..word.len() {
+                    let mut name = word.as_bytes().to_vec();
+                    name[i] = b;
+                    let expected = name.eq_ignore_ascii_case(word.as_bytes());
+                    assert_eq!(is_word(&name, word), expected, "{name:?} {word}");
+                }
+            }
+            assert!(is_word(word.to_lowercase().as_bytes(), word));
+            assert!(!is_word(&word.as_bytes()[1..], word));
+            assert!(!is_word(format!("{word}S").as_bytes(), word));
         }
     }
 

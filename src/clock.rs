@@ -20,8 +20,9 @@ pub fn now() -> Micros {
     if rc != 0 {
         return Micros(0);
     }
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    // 0..1e9 by POSIX; unsigned, its division by 1000 is a multiplication.
-    let micros = u64::try_from(ts.tv_nsec).unwrap_or(0) / 1000;
-    Micros(secs.saturating_mul(1_000_000).saturating_add(micros))
+    let (Ok(secs), Ok(nanos)) = (u64::try_from(ts.tv_sec), u64::try_from(ts.tv_nsec)) else {
+        return Micros(0);
+    };
+    // Unsigned, the division by 1000 is a multiplication.
+    Micros(secs.saturating_mul(1_000_000).saturating_add(nanos / 1000))
 }

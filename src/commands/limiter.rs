@@ -132,10 +132,11 @@ fn settle<S: Stored>(
     check: impl FnOnce(Option<S>, Micros, u64) -> (Decision, Option<u64>, Option<S>),
     reply: fn(&Decision) -> reply::Fields,
 ) -> Result<Handled, Error> {
-    let key = LimiterKey::open(ctx, key);
-    let stored = key.read::<S>()?;
+    // The clock first: the state read can then go straight to `check`. (The key's own
+    // expiry is the server's business, judged by its clock, so the order changes nothing.)
     let now = clock::now();
-    let (decision, granted, new_state) = check(stored, now, options.cost);
+    let key = LimiterKey::open(ctx, key);
+    let (decision, granted, new_state) = check(key.read::<S>()?, now, options.cost);
     if let (false, Some(state)) = (options.peek, new_state) {
         let expiry = expire_at(now, decision.reset_after, config::ttl_slack());
         key.write(state.encode().as_bytes(), expiry)?;

@@ -29,6 +29,9 @@ pub const COMMAND: Command = Command {
     handler: run,
 };
 
+/// Inlined into the command's entry point, as the other limiting commands' (see
+/// `limiter::run`).
+#[inline(always)]
 fn run(ctx: &Context, args: &[RedisString]) -> Result<Handled, Error> {
     let (key, max_burst, count, period_s, quantity) = match args {
         [_, key, b, c, p] => (key, b, c, p, None),
@@ -45,6 +48,7 @@ fn run(ctx: &Context, args: &[RedisString]) -> Result<Handled, Error> {
     )
 }
 
+#[inline(always)]
 fn parse(
     max_burst: &RedisString,
     count: &RedisString,
