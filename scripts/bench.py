@@ -1046,11 +1046,11 @@ def issue15_targets(runs):
         a, cfg = t["activity"], t["settings"]
         notes.append("- %s, %s, commit %s: %d pair(s) per reference and command, %g s per run after a "
                      "%g s warm-up, %d random keys of each command filled before (all in one "
-                     "server), pipeline 16, %d clients; callgrind: %s. Paired runs took %.0f s; load "
+                     "server), pipeline 16, %d clients, %s; callgrind: %s. Paired runs took %.0f s; load "
                      "average %s at their start, %s at their end; other processes used %.2f cores "
                      "meanwhile.%s" % (
                          server, run["info"]["date"], run["info"]["commit"], cfg["pairs"], cfg["seconds"],
-                         cfg["warmup"], cfg["keys"], cfg["clients"],
+                         cfg["warmup"], cfg["keys"], cfg["clients"], run["info"].get("scheduling", "not pinned"),
                          "%d calls per command over %d of its keys" % (cfg["cg_calls"], cfg.get("cg_keys", cfg["keys"]))
                          if cfg["cg_calls"] else "skipped",
                          a["seconds"], a["load_start"], a["load_end"], a["others_cores"],
