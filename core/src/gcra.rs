@@ -24,7 +24,7 @@
 use crate::algorithm::{positional, rate_limiter, Algorithm, Opt, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
 use crate::limits::{self, ParamError, Range};
-use crate::time::{Micros, Millis};
+use crate::time::{ceil_millis_of, div_u128, Micros, Millis};
 
 /// `BURST b`: the most units that may pass at once (default: `limit`).
 pub const BURST: Opt = Opt {
@@ -113,7 +113,12 @@ impl GcraParams {
 
     /// The emission interval `T` in ticks.
     fn interval(&self) -> u128 {
-        u128::from(self.period_ms) * 1000
+        u128::from(self.interval_ticks())
+    }
+
+    /// The emission interval in ticks, as a `u64` (`period_ms` <= 10^12).
+    const fn interval_ticks(&self) -> u64 {
+        self.period_ms * 1000
     }
 }
 
@@ -204,11 +209,16 @@ pub fn check(
     let tat = state.map_or(0, |s| s.tat_in(params.limit)).max(now_t);
     // The furthest the TAT may be pushed: `burst` intervals past now.
     let horizon = now_t + u128::from(params.burst) * interval;
-    let to_millis = |ticks: u128| Micros::ceil_millis_u128(ticks.div_ceil(scale));
+    // Ticks to whole milliseconds, rounded up (`limit` x 1000 <= 10^18 fits in u64).
+    let to_millis = |ticks: u128| ceil_millis_of(ticks, params.limit);
     let decision = |outcome, tat: u128| Decision {
         outcome,
         limit: params.burst,
-        remaining: u64::try_from(horizon.saturating_sub(tat) / interval).unwrap_or(u64::MAX),
+        remaining: u64::try_from(div_u128(
+            horizon.saturating_sub(tat),
+            params.interval_ticks(),
+        ))
+        .unwrap_or(u64::MAX),
         reset_after: to_millis(tat - now_t),
     };
 

@@ -12,7 +12,7 @@
 use crate::algorithm::{rate_limiter, Algorithm, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
 use crate::limits::{self, ParamError, Range};
-use crate::time::{Micros, Millis};
+use crate::time::{div_u128, Micros, Millis};
 use crate::window::WindowParams;
 
 /// Validated sliding window parameters: `limit` units per window of `window_ms`.
@@ -108,7 +108,8 @@ pub fn check(
     let decision = |outcome, used: u128, current: u64| Decision {
         outcome,
         limit: params.limit,
-        remaining: u64::try_from(budget.saturating_sub(used) / window).unwrap_or(u64::MAX),
+        remaining: u64::try_from(div_u128(budget.saturating_sub(used), params.window_us()))
+            .unwrap_or(u64::MAX),
         reset_after: since_now(idle_at(&v, current, params.window_us())),
     };
 
@@ -162,6 +163,7 @@ pub fn refund(
     (refunded, Some(new_state))
 }
 
+#[inline(always)]
 fn view(state: Option<SlidingWindowState>, now: Micros, params: &SlidingWindowParams) -> View {
     let window = params.window_us();
     let align = |t: u64| t - t % window;

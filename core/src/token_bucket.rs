@@ -9,7 +9,7 @@
 use crate::algorithm::{positional, rate_limiter, Algorithm, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
 use crate::limits::{self, ParamError, Range};
-use crate::time::{Micros, Millis};
+use crate::time::{ceil_millis_of, div_u128, Micros, Millis};
 
 /// The token bucket in the [registry](crate::registry): `TOKENBUCKET capacity refill_tokens
 /// refill_ms`.
@@ -141,14 +141,18 @@ pub fn check(
     let rate = u128::from(params.refill_tokens);
     // Waits are measured from `as_of`; when the clock stepped back it is later than `now`.
     let lag = u128::from(as_of.0 - now.0);
+    // ceil(missing / rate) µs, plus the lag, rounded up to ms: in one division, as
+    // ceil((missing + lag x rate) / rate) (at most 10^30 + 1.9 x 10^34: fits in u128).
     let wait_to_reach = |target: u128, from: u128| -> Millis {
-        let us = target.saturating_sub(from).div_ceil(rate);
-        Micros::ceil_millis_u128(us + lag)
+        ceil_millis_of(
+            target.saturating_sub(from) + lag * rate,
+            params.refill_tokens,
+        )
     };
     let decision = |outcome, after: u128| Decision {
         outcome,
         limit: params.capacity,
-        remaining: u64::try_from(after / unit).unwrap_or(u64::MAX),
+        remaining: u64::try_from(div_u128(after, params.refill_ms * 1000)).unwrap_or(u64::MAX),
         reset_after: wait_to_reach(full, after),
     };
 

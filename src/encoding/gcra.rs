@@ -3,7 +3,7 @@
 use redis_rl_core::gcra::GcraState;
 use redis_rl_core::limits::{MAX_COUNT, MAX_DURATION_MS};
 
-use super::{duration_ms_in_range, Algorithm, Reader, Stored, Writer};
+use super::{duration_ms_in_range, Algorithm, Compact, Reader, Stored, Writer};
 
 /// GCRA fields: `tat: u128` (ticks of 1/`limit` µs since the epoch), `limit: u64`,
 /// `period_ms: u64` (version 1: 37 bytes with the header).
@@ -14,12 +14,14 @@ impl Stored for GcraState {
 
     /// Version 2: `tat`, `limit`, `period_ms` as varints (about 16 to 22 bytes with the
     /// header).
-    fn encode_compact(&self, out: &mut Writer<'_>) {
+    #[inline(always)]
+    fn encode_compact(&self, out: &mut Compact<'_>) {
         out.varint128(self.tat);
         out.varint(self.limit);
         out.varint(self.period_ms);
     }
 
+    #[inline(always)]
     fn decode_compact(body: &mut Reader<'_>) -> Option<Self> {
         let tat = body.varint128()?;
         let limit = body.varint()?;
@@ -48,7 +50,12 @@ fn valid(tat: u128, limit: u64, period_ms: u64) -> Option<GcraState> {
     // possible burst (MAX_COUNT intervals of MAX_DURATION_MS with a limit of 1).
     let latest_us =
         u128::from(u64::MAX) + u128::from(MAX_COUNT) * u128::from(MAX_DURATION_MS) * 1000;
-    let ok = (1..=MAX_COUNT).contains(&limit) && tat / u128::from(limit) <= latest_us;
+    // `tat / limit <= latest_us`, without a 128-bit division: `tat < (latest_us + 1) x
+    // limit`, always true when that product is beyond `u128`.
+    let ok = (1..=MAX_COUNT).contains(&limit)
+        && (latest_us + 1)
+            .checked_mul(u128::from(limit))
+            .is_none_or(|bound| tat < bound);
     ok.then_some(GcraState {
         tat,
         limit,
@@ -58,6 +65,7 @@ fn valid(tat: u128, limit: u64, period_ms: u64) -> Option<GcraState> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::reference;
     use super::super::{algorithm_of, DecodeError};
     use super::*;
     use proptest::prelude::*;
@@ -117,6 +125,17 @@ mod tests {
             prop_assert_eq!(GcraState::decode(s.encode_v1().as_bytes()), Ok(s));
         }
 
+        /// The range check without a division is the one with it.
+        #[test]
+        fn tat_bound_is_the_divided_one(tat in reference::arb_u128(), limit in 1..=MAX_COUNT, period_ms in 1..=MAX_DURATION_MS) {
+            let latest_us =
+                u128::from(u64::MAX) + u128::from(MAX_COUNT) * u128::from(MAX_DURATION_MS) * 1000;
+            let edge = (latest_us + 1).saturating_mul(u128::from(limit));
+            for tat in [tat, edge - 1, edge, edge.saturating_add(1)] {
+                prop_assert_eq!(valid(tat, limit, period_ms).is_some(), tat / u128::from(limit) <= latest_us);
+            }
+        }
+
         #[test]
         fn our_header_with_random_fields_never_panics(body in prop::collection::vec(any::<u8>(), 0..40)) {
             for version in [1, 2] {
@@ -124,6 +143,33 @@ mod tests {
                 v.extend_from_slice(&body);
                 let _ = GcraState::decode(&v);
             }
+        }
+
+        /// Byte-identical to the generic writer's encoding, for any fields (also impossible
+        /// ones), and the fast decode agrees with the general one on it, on every prefix and
+        /// with a byte more.
+        #[test]
+        fn same_bytes_as_the_generic_writer(tat in reference::arb_u128(), limit in reference::arb_u64(), period_ms in reference::arb_u64(), extra in any::<u8>()) {
+            let s = GcraState { tat, limit, period_ms };
+            let old = reference::compact::<GcraState>(|out| {
+                out.varint128(tat);
+                out.varint(limit);
+                out.varint(period_ms);
+            });
+            let new = s.encode();
+            prop_assert_eq!(new.as_bytes(), &old[..]);
+            let body = &old[5..];
+            for cut in 0..=body.len() {
+                reference::fast_decode_is_general::<GcraState>(&body[..cut]);
+            }
+            let mut longer = body.to_vec();
+            longer.push(extra);
+            reference::fast_decode_is_general::<GcraState>(&longer);
+        }
+
+        #[test]
+        fn fast_decode_is_general_on_any_body(body in prop::collection::vec(any::<u8>(), 0..48)) {
+            reference::fast_decode_is_general::<GcraState>(&body);
         }
     }
 }

@@ -164,7 +164,7 @@ pub trait Stored: Sized {
     }
 
     /// Writes the fields in the compact form (only called when `COMPACT_BODY` is set).
-    fn encode_compact(&self, _out: &mut Writer<'_>) {}
+    fn encode_compact(&self, _out: &mut Compact<'_>) {}
     /// Reads the compact fields; `None` if a field is out of range.
     fn decode_compact(_body: &mut Reader<'_>) -> Option<Self> {
         None
@@ -176,18 +176,27 @@ pub trait Stored: Sized {
     fn decode_body(body: &mut Reader<'_>) -> Option<Self>;
 
     /// The full stored value: header then fields.
+    #[inline(always)]
     fn encode(&self) -> Encoded {
         let mut out = Encoded {
             buf: [0u8; MAX_LEN],
             len: 0,
             spill: Vec::new(),
         };
-        let mut w = Writer { out: &mut out };
-        w.bytes(&MAGIC);
         if Self::COMPACT_BODY.is_some() {
-            w.bytes(&[COMPACT_VERSION, Self::ALGORITHM.tag()]);
+            // A fixed-size state: header and varints straight into the stack buffer.
+            let mut w = Compact {
+                buf: &mut out.buf,
+                len: HEADER_LEN,
+            };
+            if let Some(header) = w.buf.first_chunk_mut::<HEADER_LEN>() {
+                *header = compact_header(Self::ALGORITHM);
+            }
             self.encode_compact(&mut w);
+            out.len = w.len;
         } else {
+            let mut w = Writer { out: &mut out };
+            w.bytes(&MAGIC);
             w.bytes(&[VERSION, Self::ALGORITHM.tag()]);
             self.encode_body(&mut w);
         }
@@ -210,7 +219,31 @@ pub trait Stored: Sized {
     }
 
     /// Reads a stored value, refusing anything that is not exactly our format.
+    #[inline(always)]
     fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        if let (Some((least, most)), Some((header, body))) =
+            (Self::COMPACT_BODY, bytes.split_first_chunk::<HEADER_LEN>())
+        {
+            // The common case, our own compact value: the header in one comparison. What
+            // follows is what the general path below does for this header.
+            if *header == compact_header(Self::ALGORITHM) {
+                let mut reader = Reader {
+                    bytes: body,
+                    value: bytes,
+                };
+                return (least..=most)
+                    .contains(&body.len())
+                    .then(|| Self::decode_compact(&mut reader))
+                    .flatten()
+                    .filter(|_| reader.is_empty())
+                    .ok_or(DecodeError::Corrupt(Self::ALGORITHM));
+            }
+        }
+        Self::decode_general(bytes)
+    }
+
+    /// [`Self::decode`] for any header: the precise error, or a version 1 value.
+    fn decode_general(bytes: &[u8]) -> Result<Self, DecodeError> {
         let stored = algorithm_of(bytes)?;
         if stored != Self::ALGORITHM {
             return Err(DecodeError::WrongAlgorithm {
@@ -223,7 +256,10 @@ pub trait Stored: Sized {
         if !Self::plausible_body(version, body.len()) {
             return Err(DecodeError::Corrupt(stored));
         }
-        let mut reader = Reader { bytes: body };
+        let mut reader = Reader {
+            bytes: body,
+            value: bytes,
+        };
         let state = if version == COMPACT_VERSION && Self::COMPACT_BODY.is_some() {
             Self::decode_compact(&mut reader)
         } else {
@@ -233,6 +269,12 @@ pub trait Stored: Sized {
             .filter(|_| reader.is_empty())
             .ok_or(DecodeError::Corrupt(stored))
     }
+}
+
+/// The header of a compact (version 2) value of `algorithm`.
+const fn compact_header(algorithm: Algorithm) -> [u8; HEADER_LEN] {
+    let [m0, m1, m2] = MAGIC;
+    [m0, m1, m2, COMPACT_VERSION, algorithm.tag()]
 }
 
 /// The algorithm of a stored value, from its header: an error if the value is not a
@@ -371,7 +413,9 @@ impl Writer<'_> {
         self.bytes(buf.get(..len).unwrap_or(&[]));
     }
 
-    /// An unsigned LEB128 varint of up to 128 bits (at most 19 bytes).
+    /// An unsigned LEB128 varint of up to 128 bits (at most 19 bytes): the reference
+    /// [`Compact::varint128`] is tested against.
+    #[cfg(test)]
     pub(crate) fn varint128(&mut self, mut v: u128) {
         let mut buf = [0u8; 19];
         let mut len = 0;
@@ -397,12 +441,161 @@ impl Writer<'_> {
     }
 }
 
+/// The continuation bits of a varint's bytes (all but the last byte have the high bit set).
+const CONTINUATION: u64 = 0x8080_8080_8080_8080;
+
+/// Spreads the low 56 bits of `v` over 8 bytes, 7 bits in each (the inverse of [`gather`]).
+#[inline(always)]
+const fn spread(v: u64) -> u64 {
+    let v = (v & 0x0fff_ffff) | ((v & 0x00ff_ffff_f000_0000) << 4);
+    let v = (v & 0x0000_3fff_0000_3fff) | ((v & 0x0fff_c000_0fff_c000) << 2);
+    (v & 0x007f_007f_007f_007f) | ((v & 0x3f80_3f80_3f80_3f80) << 1)
+}
+
+/// [`spread`] of a value below 2^28, over 4 bytes.
+#[inline(always)]
+const fn spread32(v: u32) -> u32 {
+    let v = (v & 0x3fff) | ((v & 0x0fff_c000) << 2);
+    (v & 0x007f_007f) | ((v & 0x3f80_3f80) << 1)
+}
+
+/// [`gather`] of 4 bytes.
+#[inline(always)]
+const fn gather32(w: u32) -> u32 {
+    let w = w & 0x7f7f_7f7f;
+    let w = (w & 0x007f_007f) | ((w & 0x7f00_7f00) >> 1);
+    (w & 0x3fff) | ((w & 0x3fff_0000) >> 2)
+}
+
+/// Gathers the low 7 bits of each of 8 bytes into a 56-bit value (the inverse of [`spread`]).
+#[inline(always)]
+const fn gather(w: u64) -> u64 {
+    let w = w & 0x7f7f_7f7f_7f7f_7f7f;
+    let w = (w & 0x007f_007f_007f_007f) | ((w & 0x7f00_7f00_7f00_7f00) >> 1);
+    let w = (w & 0x0000_3fff_0000_3fff) | ((w & 0x3fff_0000_3fff_0000) >> 2);
+    (w & 0x0fff_ffff) | ((w & 0x0fff_ffff_0000_0000) >> 4)
+}
+
+/// Writes a fixed-size state's compact (version 2) value straight into the stack buffer of
+/// an [`Encoded`]: at most a header and 40 bytes of varints, so it never spills, and a
+/// varint below 2^56 is one 8-byte store (no loop, no copy call).
+pub struct Compact<'a> {
+    buf: &'a mut [u8; MAX_LEN],
+    len: usize,
+}
+
+impl Compact<'_> {
+    /// An unsigned LEB128 varint, as [`Writer::varint`] writes it.
+    #[inline(always)]
+    pub(crate) fn varint(&mut self, v: u64) {
+        self.len = put_varint(self.buf, self.len, v);
+    }
+
+    /// An unsigned LEB128 varint of up to 128 bits, as [`Writer::varint128`] writes it.
+    #[inline(always)]
+    pub(crate) fn varint128(&mut self, v: u128) {
+        self.len = match u64::try_from(v) {
+            Ok(v) => put_varint(self.buf, self.len, v),
+            Err(_) => put_varint_long(self.buf, self.len, v),
+        };
+    }
+}
+
+/// Writes `v` as a varint at `at` in `buf`; returns where it ends.
+#[inline(always)]
+fn put_varint(buf: &mut [u8; MAX_LEN], at: usize, v: u64) -> usize {
+    if v < 0x80 {
+        if let Some(dst) = buf.get_mut(at) {
+            let [low, ..] = v.to_le_bytes();
+            *dst = low;
+            return at + 1;
+        }
+    } else if v < 1 << 56 {
+        if let Some(dst) = buf
+            .get_mut(at..)
+            .and_then(|rest| rest.first_chunk_mut::<8>())
+        {
+            // Up to 4 bytes (counts, periods, window indexes): in 32 bits, the length
+            // from comparisons.
+            if let Ok(short) = u32::try_from(v) {
+                if short < 1 << 28 {
+                    let groups = u64::from(spread32(short));
+                    let (word, len) = if short < 1 << 14 {
+                        (groups | 0x80, 2)
+                    } else if short < 1 << 21 {
+                        (groups | 0x8080, 3)
+                    } else {
+                        (groups | 0x80_8080, 4)
+                    };
+                    *dst = word.to_le_bytes();
+                    return at + len;
+                }
+            }
+            let groups = spread(v);
+            // The bit offset of the last byte in use (`groups` is not 0: `v` >= 128); every
+            // byte before it gets its continuation bit. The bytes after the varint are
+            // overwritten by the next field or left out of the value's length.
+            let last = (63 - groups.leading_zeros()) & !7;
+            let word = groups | (CONTINUATION & ((1u64 << last) - 1));
+            *dst = word.to_le_bytes();
+            return at + (last / 8) as usize + 1;
+        }
+    }
+    put_varint_long(buf, at, u128::from(v))
+}
+
+/// [`put_varint`] of any value, byte by byte (2^56 and more: rare).
+#[cold]
+#[inline(never)]
+fn put_varint_long(buf: &mut [u8; MAX_LEN], mut at: usize, mut v: u128) -> usize {
+    loop {
+        let [low, ..] = v.to_le_bytes();
+        v >>= 7;
+        let byte = if v == 0 { low & 0x7f } else { low | 0x80 };
+        if let Some(dst) = buf.get_mut(at) {
+            *dst = byte;
+            at += 1;
+        }
+        if v == 0 {
+            return at;
+        }
+    }
+}
+
 /// Reads little-endian fields from the front of a slice.
 pub struct Reader<'a> {
+    /// What is left to read: the end of `value`.
     bytes: &'a [u8],
+    /// The whole value (a varint near its end is read with one load of its last 8 bytes).
+    value: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    /// A reader of all of `bytes`.
+    #[cfg(test)]
+    fn over(bytes: &'a [u8]) -> Self {
+        Reader {
+            bytes,
+            value: bytes,
+        }
+    }
 }
 
 impl Reader<'_> {
+    /// The next 8 bytes as a little-endian word, zeros after the end of the value; `None`
+    /// if nothing is left, or the whole value is shorter than 8 bytes and so is the rest.
+    #[inline(always)]
+    fn word(&self) -> Option<u64> {
+        if let Some(word) = self.bytes.first_chunk::<8>() {
+            return Some(u64::from_le_bytes(*word));
+        }
+        // Fewer than 8 bytes left, at the end of `value`: its last 8 bytes, shifted so
+        // that what is left comes first.
+        let last = u64::from_le_bytes(*self.value.last_chunk::<8>()?);
+        let before = 8 - self.bytes.len();
+        last.checked_shr(8 * u32::try_from(before).ok()?)
+    }
+
     fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
         let (head, rest) = self.bytes.split_first_chunk::<N>()?;
         self.bytes = rest;
@@ -417,39 +610,67 @@ impl Reader<'_> {
         self.take::<16>().map(u128::from_le_bytes)
     }
 
+    /// A varint of at most 8 bytes, read with one 8-byte load: `Some(result)` if it was,
+    /// `None` if the general loop must read it (a longer varint, or a value shorter than 8
+    /// bytes).
+    #[inline(always)]
+    fn varint_short(&mut self) -> Option<Option<u64>> {
+        let Some((&first, rest)) = self.bytes.split_first() else {
+            return Some(None);
+        };
+        if first < 0x80 {
+            self.bytes = rest;
+            return Some(Some(u64::from(first)));
+        }
+        let word = self.word()?;
+        let stops = !word & CONTINUATION;
+        if stops == 0 {
+            return None;
+        }
+        // The last byte's stop bit is bit `8 x len - 1`.
+        let stop_bit = stops.trailing_zeros();
+        let len = (stop_bit as usize + 1) / 8;
+        // Shortest form: a last byte of 0 would be a longer spelling of a shorter varint
+        // (`len` >= 2 here).
+        if (word >> (stop_bit - 7)) & 0x7f == 0 {
+            return Some(None);
+        }
+        // The varint's bytes only (all bits up to its stop bit).
+        let mine = word & (stops ^ (stops - 1));
+        let value = match u32::try_from(mine) {
+            Ok(short) => u64::from(gather32(short)),
+            Err(_) => gather(mine),
+        };
+        // Past the end (a zero after it stopped the varint): truncated.
+        let Some(rest) = self.bytes.get(len..) else {
+            return Some(None);
+        };
+        self.bytes = rest;
+        Some(Some(value))
+    }
+
     /// A varint as [`Writer::varint`] writes it; `None` if truncated, too large for a
     /// `u64` or not in its shortest form (so every value has exactly one encoding).
+    #[inline(always)]
     pub(crate) fn varint(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let [b] = self.take::<1>()?;
-            let bits = u64::from(b & 0x7f);
-            if shift == 63 && b > 1 {
-                return None;
-            }
-            v |= bits << shift;
-            if b & 0x80 == 0 {
-                return (b != 0 || shift == 0).then_some(v);
-            }
+        if let Some(result) = self.varint_short() {
+            return result;
         }
-        None
+        let (v, len) = varint_long::<u64>(self.bytes, 64)?;
+        self.bytes = self.bytes.get(len..)?;
+        Some(v)
     }
 
     /// A varint as [`Writer::varint128`] writes it; `None` if truncated, too large for a
     /// `u128` or not in its shortest form.
+    #[inline(always)]
     pub(crate) fn varint128(&mut self) -> Option<u128> {
-        let mut v = 0u128;
-        for shift in (0..128).step_by(7) {
-            let [b] = self.take::<1>()?;
-            if shift == 126 && b > 3 {
-                return None;
-            }
-            v |= u128::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return (b != 0 || shift == 0).then_some(v);
-            }
+        if let Some(result) = self.varint_short() {
+            return result.map(u128::from);
         }
-        None
+        let (v, len) = varint_long::<u128>(self.bytes, 128)?;
+        self.bytes = self.bytes.get(len..)?;
+        Some(v)
     }
 
     /// True when every byte has been read.
@@ -463,12 +684,125 @@ impl Reader<'_> {
     }
 }
 
+/// A varint of at most `bits` bits at the front of `bytes`, byte by byte (one of 9 bytes
+/// or more, or in a value shorter than 8 bytes): the value and its length; `None` if
+/// truncated, too large or not in its shortest form.
+#[inline(never)]
+fn varint_long<T>(bytes: &[u8], bits: u32) -> Option<(T, usize)>
+where
+    T: From<u8> + std::ops::Shl<u32, Output = T> + std::ops::BitOrAssign,
+{
+    let mut v = T::from(0);
+    for (i, &b) in bytes.iter().enumerate() {
+        let shift = u32::try_from(i).ok()? * 7;
+        // The last byte of a full-width varint holds only the top bits.
+        if shift >= bits || (shift + 7 > bits && b >> (bits - shift) != 0) {
+            return None;
+        }
+        v |= T::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return (b != 0 || i == 0).then_some((v, i + 1));
+        }
+    }
+    None
+}
+
 impl<'a> Reader<'a> {
     /// The next `len` bytes.
     pub(crate) fn slice(&mut self, len: usize) -> Option<&'a [u8]> {
         let (head, rest) = self.bytes.split_at_checked(len)?;
         self.bytes = rest;
         Some(head)
+    }
+}
+
+/// What the fast paths are checked against: the value as the generic [`Writer`] wrote it,
+/// the varint reader as it was, and field values that reach every varint length.
+#[cfg(test)]
+pub(crate) mod reference {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A compact value of `S` as the generic writer writes it: header, then what `fields`
+    /// writes (the encoding before [`Compact`]).
+    pub(crate) fn compact<S: Stored>(fields: impl FnOnce(&mut Writer<'_>)) -> Vec<u8> {
+        let mut out = Encoded {
+            buf: [0; MAX_LEN],
+            len: 0,
+            spill: Vec::new(),
+        };
+        let mut w = Writer { out: &mut out };
+        w.bytes(&MAGIC);
+        w.bytes(&[COMPACT_VERSION, S::ALGORITHM.tag()]);
+        fields(&mut w);
+        out.as_bytes().to_vec()
+    }
+
+    /// The varint reader before the one-load fast path: the value and the bytes it used.
+    pub(crate) fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
+        let mut v = 0u64;
+        for (i, shift) in (0..64).step_by(7).enumerate() {
+            let b = *bytes.get(i)?;
+            if shift == 63 && b > 1 {
+                return None;
+            }
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return (b != 0 || shift == 0).then_some((v, i + 1));
+            }
+        }
+        None
+    }
+
+    /// The 128-bit varint reader before the fast path.
+    pub(crate) fn varint128(bytes: &[u8]) -> Option<(u128, usize)> {
+        let mut v = 0u128;
+        for (i, shift) in (0..128).step_by(7).enumerate() {
+            let b = *bytes.get(i)?;
+            if shift == 126 && b > 3 {
+                return None;
+            }
+            v |= u128::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return (b != 0 || shift == 0).then_some((v, i + 1));
+            }
+        }
+        None
+    }
+
+    /// Any `u64`, with every bit length and the edges of every varint length equally likely.
+    pub(crate) fn arb_u64() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            any::<u64>(),
+            (any::<u64>(), 0u32..64).prop_map(|(v, shift)| v >> shift),
+            (0u32..10).prop_map(|bytes| (1u64 << (7 * bytes)).wrapping_sub(1)),
+            (0u32..10).prop_map(|bytes| 1u64 << (7 * bytes)),
+            Just(0),
+            Just(u64::MAX),
+        ]
+    }
+
+    /// Any `u128`, as [`arb_u64`].
+    pub(crate) fn arb_u128() -> impl Strategy<Value = u128> {
+        prop_oneof![
+            any::<u128>(),
+            (any::<u128>(), 0u32..128).prop_map(|(v, shift)| v >> shift),
+            (0u32..19).prop_map(|bytes| (1u128 << (7 * bytes)).wrapping_sub(1)),
+            (0u32..19).prop_map(|bytes| 1u128 << (7 * bytes)),
+            arb_u64().prop_map(u128::from),
+            Just(u128::MAX),
+        ]
+    }
+
+    /// Every stored value of `S` with the compact header and `body` decodes as the general
+    /// path decodes it (the same state or the same error).
+    pub(crate) fn fast_decode_is_general<S: Stored + PartialEq + std::fmt::Debug>(body: &[u8]) {
+        for version in [VERSION, COMPACT_VERSION, 3] {
+            let mut v = MAGIC.to_vec();
+            v.extend_from_slice(&[version, S::ALGORITHM.tag()]);
+            v.extend_from_slice(body);
+            assert_eq!(S::decode(&v), S::decode_general(&v), "{v:?}");
+        }
     }
 }
 
@@ -554,11 +888,11 @@ mod tests {
             let bytes = out.as_bytes();
             let expected_len = (128 - v.leading_zeros()).div_ceil(7).max(1) as usize;
             assert_eq!(bytes.len(), expected_len, "{v}");
-            let mut r = Reader { bytes };
+            let mut r = Reader::over(bytes);
             assert_eq!(r.varint128(), Some(v));
             assert!(r.is_empty());
         }
-        let decode = |bytes: &[u8]| Reader { bytes }.varint128();
+        let decode = |bytes: &[u8]| Reader::over(bytes).varint128();
         assert_eq!(decode(&[0x80, 0x00]), None, "not the shortest form");
         assert_eq!(decode(&[0x80]), None, "truncated");
         let mut too_big = vec![0xff; 18];
@@ -623,11 +957,11 @@ mod tests {
             let bytes = out.as_bytes();
             let expected_len = (64 - v.leading_zeros()).div_ceil(7).max(1) as usize;
             assert_eq!(bytes.len(), expected_len, "{v}");
-            let mut r = Reader { bytes };
+            let mut r = Reader::over(bytes);
             assert_eq!(r.varint(), Some(v));
             assert!(r.is_empty());
         }
-        let decode = |bytes: &[u8]| Reader { bytes }.varint();
+        let decode = |bytes: &[u8]| Reader::over(bytes).varint();
         assert_eq!(decode(&[0x80, 0x00]), None, "not the shortest form");
         assert_eq!(decode(&[0x80]), None, "truncated");
         assert_eq!(
@@ -652,7 +986,7 @@ mod tests {
             w.varint(v);
         }
         let (fixed, varints) = out.as_bytes().split_at(800);
-        let mut r = Reader { bytes: varints };
+        let mut r = Reader::over(varints);
         assert_eq!(values.map(|_| r.varint().unwrap()), values);
         assert!(r.is_empty());
         let bytes = fixed;
@@ -692,6 +1026,131 @@ mod tests {
             let s = SlidingWindowState { window_ms, window_start: Millis(window_ms * index), previous, current };
             prop_assert_eq!(SlidingWindowState::decode(s.encode().as_bytes()), Ok(s));
             prop_assert_eq!(SlidingWindowState::decode(s.encode_v1().as_bytes()), Ok(s));
+        }
+    }
+
+    /// The bytes [`Compact`] writes for `values` after a header.
+    fn compact_bytes(values: &[u128]) -> Vec<u8> {
+        let mut out = Encoded {
+            buf: [0; MAX_LEN],
+            len: 0,
+            spill: Vec::new(),
+        };
+        let mut w = Compact {
+            buf: &mut out.buf,
+            len: HEADER_LEN,
+        };
+        for &v in values {
+            w.varint128(v);
+        }
+        out.len = w.len;
+        out.as_bytes()[HEADER_LEN..].to_vec()
+    }
+
+    /// The bytes the generic [`Writer`] writes for `values`.
+    fn writer_bytes(values: &[u128]) -> Vec<u8> {
+        let mut out = Encoded {
+            buf: [0; MAX_LEN],
+            len: 0,
+            spill: Vec::new(),
+        };
+        let mut w = Writer { out: &mut out };
+        for &v in values {
+            match u64::try_from(v) {
+                Ok(v) => w.varint(v),
+                Err(_) => w.varint128(v),
+            }
+        }
+        out.as_bytes().to_vec()
+    }
+
+    /// `reader` and `reference` agree on `bytes`: the same value, or both refuse it, and the
+    /// same bytes used.
+    fn reads_as_reference(bytes: &[u8]) {
+        // Alone, and at the end of a longer value (read near its end with one load).
+        let mut longer = vec![0xff; 8];
+        longer.extend_from_slice(bytes);
+        for value in [bytes, &longer] {
+            let start = value.len() - bytes.len();
+            let mut r = Reader {
+                bytes: &value[start..],
+                value,
+            };
+            let got = r.varint().map(|v| (v, bytes.len() - r.remaining()));
+            assert_eq!(got, reference::varint(bytes), "{bytes:x?}");
+            let mut r = Reader {
+                bytes: &value[start..],
+                value,
+            };
+            let got = r.varint128().map(|v| (v, bytes.len() - r.remaining()));
+            assert_eq!(got, reference::varint128(bytes), "{bytes:x?}");
+        }
+    }
+
+    #[test]
+    fn every_two_byte_prefix_reads_as_before_near_and_far_from_the_end() {
+        for a in 0..=255u8 {
+            for b in 0..=255u8 {
+                for tail in [
+                    &[][..],
+                    &[0x01],
+                    &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01],
+                ] {
+                    let mut bytes = vec![a, b];
+                    bytes.extend_from_slice(tail);
+                    reads_as_reference(&bytes);
+                    reads_as_reference(&bytes[..1]);
+                }
+            }
+        }
+        reads_as_reference(&[]);
+    }
+
+    #[test]
+    fn the_longest_compact_values_fit_the_buffer() {
+        // Four 10-byte varints (a sliding window of impossible fields) and three of 19.
+        let max = [u128::from(u64::MAX); 4];
+        assert_eq!(compact_bytes(&max).len(), 40);
+        assert_eq!(compact_bytes(&max), writer_bytes(&max));
+        let max = [u128::MAX; 3];
+        assert_eq!(compact_bytes(&max).len(), 57);
+        assert_eq!(compact_bytes(&max), writer_bytes(&max));
+    }
+
+    proptest! {
+        #[test]
+        fn compact_varints_are_the_writers_bytes(
+            values in prop::collection::vec(
+                prop_oneof![reference::arb_u64().prop_map(u128::from), reference::arb_u128()],
+                0..4,
+            ),
+        ) {
+            prop_assert_eq!(compact_bytes(&values), writer_bytes(&values));
+        }
+
+        #[test]
+        fn varints_read_as_before(
+            bytes in prop::collection::vec(
+                prop_oneof![any::<u8>(), 0x80u8..=0xff, Just(0x80u8), Just(0u8), Just(1u8)],
+                0..24,
+            ),
+        ) {
+            for start in 0..bytes.len().min(12) {
+                reads_as_reference(&bytes[start..]);
+            }
+        }
+
+        #[test]
+        fn written_varints_read_back_one_after_another(
+            values in prop::collection::vec(reference::arb_u64(), 1..4),
+        ) {
+            let wide: Vec<u128> = values.iter().copied().map(u128::from).collect();
+            let bytes = compact_bytes(&wide);
+            let mut r = Reader::over(&bytes);
+            for &v in &values {
+                prop_assert_eq!(r.varint(), Some(v));
+            }
+            prop_assert!(r.is_empty());
         }
     }
 }

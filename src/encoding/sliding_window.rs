@@ -4,7 +4,7 @@ use redis_rl_core::limits::MAX_COUNT;
 use redis_rl_core::sliding_window::SlidingWindowState;
 use redis_rl_core::Millis;
 
-use super::{duration_ms_in_range, Algorithm, Reader, Stored, Writer};
+use super::{duration_ms_in_range, Algorithm, Compact, Reader, Stored, Writer};
 
 /// Sliding window fields: `window_ms`, `window_start_ms`, `previous`, `current`, all `u64`
 /// (37 bytes with the header).
@@ -15,13 +15,15 @@ impl Stored for SlidingWindowState {
 
     /// Version 2: `window_ms`, the current window's index (`window_start / window_ms`),
     /// `previous` and `current` as varints (about 14 bytes with the header).
-    fn encode_compact(&self, out: &mut Writer<'_>) {
+    #[inline(always)]
+    fn encode_compact(&self, out: &mut Compact<'_>) {
         out.varint(self.window_ms);
         out.varint(self.window_start.0 / self.window_ms.max(1));
         out.varint(self.previous);
         out.varint(self.current);
     }
 
+    #[inline(always)]
     fn decode_compact(body: &mut Reader<'_>) -> Option<Self> {
         let window_ms = duration_ms_in_range(body.varint()?)?;
         let window_start = body.varint()?.checked_mul(window_ms)?;
@@ -56,5 +58,42 @@ impl Stored for SlidingWindowState {
             previous,
             current,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::reference;
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Byte-identical to the generic writer's encoding, for any fields (also impossible
+        /// ones), and the fast decode agrees with the general one on it, on every prefix and
+        /// with a byte more.
+        #[test]
+        fn same_bytes_as_the_generic_writer(window_ms in reference::arb_u64(), start in reference::arb_u64(), previous in reference::arb_u64(), current in reference::arb_u64(), extra in any::<u8>()) {
+            let s = SlidingWindowState { window_ms, window_start: Millis(start), previous, current };
+            let old = reference::compact::<SlidingWindowState>(|out| {
+                out.varint(window_ms);
+                out.varint(start / window_ms.max(1));
+                out.varint(previous);
+                out.varint(current);
+            });
+            let new = s.encode();
+            prop_assert_eq!(new.as_bytes(), &old[..]);
+            let body = &old[5..];
+            for cut in 0..=body.len() {
+                reference::fast_decode_is_general::<SlidingWindowState>(&body[..cut]);
+            }
+            let mut longer = body.to_vec();
+            longer.push(extra);
+            reference::fast_decode_is_general::<SlidingWindowState>(&longer);
+        }
+
+        #[test]
+        fn fast_decode_is_general_on_any_body(body in prop::collection::vec(any::<u8>(), 0..48)) {
+            reference::fast_decode_is_general::<SlidingWindowState>(&body);
+        }
     }
 }
