@@ -23,7 +23,7 @@
 
 use std::borrow::Cow;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use redis_module::{raw, Context, RedisString};
 use redis_rl_core::concurrency::ConcurrencyState;
@@ -54,6 +54,13 @@ const EMBEDDING_REDIS_7: u8 = 1;
 /// `DEBUG RELOAD`).
 const EMBEDDING_VALKEY_9_1: u8 = 2;
 
+/// True if the server keeps a key's expiry in the key's own object, so that
+/// `RedisModule_GetAbsExpire` reads it without a lookup: Valkey 9 (measured on 9.1: 12
+/// instructions, while `RedisModule_SetAbsExpire` looks the key up again, about 400). On
+/// Redis 7.0 reading costs as much as setting (`getExpire` looks the key up in the expires
+/// dictionary, then in the main one: 516 instructions vs 509), so the store always sets it.
+static EXPIRY_IN_KEY: AtomicBool = AtomicBool::new(false);
+
 /// Tells the store which server it runs in (at load): `valkey` with its (major, minor)
 /// version, or Redis with its major version.
 pub fn set_server(valkey: Option<(u32, u32)>, redis_major: Option<u32>) {
@@ -63,6 +70,29 @@ pub fn set_server(valkey: Option<(u32, u32)>, redis_major: Option<u32>) {
         _ => 0,
     };
     EMBEDDING.store(rule, Ordering::Relaxed);
+    EXPIRY_IN_KEY.store(
+        valkey.is_some_and(|(major, _)| major >= 9),
+        Ordering::Relaxed,
+    );
+}
+
+/// Sets the open key (holding a value) to expire at `expire_at_ms`, skipping the server's
+/// lookup when it can tell for free that the key already expires then (a window limiter
+/// called again within its window; see [`EXPIRY_IN_KEY`]).
+fn set_expiry(
+    key: *mut raw::RedisModuleKey,
+    set_abs_expire: unsafe extern "C" fn(*mut raw::RedisModuleKey, raw::mstime_t) -> i32,
+    expire_at_ms: i64,
+) {
+    if EXPIRY_IN_KEY.load(Ordering::Relaxed) {
+        // SAFETY: the API table is filled at module load; the key is open.
+        let current = unsafe { raw::RedisModule_GetAbsExpire }.map(|get| unsafe { get(key) });
+        if current == Some(expire_at_ms) {
+            return;
+        }
+    }
+    // SAFETY: the key is open for writing and holds a string.
+    unsafe { set_abs_expire(key, expire_at_ms) };
 }
 
 /// True if the server may hold a string of `len` bytes under a key of `key_len` bytes
@@ -219,8 +249,7 @@ impl<'a> LimiterKey<'a> {
             Seen::Missing if !value.is_empty() => self.create(value)?,
             _ => self.store(value)?,
         }
-        // SAFETY: the key is open for writing and holds a string.
-        unsafe { set_abs_expire(self.key, expire_at_ms) };
+        set_expiry(self.key, set_abs_expire, expire_at_ms);
         signal_modified(self.ctx, self.name);
         notify(self.ctx, raw::NotifyEvent::STRING, c"set", self.name);
         notify(self.ctx, raw::NotifyEvent::GENERIC, c"expire", self.name);
@@ -373,8 +402,7 @@ impl LimiterKey<'_> {
             .ceil_millis()
             .saturating_add(crate::config::ttl_slack());
         let expire_at_ms = i64::try_from(expire_at.0).unwrap_or(i64::MAX);
-        // SAFETY: the key is open for writing and holds a string.
-        unsafe { set_abs_expire(self.key, expire_at_ms) };
+        set_expiry(self.key, set_abs_expire, expire_at_ms);
         signal_modified(self.ctx, self.name);
         let ranges = dirty.ranges();
         let changed = || {
