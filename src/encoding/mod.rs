@@ -544,9 +544,9 @@ fn put_varint(buf: &mut [u8; MAX_LEN], at: usize, v: u64) -> usize {
     put_varint_long(buf, at, u128::from(v))
 }
 
-/// [`put_varint`] of any value, byte by byte (2^56 and more: rare).
-#[cold]
-#[inline(never)]
+/// [`put_varint`] of any value, byte by byte (2^56 and more: rare). Inline, so that no call
+/// gets the buffer's address and the compiler can build the value in its final place.
+#[inline(always)]
 fn put_varint_long(buf: &mut [u8; MAX_LEN], mut at: usize, mut v: u128) -> usize {
     loop {
         let [low, ..] = v.to_le_bytes();
