@@ -1,8 +1,8 @@
 //! Per-command counters for the `INFO rl` section: calls, allowed, denied, errors.
 //!
-//! Counting costs a few relaxed atomic increments per call. The dispatcher counts each call
-//! from what its handler returned (`commands::Handled`), so the deciding code never needs
-//! to know which command it serves.
+//! Counting costs a relaxed load and store per counter and call (see `bump`). The
+//! dispatcher counts each call from what its handler returned (`commands::Handled`), so the
+//! deciding code never needs to know which command it serves.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
