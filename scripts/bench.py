@@ -73,6 +73,11 @@ CONFIG = {
     "targets": env("BENCH_TARGETS", "RL.TOKENBUCKET,RL.SLIDING,RL.FIXED,RL.GCRA,RL.THROTTLE"),
     "pairs": env("BENCH_PAIRS", 5, int),
     "pair_seconds": env("BENCH_PAIR_SECONDS", 0.5, float),
+    # Before each paired run, every key of its command written again, BENCH_REFRESH times (2
+    # doubles the life of a CL.THROTTLE key, ~1 s after one call), or with 0 a warm-up run of
+    # BENCH_WARMUP_SECONDS with random keys (then keys living 1-2 s are partly expired, the more
+    # so the slower the machine).
+    "refresh": env("BENCH_REFRESH", 1, int),
     "warmup_seconds": env("BENCH_WARMUP_SECONDS", 0.25, float),
     # Instructions per call under callgrind next to the time ratios (0: skip), calls per command.
     "callgrind": env("BENCH_CALLGRIND", 1, int),
@@ -308,7 +313,8 @@ def memory(server, commands, sha, pxat):
 # cores, one run put RL.* at 0.55-0.90x SET PXAT's server time and two quiet reruns at
 # 0.95-1.25x. So the targets table pairs runs instead: on one server, a run of the reference
 # (SET PXAT, CL.THROTTLE or the Lua script) and a run of the command X right after it (the order
-# alternates from pair to pair), each with CONFIG RESETSTAT before it; the ratio is taken per
+# alternates from pair to pair), each after all its keys are written again (so every measured
+# call updates a live key) and a CONFIG RESETSTAT; the ratio is taken per
 # pair, from usec_per_call, and the table gives the median of the pairs and their spread.
 # Next to it, the ratio of instructions per call in the server's call() under callgrind
 # (perf_history.sh's method), which does not depend on the load at all.
@@ -349,18 +355,24 @@ def created_share(before, after, calls):
     return ((after[0] - before[0]) + (after[1] - before[1])) / calls if calls else 0.0
 
 
-def prefill(client, args, keys, batch=2000):
+def prefill(client, args, keys, batch=2000, replies=True):
     """One call per key that redis-benchmark -r `keys` can draw (every key exists before the
     measured runs); returns the number of error replies. The command is encoded once: keys
-    differ only in their 12 digits."""
+    differ only in their 12 digits. `replies=False` (CLIENT REPLY OFF) writes the keys again
+    about 3x faster, counting no errors."""
     hole = "\0" * 12
     template = resp.encode([a.replace("__rand_int__", hole) for a in args])
     errors = 0
+    if not replies:
+        client.sock.sendall(resp.encode(["CLIENT", "REPLY", "OFF"]))
     for start in range(0, keys, batch):
         end = min(start + batch, keys)
         client.sock.sendall(b"".join(template.replace(hole.encode(), b"%012d" % i)
                                      for i in range(start, end)))
-        errors += sum(isinstance(resp.read(client.reader), resp.ReplyError) for _ in range(end - start))
+        if replies:
+            errors += sum(isinstance(resp.read(client.reader), resp.ReplyError) for _ in range(end - start))
+    if not replies:
+        client.call("CLIENT", "REPLY", "ON")  # its OK comes after every call above is done
     return errors
 
 
@@ -393,9 +405,13 @@ def prepare_keys(server, commands, sha, pxat, problems):
 def paired_runs(server, commands, sha, pxat, problems):
     """For each X, CONFIG["pairs"] rounds of (SET, X), (CL.THROTTLE, X), (Lua, X): two runs in
     a row on the same server each, the reference first in even rounds and X first in odd ones.
-    Every run follows an unmeasured warm-up of the same command (as a measured run of `make
-    bench` follows its calibration or the previous run: keys of short-lived limiters are live
-    again) and a CONFIG RESETSTAT. 100k random keys, pipeline 16, as in the headline table."""
+    100k random keys, pipeline 16, as in the headline table. Before every run, each key of its
+    command is written again (one pipelined call per key) and CONFIG RESETSTAT: every measured
+    call updates a live key, as SET PXAT's always do. Without it (BENCH_REFRESH=0: a short
+    warm-up run instead), a token bucket, GCRA, throttle or CL.THROTTLE key (1-2 s of life with
+    these arguments) idles during the other command's run and is often expired: 38-54% of
+    RL.TOKENBUCKET's calls recreated their key in such runs against 16-30% in back-to-back
+    runs at the same load, and the share grows as the machine slows down."""
     client = server.client
     by_name = {name: (expand(args, "", sha, pxat), stat) for name, args, stat in commands}
     prepare_keys(server, commands, sha, pxat, problems)
@@ -405,7 +421,10 @@ def paired_runs(server, commands, sha, pxat, problems):
 
     def run(name):
         argv, stat = by_name[name]
-        redis_benchmark(server.port, argv, max(1000, int(rps[name] * CONFIG["warmup_seconds"])), 16, True)
+        for _ in range(CONFIG["refresh"]):
+            prefill(client, argv, CONFIG["keys"], replies=False)
+        if not CONFIG["refresh"]:
+            redis_benchmark(server.port, argv, max(1000, int(rps[name] * CONFIG["warmup_seconds"])), 16, True)
         client.call("CONFIG", "RESETSTAT")
         before = keys_and_expired(client)
         n = max(10_000, int(rps[name] * CONFIG["pair_seconds"]))
@@ -474,7 +493,7 @@ def instructions(modules, commands, problems):
     written again just before: under callgrind a call is ~50x slower, so over 100k keys a token
     bucket, GCRA, throttle or CL.THROTTLE key (1-2 s of life with these arguments) would be
     expired at every call and the figure would be the path that recreates a key, while the
-    timed runs mostly update live keys (the table gives both shares). RL.FIXED is measured at least 20 s
+    timed runs update live keys (the table gives both shares). RL.FIXED is measured at least 20 s
     before its 60 s window ends (all its keys expire then). The dumps stay in
     target/bench/callgrind/ for callgrind_annotate."""
     if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
@@ -608,7 +627,9 @@ def measure_targets(server, modules, sha, pxat, present, problems):
         instr = instructions(modules, commands, problems)
     return {"pairs": pairs, "instr": instr, "activity": activity,
             "settings": {"pairs": CONFIG["pairs"], "seconds": CONFIG["pair_seconds"],
-                         "warmup": CONFIG["warmup_seconds"], "keys": CONFIG["keys"],
+                         "warmup": 0 if CONFIG["refresh"] else CONFIG["warmup_seconds"],
+                         "refresh": CONFIG["refresh"],
+                         "keys": CONFIG["keys"],
                          "clients": CONFIG["clients"],
                          "cg_calls": CONFIG["cg_calls"] if CONFIG["callgrind"] else 0,
                          "cg_keys": CONFIG["cg_keys"]}}
@@ -975,17 +996,18 @@ def issue15_targets(runs):
            "Goals: at most 1.0x SET PXAT's server time on Redis and 0.8x on Valkey; CL.THROTTLE and "
            "the Lua script at least 2x and 4x our time; bytes per key at most SET 25 B PXAT's. Each "
            "ratio twice: **time** from paired runs on one server (a run of the reference and a run "
-           "of the command right after it or before it, alternately, `CONFIG RESETSTAT` before "
-           "each, `usec_per_call` of each run; the median ratio of the pairs and, in brackets, their "
-           "min-max: noisy on a shared machine) and **instr** from instructions per call in the "
+           "of the command right after it or before it, alternately; before each run every key of "
+           "its command written again and `CONFIG RESETSTAT`; `usec_per_call` of each run; the "
+           "median ratio of the pairs and, in brackets, their min-max: noisy on a shared machine) "
+           "and **instr** from instructions per call in the "
            "server's `call()` under callgrind (exact, the same on any machine; a time ratio also "
            "includes cache misses and the like, which instruction counts do not see). A figure "
            "that misses its goal says so. usec/call is the median of the command's paired runs, "
            "instr/call its instructions per call in `call()`. *New key*: the share of calls that "
            "created their key (none, or an expired one) rather than updating a live one, median of "
-           "the timed runs / under callgrind; a limiter key with these arguments lives about 2 s "
-           "(token bucket, GCRA, throttle, CL.THROTTLE), so the timed share grows when the server "
-           "is slower, and all RL.FIXED keys expire at the end of each minute.", "",
+           "the timed runs / under callgrind: near 0% when every call updates a live key, as "
+           "intended (a token bucket, GCRA, throttle or CL.THROTTLE key lives 1-2 s with these "
+           "arguments, and all RL.FIXED keys expire at the end of each minute).", "",
            "| server | command | usec/call | instr/call | vs SET PXAT: time | instr | CL.THROTTLE is: time "
            "| instr | Lua script is: time | instr | bytes/key | vs SET bytes | new key |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -1044,21 +1066,23 @@ def issue15_targets(runs):
                     server, label, statistics.median(usec[ref]),
                     "%.0f" % ins[ref] if ref in ins else "-", "%.0f" % b if b else "", new_key(ref)))
         a, cfg = t["activity"], t["settings"]
-        notes.append("- %s, %s, commit %s: %d pair(s) per reference and command, %g s per run after a "
-                     "%g s warm-up, %d random keys of each command filled before (all in one "
+        notes.append("- %s, %s, commit %s: %d pair(s) per reference and command, %g s per run after %s, "
+                     "%d random keys of each command (all in one "
                      "server), pipeline 16, %d clients, %s; callgrind: %s. Paired runs took %.0f s; load "
                      "average %s at their start, %s at their end; other processes used %.2f cores "
                      "meanwhile.%s" % (
                          server, run["info"]["date"], run["info"]["commit"], cfg["pairs"], cfg["seconds"],
-                         cfg["warmup"], cfg["keys"], cfg["clients"], run["info"].get("scheduling", "not pinned"),
+                         "a %g s warm-up" % cfg["warmup"] if cfg["warmup"]
+                         else "all its keys written again (%dx)" % cfg.get("refresh", 1),
+                         cfg["keys"], cfg["clients"], run["info"].get("scheduling", "not pinned"),
                          "%d calls per command over %d of its keys" % (cfg["cg_calls"], cfg.get("cg_keys", cfg["keys"]))
                          if cfg["cg_calls"] else "skipped",
                          a["seconds"], a["load_start"], a["load_end"], a["others_cores"],
                          " **Warning: %s.**" % a["busy"] if a["busy"] else ""))
     out += [""] + notes
     out += ["", "Under callgrind a call is about 50x slower: its measured calls draw from fewer keys "
-            "(written again just before) so that short-lived limiter keys are live, as in most "
-            "timed calls. `make bench-targets` rewrites this section alone; `make bench` the whole "
+            "(written again just before) so that short-lived limiter keys are live, as in the "
+            "timed runs. `make bench-targets` rewrites this section alone; `make bench` the whole "
             "file.", ""]
     return out
 
