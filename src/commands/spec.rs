@@ -69,6 +69,8 @@ struct Args<'a, 'b> {
 impl Source for Args<'_, '_> {
     type Error = SpecError;
 
+    // Inlined into the parameter loop: it runs for every number of every spec.
+    #[inline(always)]
     fn value(&mut self, range: Range) -> Result<u64, SpecError> {
         let range = config::param_range_of(Some(self.kind), range);
         let arg = self.args.next().ok_or(range.error())?;
