@@ -139,7 +139,7 @@ fn settle<S: Stored>(
     let (decision, granted, new_state) = check(key.read::<S>()?, now, options.cost);
     if let (false, Some(state)) = (options.peek, new_state) {
         let expiry = expire_at(now, decision.reset_after, config::ttl_slack());
-        key.write(state.encode().as_bytes(), expiry)?;
+        state.with_bytes(|value| key.write(value, expiry))?;
     }
     let fields = reply(&decision);
     let reply = match granted {

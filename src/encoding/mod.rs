@@ -184,16 +184,7 @@ pub trait Stored: Sized {
             spill: Vec::new(),
         };
         if Self::COMPACT_BODY.is_some() {
-            // A fixed-size state: header and varints straight into the stack buffer.
-            let mut w = Compact {
-                buf: &mut out.buf,
-                len: HEADER_LEN,
-            };
-            if let Some(header) = w.buf.first_chunk_mut::<HEADER_LEN>() {
-                *header = compact_header(Self::ALGORITHM);
-            }
-            self.encode_compact(&mut w);
-            out.len = w.len;
+            out.len = self.write_compact(&mut out.buf);
         } else {
             let mut w = Writer { out: &mut out };
             w.bytes(&MAGIC);
@@ -201,6 +192,33 @@ pub trait Stored: Sized {
             self.encode_body(&mut w);
         }
         out
+    }
+
+    /// Calls `f` with the full stored value (as [`Self::encode`]'s bytes). A fixed-size
+    /// state is built in a buffer on this stack frame and never moved: the write path.
+    #[inline(always)]
+    fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        if Self::COMPACT_BODY.is_some() {
+            let mut buf = [0u8; MAX_LEN];
+            let len = self.write_compact(&mut buf);
+            return f(buf.get(..len).unwrap_or(&[]));
+        }
+        f(self.encode().as_bytes())
+    }
+
+    /// Writes the compact value (header and varints) at the start of `buf`; returns its
+    /// length.
+    #[inline(always)]
+    fn write_compact(&self, buf: &mut [u8; MAX_LEN]) -> usize {
+        if let Some(header) = buf.first_chunk_mut::<HEADER_LEN>() {
+            *header = compact_header(Self::ALGORITHM);
+        }
+        let mut w = Compact {
+            buf,
+            len: HEADER_LEN,
+        };
+        self.encode_compact(&mut w);
+        w.len
     }
 
     /// The value in format version 1 (what older modules wrote): tests of reading it.

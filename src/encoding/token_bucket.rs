@@ -81,6 +81,7 @@ mod tests {
             });
             let new = s.encode();
             prop_assert_eq!(new.as_bytes(), &old[..]);
+            prop_assert_eq!(s.with_bytes(<[u8]>::to_vec), old.clone());
             let body = &old[5..];
             for cut in 0..=body.len() {
                 reference::fast_decode_is_general::<TokenBucketState>(&body[..cut]);
