@@ -494,9 +494,9 @@ const fn gather(w: u64) -> u64 {
     (w & 0x0fff_ffff) | ((w & 0x0fff_ffff_0000_0000) >> 4)
 }
 
-/// Writes a fixed-size state's compact (version 2) value straight into the stack buffer of
-/// an [`Encoded`]: at most a header and 40 bytes of varints, so it never spills, and a
-/// varint below 2^56 is one 8-byte store (no loop, no copy call).
+/// Writes a fixed-size state's compact (version 2) value straight into a stack buffer (an
+/// [`Encoded`]'s, or [`Stored::with_bytes`]'): at most a header and 40 bytes of varints, so
+/// it never spills, and a varint below 2^56 is one 8-byte store (no loop, no copy call).
 pub struct Compact<'a> {
     buf: &'a mut [u8; MAX_LEN],
     len: usize,
@@ -509,7 +509,7 @@ impl Compact<'_> {
         self.len = put_varint(self.buf, self.len, v);
     }
 
-    /// An unsigned LEB128 varint of up to 128 bits, as [`Writer::varint128`] writes it.
+    /// An unsigned LEB128 varint of up to 128 bits (at most 19 bytes), lowest bits first.
     #[inline(always)]
     pub(crate) fn varint128(&mut self, v: u128) {
         self.len = match u64::try_from(v) {
@@ -679,7 +679,7 @@ impl Reader<'_> {
         Some(v)
     }
 
-    /// A varint as [`Writer::varint128`] writes it; `None` if truncated, too large for a
+    /// A varint as [`Compact::varint128`] writes it; `None` if truncated, too large for a
     /// `u128` or not in its shortest form.
     #[inline(always)]
     pub(crate) fn varint128(&mut self) -> Option<u128> {
