@@ -812,6 +812,27 @@ pub(crate) mod reference {
         ]
     }
 
+    /// `state` encodes to exactly `old` (the generic writer's bytes), through `encode` and
+    /// `with_bytes` alike, and the fast decode agrees with the general one on every prefix of
+    /// its body and on the body with `extra` appended.
+    pub(crate) fn encodes_like_generic<S: Stored + PartialEq + std::fmt::Debug>(
+        state: &S,
+        old: &[u8],
+        extra: u8,
+    ) -> Result<(), TestCaseError> {
+        let new = state.encode();
+        prop_assert_eq!(new.as_bytes(), old);
+        prop_assert_eq!(state.with_bytes(<[u8]>::to_vec), old.to_vec());
+        let body = &old[HEADER_LEN..];
+        for cut in 0..=body.len() {
+            fast_decode_is_general::<S>(&body[..cut]);
+        }
+        let mut longer = body.to_vec();
+        longer.push(extra);
+        fast_decode_is_general::<S>(&longer);
+        Ok(())
+    }
+
     /// Every stored value of `S` with the compact header and `body` decodes as the general
     /// path decodes it (the same state or the same error).
     pub(crate) fn fast_decode_is_general<S: Stored + PartialEq + std::fmt::Debug>(body: &[u8]) {

@@ -80,16 +80,7 @@ mod tests {
                 out.varint(previous);
                 out.varint(current);
             });
-            let new = s.encode();
-            prop_assert_eq!(new.as_bytes(), &old[..]);
-            prop_assert_eq!(s.with_bytes(<[u8]>::to_vec), old.clone());
-            let body = &old[5..];
-            for cut in 0..=body.len() {
-                reference::fast_decode_is_general::<SlidingWindowState>(&body[..cut]);
-            }
-            let mut longer = body.to_vec();
-            longer.push(extra);
-            reference::fast_decode_is_general::<SlidingWindowState>(&longer);
+            reference::encodes_like_generic(&s, &old, extra)?;
         }
 
         #[test]
