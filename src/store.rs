@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use redis_module::{raw, Context, RedisString};
 use redis_rl_core::concurrency::ConcurrencyState;
+use redis_rl_core::decision::keeps_expiry;
 use redis_rl_core::{Micros, Millis};
 
 use crate::encoding::{self, lease_table, DecodeError, Stored, HEADER_LEN};
@@ -85,23 +86,34 @@ pub fn set_server(valkey: Option<(u32, u32)>, redis_major: Option<u32>) {
     );
 }
 
-/// Sets the open key (holding a value) to expire at `expire_at_ms`, skipping the server's
-/// lookup when it can tell for free that the key already expires then (a window limiter
-/// called again within its window; see [`EXPIRY_IN_KEY`]).
+/// Sets the open key (holding a value) to expire at `target_ms` and returns the expiry it
+/// has then, which is what replicas and the AOF must be given.
+///
+/// Where reading the expiry is free (see [`EXPIRY_IN_KEY`]), an expiry that still lies
+/// within half the TTL slack below the target is kept (see
+/// [`redis_rl_core::decision::keeps_expiry`]): a window limiter called again within its
+/// window, or a busy bucket, then skips the server's lookup. `fresh` says the key was just
+/// created (it has no expiry yet).
 fn set_expiry(
     key: *mut raw::RedisModuleKey,
     set_abs_expire: unsafe extern "C" fn(*mut raw::RedisModuleKey, raw::mstime_t) -> i32,
-    expire_at_ms: i64,
-) {
-    if EXPIRY_IN_KEY.load(Ordering::Relaxed) {
+    target_ms: i64,
+    fresh: bool,
+) -> i64 {
+    if !fresh && EXPIRY_IN_KEY.load(Ordering::Relaxed) {
         // SAFETY: the API table is filled at module load; the key is open.
-        let current = unsafe { raw::RedisModule_GetAbsExpire }.map(|get| unsafe { get(key) });
-        if current == Some(expire_at_ms) {
-            return;
+        let current =
+            unsafe { raw::RedisModule_GetAbsExpire }.map_or(-1, |get| unsafe { get(key) });
+        if let (Ok(current_ms), Ok(target)) = (u64::try_from(current), u64::try_from(target_ms)) {
+            let slack = crate::config::ttl_slack();
+            if keeps_expiry(Millis(current_ms), Millis(target), slack) {
+                return current;
+            }
         }
     }
     // SAFETY: the key is open for writing and holds a string.
-    unsafe { set_abs_expire(key, expire_at_ms) };
+    unsafe { set_abs_expire(key, target_ms) };
+    target_ms
 }
 
 /// True if the server may hold a string of `len` bytes under a key of `key_len` bytes
@@ -245,7 +257,9 @@ impl<'a> LimiterKey<'a> {
         // Redis keeps expiries as signed milliseconds: clamp once, and replicate the same
         // number we set, or replicas and AOF would refuse a PXAT beyond i64::MAX.
         let expire_at_ms = i64::try_from(expire_at.0).unwrap_or(i64::MAX);
-        match self.seen.replace(Seen::Unknown) {
+        let seen = self.seen.replace(Seen::Unknown);
+        let fresh = matches!(seen, Seen::Missing);
+        match seen {
             // The read's buffer, of the same length: the common case of a live key.
             Seen::Writable { ptr, len } if len == value.len() => {
                 // SAFETY: `ptr` is the key's unshared value buffer of exactly `len` bytes
@@ -258,7 +272,7 @@ impl<'a> LimiterKey<'a> {
             Seen::Missing if !value.is_empty() => self.create(value)?,
             _ => self.store(value)?,
         }
-        set_expiry(self.key, set_abs_expire, expire_at_ms);
+        let expire_at_ms = set_expiry(self.key, set_abs_expire, expire_at_ms, fresh);
         signal_modified(self.ctx, self.name);
         notify(self.ctx, raw::NotifyEvent::STRING, c"set", self.name);
         notify(self.ctx, raw::NotifyEvent::GENERIC, c"expire", self.name);
@@ -411,7 +425,7 @@ impl LimiterKey<'_> {
             .ceil_millis()
             .saturating_add(crate::config::ttl_slack());
         let expire_at_ms = i64::try_from(expire_at.0).unwrap_or(i64::MAX);
-        set_expiry(self.key, set_abs_expire, expire_at_ms);
+        let expire_at_ms = set_expiry(self.key, set_abs_expire, expire_at_ms, false);
         signal_modified(self.ctx, self.name);
         let ranges = dirty.ranges();
         let changed = || {
