@@ -90,9 +90,9 @@ pub fn set_server(valkey: Option<(u32, u32)>, redis_major: Option<u32>) {
 /// has then, which is what replicas and the AOF must be given.
 ///
 /// Where reading the expiry is free (see [`EXPIRY_IN_KEY`]), an expiry that still lies
-/// within half the TTL slack below the target is kept (see
+/// within half the TTL slack of the target is kept (see
 /// [`redis_rl_core::decision::keeps_expiry`]): a window limiter called again within its
-/// window, or a busy bucket, then skips the server's lookup. `fresh` says the key was just
+/// window, or a busy bucket, then skips the server's lookup (about 400 instructions). `fresh` says the key was just
 /// created (it has no expiry yet).
 fn set_expiry(
     key: *mut raw::RedisModuleKey,
