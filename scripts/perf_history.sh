@@ -30,7 +30,8 @@
 #   PH_CG_KEYS=PH_KEYS: the measured callgrind calls draw among the first PH_CG_KEYS keys only,
 #     written again just before (e.g. 100: short-lived keys stay live under callgrind, so the
 #     figure is the update path; `make bench-targets` measures that way)
-#   PH_CALLGRIND=1 PH_WALL=1 (0 skips a phase)   PH_ONLY="SET PXAT,RL.SLIDING" (names below)
+#   PH_CALLGRIND=1 PH_WALL=1 (0 skips a phase)   PH_ONLY="SET PXAT,RL.SLIDING" (names below;
+#     RL.REFUND only this way)
 #   RL_SERVER=redis-server   CARGO_TARGET_DIR (default ./target)
 # Output: target/perf_history/{results.tsv,table.md}, the table also on stdout.
 # Needs valgrind (callgrind_control, callgrind_annotate), redis-server, redis-cli, redis-benchmark.
@@ -56,6 +57,7 @@ BIG=1000000000
 PXAT=$(( $(date +%s) * 1000 + 7 * 24 * 3600 * 1000 ))
 VALUE25=vvvvvvvvvvvvvvvvvvvvvvvvv
 # name | commandstats name | key prefix | arguments after the key (same as scripts/bench.py)
+# [| the command and arguments that write its keys, when the command itself does not]
 COMMANDS=(
   "SET PXAT|set|set:|$VALUE25 PXAT $PXAT"
   "RL.TOKENBUCKET|rl.tokenbucket|tb:|$BIG 1 1000"
@@ -64,9 +66,14 @@ COMMANDS=(
   "RL.GCRA|rl.gcra|gc:|1 1000 BURST $BIG"
   "RL.THROTTLE|rl.throttle|th:|$BIG 1 1 1"
 )
+# Measured only when PH_ONLY names it, so the default keyspace stays the one of earlier tables.
+# Emptied buckets (they live ~30 years): every measured call gives one token back and writes.
+OPTIONAL=(
+  "RL.REFUND|rl.refund|rf:|TOKENBUCKET $BIG 1 1000 COST 1|RL.TOKENBUCKET $BIG 1 1000 COST $BIG"
+)
 if [ -n "${PH_ONLY:-}" ]; then
   kept=()
-  for c in "${COMMANDS[@]}"; do [[ ",$PH_ONLY," == *",${c%%|*},"* ]] && kept+=("$c"); done
+  for c in "${COMMANDS[@]}" "${OPTIONAL[@]}"; do [[ ",$PH_ONLY," == *",${c%%|*},"* ]] && kept+=("$c"); done
   COMMANDS=("${kept[@]}")
 fi
 
@@ -103,11 +110,11 @@ server_args() {  # port so
 }
 # Every key redis-benchmark -r KEYS can draw (`__rand_int__` is 12 zero-padded digits) exists.
 prefill() {  # port command-spec [keys]
-  IFS='|' read -r name _ prefix rest <<<"$2"
-  python3 - "$name" "$prefix" "$rest" "${3:-$KEYS}" <<'EOF' | cli "$1" --pipe >/dev/null
+  IFS='|' read -r name _ prefix rest writer <<<"$2"
+  [ "$name" = "SET PXAT" ] && writer="SET $rest"
+  python3 - "${writer:-$name $rest}" "$prefix" "${3:-$KEYS}" <<'EOF' | cli "$1" --pipe >/dev/null
 import sys
-name, prefix, rest, keys = sys.argv[1], sys.argv[2], sys.argv[3].split(), int(sys.argv[4])
-cmd = "SET" if name == "SET PXAT" else name
+(cmd, *rest), prefix, keys = sys.argv[1].split(), sys.argv[2], int(sys.argv[3])
 out = sys.stdout.buffer
 for i in range(keys):
     args = [cmd, "%s%012d" % (prefix, i)] + rest
@@ -125,7 +132,7 @@ prefill_all() {  # port
   echo "!! keyspace still rehashing" >&2
 }
 bench() {  # port command-spec n [keys]
-  IFS='|' read -r name _ prefix rest <<<"$2"
+  IFS='|' read -r name _ prefix rest _ <<<"$2"
   local cmd=$name; [ "$name" = "SET PXAT" ] && cmd=SET
   # shellcheck disable=SC2086
   redis-benchmark -h 127.0.0.1 -p "$1" -c 50 -P 16 -r "${4:-$KEYS}" -n "$3" -q $cmd "${prefix}__rand_int__" $rest \

@@ -469,21 +469,6 @@ impl Drop for LimiterKey<'_> {
     }
 }
 
-/// Reads the limiter state in `key`: `None` if the key is missing (see [`LimiterKey::read`]).
-pub fn read<S: Stored>(ctx: &Context, key: &RedisString) -> Result<Option<S>, Error> {
-    LimiterKey::open(ctx, key).read()
-}
-
-/// Stores `value` in `key` (see [`LimiterKey::write`]).
-pub fn write(
-    ctx: &Context,
-    key: &RedisString,
-    value: &[u8],
-    expire_at: Millis,
-) -> Result<(), Error> {
-    LimiterKey::open(ctx, key).write(value, expire_at)
-}
-
 /// A string key looked at without changing it: its header, and the whole value only when
 /// its length is one a valid state of the algorithm in that header has.
 pub struct Peeked {

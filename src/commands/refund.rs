@@ -10,7 +10,8 @@ use super::{spec, Command, Handled, WRITE};
 use crate::args::{integer, shown, ArgError};
 use crate::docs::{int, key, string, Syntax, LIMITER_KEY, WRITE_ACL};
 use crate::error::Error;
-use crate::{clock, reply, store};
+use crate::store::LimiterKey;
+use crate::{clock, reply};
 
 pub const COMMAND: Command = Command {
     name: c"RL.REFUND",
@@ -35,11 +36,9 @@ fn run(ctx: &Context, args: &[RedisString]) -> Result<Handled, Error> {
     let spec = spec::parse(&mut rest).map_err(|e| Error::text(format_args!("spec: {e}")))?;
     let amount = parse_cost(rest.as_slice()).map_err(Error::text)?;
     let now = clock::now();
-    let (refunded, after) = spec::refund(&spec, ctx, key, now, amount)?;
-    if let Some((value, expiry)) = &after.write {
-        store::write(ctx, key, value.as_bytes(), *expiry)?;
-    }
-    Ok(reply::send(ctx, &reply::refund(refunded, &after.decision)).into())
+    let key = LimiterKey::open(ctx, key);
+    let (refunded, after) = spec::refund(&spec, &key, now, amount)?;
+    Ok(reply::send(ctx, &reply::refund(refunded, &after)).into())
 }
 
 /// The mandatory `COST n` after the spec, and nothing else.

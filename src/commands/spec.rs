@@ -8,18 +8,18 @@
 use std::fmt;
 use std::slice::Iter;
 
-use redis_module::{Context, RedisString};
+use redis_module::RedisString;
 use redis_rl_core::algorithm::{Opt, RateLimiter, Source};
 use redis_rl_core::decision::expire_at;
 use redis_rl_core::limits::{ParamError, Range};
 use redis_rl_core::registry::SpecNames;
-use redis_rl_core::{AnyParams, AnyState, Decision, Kind, Micros, Millis};
+use redis_rl_core::{AnyParams, AnyState, Decision, Kind, Micros};
 
 use crate::args::{bytes, integer, shown, ArgError};
 use crate::config;
 use crate::encoding::{Encoded, Stored};
 use crate::error::Error;
-use crate::store::{self, LimiterKey};
+use crate::store::LimiterKey;
 
 /// One limiter's algorithm and parameters.
 pub type Spec = AnyParams;
@@ -105,14 +105,6 @@ pub fn parse(args: &mut Iter<'_, RedisString>) -> Result<Spec, SpecError> {
     AnyParams::parse(kind, &mut Args { kind, args }).ok_or_else(unknown)?
 }
 
-/// The outcome of running a spec against a key, before anything is written.
-pub struct Evaluated {
-    /// The decision for this key.
-    pub decision: Decision,
-    /// The value to store and its absolute expiry, if the call changes the key.
-    pub write: Option<(Encoded, Millis)>,
-}
-
 /// Generates [`check`], [`encode`] and [`refund`] from the registry: one arm per rate limiter.
 macro_rules! dispatch {
     (
@@ -143,17 +135,17 @@ macro_rules! dispatch {
             }
         }
 
-        /// Reads `key` and gives back up to `amount` units. Returns the units given back
-        /// and the key's state afterwards (as a zero-cost decision). Writes nothing.
+        /// Reads `spec`'s state from the open `key`, gives back up to `amount` units at
+        /// `now` and writes the key through the same handle if that changed it. Returns the
+        /// units given back and the key's state afterwards (as a zero-cost decision).
         pub fn refund(
             spec: &Spec,
-            ctx: &Context,
-            key: &RedisString,
+            key: &LimiterKey<'_>,
             now: Micros,
             amount: u64,
-        ) -> Result<(u64, Evaluated), Error> {
+        ) -> Result<(u64, Decision), Error> {
             match spec {
-                $(AnyParams::$l(p) => give_back::<$lt>(ctx, key, now, p, amount),)*
+                $(AnyParams::$l(p) => give_back::<$lt>(key, now, p, amount),)*
             }
         }
     };
@@ -162,29 +154,20 @@ macro_rules! dispatch {
 redis_rl_core::registry!(dispatch);
 
 fn give_back<A: RateLimiter>(
-    ctx: &Context,
-    key: &RedisString,
+    key: &LimiterKey<'_>,
     now: Micros,
     params: &A::Params,
     amount: u64,
-) -> Result<(u64, Evaluated), Error>
+) -> Result<(u64, Decision), Error>
 where
     A::State: Stored,
 {
-    let stored = store::read::<A::State>(ctx, key)?;
+    let stored = key.read::<A::State>()?;
     let (refunded, state) = A::refund(stored.clone(), now, params, amount);
     let (view, _) = A::check(state.clone().or(stored), now, params, 0);
-    Ok((refunded, with_write(view, state, now)))
-}
-
-fn with_write<S: Stored>(decision: Decision, state: Option<S>, now: Micros) -> Evaluated {
-    Evaluated {
-        decision,
-        write: state.map(|s| {
-            (
-                s.encode(),
-                expire_at(now, decision.reset_after, config::ttl_slack()),
-            )
-        }),
+    if let Some(state) = state {
+        let expiry = expire_at(now, view.reset_after, config::ttl_slack());
+        state.with_bytes(|value| key.write(value, expiry))?;
     }
+    Ok((refunded, view))
 }

@@ -1,7 +1,7 @@
 //! The store's write paths (`src/store.rs`): a live key of the same length (written into the
 //! read's buffer), a new key, a short value that shrinks (cut in place) or grows (re-created):
 //! each leaves a raw string of the new length with the new expiry, and a replica holding the
-//! same bytes and absolute expiry.
+//! same bytes and absolute expiry (RL.REFUND's writes too).
 
 use std::time::Duration;
 
@@ -32,9 +32,35 @@ fn every_write_path_leaves_an_exact_raw_string_and_the_replica_the_same_bytes() 
     let short = bucket(&mut m, "grows", &FAST);
     let grown = bucket(&mut m, "grows", &SLOW);
     assert!(grown > short, "{grown} > {short}");
+    // RL.REFUND writes through its own read as well: a drained bucket's level grows to
+    // thousands of tokens (a longer value), then by one (the same length).
+    let drained = bucket(
+        &mut m,
+        "refunded",
+        &["1000000000", "1", "1000", "COST", "1000000000"],
+    );
+    let refund = |c: &mut redis::Connection, cost| {
+        let call = [
+            "RL.REFUND",
+            "refunded",
+            "TOKENBUCKET",
+            "1000000000",
+            "1",
+            "1000",
+            "COST",
+            cost,
+        ];
+        (
+            ints(c, &call)[0],
+            query::<usize>(c, &["STRLEN", "refunded"]),
+        )
+    };
+    let (n, longer) = refund(&mut m, "3000");
+    assert!(n == 3000 && longer > drained, "{n}: {longer} > {drained}");
+    assert_eq!(refund(&mut m, "1"), (1, longer));
 
     assert_eq!(query::<i64>(&mut m, &["WAIT", "1", "5000"]), 1);
-    for key in ["shrinks", "grows"] {
+    for key in ["shrinks", "grows", "refunded"] {
         let encoding: String = query(&mut m, &["OBJECT", "ENCODING", key]);
         assert_eq!(encoding, "raw", "{key}");
         // A further call reads the state it left (no refusal) and writes in place.
@@ -42,7 +68,7 @@ fn every_write_path_leaves_an_exact_raw_string_and_the_replica_the_same_bytes() 
         assert_eq!(len, query::<usize>(&mut m, &["STRLEN", key]));
     }
     assert_eq!(query::<i64>(&mut m, &["WAIT", "1", "5000"]), 1);
-    for key in ["shrinks", "grows"] {
+    for key in ["shrinks", "grows", "refunded"] {
         let value: Vec<u8> = query(&mut m, &["GET", key]);
         let expiry: i64 = query(&mut m, &["PEXPIRETIME", key]);
         assert!(expiry > 0, "{key} has an expiry");
