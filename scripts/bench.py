@@ -70,7 +70,8 @@ CONFIG = {
     # X, each paired with SET PXAT, CL.THROTTLE and the Lua script; pairs per reference;
     # seconds per measured run, each after an unmeasured warm-up of the same command.
     # The fixed-size limiters by default (RL.LOG, RL.CONCURRENCY and "RL.ALL x4" can be added).
-    "targets": env("BENCH_TARGETS", "RL.TOKENBUCKET,RL.SLIDING,RL.FIXED,RL.GCRA,RL.THROTTLE"),
+    "targets": env("BENCH_TARGETS", "RL.TOKENBUCKET,RL.SLIDING,RL.FIXED,RL.GCRA,RL.THROTTLE,"
+                  "RL.TOKENBUCKET steady,RL.GCRA steady,RL.THROTTLE steady"),
     "pairs": env("BENCH_PAIRS", 5, int),
     "pair_seconds": env("BENCH_PAIR_SECONDS", 0.5, float),
     # Before each paired run, every key of its command written again, BENCH_REFRESH times (2
@@ -93,7 +94,12 @@ VALUE25 = "v" * 25
 # a fixed instant (a huge capacity keeps every call allowed: the write path).
 LUA_NOW = "1700000000"
 # Every limiter is configured so that every call is allowed (the write path every allowed
-# request pays) and keys live long: capacity 10^9, refilled 1 per second.
+# request pays) and keys live long: capacity 10^9, refilled 1 per second. Such a bucket drains:
+# every call moves the instant it becomes idle 1 s later, so every write sets a new expiry
+# (the worst case for the expiry). The "steady" variants refill 10^9 per second: a busy key
+# well under its limit, whose idle instant stays about a millisecond ahead of each call (on
+# Valkey 9 the store then keeps the expiry it has for up to half the TTL slack; see README,
+# Expiry).
 BIG = "1000000000"
 
 # name, redis-benchmark arguments ({k} is the key), commandstats name, what must exist.
@@ -109,6 +115,10 @@ COMMANDS = [
     ("RL.FIXED", ["RL.FIXED", "{k}", BIG, "60000"], "rl.fixed", "RL.FIXED"),
     ("RL.GCRA", ["RL.GCRA", "{k}", "1", "1000", "BURST", BIG], "rl.gcra", "RL.GCRA"),
     ("RL.THROTTLE", ["RL.THROTTLE", "{k}", BIG, "1", "1", "1"], "rl.throttle", "RL.THROTTLE"),
+    ("RL.TOKENBUCKET steady", ["RL.TOKENBUCKET", "{k}", BIG, BIG, "1000"], "rl.tokenbucket",
+     "RL.TOKENBUCKET"),
+    ("RL.GCRA steady", ["RL.GCRA", "{k}", BIG, "1000", "BURST", BIG], "rl.gcra", "RL.GCRA"),
+    ("RL.THROTTLE steady", ["RL.THROTTLE", "{k}", BIG, BIG, "1", "1"], "rl.throttle", "RL.THROTTLE"),
     # A log keeps one entry per admitted instant, at most `limit`: 100 per minute.
     ("RL.LOG", ["RL.LOG", "{k}", "100", "60000"], "rl.log", "RL.LOG"),
     ("RL.CONCURRENCY", ["RL.CONCURRENCY", "{k}", "100", "60000", "ACQUIRE", "worker-1"],
