@@ -31,7 +31,7 @@
 #     written again just before (e.g. 100: short-lived keys stay live under callgrind, so the
 #     figure is the update path; `make bench-targets` measures that way)
 #   PH_CALLGRIND=1 PH_WALL=1 (0 skips a phase)   PH_ONLY="SET PXAT,RL.SLIDING" (names below;
-#     RL.REFUND only this way)
+#     RL.REFUND and the realistic GCRA limits, "RL.GCRA 1000/s" etc., only this way)
 #   RL_SERVER=redis-server   CARGO_TARGET_DIR (default ./target)
 # Output: target/perf_history/{results.tsv,table.md}, the table also on stdout.
 # Needs valgrind (callgrind_control, callgrind_annotate), redis-server, redis-cli, redis-benchmark.
@@ -70,6 +70,11 @@ COMMANDS=(
 # Emptied buckets (they live ~30 years): every measured call gives one token back and writes.
 OPTIONAL=(
   "RL.REFUND|rl.refund|rf:|TOKENBUCKET $BIG 1 1000 COST 1|RL.TOKENBUCKET $BIG 1 1000 COST $BIG"
+  # GCRA with realistic limits: the stored TAT (ticks of 1/limit us since the epoch) is a 9-byte
+  # varint at 1000/s and a 12-byte one at 10^9/s (the draining RL.GCRA above stays below 2^56).
+  "RL.GCRA 1000/s|rl.gcra|gk:|1000 1000 BURST 1000"
+  "RL.GCRA 10^9/s|rl.gcra|gg:|$BIG 1000 BURST $BIG"
+  "RL.THROTTLE 1000/s|rl.throttle|tk:|1000 1000 1 1"
 )
 if [ -n "${PH_ONLY:-}" ]; then
   kept=()
@@ -112,7 +117,7 @@ server_args() {  # port so
 prefill() {  # port command-spec [keys]
   IFS='|' read -r name _ prefix rest writer <<<"$2"
   [ "$name" = "SET PXAT" ] && writer="SET $rest"
-  python3 - "${writer:-$name $rest}" "$prefix" "${3:-$KEYS}" <<'EOF' | cli "$1" --pipe >/dev/null
+  python3 - "${writer:-${name%% *} $rest}" "$prefix" "${3:-$KEYS}" <<'EOF' | cli "$1" --pipe >/dev/null
 import sys
 (cmd, *rest), prefix, keys = sys.argv[1].split(), sys.argv[2], int(sys.argv[3])
 out = sys.stdout.buffer
@@ -133,7 +138,7 @@ prefill_all() {  # port
 }
 bench() {  # port command-spec n [keys]
   IFS='|' read -r name _ prefix rest _ <<<"$2"
-  local cmd=$name; [ "$name" = "SET PXAT" ] && cmd=SET
+  local cmd=${name%% *}  # "SET PXAT", "RL.GCRA 1000/s": the command is the first word
   # shellcheck disable=SC2086
   redis-benchmark -h 127.0.0.1 -p "$1" -c 50 -P 16 -r "${4:-$KEYS}" -n "$3" -q $cmd "${prefix}__rand_int__" $rest \
     >/dev/null 2>&1
