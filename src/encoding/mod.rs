@@ -496,7 +496,8 @@ const fn gather(w: u64) -> u64 {
 
 /// Writes a fixed-size state's compact (version 2) value straight into a stack buffer (an
 /// [`Encoded`]'s, or [`Stored::with_bytes`]'): at most a header and 40 bytes of varints, so
-/// it never spills, and a varint below 2^56 is one 8-byte store (no loop, no copy call).
+/// it never spills, and a varint below 2^56 is one 8-byte store, below 2^112 two (no loop, no
+/// copy call).
 pub struct Compact<'a> {
     buf: &'a mut [u8; MAX_LEN],
     len: usize,
@@ -514,56 +515,104 @@ impl Compact<'_> {
     pub(crate) fn varint128(&mut self, v: u128) {
         self.len = match u64::try_from(v) {
             Ok(v) => put_varint(self.buf, self.len, v),
-            Err(_) => put_varint_long(self.buf, self.len, v),
+            Err(_) => put_varint_wide(
+                self.buf,
+                self.len,
+                u64::try_from(v & u128::from(WORD_MASK)).unwrap_or(0),
+                v >> WORD_BITS,
+            ),
         };
     }
 }
 
+/// Bits in one 8-byte word of varint bytes (7 per byte).
+const WORD_BITS: u32 = 56;
+/// The values one 8-byte word of varint bytes can hold.
+const WORD_MASK: u64 = (1 << WORD_BITS) - 1;
+
 /// Writes `v` as a varint at `at` in `buf`; returns where it ends.
 #[inline(always)]
 fn put_varint(buf: &mut [u8; MAX_LEN], at: usize, v: u64) -> usize {
-    if v < 0x80 {
-        if let Some(dst) = buf.get_mut(at) {
-            let [low, ..] = v.to_le_bytes();
-            *dst = low;
-            return at + 1;
-        }
-    } else if v < 1 << 56 {
-        if let Some(dst) = buf
-            .get_mut(at..)
-            .and_then(|rest| rest.first_chunk_mut::<8>())
-        {
-            // Up to 4 bytes (counts, periods, window indexes): in 32 bits, the length
-            // from comparisons.
-            if let Ok(short) = u32::try_from(v) {
-                if short < 1 << 28 {
-                    let groups = u64::from(spread32(short));
-                    let (word, len) = if short < 1 << 14 {
-                        (groups | 0x80, 2)
-                    } else if short < 1 << 21 {
-                        (groups | 0x8080, 3)
-                    } else {
-                        (groups | 0x80_8080, 4)
-                    };
-                    *dst = word.to_le_bytes();
-                    return at + len;
-                }
-            }
-            let groups = spread(v);
-            // The bit offset of the last byte in use (`groups` is not 0: `v` >= 128); every
-            // byte before it gets its continuation bit. The bytes after the varint are
-            // overwritten by the next field or left out of the value's length.
-            let last = (63 - groups.leading_zeros()) & !7;
-            let word = groups | (CONTINUATION & ((1u64 << last) - 1));
-            *dst = word.to_le_bytes();
-            return at + (last / 8) as usize + 1;
-        }
+    if let Some(end) = put_varint_short(buf, at, v) {
+        return end;
     }
-    put_varint_long(buf, at, u128::from(v))
+    put_varint_wide(buf, at, v & WORD_MASK, u128::from(v >> WORD_BITS))
 }
 
-/// [`put_varint`] of any value, byte by byte (2^56 and more: rare). Inline, so that no call
-/// gets the buffer's address and the compiler can build the value in its final place.
+/// [`put_varint`] of a value below 2^56 (at most 8 bytes) with one store; `None` (nothing
+/// written) for a larger value, or at the end of `buf`.
+#[inline(always)]
+fn put_varint_short(buf: &mut [u8; MAX_LEN], at: usize, v: u64) -> Option<usize> {
+    if v < 0x80 {
+        let [low, ..] = v.to_le_bytes();
+        *buf.get_mut(at)? = low;
+        return Some(at + 1);
+    }
+    if v > WORD_MASK {
+        return None;
+    }
+    let dst = buf.get_mut(at..)?.first_chunk_mut::<8>()?;
+    // Up to 4 bytes (counts, periods, window indexes): in 32 bits, the length from
+    // comparisons.
+    if let Ok(short) = u32::try_from(v) {
+        if short < 1 << 28 {
+            let groups = u64::from(spread32(short));
+            let (word, len) = if short < 1 << 14 {
+                (groups | 0x80, 2)
+            } else if short < 1 << 21 {
+                (groups | 0x8080, 3)
+            } else {
+                (groups | 0x80_8080, 4)
+            };
+            *dst = word.to_le_bytes();
+            return Some(at + len);
+        }
+    }
+    let groups = spread(v);
+    // The bit offset of the last byte in use (`groups` is not 0: `v` >= 128); every byte
+    // before it gets its continuation bit. The bytes after the varint are overwritten by the
+    // next field or left out of the value's length.
+    let last = (63 - groups.leading_zeros()) & !7;
+    let word = groups | (CONTINUATION & ((1u64 << last) - 1));
+    *dst = word.to_le_bytes();
+    Some(at + (last / 8) as usize + 1)
+}
+
+/// [`put_varint`] of `low + high x 2^56` with `high` not 0 (9 to 19 bytes, a GCRA's TAT for
+/// any limit of more than ~64 per period): the low 56 bits are 8 bytes that all continue, one
+/// store; `high` follows as [`put_varint_short`] writes it (below 2^112), or as a second such
+/// word and then byte by byte. Inline, so that no call gets the buffer's address.
+#[inline(always)]
+fn put_varint_wide(buf: &mut [u8; MAX_LEN], at: usize, low: u64, high: u128) -> usize {
+    let first = spread(low) | CONTINUATION;
+    if let Some(dst) = buf
+        .get_mut(at..)
+        .and_then(|rest| rest.first_chunk_mut::<8>())
+    {
+        *dst = first.to_le_bytes();
+        let next = at + 8;
+        if let Some(end) = u64::try_from(high)
+            .ok()
+            .and_then(|high| put_varint_short(buf, next, high))
+        {
+            return end;
+        }
+        let second = u64::try_from(high & u128::from(WORD_MASK)).unwrap_or(0);
+        if let Some(dst) = buf
+            .get_mut(next..)
+            .and_then(|rest| rest.first_chunk_mut::<8>())
+        {
+            *dst = (spread(second) | CONTINUATION).to_le_bytes();
+            return put_varint_long(buf, next + 8, high >> WORD_BITS);
+        }
+    }
+    // At the end of `buf` (never for our states: the buffer has room for 8-byte stores).
+    put_varint_long(buf, at, u128::from(low) | high << WORD_BITS)
+}
+
+/// [`put_varint`] of any value, byte by byte: what the word stores leave (bits 112 and up,
+/// at most 3 bytes). Inline, so that no call gets the buffer's address and the compiler can
+/// build the value in its final place.
 #[inline(always)]
 fn put_varint_long(buf: &mut [u8; MAX_LEN], mut at: usize, mut v: u128) -> usize {
     loop {
@@ -604,14 +653,7 @@ impl Reader<'_> {
     /// if nothing is left, or the whole value is shorter than 8 bytes and so is the rest.
     #[inline(always)]
     fn word(&self) -> Option<u64> {
-        if let Some(word) = self.bytes.first_chunk::<8>() {
-            return Some(u64::from_le_bytes(*word));
-        }
-        // Fewer than 8 bytes left, at the end of `value`: its last 8 bytes, shifted so
-        // that what is left comes first.
-        let last = u64::from_le_bytes(*self.value.last_chunk::<8>()?);
-        let before = 8 - self.bytes.len();
-        last.checked_shr(8 * u32::try_from(before).ok()?)
+        word_at(self.bytes, self.value)
     }
 
     fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
@@ -628,36 +670,42 @@ impl Reader<'_> {
         self.take::<16>().map(u128::from_le_bytes)
     }
 
-    /// A varint of at most 8 bytes, read with one 8-byte load: `Some(result)` if it was,
-    /// `None` if the general loop must read it (a longer varint, or a value shorter than 8
-    /// bytes).
+    /// A varint of at most 16 bytes, read with one or two 8-byte loads: `Some(result)` if it
+    /// was, with the value as its bits below 2^56 and the bits above (`None`: truncated, not
+    /// in its shortest form, or more than `high_bits` bits above 2^56); `None` if the byte
+    /// loop must read it (a longer varint, or a value shorter than 8 bytes).
     #[inline(always)]
-    fn varint_short(&mut self) -> Option<Option<u64>> {
+    fn varint_fast(&mut self, high_bits: u32) -> Option<Option<(u64, u64)>> {
         let Some((&first, rest)) = self.bytes.split_first() else {
             return Some(None);
         };
         if first < 0x80 {
             self.bytes = rest;
-            return Some(Some(u64::from(first)));
+            return Some(Some((u64::from(first), 0)));
         }
         let word = self.word()?;
         let stops = !word & CONTINUATION;
-        if stops == 0 {
-            return None;
-        }
-        // The last byte's stop bit is bit `8 x len - 1`.
-        let stop_bit = stops.trailing_zeros();
-        let len = (stop_bit as usize + 1) / 8;
-        // Shortest form: a last byte of 0 would be a longer spelling of a shorter varint
-        // (`len` >= 2 here).
-        if (word >> (stop_bit - 7)) & 0x7f == 0 {
-            return Some(None);
-        }
-        // The varint's bytes only (all bits up to its stop bit).
-        let mine = word & (stops ^ (stops - 1));
-        let value = match u32::try_from(mine) {
-            Ok(short) => u64::from(gather32(short)),
-            Err(_) => gather(mine),
+        let (value, len) = if stops != 0 {
+            let Some((low, len)) = stopping_in(word, stops) else {
+                return Some(None);
+            };
+            ((low, 0), len)
+        } else {
+            // All 8 bytes continue (so they are all in the value: past its end, `word` has
+            // zeros): the rest of the varint is in the next 8 bytes.
+            let next = word_at(self.bytes.get(8..)?, self.value)?;
+            let next_stops = !next & CONTINUATION;
+            if next_stops == 0 {
+                return None;
+            }
+            let Some((high, len)) = stopping_in(next, next_stops) else {
+                return Some(None);
+            };
+            // A full-width varint's last byte holds only the top bits.
+            if high_bits < WORD_BITS && high >> high_bits != 0 {
+                return Some(None);
+            }
+            ((gather(word), high), 8 + len)
         };
         // Past the end (a zero after it stopped the varint): truncated.
         let Some(rest) = self.bytes.get(len..) else {
@@ -671,8 +719,8 @@ impl Reader<'_> {
     /// `u64` or not in its shortest form (so every value has exactly one encoding).
     #[inline(always)]
     pub(crate) fn varint(&mut self) -> Option<u64> {
-        if let Some(result) = self.varint_short() {
-            return result;
+        if let Some(result) = self.varint_fast(64 - WORD_BITS) {
+            return result.map(|(low, high)| low | high << WORD_BITS);
         }
         let (v, len) = varint_long::<u64>(self.bytes, 64)?;
         self.bytes = self.bytes.get(len..)?;
@@ -683,8 +731,8 @@ impl Reader<'_> {
     /// `u128` or not in its shortest form.
     #[inline(always)]
     pub(crate) fn varint128(&mut self) -> Option<u128> {
-        if let Some(result) = self.varint_short() {
-            return result.map(u128::from);
+        if let Some(result) = self.varint_fast(WORD_BITS) {
+            return result.map(|(low, high)| u128::from(low) | u128::from(high) << WORD_BITS);
         }
         let (v, len) = varint_long::<u128>(self.bytes, 128)?;
         self.bytes = self.bytes.get(len..)?;
@@ -702,7 +750,43 @@ impl Reader<'_> {
     }
 }
 
-/// A varint of at most `bits` bits at the front of `bytes`, byte by byte (one of 9 bytes
+/// The 8 bytes at the front of `bytes`, the end of `value`, as a little-endian word, zeros
+/// after the end of the value; `None` if `bytes` is empty, or it and `value` are shorter
+/// than 8 bytes.
+#[inline(always)]
+fn word_at(bytes: &[u8], value: &[u8]) -> Option<u64> {
+    if let Some(word) = bytes.first_chunk::<8>() {
+        return Some(u64::from_le_bytes(*word));
+    }
+    // Fewer than 8 bytes left, at the end of `value`: its last 8 bytes, shifted so that what
+    // is left comes first.
+    let last = u64::from_le_bytes(*value.last_chunk::<8>()?);
+    let before = 8 - bytes.len();
+    last.checked_shr(8 * u32::try_from(before).ok()?)
+}
+
+/// The varint bytes at the front of `word` (`stops`, its clear continuation bits, is not 0):
+/// their value (at most 56 bits) and how many there are; `None` if the last of them is 0
+/// (after another byte, a longer spelling of a shorter varint: refused, as at the end of a
+/// value, where the zeros past its end stop a truncated varint).
+#[inline(always)]
+fn stopping_in(word: u64, stops: u64) -> Option<(u64, usize)> {
+    // The last byte's stop bit is bit `8 x len - 1`.
+    let stop_bit = stops.trailing_zeros();
+    let len = (stop_bit as usize + 1) / 8;
+    if (word >> (stop_bit - 7)) & 0x7f == 0 {
+        return None;
+    }
+    // The varint's bytes only (all bits up to its stop bit).
+    let mine = word & (stops ^ (stops - 1));
+    let value = match u32::try_from(mine) {
+        Ok(short) => u64::from(gather32(short)),
+        Err(_) => gather(mine),
+    };
+    Some((value, len))
+}
+
+/// A varint of at most `bits` bits at the front of `bytes`, byte by byte (one of 17 bytes
 /// or more, or in a value shorter than 8 bytes): the value and its length; `None` if
 /// truncated, too large or not in its shortest form.
 #[inline(never)]
@@ -1086,6 +1170,20 @@ mod tests {
         out.as_bytes()[HEADER_LEN..].to_vec()
     }
 
+    /// The bytes [`Compact::varint`] writes for `values` after a header.
+    fn compact_bytes_u64(values: &[u64]) -> Vec<u8> {
+        let mut buf = [0; MAX_LEN];
+        let mut w = Compact {
+            buf: &mut buf,
+            len: HEADER_LEN,
+        };
+        for &v in values {
+            w.varint(v);
+        }
+        let len = w.len;
+        buf[HEADER_LEN..len].to_vec()
+    }
+
     /// The bytes the generic [`Writer`] writes for `values`.
     fn writer_bytes(values: &[u128]) -> Vec<u8> {
         let mut out = Encoded {
@@ -1106,23 +1204,129 @@ mod tests {
     /// `reader` and `reference` agree on `bytes`: the same value, or both refuse it, and the
     /// same bytes used.
     fn reads_as_reference(bytes: &[u8]) {
-        // Alone, and at the end of a longer value (read near its end with one load).
-        let mut longer = vec![0xff; 8];
-        longer.extend_from_slice(bytes);
-        for value in [bytes, &longer] {
-            let start = value.len() - bytes.len();
-            let mut r = Reader {
-                bytes: &value[start..],
-                value,
-            };
-            let got = r.varint().map(|v| (v, bytes.len() - r.remaining()));
-            assert_eq!(got, reference::varint(bytes), "{bytes:x?}");
-            let mut r = Reader {
-                bytes: &value[start..],
-                value,
-            };
-            let got = r.varint128().map(|v| (v, bytes.len() - r.remaining()));
-            assert_eq!(got, reference::varint128(bytes), "{bytes:x?}");
+        // Alone, at the end of a longer value (read near its end with one load), and followed
+        // by more bytes (a byte that ends a truncated varint, then bytes that would continue it).
+        let mut after = vec![0xff; 8];
+        after.extend_from_slice(bytes);
+        let mut before = bytes.to_vec();
+        before.push(0x01);
+        before.extend_from_slice(&[0xff; 15]);
+        for (value, start) in [(bytes, 0), (&after[..], 8), (&before[..], 0)] {
+            let read = &value[start..];
+            let mut r = Reader { bytes: read, value };
+            let got = r.varint().map(|v| (v, read.len() - r.remaining()));
+            assert_eq!(got, reference::varint(read), "{value:x?} from {start}");
+            let mut r = Reader { bytes: read, value };
+            let got = r.varint128().map(|v| (v, read.len() - r.remaining()));
+            assert_eq!(got, reference::varint128(read), "{value:x?} from {start}");
+        }
+    }
+
+    /// Values at and around every varint length (2^(7 k) - 1 and 2^(7 k)) and the edges of
+    /// the one- and two-word fast paths and of `u64`.
+    fn boundary_values() -> Vec<u128> {
+        let mut values = vec![
+            0,
+            (1 << 56) - 1,
+            1 << 56,
+            1 << 63,
+            u128::from(u64::MAX),
+            1 << 64,
+            1 << 70,
+            (1 << 112) - 1,
+            1 << 112,
+            1 << 126,
+            u128::MAX >> 1,
+            u128::MAX,
+        ];
+        for k in 1..=18 {
+            let edge = 1u128 << (7 * k);
+            values.extend([
+                edge - 1,
+                edge,
+                edge + 1,
+                edge | (edge >> 1),
+                (edge << 7).wrapping_sub(2),
+            ]);
+        }
+        values.sort_unstable();
+        values.dedup();
+        values
+    }
+
+    #[test]
+    fn varints_of_every_length_read_as_before() {
+        for v in boundary_values() {
+            let shortest = writer_bytes(&[v]);
+            // The value and every truncation of it.
+            for cut in 0..=shortest.len() {
+                reads_as_reference(&shortest[..cut]);
+            }
+            // Longer spellings: a trailing 0 after one to three more continued bytes.
+            let mut longer = shortest.clone();
+            for _ in 0..3 {
+                *longer.last_mut().unwrap() |= 0x80;
+                longer.push(0);
+                reads_as_reference(&longer);
+            }
+        }
+        // Every last byte after every number of continued bytes (all 7-bit groups full, or
+        // empty): the too-large, the shortest and the non-shortest forms of each length.
+        for len in 1..=20 {
+            for fill in [0xff, 0x80] {
+                for last in 0..=255u8 {
+                    let mut bytes = vec![fill; len - 1];
+                    bytes.push(last);
+                    reads_as_reference(&bytes);
+                }
+            }
+        }
+        let read = |bytes: &[u8]| {
+            (
+                Reader::over(bytes).varint(),
+                Reader::over(bytes).varint128(),
+            )
+        };
+        let mut full = [0xff; 19];
+        full[9] = 0x01;
+        assert_eq!(read(&full[..10]), (Some(u64::MAX), Some(u64::MAX.into())));
+        full[9] = 0x02;
+        assert_eq!(read(&full[..10]), (None, Some((1 << 64) + (1 << 63) - 1)));
+        full[9] = 0xff;
+        full[18] = 0x03;
+        assert_eq!(read(&full), (None, Some(u128::MAX)));
+        full[18] = 0x04;
+        assert_eq!(read(&full), (None, None));
+        let mut two_56 = [0x80; 9];
+        two_56[8] = 0x01;
+        assert_eq!(read(&two_56), (Some(1 << 56), Some(1 << 56)));
+        two_56[8] = 0x00;
+        assert_eq!(read(&two_56), (None, None), "not the shortest form");
+        assert_eq!(read(&two_56[..8]), (None, None), "truncated");
+    }
+
+    #[test]
+    fn varints_of_every_length_are_the_writers_bytes_at_every_offset() {
+        for v in boundary_values() {
+            let len = writer_bytes(&[v]).len();
+            // After 0 to 59 one-byte varints: every alignment, and the end of the buffer (where
+            // an 8-byte store does not fit).
+            for pad in 0..=MAX_LEN - HEADER_LEN - len {
+                let mut values = vec![0; pad];
+                values.push(v);
+                let bytes = compact_bytes(&values);
+                assert_eq!(bytes, writer_bytes(&values), "{v} after {pad}");
+                if let Ok(v) = u64::try_from(v) {
+                    let mut narrow = vec![0; pad];
+                    narrow.push(v);
+                    assert_eq!(compact_bytes_u64(&narrow), bytes, "{v} after {pad}");
+                }
+                let mut r = Reader::over(&bytes);
+                for &want in &values {
+                    assert_eq!(r.varint128(), Some(want));
+                }
+                assert!(r.is_empty());
+            }
         }
     }
 
@@ -1190,6 +1394,28 @@ mod tests {
                 prop_assert_eq!(r.varint(), Some(v));
             }
             prop_assert!(r.is_empty());
+        }
+
+        #[test]
+        fn written_wide_varints_read_back_one_after_another(
+            values in prop::collection::vec(reference::arb_u128(), 1..4),
+            tail in prop::collection::vec(any::<u8>(), 0..10),
+        ) {
+            let mut bytes = compact_bytes(&values);
+            bytes.extend_from_slice(&tail);
+            let mut r = Reader::over(&bytes);
+            for &v in &values {
+                prop_assert_eq!(r.varint128(), Some(v));
+            }
+            prop_assert_eq!(r.remaining(), tail.len());
+        }
+
+        #[test]
+        fn compact_u64_varints_are_the_writers_bytes(
+            values in prop::collection::vec(reference::arb_u64(), 0..6),
+        ) {
+            let wide: Vec<u128> = values.iter().copied().map(u128::from).collect();
+            prop_assert_eq!(compact_bytes_u64(&values), writer_bytes(&wide));
         }
     }
 }
