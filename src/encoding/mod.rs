@@ -670,73 +670,92 @@ impl Reader<'_> {
         self.take::<16>().map(u128::from_le_bytes)
     }
 
-    /// A varint of at most 16 bytes, read with one or two 8-byte loads: `Some(result)` if it
-    /// was, with the value as its bits below 2^56 and the bits above (`None`: truncated, not
-    /// in its shortest form, or more than `high_bits` bits above 2^56); `None` if the byte
-    /// loop must read it (a longer varint, or a value shorter than 8 bytes).
+    /// A varint of at most 16 bytes, read with one or two 8-byte loads, refusing one of 9
+    /// bytes or more with more than `high_bits` bits above its low 56 bits.
     #[inline(always)]
-    fn varint_fast(&mut self, high_bits: u32) -> Option<Option<(u64, u64)>> {
+    fn varint_fast(&mut self, high_bits: u32) -> Fast {
         let Some((&first, rest)) = self.bytes.split_first() else {
-            return Some(None);
+            return Fast::Refused;
         };
         if first < 0x80 {
             self.bytes = rest;
-            return Some(Some((u64::from(first), 0)));
+            return Fast::Short(u64::from(first));
         }
-        let word = self.word()?;
-        let stops = !word & CONTINUATION;
-        let (value, len) = if stops != 0 {
-            let Some((low, len)) = stopping_in(word, stops) else {
-                return Some(None);
-            };
-            ((low, 0), len)
-        } else {
-            // All 8 bytes continue (so they are all in the value: past its end, `word` has
-            // zeros): the rest of the varint is in the next 8 bytes.
-            let next = word_at(self.bytes.get(8..)?, self.value)?;
-            let next_stops = !next & CONTINUATION;
-            if next_stops == 0 {
-                return None;
-            }
-            let Some((high, len)) = stopping_in(next, next_stops) else {
-                return Some(None);
-            };
-            // A full-width varint's last byte holds only the top bits.
-            if high_bits < WORD_BITS && high >> high_bits != 0 {
-                return Some(None);
-            }
-            ((gather(word), high), 8 + len)
+        let Some(word) = self.word() else {
+            return Fast::Slow;
         };
-        // Past the end (a zero after it stopped the varint): truncated.
-        let Some(rest) = self.bytes.get(len..) else {
-            return Some(None);
+        let stops = !word & CONTINUATION;
+        if stops != 0 {
+            let Some((value, len)) = stopping_in(word, stops) else {
+                return Fast::Refused;
+            };
+            // Past the end (a zero after it stopped the varint): truncated.
+            let Some(rest) = self.bytes.get(len..) else {
+                return Fast::Refused;
+            };
+            self.bytes = rest;
+            return Fast::Short(value);
+        }
+        // All 8 bytes continue (so they are all in the value: past its end, `word` has
+        // zeros): the rest of the varint is in the next 8 bytes.
+        let Some(next) = self
+            .bytes
+            .get(8..)
+            .and_then(|after| word_at(after, self.value))
+        else {
+            return Fast::Slow;
+        };
+        let next_stops = !next & CONTINUATION;
+        if next_stops == 0 {
+            return Fast::Slow;
+        }
+        let Some((high, len)) = stopping_in(next, next_stops) else {
+            return Fast::Refused;
+        };
+        // A full-width varint's last byte holds only the top bits.
+        if high_bits < WORD_BITS && high >> high_bits != 0 {
+            return Fast::Refused;
+        }
+        let Some(rest) = self.bytes.get(8 + len..) else {
+            return Fast::Refused;
         };
         self.bytes = rest;
-        Some(Some(value))
+        Fast::Wide {
+            low: gather(word),
+            high,
+        }
     }
 
     /// A varint as [`Writer::varint`] writes it; `None` if truncated, too large for a
     /// `u64` or not in its shortest form (so every value has exactly one encoding).
     #[inline(always)]
     pub(crate) fn varint(&mut self) -> Option<u64> {
-        if let Some(result) = self.varint_fast(64 - WORD_BITS) {
-            return result.map(|(low, high)| low | high << WORD_BITS);
+        match self.varint_fast(64 - WORD_BITS) {
+            Fast::Short(v) => Some(v),
+            Fast::Wide { low, high } => Some(low | high << WORD_BITS),
+            Fast::Refused => None,
+            Fast::Slow => {
+                let (v, len) = varint_long::<u64>(self.bytes, 64)?;
+                self.bytes = self.bytes.get(len..)?;
+                Some(v)
+            }
         }
-        let (v, len) = varint_long::<u64>(self.bytes, 64)?;
-        self.bytes = self.bytes.get(len..)?;
-        Some(v)
     }
 
     /// A varint as [`Compact::varint128`] writes it; `None` if truncated, too large for a
     /// `u128` or not in its shortest form.
     #[inline(always)]
     pub(crate) fn varint128(&mut self) -> Option<u128> {
-        if let Some(result) = self.varint_fast(WORD_BITS) {
-            return result.map(|(low, high)| u128::from(low) | u128::from(high) << WORD_BITS);
+        match self.varint_fast(WORD_BITS) {
+            Fast::Short(v) => Some(u128::from(v)),
+            Fast::Wide { low, high } => Some(u128::from(low) | u128::from(high) << WORD_BITS),
+            Fast::Refused => None,
+            Fast::Slow => {
+                let (v, len) = varint_long::<u128>(self.bytes, 128)?;
+                self.bytes = self.bytes.get(len..)?;
+                Some(v)
+            }
         }
-        let (v, len) = varint_long::<u128>(self.bytes, 128)?;
-        self.bytes = self.bytes.get(len..)?;
-        Some(v)
     }
 
     /// True when every byte has been read.
@@ -748,6 +767,18 @@ impl Reader<'_> {
     pub(crate) fn remaining(&self) -> usize {
         self.bytes.len()
     }
+}
+
+/// What [`Reader::varint_fast`] read.
+enum Fast {
+    /// A varint of at most 8 bytes.
+    Short(u64),
+    /// A varint of 9 to 16 bytes: its low 56 bits and the bits above.
+    Wide { low: u64, high: u64 },
+    /// Truncated, too large or not in its shortest form.
+    Refused,
+    /// For the byte loop: a longer varint, or one in a value shorter than 8 bytes.
+    Slow,
 }
 
 /// The 8 bytes at the front of `bytes`, the end of `value`, as a little-endian word, zeros
@@ -766,9 +797,9 @@ fn word_at(bytes: &[u8], value: &[u8]) -> Option<u64> {
 }
 
 /// The varint bytes at the front of `word` (`stops`, its clear continuation bits, is not 0):
-/// their value (at most 56 bits) and how many there are; `None` if the last of them is 0
-/// (after another byte, a longer spelling of a shorter varint: refused, as at the end of a
-/// value, where the zeros past its end stop a truncated varint).
+/// their value (at most 56 bits) and how many there are; `None` if the last of them is 0:
+/// never the only byte of a varint here, so a longer spelling of a shorter varint, or one of
+/// the zeros past the end of a value that stop a truncated varint.
 #[inline(always)]
 fn stopping_in(word: u64, stops: u64) -> Option<(u64, usize)> {
     // The last byte's stop bit is bit `8 x len - 1`.
