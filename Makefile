@@ -82,7 +82,8 @@ bench-targets: build bench-deps
 
 # Simulated cache misses per call (callgrind's cache model with this machine's L1i, L1d and L3) of
 # SET PXAT and the fixed-size limiters at 100k random keys, on Redis 7.0 and Valkey 9.1 (about
-# 6 minutes; not part of make test): rewrites the cache-miss section of benches/RESULTS.md.
+# 5 minutes; not part of make test): rewrites the cache-miss section of benches/RESULTS.md.
+# CM_ONLY="SET 25 B PXAT,RL.GCRA steady,..." picks commands (the steady variants only so).
 cache-misses: build bench-deps
 	bash scripts/cache_misses.sh
 

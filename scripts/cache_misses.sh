@@ -40,8 +40,8 @@
 # Output: target/cache_misses/{results.tsv,functions.tsv,table.md,<server>.<pid>.N dumps}, the
 # table also on stdout. Hardware counters (`perf stat -e cache-misses`) are checked and used
 # only to say whether they exist: in this container (a KVM guest) they are "not supported".
-# Needs valgrind (callgrind_control, callgrind_annotate), redis-cli, redis-benchmark. About 3
-# minutes per server on 2 cores, mostly the instrumented refills.
+# Needs valgrind (callgrind_control), redis-cli, redis-benchmark. About 2.5 minutes per server
+# for the six default commands (3.5 with the steady variants), mostly the instrumented refills.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -55,7 +55,7 @@ WRITE=${CM_WRITE-$ROOT/benches/RESULTS.md}
 TOP=${CM_TOP:-6}
 mkdir -p "$OUT"
 [ -f "$MODULE" ] || { echo "!! $MODULE missing: cargo build --release first" >&2; exit 1; }
-for tool in valgrind callgrind_control callgrind_annotate redis-cli redis-benchmark; do
+for tool in valgrind callgrind_control redis-cli redis-benchmark; do
   command -v "$tool" >/dev/null || { echo "!! $tool not found (apt-get install valgrind redis-tools)" >&2; exit 1; }
 done
 
