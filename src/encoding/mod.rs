@@ -513,14 +513,14 @@ impl Compact<'_> {
     /// An unsigned LEB128 varint of up to 128 bits (at most 19 bytes), lowest bits first.
     #[inline(always)]
     pub(crate) fn varint128(&mut self, v: u128) {
-        self.len = match u64::try_from(v) {
-            Ok(v) => put_varint(self.buf, self.len, v),
-            Err(_) => put_varint_wide(
-                self.buf,
-                self.len,
-                u64::try_from(v & u128::from(WORD_MASK)).unwrap_or(0),
-                v >> WORD_BITS,
-            ),
+        let low = u64::try_from(v & u128::from(WORD_MASK)).unwrap_or(0);
+        let high = v >> WORD_BITS;
+        // From 2^56 on, inline: a GCRA's TAT is there for most limits (no `u64` field is, so
+        // `put_varint` builds those out of line).
+        self.len = if high == 0 {
+            put_varint(self.buf, self.len, low)
+        } else {
+            put_varint_wide(self.buf, self.len, low, high)
         };
     }
 }
@@ -536,7 +536,31 @@ fn put_varint(buf: &mut [u8; MAX_LEN], at: usize, v: u64) -> usize {
     if let Some(end) = put_varint_short(buf, at, v) {
         return end;
     }
-    put_varint_wide(buf, at, v & WORD_MASK, u128::from(v >> WORD_BITS))
+    let (bytes, len) = wide_u64(v);
+    if let Some(dst) = buf
+        .get_mut(at..)
+        .and_then(|rest| rest.first_chunk_mut::<16>())
+    {
+        *dst = bytes.to_le_bytes();
+        return at + len;
+    }
+    put_varint_long(buf, at, u128::from(v))
+}
+
+/// The varint of a `u64` of 2^56 or more (9 or 10 bytes) as the first bytes of a 16-byte
+/// little-endian word, and their count. Out of line: no `u64` field of a valid state gets
+/// there (durations, counts and microseconds since the epoch are far below 2^56), so its code
+/// stays out of the common path.
+#[inline(never)]
+fn wide_u64(v: u64) -> (u128, usize) {
+    let first = spread(v & WORD_MASK) | CONTINUATION;
+    let high = v >> WORD_BITS;
+    let (second, len) = if high < 0x80 {
+        (high, 1)
+    } else {
+        short_word(high)
+    };
+    (u128::from(first) | u128::from(second) << 64, 8 + len)
 }
 
 /// [`put_varint`] of a value below 2^56 (at most 8 bytes) with one store; `None` (nothing
@@ -552,20 +576,27 @@ fn put_varint_short(buf: &mut [u8; MAX_LEN], at: usize, v: u64) -> Option<usize>
         return None;
     }
     let dst = buf.get_mut(at..)?.first_chunk_mut::<8>()?;
+    let (word, len) = short_word(v);
+    *dst = word.to_le_bytes();
+    Some(at + len)
+}
+
+/// The varint of `v`, from 128 to 2^56 - 1 (2 to 8 bytes), as a little-endian word whose
+/// bytes after the varint are 0, and its length.
+#[inline(always)]
+fn short_word(v: u64) -> (u64, usize) {
     // Up to 4 bytes (counts, periods, window indexes): in 32 bits, the length from
     // comparisons.
     if let Ok(short) = u32::try_from(v) {
         if short < 1 << 28 {
             let groups = u64::from(spread32(short));
-            let (word, len) = if short < 1 << 14 {
+            return if short < 1 << 14 {
                 (groups | 0x80, 2)
             } else if short < 1 << 21 {
                 (groups | 0x8080, 3)
             } else {
                 (groups | 0x80_8080, 4)
             };
-            *dst = word.to_le_bytes();
-            return Some(at + len);
         }
     }
     let groups = spread(v);
@@ -574,12 +605,11 @@ fn put_varint_short(buf: &mut [u8; MAX_LEN], at: usize, v: u64) -> Option<usize>
     // next field or left out of the value's length.
     let last = (63 - groups.leading_zeros()) & !7;
     let word = groups | (CONTINUATION & ((1u64 << last) - 1));
-    *dst = word.to_le_bytes();
-    Some(at + (last / 8) as usize + 1)
+    (word, (last / 8) as usize + 1)
 }
 
-/// [`put_varint`] of `low + high x 2^56` with `high` not 0 (9 to 19 bytes, a GCRA's TAT for
-/// any limit of more than ~64 per period): the low 56 bits are 8 bytes that all continue, one
+/// [`Compact::varint128`] of `low + high x 2^56` with `high` not 0 (9 to 19 bytes, a GCRA's
+/// TAT for any limit of more than ~64 per period): the low 56 bits are 8 bytes that all continue, one
 /// store; `high` follows as [`put_varint_short`] writes it (below 2^112), or as a second such
 /// word and then byte by byte. Inline, so that no call gets the buffer's address.
 #[inline(always)]
@@ -696,34 +726,13 @@ impl Reader<'_> {
             self.bytes = rest;
             return Fast::Short(value);
         }
-        // All 8 bytes continue (so they are all in the value: past its end, `word` has
-        // zeros): the rest of the varint is in the next 8 bytes.
-        let Some(next) = self
-            .bytes
-            .get(8..)
-            .and_then(|after| word_at(after, self.value))
-        else {
-            return Fast::Slow;
-        };
-        let next_stops = !next & CONTINUATION;
-        if next_stops == 0 {
-            return Fast::Slow;
-        }
-        let Some((high, len)) = stopping_in(next, next_stops) else {
-            return Fast::Refused;
-        };
-        // A full-width varint's last byte holds only the top bits.
-        if high_bits < WORD_BITS && high >> high_bits != 0 {
-            return Fast::Refused;
-        }
-        let Some(rest) = self.bytes.get(8 + len..) else {
-            return Fast::Refused;
+        let (read, rest) = if high_bits < WORD_BITS {
+            varint_wide_u64(self.bytes, self.value, word)
+        } else {
+            varint_wide(self.bytes, self.value, word, high_bits)
         };
         self.bytes = rest;
-        Fast::Wide {
-            low: gather(word),
-            high,
-        }
+        read
     }
 
     /// A varint as [`Writer::varint`] writes it; `None` if truncated, too large for a
@@ -779,6 +788,39 @@ enum Fast {
     Refused,
     /// For the byte loop: a longer varint, or one in a value shorter than 8 bytes.
     Slow,
+}
+
+/// [`Reader::varint_fast`] after a `word` of 8 bytes that all continue (so they are all in
+/// `bytes`: past the end of the value, `word` has zeros): the rest of the varint is in the next
+/// 8 bytes. What was read, and the bytes after it (all of `bytes` unless a varint was read).
+#[inline(always)]
+fn varint_wide<'a>(bytes: &'a [u8], value: &[u8], word: u64, high_bits: u32) -> (Fast, &'a [u8]) {
+    let Some(next) = bytes.get(8..).and_then(|after| word_at(after, value)) else {
+        return (Fast::Slow, bytes);
+    };
+    let next_stops = !next & CONTINUATION;
+    if next_stops == 0 {
+        return (Fast::Slow, bytes);
+    }
+    let Some((high, len)) = stopping_in(next, next_stops) else {
+        return (Fast::Refused, bytes);
+    };
+    // A full-width varint's last byte holds only the top bits.
+    if high_bits < WORD_BITS && high >> high_bits != 0 {
+        return (Fast::Refused, bytes);
+    }
+    let Some(rest) = bytes.get(8 + len..) else {
+        return (Fast::Refused, bytes);
+    };
+    let low = gather(word);
+    (Fast::Wide { low, high }, rest)
+}
+
+/// [`varint_wide`] of a `u64` (2^56 or more): out of line, as no `u64` field of a valid state
+/// gets there (see [`wide_u64`]).
+#[inline(never)]
+fn varint_wide_u64<'a>(bytes: &'a [u8], value: &[u8], word: u64) -> (Fast, &'a [u8]) {
+    varint_wide(bytes, value, word, 64 - WORD_BITS)
 }
 
 /// The 8 bytes at the front of `bytes`, the end of `value`, as a little-endian word, zeros
