@@ -12,8 +12,8 @@
 # on one server; per pair the ratio of usec_per_call, the table gives the median and min-max),
 # instructions per call in call() under callgrind for each of them, and bytes per key. Rewrites
 # only the targets section of benches/RESULTS.md; prints the load average at the start and the
-# end, and warns when other work used the machine meanwhile. About 8 minutes on a quiet 2-core
-# machine (9.5 measured, cargo build included, with other builds running for half of it).
+# end, and warns when other work used the machine meanwhile. About 14 minutes on a quiet 2-core
+# machine with the eight default commands (846 s measured, cargo build included).
 #
 # REDIS_CELL_SOURCE: a directory holding redis-cell's source (e.g. the 0.5.0 release from
 # GitHub, which rounds waits up as RL.THROTTLE does), built once and cached under target/ by
