@@ -485,7 +485,7 @@ impl Peeked {
     /// The value's algorithm and the whole value, or why it cannot be read: the error of a
     /// value whose header is not a readable limiter, or of one too long or too short for
     /// the algorithm it names.
-    pub fn whole(&self) -> Result<(encoding::Algorithm, &[u8]), DecodeError> {
+    pub fn whole(&self) -> Result<(encoding::Kind, &[u8]), DecodeError> {
         let algorithm = encoding::algorithm_of(&self.bytes)?;
         if self.bytes.len() == self.len && encoding::plausible_len(algorithm, self.len) {
             Ok((algorithm, &self.bytes))
@@ -608,9 +608,9 @@ fn string_reply(reply: *mut raw::RedisModuleCallReply) -> Result<Vec<u8>, Error>
 fn refusal<S: Stored>(header: &[u8]) -> DecodeError {
     match encoding::algorithm_of(header) {
         Err(e) => e,
-        Ok(stored) if stored != S::ALGORITHM => DecodeError::WrongAlgorithm {
+        Ok(stored) if stored != S::KIND => DecodeError::WrongAlgorithm {
             stored,
-            expected: S::ALGORITHM,
+            expected: S::KIND,
         },
         Ok(stored) => DecodeError::Corrupt(stored),
     }

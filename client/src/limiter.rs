@@ -340,7 +340,7 @@ impl Limiter {
                         leases.give_back(r);
                     }
                     let mut decisions: Vec<Decision> =
-                        items.iter().map(|(_, p)| unknown(p.algorithm())).collect();
+                        items.iter().map(|(_, p)| unknown(p.params())).collect();
                     if let Some(slot) = decisions.get_mut(i) {
                         *slot = d;
                     }
@@ -373,7 +373,7 @@ impl Limiter {
             decisions: items
                 .iter()
                 .zip(leased)
-                .map(|((_, p), d)| d.unwrap_or_else(|| unknown(p.algorithm())))
+                .map(|((_, p), d)| d.unwrap_or_else(|| unknown(p.params())))
                 .collect(),
         }
     }
@@ -422,7 +422,7 @@ impl Limiter {
     async fn upto(&self, key: &str, policy: &Policy, n: u64, peek: bool) -> Result<Grant> {
         let call = Check {
             key,
-            algorithm: policy.algorithm(),
+            algorithm: policy.params(),
             cost: n,
             peek,
         };
@@ -442,7 +442,7 @@ impl Limiter {
         self.inner
             .stack
             .inner()
-            .refund(key, policy.algorithm(), amount)
+            .refund(key, policy.params(), amount)
             .await
     }
 

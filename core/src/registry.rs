@@ -244,7 +244,7 @@ macro_rules! generate {
 
         /// The validated parameters of any rate limiter: what a spec of RL.ALL or
         /// RL.REFUND holds.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum AnyParams {
             $(
                 #[doc = concat!("[`", stringify!($lt), "`]")]

@@ -19,7 +19,7 @@ use std::num::NonZeroU32;
 use std::path::Path;
 
 use redis_rl_client::middleware::RateLimitConfig;
-use redis_rl_client::{Algorithm, FailureMode, LocalLimiter};
+use redis_rl_client::{AnyParams, FailureMode, LocalLimiter};
 use redis_rl_core::Micros;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -39,11 +39,11 @@ pub struct Phase {
 }
 
 struct Limits {
-    tiers: HashMap<String, Algorithm>,
-    default_tier: Algorithm,
-    ip: Algorithm,
-    endpoint: Algorithm,
-    global: Algorithm,
+    tiers: HashMap<String, AnyParams>,
+    default_tier: AnyParams,
+    ip: AnyParams,
+    endpoint: AnyParams,
+    global: AnyParams,
     /// The global limit in units per second.
     global_per_s: f64,
 }
@@ -51,7 +51,7 @@ struct Limits {
 fn limits(config: &RateLimitConfig) -> Result<Limits, String> {
     let alg = |r: &redis_rl_client::Rate| {
         r.policy(FailureMode::Open)
-            .map(|p| *p.algorithm())
+            .map(|p| *p.params())
             .map_err(|e| e.to_string())
     };
     let mut tiers = HashMap::new();
@@ -70,7 +70,7 @@ fn limits(config: &RateLimitConfig) -> Result<Limits, String> {
 }
 
 /// The reference limiter's key and algorithm of `d` for `r`.
-fn target(l: &Limits, r: &Rec, d: Dim) -> Option<(String, Algorithm)> {
+fn target(l: &Limits, r: &Rec, d: Dim) -> Option<(String, AnyParams)> {
     let k = r.key;
     match d {
         Dim::ApiKey if k != NO_KEY => Some((

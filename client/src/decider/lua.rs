@@ -17,8 +17,8 @@ use super::module::ModuleDecider;
 use super::{Check, Decided, Decider, Items};
 use crate::decision::{Decision, Grant, MultiDecision};
 use crate::error::{Error, Result};
-use crate::policy::Algorithm;
 use crate::transport::{is_unknown_command, Transport};
+use redis_rl_core::AnyParams;
 
 /// The library's source: `FUNCTION LOAD` it as is, or run it as a script with its first line
 /// replaced by `#!lua` ([`script_source`]).
@@ -42,26 +42,15 @@ const EXACT_WAIT_MS: u128 = (1 << 53) - 1 - 2 * 1_000_000_000_000;
 
 /// The twin refuses policies whose waits it could not reply exactly (README, "Without the
 /// module"); say so before calling.
-pub fn check_range(algorithm: &Algorithm) -> Result<()> {
-    let wait = |a: u64, b: u64, c: u64| u128::from(a) * u128::from(b) / u128::from(c.max(1));
-    let too_long = match *algorithm {
-        Algorithm::TokenBucket {
-            capacity,
-            refill_tokens,
-            refill_ms,
-        } => wait(capacity, refill_ms, refill_tokens) > EXACT_WAIT_MS,
-        Algorithm::Gcra {
-            limit,
-            period_ms,
-            burst,
-        } => wait(burst.unwrap_or(limit), period_ms, limit) > EXACT_WAIT_MS,
-        _ => false,
-    };
-    if too_long {
+pub fn check_range(params: &AnyParams) -> Result<()> {
+    // The longest wait any call can get is the time to refill the whole quota (a window
+    // algorithm's is at most its window, far below the bound).
+    let (_, refill_ms) = params.quota();
+    if u128::from(refill_ms) > EXACT_WAIT_MS {
         return Err(Error::Config(format!(
             "{} {:?}: a full refill or burst over 2^53 ms is beyond the exact range of the Lua twin; use the module",
-            algorithm.command(),
-            algorithm.params()
+            params.kind().command(),
+            crate::command::args(params)
         )));
     }
     Ok(())
@@ -240,7 +229,7 @@ impl Decider for LuaDecider {
     fn refund<'a>(
         &'a self,
         key: &'a str,
-        algorithm: &'a Algorithm,
+        algorithm: &'a AnyParams,
         amount: u64,
     ) -> Decided<'a, u64> {
         Box::pin(async move {
@@ -265,21 +254,21 @@ mod tests {
     #[test]
     fn module_commands_become_twin_calls() {
         let p = Policy::gcra(5, 1_000, Some(3)).unwrap();
-        let (keys, argv) = split(&command::single("k", p.algorithm(), 2, true)).unwrap();
+        let (keys, argv) = split(&command::single("k", p.params(), 2, true)).unwrap();
         assert_eq!(words(&keys), ["k"]);
         assert_eq!(
             words(&argv),
             ["RL.GCRA", "5", "1000", "BURST", "3", "COST", "2", "PEEK"]
         );
         let s = Policy::sliding(10, 1_000).unwrap();
-        let cmd = command::all(&[("a", s.algorithm()), ("b", s.algorithm())], 1, false);
+        let cmd = command::all(&[("a", s.params()), ("b", s.params())], 1, false);
         let (keys, argv) = split(&cmd).unwrap();
         assert_eq!(words(&keys), ["a", "b"]);
         assert_eq!(
             words(&argv),
             ["RL.ALL", "SLIDING", "10", "1000", "SLIDING", "10", "1000"]
         );
-        let (keys, argv) = split(&command::refund("k", s.algorithm(), 3)).unwrap();
+        let (keys, argv) = split(&command::refund("k", s.params(), 3)).unwrap();
         assert_eq!(words(&keys), ["k"]);
         assert_eq!(
             words(&argv),
@@ -297,8 +286,8 @@ mod tests {
     #[test]
     fn waits_beyond_2_pow_53_ms_are_refused_before_calling() {
         let huge = Policy::token_bucket(1_000_000_000_000_000, 1, 1_000_000_000_000).unwrap();
-        assert!(check_range(huge.algorithm()).is_err());
+        assert!(check_range(huge.params()).is_err());
         let fine = Policy::token_bucket(1_000_000, 1, 1_000_000).unwrap();
-        assert!(check_range(fine.algorithm()).is_ok());
+        assert!(check_range(fine.params()).is_ok());
     }
 }

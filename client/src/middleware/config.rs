@@ -13,7 +13,8 @@ use serde::{Deserialize, Deserializer};
 use crate::error::{Error, Result};
 use crate::fleet::FleetConfig;
 use crate::policy::FailureMode;
-use crate::tier::{AlgorithmKind, FailureModeName, Rate, RateOverride, TierConfig};
+use crate::tier::{FailureModeName, Rate, RateOverride, TierConfig};
+use redis_rl_core::Kind;
 
 /// A dimension a request is limited on.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -247,9 +248,9 @@ pub struct TierLimits {
     /// The window in milliseconds (default 60000).
     #[serde(default = "one_minute")]
     pub window_ms: u64,
-    /// The algorithm (default token bucket).
-    #[serde(default)]
-    pub algorithm: AlgorithmKind,
+    /// The algorithm, by its config name (default `token_bucket`).
+    #[serde(default = "crate::tier::default_algorithm")]
+    pub algorithm: Kind,
     /// Burst: token bucket capacity or GCRA burst (default: `limit`).
     #[serde(default)]
     pub burst: Option<u64>,
@@ -371,13 +372,13 @@ fn default_tiers() -> BTreeMap<String, TierLimits> {
         .collect()
 }
 fn default_ip() -> Rate {
-    Rate::per_minute(100).with_algorithm(AlgorithmKind::Sliding)
+    Rate::per_minute(100).with_algorithm(Kind::SlidingWindow)
 }
 fn default_endpoint() -> Rate {
-    Rate::per_minute(100).with_algorithm(AlgorithmKind::Sliding)
+    Rate::per_minute(100).with_algorithm(Kind::SlidingWindow)
 }
 fn default_global() -> Rate {
-    Rate::per_minute(100_000).with_algorithm(AlgorithmKind::Sliding)
+    Rate::per_minute(100_000).with_algorithm(Kind::SlidingWindow)
 }
 fn default_api_key_header() -> String {
     "X-API-Key".to_string()
@@ -601,7 +602,7 @@ mod tests {
         assert_eq!(c.ip.limit, 9);
         assert_eq!(
             c.ip.algorithm,
-            AlgorithmKind::Sliding,
+            Kind::SlidingWindow,
             "overriding a rate keeps the dimension's algorithm"
         );
         assert!(c.global.shadow);
@@ -705,7 +706,7 @@ mod tests {
         .unwrap();
         let sliding = |limit, window_ms| Rate {
             window_ms,
-            ..Rate::per_minute(limit).with_algorithm(AlgorithmKind::Sliding)
+            ..Rate::per_minute(limit).with_algorithm(Kind::SlidingWindow)
         };
         assert_eq!(c.ip, sliding(50, 60_000));
         assert_eq!(c.endpoint, default_endpoint());
@@ -720,7 +721,7 @@ mod tests {
         assert_eq!(c.tier_rate("pro", Dimension::Ip), Some(sliding(500, 1_000)));
         assert_eq!(
             c.tier_rate("pro", Dimension::Global),
-            Some(Rate::per_minute(100_000).with_algorithm(AlgorithmKind::Gcra))
+            Some(Rate::per_minute(100_000).with_algorithm(Kind::Gcra))
         );
         assert_eq!(c.tier_rate("free", Dimension::Ip), None, "no override");
         assert_eq!(c.tier_rate("gold", Dimension::ApiKey), None);

@@ -30,11 +30,10 @@ pub struct QuotaPolicy {
 impl QuotaPolicy {
     /// The quota and window of `policy` on `dimension`.
     pub fn of(dimension: Dimension, policy: &Policy) -> Self {
-        let a = policy.algorithm();
         Self {
             dimension,
-            quota: a.limit(),
-            window: a.window(),
+            quota: policy.limit(),
+            window: policy.window(),
         }
     }
 

@@ -480,7 +480,7 @@ mod tests {
             window_ms: 3_600_000,
             ..Rate::per_minute(2)
         }
-        .with_algorithm(crate::tier::AlgorithmKind::Sliding);
+        .with_algorithm(redis_rl_core::Kind::SlidingWindow);
         let pro = config.tiers.remove("pro").unwrap().with_override(
             Dimension::Endpoint,
             RateOverride {
