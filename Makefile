@@ -50,7 +50,8 @@ test-valkey:
 	RL_SERVER=$(VALKEY_SERVER) $(CARGO) test --workspace --test '*'
 
 # The Python package (python/): a virtual environment in .venv, `pip install ./python[test]`
-# (builds the core as an extension with maturin; its Rust build is cached in python/target),
+# (builds the core as an extension with maturin; python/ is a member of the root workspace, so
+# its Rust build is cached in target/),
 # then pytest once per server.
 VENV := .venv
 test-python: build
@@ -64,7 +65,6 @@ test-python: build
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	cd python && $(CARGO) fmt -- --check && $(CARGO) clippy --all-targets -- -D warnings
 
 # Criterion benches of the core, then redis-benchmark of every RL.* command against INCR, GET,
 # SET PXAT, the design's Lua script and redis-cell in one server: writes benches/RESULTS.md.

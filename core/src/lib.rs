@@ -16,6 +16,7 @@
 pub mod algorithm;
 pub mod concurrency;
 pub mod decision;
+pub mod export;
 pub mod fixed_window;
 pub mod gcra;
 pub mod limits;

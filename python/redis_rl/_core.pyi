@@ -1,28 +1,32 @@
 """The redis-rl core algorithms (Rust), as used by the Redis module itself."""
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 MAX_COUNT: int
 MAX_DURATION_MS: int
 LUA_TWIN: str
 """The Lua twin of the module's commands (``lua/rl.lua``), for servers without the module."""
+REGISTRY_JSON: str
+"""The core's registry of algorithms as JSON (read by ``redis_rl._registry``)."""
 
 def check_cost(cost: int) -> int:
     """Returns ``cost`` if it is 0 to 10**15, else raises ``ValueError`` with the server's text."""
 
 class Params:
-    """Validated parameters of one algorithm; errors carry the server's texts."""
+    """Validated parameters of one rate limiter; errors carry the server's texts."""
 
+    def __init__(
+        self, algorithm: str, values: List[int], options: List[Optional[int]] = ...
+    ) -> None: ...
     @staticmethod
-    def token_bucket(capacity: int, refill_tokens: int, refill_ms: int) -> "Params": ...
-    @staticmethod
-    def sliding(limit: int, window_ms: int) -> "Params": ...
-    @staticmethod
-    def fixed(limit: int, window_ms: int) -> "Params": ...
-    @staticmethod
-    def gcra(limit: int, period_ms: int, burst: Optional[int] = None) -> "Params": ...
-    @staticmethod
-    def log(limit: int, window_ms: int) -> "Params": ...
+    def from_rate(algorithm: str, limit: int, window_ms: int, burst: Optional[int] = None) -> "Params": ...
+    @property
+    def algorithm(self) -> str: ...
+    @property
+    def values(self) -> List[int]: ...
+    @property
+    def options(self) -> List[Optional[int]]: ...
+    def quota(self) -> Tuple[int, int]: ...
     def share(self, instances: int) -> "Params": ...
 
 class LocalStore:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, fields as dataclass_fields
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from redis_rl._core import Params
+from redis_rl._registry import LIMITERS
 from redis_rl.policy import FailureMode, Policy
 
 if sys.version_info >= (3, 11):
@@ -55,7 +55,6 @@ __all__ = [
 ]
 
 DIMENSIONS = ("api_key", "ip", "endpoint", "global")
-ALGORITHMS = ("token_bucket", "sliding", "fixed", "gcra", "log")
 IpNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 _RATE_FIELDS: Dict[str, type] = {
     "limit": int, "window_ms": int, "algorithm": str, "burst": int, "shadow": bool, "failure_mode": str,
@@ -85,8 +84,8 @@ def _take(table: Mapping[str, Any], where: str, fields: Mapping[str, type]) -> D
 
 
 def _check_rate_values(values: Mapping[str, Any], where: str) -> None:
-    if values.get("algorithm", "token_bucket") not in ALGORITHMS:
-        raise ConfigError(f"{where}.algorithm: expected one of {', '.join(ALGORITHMS)}, got {values['algorithm']!r}")
+    if values.get("algorithm", "token_bucket") not in LIMITERS:
+        raise ConfigError(f"{where}.algorithm: expected one of {', '.join(LIMITERS)}, got {values['algorithm']!r}")
     if values.get("failure_mode", "local") not in ("open", "closed", "local"):
         raise ConfigError(f"{where}.failure_mode: expected open, closed or local, got {values['failure_mode']!r}")
 
@@ -137,21 +136,7 @@ class Rate:
         """The validated policy; ``default_mode`` applies unless the rate names its own.
         Errors name the configuration's fields (``limit``, ``window_ms``)."""
         try:
-            Params.sliding(self.limit, self.window_ms)
-        except (ValueError, TypeError) as e:
-            raise ConfigError(str(e)) from None
-        limit, window_ms = self.limit, self.window_ms
-        try:
-            if self.algorithm == "token_bucket":
-                p = Policy.token_bucket(self.burst if self.burst is not None else limit, limit, window_ms)
-            elif self.algorithm == "sliding":
-                p = Policy.sliding(limit, window_ms)
-            elif self.algorithm == "fixed":
-                p = Policy.fixed(limit, window_ms)
-            elif self.algorithm == "gcra":
-                p = Policy.gcra(limit, window_ms, self.burst)
-            else:
-                p = Policy.log(limit, window_ms)
+            p = Policy.from_rate(self.algorithm, self.limit, self.window_ms, self.burst)
         except (ValueError, TypeError) as e:
             raise ConfigError(str(e)) from None
         mode = default_mode
