@@ -104,6 +104,9 @@ impl Shared {
         // Key-less requests have no tier: the dimensions' own tables apply.
         let tier = tenant.and({
             let known = tier.and_then(|t| self.tiers.get_key_value(t));
+            if let (Some(name), None) = (tier, known) {
+                crate::tier::unknown_tier(name);
+            }
             known.or_else(|| self.tiers.get_key_value(&self.default_tier))
         });
         let mut out = Vec::with_capacity(self.config.dimensions.len());
