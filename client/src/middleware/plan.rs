@@ -90,6 +90,26 @@ impl Shared {
         })
     }
 
+    /// The tier whose limits apply: `tier` when it is configured, else the default tier; none
+    /// for key-less requests (the dimensions' own tables apply).
+    fn effective_tier(
+        &self,
+        tenant: Option<&str>,
+        tier: Option<&str>,
+    ) -> Option<(&String, &TierPolicies)> {
+        tenant.and({
+            let known = tier.and_then(|t| self.tiers.get_key_value(t));
+            known.or_else(|| self.tiers.get_key_value(&self.default_tier))
+        })
+    }
+
+    /// The `tier` label of a response's metrics: the tier whose limits applied, `none` for a
+    /// key-less request.
+    pub(crate) fn tier_label(&self, tenant: Option<&str>, tier: Option<&str>) -> String {
+        self.effective_tier(tenant, tier)
+            .map_or_else(|| "none".to_owned(), |(name, _)| name.clone())
+    }
+
     /// The keys and policies of one request, in the configured order. `tier` is the
     /// resolved tier of `tenant` (`None` or unknown: the default tier); `client` is the
     /// client's address or network as it appears in keys.
@@ -101,11 +121,7 @@ impl Shared {
         endpoint: &str,
     ) -> Vec<Planned> {
         let prefix = &self.config.key_prefix;
-        // Key-less requests have no tier: the dimensions' own tables apply.
-        let tier = tenant.and({
-            let known = tier.and_then(|t| self.tiers.get_key_value(t));
-            known.or_else(|| self.tiers.get_key_value(&self.default_tier))
-        });
+        let tier = self.effective_tier(tenant, tier);
         let mut out = Vec::with_capacity(self.config.dimensions.len());
         for &dimension in &self.config.dimensions {
             // A tier's own budget for a shared dimension lives in a key of its own.

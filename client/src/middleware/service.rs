@@ -94,7 +94,7 @@ where
                 Access::Denied(on) => {
                     metrics::counter!("rl_access_total", "list" => "deny", "on" => on).increment(1);
                     tracing::debug!(denied_by = on, "request refused by the deny list");
-                    return Ok(forbidden_response(on, &request_id));
+                    return Ok(counted(forbidden_response(on, &request_id), "-".to_owned()));
                 }
                 Access::Allowed => {
                     metrics::counter!("rl_access_total", "list" => "allow").increment(1);
@@ -104,6 +104,8 @@ where
             }
         }
 
+        // Requests the access lists decide are never limited: no tier is looked up.
+        let mut tier_label = "-".to_owned();
         let (reported, policies) = if limited {
             let endpoint = info
                 .route(&view)
@@ -119,6 +121,7 @@ where
                 || "unknown".to_string(),
                 |ip| extract::client_network(ip, shared.config.ipv6_prefix),
             );
+            tier_label = shared.tier_label(tenant.as_deref(), tier.as_deref());
             let plan = shared.plan(tenant.as_deref(), tier.as_deref(), &client, &endpoint);
             let items: Vec<(&str, crate::Policy)> =
                 plan.iter().map(|p| (p.key.as_str(), p.policy)).collect();
@@ -144,7 +147,8 @@ where
                     source = r.decision.source.name(),
                     "request refused"
                 );
-                return Ok(refusal_response(r, &policies, &request_id, unavailable));
+                let refusal = refusal_response(r, &policies, &request_id, unavailable);
+                return Ok(counted(refusal, tier_label));
             }
             (reported, policies)
         } else {
@@ -161,10 +165,18 @@ where
         if response.status().is_server_error() {
             tracing::warn!(status = response.status().as_u16(), "upstream error");
         }
-        Ok(response)
+        Ok(counted(response, tier_label))
     }
     .instrument(span)
     .await
+}
+
+/// Counts a response in `rl_responses_total` by status and tier (the tier whose limits applied;
+/// `none` without an API key, `-` when the access lists decided), then returns it.
+fn counted<B>(response: Response<B>, tier: String) -> Response<B> {
+    let status = response.status().as_str().to_owned();
+    metrics::counter!("rl_responses_total", "status" => status, "tier" => tier).increment(1);
+    response
 }
 
 /// The policy to report: the denying one, else among the enforced ones that Redis (or the
