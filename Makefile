@@ -78,11 +78,13 @@ lint:
 	cd python && $(CARGO) fmt -- --check && $(CARGO) clippy --all-targets -- -D warnings
 
 # Criterion benches of the core, then redis-benchmark of every RL.* command against INCR, GET,
-# SET PXAT, the design's Lua script and redis-cell in one server: writes benches/RESULTS.md.
+# SET PXAT, the design's Lua script and redis-cell in one server: writes benches/RESULTS.md and
+# its charts (docs/src/charts/bench-*.svg, scripts/charts.py).
 # Tunable: BENCH_SECONDS, BENCH_QUICK_SECONDS, BENCH_REPS, BENCH_ONLY, ... (scripts/bench.sh).
 # CELL=<redis-cell source directory> compares with that redis-cell (default: 0.2.2 from crates.io).
 bench: build bench-deps
 	CARGO="$(CARGO)" bash scripts/bench.sh $(CELL)
+	python3 scripts/charts.py bench
 
 # Issue 15's targets alone, on Redis 7.0 and Valkey 9.1 (about 14 minutes on 2 quiet cores): paired
 # runs of SET PXAT, CL.THROTTLE and the Lua script against each RL command (median and min-max
@@ -117,11 +119,13 @@ gameday: deps
 # standalone server with the module, G rl-gateway processes (default 4), a small upstream and
 # rl-loadgen (loadgen/: Zipf API keys over three tiers, many client IPs, several endpoints);
 # phases steady, burst, failover, all Redis killed, recovery; counts Redis calls per request
-# and admitted versus the exact budget per dimension; writes benches/FLEET.md. A few minutes.
+# and admitted versus the exact budget per dimension; writes benches/FLEET.md and
+# docs/src/charts/fleet-admitted.svg. A few minutes.
 # Options: FLEET_ARGS="--gateways 8 --rate 400 --variants static,fleet ..." (python3 scripts/fleet.py --help).
 fleet: deps
 	$(CARGO) build --release --workspace
 	nice -n 5 python3 scripts/fleet.py $(FLEET_ARGS)
+	python3 scripts/charts.py fleet
 
 # The operations files: deploy/prometheus/alerts.yml passes `promtool check rules` and its unit
 # tests (alerts_test.yml), and every metric the alerts and deploy/grafana/redis-rl.json query is
