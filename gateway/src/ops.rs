@@ -65,6 +65,10 @@ fn describe() {
         "Rate-limit decisions per dimension of each request, by outcome (allowed, denied, shadow_denied)."
     );
     describe_counter!(
+        "rl_responses_total",
+        "Responses by HTTP status and tier (the tier whose limits applied; none: no API key; -: decided by the access lists)."
+    );
+    describe_counter!(
         "rl_fallback_total",
         "Decisions taken without Redis (the failure mode), by dimension and source (local, fail_open, fail_closed)."
     );

@@ -248,6 +248,15 @@ async fn limits_by_tier_and_endpoint_with_headers_health_and_metrics() {
         metrics.contains("rl_requests_total{dimension=\"endpoint\",outcome=\"denied\"} 1"),
         "{metrics}"
     );
+    // Responses by status and the tier whose limits applied (the built-ins are not counted).
+    assert!(
+        metrics.contains("rl_responses_total{status=\"200\",tier=\"pro\"} 4"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("rl_responses_total{status=\"429\",tier=\"pro\"} 1"),
+        "{metrics}"
+    );
     // The built-ins are never limited.
     for _ in 0..5 {
         assert_eq!(gw.get("/healthz", &[]).await.unwrap().0, 200);
