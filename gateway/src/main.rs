@@ -6,6 +6,7 @@ mod cli;
 mod ops;
 mod proxy;
 mod reload;
+mod rls;
 
 use std::net::SocketAddr;
 use std::num::{NonZeroU32, NonZeroUsize};
@@ -131,6 +132,18 @@ async fn run(args: Args) -> Result<(), String> {
         Some(addr) => (None, Some((addr, ops))),
         None => (Some(ops), None),
     };
+    let rls = match (args.rls_listen, &args.rls_config) {
+        (Some(listen), Some(path)) => {
+            let opts = rls::RlsOptions {
+                listen,
+                config: path.clone(),
+                response_headers: args.rls_response_headers,
+                hot_per_second: args.rls_hot_rate,
+            };
+            Some(rls::bind(&opts, limiter.clone(), live.clone()).await?)
+        }
+        _ => None,
+    };
     let router = app::public(live.clone(), public_ops);
     #[cfg(unix)]
     tokio::spawn(reload::on_sighup(live, hangups));
@@ -167,6 +180,16 @@ async fn run(args: Args) -> Result<(), String> {
     let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
+    if let Some(rls) = rls {
+        let rx = stopped.clone();
+        let path = args.rls_config.clone().unwrap_or_default();
+        tracing::info!(listen = ?rls.local_addr(), "rate limit service listening");
+        tokio::spawn(async move {
+            if let Err(e) = rls.serve(path, until_stopped(rx)).await {
+                tracing::error!(error = %e, "rate limit service failed");
+            }
+        });
+    }
     if let Some((l, router)) = admin {
         let rx = stopped.clone();
         tokio::spawn(async move {
