@@ -18,6 +18,8 @@ mod ops;
 mod proxy;
 #[path = "gateway/reload.rs"]
 mod reload;
+#[path = "gateway/rls.rs"]
+mod rls;
 #[path = "gateway/upstream.rs"]
 mod upstream;
 
