@@ -80,6 +80,7 @@ const NOT_A_LIMITER: ParamError = ParamError {
     name: "algorithm",
     min: 0,
     max: 0,
+    negative_min: false,
 };
 
 impl Algorithm {

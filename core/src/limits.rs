@@ -24,13 +24,17 @@ pub struct ParamError {
     pub min: u64,
     /// Largest accepted value.
     pub max: u64,
+    /// Whether the smallest accepted value is `-min` (a signed parameter such as a UTC
+    /// offset).
+    pub negative_min: bool,
 }
 
 impl fmt::Display for ParamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sign = if self.negative_min { "-" } else { "" };
         write!(
             f,
-            "{} must be an integer between {} and {}",
+            "{} must be an integer between {sign}{} and {}",
             self.name, self.min, self.max
         )
     }
@@ -65,6 +69,7 @@ impl Range {
             name: self.name,
             min: self.min,
             max: self.max,
+            negative_min: false,
         }
     }
 }

@@ -1,0 +1,377 @@
+//! Calendar quota: at most `limit` units per calendar period (a day, a week from Monday, a
+//! month from an anchor day, a year) at a fixed UTC offset.
+//!
+//! It is a fixed window whose windows are the periods of a [`Calendar`] instead of
+//! multiples of a length: "10,000 calls a month, resetting on the 15th at UTC+05:30". One
+//! period (its start and end) and one count are stored; `retry_after` is the wait until the
+//! next period starts. As with any fixed window, `limit` at the end of one period and
+//! `limit` more at the start of the next are both admitted: for plans that is the point.
+//!
+//! Units taken with `FORCE` past the limit are a debt carried into the next periods (each
+//! repays `limit`), so a budget settled after the fact cannot be overspent for free.
+
+use crate::calendar::Calendar;
+use crate::decision::{Decision, Outcome};
+use crate::limits::{self, ParamError};
+use crate::time::{Micros, Millis};
+
+/// Validated quota parameters: `limit` units per period of `calendar`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QuotaParams {
+    limit: u64,
+    calendar: Calendar,
+}
+
+impl QuotaParams {
+    /// `limit` units (1 to [`MAX_COUNT`](limits::MAX_COUNT)) per period of `calendar`.
+    pub fn new(limit: u64, calendar: Calendar) -> Result<Self, ParamError> {
+        let limit = limits::count("limit").check(limit)?;
+        Ok(QuotaParams { limit, calendar })
+    }
+
+    /// Units per period.
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The calendar whose periods are counted.
+    pub const fn calendar(&self) -> Calendar {
+        self.calendar
+    }
+}
+
+/// The stored state: one period and the units counted in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuotaState {
+    /// Start of the period (milliseconds since the epoch).
+    pub period_start: Millis,
+    /// End of the period (exclusive).
+    pub period_end: Millis,
+    /// Units counted in it (past `limit` only with `FORCE`).
+    pub count: u64,
+}
+
+impl QuotaState {
+    /// Units counted against the period that contains `now`: the stored count while its
+    /// period lasts, else 0 (a carried debt needs the limit, which is not stored).
+    pub fn count_at(&self, now: Micros) -> u64 {
+        if now.0 / 1000 < self.period_end.0 {
+            self.count
+        } else {
+            0
+        }
+    }
+}
+
+/// Decides whether `cost` units may be taken at `now`: the decision and the state to store
+/// (`None`: write nothing). `retry_after` is the wait until the period that has room starts
+/// (the next one, unless a debt is carried).
+///
+/// ```
+/// use redis_rl_core::calendar::{days_from_civil, Calendar, Period};
+/// use redis_rl_core::quota::{check, QuotaParams};
+/// use redis_rl_core::{Micros, Millis, Outcome};
+/// let day_ms = 86_400_000;
+/// let p = QuotaParams::new(2, Calendar::new(Period::Month, 0, 1).unwrap()).unwrap();
+/// let now = Micros((days_from_civil(2024, 2, 28) * day_ms * 1000) as u64);
+/// let (_, s) = check(None, now, &p, 2);
+/// let (d, _) = check(s, now, &p, 1);
+/// // February 2024 has 29 days: the quota is back on March 1st, 2 days later.
+/// assert_eq!(d.outcome, Outcome::Denied { retry_after: Millis(2 * 86_400_000) });
+/// ```
+pub fn check(
+    state: Option<QuotaState>,
+    now: Micros,
+    params: &QuotaParams,
+    cost: u64,
+) -> (Decision, Option<QuotaState>) {
+    decide(state, now, params, cost, false)
+}
+
+/// Takes `cost` units at `now` even over the limit (`FORCE`); what exceeds the limit is
+/// carried into the next periods. Counts are capped at [`MAX_COUNT`](limits::MAX_COUNT).
+pub fn force(
+    state: Option<QuotaState>,
+    now: Micros,
+    params: &QuotaParams,
+    cost: u64,
+) -> (Decision, Option<QuotaState>) {
+    decide(state, now, params, cost, true)
+}
+
+/// Gives back up to `amount` units of the current period (RL.REFUND); units of a period
+/// that has ended are gone anyway. Returns the units given back and the state to store.
+pub fn refund(
+    state: Option<QuotaState>,
+    now: Micros,
+    params: &QuotaParams,
+    amount: u64,
+) -> (u64, Option<QuotaState>) {
+    let Some(stored) = state else {
+        return (0, None);
+    };
+    let period = current(Some(stored), now, params);
+    let refunded = period.count.min(amount);
+    let same_period = (stored.period_start, stored.period_end) == (period.start, period.end);
+    if refunded == 0 || !same_period {
+        return (0, None);
+    }
+    let new_state = QuotaState {
+        period_start: period.start,
+        period_end: period.end,
+        count: period.count - refunded,
+    };
+    (refunded, Some(new_state))
+}
+
+fn decide(
+    state: Option<QuotaState>,
+    now: Micros,
+    params: &QuotaParams,
+    cost: u64,
+    forced: bool,
+) -> (Decision, Option<QuotaState>) {
+    let period = current(state, now, params);
+    let limit = params.limit;
+    // The start of the period `n` after the current one, as a wait from `now`.
+    let until_period = |n: u64| {
+        let at = if n == 1 {
+            period.end.0
+        } else {
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            to_ms(params.calendar.start_of(period.index.saturating_add(n)))
+        };
+        Micros(Millis(at).as_micros().0.saturating_sub(now.0)).ceil_millis()
+    };
+    let decision = |outcome, count: u64| Decision {
+        outcome,
+        limit,
+        remaining: limit.saturating_sub(count),
+        reset_after: if count > 0 {
+            until_period(count.div_ceil(limit))
+        } else {
+            Millis(0)
+        },
+    };
+    let stored = |count| QuotaState {
+        period_start: period.start,
+        period_end: period.end,
+        count,
+    };
+
+    let after = period.count.saturating_add(cost);
+    if forced && cost > 0 && after > limit {
+        let after = after.min(limits::MAX_COUNT);
+        return (decision(Outcome::Allowed, after), Some(stored(after)));
+    }
+    if cost > limit {
+        return (decision(Outcome::Never, period.count), None);
+    }
+    // A zero cost is a look, allowed even with a debt carried over the limit.
+    if after > limit && cost > 0 {
+        let retry_after = until_period((after - limit).div_ceil(limit));
+        return (decision(Outcome::Denied { retry_after }, period.count), None);
+    }
+    let new_state = (cost > 0).then(|| stored(after));
+    (decision(Outcome::Allowed, after), new_state)
+}
+
+/// The period a call counts in.
+struct Current {
+    index: i64,
+    start: Millis,
+    end: Millis,
+    count: u64,
+}
+
+/// The current period and the units counted in it: the stored count while the stored
+/// period lasts (also when the calendar changed since: it is carried into the new
+/// calendar's period, so changing a plan never forgets traffic), else the debt left after
+/// each period since repaid `limit`. A clock that stepped back stands still in the stored
+/// period.
+fn current(state: Option<QuotaState>, now: Micros, params: &QuotaParams) -> Current {
+    let cal = params.calendar;
+    let now_ms = now.0 / 1000;
+    let at = state.map_or(now_ms, |s| now_ms.max(s.period_start.0));
+    let at_i = i64::try_from(at).unwrap_or(i64::MAX);
+    let index = cal.index(at_i);
+    let count = match state {
+        None => 0,
+        Some(s) if at < s.period_end.0 => s.count,
+        Some(s) => {
+            let from = cal.index(i64::try_from(s.period_start.0).unwrap_or(i64::MAX));
+            let periods = u64::try_from(index.saturating_sub(from)).unwrap_or(0).max(1);
+            s.count
+                .saturating_sub(params.limit.saturating_mul(periods))
+        }
+    };
+    Current {
+        index,
+        start: Millis(to_ms(cal.start_of(index))),
+        end: Millis(to_ms(cal.start_of(index.saturating_add(1)))),
+        count,
+    }
+}
+
+/// An instant before the epoch (a first period that began before 1970) as the epoch.
+fn to_ms(ms: i64) -> u64 {
+    u64::try_from(ms).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calendar::{days_from_civil, Period};
+    use proptest::prelude::*;
+
+    const DAY: u64 = 86_400_000;
+
+    fn at(y: i64, m: u8, d: u8) -> Micros {
+        Micros(days_from_civil(y, m, d) as u64 * DAY * 1000)
+    }
+
+    fn quota(limit: u64, period: Period, tz: i64, anchor: u64) -> QuotaParams {
+        QuotaParams::new(limit, Calendar::new(period, tz, anchor).unwrap()).unwrap()
+    }
+
+    fn retry(d: &Decision) -> u64 {
+        match d.outcome {
+            Outcome::Denied { retry_after } => retry_after.0,
+            other => panic!("not denied: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn monthly_quota_resets_on_the_anchor_day() {
+        // 3 a month from the 31st: January 31st, then February 29th (2024 is a leap year).
+        let p = quota(3, Period::Month, 0, 31);
+        let (d, s) = check(None, at(2024, 2, 10), &p, 3);
+        assert_eq!((d.is_allowed(), d.remaining), (true, 0));
+        assert_eq!(d.reset_after, Millis(19 * DAY));
+        let s = s.unwrap();
+        assert_eq!(s.period_start.0, days_from_civil(2024, 1, 31) as u64 * DAY);
+        assert_eq!(s.period_end.0, days_from_civil(2024, 2, 29) as u64 * DAY);
+        let (d, none) = check(Some(s), at(2024, 2, 28), &p, 1);
+        assert_eq!(retry(&d), DAY);
+        assert!(none.is_none());
+        assert!(check(Some(s), at(2024, 2, 29), &p, 3).0.is_allowed());
+        assert_eq!(check(Some(s), at(2024, 2, 28), &p, 4).0.outcome, Outcome::Never);
+    }
+
+    #[test]
+    fn offsets_move_the_boundary() {
+        // Daily at UTC+05:30: the day ends at 18:30 UTC.
+        let p = quota(1, Period::Day, 330, 1);
+        let noon = Micros(at(2026, 12, 3).0 + 12 * 3_600_000_000);
+        let (_, s) = check(None, noon, &p, 1);
+        let (d, _) = check(s, noon, &p, 1);
+        assert_eq!(retry(&d), 6 * 3_600_000 + 30 * 60_000);
+        let (d, _) = check(s, Micros(noon.0 + (6 * 60 + 30) * 60_000_000), &p, 1);
+        assert!(d.is_allowed());
+    }
+
+    #[test]
+    fn a_forced_debt_is_carried_into_the_next_periods() {
+        let p = quota(10, Period::Week, 0, 1);
+        // 2026-12-07 is a Monday.
+        let monday = at(2026, 12, 7);
+        let (d, s) = force(None, monday, &p, 25);
+        assert_eq!((d.is_allowed(), d.remaining), (true, 0));
+        // 15 over: the next week repays 10, the one after 5; reset after three weeks.
+        assert_eq!(d.reset_after, Millis(21 * DAY));
+        let (d, _) = check(s, monday, &p, 1);
+        assert_eq!(retry(&d), 14 * DAY);
+        // The second week is used up by the debt, the third holds its last 5 units.
+        let (d, _) = check(s, at(2026, 12, 14), &p, 1);
+        assert_eq!(retry(&d), 7 * DAY);
+        let (d, _) = check(s, at(2026, 12, 21), &p, 6);
+        assert_eq!(retry(&d), 7 * DAY);
+        let (d, _) = check(s, at(2026, 12, 21), &p, 5);
+        assert_eq!((d.is_allowed(), d.remaining), (true, 0));
+        assert!(check(s, at(2026, 12, 28), &p, 10).0.is_allowed());
+        // A refund pays the debt back.
+        let (n, s2) = refund(s, monday, &p, 20);
+        assert_eq!(n, 20);
+        assert_eq!(check(s2, monday, &p, 5).0.remaining, 0);
+    }
+
+    #[test]
+    fn changing_the_calendar_keeps_the_count_while_its_period_lasts() {
+        let daily = quota(5, Period::Day, 0, 1);
+        let (_, s) = check(None, at(2026, 12, 3), &daily, 4);
+        let monthly = quota(5, Period::Month, 0, 1);
+        let (d, s2) = check(s, Micros(at(2026, 12, 3).0 + 1), &monthly, 1);
+        assert_eq!((d.is_allowed(), d.remaining), (true, 0));
+        assert_eq!(s2.unwrap().period_end.0, days_from_civil(2027, 1, 1) as u64 * DAY);
+        // Refunds only apply to the period stored under the same calendar.
+        assert_eq!(refund(s, at(2026, 12, 3), &monthly, 1).0, 0);
+        assert_eq!(refund(s, at(2026, 12, 3), &daily, 1).0, 1);
+    }
+
+    #[test]
+    fn clock_stepping_back_stays_in_the_stored_period() {
+        let p = quota(1, Period::Day, 0, 1);
+        let (_, s) = check(None, at(2026, 12, 3), &p, 1);
+        let (d, _) = check(s, Micros(at(2026, 12, 3).0 - 1_000_000), &p, 1);
+        assert_eq!(retry(&d), DAY + 1_000);
+    }
+
+    #[test]
+    fn extremes_do_not_overflow() {
+        let p = QuotaParams::new(limits::MAX_COUNT, Calendar::new(Period::Year, -1_439, 1).unwrap()).unwrap();
+        for now in [Micros(0), Micros(u64::MAX)] {
+            let (d, s) = force(None, now, &p, limits::MAX_COUNT);
+            assert!(d.is_allowed());
+            let _ = force(s, now, &p, limits::MAX_COUNT);
+            let _ = check(s, now, &p, 1);
+        }
+        let corrupt = QuotaState {
+            period_start: Millis(u64::MAX),
+            period_end: Millis(0),
+            count: u64::MAX,
+        };
+        let _ = check(Some(corrupt), Micros(0), &quota(1, Period::Month, 1_439, 31), 1);
+    }
+
+    proptest! {
+        /// Against a model (a count per period, from the calendar's bounds): the decision,
+        /// `remaining`, and `retry_after` = the next period's start; waiting it suffices.
+        #[test]
+        fn matches_a_count_per_period(
+            limit in 1u64..20,
+            period in prop::sample::select(Period::ALL.to_vec()),
+            tz in -1_439i64..=1_439,
+            anchor in 28u64..=31,
+            start_day in 0i64..60_000,
+            calls in prop::collection::vec((0u64..3 * DAY * 1000 * 1000 / 4, 0u64..8), 1..60),
+        ) {
+            let anchor = if period == Period::Month { anchor } else { 1 };
+            let p = quota(limit, period, tz, anchor);
+            let cal = p.calendar();
+            let mut used = std::collections::BTreeMap::<i64, u64>::new();
+            let mut state = None;
+            let mut now = start_day as u64 * DAY * 1000;
+            for (step, cost) in calls {
+                now += step;
+                let now_ms = (now / 1000) as i64;
+                let idx = cal.index(now_ms);
+                let count = used.get(&idx).copied().unwrap_or(0);
+                let allowed = count + cost <= limit;
+                let (d, next) = check(state, Micros(now), &p, cost);
+                prop_assert_eq!(d.is_allowed(), allowed);
+                let after = if allowed { count + cost } else { count };
+                prop_assert_eq!(d.remaining, limit - after);
+                if !allowed && cost <= limit {
+                    let end = cal.bounds(now_ms).1 as u64;
+                    prop_assert_eq!(retry(&d), (end * 1000 - now).div_ceil(1000));
+                    let later = Micros(now + retry(&d) * 1000);
+                    prop_assert!(check(state, later, &p, cost).0.is_allowed());
+                }
+                if allowed {
+                    *used.entry(idx).or_insert(0) += cost;
+                }
+                state = next.or(state);
+            }
+        }
+    }
+}
