@@ -75,6 +75,19 @@ pub trait RateLimiter: Algorithm {
         cost: u64,
     ) -> (Decision, Option<Self::State>);
 
+    /// Takes `cost` units at `now` whatever the limit says (`FORCE`): the decision is
+    /// allowed, and what goes past the limit is a debt that later calls wait for (their
+    /// `retry_after` includes it). How long a debt is remembered is the algorithm's own: a
+    /// bucket or a GCRA repays it by refilling, a window counter carries it into the next
+    /// windows, a sliding window or log keeps it while it is inside the window. Returns the
+    /// decision and the state to store (`None` for a zero cost).
+    fn force(
+        state: Option<Self::State>,
+        now: Micros,
+        params: &Self::Params,
+        cost: u64,
+    ) -> (Decision, Option<Self::State>);
+
     /// Gives back up to `amount` units taken earlier; returns the units given back and the
     /// state to store (`None`: write nothing).
     fn refund(
@@ -85,7 +98,7 @@ pub trait RateLimiter: Algorithm {
     ) -> (u64, Option<Self::State>);
 }
 
-/// Implements [`RateLimiter`] for `$algorithm` with the `check` and `refund` functions of
+/// Implements [`RateLimiter`] for `$algorithm` with the `check`, `force` and `refund` functions of
 /// the module where it is invoked (`rate_limiter!(T, upto)`: its command takes `UPTO`).
 macro_rules! rate_limiter {
     ($algorithm:ty, upto) => {
@@ -105,6 +118,15 @@ macro_rules! rate_limiter {
                 cost: u64,
             ) -> ($crate::Decision, Option<Self::State>) {
                 check(state, now, params, cost)
+            }
+
+            fn force(
+                state: Option<Self::State>,
+                now: $crate::Micros,
+                params: &Self::Params,
+                cost: u64,
+            ) -> ($crate::Decision, Option<Self::State>) {
+                force(state, now, params, cost)
             }
 
             fn refund(

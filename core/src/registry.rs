@@ -206,6 +206,23 @@ macro_rules! generate {
                 }
             }
 
+            /// [`RateLimiter::force`] of this algorithm (a state of another algorithm
+            /// counts as no state).
+            pub fn force(
+                &self,
+                state: Option<AnyState>,
+                now: Micros,
+                cost: u64,
+            ) -> (Decision, Option<AnyState>) {
+                match self {
+                    $(AnyParams::$l(p) => {
+                        let state = match state { Some(AnyState::$l(s)) => Some(s), _ => None };
+                        let (d, next) = <$lt as RateLimiter>::force(state, now, p, cost);
+                        (d, next.map(AnyState::$l))
+                    })*
+                }
+            }
+
             /// A partial grant ([`upto`]) of this algorithm: the decision, the units
             /// granted and the state to store (a state of another algorithm counts as no
             /// state).
