@@ -78,9 +78,9 @@ pub trait RateLimiter: Algorithm {
     /// Takes `cost` units at `now` whatever the limit says (`FORCE`): the decision is
     /// allowed, and what goes past the limit is a debt that later calls wait for (their
     /// `retry_after` includes it). How long a debt is remembered is the algorithm's own: a
-    /// bucket or a GCRA repays it by refilling, a window counter carries it into the next
-    /// windows, a sliding window or log keeps it while it is inside the window. Returns the
-    /// decision and the state to store (`None` for a zero cost).
+    /// bucket or a GCRA repays it by refilling; a fixed window or a calendar quota is
+    /// refused until its window ends; a sliding window or log while the units are inside
+    /// the window. Returns the decision and the state to store (`None` for a zero cost).
     fn force(
         state: Option<Self::State>,
         now: Micros,

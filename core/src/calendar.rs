@@ -282,7 +282,7 @@ pub const fn civil_from_days(z: i64) -> (i64, u8, u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::{DateTime, Datelike, Duration, NaiveDate, NaiveDateTime};
+    use chrono::{DateTime, Datelike, Duration, NaiveDate};
     use proptest::prelude::*;
 
     /// The reference: chrono's calendar, walking the local date.
@@ -339,7 +339,10 @@ mod tests {
             let (y, m, d) = (i64::from(date.year()), date.month() as u8, date.day() as u8);
             assert_eq!(days_from_civil(y, m, d), z, "{date}");
             assert_eq!(civil_from_days(z), (y, m, d), "{date}");
-            assert_eq!(u32::from(days_in_month(y, m)), last_day(date.year(), date.month()));
+            assert_eq!(
+                u32::from(days_in_month(y, m)),
+                last_day(date.year(), date.month())
+            );
             date = date.succ_opt().unwrap();
         }
     }
@@ -360,24 +363,42 @@ mod tests {
         let c = cal(Period::Month, 0, 31);
         // Jan 31 -> Feb 29 (2024, leap) -> Mar 31 -> Apr 30.
         assert_eq!(c.bounds(ms(2024, 2, 1)), (ms(2024, 1, 31), ms(2024, 2, 29)));
-        assert_eq!(c.bounds(ms(2024, 3, 30)), (ms(2024, 2, 29), ms(2024, 3, 31)));
-        assert_eq!(c.bounds(ms(2024, 4, 29)), (ms(2024, 3, 31), ms(2024, 4, 30)));
+        assert_eq!(
+            c.bounds(ms(2024, 3, 30)),
+            (ms(2024, 2, 29), ms(2024, 3, 31))
+        );
+        assert_eq!(
+            c.bounds(ms(2024, 4, 29)),
+            (ms(2024, 3, 31), ms(2024, 4, 30))
+        );
         // 1900 and 2100 are not leap years; 2000 is.
         assert_eq!(c.bounds(ms(1900, 2, 28)).0, ms(1900, 2, 28));
         assert_eq!(c.bounds(ms(2100, 2, 27)).1, ms(2100, 2, 28));
         assert_eq!(c.bounds(ms(2000, 2, 28)).1, ms(2000, 2, 29));
         let c29 = cal(Period::Month, 0, 29);
-        assert_eq!(c29.bounds(ms(2023, 3, 1)), (ms(2023, 2, 28), ms(2023, 3, 29)));
-        assert_eq!(c29.bounds(ms(2024, 3, 1)), (ms(2024, 2, 29), ms(2024, 3, 29)));
+        assert_eq!(
+            c29.bounds(ms(2023, 3, 1)),
+            (ms(2023, 2, 28), ms(2023, 3, 29))
+        );
+        assert_eq!(
+            c29.bounds(ms(2024, 3, 1)),
+            (ms(2024, 2, 29), ms(2024, 3, 29))
+        );
         let c30 = cal(Period::Month, 0, 30);
-        assert_eq!(c30.bounds(ms(2024, 12, 31)), (ms(2024, 12, 30), ms(2025, 1, 30)));
+        assert_eq!(
+            c30.bounds(ms(2024, 12, 31)),
+            (ms(2024, 12, 30), ms(2025, 1, 30))
+        );
     }
 
     #[test]
     fn weeks_start_on_monday_and_offsets_move_midnight() {
         // 2026-12-07 is a Monday.
         let w = cal(Period::Week, 0, 1);
-        assert_eq!(w.bounds(ms(2026, 12, 10)), (ms(2026, 12, 7), ms(2026, 12, 14)));
+        assert_eq!(
+            w.bounds(ms(2026, 12, 10)),
+            (ms(2026, 12, 7), ms(2026, 12, 14))
+        );
         assert_eq!(w.bounds(ms(2026, 12, 7)).0, ms(2026, 12, 7));
         assert_eq!(w.bounds(ms(2026, 12, 7) - 1).1, ms(2026, 12, 7));
         // At UTC+05:30 the day starts at 18:30 UTC the day before.
@@ -393,7 +414,9 @@ mod tests {
     #[test]
     fn bad_calendars_are_refused() {
         assert_eq!(
-            Calendar::new(Period::Day, -1_440, 1).unwrap_err().to_string(),
+            Calendar::new(Period::Day, -1_440, 1)
+                .unwrap_err()
+                .to_string(),
             "tz must be an integer between -1439 and 1439"
         );
         assert!(Calendar::new(Period::Month, 0, 0).is_err());
@@ -405,7 +428,10 @@ mod tests {
     #[test]
     fn periods_have_words_and_codes() {
         for p in Period::ALL {
-            assert_eq!(Period::from_word(p.word().to_lowercase().as_bytes()), Some(p));
+            assert_eq!(
+                Period::from_word(p.word().to_lowercase().as_bytes()),
+                Some(p)
+            );
             assert_eq!(Period::from_code(p.code()), Some(p));
         }
         assert_eq!(Period::from_word(b"FORTNIGHT"), None);
@@ -416,7 +442,10 @@ mod tests {
         let period = prop::sample::select(Period::ALL.to_vec());
         // Anchors 28-31 are where months differ; offsets cover both sides and the extremes.
         let anchor = prop_oneof![1u64..=31, 28u64..=31];
-        let offset = prop_oneof![-1_439i64..=1_439, prop::sample::select(vec![-1_439, -720, -300, 0, 330, 345, 840, 1_439])];
+        let offset = prop_oneof![
+            -1_439i64..=1_439,
+            prop::sample::select(vec![-1_439, -720, -300, 0, 330, 345, 840, 1_439])
+        ];
         (period, offset, anchor).prop_map(|(p, o, a)| {
             let a = if p == Period::Month { a } else { 1 };
             cal(p, o, a)
@@ -426,7 +455,9 @@ mod tests {
     /// Instants near the interesting edges: month ends, leap days of 1900, 2000 and 2100.
     fn arb_instant() -> impl Strategy<Value = i64> {
         let edge = (
-            prop::sample::select(vec![1899i64, 1900, 1970, 1999, 2000, 2023, 2024, 2099, 2100, 2101]),
+            prop::sample::select(vec![
+                1899i64, 1900, 1970, 1999, 2000, 2023, 2024, 2099, 2100, 2101,
+            ]),
             1u8..=12,
             prop::sample::select(vec![1u8, 27, 28, 29, 30, 31]),
             -2 * DAY_MS..2 * DAY_MS,

@@ -68,8 +68,7 @@ impl FixedWindowState {
     /// assert_eq!(s.count_at(Micros(6_000_000)), 0);
     /// ```
     pub fn count_at(&self, now: Micros) -> u64 {
-        // The limit is not stored: a debt carried past the window (`FORCE`) is not shown.
-        current(Some(*self), now, self.window_ms, u64::MAX).1
+        current(Some(*self), now, self.window_ms).1
     }
 }
 
@@ -100,8 +99,8 @@ pub fn check(
 }
 
 /// Takes `cost` units at `now` even over the limit (`FORCE`). The count goes past the
-/// limit; what exceeds it is carried into the next windows (each window repays `limit`
-/// units), so later calls wait for the debt. Counts are capped at
+/// limit and the window stays refused until it ends (the debt is the rest of the window:
+/// the next one starts from zero, as after a lowered limit). Counts are capped at
 /// [`MAX_COUNT`](limits::MAX_COUNT).
 ///
 /// ```
@@ -110,9 +109,9 @@ pub fn check(
 /// let p = FixedWindowParams::new(10, 1_000).unwrap();
 /// let (d, s) = force(None, Micros(0), &p, 25);
 /// assert!(d.is_allowed());
-/// // 15 over: the next window repays 10, the one after 5, so one more unit waits 2 s.
+/// // Over the limit: one more unit waits for the next window.
 /// let (d, _) = check(s, Micros(0), &p, 1);
-/// assert_eq!(d.outcome, Outcome::Denied { retry_after: Millis(2_000) });
+/// assert_eq!(d.outcome, Outcome::Denied { retry_after: Millis(1_000) });
 /// ```
 pub fn force(
     state: Option<FixedWindowState>,
@@ -130,22 +129,14 @@ fn decide(
     cost: u64,
     forced: bool,
 ) -> (Decision, Option<FixedWindowState>) {
-    let (start, count) = current(state, now, params.window_ms, params.limit);
-    // The start of the window `n` windows after the current one, as a wait from `now`.
-    let until_window = |n: u64| {
-        let at = start.saturating_add(Millis(params.window_ms.saturating_mul(n)));
-        Micros(at.as_micros().0.saturating_sub(now.0)).ceil_millis()
-    };
+    let (start, count) = current(state, now, params.window_ms);
+    let end = start.saturating_add(Millis(params.window_ms));
+    let until_end = Micros(end.as_micros().0.saturating_sub(now.0)).ceil_millis();
     let decision = |outcome, count: u64| Decision {
         outcome,
         limit: params.limit,
         remaining: params.limit.saturating_sub(count),
-        // The window in which the count (with any debt) is repaid.
-        reset_after: if count > 0 {
-            until_window(count.div_ceil(params.limit))
-        } else {
-            Millis(0)
-        },
+        reset_after: if count > 0 { until_end } else { Millis(0) },
     };
 
     let after = count.saturating_add(cost);
@@ -161,11 +152,10 @@ fn decide(
     if cost > params.limit {
         return (decision(Outcome::Never, count), None);
     }
-    // A zero cost is a look, allowed even with a debt carried over the limit.
-    if after > params.limit && cost > 0 {
-        // The first window whose carried debt leaves room for `cost <= limit` units.
+    if after > params.limit {
+        // The next window starts from zero, and `cost <= limit` fits there.
         let outcome = Outcome::Denied {
-            retry_after: until_window((after - params.limit).div_ceil(params.limit)),
+            retry_after: until_end,
         };
         return (decision(outcome, count), None);
     }
@@ -191,7 +181,7 @@ pub fn refund(
     let Some(stored) = state else {
         return (0, None);
     };
-    let (start, count) = current(Some(stored), now, params.window_ms, params.limit);
+    let (start, count) = current(Some(stored), now, params.window_ms);
     let refunded = count.min(amount);
     if refunded == 0 || stored.window_ms != params.window_ms {
         return (0, None);
@@ -204,15 +194,8 @@ pub fn refund(
     (refunded, Some(new_state))
 }
 
-/// The current window's start and the units already counted in it: those taken in it, or
-/// a debt carried from an earlier window (what went past `limit` with `FORCE`; each window
-/// since repays `limit`).
-fn current(
-    state: Option<FixedWindowState>,
-    now: Micros,
-    window_ms: u64,
-    limit: u64,
-) -> (Millis, u64) {
+/// The current window's start and the units already taken in it.
+fn current(state: Option<FixedWindowState>, now: Micros, window_ms: u64) -> (Millis, u64) {
     let now_ms = now.0 / 1000;
     let align = |t: u64, w: u64| Millis(t - t % w.max(1));
     let Some(s) = state else {
@@ -221,12 +204,7 @@ fn current(
     // A clock that stepped back stands still at the start of the stored window.
     let at = now_ms.max(s.window_start.0);
     let stored_end = s.window_start.0.saturating_add(s.window_ms);
-    let count = if at < stored_end {
-        s.count
-    } else {
-        let windows = (at - s.window_start.0) / s.window_ms.max(1);
-        s.count.saturating_sub(limit.saturating_mul(windows))
-    };
+    let count = if at < stored_end { s.count } else { 0 };
     (align(at, window_ms), count)
 }
 

@@ -240,7 +240,6 @@ pub fn check(
     (decision(Outcome::Allowed, after), new_state)
 }
 
-
 /// Takes `cost` units at `now` even past the burst (`FORCE`): the theoretical arrival
 /// time moves on by `cost` emission intervals however far ahead it already is, so later
 /// calls wait until it is back within the burst. The debt is capped at
@@ -259,7 +258,9 @@ pub fn force(
     let now_t = u128::from(now.0) * params.scale();
     let tat = state.map_or(0, |s| s.tat_in(params.limit)).max(now_t);
     let furthest = now_t + u128::from(limits::MAX_COUNT) * interval;
-    let after = tat.saturating_add(u128::from(cost) * interval).min(furthest);
+    let after = tat
+        .saturating_add(u128::from(cost) * interval)
+        .min(furthest);
     let decision = Decision {
         outcome: Outcome::Allowed,
         limit: params.burst,

@@ -7,8 +7,9 @@
 //! next period starts. As with any fixed window, `limit` at the end of one period and
 //! `limit` more at the start of the next are both admitted: for plans that is the point.
 //!
-//! Units taken with `FORCE` past the limit are a debt carried into the next periods (each
-//! repays `limit`), so a budget settled after the fact cannot be overspent for free.
+//! Units taken with `FORCE` past the limit close the period: nothing more passes until the
+//! next one, which starts from zero (as after a plan's limit was lowered: a downgrade must
+//! not charge the next period).
 
 use crate::calendar::Calendar;
 use crate::decision::{Decision, Outcome};
@@ -53,7 +54,7 @@ pub struct QuotaState {
 
 impl QuotaState {
     /// Units counted against the period that contains `now`: the stored count while its
-    /// period lasts, else 0 (a carried debt needs the limit, which is not stored).
+    /// period lasts, else 0.
     pub fn count_at(&self, now: Micros) -> u64 {
         if now.0 / 1000 < self.period_end.0 {
             self.count
@@ -64,8 +65,7 @@ impl QuotaState {
 }
 
 /// Decides whether `cost` units may be taken at `now`: the decision and the state to store
-/// (`None`: write nothing). `retry_after` is the wait until the period that has room starts
-/// (the next one, unless a debt is carried).
+/// (`None`: write nothing). `retry_after` is the wait until the next period starts.
 ///
 /// ```
 /// use redis_rl_core::calendar::{days_from_civil, Calendar, Period};
@@ -88,8 +88,8 @@ pub fn check(
     decide(state, now, params, cost, false)
 }
 
-/// Takes `cost` units at `now` even over the limit (`FORCE`); what exceeds the limit is
-/// carried into the next periods. Counts are capped at [`MAX_COUNT`](limits::MAX_COUNT).
+/// Takes `cost` units at `now` even over the limit (`FORCE`): the period is refused until
+/// it ends. Counts are capped at [`MAX_COUNT`](limits::MAX_COUNT).
 pub fn force(
     state: Option<QuotaState>,
     now: Micros,
@@ -133,25 +133,12 @@ fn decide(
 ) -> (Decision, Option<QuotaState>) {
     let period = current(state, now, params);
     let limit = params.limit;
-    // The start of the period `n` after the current one, as a wait from `now`.
-    let until_period = |n: u64| {
-        let at = if n == 1 {
-            period.end.0
-        } else {
-            let n = i64::try_from(n).unwrap_or(i64::MAX);
-            to_ms(params.calendar.start_of(period.index.saturating_add(n)))
-        };
-        Micros(Millis(at).as_micros().0.saturating_sub(now.0)).ceil_millis()
-    };
+    let until_end = Micros(period.end.as_micros().0.saturating_sub(now.0)).ceil_millis();
     let decision = |outcome, count: u64| Decision {
         outcome,
         limit,
         remaining: limit.saturating_sub(count),
-        reset_after: if count > 0 {
-            until_period(count.div_ceil(limit))
-        } else {
-            Millis(0)
-        },
+        reset_after: if count > 0 { until_end } else { Millis(0) },
     };
     let stored = |count| QuotaState {
         period_start: period.start,
@@ -167,10 +154,14 @@ fn decide(
     if cost > limit {
         return (decision(Outcome::Never, period.count), None);
     }
-    // A zero cost is a look, allowed even with a debt carried over the limit.
-    if after > limit && cost > 0 {
-        let retry_after = until_period((after - limit).div_ceil(limit));
-        return (decision(Outcome::Denied { retry_after }, period.count), None);
+    // Over the limit (a lowered limit, or FORCE) even a zero cost waits, as in the other
+    // limiters; the next period starts from zero and `cost <= limit` fits there.
+    if after > limit {
+        let retry_after = until_end;
+        return (
+            decision(Outcome::Denied { retry_after }, period.count),
+            None,
+        );
     }
     let new_state = (cost > 0).then(|| stored(after));
     (decision(Outcome::Allowed, after), new_state)
@@ -178,7 +169,6 @@ fn decide(
 
 /// The period a call counts in.
 struct Current {
-    index: i64,
     start: Millis,
     end: Millis,
     count: u64,
@@ -186,9 +176,8 @@ struct Current {
 
 /// The current period and the units counted in it: the stored count while the stored
 /// period lasts (also when the calendar changed since: it is carried into the new
-/// calendar's period, so changing a plan never forgets traffic), else the debt left after
-/// each period since repaid `limit`. A clock that stepped back stands still in the stored
-/// period.
+/// calendar's period, so changing a plan never forgets traffic), else 0. A clock that
+/// stepped back stands still in the stored period.
 fn current(state: Option<QuotaState>, now: Micros, params: &QuotaParams) -> Current {
     let cal = params.calendar;
     let now_ms = now.0 / 1000;
@@ -196,17 +185,10 @@ fn current(state: Option<QuotaState>, now: Micros, params: &QuotaParams) -> Curr
     let at_i = i64::try_from(at).unwrap_or(i64::MAX);
     let index = cal.index(at_i);
     let count = match state {
-        None => 0,
         Some(s) if at < s.period_end.0 => s.count,
-        Some(s) => {
-            let from = cal.index(i64::try_from(s.period_start.0).unwrap_or(i64::MAX));
-            let periods = u64::try_from(index.saturating_sub(from)).unwrap_or(0).max(1);
-            s.count
-                .saturating_sub(params.limit.saturating_mul(periods))
-        }
+        _ => 0,
     };
     Current {
-        index,
         start: Millis(to_ms(cal.start_of(index))),
         end: Millis(to_ms(cal.start_of(index.saturating_add(1)))),
         count,
@@ -255,7 +237,10 @@ mod tests {
         assert_eq!(retry(&d), DAY);
         assert!(none.is_none());
         assert!(check(Some(s), at(2024, 2, 29), &p, 3).0.is_allowed());
-        assert_eq!(check(Some(s), at(2024, 2, 28), &p, 4).0.outcome, Outcome::Never);
+        assert_eq!(
+            check(Some(s), at(2024, 2, 28), &p, 4).0.outcome,
+            Outcome::Never
+        );
     }
 
     #[test]
@@ -271,25 +256,17 @@ mod tests {
     }
 
     #[test]
-    fn a_forced_debt_is_carried_into_the_next_periods() {
+    fn a_forced_cost_closes_the_period_and_a_refund_reopens_it() {
         let p = quota(10, Period::Week, 0, 1);
         // 2026-12-07 is a Monday.
         let monday = at(2026, 12, 7);
         let (d, s) = force(None, monday, &p, 25);
         assert_eq!((d.is_allowed(), d.remaining), (true, 0));
-        // 15 over: the next week repays 10, the one after 5; reset after three weeks.
-        assert_eq!(d.reset_after, Millis(21 * DAY));
-        let (d, _) = check(s, monday, &p, 1);
-        assert_eq!(retry(&d), 14 * DAY);
-        // The second week is used up by the debt, the third holds its last 5 units.
-        let (d, _) = check(s, at(2026, 12, 14), &p, 1);
-        assert_eq!(retry(&d), 7 * DAY);
-        let (d, _) = check(s, at(2026, 12, 21), &p, 6);
-        assert_eq!(retry(&d), 7 * DAY);
-        let (d, _) = check(s, at(2026, 12, 21), &p, 5);
-        assert_eq!((d.is_allowed(), d.remaining), (true, 0));
-        assert!(check(s, at(2026, 12, 28), &p, 10).0.is_allowed());
-        // A refund pays the debt back.
+        assert_eq!(d.reset_after, Millis(7 * DAY));
+        assert_eq!(s.unwrap().count, 25);
+        let (d, _) = check(s, at(2026, 12, 13), &p, 0);
+        assert_eq!(retry(&d), DAY);
+        assert!(check(s, at(2026, 12, 14), &p, 10).0.is_allowed());
         let (n, s2) = refund(s, monday, &p, 20);
         assert_eq!(n, 20);
         assert_eq!(check(s2, monday, &p, 5).0.remaining, 0);
@@ -302,7 +279,10 @@ mod tests {
         let monthly = quota(5, Period::Month, 0, 1);
         let (d, s2) = check(s, Micros(at(2026, 12, 3).0 + 1), &monthly, 1);
         assert_eq!((d.is_allowed(), d.remaining), (true, 0));
-        assert_eq!(s2.unwrap().period_end.0, days_from_civil(2027, 1, 1) as u64 * DAY);
+        assert_eq!(
+            s2.unwrap().period_end.0,
+            days_from_civil(2027, 1, 1) as u64 * DAY
+        );
         // Refunds only apply to the period stored under the same calendar.
         assert_eq!(refund(s, at(2026, 12, 3), &monthly, 1).0, 0);
         assert_eq!(refund(s, at(2026, 12, 3), &daily, 1).0, 1);
@@ -318,7 +298,11 @@ mod tests {
 
     #[test]
     fn extremes_do_not_overflow() {
-        let p = QuotaParams::new(limits::MAX_COUNT, Calendar::new(Period::Year, -1_439, 1).unwrap()).unwrap();
+        let p = QuotaParams::new(
+            limits::MAX_COUNT,
+            Calendar::new(Period::Year, -1_439, 1).unwrap(),
+        )
+        .unwrap();
         for now in [Micros(0), Micros(u64::MAX)] {
             let (d, s) = force(None, now, &p, limits::MAX_COUNT);
             assert!(d.is_allowed());
@@ -330,7 +314,12 @@ mod tests {
             period_end: Millis(0),
             count: u64::MAX,
         };
-        let _ = check(Some(corrupt), Micros(0), &quota(1, Period::Month, 1_439, 31), 1);
+        let _ = check(
+            Some(corrupt),
+            Micros(0),
+            &quota(1, Period::Month, 1_439, 31),
+            1,
+        );
     }
 
     proptest! {

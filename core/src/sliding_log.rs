@@ -150,8 +150,7 @@ pub fn check(
         return (decision(Outcome::Never, used, newest), None);
     }
     let excess = used.saturating_add(cost).saturating_sub(limit);
-    // A zero cost is a look, allowed even with a debt (`FORCE`) over the limit.
-    if excess > 0 && cost > 0 {
+    if excess > 0 {
         // `excess` units must leave the window first: the call fits once the entry that
         // frees the last of them has expired. `cost <= limit` makes `excess <= used`, so
         // that entry exists.
@@ -191,7 +190,6 @@ pub fn check(
     )
 }
 
-
 /// Takes `cost` units at `now` even over the limit (`FORCE`): the log holds more than
 /// `limit` units, and later calls wait until enough of them have left the window. The log
 /// keeps its bounds: at most [`MAX_LIMIT`] units in the window (a larger debt is dropped)
@@ -212,7 +210,9 @@ pub fn force(
     let at = entries.last().map_or(now.0, |e| e.at.0.max(now.0));
     let first_live = entries.partition_point(|e| e.at.0.saturating_add(window) <= at);
     entries.drain(..first_live);
-    let used = entries.iter().fold(0u64, |sum, e| sum.saturating_add(e.count));
+    let used = entries
+        .iter()
+        .fold(0u64, |sum, e| sum.saturating_add(e.count));
     let cost = cost.min(MAX_LIMIT.saturating_sub(used));
     let room_for_entry = u64::try_from(entries.len()).unwrap_or(u64::MAX) < params.limit;
     match entries.last_mut() {

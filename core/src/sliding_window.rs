@@ -117,8 +117,7 @@ pub fn check(
         return (decision(Outcome::Never, used, v.current), None);
     }
     let need = u128::from(cost) * window;
-    // A zero cost is a look, allowed even with a debt (`FORCE`) over the limit.
-    if used + need > budget && cost > 0 {
+    if used + need > budget {
         // At least 1 ms: only a clock saturated at u64::MAX makes the instant itself unreachable.
         let retry_after = Millis(since_now(earliest_allowed(&v, cost, params)).0.max(1));
         return (
@@ -135,7 +134,6 @@ pub fn check(
     });
     (decision(Outcome::Allowed, used + need, current), new_state)
 }
-
 
 /// Takes `cost` units at `now` even over the limit (`FORCE`): the current window's count
 /// goes past the limit, and later calls wait until the weighted count (this window's, then

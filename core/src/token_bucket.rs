@@ -173,7 +173,6 @@ pub fn check(
     (decision(Outcome::Allowed, after), new_state)
 }
 
-
 /// Takes `cost` tokens at `now` even when the bucket holds fewer (`FORCE`). The missing
 /// tokens are a debt: the bucket stays empty until the refill has paid them back (the state
 /// records the instant it is empty and paid, which may be in the future), so later calls
