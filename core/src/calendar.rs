@@ -98,11 +98,22 @@ pub struct Calendar {
 }
 
 /// The error of an offset outside `-MAX_OFFSET_MIN..=MAX_OFFSET_MIN`.
-pub const TZ_ERROR: ParamError = ParamError {
+pub const TZ_ERROR: ParamError = TZ.error();
+
+/// The range of a UTC offset in minutes, carried as `offset + MAX_OFFSET_MIN`.
+pub const TZ: crate::limits::Range = crate::limits::Range {
     name: "tz",
-    min: MAX_OFFSET_MIN.unsigned_abs(),
-    max: MAX_OFFSET_MIN.unsigned_abs(),
-    negative_min: true,
+    min: 0,
+    max: 2 * MAX_OFFSET_MIN.unsigned_abs(),
+    spelling: crate::limits::Spelling::Offset(MAX_OFFSET_MIN.unsigned_abs()),
+};
+
+/// The range of a period, carried as its [`Period::code`].
+pub const PERIOD: crate::limits::Range = crate::limits::Range {
+    name: "period",
+    min: 1,
+    max: 4,
+    spelling: crate::limits::Spelling::Words(&["DAY", "WEEK", "MONTH", "YEAR"]),
 };
 
 /// The range of an anchor day.
@@ -110,6 +121,7 @@ pub const ANCHOR: crate::limits::Range = crate::limits::Range {
     name: "anchor",
     min: 1,
     max: 31,
+    spelling: crate::limits::Spelling::Integer,
 };
 
 impl Calendar {
@@ -127,7 +139,7 @@ impl Calendar {
                     name: "anchor (for a period other than MONTH)",
                     min: 1,
                     max: 1,
-                    negative_min: false,
+                    spelling: crate::limits::Spelling::Integer,
                 })
             }
         };

@@ -11,10 +11,81 @@
 //! next one, which starts from zero (as after a plan's limit was lowered: a downgrade must
 //! not charge the next period).
 
-use crate::calendar::Calendar;
+use crate::algorithm::{positional, rate_limiter, Algorithm, Opt, StateValue, StateView};
+use crate::calendar::{self, Calendar, Period};
 use crate::decision::{Decision, Outcome};
-use crate::limits::{self, ParamError};
+use crate::limits::{self, ParamError, Range};
+use crate::rate::{Numbers, RateField, Share};
 use crate::time::{Micros, Millis};
+
+/// `TZ minutes`: the UTC offset of the calendar (default 0), -1439 to 1439.
+pub const TZ: Opt = Opt {
+    token: "TZ",
+    value: "minutes",
+    range: calendar::TZ,
+};
+
+/// `ANCHOR day`: the day of the month a monthly period starts on (default 1).
+pub const ANCHOR: Opt = Opt {
+    token: "ANCHOR",
+    value: "day",
+    range: calendar::ANCHOR,
+};
+
+/// The calendar quota in the [registry](crate::registry): `QUOTA limit period [TZ minutes]
+/// [ANCHOR day]`, the period written `DAY`, `WEEK`, `MONTH` or `YEAR`.
+pub struct Quota;
+
+impl Algorithm for Quota {
+    const NAME: &'static str = "QUOTA";
+    const COMMAND: &'static str = "RL.QUOTA";
+    const LABEL: &'static str = "calendar quota";
+    const TAG: u8 = b'Q';
+    const PARAMS: &'static [Range] = &[limits::count("limit"), calendar::PERIOD];
+    const OPTIONS: &'static [Opt] = &[TZ, ANCHOR];
+    type Params = QuotaParams;
+    type State = QuotaState;
+
+    fn params(values: &[u64], options: &[Option<u64>]) -> Result<Self::Params, ParamError> {
+        let [limit, period] = positional(Self::PARAMS, values)?;
+        let period = Period::from_code(period).ok_or(calendar::PERIOD.error())?;
+        let tz = TZ.range.check(options.first().copied().flatten().unwrap_or(TZ_UTC))?;
+        let anchor = options.get(1).copied().flatten().unwrap_or(1);
+        let offset = i64::try_from(tz).unwrap_or(0) - calendar::MAX_OFFSET_MIN;
+        QuotaParams::new(limit, Calendar::new(period, offset, anchor)?)
+    }
+
+    fn numbers(p: &Self::Params) -> Numbers {
+        let cal = p.calendar;
+        let tz = u64::try_from(cal.offset_min() + calendar::MAX_OFFSET_MIN).unwrap_or(TZ_UTC);
+        // Defaults are left out, as a caller would write the command.
+        let tz = (tz != TZ_UTC).then_some(tz);
+        let anchor = (cal.anchor() != 1).then_some(cal.anchor());
+        Numbers::new(&[p.limit, cal.period().code()], &[tz, anchor])
+    }
+
+    fn view(state: &Self::State, now: Micros) -> StateView {
+        vec![
+            ("period_start_ms", StateValue::Int(state.period_start.0)),
+            ("period_end_ms", StateValue::Int(state.period_end.0)),
+            ("count", StateValue::Int(state.count_at(now))),
+        ]
+    }
+}
+
+rate_limiter!(Quota {
+    const UPTO: bool = true;
+    const RATE: &'static [RateField] = &[
+        RateField::Limit,
+        RateField::Period,
+        RateField::Tz,
+        RateField::Anchor,
+    ];
+    const SHARE: Share = Share::Count;
+});
+
+/// `TZ`'s number for UTC (offsets are carried as `minutes + 1439`).
+const TZ_UTC: u64 = calendar::MAX_OFFSET_MIN.unsigned_abs();
 
 /// Validated quota parameters: `limit` units per period of `calendar`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -203,8 +274,34 @@ fn to_ms(ms: i64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calendar::{days_from_civil, Period};
+    use crate::calendar::days_from_civil;
+    use crate::promises::Model;
     use proptest::prelude::*;
+
+    impl Model for Quota {
+        fn params_of(limit: u64) -> Self::Params {
+            quota(limit, Period::Day, 0, 1)
+        }
+
+        fn arb_params() -> BoxedStrategy<QuotaParams> {
+            (
+                1u64..50,
+                prop::sample::select(Period::ALL.to_vec()),
+                -1_439i64..=1_439,
+                1u64..=31,
+            )
+                .prop_map(|(limit, period, tz, anchor)| {
+                    let anchor = if period == Period::Month { anchor } else { 1 };
+                    quota(limit, period, tz, anchor)
+                })
+                .boxed()
+        }
+
+        /// `limit` in each period the span touches (a period is at least a day).
+        fn budget(p: &QuotaParams, span_us: u64) -> u128 {
+            u128::from(p.limit) * u128::from(span_us / (DAY * 1000) + 2)
+        }
+    }
 
     const DAY: u64 = 86_400_000;
 
