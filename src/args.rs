@@ -8,7 +8,7 @@ use std::fmt;
 
 use redis_module::{raw, RedisString};
 use redis_rl_core::algorithm::{Opt, MAX_OPTIONS};
-use redis_rl_core::limits::{ParamError, Range};
+use redis_rl_core::limits::{ParamError, Range, Spelling};
 
 use crate::config;
 
@@ -56,6 +56,10 @@ impl fmt::Display for ArgError {
 /// what is expected.
 #[inline(always)]
 pub fn integer(arg: &RedisString, range: Range) -> Result<u64, ParamError> {
+    if !matches!(range.spelling, Spelling::Integer) {
+        // A word or a signed offset (RL.QUOTA's period and TZ): the core reads it.
+        return range.parse(bytes(arg));
+    }
     match digits(bytes(arg)) {
         Some(value) => range.check(value),
         None => Err(range.error()),

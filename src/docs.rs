@@ -237,7 +237,11 @@ impl Arena {
                 upto,
             } => {
                 let args: Vec<Arg> = std::iter::once(key())
-                    .chain(params.iter().map(|r| int(r.name)))
+                    .chain(params.iter().map(|r| match r.spelling {
+                        // A word (RL.QUOTA's period) is a string to COMMAND DOCS.
+                        redis_rl_core::limits::Spelling::Words(_) => string(r.name),
+                        _ => int(r.name),
+                    }))
                     .chain(options.iter().map(|o| option(o.token, o.range.name)))
                     .chain(std::iter::once(COST))
                     .chain(upto.then_some(UPTO))

@@ -49,7 +49,9 @@ impl Algorithm for Quota {
     fn params(values: &[u64], options: &[Option<u64>]) -> Result<Self::Params, ParamError> {
         let [limit, period] = positional(Self::PARAMS, values)?;
         let period = Period::from_code(period).ok_or(calendar::PERIOD.error())?;
-        let tz = TZ.range.check(options.first().copied().flatten().unwrap_or(TZ_UTC))?;
+        let tz = TZ
+            .range
+            .check(options.first().copied().flatten().unwrap_or(TZ_UTC))?;
         let anchor = options.get(1).copied().flatten().unwrap_or(1);
         let offset = i64::try_from(tz).unwrap_or(0) - calendar::MAX_OFFSET_MIN;
         QuotaParams::new(limit, Calendar::new(period, offset, anchor)?)

@@ -467,7 +467,11 @@ impl AnyParams {
             let mut values = [0u64; crate::algorithm::MAX_PARAMS];
             for (i, (slot, v)) in values.iter_mut().zip(numbers.values()).enumerate() {
                 let is_limit = kind.rate_fields().get(i) == Some(&RateField::Limit);
-                *slot = if is_limit { (*v / instances.max(1)).max(1) } else { *v };
+                *slot = if is_limit {
+                    (*v / instances.max(1)).max(1)
+                } else {
+                    *v
+                };
             }
             let values = values.get(..numbers.values().len()).unwrap_or(&[]);
             return AnyParams::from_numbers(kind, values, numbers.options()).unwrap_or(Ok(*self));
@@ -607,12 +611,23 @@ mod tests {
             .unwrap()
             .unwrap();
         let n = q.numbers();
-        assert_eq!((n.values(), n.options()), (&[1_000, 3][..], &[Some(1_769), Some(15)][..]));
-        assert_eq!(AnyParams::from_numbers(Kind::Quota, n.values(), n.options()), Some(Ok(q)));
-        let utc = AnyParams::new(b"QUOTA", &[5, 1], &[Some(1_439), Some(1)]).unwrap().unwrap();
+        assert_eq!(
+            (n.values(), n.options()),
+            (&[1_000, 3][..], &[Some(1_769), Some(15)][..])
+        );
+        assert_eq!(
+            AnyParams::from_numbers(Kind::Quota, n.values(), n.options()),
+            Some(Ok(q))
+        );
+        let utc = AnyParams::new(b"QUOTA", &[5, 1], &[Some(1_439), Some(1)])
+            .unwrap()
+            .unwrap();
         assert_eq!(utc.numbers().options(), [None, None]);
         assert_eq!(
-            AnyParams::from_rate(Kind::Quota, &rate).unwrap().unwrap_err().to_string(),
+            AnyParams::from_rate(Kind::Quota, &rate)
+                .unwrap()
+                .unwrap_err()
+                .to_string(),
             "period must be DAY, WEEK, MONTH or YEAR"
         );
     }
@@ -671,7 +686,10 @@ mod tests {
         assert_eq!(shared.local_share(200), Ok(p(b"LOG", &[50, 1_000], &[])));
         // A calendar quota shares its limit and keeps its calendar.
         let q = p(b"QUOTA", &[1_000, 3], &[Some(1_769), Some(15)]);
-        assert_eq!(q.local_share(3), Ok(p(b"QUOTA", &[333, 3], &[Some(1_769), Some(15)])));
+        assert_eq!(
+            q.local_share(3),
+            Ok(p(b"QUOTA", &[333, 3], &[Some(1_769), Some(15)]))
+        );
     }
 
     #[test]
