@@ -96,6 +96,12 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_CONFIG")]
     pub config: Option<PathBuf>,
 
+    /// Check a configuration file and exit: print the effective plan (dimensions, tiers,
+    /// rules, windows, keys, which requests they match) and exit 0, or the error naming the
+    /// file, line and field and exit 1. Nothing is started.
+    #[arg(long, value_name = "FILE")]
+    pub check_config: Option<PathBuf>,
+
     /// Forward allowed requests to this base URL (http:// or https://, HTTP/1.1 with
     /// pooled keep-alive connections), instead of answering them with a small demo JSON
     /// response.
@@ -201,13 +207,7 @@ pub struct Args {
 
 /// A dimension by its configuration name.
 fn dimension(name: &str) -> Result<Dimension, String> {
-    [
-        Dimension::ApiKey,
-        Dimension::Ip,
-        Dimension::Endpoint,
-        Dimension::Global,
-    ]
-    .into_iter()
-    .find(|d| d.name() == name)
-    .ok_or_else(|| format!("unknown dimension {name:?}, expected api_key, ip, endpoint or global"))
+    Dimension::from_name(name).ok_or_else(|| {
+        format!("unknown dimension {name:?}, expected api_key, ip, endpoint or global")
+    })
 }

@@ -15,8 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use redis_rl_client::middleware::RateLimitConfig;
-use redis_rl_client::tier::FailureModeName;
+use redis_rl_client::middleware::{FailureModeName, RateLimitConfig, RateLimitConfigExt};
 use redis_rl_client::{BreakerConfig, LeaseConfig, Limiter, RedisHashTiers};
 
 use crate::cli::{Args, Mode};
@@ -24,6 +23,9 @@ use crate::cli::{Args, Mode};
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(path) = &args.check_config {
+        return check_config(path, &args.routes);
+    }
     tracing_subscriber::fmt()
         .with_max_level(args.log)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
@@ -66,8 +68,29 @@ pub(crate) fn config(args: &Args) -> Result<RateLimitConfig, String> {
     } else if !args.hot.is_empty() {
         config.hot = args.hot.clone();
     }
-    config.validate().map_err(|e| e.to_string())?;
+    config.check().map_err(|e| e.to_string())?;
     Ok(config)
+}
+
+/// `--check-config FILE`: the effective plan (exit 0) or the error naming the line and the
+/// field (exit 1), without starting anything.
+fn check_config(path: &std::path::Path, routes: &[String]) -> ExitCode {
+    let engine = RateLimitConfig::load(path)
+        .map_err(|e| e.to_string())
+        .and_then(|c| {
+            redis_rl_client::middleware::Engine::new(c, routes)
+                .map_err(|e| format!("{}: {}: {}", path.display(), e.field, e.message))
+        });
+    match engine {
+        Ok(engine) => {
+            println!("{}: ok\n\n{}", path.display(), engine.explain());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rl-gateway: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 async fn run(args: Args) -> Result<(), String> {

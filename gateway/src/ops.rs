@@ -12,9 +12,8 @@ use axum::routing::get;
 use axum::Router;
 use metrics::{describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use redis_rl_client::middleware::{Dimension, RateLimitConfig};
-use redis_rl_client::tier::FailureModeName;
-use redis_rl_client::{BreakerState, Rate};
+use redis_rl_client::middleware::{Dimension, FailureModeName, Rate, RateLimitConfig};
+use redis_rl_client::BreakerState;
 
 use crate::reload::Live;
 
@@ -64,6 +63,10 @@ fn describe() {
     describe_counter!(
         "rl_requests_total",
         "Rate-limit decisions per dimension of each request, by outcome (allowed, denied, shadow_denied)."
+    );
+    describe_counter!(
+        "rl_responses_total",
+        "Responses by HTTP status and tier (the tier whose limits applied; none: no API key; -: decided by the access lists)."
     );
     describe_counter!(
         "rl_fallback_total",
@@ -192,8 +195,10 @@ pub(crate) fn fail_closed(config: &RateLimitConfig) -> Vec<Dimension> {
             };
             base.is_some_and(&closed)
                 || config.tiers.values().any(|t| match base {
-                    None => closed(&t.rate()),
-                    Some(b) => t.override_of(d).is_some_and(|o| closed(&o.apply(b))),
+                    None => closed(&t.rate),
+                    Some(b) => t
+                        .override_of(d)
+                        .is_some_and(|o| o.apply(b).is_ok_and(|r| closed(&r))),
                 })
         })
         .collect()
@@ -234,7 +239,7 @@ mod tests {
         c.dimensions = vec![Dimension::Ip];
         assert!(fail_closed(&c).is_empty(), "only enforced dimensions count");
         let pro = c.tiers.get_mut("pro").unwrap();
-        pro.ip = Some(redis_rl_client::tier::RateOverride {
+        pro.ip = Some(redis_rl_client::middleware::RateOverride {
             failure_mode: Some(FailureModeName::Closed),
             ..Default::default()
         });
