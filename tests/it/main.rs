@@ -22,6 +22,7 @@ mod fixed_window;
 mod foreign_data;
 mod gcra;
 mod hardening;
+mod harness;
 mod hostile_input;
 mod luatwin;
 mod operations_memory;
