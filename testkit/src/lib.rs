@@ -15,6 +15,8 @@
 //! - [`checks`]: assertions shared by the module's tests (refused calls change nothing,
 //!   PEEK matches the real call, TTLs after a write).
 //! - [`rng`]: [`Rng`], seeded and reproducible (splitmix64).
+//! - [`tls`]: [`tls::TlsServer`], Debian's redis-server on a TLS port with ACL users (a
+//!   managed service's stand-in), and a throwaway CA.
 //! - [`ops`]: the operations tests' seeded random mix of RL.* calls and dataset snapshots.
 //!
 //! `use redis_rl_testkit::*;` brings in everything but [`ops`].
@@ -26,6 +28,7 @@ pub mod ops;
 pub mod ports;
 pub mod rng;
 pub mod server;
+pub mod tls;
 
 pub use checks::*;
 pub use cluster::Cluster;
