@@ -76,6 +76,7 @@ const NOT_A_LIMITER: ParamError = ParamError {
     name: "algorithm",
     min: 0,
     max: 0,
+    spelling: redis_rl_core::limits::Spelling::Integer,
 };
 
 /// Generates one constructor per registered rate limiter, named and with the parameters of
@@ -202,6 +203,7 @@ mod tests {
             Policy::fixed(1, 1),
             Policy::gcra(1, 1, None),
             Policy::log(1, 1),
+            Policy::quota(1, 1, None, None),
         ];
         let kinds: Vec<Kind> = policies.iter().map(|p| p.unwrap().kind()).collect();
         assert_eq!(kinds, Kind::LIMITERS);

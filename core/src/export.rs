@@ -5,11 +5,13 @@
 //! with their ranges, `UPTO` support, what each parameter is in a configured rate
 //! (`limit`, `window_ms`, `burst`, `burst_or_limit`), how the local fallback shares it, and
 //! the log's exact local bound. The error text of a number outside a range is
-//! `<name> must be an integer between <min> and <max>` ([`crate::ParamError`]).
+//! `<name> must be an integer between <min> and <max>` ([`crate::ParamError`]; for a range
+//! with a `spelling`: an `offset` shows `min - bias` and `max - bias`; `words` reads
+//! `<name> must be A, B or C`).
 
 use std::fmt::Write as _;
 
-use crate::limits::{self, Range};
+use crate::limits::{self, Range, Spelling};
 use crate::rate::RateField;
 use crate::registry::{Kind, SpecNames};
 
@@ -28,11 +30,26 @@ fn s(text: &str) -> Value {
 }
 
 fn range(r: &Range) -> Value {
-    Value::Map(vec![
+    let mut fields = vec![
         ("name", s(r.name)),
         ("min", Value::Int(r.min)),
         ("max", Value::Int(r.max)),
-    ])
+    ];
+    fields.extend(spelling(r));
+    Value::Map(fields)
+}
+
+/// How a number is written, for the ranges that are not plain integers: `offset` (a signed
+/// integer carried as `value + bias`) or `words` (carried as the word's position from 1).
+fn spelling(r: &Range) -> Vec<(&'static str, Value)> {
+    match r.spelling {
+        Spelling::Integer => vec![],
+        Spelling::Offset(bias) => vec![("spelling", s("offset")), ("bias", Value::Int(bias))],
+        Spelling::Words(words) => vec![
+            ("spelling", s("words")),
+            ("words", Value::List(words.iter().map(|w| s(w)).collect())),
+        ],
+    }
 }
 
 fn rate_field(f: RateField) -> Value {
@@ -41,6 +58,9 @@ fn rate_field(f: RateField) -> Value {
         RateField::WindowMs => "window_ms",
         RateField::BurstOrLimit => "burst_or_limit",
         RateField::Burst => "burst",
+        RateField::Period => "period",
+        RateField::Tz => "tz",
+        RateField::Anchor => "anchor",
     })
 }
 
@@ -49,13 +69,15 @@ fn algorithm(k: Kind) -> Value {
         .options()
         .iter()
         .map(|o| {
-            Value::Map(vec![
+            let mut fields = vec![
                 ("token", s(o.token)),
                 ("value", s(o.value)),
                 ("name", s(o.range.name)),
                 ("min", Value::Int(o.range.min)),
                 ("max", Value::Int(o.range.max)),
-            ])
+            ];
+            fields.extend(spelling(&o.range));
+            Value::Map(fields)
         })
         .collect();
     let local_exact_max = match k.local_exact_max() {

@@ -23,6 +23,11 @@ class NumberRange:
     name: str
     min: int
     max: int
+    spelling: str = "integer"
+    """``integer``, ``offset`` (a signed number carried as ``value + bias``) or ``words``
+    (carried as the word's position from 1)."""
+    bias: int = 0
+    words: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,9 @@ class Option:
     name: str
     min: int
     max: int
+    spelling: str = "integer"
+    bias: int = 0
+    words: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,10 @@ class Algorithm:
     ``limit``, ``window_ms``, ``burst`` (an option) or ``burst_or_limit``."""
 
 
+def _range(data: Mapping[str, Any]) -> Dict[str, Any]:
+    return {**data, "words": tuple(data.get("words", ()))}
+
+
 def _algorithm(data: Mapping[str, Any]) -> Algorithm:
     return Algorithm(
         config_name=data["config_name"],
@@ -67,8 +79,8 @@ def _algorithm(data: Mapping[str, Any]) -> Algorithm:
         label=data["label"],
         limiter=data["limiter"],
         upto=data["upto"],
-        params=tuple(NumberRange(**p) for p in data["params"]),
-        options=tuple(Option(**o) for o in data["options"]),
+        params=tuple(NumberRange(**_range(p)) for p in data["params"]),
+        options=tuple(Option(**_range(o)) for o in data["options"]),
         rate=tuple(data["rate"]),
     )
 

@@ -9,6 +9,8 @@
 // A panic would surface as a Python exception, but the rule of the project holds here too.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod policy;
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -252,5 +254,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_DURATION_MS", limits::MAX_DURATION_MS)?;
     m.add("LUA_TWIN", LUA_TWIN)?;
     m.add("REGISTRY_JSON", redis_rl_core::export::json())?;
+    policy::register(m)?;
     Ok(())
 }

@@ -38,6 +38,7 @@ mod concurrency;
 mod fixed_window;
 mod gcra;
 pub mod lease_table;
+mod quota;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
