@@ -86,7 +86,7 @@ bench: build bench-deps
 	CARGO="$(CARGO)" bash scripts/bench.sh $(CELL)
 	python3 scripts/charts.py bench
 
-# Issue 15's targets alone, on Redis 7.0 and Valkey 9.1 (about 14 minutes on 2 quiet cores): paired
+# The speed targets alone, on Redis 7.0 and Valkey 9.1 (about 14 minutes on 2 quiet cores): paired
 # runs of SET PXAT, CL.THROTTLE and the Lua script against each RL command (median and min-max
 # of the per-pair ratios of usec_per_call) and instructions per call under callgrind (needs
 # valgrind); rewrites the targets section of benches/RESULTS.md. Same CELL and BENCH_* settings.

@@ -21,8 +21,8 @@
 //! is copied through `GET` (a value of a valid length) or `GETRANGE` (only the header of a
 //! value that cannot be valid, whatever its size).
 //!
-//! The server-side cost of a call is mostly the server's own (measured with callgrind, see
-//! the commit history of this file): opening the key looks it up (and deletes it if it has
+//! The server-side cost of a call is mostly the server's own (measured with callgrind: `make
+//! cache-misses`, and the instruction counts in benches/RESULTS.md): opening the key looks it up (and deletes it if it has
 //! expired), and a new key goes through `setKey` (a second lookup, an insertion, a removal of
 //! an expiry it cannot have) before its expiry is set. What the store controls: a write of
 //! the same length goes into the buffer the read already holds (one direct-access call per
