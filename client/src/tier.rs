@@ -393,9 +393,10 @@ mod tests {
     #[test]
     fn every_registered_rate_limiter_can_be_configured() {
         // Every one a `limit` per `window_ms` can make (a calendar quota has a period).
-        let windowed = Kind::LIMITERS
-            .iter()
-            .filter(|k| k.rate_fields().contains(&redis_rl_core::RateField::WindowMs));
+        let windowed = Kind::LIMITERS.iter().filter(|k| {
+            k.rate_fields()
+                .contains(&redis_rl_core::RateField::WindowMs)
+        });
         for name in windowed.map(|k| k.config_name()) {
             let text = format!("limit = 10\nalgorithm = \"{name}\"\n");
             let rate: Rate = toml::from_str(&text).unwrap();

@@ -27,7 +27,6 @@ from redis_rl.decision import (
     Decision,
     Grant,
     MultiDecision,
-    ReplyError,
     Source,
     parse_all,
     parse_refund,

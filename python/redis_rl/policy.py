@@ -114,7 +114,9 @@ class Policy(metaclass=_Constructors):
             if name not in named:
                 raise TypeError(f"{algorithm}() got an unexpected keyword argument {name!r}")
             named[name] = value
-        p = Params(algorithm, list(numbers[: len(spec.params)]), list(named.values()))
+        # A None among the positional numbers is refused by the core with the parameter's name.
+        values: List[int] = list(numbers[: len(spec.params)])  # type: ignore[arg-type]
+        p = Params(algorithm, values, list(named.values()))
         return Policy(algorithm, tuple(p.values), tuple(p.options), params=p)
 
     @staticmethod

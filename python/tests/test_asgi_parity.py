@@ -463,7 +463,7 @@ def test_same_config_and_requests_give_rl_gateways_keys_headers_and_bodies(serve
     assert reported == ['"ip"'] * 5 + ['"endpoint"', '"endpoint"', '"api_key"'] + ['"endpoint"'] * 3
     keys = lambda p: sorted(k[len(p):] for k in r.keys(f"{p}:*"))  # noqa: E731
     assert keys(gw_prefix) == keys(py_prefix)
-    assert f":{{ip:127.0.0.1}}:tier:pro" in keys(py_prefix)
+    assert ":{ip:127.0.0.1}:tier:pro" in keys(py_prefix)
 
 
 def test_the_readmes_toml_is_valid():
