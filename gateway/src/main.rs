@@ -3,6 +3,7 @@
 
 mod app;
 mod cli;
+mod forward_auth;
 mod ops;
 mod proxy;
 mod reload;
@@ -144,6 +145,16 @@ async fn run(args: Args) -> Result<(), String> {
         }
         _ => None,
     };
+    let forward_auth = match args.auth_listen {
+        Some(addr) => {
+            let app = forward_auth::ForwardAuth::new(live.clone())?.app();
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("--auth-listen {addr}: {e}"))?;
+            Some((l, app))
+        }
+        None => None,
+    };
     let router = app::public(live.clone(), public_ops);
     #[cfg(unix)]
     tokio::spawn(reload::on_sighup(live, hangups));
@@ -187,6 +198,19 @@ async fn run(args: Args) -> Result<(), String> {
         tokio::spawn(async move {
             if let Err(e) = rls.serve(path, until_stopped(rx)).await {
                 tracing::error!(error = %e, "rate limit service failed");
+            }
+        });
+    }
+    if let Some((l, app)) = forward_auth {
+        let rx = stopped.clone();
+        tracing::info!(listen = ?l.local_addr().ok(), "forward auth listening");
+        tokio::spawn(async move {
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
+            if let Err(e) = axum::serve(l, app)
+                .with_graceful_shutdown(until_stopped(rx))
+                .await
+            {
+                tracing::error!(error = %e, "forward auth listener failed");
             }
         });
     }

@@ -12,6 +12,8 @@ use std::process::{Child, Command, Stdio};
 // The proxy, operations and reload tests (issue 16 items 3, 4, 7), in this one test binary.
 #[path = "gateway/fleet.rs"]
 mod fleet;
+#[path = "gateway/forward_auth.rs"]
+mod forward_auth;
 #[path = "gateway/ops.rs"]
 mod ops;
 #[path = "gateway/proxy.rs"]
