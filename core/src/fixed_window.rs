@@ -13,6 +13,7 @@
 use crate::algorithm::{rate_limiter, Algorithm, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
 use crate::limits::{self, ParamError, Range};
+use crate::rate::{Numbers, RateField, Share};
 use crate::time::{Micros, Millis};
 use crate::window::WindowParams;
 
@@ -24,6 +25,7 @@ pub struct FixedWindow;
 
 impl Algorithm for FixedWindow {
     const NAME: &'static str = "FIXED";
+    const COMMAND: &'static str = "RL.FIXED";
     const LABEL: &'static str = "fixed window";
     const TAG: u8 = b'F';
     const PARAMS: &'static [Range] = &FixedWindowParams::PARAMS;
@@ -32,6 +34,10 @@ impl Algorithm for FixedWindow {
 
     fn params(values: &[u64], _options: &[Option<u64>]) -> Result<Self::Params, ParamError> {
         FixedWindowParams::from_values(values)
+    }
+
+    fn numbers(p: &Self::Params) -> Numbers {
+        Numbers::new(&[p.limit, p.window_ms], &[])
     }
 
     fn view(state: &Self::State, now: Micros) -> StateView {
@@ -43,7 +49,11 @@ impl Algorithm for FixedWindow {
     }
 }
 
-rate_limiter!(FixedWindow, upto);
+rate_limiter!(FixedWindow {
+    const UPTO: bool = true;
+    const RATE: &'static [RateField] = &[RateField::Limit, RateField::WindowMs];
+    const SHARE: Share = Share::Count;
+});
 
 /// The stored state: one window and the units taken in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,6 +24,7 @@
 use crate::algorithm::{positional, rate_limiter, Algorithm, Opt, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
 use crate::limits::{self, ParamError, Range};
+use crate::rate::{Numbers, RateField, Share};
 use crate::time::{ceil_millis_of, div_u128, Micros, Millis};
 
 /// `BURST b`: the most units that may pass at once (default: `limit`).
@@ -38,6 +39,7 @@ pub struct Gcra;
 
 impl Algorithm for Gcra {
     const NAME: &'static str = "GCRA";
+    const COMMAND: &'static str = "RL.GCRA";
     const LABEL: &'static str = "GCRA";
     const TAG: u8 = b'G';
     const PARAMS: &'static [Range] = &[limits::count("limit"), limits::duration_ms("period_ms")];
@@ -55,6 +57,11 @@ impl Algorithm for Gcra {
         })
     }
 
+    fn numbers(p: &Self::Params) -> Numbers {
+        let burst = (p.burst != p.limit).then_some(p.burst);
+        Numbers::new(&[p.limit, p.period_ms], &[burst])
+    }
+
     fn view(state: &Self::State, now: Micros) -> StateView {
         vec![
             ("limit", StateValue::Int(state.limit)),
@@ -65,7 +72,11 @@ impl Algorithm for Gcra {
     }
 }
 
-rate_limiter!(Gcra, upto);
+rate_limiter!(Gcra {
+    const UPTO: bool = true;
+    const RATE: &'static [RateField] = &[RateField::Limit, RateField::WindowMs, RateField::Burst];
+    const SHARE: Share = Share::Period;
+});
 
 /// Validated GCRA parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,6 +21,7 @@ pub mod gcra;
 pub mod limits;
 #[cfg(test)]
 mod promises;
+pub mod rate;
 pub mod registry;
 #[cfg(test)]
 mod scenario;
@@ -34,5 +35,6 @@ pub mod window;
 pub use algorithm::{Algorithm, RateLimiter};
 pub use decision::{Decision, Outcome};
 pub use limits::ParamError;
+pub use rate::{ConfigRate, Numbers, RateField, Share};
 pub use registry::{AnyParams, AnyState, Kind};
 pub use time::{Micros, Millis};

@@ -15,6 +15,8 @@
 use crate::algorithm::{rate_limiter, Algorithm, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
 use crate::limits::{ParamError, Range};
+use crate::rate::{Numbers, RateField, Share};
+use crate::registry::Kind;
 use crate::time::{Micros, Millis};
 use crate::window::WindowParams;
 
@@ -33,6 +35,7 @@ pub struct SlidingLog;
 
 impl Algorithm for SlidingLog {
     const NAME: &'static str = "LOG";
+    const COMMAND: &'static str = "RL.LOG";
     const LABEL: &'static str = "sliding window log";
     const TAG: u8 = b'L';
     const PARAMS: &'static [Range] = &SlidingLogParams::PARAMS;
@@ -41,6 +44,10 @@ impl Algorithm for SlidingLog {
 
     fn params(values: &[u64], _options: &[Option<u64>]) -> Result<Self::Params, ParamError> {
         SlidingLogParams::from_values(values)
+    }
+
+    fn numbers(p: &Self::Params) -> Numbers {
+        Numbers::new(&[p.limit, p.window_ms], &[])
     }
 
     /// The window, the units in it now, and the stored entries with the instants (ms) of
@@ -61,7 +68,13 @@ impl Algorithm for SlidingLog {
     }
 }
 
-rate_limiter!(SlidingLog);
+rate_limiter!(SlidingLog {
+    const RATE: &'static [RateField] = &[RateField::Limit, RateField::WindowMs];
+    const SHARE: Share = Share::Count;
+    // One entry per admitted unit: above 64 (1 KiB per key) the fallback keeps two weighted
+    // counters of the same limit and window instead, an approximation.
+    const LOCAL_EXACT_MAX: Option<(u64, Kind)> = Some((64, Kind::SlidingWindow));
+});
 
 /// Units admitted at one instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,6 +12,7 @@
 use crate::algorithm::{rate_limiter, Algorithm, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
 use crate::limits::{self, ParamError, Range};
+use crate::rate::{Numbers, RateField, Share};
 use crate::time::{div_u128, Micros, Millis};
 use crate::window::WindowParams;
 
@@ -23,6 +24,7 @@ pub struct SlidingWindow;
 
 impl Algorithm for SlidingWindow {
     const NAME: &'static str = "SLIDING";
+    const COMMAND: &'static str = "RL.SLIDING";
     const LABEL: &'static str = "sliding window";
     const TAG: u8 = b'S';
     const PARAMS: &'static [Range] = &SlidingWindowParams::PARAMS;
@@ -31,6 +33,10 @@ impl Algorithm for SlidingWindow {
 
     fn params(values: &[u64], _options: &[Option<u64>]) -> Result<Self::Params, ParamError> {
         SlidingWindowParams::from_values(values)
+    }
+
+    fn numbers(p: &Self::Params) -> Numbers {
+        Numbers::new(&[p.limit, p.window_ms], &[])
     }
 
     fn view(state: &Self::State, now: Micros) -> StateView {
@@ -50,7 +56,11 @@ impl Algorithm for SlidingWindow {
     }
 }
 
-rate_limiter!(SlidingWindow, upto);
+rate_limiter!(SlidingWindow {
+    const UPTO: bool = true;
+    const RATE: &'static [RateField] = &[RateField::Limit, RateField::WindowMs];
+    const SHARE: Share = Share::Count;
+});
 
 /// The stored state: the current window and the counts of it and the one before.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

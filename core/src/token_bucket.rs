@@ -9,6 +9,7 @@
 use crate::algorithm::{positional, rate_limiter, Algorithm, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
 use crate::limits::{self, ParamError, Range};
+use crate::rate::{Numbers, RateField, Share};
 use crate::time::{ceil_millis_of, div_u128, Micros, Millis};
 
 /// The token bucket in the [registry](crate::registry): `TOKENBUCKET capacity refill_tokens
@@ -17,6 +18,7 @@ pub struct TokenBucket;
 
 impl Algorithm for TokenBucket {
     const NAME: &'static str = "TOKENBUCKET";
+    const COMMAND: &'static str = "RL.TOKENBUCKET";
     const LABEL: &'static str = "token bucket";
     const TAG: u8 = b'T';
     const PARAMS: &'static [Range] = &[
@@ -36,6 +38,10 @@ impl Algorithm for TokenBucket {
         })
     }
 
+    fn numbers(p: &Self::Params) -> Numbers {
+        Numbers::new(&[p.capacity, p.refill_tokens, p.refill_ms], &[])
+    }
+
     /// The bucket does not store its capacity or refill rate (each call passes them), so
     /// its level now cannot be known: this shows the whole tokens left at the last write.
     fn view(state: &Self::State, _now: Micros) -> StateView {
@@ -49,7 +55,12 @@ impl Algorithm for TokenBucket {
     }
 }
 
-rate_limiter!(TokenBucket, upto);
+rate_limiter!(TokenBucket {
+    const UPTO: bool = true;
+    // `burst` tokens (default `limit`) refilled at `limit` per window.
+    const RATE: &'static [RateField] = &[RateField::BurstOrLimit, RateField::Limit, RateField::WindowMs];
+    const SHARE: Share = Share::Period;
+});
 
 /// Validated token bucket parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

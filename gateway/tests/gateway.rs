@@ -9,15 +9,19 @@ use redis_rl_testkit::{eventually, free_port, query, Server};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-// The proxy, operations and reload tests (issue 16 items 3, 4, 7), in this one test binary.
+// The proxy, operations, reload, hardening and Redis TLS tests, in this one test binary.
 #[path = "gateway/fleet.rs"]
 mod fleet;
 #[path = "gateway/forward_auth.rs"]
 mod forward_auth;
+#[path = "gateway/hardening.rs"]
+mod hardening;
 #[path = "gateway/ops.rs"]
 mod ops;
 #[path = "gateway/proxy.rs"]
 mod proxy;
+#[path = "gateway/redis_tls.rs"]
+mod redis_tls;
 #[path = "gateway/reload.rs"]
 mod reload;
 #[path = "gateway/rls.rs"]
@@ -163,6 +167,14 @@ fn help_documents_every_flag() {
         "--tier-cache-ms",
         "--route",
         "--log",
+        "--header-timeout-ms",
+        "--idle-timeout-ms",
+        "--body-timeout-ms",
+        "--max-connections",
+        "--redis-ca",
+        "--redis-cert",
+        "--redis-key",
+        "rediss://",
         "RL_GATEWAY_REDIS",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
@@ -238,6 +250,15 @@ async fn limits_by_tier_and_endpoint_with_headers_health_and_metrics() {
     assert_eq!(status, 200);
     assert!(
         metrics.contains("rl_requests_total{dimension=\"endpoint\",outcome=\"denied\"} 1"),
+        "{metrics}"
+    );
+    // Responses by status and the tier whose limits applied (the built-ins are not counted).
+    assert!(
+        metrics.contains("rl_responses_total{status=\"200\",tier=\"pro\"} 4"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("rl_responses_total{status=\"429\",tier=\"pro\"} 1"),
         "{metrics}"
     );
     // The built-ins are never limited.

@@ -5,7 +5,8 @@
 //! `X-RateLimit-Remaining`, `X-RateLimit-Reset` equal to its `q`, `r` and `t`.
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use redis_rl_client::middleware::ceil_secs;
+use std::time::Duration;
+
 use redis_rl_client::{Decision, Verdict};
 
 use super::plan::{Limited, Planned};
@@ -85,6 +86,11 @@ fn reset_secs(l: &Limited, d: &Decision) -> u64 {
 
 /// The rule's name in the fields: its `name`, else its metric key; quotes and backslashes
 /// (which would end the structured-field string) replaced.
+/// Whole seconds, rounded up: a client that waits the advertised time is never early.
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
 fn name(l: &Limited) -> String {
     let n = if l.name.is_empty() {
         &l.metric

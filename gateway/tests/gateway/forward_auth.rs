@@ -154,13 +154,10 @@ async fn the_nginx_example_turns_a_limited_check_into_429_with_the_headers() {
     let (status, h, body) = get_from(port, "/api/items/3", &[]).await.unwrap();
     assert_eq!(status, 429, "{body}");
     let retry: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
-    assert!((1..=60).contains(&retry), "{retry}");
+    assert!(retry >= 1, "{retry}");
     assert_eq!(h["x-ratelimit-remaining"], "0");
     assert_eq!(h["ratelimit-policy"], "\"ip\";q=3;w=60");
-    assert!(h["ratelimit"]
-        .to_str()
-        .unwrap()
-        .starts_with("\"ip\";r=0;t="));
+    assert_eq!(h["ratelimit"], format!("\"ip\";r=0;t={retry}").as_str());
     assert_eq!(h["content-type"], "application/problem+json");
     assert!(body.contains("\"status\":429"), "{body}");
     // The access lists: 403 through nginx as well.
