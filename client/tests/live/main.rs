@@ -13,4 +13,5 @@ mod limiter;
 mod lua_twin;
 mod middleware;
 mod policy;
+mod quota;
 mod upto;
