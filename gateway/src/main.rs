@@ -8,6 +8,7 @@ mod limits;
 mod ops;
 mod proxy;
 mod reload;
+mod rls;
 
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::process::ExitCode;
@@ -161,6 +162,18 @@ async fn run(args: Args) -> Result<(), String> {
         None => (Some(ops), None),
     };
     let overflow = limits::overflow(public_ops.clone());
+    let rls = match (args.rls_listen, &args.rls_config) {
+        (Some(listen), Some(path)) => {
+            let opts = rls::RlsOptions {
+                listen,
+                config: path.clone(),
+                response_headers: args.rls_response_headers,
+                hot_per_second: args.rls_hot_rate,
+            };
+            Some(rls::bind(&opts, limiter.clone(), live.clone()).await?)
+        }
+        _ => None,
+    };
     let router = app::public(live.clone(), public_ops);
     #[cfg(unix)]
     tokio::spawn(reload::on_sighup(live, hangups));
@@ -210,6 +223,22 @@ async fn run(args: Args) -> Result<(), String> {
         body_timeout_ms = args.body_timeout_ms,
         "listener limits"
     );
+    if let Some(rls) = rls {
+        let rx = stopped.clone();
+        let path = args.rls_config.clone().unwrap_or_default();
+        tracing::info!(listen = ?rls.local_addr(), "rate limit service listening");
+        tokio::spawn(async move {
+            if let Err(e) = rls
+                .serve(path, async move {
+                    let mut rx = rx;
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await
+            {
+                tracing::error!(error = %e, "rate limit service failed");
+            }
+        });
+    }
     if let Some((l, router)) = admin {
         let rx = stopped.clone();
         // Operators and scrapers only: a few connections, always room for them.

@@ -22,6 +22,8 @@ mod proxy;
 mod redis_tls;
 #[path = "gateway/reload.rs"]
 mod reload;
+#[path = "gateway/rls.rs"]
+mod rls;
 #[path = "gateway/upstream.rs"]
 mod upstream;
 
