@@ -38,8 +38,9 @@ pub fn refusal(
     policies: &[QuotaPolicy],
     request_id: &str,
     unavailable: bool,
+    trace_id: Option<&str>,
 ) -> Response {
-    refusal_response(r, policies, request_id, unavailable)
+    refusal_response(r, policies, request_id, unavailable, trace_id)
 }
 
 #[cfg(test)]
@@ -59,7 +60,7 @@ mod tests {
         let r = reported(Verdict::Denied {
             retry_after: Duration::from_millis(1_200),
         });
-        let resp = refusal(&r, &[ip_policy()], "req-1", false);
+        let resp = refusal(&r, &[ip_policy()], "req-1", false, Some("t-1"));
         assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(resp.headers()[RETRY_AFTER], "2");
         assert_eq!(resp.headers()[CONTENT_TYPE], "application/problem+json");
@@ -72,8 +73,9 @@ mod tests {
         assert_eq!(body["dimension"], "ip");
         assert_eq!(body["request_id"], "req-1");
         assert_eq!(body["retry_after"], 2);
+        assert_eq!(body["trace_id"], "t-1");
 
-        let never = refusal(&reported(Verdict::Never), &[], "r", false);
+        let never = refusal(&reported(Verdict::Never), &[], "r", false, None);
         assert!(never.headers().get(RETRY_AFTER).is_none());
         let closed = refusal(
             &reported(Verdict::Denied {
@@ -82,6 +84,7 @@ mod tests {
             &[ip_policy()],
             "r",
             true,
+            None,
         );
         assert_eq!(closed.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(closed.headers()[RETRY_AFTER], "1");

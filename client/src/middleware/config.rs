@@ -739,14 +739,14 @@ mod tests {
         assert_eq!(d.ipv6_prefix, 64);
     }
 
-    /// The README's annotated TOML is the default configuration, key for key.
+    /// The book's annotated TOML (docs/src/rules.md) is the default configuration, key for key.
     #[test]
-    fn the_readme_toml_is_the_default() {
-        let readme = include_str!("../../../README.md");
-        let section = readme
-            .split("### Configuring rl-gateway")
+    fn the_documented_toml_is_the_default() {
+        let chapter = include_str!("../../../docs/src/rules.md");
+        let section = chapter
+            .split("## Configuring rl-gateway")
             .nth(1)
-            .expect("README has the section");
+            .expect("docs/src/rules.md has the section");
         let toml = section
             .split("```toml\n")
             .nth(1)
@@ -785,7 +785,7 @@ mod tests {
             "lifetime_ms",
             "demand_ms",
         ] {
-            assert!(toml.contains(key), "the README's TOML lacks {key}");
+            assert!(toml.contains(key), "the documented TOML lacks {key}");
         }
     }
 }

@@ -129,16 +129,26 @@ fn problem<B: From<String>>(
     response
 }
 
+/// `body` with the request's trace id (from its `traceparent`, or the trace the middleware
+/// started), when there is one.
+fn traced(mut body: serde_json::Value, trace_id: Option<&str>) -> serde_json::Value {
+    if let (Some(id), Some(fields)) = (trace_id, body.as_object_mut()) {
+        fields.insert("trace_id".to_owned(), serde_json::Value::from(id));
+    }
+    body
+}
+
 /// 429 with `Retry-After` (the true wait in whole seconds rounded up, equal to `t` of
 /// `RateLimit`; absent when no wait helps), the quota fields, and an
 /// `application/problem+json` body naming the dimension and the request id; or, when the
 /// limiter failed closed (`unavailable`), 503 with `Retry-After` and no quota fields (no
-/// quota was checked). Any body type made from text.
+/// quota was checked). The body carries `trace_id` when given. Any body type made from text.
 pub fn refusal_response<B: From<String>>(
     r: &Reported,
     policies: &[QuotaPolicy],
     request_id: &str,
     unavailable: bool,
+    trace_id: Option<&str>,
 ) -> Response<B> {
     let dimension = r.policy.dimension;
     if unavailable {
@@ -154,6 +164,7 @@ pub fn refusal_response<B: From<String>>(
             "request_id": request_id,
             "retry_after": retry_after,
         });
+        let body = traced(body, trace_id);
         let mut response = problem(StatusCode::SERVICE_UNAVAILABLE, body, request_id);
         if let Some(s) = retry_after {
             response
@@ -183,6 +194,7 @@ pub fn refusal_response<B: From<String>>(
         "limit": r.policy.quota,
         "retry_after": retry_after,
     });
+    let body = traced(body, trace_id);
     let mut response = problem(StatusCode::TOO_MANY_REQUESTS, body, request_id);
     let headers = response.headers_mut();
     if let Some(s) = retry_after {
@@ -193,8 +205,12 @@ pub fn refusal_response<B: From<String>>(
 }
 
 /// 403 with an `application/problem+json` body and the request id: the client IP or API
-/// key (`on`: `"ip"` or `"api_key"`) is on a deny list.
-pub fn forbidden_response<B: From<String>>(on: &str, request_id: &str) -> Response<B> {
+/// key (`on`: `"ip"` or `"api_key"`) is on a deny list. The body carries `trace_id` when given.
+pub fn forbidden_response<B: From<String>>(
+    on: &str,
+    request_id: &str,
+    trace_id: Option<&str>,
+) -> Response<B> {
     let body = serde_json::json!({
         "type": "about:blank",
         "title": "Forbidden",
@@ -203,7 +219,7 @@ pub fn forbidden_response<B: From<String>>(on: &str, request_id: &str) -> Respon
         "denied_by": on,
         "request_id": request_id,
     });
-    problem(StatusCode::FORBIDDEN, body, request_id)
+    problem(StatusCode::FORBIDDEN, traced(body, trace_id), request_id)
 }
 
 #[cfg(test)]
@@ -270,7 +286,7 @@ pub(crate) mod tests {
             retry_after: Duration::from_millis(31_200),
         });
         assert_eq!(r.reset_secs(), 32);
-        let resp: Response<String> = refusal_response(&r, &[ip_policy()], "id", false);
+        let resp: Response<String> = refusal_response(&r, &[ip_policy()], "id", false, None);
         let h = resp.headers();
         assert_eq!(h[RETRY_AFTER], "32");
         assert_eq!(h["ratelimit"], "\"ip\";r=0;t=32");
@@ -284,8 +300,8 @@ pub(crate) mod tests {
         let r = reported(Verdict::Denied {
             retry_after: Duration::from_secs(1),
         });
-        let closed: Response<String> = refusal_response(&r, &[ip_policy()], "id", true);
-        let forbidden: Response<String> = forbidden_response("ip", "id");
+        let closed: Response<String> = refusal_response(&r, &[ip_policy()], "id", true, None);
+        let forbidden: Response<String> = forbidden_response("ip", "id", None);
         for (resp, status) in [(closed, 503), (forbidden, 403)] {
             assert_eq!(resp.status().as_u16(), status);
             for name in [
@@ -301,6 +317,24 @@ pub(crate) mod tests {
             let body: serde_json::Value = serde_json::from_str(resp.body()).unwrap();
             assert_eq!(body["request_id"], "id");
             assert!(body.get("limit").is_none());
+            assert!(body.get("trace_id").is_none());
+        }
+    }
+
+    #[test]
+    fn problem_bodies_carry_the_trace_id() {
+        let r = reported(Verdict::Denied {
+            retry_after: Duration::from_secs(1),
+        });
+        let trace = Some("4bf92f3577b34da6a3ce929d0e0e4736");
+        for resp in [
+            refusal_response::<String>(&r, &[ip_policy()], "id", false, trace),
+            refusal_response(&r, &[ip_policy()], "id", true, trace),
+            forbidden_response("ip", "id", trace),
+        ] {
+            let body: serde_json::Value = serde_json::from_str(resp.body()).unwrap();
+            assert_eq!(body["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+            assert_eq!(body["request_id"], "id");
         }
     }
 }

@@ -74,6 +74,7 @@ mod layer;
 mod plan;
 mod request;
 mod service;
+mod trace;
 
 #[cfg(feature = "axum")]
 pub use self::axum::{refusal, AxumRequestInfo};
@@ -91,3 +92,4 @@ pub use headers::{
 pub use layer::RateLimitLayer;
 pub use request::{Extensions, RequestInfo, RequestView, RoutePattern};
 pub use service::RateLimitService;
+pub use trace::{TraceContext, TRACEPARENT};

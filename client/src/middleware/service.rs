@@ -15,6 +15,7 @@ use super::headers::{
 };
 use super::plan::{Planned, Shared};
 use super::request::{RequestInfo, RequestView};
+use super::trace::{TraceContext, TRACEPARENT};
 use crate::backend::BoxFuture;
 use crate::decision::{MultiDecision, Source};
 
@@ -74,11 +75,18 @@ where
     ResBody: From<String>,
 {
     let request_id = extract::request_id(req.headers());
+    // The caller's trace (or a new one): in every log line of the request (the span's
+    // field), in its problem bodies, and forwarded with this hop as the parent.
+    let trace = TraceContext::of(req.headers());
+    let trace_id = trace.trace_id();
     let api_key = extract::api_key_in(req.headers(), &shared.api_key_header).map(str::to_owned);
     let tenant = api_key.as_deref().map(extract::tenant_id);
-    let span = tracing::info_span!(
+    // At ERROR level so that the span is enabled whatever the log level: every line logged
+    // for the request (warnings of a failed upstream call included) carries its ids.
+    let span = tracing::error_span!(
         "rate_limit",
         request_id = %request_id,
+        trace_id = %trace_id,
         tenant = %tenant.as_deref().unwrap_or("-"),
         tier = tracing::field::Empty,
         dimension = tracing::field::Empty,
@@ -94,7 +102,8 @@ where
                 Access::Denied(on) => {
                     metrics::counter!("rl_access_total", "list" => "deny", "on" => on).increment(1);
                     tracing::debug!(denied_by = on, "request refused by the deny list");
-                    return Ok(counted(forbidden_response(on, &request_id), "-".to_owned()));
+                    let forbidden = forbidden_response(on, &request_id, Some(&trace_id));
+                    return Ok(counted(forbidden, "-".to_owned()));
                 }
                 Access::Allowed => {
                     metrics::counter!("rl_access_total", "list" => "allow").increment(1);
@@ -147,7 +156,8 @@ where
                     source = r.decision.source.name(),
                     "request refused"
                 );
-                let refusal = refusal_response(r, &policies, &request_id, unavailable);
+                let refusal =
+                    refusal_response(r, &policies, &request_id, unavailable, Some(&trace_id));
                 return Ok(counted(refusal, tier_label));
             }
             (reported, policies)
@@ -157,6 +167,9 @@ where
 
         if let Ok(v) = HeaderValue::try_from(request_id.as_str()) {
             req.headers_mut().insert(REQUEST_ID, v);
+        }
+        if let Ok(v) = HeaderValue::try_from(trace.traceparent()) {
+            req.headers_mut().insert(TRACEPARENT, v);
         }
         let mut response = inner.call(req).await?;
         let headers = response.headers_mut();
