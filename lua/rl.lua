@@ -403,7 +403,7 @@ local function build()
   -- `[BURST b] [COST n] [UPTO] [PEEK]` from args[i..]: cost, peek, burst (nil when not
   -- given), upto. BURST and UPTO are options only where with_burst / with_upto say so.
   function M.options(args, i, with_burst, with_upto)
-    local expected = (with_burst and "BURST b, " or "") .. (with_upto and "COST n, UPTO or PEEK" or "COST n or PEEK")
+    local expected = (with_burst and "BURST b, " or "") .. (with_upto and "COST n, UPTO, FORCE or PEEK" or "COST n, FORCE or PEEK")
     local cost, peek, burst, upto
     while i <= #args do
       local name = args[i]:upper()
@@ -437,6 +437,9 @@ local function build()
         end
         upto = true
         i = i + 1
+      elseif name == "FORCE" then
+        -- Debts (a cost taken over the limit) are the module's alone: refused, not ignored.
+        M.fail("ERR FORCE needs the redis-rl module: the Lua twin does not take a cost over the limit")
       else
         M.fail("ERR unknown option '" .. M.shown(args[i]) .. "', expected " .. expected)
       end

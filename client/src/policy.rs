@@ -80,6 +80,7 @@ const NOT_A_LIMITER: ParamError = ParamError {
     name: "algorithm",
     min: 0,
     max: 0,
+    spelling: redis_rl_core::limits::Spelling::Integer,
 };
 
 impl Algorithm {

@@ -96,6 +96,12 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_CONFIG")]
     pub config: Option<PathBuf>,
 
+    /// Check a configuration file and exit: print the effective plan (dimensions, tiers,
+    /// rules, windows, keys, which requests they match) and exit 0, or the error naming the
+    /// file, line and field and exit 1. Nothing is started.
+    #[arg(long, value_name = "FILE")]
+    pub check_config: Option<PathBuf>,
+
     /// Forward allowed requests to this base URL (http:// or https://, HTTP/1.1 with
     /// pooled keep-alive connections), instead of answering them with a small demo JSON
     /// response.
@@ -194,6 +200,33 @@ pub struct Args {
     )]
     pub routes: Vec<String>,
 
+    /// Serve Envoy's rate limit service (gRPC, HTTP/2 without TLS) on this address:
+    /// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit and grpc.health.v1.Health.
+    /// Needs --rls-config.
+    #[arg(long, env = "RL_GATEWAY_RLS_LISTEN", requires = "rls_config")]
+    pub rls_listen: Option<SocketAddr>,
+
+    /// envoyproxy/ratelimit's configuration for --rls-listen: a YAML file or a directory of
+    /// them (several domains). Re-read on SIGHUP.
+    #[arg(long, env = "RL_GATEWAY_RLS_CONFIG", requires = "rls_listen")]
+    pub rls_config: Option<PathBuf>,
+
+    /// Answer ShouldRateLimit with response_headers_to_add: RateLimit, RateLimit-Policy and
+    /// X-RateLimit-Limit/Remaining/Reset.
+    #[arg(long, env = "RL_GATEWAY_RLS_RESPONSE_HEADERS")]
+    pub rls_response_headers: bool,
+
+    /// Rate limit service rules of at least this many requests per second are served from
+    /// leases (batches taken ahead, spent in process); 0: none.
+    #[arg(long, env = "RL_GATEWAY_RLS_HOT_RATE", default_value_t = 0)]
+    pub rls_hot_rate: u64,
+
+    /// Answer forward-auth checks on this address (nginx auth_request, Traefik ForwardAuth,
+    /// Caddy forward_auth): the original request described by X-Forwarded-Method/Uri/Host/For
+    /// or X-Original-Method/URI, decided with the configuration's limits: 200, 429 or 403.
+    #[arg(long, env = "RL_GATEWAY_AUTH_LISTEN")]
+    pub auth_listen: Option<SocketAddr>,
+
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, env = "RL_GATEWAY_LOG", default_value = "info")]
     pub log: tracing::Level,
@@ -201,13 +234,7 @@ pub struct Args {
 
 /// A dimension by its configuration name.
 fn dimension(name: &str) -> Result<Dimension, String> {
-    [
-        Dimension::ApiKey,
-        Dimension::Ip,
-        Dimension::Endpoint,
-        Dimension::Global,
-    ]
-    .into_iter()
-    .find(|d| d.name() == name)
-    .ok_or_else(|| format!("unknown dimension {name:?}, expected api_key, ip, endpoint or global"))
+    Dimension::from_name(name).ok_or_else(|| {
+        format!("unknown dimension {name:?}, expected api_key, ip, endpoint or global")
+    })
 }

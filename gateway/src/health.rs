@@ -17,7 +17,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use redis::Value;
-use redis_rl_client::tier::FailureModeName;
 use redis_rl_client::{BreakerState, Engine, Limiter, Refusal};
 use serde_json::json;
 
@@ -113,7 +112,7 @@ pub async fn healthz(State(ops): State<Arc<Ops>>) -> Response {
         "status": word,
         "reasons": p.reasons,
         "deciding": if in_redis { "redis" } else { "failure_mode" },
-        "failure_mode": mode_name(current.config.failure_mode),
+        "failure_mode": current.config.failure_mode.name(),
         "engine": {
             "configured": engine_name(parts.args.engine),
             "in_use": p.engine,
@@ -146,14 +145,6 @@ pub async fn healthz(State(ops): State<Arc<Ops>>) -> Response {
         body["config"]["last_reload_error"] = json!(config.last_error);
     }
     (status, Json(body)).into_response()
-}
-
-fn mode_name(mode: FailureModeName) -> &'static str {
-    match mode {
-        FailureModeName::Open => "open",
-        FailureModeName::Closed => "closed",
-        FailureModeName::Local => "local",
-    }
 }
 
 fn engine_name(engine: Engine) -> &'static str {

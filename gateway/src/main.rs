@@ -8,6 +8,7 @@ mod limits;
 mod ops;
 mod proxy;
 mod reload;
+mod rls;
 
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::process::ExitCode;
@@ -15,8 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use redis_rl_client::middleware::RateLimitConfig;
-use redis_rl_client::tier::FailureModeName;
+use redis_rl_client::middleware::{FailureModeName, RateLimitConfig, RateLimitConfigExt};
 use redis_rl_client::{BreakerConfig, LeaseConfig, Limiter, RedisHashTiers};
 
 use crate::cli::{Args, Mode};
@@ -24,6 +24,9 @@ use crate::cli::{Args, Mode};
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(path) = &args.check_config {
+        return check_config(path, &args.routes);
+    }
     tracing_subscriber::fmt()
         .with_max_level(args.log)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
@@ -66,8 +69,29 @@ pub(crate) fn config(args: &Args) -> Result<RateLimitConfig, String> {
     } else if !args.hot.is_empty() {
         config.hot = args.hot.clone();
     }
-    config.validate().map_err(|e| e.to_string())?;
+    config.check().map_err(|e| e.to_string())?;
     Ok(config)
+}
+
+/// `--check-config FILE`: the effective plan (exit 0) or the error naming the line and the
+/// field (exit 1), without starting anything.
+fn check_config(path: &std::path::Path, routes: &[String]) -> ExitCode {
+    let engine = RateLimitConfig::load(path)
+        .map_err(|e| e.to_string())
+        .and_then(|c| {
+            redis_rl_client::middleware::Engine::new(c, routes)
+                .map_err(|e| format!("{}: {}: {}", path.display(), e.field, e.message))
+        });
+    match engine {
+        Ok(engine) => {
+            println!("{}: ok\n\n{}", path.display(), engine.explain());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rl-gateway: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -138,6 +162,18 @@ async fn run(args: Args) -> Result<(), String> {
         None => (Some(ops), None),
     };
     let overflow = limits::overflow(public_ops.clone());
+    let rls = match (args.rls_listen, &args.rls_config) {
+        (Some(listen), Some(path)) => {
+            let opts = rls::RlsOptions {
+                listen,
+                config: path.clone(),
+                response_headers: args.rls_response_headers,
+                hot_per_second: args.rls_hot_rate,
+            };
+            Some(rls::bind(&opts, limiter.clone(), live.clone()).await?)
+        }
+        _ => None,
+    };
     let router = app::public(live.clone(), public_ops);
     #[cfg(unix)]
     tokio::spawn(reload::on_sighup(live, hangups));
@@ -187,6 +223,22 @@ async fn run(args: Args) -> Result<(), String> {
         body_timeout_ms = args.body_timeout_ms,
         "listener limits"
     );
+    if let Some(rls) = rls {
+        let rx = stopped.clone();
+        let path = args.rls_config.clone().unwrap_or_default();
+        tracing::info!(listen = ?rls.local_addr(), "rate limit service listening");
+        tokio::spawn(async move {
+            if let Err(e) = rls
+                .serve(path, async move {
+                    let mut rx = rx;
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await
+            {
+                tracing::error!(error = %e, "rate limit service failed");
+            }
+        });
+    }
     if let Some((l, router)) = admin {
         let rx = stopped.clone();
         // Operators and scrapers only: a few connections, always room for them.

@@ -12,9 +12,8 @@ use axum::routing::get;
 use axum::Router;
 use metrics::{describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use redis_rl_client::middleware::{Dimension, RateLimitConfig};
-use redis_rl_client::tier::FailureModeName;
-use redis_rl_client::{BreakerState, Rate};
+use redis_rl_client::middleware::{Dimension, FailureModeName, Rate, RateLimitConfig};
+use redis_rl_client::BreakerState;
 
 use crate::reload::Live;
 
@@ -196,8 +195,10 @@ pub(crate) fn fail_closed(config: &RateLimitConfig) -> Vec<Dimension> {
             };
             base.is_some_and(&closed)
                 || config.tiers.values().any(|t| match base {
-                    None => closed(&t.rate()),
-                    Some(b) => t.override_of(d).is_some_and(|o| closed(&o.apply(b))),
+                    None => closed(&t.rate),
+                    Some(b) => t
+                        .override_of(d)
+                        .is_some_and(|o| o.apply(b).is_ok_and(|r| closed(&r))),
                 })
         })
         .collect()
@@ -238,7 +239,7 @@ mod tests {
         c.dimensions = vec![Dimension::Ip];
         assert!(fail_closed(&c).is_empty(), "only enforced dimensions count");
         let pro = c.tiers.get_mut("pro").unwrap();
-        pro.ip = Some(redis_rl_client::tier::RateOverride {
+        pro.ip = Some(redis_rl_client::middleware::RateOverride {
             failure_mode: Some(FailureModeName::Closed),
             ..Default::default()
         });

@@ -124,8 +124,13 @@ pub struct ReloadStatus {
 }
 
 fn build(parts: &Parts, config: &RateLimitConfig) -> Result<Router, String> {
-    let layer = RateLimitLayer::new(parts.limiter.clone(), config.clone(), parts.tiers.clone())
-        .map_err(|e| e.to_string())?;
+    let layer = RateLimitLayer::with_routes(
+        parts.limiter.clone(),
+        config.clone(),
+        &parts.args.routes,
+        parts.tiers.clone(),
+    )
+    .map_err(|e| e.to_string())?;
     crate::app::limited(
         &parts.args.routes,
         layer,

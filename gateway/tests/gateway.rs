@@ -9,15 +9,21 @@ use redis_rl_testkit::{eventually, free_port, query, Server};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-// The proxy, operations and reload tests (issue 16 items 3, 4, 7), in this one test binary.
+// The proxy, operations, reload, hardening and Redis TLS tests, in this one test binary.
 #[path = "gateway/fleet.rs"]
 mod fleet;
+#[path = "gateway/hardening.rs"]
+mod hardening;
 #[path = "gateway/ops.rs"]
 mod ops;
 #[path = "gateway/proxy.rs"]
 mod proxy;
+#[path = "gateway/redis_tls.rs"]
+mod redis_tls;
 #[path = "gateway/reload.rs"]
 mod reload;
+#[path = "gateway/rls.rs"]
+mod rls;
 #[path = "gateway/upstream.rs"]
 mod upstream;
 
@@ -159,6 +165,14 @@ fn help_documents_every_flag() {
         "--tier-cache-ms",
         "--route",
         "--log",
+        "--header-timeout-ms",
+        "--idle-timeout-ms",
+        "--body-timeout-ms",
+        "--max-connections",
+        "--redis-ca",
+        "--redis-cert",
+        "--redis-key",
+        "rediss://",
         "RL_GATEWAY_REDIS",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");

@@ -13,6 +13,8 @@
 //! - [`checks`]: assertions shared by the module's tests (refused calls change nothing,
 //!   PEEK matches the real call, TTLs after a write).
 //! - [`rng`]: [`Rng`], seeded and reproducible (splitmix64).
+//! - [`tls`]: [`tls::TlsServer`], Debian's redis-server on a TLS port with ACL users (a
+//!   managed service's stand-in), and a throwaway CA.
 //! - [`ops`]: the operations tests' seeded random mix of RL.* calls and dataset snapshots.
 //!
 //! `use redis_rl_testkit::*;` brings in everything but [`ops`].
@@ -23,6 +25,7 @@ pub mod cmd;
 pub mod ops;
 pub mod rng;
 pub mod server;
+pub mod tls;
 
 pub use checks::*;
 pub use cluster::Cluster;

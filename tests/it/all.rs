@@ -237,7 +237,7 @@ fn bad_input_is_refused_with_a_clear_error_and_changes_nothing() {
         ),
         (
             "RL.ALL 2 a b TOKENBUCKET 10 10 60000 SLIDING 10 60000 BOGUS",
-            "ERR unknown option 'BOGUS', expected COST n or PEEK",
+            "ERR unknown option 'BOGUS', expected COST n, FORCE or PEEK",
         ),
         (
             "RL.ALL 2 a b TOKENBUCKET 10 10 60000 SLIDING 10 60000 PEEK PEEK",

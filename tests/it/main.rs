@@ -19,6 +19,7 @@ mod concurrency;
 mod concurrency_leases;
 mod config_info;
 mod fixed_window;
+mod force;
 mod foreign_data;
 mod gcra;
 mod hardening;
