@@ -8,11 +8,18 @@ use redis_rl_core::AnyParams;
 /// ones, then each option given (`BURST b`), in the registry's order.
 pub(crate) fn args(params: &AnyParams) -> Vec<String> {
     let numbers = params.numbers();
-    let mut args: Vec<String> = numbers.values().iter().map(u64::to_string).collect();
-    for (opt, value) in params.kind().options().iter().zip(numbers.options()) {
+    let kind = params.kind();
+    // Each number as the server reads it: an integer, a word (`MONTH`) or a signed offset.
+    let mut args: Vec<String> = kind
+        .params()
+        .iter()
+        .zip(numbers.values())
+        .map(|(range, v)| range.show(*v))
+        .collect();
+    for (opt, value) in kind.options().iter().zip(numbers.options()) {
         if let Some(value) = value {
             args.push(opt.token.to_string());
-            args.push(value.to_string());
+            args.push(opt.range.show(*value));
         }
     }
     args

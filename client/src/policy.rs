@@ -9,6 +9,8 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+pub use redis_rl_core::calendar::Period;
+use redis_rl_core::calendar::MAX_OFFSET_MIN;
 use redis_rl_core::{AnyParams, Kind, ParamError};
 
 /// What to do when Redis cannot answer (error, timeout, or the breaker is open).
@@ -122,6 +124,33 @@ impl Policy {
         let params =
             AnyParams::from_numbers(kind, values, options).unwrap_or(Err(NOT_A_LIMITER))?;
         Ok(Self::new(params))
+    }
+
+    /// A calendar quota with its period and UTC offset typed: `limit` units per `period`
+    /// starting at local midnight of `tz_minutes` east of UTC (-1439 to 1439), a month on
+    /// day `anchor` (1-31; 1 for the other periods). The generated [`Policy::quota`] takes
+    /// the same as the registry's numbers (the period's code, the offset plus 1439).
+    ///
+    /// ```
+    /// use redis_rl_client::{Period, Policy};
+    /// let plan = Policy::calendar_quota(10_000, Period::Month, 330, 15).unwrap();
+    /// assert_eq!(plan.args(), ["10000", "MONTH", "TZ", "330", "ANCHOR", "15"]);
+    /// assert!(Policy::calendar_quota(10, Period::Week, 0, 15).is_err());
+    /// assert!(Policy::calendar_quota(10, Period::Day, -1_440, 1).is_err());
+    /// ```
+    pub fn calendar_quota(
+        limit: u64,
+        period: Period,
+        tz_minutes: i64,
+        anchor: u64,
+    ) -> Result<Self, ParamError> {
+        // An offset outside the range becomes a number the core refuses with its text.
+        let tz = u64::try_from(tz_minutes.saturating_add(MAX_OFFSET_MIN)).unwrap_or(u64::MAX);
+        Self::of(
+            Kind::Quota,
+            &[limit, period.code()],
+            &[Some(tz), Some(anchor)],
+        )
     }
 
     /// Sets what happens when Redis cannot answer.

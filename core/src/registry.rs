@@ -450,6 +450,21 @@ impl AnyParams {
     /// The quota a client is shown, `(limit, window_ms)`: the units that may pass at once,
     /// and the time in which the rate refills them (`q` and `w` of `RateLimit-Policy`).
     pub fn quota(&self) -> (u64, u64) {
+        let kind = self.kind();
+        let numbers = self.numbers();
+        if numbers.rate(kind.rate_fields()).is_none() {
+            // A calendar period instead of a window: its limit over the period's usual
+            // length.
+            let field = |f: RateField| {
+                let at = kind.rate_fields().iter().position(|x| *x == f)?;
+                numbers.values().get(at).copied()
+            };
+            let period = field(RateField::Period).and_then(crate::calendar::Period::from_code);
+            return (
+                field(RateField::Limit).unwrap_or(0),
+                period.map_or(0, crate::calendar::Period::usual_ms),
+            );
+        }
         rate::quota(&self.rate())
     }
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, ClassVar, List, Optional, Tuple, Union
 
 from redis_rl._core import Params
-from redis_rl._registry import ALGORITHMS, LIMITERS, Algorithm, limiter
+from redis_rl._registry import ALGORITHMS, LIMITERS, Algorithm, NumberRange, Option, limiter
 
 __all__ = ["FailureMode", "Policy"]
 
@@ -56,6 +56,15 @@ class FailureMode:
 FailureMode.OPEN = FailureMode("open")
 FailureMode.CLOSED = FailureMode("closed")
 FailureMode.LOCAL = FailureMode("local")
+
+
+def _show(number: Union[NumberRange, Option], value: int) -> Union[str, int]:
+    """How the server reads ``value`` of a parameter: an integer, a word or a signed offset."""
+    if number.spelling == "words" and 1 <= value <= len(number.words):
+        return number.words[value - 1]
+    if number.spelling == "offset":
+        return value - number.bias
+    return value
 
 
 class _Constructors(type):
@@ -156,11 +165,13 @@ class Policy(metaclass=_Constructors):
         return self.spec_info.upto
 
     def spec(self) -> List[Union[str, int]]:
-        """The parameters as the server reads them after the key or spec word."""
-        words: List[Union[str, int]] = list(self.numbers)
-        for option, value in zip(self.spec_info.options, self.options):
+        """The parameters as the server reads them after the key or spec word (a period as
+        its word, an offset signed)."""
+        info = self.spec_info
+        words: List[Union[str, int]] = [_show(r, v) for r, v in zip(info.params, self.numbers)]
+        for option, value in zip(info.options, self.options):
             if value is not None:
-                words += [option.token, value]
+                words += [option.token, _show(option, value)]
         return words
 
     @property

@@ -30,6 +30,7 @@ mod operations_memory;
 mod operations_module;
 mod operations_persistence;
 mod operations_replication;
+mod quota;
 mod replication;
 mod replication_mode;
 mod reset_state;
