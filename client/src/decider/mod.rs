@@ -31,6 +31,7 @@
 mod auto;
 pub mod lua;
 mod module;
+mod twin;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use futures_util::future::join_all;
 
-use super::lua::Twin;
+use super::twin::Twin;
 use super::{unknown, Check, Decided, Decider, Items};
 use crate::command;
 use crate::decision::{self, Decision, Grant, MultiDecision};
