@@ -181,6 +181,16 @@ impl PolicyEngine {
         Ok(Self { engine })
     }
 
+    /// Parses and validates JSON of the same schema (a mapping built in code).
+    #[staticmethod]
+    #[pyo3(signature = (text, source="<mapping>", routes=Vec::new()))]
+    fn from_json(text: &str, source: &str, routes: Vec<String>) -> PyResult<Self> {
+        let config = Config::from_json_named(text, source).map_err(config_error)?;
+        let engine = Engine::new(config, &routes)
+            .map_err(|e| config_error(format!("{source}: {}: {}", e.field, e.message)))?;
+        Ok(Self { engine })
+    }
+
     /// The design's limits (no file).
     #[staticmethod]
     fn default() -> PyResult<Self> {
@@ -302,8 +312,30 @@ impl PolicyEngine {
     }
 }
 
+/// A stable id for an API key that does not reveal it (16 hex digits of its SHA-256).
+#[pyfunction]
+fn tenant_id(api_key: &str) -> String {
+    redis_rl_policy::tenant_id(api_key)
+}
+
+/// The caller's request id if it is sane (1 to 128 of `A-Z a-z 0-9 - _ . :`), else None.
+#[pyfunction]
+#[pyo3(signature = (value=None))]
+fn request_id(value: Option<Vec<u8>>) -> Option<String> {
+    redis_rl_policy::request_id(value.as_deref())
+}
+
+/// The normal form of a path: no duplicate slashes, dot segments or trailing slash.
+#[pyfunction]
+fn normalize_path(path: &str) -> String {
+    redis_rl_policy::normalize_path(path)
+}
+
 /// Adds the engine's classes to the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(tenant_id, m)?)?;
+    m.add_function(wrap_pyfunction!(request_id, m)?)?;
+    m.add_function(wrap_pyfunction!(normalize_path, m)?)?;
     m.add_class::<PolicyEngine>()?;
     m.add_class::<Admitted>()?;
     m.add_class::<Refusal>()?;
