@@ -37,6 +37,7 @@ from redis_rl._core import Admitted, PolicyEngine, Refusal, normalize_path, requ
 from redis_rl.breaker import BreakerConfig
 from redis_rl.limiter import DEFAULT_TIMEOUT, Limiter
 from redis_rl.policy import FailureMode, Policy
+from redis_rl.trace import TRACEPARENT, trace_context
 
 __all__ = [
     "ConfigError", "PolicyEngine", "RateLimitMiddleware", "RedisHashTiers", "load_engine", "normalize_path",
@@ -389,11 +390,14 @@ class RateLimitMiddleware:
             return
         headers: List[Tuple[bytes, bytes]] = list(scope.get("headers") or [])
         rid = request_id(headers)
+        trace = trace_context(headers)
         peer = scope.get("client")
         method = scope.get("method", "GET")
-        admitted = self.engine.admit(method, scope.get("path", "/"), headers, peer[0] if peer else None, rid)
+        admitted = self.engine.admit(
+            method, scope.get("path", "/"), headers, peer[0] if peer else None, rid, trace.trace_id)
         if isinstance(admitted, Refusal):
-            log.debug("request refused before any limit: request_id=%s status=%s", rid, admitted.status)
+            log.debug("request refused before any limit: request_id=%s trace_id=%s status=%s",
+                      rid, trace.trace_id, admitted.status)
             await _respond(send, admitted.status, admitted.headers, admitted.body)
             return
         assert isinstance(admitted, Admitted)
@@ -419,19 +423,21 @@ class RateLimitMiddleware:
                 )
                 for d in md.decisions[: len(items)]
             ]
-            status, rendered, body = self.engine.render(plan, outcomes, md.denied_index, rid)
+            status, rendered, body = self.engine.render(plan, outcomes, md.denied_index, rid, trace.trace_id)
             if status is not None:
                 log.debug(
-                    "request refused: request_id=%s tenant=%s tier=%s status=%s",
-                    rid, admitted.tenant or "-", plan.tier or "-", status,
+                    "request refused: request_id=%s trace_id=%s tenant=%s tier=%s status=%s",
+                    rid, trace.trace_id, admitted.tenant or "-", plan.tier or "-", status,
                 )
                 await _respond(send, status, rendered, body or b"")
                 return
             added = list(rendered)
 
-        # The inner app sees the request id the response will carry.
-        inner_headers = [(n, v) for n, v in headers if n.lower() != REQUEST_ID]
+        # The inner app sees the request id the response will carry, and the trace with this
+        # hop as the parent.
+        inner_headers = [(n, v) for n, v in headers if n.lower() not in (REQUEST_ID, TRACEPARENT)]
         inner_headers.append((REQUEST_ID, rid.encode()))
+        inner_headers.append((TRACEPARENT, trace.traceparent.encode()))
         added.append((REQUEST_ID, rid.encode()))
         replaced = {name for name, _ in added}
 
@@ -440,7 +446,8 @@ class RateLimitMiddleware:
                 kept = [(n, v) for n, v in message.get("headers", []) if n.lower() not in replaced]
                 message = {**message, "headers": kept + added}
                 if message.get("status", 200) >= 500:
-                    log.warning("upstream error %s: request_id=%s", message.get("status"), rid)
+                    log.warning("upstream error %s: request_id=%s trace_id=%s", message.get("status"), rid,
+                                trace.trace_id)
             await send(message)
 
         await self.app({**scope, "headers": inner_headers}, receive, send_with_headers)

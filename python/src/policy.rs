@@ -27,6 +27,14 @@ fn py_headers(headers: &[(&'static str, String)]) -> PyHeaders {
         .collect()
 }
 
+/// `r` with the request's trace id in its problem body, when there is one.
+fn traced(r: Response, trace_id: Option<&str>) -> Response {
+    match trace_id {
+        Some(t) => r.with_trace_id(t),
+        None => r,
+    }
+}
+
 /// A response the middleware sends as is (400, 403, 429, 503).
 #[pyclass(frozen, module = "redis_rl._core")]
 struct Refusal {
@@ -223,7 +231,10 @@ impl PolicyEngine {
     }
 
     /// Identity and access lists: a `Refusal` (400, 403) or an `Admitted` request.
-    /// `headers`: the ASGI scope's (lower-case names); `peer`: the client address.
+    /// `headers`: the ASGI scope's (lower-case names); `peer`: the client address;
+    /// `trace_id`: the request's W3C trace, put into a refusal's body.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (method, path, headers, peer, request_id, trace_id=None))]
     fn admit(
         &self,
         py: Python<'_>,
@@ -232,6 +243,7 @@ impl PolicyEngine {
         headers: PyHeaders,
         peer: Option<&str>,
         request_id: &str,
+        trace_id: Option<&str>,
     ) -> PyResult<PyObject> {
         let headers: HeaderList = headers
             .into_iter()
@@ -243,6 +255,7 @@ impl PolicyEngine {
             .admit(&request(method, path, &headers, peer, None), request_id);
         let (identity, limited) = match admission {
             Admission::Refuse(r) => {
+                let r = traced(r, trace_id);
                 return Ok(Refusal::from(r).into_pyobject(py)?.into_any().unbind())
             }
             Admission::Pass(id) => (id, false),
@@ -274,6 +287,7 @@ impl PolicyEngine {
     /// retry_after_ms, remaining, reset_after_ms, shadow, source)`, verdict `allowed`,
     /// `denied` or `never`, source the decision's (`fail_open`, `fail_closed`, ...).
     #[allow(clippy::type_complexity)]
+    #[pyo3(signature = (plan, outcomes, denied, request_id, trace_id=None))]
     fn render(
         &self,
         py: Python<'_>,
@@ -281,6 +295,7 @@ impl PolicyEngine {
         outcomes: Vec<(String, Option<u64>, u64, u64, bool, String)>,
         denied: Option<usize>,
         request_id: &str,
+        trace_id: Option<&str>,
     ) -> (Option<u16>, PyHeaders, Option<Py<PyBytes>>) {
         let outcomes: Vec<Outcome> = outcomes
             .iter()
@@ -302,11 +317,14 @@ impl PolicyEngine {
             )
             .collect();
         match render(&plan.plan, &outcomes, denied, request_id) {
-            Rendered::Refuse(r) => (
-                Some(r.status),
-                py_headers(&r.headers),
-                Some(PyBytes::new(py, r.body.as_bytes()).unbind()),
-            ),
+            Rendered::Refuse(r) => {
+                let r = traced(r, trace_id);
+                (
+                    Some(r.status),
+                    py_headers(&r.headers),
+                    Some(PyBytes::new(py, r.body.as_bytes()).unbind()),
+                )
+            }
             Rendered::Headers(h) => (None, py_headers(&h), None),
         }
     }

@@ -13,6 +13,7 @@ use super::extract::{self, HttpHeaders, REQUEST_ID};
 use super::headers::{to_response, write_headers};
 use super::plan::Shared;
 use super::request::{RequestInfo, RequestView};
+use super::trace::{TraceContext, TRACEPARENT};
 use crate::backend::BoxFuture;
 use crate::decision::{Decision, MultiDecision, Source};
 use crate::policy::Policy;
@@ -82,9 +83,11 @@ fn outcome(d: &Decision) -> Outcome {
 }
 
 /// What the engine decided before the inner service runs.
+/// Each carries the `tier` label of the response's metrics: the tier whose limits applied,
+/// `none` for a key-less request, `-` when the access lists decided.
 enum Before {
-    Refuse(redis_rl_policy::Response),
-    Call(Vec<(&'static str, String)>),
+    Refuse(redis_rl_policy::Response, String),
+    Call(Vec<(&'static str, String)>, String),
 }
 
 /// The engine's view of a request (not kept across an await: the headers are a trait
@@ -123,11 +126,11 @@ async fn decide(
             let on = if r.status == 400 { "bad_key" } else { "deny" };
             metrics::counter!("rl_access_total", "list" => on).increment(1);
             tracing::debug!(status = r.status, "request refused before any limit");
-            return Before::Refuse(r);
+            return Before::Refuse(r, "-".to_owned());
         }
         Admission::Pass(_) => {
             metrics::counter!("rl_access_total", "list" => "allow").increment(1);
-            return Before::Call(Vec::new());
+            return Before::Call(Vec::new(), "-".to_owned());
         }
         Admission::Limit(id) => id,
     };
@@ -146,6 +149,13 @@ async fn decide(
     if let Some(t) = &plan.tier {
         tracing::Span::current().record("tier", tracing::field::display(t));
     }
+    // The engine falls back to the default tier for a name it does not know: a typo in the
+    // tier hash must not pass silently.
+    if let Some(asked) = tier.as_deref() {
+        if plan.tier.as_deref() != Some(asked) {
+            crate::tier::unknown_tier(asked);
+        }
+    }
     let mut items: Vec<(&str, Policy)> = Vec::with_capacity(plan.items.len());
     for item in &plan.items {
         match policy_of(item, shared.mode) {
@@ -156,6 +166,7 @@ async fn decide(
     }
     let md = shared.limiter.check_all(&items).await;
     count(&plan, &md);
+    let tier_label = plan.tier.clone().unwrap_or_else(|| "none".to_owned());
     let outcomes: Vec<Outcome> = md.decisions.iter().map(outcome).collect();
     match render(&plan, &outcomes, md.denied, request_id) {
         Rendered::Refuse(r) => {
@@ -163,9 +174,9 @@ async fn decide(
                 tracing::Span::current().record("dimension", tracing::field::display(&item.label));
             }
             tracing::debug!(status = r.status, "request refused");
-            Before::Refuse(r)
+            Before::Refuse(r, tier_label)
         }
-        Rendered::Headers(h) => Before::Call(h),
+        Rendered::Headers(h) => Before::Call(h, tier_label),
     }
 }
 
@@ -180,20 +191,33 @@ where
     ResBody: From<String>,
 {
     let request_id = extract::request_id(req.headers());
-    let span = tracing::info_span!(
+    // The caller's trace (or a new one): in every log line of the request (the span's
+    // field), in its problem bodies, and forwarded with this hop as the parent.
+    let trace = TraceContext::of(req.headers());
+    let trace_id = trace.trace_id();
+    // At ERROR level so that the span is enabled whatever the log level: every line logged
+    // for the request (warnings of a failed upstream call included) carries its ids.
+    let span = tracing::error_span!(
         "rate_limit",
         request_id = %request_id,
+        trace_id = %trace_id,
         tenant = tracing::field::Empty,
         tier = tracing::field::Empty,
         dimension = tracing::field::Empty,
     );
     async move {
-        let added = match decide(&shared, info.as_ref(), RequestView::of(&req), &request_id).await {
-            Before::Refuse(r) => return Ok(to_response(r)),
-            Before::Call(h) => h,
-        };
+        let (added, tier_label) =
+            match decide(&shared, info.as_ref(), RequestView::of(&req), &request_id).await {
+                Before::Refuse(r, tier) => {
+                    return Ok(counted(to_response(r.with_trace_id(&trace_id)), tier))
+                }
+                Before::Call(h, tier) => (h, tier),
+            };
         if let Ok(v) = HeaderValue::try_from(request_id.as_str()) {
             req.headers_mut().insert(REQUEST_ID, v);
+        }
+        if let Ok(v) = HeaderValue::try_from(trace.traceparent()) {
+            req.headers_mut().insert(TRACEPARENT, v);
         }
         let mut response = inner.call(req).await?;
         let headers = response.headers_mut();
@@ -204,10 +228,18 @@ where
         if response.status().is_server_error() {
             tracing::warn!(status = response.status().as_u16(), "upstream error");
         }
-        Ok(response)
+        Ok(counted(response, tier_label))
     }
     .instrument(span)
     .await
+}
+
+/// Counts a response in `rl_responses_total` by status and tier (the tier whose limits applied;
+/// `none` without an API key, `-` when the access lists decided), then returns it.
+fn counted<B>(response: Response<B>, tier: String) -> Response<B> {
+    let status = response.status().as_str().to_owned();
+    metrics::counter!("rl_responses_total", "status" => status, "tier" => tier).increment(1);
+    response
 }
 
 fn count(plan: &Plan, md: &MultiDecision) {
