@@ -256,7 +256,7 @@ impl PolicyEngine {
         let (identity, limited) = match admission {
             Admission::Refuse(r) => {
                 let r = traced(r, trace_id);
-                return Ok(Refusal::from(r).into_pyobject(py)?.into_any().unbind())
+                return Ok(Refusal::from(r).into_pyobject(py)?.into_any().unbind());
             }
             Admission::Pass(id) => (id, false),
             Admission::Limit(id) => (id, true),
