@@ -23,6 +23,7 @@ mod force;
 mod foreign_data;
 mod gcra;
 mod hardening;
+mod harness;
 mod hostile_input;
 mod luatwin;
 mod operations_memory;

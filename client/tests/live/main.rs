@@ -14,4 +14,5 @@ mod lua_twin;
 mod middleware;
 mod policy;
 mod quota;
+mod tls;
 mod upto;
