@@ -23,6 +23,7 @@ pub mod cmd;
 pub mod ops;
 pub mod rng;
 pub mod server;
+pub mod twin;
 
 pub use checks::*;
 pub use cluster::Cluster;
