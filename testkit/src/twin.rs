@@ -10,7 +10,7 @@
 //! rl-lua` (`make lua`) rewrites `lua/rl.lua`; a test fails while it is stale.
 
 use redis_rl_core::algorithm::Opt;
-use redis_rl_core::limits::{Range, MAX_COUNT, MAX_DURATION_MS, COST};
+use redis_rl_core::limits::{Range, COST, MAX_COUNT, MAX_DURATION_MS};
 use redis_rl_core::{concurrency, throttle, Kind};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -53,13 +53,26 @@ fn listed(words: &[&str]) -> String {
 pub fn tables() -> String {
     let mut out = String::new();
     let w = &mut out;
-    let _ = writeln!(w, "-- Generated from core/src/registry.rs by `make lua`: edit the registry, not this.");
+    let _ = writeln!(
+        w,
+        "-- Generated from core/src/registry.rs by `make lua`: edit the registry, not this."
+    );
     let _ = writeln!(w, "M.MAX_COUNT = {MAX_COUNT}");
     let _ = writeln!(w, "M.MAX_DURATION_MS = {MAX_DURATION_MS}");
     let _ = writeln!(w, "M.COST = {}", range(&COST));
-    let _ = writeln!(w, "M.THROTTLE = {{ {}, {}, {}, {} }}", range(&throttle::MAX_BURST), range(&throttle::COUNT), range(&throttle::PERIOD_S), range(&throttle::QUANTITY));
+    let _ = writeln!(
+        w,
+        "M.THROTTLE = {{ {}, {}, {}, {} }}",
+        range(&throttle::MAX_BURST),
+        range(&throttle::COUNT),
+        range(&throttle::PERIOD_S),
+        range(&throttle::QUANTITY)
+    );
     let _ = writeln!(w, "M.MAX_ID_LEN = {}", concurrency::MAX_ID_LEN);
-    let _ = writeln!(w, "-- Every algorithm by its tag byte: name in texts, spec word, section, ranges.");
+    let _ = writeln!(
+        w,
+        "-- Every algorithm by its tag byte: name in texts, spec word, section, ranges."
+    );
     let _ = writeln!(w, "M.KINDS = {{");
     for &kind in Kind::ALL {
         let tag = char::from(kind.tag());
@@ -78,8 +91,14 @@ pub fn tables() -> String {
         );
     }
     let _ = writeln!(w, "}}");
-    let limiters: Vec<String> = Kind::LIMITERS.iter().map(|k| format!("{:?}", char::from(k.tag()).to_string())).collect();
-    let _ = writeln!(w, "-- The rate limiters (RL.ALL and RL.REFUND specs), in the order texts list them.");
+    let limiters: Vec<String> = Kind::LIMITERS
+        .iter()
+        .map(|k| format!("{:?}", char::from(k.tag()).to_string()))
+        .collect();
+    let _ = writeln!(
+        w,
+        "-- The rate limiters (RL.ALL and RL.REFUND specs), in the order texts list them."
+    );
     let _ = writeln!(w, "M.LIMITERS = {{ {} }}", limiters.join(", "));
     let words: Vec<&str> = Kind::LIMITERS.iter().map(|k| k.spec_name()).collect();
     let _ = writeln!(w, "M.ALGORITHMS = {:?}", listed(&words));
@@ -88,7 +107,13 @@ pub fn tables() -> String {
 
 fn indent(text: &str) -> String {
     text.lines()
-        .map(|l| if l.is_empty() { "\n".to_string() } else { format!("  {l}\n") })
+        .map(|l| {
+            if l.is_empty() {
+                "\n".to_string()
+            } else {
+                format!("  {l}\n")
+            }
+        })
         .collect()
 }
 
@@ -114,6 +139,10 @@ pub fn assemble() -> String {
         body.push_str(&indent(&text));
     }
     let marker = "  -- @SECTIONS@\n";
-    assert!(frame.contains(marker), "lua/src/frame.lua has no `{}` line", marker.trim());
+    assert!(
+        frame.contains(marker),
+        "lua/src/frame.lua has no `{}` line",
+        marker.trim()
+    );
     frame.replacen(marker, &body, 1)
 }

@@ -24,6 +24,7 @@ mod gcra;
 mod hardening;
 mod hostile_input;
 mod luatwin;
+mod luatwin_commands;
 mod operations_memory;
 mod operations_module;
 mod operations_persistence;
