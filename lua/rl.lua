@@ -662,31 +662,53 @@ local function build()
   M.read_varint = read_varint
 
   local function varint(out, v)
+    -- `%` and an exact division instead of math.floor: no C call per byte.
     while v >= 128 do
-      local q = floor(v / 128)
-      out[#out + 1] = v - q * 128 + 128
-      v = q
+      local r = v % 128
+      out[#out + 1] = r + 128
+      v = (v - r) / 128
     end
     out[#out + 1] = v
   end
   M.varint = varint
 
-  -- A varint of up to 128 bits (a bignum or a number), as the module writes a u128.
+  -- A varint of up to 128 bits (a bignum or a number), as the module writes a u128: a
+  -- bignum's 24-bit limbs are cut into 7-bit groups directly.
   function M.bvarint(out, a)
-    while type(a) ~= "number" do
-      local q, r = M.bdivmod(a, 128)
-      out[#out + 1] = r + 128
-      a = q
+    if type(a) == "number" then
+      return varint(out, a)
     end
-    varint(out, a)
+    local groups, acc, bits = {}, 0, 0
+    for i = 1, #a do
+      acc = acc + a[i] * 2 ^ bits
+      bits = bits + 24
+      while bits >= 7 do
+        local q = floor(acc / 128)
+        groups[#groups + 1] = acc - q * 128
+        acc, bits = q, bits - 7
+      end
+    end
+    while acc > 0 do
+      local q = floor(acc / 128)
+      groups[#groups + 1] = acc - q * 128
+      acc = q
+    end
+    local n = #groups
+    while n > 1 and groups[n] == 0 do
+      n = n - 1
+    end
+    for i = 1, n - 1 do
+      out[#out + 1] = groups[i] + 128
+    end
+    out[#out + 1] = groups[n]
   end
 
   -- A varint of up to 128 bits at `pos` (`bits`: 64 or 128): value (a bignum or a number),
   -- next position; nil when malformed (truncated, not in its shortest form, over `bits`).
-  -- Up to 7 bytes (below 2^49) it is summed as a number; longer ones as a bignum.
+  -- Below 2^53 it is summed as a number; above, its 7-bit groups are packed into limbs.
   local function read_bvarint(v, pos, bits)
     local value, scale = 0, 1
-    for k = 0, 6 do
+    for k = 0, 7 do
       local b = byte(v, pos + k)
       if not b then
         return nil
@@ -695,31 +717,37 @@ local function build()
         if b == 0 and k > 0 then
           return nil
         end
-        return value + b * scale, pos + k + 1
+        if k < 7 or b < 16 then
+          return value + b * scale, pos + k + 1
+        end
+        break
       end
       value = value + (b - 128) * scale
       scale = scale * 128
     end
     local last = bits == 64 and 9 or 18
     local top = bits == 64 and 1 or 3
-    local groups = {}
+    local limbs, acc, have = {}, 0, 0
     for k = 0, last do
       local b = byte(v, pos + k)
       if not b then
         return nil
       end
-      if b < 128 then
-        if (b == 0 and k > 0) or (k == last and b > top) then
-          return nil
-        end
-        groups[k + 1] = b
-        local a = 0
-        for g = #groups, 1, -1 do
-          a = M.badd(M.bmul(a, 128), groups[g])
-        end
-        return a, pos + k + 1
+      local final = b < 128
+      if final and ((b == 0 and k > 0) or (k == last and b > top)) then
+        return nil
       end
-      groups[k + 1] = b - 128
+      acc = acc + (final and b or b - 128) * 2 ^ have
+      have = have + 7
+      if have >= 24 then
+        local q = floor(acc / 16777216)
+        limbs[#limbs + 1] = acc - q * 16777216
+        acc, have = q, have - 24
+      end
+      if final then
+        limbs[#limbs + 1] = acc
+        return M.trim(limbs), pos + k + 1
+      end
     end
     return nil
   end
@@ -747,17 +775,32 @@ local function build()
     return out
   end
 
-  -- A version 2 value: the header, then `fields` as varints (`wide` marks the wide ones).
-  function M.compact(tag, fields, wide)
-    local out = {}
+  -- A version 2 value: the header, then `fields` as varints (numbers or bignums), built in
+  -- one reused table.
+  local scratch = {}
+  function M.compact(tag, fields)
+    local n = 0
     for i = 1, #fields do
-      if wide[i] then
-        M.bvarint(out, fields[i])
+      local v = fields[i]
+      if type(v) == "number" then
+        while v >= 128 do
+          local r = v % 128
+          n = n + 1
+          scratch[n] = r + 128
+          v = (v - r) / 128
+        end
+        n = n + 1
+        scratch[n] = v
       else
-        varint(out, fields[i])
+        local out = {}
+        M.bvarint(out, v)
+        for j = 1, #out do
+          n = n + 1
+          scratch[n] = out[j]
+        end
       end
     end
-    return "\0RL\2" .. tag .. char(unpack(out))
+    return "\0RL\2" .. tag .. char(unpack(scratch, 1, n))
   end
 
   -- ------------------------------------------------------------------------------------------
@@ -795,7 +838,15 @@ local function build()
     if not s.updated_at or s.updated_at > M.LATEST_US or not M.valid_duration(s.refill_ms) then
       M.corrupt("T")
     end
-    if M.bcmp(s.level, M.bmul(M.MAX_COUNT, s.refill_ms * 1000)) > 0 then
+    -- A level that is a number (below 2^53) is over the most only if that is below 2^53 too,
+    -- where the double product is exact.
+    local over
+    if type(s.level) == "number" then
+      over = s.level > M.MAX_COUNT * s.refill_ms * 1000
+    else
+      over = M.bcmp(s.level, M.bmul(M.MAX_COUNT, s.refill_ms * 1000)) > 0
+    end
+    if over then
       M.corrupt("T")
     end
     return s
@@ -1161,6 +1212,9 @@ local function build()
     return p
   end
 
+  -- The latest TAT (in us) of a valid state: u64::MAX plus the longest burst.
+  M.GC.LATEST = M.badd(M.U64_MAX, M.bmul(M.MAX_COUNT, M.MAX_COUNT))
+
   function M.GC.read(key)
     local v, f = M.read_fixed(key, "G", { 128, false, false })
     if not v then
@@ -1175,8 +1229,7 @@ local function build()
     if not M.valid_duration(s.period_ms) or not s.limit or s.limit < 1 or s.limit > M.MAX_COUNT then
       M.corrupt("G")
     end
-    local latest = M.badd(M.U64_MAX, M.bmul(M.MAX_COUNT, M.MAX_COUNT))
-    if M.bcmp(M.bdiv(s.tat, s.limit), latest) > 0 then
+    if type(s.tat) ~= "number" and M.bcmp(M.bdiv(s.tat, s.limit), M.GC.LATEST) > 0 then
       M.corrupt("G")
     end
     return s

@@ -32,6 +32,9 @@ function M.GC.finish(p, burst)
   return p
 end
 
+-- The latest TAT (in us) of a valid state: u64::MAX plus the longest burst.
+M.GC.LATEST = M.badd(M.U64_MAX, M.bmul(M.MAX_COUNT, M.MAX_COUNT))
+
 function M.GC.read(key)
   local v, f = M.read_fixed(key, "G", { 128, false, false })
   if not v then
@@ -46,8 +49,7 @@ function M.GC.read(key)
   if not M.valid_duration(s.period_ms) or not s.limit or s.limit < 1 or s.limit > M.MAX_COUNT then
     M.corrupt("G")
   end
-  local latest = M.badd(M.U64_MAX, M.bmul(M.MAX_COUNT, M.MAX_COUNT))
-  if M.bcmp(M.bdiv(s.tat, s.limit), latest) > 0 then
+  if type(s.tat) ~= "number" and M.bcmp(M.bdiv(s.tat, s.limit), M.GC.LATEST) > 0 then
     M.corrupt("G")
   end
   return s

@@ -31,7 +31,15 @@ function M.TB.read(key)
   if not s.updated_at or s.updated_at > M.LATEST_US or not M.valid_duration(s.refill_ms) then
     M.corrupt("T")
   end
-  if M.bcmp(s.level, M.bmul(M.MAX_COUNT, s.refill_ms * 1000)) > 0 then
+  -- A level that is a number (below 2^53) is over the most only if that is below 2^53 too,
+  -- where the double product is exact.
+  local over
+  if type(s.level) == "number" then
+    over = s.level > M.MAX_COUNT * s.refill_ms * 1000
+  else
+    over = M.bcmp(s.level, M.bmul(M.MAX_COUNT, s.refill_ms * 1000)) > 0
+  end
+  if over then
     M.corrupt("T")
   end
   return s

@@ -27,31 +27,53 @@ end
 M.read_varint = read_varint
 
 local function varint(out, v)
+  -- `%` and an exact division instead of math.floor: no C call per byte.
   while v >= 128 do
-    local q = floor(v / 128)
-    out[#out + 1] = v - q * 128 + 128
-    v = q
+    local r = v % 128
+    out[#out + 1] = r + 128
+    v = (v - r) / 128
   end
   out[#out + 1] = v
 end
 M.varint = varint
 
--- A varint of up to 128 bits (a bignum or a number), as the module writes a u128.
+-- A varint of up to 128 bits (a bignum or a number), as the module writes a u128: a
+-- bignum's 24-bit limbs are cut into 7-bit groups directly.
 function M.bvarint(out, a)
-  while type(a) ~= "number" do
-    local q, r = M.bdivmod(a, 128)
-    out[#out + 1] = r + 128
-    a = q
+  if type(a) == "number" then
+    return varint(out, a)
   end
-  varint(out, a)
+  local groups, acc, bits = {}, 0, 0
+  for i = 1, #a do
+    acc = acc + a[i] * 2 ^ bits
+    bits = bits + 24
+    while bits >= 7 do
+      local q = floor(acc / 128)
+      groups[#groups + 1] = acc - q * 128
+      acc, bits = q, bits - 7
+    end
+  end
+  while acc > 0 do
+    local q = floor(acc / 128)
+    groups[#groups + 1] = acc - q * 128
+    acc = q
+  end
+  local n = #groups
+  while n > 1 and groups[n] == 0 do
+    n = n - 1
+  end
+  for i = 1, n - 1 do
+    out[#out + 1] = groups[i] + 128
+  end
+  out[#out + 1] = groups[n]
 end
 
 -- A varint of up to 128 bits at `pos` (`bits`: 64 or 128): value (a bignum or a number),
 -- next position; nil when malformed (truncated, not in its shortest form, over `bits`).
--- Up to 7 bytes (below 2^49) it is summed as a number; longer ones as a bignum.
+-- Below 2^53 it is summed as a number; above, its 7-bit groups are packed into limbs.
 local function read_bvarint(v, pos, bits)
   local value, scale = 0, 1
-  for k = 0, 6 do
+  for k = 0, 7 do
     local b = byte(v, pos + k)
     if not b then
       return nil
@@ -60,31 +82,37 @@ local function read_bvarint(v, pos, bits)
       if b == 0 and k > 0 then
         return nil
       end
-      return value + b * scale, pos + k + 1
+      if k < 7 or b < 16 then
+        return value + b * scale, pos + k + 1
+      end
+      break
     end
     value = value + (b - 128) * scale
     scale = scale * 128
   end
   local last = bits == 64 and 9 or 18
   local top = bits == 64 and 1 or 3
-  local groups = {}
+  local limbs, acc, have = {}, 0, 0
   for k = 0, last do
     local b = byte(v, pos + k)
     if not b then
       return nil
     end
-    if b < 128 then
-      if (b == 0 and k > 0) or (k == last and b > top) then
-        return nil
-      end
-      groups[k + 1] = b
-      local a = 0
-      for g = #groups, 1, -1 do
-        a = M.badd(M.bmul(a, 128), groups[g])
-      end
-      return a, pos + k + 1
+    local final = b < 128
+    if final and ((b == 0 and k > 0) or (k == last and b > top)) then
+      return nil
     end
-    groups[k + 1] = b - 128
+    acc = acc + (final and b or b - 128) * 2 ^ have
+    have = have + 7
+    if have >= 24 then
+      local q = floor(acc / 16777216)
+      limbs[#limbs + 1] = acc - q * 16777216
+      acc, have = q, have - 24
+    end
+    if final then
+      limbs[#limbs + 1] = acc
+      return M.trim(limbs), pos + k + 1
+    end
   end
   return nil
 end
@@ -112,15 +140,30 @@ function M.read_compact(v, wide)
   return out
 end
 
--- A version 2 value: the header, then `fields` as varints (`wide` marks the wide ones).
-function M.compact(tag, fields, wide)
-  local out = {}
+-- A version 2 value: the header, then `fields` as varints (numbers or bignums), built in
+-- one reused table.
+local scratch = {}
+function M.compact(tag, fields)
+  local n = 0
   for i = 1, #fields do
-    if wide[i] then
-      M.bvarint(out, fields[i])
+    local v = fields[i]
+    if type(v) == "number" then
+      while v >= 128 do
+        local r = v % 128
+        n = n + 1
+        scratch[n] = r + 128
+        v = (v - r) / 128
+      end
+      n = n + 1
+      scratch[n] = v
     else
-      varint(out, fields[i])
+      local out = {}
+      M.bvarint(out, v)
+      for j = 1, #out do
+        n = n + 1
+        scratch[n] = out[j]
+      end
     end
   end
-  return "\0RL\2" .. tag .. char(unpack(out))
+  return "\0RL\2" .. tag .. char(unpack(scratch, 1, n))
 end
