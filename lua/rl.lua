@@ -46,6 +46,7 @@ local function build()
   local floor = math.floor
   local byte, char, fmt, find, sub = string.byte, string.char, string.format, string.find, string.sub
   local call, pcall_redis = redis.call, redis.pcall
+  local spack, sunpack = struct.pack, struct.unpack
 
   -- Generated from core/src/registry.rs by `make lua`: edit the registry, not this.
   M.MAX_COUNT = 1000000000000000
@@ -328,14 +329,25 @@ local function build()
     return char(b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8])
   end
 
-  -- A u64 field at offset `at` (1-based); nil when 2^53 or more.
+  -- A u64 field at offset `at` (1-based); nil when 2^53 or more (read as 48 + 16 bits, so
+  -- the double is never rounded).
   function M.read_u64(s, at)
-    local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, at, at + 7)
-    if b8 ~= 0 or b7 >= 32 then
+    local low, high = sunpack("<I6I2", s, at)
+    if high >= 32 then
       return nil
     end
-    return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
-      + (b5 + b6 * 256 + b7 * 65536) * 4294967296
+    return low + high * 281474976710656
+  end
+
+  -- Version 1 of a fixed-size state, which the twin writes (the module reads it, and writes
+  -- version 2 from then on): the header, then `fields` as 8-byte little-endian integers, all
+  -- numbers below 2^53, packed by the server's `struct` library in one call. Version 1 costs a
+  -- few bytes more per key than the module's varints, and saves the twin a loop per byte.
+  function M.fixed_v1(tag, a, b, c, d)
+    if d then
+      return "\0RL\1" .. tag .. spack("<I8I8I8I8", a, b, c, d)
+    end
+    return "\0RL\1" .. tag .. spack("<I8I8I8", a, b, c)
   end
 
   -- ------------------------------------------------------------------------------------------
@@ -868,11 +880,14 @@ local function build()
   end
 
   function M.TB.encode(s)
+    if type(s.level) == "number" then
+      return M.fixed_v1("T", s.updated_at, s.refill_ms, s.level, 0)
+    end
     local since = s.updated_at - M.TB_EPOCH_US
     if since < 0 then
       since = M.bsub(M.badd(M.U64_MAX, 1), M.TB_EPOCH_US - s.updated_at)
     end
-    return M.compact("T", { since, s.refill_ms, s.level }, { 64, false, 128 })
+    return M.compact("T", { since, s.refill_ms, s.level })
   end
 
   function M.tb_level_at(s, now, p)
@@ -971,7 +986,7 @@ local function build()
   end
 
   function M.SW.encode(s)
-    return M.compact("S", { s.window_ms, M.idiv(s.window_start, s.window_ms), s.previous, s.current }, {})
+    return M.fixed_v1("S", s.window_ms, s.window_start, s.previous, s.current)
   end
 
   function M.sw_view(s, now, p)
@@ -1123,7 +1138,7 @@ local function build()
   end
 
   function M.FW.encode(s)
-    return M.compact("F", { s.window_ms, M.idiv(s.window_start, s.window_ms), s.count }, {})
+    return M.fixed_v1("F", s.window_ms, s.window_start, s.count)
   end
 
   function M.fw_current(s, now, window_ms)
@@ -1236,7 +1251,10 @@ local function build()
   end
 
   function M.GC.encode(s)
-    return M.compact("G", { s.tat, s.limit, s.period_ms }, { 128, false, false })
+    if type(s.tat) == "number" then
+      return M.fixed_v1("G", s.tat, 0, s.limit, s.period_ms)
+    end
+    return M.compact("G", { s.tat, s.limit, s.period_ms })
   end
 
   function M.gcra_tat_in(s, limit)

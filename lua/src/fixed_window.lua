@@ -27,7 +27,7 @@ function M.FW.read(key)
 end
 
 function M.FW.encode(s)
-  return M.compact("F", { s.window_ms, M.idiv(s.window_start, s.window_ms), s.count }, {})
+  return M.fixed_v1("F", s.window_ms, s.window_start, s.count)
 end
 
 function M.fw_current(s, now, window_ms)

@@ -46,6 +46,7 @@ local function build()
   local floor = math.floor
   local byte, char, fmt, find, sub = string.byte, string.char, string.format, string.find, string.sub
   local call, pcall_redis = redis.call, redis.pcall
+  local spack, sunpack = struct.pack, struct.unpack
 
   -- @SECTIONS@
 

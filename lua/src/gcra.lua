@@ -56,7 +56,10 @@ function M.GC.read(key)
 end
 
 function M.GC.encode(s)
-  return M.compact("G", { s.tat, s.limit, s.period_ms }, { 128, false, false })
+  if type(s.tat) == "number" then
+    return M.fixed_v1("G", s.tat, 0, s.limit, s.period_ms)
+  end
+  return M.compact("G", { s.tat, s.limit, s.period_ms })
 end
 
 function M.gcra_tat_in(s, limit)

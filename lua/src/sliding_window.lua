@@ -30,7 +30,7 @@ function M.SW.read(key)
 end
 
 function M.SW.encode(s)
-  return M.compact("S", { s.window_ms, M.idiv(s.window_start, s.window_ms), s.previous, s.current }, {})
+  return M.fixed_v1("S", s.window_ms, s.window_start, s.previous, s.current)
 end
 
 function M.sw_view(s, now, p)

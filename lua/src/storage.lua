@@ -115,12 +115,23 @@ function M.u64_bytes(n)
   return char(b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8])
 end
 
--- A u64 field at offset `at` (1-based); nil when 2^53 or more.
+-- A u64 field at offset `at` (1-based); nil when 2^53 or more (read as 48 + 16 bits, so
+-- the double is never rounded).
 function M.read_u64(s, at)
-  local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, at, at + 7)
-  if b8 ~= 0 or b7 >= 32 then
+  local low, high = sunpack("<I6I2", s, at)
+  if high >= 32 then
     return nil
   end
-  return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
-    + (b5 + b6 * 256 + b7 * 65536) * 4294967296
+  return low + high * 281474976710656
+end
+
+-- Version 1 of a fixed-size state, which the twin writes (the module reads it, and writes
+-- version 2 from then on): the header, then `fields` as 8-byte little-endian integers, all
+-- numbers below 2^53, packed by the server's `struct` library in one call. Version 1 costs a
+-- few bytes more per key than the module's varints, and saves the twin a loop per byte.
+function M.fixed_v1(tag, a, b, c, d)
+  if d then
+    return "\0RL\1" .. tag .. spack("<I8I8I8I8", a, b, c, d)
+  end
+  return "\0RL\1" .. tag .. spack("<I8I8I8", a, b, c)
 end

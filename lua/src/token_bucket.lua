@@ -61,11 +61,14 @@ function M.tb_instant(since)
 end
 
 function M.TB.encode(s)
+  if type(s.level) == "number" then
+    return M.fixed_v1("T", s.updated_at, s.refill_ms, s.level, 0)
+  end
   local since = s.updated_at - M.TB_EPOCH_US
   if since < 0 then
     since = M.bsub(M.badd(M.U64_MAX, 1), M.TB_EPOCH_US - s.updated_at)
   end
-  return M.compact("T", { since, s.refill_ms, s.level }, { 64, false, 128 })
+  return M.compact("T", { since, s.refill_ms, s.level })
 end
 
 function M.tb_level_at(s, now, p)
