@@ -82,8 +82,9 @@ lint: lua-deps
 # SET PXAT, the design's Lua script and redis-cell in one server: writes benches/RESULTS.md.
 # Tunable: BENCH_SECONDS, BENCH_QUICK_SECONDS, BENCH_REPS, BENCH_ONLY, ... (scripts/bench.sh).
 # CELL=<redis-cell source directory> compares with that redis-cell (default: 0.2.2 from crates.io).
+# REDIS_RATE=<go-redis/redis_rate's script_allow_n.lua> adds its GCRA script beside the Lua twin.
 bench: build bench-deps
-	CARGO="$(CARGO)" bash scripts/bench.sh $(CELL)
+	CARGO="$(CARGO)" RL_REDIS_RATE="$(REDIS_RATE)" bash scripts/bench.sh $(CELL)
 
 # Issue 15's targets alone, on Redis 7.0 and Valkey 9.1 (about 14 minutes on 2 quiet cores): paired
 # runs of SET PXAT, CL.THROTTLE and the Lua script against each RL command (median and min-max
