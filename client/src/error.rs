@@ -61,5 +61,45 @@ impl Error {
     }
 }
 
+/// Redis refused the limiter's user: a configuration error (the password, or the user's
+/// ACL), not an outage. Reported under its own name in logs, metrics and health checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Refusal {
+    /// `WRONGPASS` or `NOAUTH`: the user or password in the URL is wrong, or missing.
+    AuthenticationFailed,
+    /// `NOPERM`: the user's ACL does not allow a command or key the limiter needs.
+    PermissionDenied,
+}
+
+impl Refusal {
+    /// `authentication_failed` or `permission_denied` (metric labels, health reasons).
+    pub fn name(self) -> &'static str {
+        match self {
+            Refusal::AuthenticationFailed => "authentication_failed",
+            Refusal::PermissionDenied => "permission_denied",
+        }
+    }
+}
+
+impl Error {
+    /// The refusal this error is, if Redis refused the user (as opposed to being down or
+    /// answering another error).
+    pub fn refusal(&self) -> Option<Refusal> {
+        let Error::Redis(e) = self else { return None };
+        if e.kind() == redis::ErrorKind::AuthenticationFailed {
+            return Some(Refusal::AuthenticationFailed);
+        }
+        let text = e.to_string();
+        let has = |code: &str| e.code() == Some(code) || text.contains(code);
+        if has("WRONGPASS") || has("NOAUTH") {
+            Some(Refusal::AuthenticationFailed)
+        } else if has("NOPERM") {
+            Some(Refusal::PermissionDenied)
+        } else {
+            None
+        }
+    }
+}
+
 /// `Result` with the client's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -11,6 +11,12 @@
 //! The size is what the local fallback divides each limit by while Redis is down
 //! ([`crate::failover`]): the last size known before the outage, so a fleet that scaled
 //! since the configuration was written still shares each limit once, not `N` times.
+//!
+//! Trust: anyone who can write the fleet key can change what it counts. Two bounds limit
+//! what that buys: a reading from a key holding a lease longer than this member's `ttl`
+//! (no gateway of the fleet asks for one) is not believed (the size stays), and the size
+//! used moves by at most a factor of [`MAX_STEP`] per heartbeat, so a deleted or flooded key
+//! takes several heartbeats to move it far, and is logged meanwhile.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -24,6 +30,9 @@ use crate::transport::{is_unknown_command, Transport};
 
 /// The most members one fleet key counts (`RL.CONCURRENCY`'s largest `limit`).
 pub const MAX_MEMBERS: u64 = 10_000;
+
+/// The largest factor by which the size used changes in one heartbeat (up or down).
+pub const MAX_STEP: u32 = 2;
 
 /// Fleet membership settings ([`crate::Limiter::join_fleet`]).
 ///
@@ -68,6 +77,15 @@ impl FleetConfig {
             return Err(Error::Config(format!(
                 "fleet: heartbeat ({:?}) must be positive and shorter than ttl ({:?})",
                 self.heartbeat, self.ttl
+            )));
+        }
+        // The server refuses a lease outside this range: every heartbeat would fail.
+        let range = redis_rl_core::concurrency::LEASE_MS;
+        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        if range.check(ttl_ms).is_err() {
+            return Err(Error::Config(format!(
+                "fleet: ttl_ms must be between {} and {} (RL.CONCURRENCY's lease_ms), got {ttl_ms}",
+                range.min, range.max
             )));
         }
         Ok(())
@@ -133,6 +151,36 @@ fn acquire(config: &FleetConfig) -> redis::Cmd {
         .arg("ACQUIRE")
         .arg(&config.id);
     cmd
+}
+
+/// `RL.STATE key`: the expiry of the key's longest lease.
+fn state(config: &FleetConfig) -> redis::Cmd {
+    let mut cmd = redis::cmd("RL.STATE");
+    cmd.arg(&config.key);
+    cmd
+}
+
+/// `last_expiry_ms` of an `RL.STATE` reply (a flat list of names and values, or a map).
+fn last_expiry_ms(v: &Value) -> Option<u64> {
+    let pairs: Vec<(&Value, &Value)> = match v {
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|c| Some((c.first()?, c.get(1)?)))
+            .collect(),
+        Value::Map(m) => m.iter().map(|(k, v)| (k, v)).collect(),
+        _ => return None,
+    };
+    pairs.into_iter().find_map(|(k, v)| {
+        let name = match k {
+            Value::BulkString(b) => b.as_slice(),
+            Value::SimpleString(s) => s.as_bytes(),
+            _ => return None,
+        };
+        match (name, v) {
+            (b"last_expiry_ms", Value::Int(n)) => u64::try_from(*n).ok(),
+            _ => None,
+        }
+    })
 }
 
 /// `RL.CONCURRENCY key RELEASE id`.
@@ -232,10 +280,71 @@ fn settled_size(
     }
 }
 
+/// `target` moved toward by at most a factor of [`MAX_STEP`] from `previous`.
+fn bounded_step(previous: Option<NonZeroU32>, target: NonZeroU32) -> NonZeroU32 {
+    let Some(previous) = previous else {
+        return target;
+    };
+    let up = previous.saturating_mul(NonZeroU32::MIN.saturating_add(MAX_STEP - 1));
+    let down = NonZeroU32::new(previous.get() / MAX_STEP).unwrap_or(NonZeroU32::MIN);
+    target.clamp(down, up)
+}
+
+/// True when the key holds a lease ending after what a member of this fleet can ask for:
+/// someone wrote it with a longer lease (by hand or as an attack), so its count is not
+/// believed. `margin` absorbs the clock difference between this host and the server.
+fn forged(last_expiry_ms: u64, now_ms: u64, ttl: Duration) -> bool {
+    let margin = ttl.max(Duration::from_secs(1));
+    let latest = now_ms
+        .saturating_add(millis(ttl))
+        .saturating_add(millis(margin));
+    last_expiry_ms > latest
+}
+
+fn wall_ms() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+    )
+    .unwrap_or(u64::MAX)
+}
+
+/// One heartbeat: renew, read the size, and check that no lease outlives the fleet's ttl.
+async fn renew(
+    config: &FleetConfig,
+    transport: &Transport,
+    cmd: &redis::Cmd,
+    slot: Option<u16>,
+) -> Result<Reading> {
+    let read = members(&transport.call(cmd, slot).await?)?;
+    // RL.STATE is read-only and cheap; a server without it (an old module) cannot say.
+    let trusted = match transport.call(&state(config), slot).await {
+        Ok(v) => last_expiry_ms(&v).is_none_or(|last| !forged(last, wall_ms(), config.ttl)),
+        Err(_) => true,
+    };
+    Ok(Reading { read, trusted })
+}
+
+struct Reading {
+    read: NonZeroU32,
+    trusted: bool,
+}
+
 async fn heartbeat(config: FleetConfig, transport: Arc<Transport>, view: Arc<FleetView>) {
     let cmd = acquire(&config);
     let slot = transport.slot_of(&config.key);
     let mut warned = false;
+    // When a failing heartbeat or an untrusted key was last logged at warn level.
+    let mut last_warn: Option<Instant> = None;
+    let warn_due = |last: &mut Option<Instant>| {
+        let due = last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
+    };
     // Set by a failed heartbeat; the next successful one starts the settling time.
     let mut failed = false;
     let mut settle_until: Option<Instant> = None;
@@ -243,13 +352,34 @@ async fn heartbeat(config: FleetConfig, transport: Arc<Transport>, view: Arc<Fle
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
-        match transport.call(&cmd, slot).await.and_then(|v| members(&v)) {
-            Ok(read) => {
+        match renew(&config, &transport, &cmd, slot).await {
+            Ok(Reading {
+                trusted: false,
+                read,
+            }) => {
+                if warn_due(&mut last_warn) {
+                    tracing::warn!(
+                        fleet = %config.key,
+                        read = read.get(),
+                        ttl_ms = millis(config.ttl),
+                        "fleet: the key holds a lease longer than ttl_ms (written by something \
+                         other than this fleet's gateways): its count is ignored, the size stays"
+                    );
+                }
+                metrics::counter!("rl_fleet_untrusted_total").increment(1);
+            }
+            Ok(Reading { read, .. }) => {
                 let now = Instant::now();
                 if std::mem::take(&mut failed) {
                     settle_until = Some(now + config.ttl);
+                    if last_warn.take().is_some() {
+                        tracing::info!(fleet = %config.key, "fleet: heartbeat works again");
+                    }
                 }
-                let size = settled_size(view.size(), read, now, settle_until);
+                let size = bounded_step(
+                    view.size(),
+                    settled_size(view.size(), read, now, settle_until),
+                );
                 if view.size() != Some(size) {
                     tracing::info!(
                         fleet = %config.key,
@@ -271,7 +401,16 @@ async fn heartbeat(config: FleetConfig, transport: Arc<Transport>, view: Arc<Fle
             }
             Err(e) => {
                 failed = true;
-                tracing::debug!(error = %e, "fleet: heartbeat failed");
+                metrics::counter!("rl_fleet_heartbeat_failures_total").increment(1);
+                if warn_due(&mut last_warn) {
+                    tracing::warn!(
+                        fleet = %config.key,
+                        error = %e,
+                        "fleet: heartbeat failed; the fleet size stays at its last value"
+                    );
+                } else {
+                    tracing::debug!(error = %e, "fleet: heartbeat failed");
+                }
             }
         }
     }
@@ -350,6 +489,44 @@ mod tests {
         assert_eq!(settled_size(Some(n(4)), n(6), t0, until), n(6));
         // One lease time later a member that left is dropped.
         assert_eq!(settled_size(Some(n(4)), n(3), t0 + ttl, until), n(3));
+    }
+
+    #[test]
+    fn a_ttl_the_server_refuses_is_refused_here() {
+        let mut c = FleetConfig::new("k");
+        c.ttl = Duration::from_millis(1_000_000_000_000_000);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("ttl_ms must be between"), "{err}");
+        c.ttl = Duration::from_millis(1_000_000_000_000);
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn the_size_moves_by_at_most_a_factor_of_two_per_heartbeat() {
+        let n = |k| NonZeroU32::new(k).unwrap();
+        assert_eq!(bounded_step(None, n(10_000)), n(10_000), "first reading");
+        assert_eq!(bounded_step(Some(n(4)), n(10_000)), n(8));
+        assert_eq!(bounded_step(Some(n(8)), n(1)), n(4));
+        assert_eq!(bounded_step(Some(n(1)), n(1)), n(1));
+        assert_eq!(bounded_step(Some(n(4)), n(5)), n(5));
+        assert_eq!(bounded_step(Some(n(u32::MAX)), n(u32::MAX)), n(u32::MAX));
+    }
+
+    #[test]
+    fn a_lease_longer_than_the_ttl_marks_the_key_as_forged() {
+        let ttl = Duration::from_secs(3);
+        let now = 1_700_000_000_000;
+        assert!(!forged(now + 3_000, now, ttl), "a member's own lease");
+        assert!(!forged(now + 5_000, now, ttl), "clock difference");
+        assert!(forged(now + 31_000_000_000, now, ttl), "a 1-year lease");
+        let flat = Value::Array(vec![
+            Value::BulkString(b"held".to_vec()),
+            Value::Int(2),
+            Value::BulkString(b"last_expiry_ms".to_vec()),
+            Value::Int(42),
+        ]);
+        assert_eq!(last_expiry_ms(&flat), Some(42));
+        assert_eq!(last_expiry_ms(&Value::Nil), None);
     }
 
     #[test]

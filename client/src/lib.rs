@@ -78,15 +78,15 @@ pub mod tier;
 mod toml_file;
 pub mod transport;
 
-pub use backend::{Backend, Cluster, Standalone};
+pub use backend::{Backend, Cluster, Standalone, TlsFiles};
 pub use breaker::{Breaker, BreakerConfig, BreakerState, BreakerStats};
 pub use decider::Engine;
 pub use decision::{Decision, Grant, MultiDecision, Source, Verdict};
 pub use deny_cache::DenyCache;
-pub use error::{Error, Result};
+pub use error::{Error, Refusal, Result};
 pub use fallback::LocalLimiter;
 pub use fleet::FleetConfig;
 pub use lease::{LeaseConfig, LeaseStats};
 pub use limiter::{Limiter, LimiterBuilder, LimiterStats, DEFAULT_TIMEOUT};
-pub use policy::{Algorithm, FailureMode, Policy};
+pub use policy::{Algorithm, FailureMode, Period, Policy};
 pub use tier::{Rate, RateOverride, RedisHashTiers, StaticTiers, TierConfig, TierResolver};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redis::{Cmd, Value};
 
-use crate::backend::{Backend, Cluster, Standalone};
+use crate::backend::{Backend, Cluster, Standalone, TlsFiles};
 use crate::breaker::{BreakerConfig, BreakerState, BreakerStats};
 use crate::decider::Check;
 use crate::decider::{unknown, AutoDecider, Decider, Engine};
@@ -48,6 +48,7 @@ pub struct LimiterBuilder {
     engine: Engine,
     fleet_fallback: bool,
     leases: LeaseConfig,
+    tls: Option<TlsFiles>,
 }
 
 impl Default for LimiterBuilder {
@@ -61,6 +62,7 @@ impl Default for LimiterBuilder {
             engine: Engine::Auto,
             fleet_fallback: true,
             leases: LeaseConfig::default(),
+            tls: None,
         }
     }
 }
@@ -121,15 +123,26 @@ impl LimiterBuilder {
         self
     }
 
-    /// A limiter on a standalone server.
+    /// TLS settings for `rediss://` URLs: the CA certificates the server must chain to
+    /// (instead of the system's roots) and a client certificate. Without this, `rediss://`
+    /// checks the server against the system's roots. The server's name (the URL's host)
+    /// is checked either way.
+    pub fn tls(mut self, files: TlsFiles) -> Self {
+        self.tls = Some(files);
+        self
+    }
+
+    /// A limiter on a standalone server (`redis://[user:password@]host:port/db`, or
+    /// `rediss://` for TLS).
     pub fn standalone(self, url: &str) -> Result<Limiter> {
-        let backend = Standalone::new(url, self.timeout)?;
+        let backend = Standalone::with_tls(url, self.timeout, self.tls.clone())?;
         Ok(self.backend(Arc::new(backend)))
     }
 
-    /// A limiter on a Redis Cluster reached through the seed `nodes`.
+    /// A limiter on a Redis Cluster reached through the seed `nodes` (URLs as for
+    /// [`standalone`](Self::standalone)).
     pub fn cluster(self, nodes: &[String]) -> Result<Limiter> {
-        let backend = Cluster::new(nodes, self.timeout)?;
+        let backend = Cluster::with_tls(nodes, self.timeout, self.tls.clone())?;
         Ok(self.backend(Arc::new(backend)))
     }
 
@@ -505,6 +518,17 @@ impl Limiter {
     /// Pings Redis directly (bypassing the breaker, within the timeout): for health checks.
     pub async fn ping(&self) -> bool {
         self.inner.transport.ping().await
+    }
+
+    /// [`ping`](Self::ping) with the reason of a failure.
+    pub async fn ping_result(&self) -> Result<()> {
+        self.inner.transport.ping_result().await
+    }
+
+    /// Commands Redis refuses to the limiter's user, and why (see
+    /// [`Transport::refusals`]).
+    pub fn refusals(&self) -> Vec<(String, crate::error::Refusal)> {
+        self.inner.transport.refusals()
     }
 
     /// The circuit breaker's state.

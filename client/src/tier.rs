@@ -297,6 +297,33 @@ impl TierConfig {
 
 static FREE: Rate = Rate::per_minute(100);
 
+/// A key's tier in the tier store names no configured tier (a typo, or a tier removed from
+/// the configuration): the key is limited as the default tier. Counted, and logged at warn
+/// at most once per ten seconds (a request rate of log lines would drown the log).
+pub(crate) fn unknown_tier(name: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_WARN_MS: AtomicU64 = AtomicU64::new(0);
+    metrics::counter!("rl_unknown_tier_total").increment(1);
+    let now_ms = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+    )
+    .unwrap_or(u64::MAX);
+    let last = LAST_WARN_MS.load(Ordering::Relaxed);
+    if now_ms.saturating_sub(last) >= 10_000
+        && LAST_WARN_MS
+            .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(
+            tier = %name.escape_debug(),
+            "an API key's tier is not among the configured tiers: limited as the default tier"
+        );
+    }
+}
+
 /// Finds the tier name of an API key (`None`: the default tier).
 pub trait TierResolver: Send + Sync + 'static {
     /// The tier of `api_key`.
@@ -423,7 +450,14 @@ mod tests {
                 rate.policy(FailureMode::LOCAL).unwrap().algorithm().kind()
             })
             .collect();
-        assert_eq!(configured, redis_rl_core::Kind::LIMITERS);
+        // A calendar quota is configured by its limit string (`"1000/month"`), not as an
+        // algorithm over a window.
+        let windowed: Vec<_> = redis_rl_core::Kind::LIMITERS
+            .iter()
+            .copied()
+            .filter(|k| *k != redis_rl_core::Kind::Quota)
+            .collect();
+        assert_eq!(configured, windowed);
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! counted, measured (the `rl_redis_call_duration_seconds{outcome}` histogram) and seen by
 //! the breaker in one place.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::{Cmd, Value};
@@ -15,7 +16,7 @@ use redis::{Cmd, Value};
 use crate::backend::Backend;
 use crate::breaker::{Breaker, BreakerConfig, Permit};
 use crate::command;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 // Capability bits, detected once with COMMAND INFO.
 const CAPS_KNOWN: u8 = 1;
@@ -56,6 +57,10 @@ pub struct Transport {
     redis_calls: AtomicU64,
     errors: AtomicU64,
     last_error_log_ms: AtomicU64,
+    /// Commands Redis refused to the limiter's user (by command name), until one of them
+    /// succeeds: what the health check reports as "authentication failed" or "permission
+    /// denied".
+    refusals: Mutex<HashMap<String, Refusal>>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -92,6 +97,7 @@ impl Transport {
             redis_calls: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             last_error_log_ms: AtomicU64::new(0),
+            refusals: Mutex::new(HashMap::new()),
         }
     }
 
@@ -108,7 +114,23 @@ impl Transport {
             Ok(Err(e)) => Err(Error::Redis(e)),
             Ok(Ok(v)) => Ok(v),
         };
+        let refusal = result.as_ref().err().and_then(Error::refusal);
+        self.note_refusal(cmd, refusal);
         let outcome = match &result {
+            Err(e) if refusal.is_some() => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                // A wrong password fails at connect: every call would reconnect, so the
+                // breaker spares Redis that; a command the ACL refuses is a healthy reply.
+                if refusal == Some(Refusal::AuthenticationFailed) {
+                    self.breaker.on_failure();
+                } else {
+                    self.breaker.on_success();
+                }
+                metrics::counter!("rl_redis_refusals_total", "reason" => refusal.map_or("", Refusal::name))
+                    .increment(1);
+                self.log_refusal(cmd, e);
+                "refused"
+            }
             Err(e) if e.is_outage() => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 self.breaker.on_failure();
@@ -135,11 +157,75 @@ impl Transport {
 
     /// Pings Redis directly (bypassing the breaker, within the timeout): for health checks.
     pub async fn ping(&self) -> bool {
+        self.ping_result().await.is_ok()
+    }
+
+    /// [`ping`](Self::ping) with the reason of a failure (a [`Refusal`] when Redis refused
+    /// the user); a refusal is also remembered as [`refusals`](Self::refusals) report.
+    pub async fn ping_result(&self) -> Result<()> {
         let cmd = redis::cmd("PING");
-        matches!(
-            tokio::time::timeout(self.timeout, self.backend.query(&cmd, None)).await,
-            Ok(Ok(_))
-        )
+        let result = match tokio::time::timeout(self.timeout, self.backend.query(&cmd, None)).await
+        {
+            Err(_) => Err(Error::Timeout(self.timeout)),
+            Ok(Err(e)) => Err(Error::Redis(e)),
+            Ok(Ok(_)) => Ok(()),
+        };
+        self.note_refusal(&cmd, result.as_ref().err().and_then(Error::refusal));
+        result
+    }
+
+    /// The refusals standing: each command Redis last refused to the limiter's user, and
+    /// why (cleared when the command next succeeds; every one of them when Redis next
+    /// accepts the user's password).
+    pub fn refusals(&self) -> Vec<(String, Refusal)> {
+        let map = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<(String, Refusal)> = map.iter().map(|(c, r)| (c.clone(), *r)).collect();
+        out.sort();
+        out
+    }
+
+    fn note_refusal(&self, cmd: &Cmd, refusal: Option<Refusal>) {
+        let name = command_name(cmd);
+        let mut map = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        match refusal {
+            Some(r) => {
+                // Bounded: one entry per command name the limiter sends.
+                if map.len() < 64 || map.contains_key(&name) {
+                    map.insert(name, r);
+                }
+            }
+            None if map.is_empty() => {}
+            None => {
+                // Any answer means the password was accepted; the ACL verdict is per command.
+                map.retain(|c, r| *r != Refusal::AuthenticationFailed && *c != name);
+            }
+        }
+    }
+
+    /// Refusals are configuration errors someone must fix: logged at error level, once per
+    /// ten seconds.
+    fn log_refusal(&self, cmd: &Cmd, error: &Error) {
+        let now_ms = now_ms();
+        let last = self.last_error_log_ms.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(last) < 10_000
+            || self
+                .last_error_log_ms
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        match error.refusal() {
+            Some(Refusal::PermissionDenied) => tracing::error!(
+                command = %command_name(cmd),
+                error = %error,
+                "redis refused a command to the limiter's user (NOPERM): grant it in the user's ACL; deciding by failure mode"
+            ),
+            _ => tracing::error!(
+                error = %error,
+                "redis refused the limiter's credentials (WRONGPASS/NOAUTH): check the user and password in the URL; deciding by failure mode"
+            ),
+        }
     }
 
     /// The hash slot of `key` on a cluster (`None` on a standalone server).
@@ -205,13 +291,11 @@ impl Transport {
     /// Logs a failed call at most once per second: an outage is reported by the breaker's
     /// transitions, not by a line per request.
     pub fn log_error(&self, command: &str, error: &Error) {
-        let now_ms = u64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_millis(),
-        )
-        .unwrap_or(u64::MAX);
+        if error.refusal().is_some() {
+            // Logged at error level where it happened (`call`).
+            return;
+        }
+        let now_ms = now_ms();
         let last = self.last_error_log_ms.load(Ordering::Relaxed);
         if now_ms.saturating_sub(last) < 1_000 {
             tracing::debug!(command, error = %error, "redis call failed");
@@ -228,6 +312,24 @@ impl Transport {
                 tracing::warn!(command, error = %error, "redis call failed, deciding by failure mode");
             }
         }
+    }
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+    )
+    .unwrap_or(u64::MAX)
+}
+
+/// The command's name (its first word, upper case): the key of the refusals.
+fn command_name(cmd: &Cmd) -> String {
+    match cmd.args_iter().next() {
+        Some(redis::Arg::Simple(bytes)) => String::from_utf8_lossy(bytes).to_ascii_uppercase(),
+        _ => String::new(),
     }
 }
 

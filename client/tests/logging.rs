@@ -13,8 +13,8 @@ use axum::routing::get;
 use axum::Router;
 use http::StatusCode;
 use redis_rl_client::backend::BoxFuture;
+use redis_rl_client::middleware::Rate;
 use redis_rl_client::middleware::{tenant_id, RateLimitConfig, RateLimitLayer};
-use redis_rl_client::tier::Rate;
 use redis_rl_client::{Backend, Limiter, StaticTiers};
 use tower::ServiceExt;
 

@@ -9,6 +9,8 @@ use std::fmt::Debug;
 
 use crate::decision::Decision;
 use crate::limits::{ParamError, Range};
+use crate::rate::{Numbers, RateField, Share};
+use crate::registry::Kind;
 use crate::time::Micros;
 
 /// A named option after the positional parameters, such as GCRA's `BURST b`.
@@ -37,6 +39,8 @@ pub type StateView = Vec<(&'static str, StateValue)>;
 pub trait Algorithm {
     /// The spec word (`TOKENBUCKET`): RL.ALL and RL.REFUND specs start with it.
     const NAME: &'static str;
+    /// The single-key command (`RL.TOKENBUCKET`): `RL.` and the spec word.
+    const COMMAND: &'static str;
     /// The name in error texts and RL.STATE (`token bucket`).
     const LABEL: &'static str;
     /// The tag byte in the stored header (`b'T'`); unique across the registry.
@@ -55,6 +59,10 @@ pub trait Algorithm {
     /// checked against its range; the error names the first one outside it.
     fn params(values: &[u64], options: &[Option<u64>]) -> Result<Self::Params, ParamError>;
 
+    /// The numbers [`Self::params`] builds `params` from (an option at its default is left
+    /// out, as a caller that did not give it would): what a command's arguments carry.
+    fn numbers(params: &Self::Params) -> Numbers;
+
     /// What RL.STATE shows of `state` as of `now`, between the algorithm's name and the
     /// key's TTL: the stored parameters and the current count or tokens. Never changes it.
     fn view(state: &Self::State, now: Micros) -> StateView;
@@ -65,10 +73,31 @@ pub trait Algorithm {
 pub trait RateLimiter: Algorithm {
     /// Whether its command takes `UPTO` (a partial grant, see [`upto`]).
     const UPTO: bool = false;
+    /// What each parameter is in a configured rate (positional ones, then options): which
+    /// of them `limit`, `window_ms` and `burst` feed.
+    const RATE: &'static [RateField];
+    /// How the local fallback divides the limit among instances.
+    const SHARE: Share;
+    /// A share above this limit runs as the other algorithm in the local fallback (a state
+    /// that grows with the limit, such as a log's, would cost too much memory per key).
+    const LOCAL_EXACT_MAX: Option<(u64, Kind)> = None;
 
     /// Decides whether `cost` units may be taken at `now`; returns the decision and the
     /// state to store (`None`: write nothing).
     fn check(
+        state: Option<Self::State>,
+        now: Micros,
+        params: &Self::Params,
+        cost: u64,
+    ) -> (Decision, Option<Self::State>);
+
+    /// Takes `cost` units at `now` whatever the limit says (`FORCE`): the decision is
+    /// allowed, and what goes past the limit is a debt that later calls wait for (their
+    /// `retry_after` includes it). How long a debt is remembered is the algorithm's own: a
+    /// bucket or a GCRA repays it by refilling; a fixed window or a calendar quota is
+    /// refused until its window ends; a sliding window or log while the units are inside
+    /// the window. Returns the decision and the state to store (`None` for a zero cost).
+    fn force(
         state: Option<Self::State>,
         now: Micros,
         params: &Self::Params,
@@ -85,18 +114,13 @@ pub trait RateLimiter: Algorithm {
     ) -> (u64, Option<Self::State>);
 }
 
-/// Implements [`RateLimiter`] for `$algorithm` with the `check` and `refund` functions of
-/// the module where it is invoked (`rate_limiter!(T, upto)`: its command takes `UPTO`).
+/// Implements [`RateLimiter`] for `$algorithm` with the `check`, `force` and `refund` functions of
+/// the module where it is invoked, and the associated constants given in braces (`UPTO`,
+/// `RATE`, `SHARE`, `LOCAL_EXACT_MAX`).
 macro_rules! rate_limiter {
-    ($algorithm:ty, upto) => {
-        $crate::algorithm::rate_limiter!($algorithm, true);
-    };
-    ($algorithm:ty) => {
-        $crate::algorithm::rate_limiter!($algorithm, false);
-    };
-    ($algorithm:ty, $upto:literal) => {
+    ($algorithm:ty { $($constant:item)* }) => {
         impl $crate::algorithm::RateLimiter for $algorithm {
-            const UPTO: bool = $upto;
+            $($constant)*
 
             fn check(
                 state: Option<Self::State>,
@@ -105,6 +129,15 @@ macro_rules! rate_limiter {
                 cost: u64,
             ) -> ($crate::Decision, Option<Self::State>) {
                 check(state, now, params, cost)
+            }
+
+            fn force(
+                state: Option<Self::State>,
+                now: $crate::Micros,
+                params: &Self::Params,
+                cost: u64,
+            ) -> ($crate::Decision, Option<Self::State>) {
+                force(state, now, params, cost)
             }
 
             fn refund(
@@ -205,17 +238,23 @@ pub trait Source {
     fn option(&mut self, opt: &Opt) -> Result<Option<u64>, Self::Error>;
 }
 
-/// Parses `A`'s parameters from `source`: each positional one in order, then each option in
-/// declaration order, then [`Algorithm::params`]. The one parser shared by every spec that
-/// names an algorithm. Allocates nothing.
+/// Parses `A`'s parameters from `source`: each positional one in order, then the options in
+/// any order (each at most once: a repeated one is left for the next spec, which refuses it),
+/// then [`Algorithm::params`]. The one parser shared by every spec that names an algorithm.
+/// Allocates nothing.
 pub fn parse_params<A: Algorithm, S: Source>(source: &mut S) -> Result<A::Params, S::Error> {
     let mut values = [0u64; MAX_PARAMS];
     for (slot, range) in values.iter_mut().zip(A::PARAMS) {
         *slot = source.value(*range)?;
     }
     let mut options = [None; MAX_OPTIONS];
-    for (slot, opt) in options.iter_mut().zip(A::OPTIONS) {
-        *slot = source.option(opt)?;
+    // One round per option: each round takes whichever of the missing ones comes next.
+    for _ in A::OPTIONS {
+        for (slot, opt) in options.iter_mut().zip(A::OPTIONS) {
+            if slot.is_none() {
+                *slot = source.option(opt)?;
+            }
+        }
     }
     let values = values.get(..A::PARAMS.len()).unwrap_or(&[]);
     let options = options.get(..A::OPTIONS.len()).unwrap_or(&[]);

@@ -13,6 +13,7 @@ use std::fmt;
 use crate::algorithm::{positional, Algorithm, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
 use crate::limits::{self, ParamError, Range};
+use crate::rate::Numbers;
 use crate::time::{Micros, Millis};
 
 /// Largest `limit` (every call reads and rewrites all leases: its cost grows with it).
@@ -26,6 +27,7 @@ pub const LIMIT: Range = Range {
     name: "limit",
     min: 1,
     max: MAX_LIMIT,
+    spelling: crate::limits::Spelling::Integer,
 };
 
 /// The concurrency limiter in the [registry](crate::registry): `limit lease_ms`, then
@@ -34,6 +36,7 @@ pub struct Concurrency;
 
 impl Algorithm for Concurrency {
     const NAME: &'static str = "CONCURRENCY";
+    const COMMAND: &'static str = "RL.CONCURRENCY";
     const LABEL: &'static str = "concurrency";
     const TAG: u8 = b'C';
     const PARAMS: &'static [Range] = &[LIMIT, LEASE_MS];
@@ -43,6 +46,10 @@ impl Algorithm for Concurrency {
     fn params(values: &[u64], _options: &[Option<u64>]) -> Result<Self::Params, ParamError> {
         let [limit, lease_ms] = positional(Self::PARAMS, values)?;
         Ok(ConcurrencyParams { limit, lease_ms })
+    }
+
+    fn numbers(p: &Self::Params) -> Numbers {
+        Numbers::new(&[p.limit, p.lease_ms], &[])
     }
 
     /// The leases held now, and when (ms, rounded up) the soonest and the last of them

@@ -24,6 +24,7 @@
 use crate::algorithm::{positional, rate_limiter, Algorithm, Opt, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
 use crate::limits::{self, ParamError, Range};
+use crate::rate::{Numbers, RateField, Share};
 use crate::time::{ceil_millis_of, div_u128, Micros, Millis};
 
 /// `BURST b`: the most units that may pass at once (default: `limit`).
@@ -38,6 +39,7 @@ pub struct Gcra;
 
 impl Algorithm for Gcra {
     const NAME: &'static str = "GCRA";
+    const COMMAND: &'static str = "RL.GCRA";
     const LABEL: &'static str = "GCRA";
     const TAG: u8 = b'G';
     const PARAMS: &'static [Range] = &[limits::count("limit"), limits::duration_ms("period_ms")];
@@ -55,6 +57,11 @@ impl Algorithm for Gcra {
         })
     }
 
+    fn numbers(p: &Self::Params) -> Numbers {
+        let burst = (p.burst != p.limit).then_some(p.burst);
+        Numbers::new(&[p.limit, p.period_ms], &[burst])
+    }
+
     fn view(state: &Self::State, now: Micros) -> StateView {
         vec![
             ("limit", StateValue::Int(state.limit)),
@@ -65,7 +72,11 @@ impl Algorithm for Gcra {
     }
 }
 
-rate_limiter!(Gcra, upto);
+rate_limiter!(Gcra {
+    const UPTO: bool = true;
+    const RATE: &'static [RateField] = &[RateField::Limit, RateField::WindowMs, RateField::Burst];
+    const SHARE: Share = Share::Period;
+});
 
 /// Validated GCRA parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,6 +249,41 @@ pub fn check(
         period_ms: params.period_ms,
     });
     (decision(Outcome::Allowed, after), new_state)
+}
+
+/// Takes `cost` units at `now` even past the burst (`FORCE`): the theoretical arrival
+/// time moves on by `cost` emission intervals however far ahead it already is, so later
+/// calls wait until it is back within the burst. The debt is capped at
+/// [`MAX_COUNT`](limits::MAX_COUNT) units past `now`.
+pub fn force(
+    state: Option<GcraState>,
+    now: Micros,
+    params: &GcraParams,
+    cost: u64,
+) -> (Decision, Option<GcraState>) {
+    let (probe, _) = check(state, now, params, cost);
+    if probe.is_allowed() || cost == 0 {
+        return check(state, now, params, cost);
+    }
+    let interval = params.interval();
+    let now_t = u128::from(now.0) * params.scale();
+    let tat = state.map_or(0, |s| s.tat_in(params.limit)).max(now_t);
+    let furthest = now_t + u128::from(limits::MAX_COUNT) * interval;
+    let after = tat
+        .saturating_add(u128::from(cost) * interval)
+        .min(furthest);
+    let decision = Decision {
+        outcome: Outcome::Allowed,
+        limit: params.burst,
+        remaining: 0,
+        reset_after: ceil_millis_of(after - now_t, params.limit),
+    };
+    let state = GcraState {
+        tat: after,
+        limit: params.limit,
+        period_ms: params.period_ms,
+    };
+    (decision, Some(state))
 }
 
 /// Gives back up to `amount` units taken earlier (RL.REFUND): moves the TAT back by that

@@ -14,6 +14,7 @@
 )]
 
 pub mod algorithm;
+pub mod calendar;
 pub mod concurrency;
 pub mod decision;
 pub mod fixed_window;
@@ -21,6 +22,8 @@ pub mod gcra;
 pub mod limits;
 #[cfg(test)]
 mod promises;
+pub mod quota;
+pub mod rate;
 pub mod registry;
 #[cfg(test)]
 mod scenario;
@@ -34,5 +37,6 @@ pub mod window;
 pub use algorithm::{Algorithm, RateLimiter};
 pub use decision::{Decision, Outcome};
 pub use limits::ParamError;
+pub use rate::{ConfigRate, Numbers, RateField, Share};
 pub use registry::{AnyParams, AnyState, Kind};
 pub use time::{Micros, Millis};

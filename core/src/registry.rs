@@ -10,6 +10,7 @@
 use crate::algorithm::{parse_params, upto, Algorithm, Opt, RateLimiter, Source, StateView};
 use crate::decision::Decision;
 use crate::limits::{ParamError, Range};
+use crate::rate::{self, ConfigRate, Numbers, RateField, Share};
 use crate::time::Micros;
 
 /// Calls `$callback! { limiters: [Variant = Type, ...], others: [...] }` with every
@@ -22,34 +23,87 @@ use crate::time::Micros;
 ///         [$(stringify!($l),)* $(stringify!($o),)*].len()
 ///     };
 /// }
-/// assert_eq!(redis_rl_core::registry!(count), 6);
+/// assert_eq!(redis_rl_core::registry!(count), 7);
 /// ```
 #[macro_export]
 macro_rules! registry {
     ($callback:ident) => {
-        $callback! {
+        $crate::__registry_list! { plain $callback }
+    };
+}
+
+/// [`registry!`] with each algorithm's constructor after its type: `Variant = Type
+/// [config_name(param, ...; option, ...)]`. The name is the one configurations use
+/// (`token_bucket`), the parameters those of the typed constructors generated from it
+/// (the client's `Policy::token_bucket(capacity, refill_tokens, refill_ms)`); an option is
+/// an `Option<u64>`.
+///
+/// ```
+/// macro_rules! names {
+///     (
+///         limiters: [$($l:ident = $lt:ty [$lc:ident($($lp:ident),* $(; $($lo:ident),*)?)]),* $(,)?],
+///         others: [$($o:ident = $ot:ty [$oc:ident($($op:ident),* $(; $($oo:ident),*)?)]),* $(,)?] $(,)?
+///     ) => {
+///         [$(stringify!($lc),)*]
+///     };
+/// }
+/// assert_eq!(redis_rl_core::registry_full!(names), ["token_bucket", "sliding", "fixed", "gcra", "log", "quota"]);
+/// ```
+#[macro_export]
+macro_rules! registry_full {
+    ($callback:ident) => {
+        $crate::__registry_list! { full $callback }
+    };
+}
+
+/// The list itself. **Adding an algorithm** starts with its line here (and its file).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __registry_list {
+    ($mode:ident $callback:ident) => {
+        $crate::__registry_emit! {
+            ($mode $callback)
             limiters: [
-                TokenBucket = $crate::token_bucket::TokenBucket,
-                SlidingWindow = $crate::sliding_window::SlidingWindow,
-                FixedWindow = $crate::fixed_window::FixedWindow,
-                Gcra = $crate::gcra::Gcra,
-                SlidingLog = $crate::sliding_log::SlidingLog,
+                TokenBucket = $crate::token_bucket::TokenBucket [token_bucket(capacity, refill_tokens, refill_ms)],
+                SlidingWindow = $crate::sliding_window::SlidingWindow [sliding(limit, window_ms)],
+                FixedWindow = $crate::fixed_window::FixedWindow [fixed(limit, window_ms)],
+                Gcra = $crate::gcra::Gcra [gcra(limit, period_ms; burst)],
+                SlidingLog = $crate::sliding_log::SlidingLog [log(limit, window_ms)],
+                Quota = $crate::quota::Quota [quota(limit, period; tz, anchor)],
             ],
             others: [
-                Concurrency = $crate::concurrency::Concurrency,
+                Concurrency = $crate::concurrency::Concurrency [concurrency(limit, lease_ms)],
             ],
         }
+    };
+}
+
+/// Hands the list to a callback: whole (`full`), or without the constructors (`plain`).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __registry_emit {
+    (
+        (plain $callback:ident)
+        limiters: [$($l:ident = $lt:ty [$($lx:tt)*]),* $(,)?],
+        others: [$($o:ident = $ot:ty [$($ox:tt)*]),* $(,)?] $(,)?
+    ) => {
+        $callback! { limiters: [$($l = $lt,)*], others: [$($o = $ot,)*] }
+    };
+    ((full $callback:ident) $($list:tt)*) => {
+        $callback! { $($list)* }
     };
 }
 
 /// Generates [`Kind`], [`AnyParams`], [`AnyState`] and their dispatch from the list.
 macro_rules! generate {
     (
-        limiters: [$($l:ident = $lt:ty),* $(,)?],
-        others: [$($o:ident = $ot:ty),* $(,)?] $(,)?
+        limiters: [$($l:ident = $lt:ty [$lc:ident($($lp:ident),* $(; $($lo:ident),*)?)]),* $(,)?],
+        others: [$($o:ident = $ot:ty [$oc:ident($($op:ident),* $(; $($oo:ident),*)?)]),* $(,)?] $(,)?
     ) => {
-        /// The algorithm of a stored limiter (its tag byte) or of a spec.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        /// An algorithm: of a stored limiter (its tag byte), of a spec, of a policy and of a
+        /// configuration (`algorithm = "sliding"`, with the `serde` feature). The one
+        /// "which algorithm" type of every crate.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Kind {
             $(
                 #[doc = concat!("[`", stringify!($lt), "`]")]
@@ -66,6 +120,64 @@ macro_rules! generate {
             pub const ALL: &'static [Kind] = &[$(Kind::$l,)* $(Kind::$o,)*];
             /// The rate limiters, in the order error texts list them.
             pub const LIMITERS: &'static [Kind] = &[$(Kind::$l,)*];
+            /// The names configurations give the rate limiters, in the order of [`Self::LIMITERS`].
+            pub const CONFIG_NAMES: &'static [&'static str] = &[$(stringify!($lc),)*];
+
+            /// The name in configurations and the Python package (`token_bucket`): the
+            /// name of its constructors.
+            pub const fn config_name(self) -> &'static str {
+                match self {
+                    $(Kind::$l => stringify!($lc),)*
+                    $(Kind::$o => stringify!($oc),)*
+                }
+            }
+
+            /// The algorithm a configuration names (`None` for an unknown name).
+            pub fn from_config_name(name: &str) -> Option<Kind> {
+                Kind::ALL.iter().copied().find(|k| k.config_name() == name)
+            }
+
+            /// The single-key command (`RL.TOKENBUCKET`).
+            pub const fn command(self) -> &'static str {
+                match self {
+                    $(Kind::$l => <$lt as Algorithm>::COMMAND,)*
+                    $(Kind::$o => <$ot as Algorithm>::COMMAND,)*
+                }
+            }
+
+            /// True for a rate limiter (RL.ALL, RL.REFUND, a policy).
+            pub const fn is_limiter(self) -> bool {
+                match self {
+                    $(Kind::$l => true,)*
+                    $(Kind::$o => false,)*
+                }
+            }
+
+            /// What each parameter (positional ones, then options) is in a configured rate
+            /// (empty for an algorithm that is not a rate limiter).
+            pub const fn rate_fields(self) -> &'static [RateField] {
+                match self {
+                    $(Kind::$l => <$lt as RateLimiter>::RATE,)*
+                    $(Kind::$o => &[],)*
+                }
+            }
+
+            /// How the local fallback divides its limit (`None`: not a rate limiter).
+            pub const fn share(self) -> Option<Share> {
+                match self {
+                    $(Kind::$l => Some(<$lt as RateLimiter>::SHARE),)*
+                    $(Kind::$o => None,)*
+                }
+            }
+
+            /// The largest share the local fallback runs as this algorithm, and what it
+            /// runs above it (`None`: any share).
+            pub const fn local_exact_max(self) -> Option<(u64, Kind)> {
+                match self {
+                    $(Kind::$l => <$lt as RateLimiter>::LOCAL_EXACT_MAX,)*
+                    $(Kind::$o => None,)*
+                }
+            }
 
             /// The tag byte in the stored header.
             pub const fn tag(self) -> u8 {
@@ -189,6 +301,26 @@ macro_rules! generate {
                 }
             }
 
+            /// Builds the parameters of the rate limiter `kind` from integers (see
+            /// [`Algorithm::params`]); `None` if `kind` is not a rate limiter.
+            pub fn from_numbers(
+                kind: Kind,
+                values: &[u64],
+                options: &[Option<u64>],
+            ) -> Option<Result<AnyParams, ParamError>> {
+                match kind {
+                    $(Kind::$l => Some(<$lt as Algorithm>::params(values, options).map(AnyParams::$l)),)*
+                    _ => None,
+                }
+            }
+
+            /// The numbers these parameters were built from, as a command takes them.
+            pub fn numbers(&self) -> Numbers {
+                match self {
+                    $(AnyParams::$l(p) => <$lt as Algorithm>::numbers(p),)*
+                }
+            }
+
             /// [`RateLimiter::check`] of this algorithm. A state of another algorithm (the
             /// limiter was redefined) counts as no state: the limiter starts afresh.
             pub fn check(
@@ -201,6 +333,23 @@ macro_rules! generate {
                     $(AnyParams::$l(p) => {
                         let state = match state { Some(AnyState::$l(s)) => Some(s), _ => None };
                         let (d, next) = <$lt as RateLimiter>::check(state, now, p, cost);
+                        (d, next.map(AnyState::$l))
+                    })*
+                }
+            }
+
+            /// [`RateLimiter::force`] of this algorithm (a state of another algorithm
+            /// counts as no state).
+            pub fn force(
+                &self,
+                state: Option<AnyState>,
+                now: Micros,
+                cost: u64,
+            ) -> (Decision, Option<AnyState>) {
+                match self {
+                    $(AnyParams::$l(p) => {
+                        let state = match state { Some(AnyState::$l(s)) => Some(s), _ => None };
+                        let (d, next) = <$lt as RateLimiter>::force(state, now, p, cost);
                         (d, next.map(AnyState::$l))
                     })*
                 }
@@ -260,7 +409,108 @@ macro_rules! generate {
     };
 }
 
-crate::registry!(generate);
+crate::registry_full!(generate);
+
+/// What a configuration's rate is to a rate limiter, read from its declared
+/// [`RateField`]s and [`Share`] (no algorithm is named here).
+impl AnyParams {
+    /// The parameters of the rate limiter `kind` for a configured `rate` (`limit` and
+    /// `window_ms` checked first, under those names); `None` if `kind` is not a rate
+    /// limiter.
+    ///
+    /// ```
+    /// use redis_rl_core::{AnyParams, ConfigRate, Kind};
+    /// let rate = ConfigRate { limit: 10, window_ms: 1_000, burst: Some(30) };
+    /// let tb = AnyParams::from_rate(Kind::TokenBucket, &rate).unwrap().unwrap();
+    /// assert_eq!(tb.numbers().values(), [30, 10, 1_000]);
+    /// assert_eq!(tb.quota(), (30, 3_000));
+    /// ```
+    pub fn from_rate(kind: Kind, rate: &ConfigRate) -> Option<Result<AnyParams, ParamError>> {
+        if !kind.is_limiter() {
+            return None;
+        }
+        let numbers = match rate::numbers_of(rate, kind.rate_fields(), kind.params()) {
+            Ok(n) => n,
+            Err(e) => return Some(Err(e)),
+        };
+        AnyParams::from_numbers(kind, numbers.values(), numbers.options())
+    }
+
+    /// The configured rate these parameters carry (`limit` per `window_ms`, the burst).
+    pub fn rate(&self) -> ConfigRate {
+        let kind = self.kind();
+        let numbers = self.numbers();
+        numbers.rate(kind.rate_fields()).unwrap_or(ConfigRate {
+            limit: numbers.values().first().copied().unwrap_or(0),
+            window_ms: 0,
+            burst: None,
+        })
+    }
+
+    /// The quota a client is shown, `(limit, window_ms)`: the units that may pass at once,
+    /// and the time in which the rate refills them (`q` and `w` of `RateLimit-Policy`).
+    pub fn quota(&self) -> (u64, u64) {
+        rate::quota(&self.rate())
+    }
+
+    /// One of `instances` local fallbacks' share of this limit, validated: see [`Share`]
+    /// and [`Kind::local_exact_max`].
+    pub fn local_share(&self, instances: u64) -> Result<AnyParams, ParamError> {
+        let kind = self.kind();
+        let Some(share) = kind.share() else {
+            return Ok(*self);
+        };
+        let numbers = self.numbers();
+        if numbers.rate(kind.rate_fields()).is_none() {
+            // No window to keep (a calendar quota): each instance gets its part of the
+            // limit, the other numbers as they are.
+            let mut values = [0u64; crate::algorithm::MAX_PARAMS];
+            for (i, (slot, v)) in values.iter_mut().zip(numbers.values()).enumerate() {
+                let is_limit = kind.rate_fields().get(i) == Some(&RateField::Limit);
+                *slot = if is_limit {
+                    (*v / instances.max(1)).max(1)
+                } else {
+                    *v
+                };
+            }
+            let values = values.get(..numbers.values().len()).unwrap_or(&[]);
+            return AnyParams::from_numbers(kind, values, numbers.options()).unwrap_or(Ok(*self));
+        }
+        let part = rate::share_of(&self.rate(), share, instances);
+        let runs_as = match kind.local_exact_max() {
+            Some((max, other)) if part.limit > max => other,
+            _ => kind,
+        };
+        AnyParams::from_rate(runs_as, &part).unwrap_or(Ok(*self))
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for Kind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.config_name())
+    }
+}
+
+/// A configuration names a rate limiter by its config name (`"sliding"`).
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Kind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Kind, D::Error> {
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = Kind;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("the name of a rate limiter")
+            }
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Kind, E> {
+                Kind::from_config_name(name)
+                    .filter(|k| k.is_limiter())
+                    .ok_or_else(|| E::unknown_variant(name, Kind::CONFIG_NAMES))
+            }
+        }
+        deserializer.deserialize_str(Name)
+    }
+}
 
 /// The spec words of the rate limiters as error texts list them:
 /// `TOKENBUCKET, SLIDING, FIXED, GCRA or LOG`.
@@ -302,10 +552,151 @@ mod tests {
     }
 
     #[test]
+    fn commands_and_config_names() {
+        for (i, k) in Kind::ALL.iter().enumerate() {
+            assert_eq!(k.command(), format!("RL.{}", k.spec_name()));
+            assert_eq!(Kind::from_config_name(k.config_name()), Some(*k));
+            for other in &Kind::ALL[..i] {
+                assert_ne!(k.config_name(), other.config_name());
+            }
+            // A rate limiter's rate fields name a limit and a window (or a calendar
+            // period), one per parameter.
+            if k.is_limiter() {
+                let fields = k.rate_fields();
+                assert_eq!(fields.len(), k.params().len() + k.options().len(), "{k:?}");
+                assert!(
+                    fields.contains(&RateField::Limit)
+                        && (fields.contains(&RateField::WindowMs)
+                            || fields.contains(&RateField::Period))
+                );
+            }
+        }
+        assert_eq!(
+            Kind::CONFIG_NAMES,
+            ["token_bucket", "sliding", "fixed", "gcra", "log", "quota"]
+        );
+        assert_eq!(Kind::from_config_name("leaky"), None);
+    }
+
+    #[test]
+    fn numbers_are_the_inverse_of_params() {
+        let rate = ConfigRate {
+            limit: 7,
+            window_ms: 300,
+            burst: None,
+        };
+        for k in Kind::LIMITERS.iter().filter(|k| **k != Kind::Quota) {
+            let p = AnyParams::from_rate(*k, &rate).unwrap().unwrap();
+            let n = p.numbers();
+            assert_eq!(
+                AnyParams::from_numbers(*k, n.values(), n.options()),
+                Some(Ok(p))
+            );
+            assert_eq!(AnyParams::from_rate(*k, &p.rate()), Some(Ok(p)), "{k:?}");
+            assert_eq!(p.quota(), (7, 300), "{k:?}");
+        }
+        // GCRA's burst at its default is left out, as a caller would leave it.
+        let g = AnyParams::new(b"GCRA", &[5, 1_000], &[Some(5)])
+            .unwrap()
+            .unwrap();
+        assert_eq!(g.numbers().options(), [None]);
+        let g = AnyParams::new(b"GCRA", &[5, 1_000], &[Some(2)])
+            .unwrap()
+            .unwrap();
+        assert_eq!(g.numbers().options(), [Some(2)]);
+        assert_eq!(g.quota(), (2, 400));
+        // A calendar quota is not a window: its numbers round-trip, a windowed rate cannot
+        // make one, and its defaults (UTC, anchor 1) are left out.
+        let q = AnyParams::new(b"QUOTA", &[1_000, 3], &[Some(1_439 + 330), Some(15)])
+            .unwrap()
+            .unwrap();
+        let n = q.numbers();
+        assert_eq!(
+            (n.values(), n.options()),
+            (&[1_000, 3][..], &[Some(1_769), Some(15)][..])
+        );
+        assert_eq!(
+            AnyParams::from_numbers(Kind::Quota, n.values(), n.options()),
+            Some(Ok(q))
+        );
+        let utc = AnyParams::new(b"QUOTA", &[5, 1], &[Some(1_439), Some(1)])
+            .unwrap()
+            .unwrap();
+        assert_eq!(utc.numbers().options(), [None, None]);
+        assert_eq!(
+            AnyParams::from_rate(Kind::Quota, &rate)
+                .unwrap()
+                .unwrap_err()
+                .to_string(),
+            "period must be DAY, WEEK, MONTH or YEAR"
+        );
+    }
+
+    #[test]
+    fn configured_rates_name_the_configurations_fields() {
+        let rate = |limit, window_ms| ConfigRate {
+            limit,
+            window_ms,
+            burst: None,
+        };
+        let err = |k, r| {
+            AnyParams::from_rate(k, &r)
+                .unwrap()
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err(Kind::TokenBucket, rate(0, 1)),
+            "limit must be an integer between 1 and 1000000000000000"
+        );
+        assert_eq!(
+            err(Kind::Gcra, rate(1, 0)),
+            "window_ms must be an integer between 1 and 1000000000000"
+        );
+        assert_eq!(
+            err(Kind::SlidingLog, rate(10_001, 1)),
+            "limit must be an integer between 1 and 10000"
+        );
+        assert!(AnyParams::from_rate(Kind::Concurrency, &rate(1, 1)).is_none());
+    }
+
+    #[test]
+    fn local_shares_divide_the_limit_and_a_large_log_runs_as_a_sliding_window() {
+        let p = |word: &[u8], values: &[u64], options: &[Option<u64>]| {
+            AnyParams::new(word, values, options).unwrap().unwrap()
+        };
+        let g = p(b"GCRA", &[10, 1_000], &[None]);
+        assert_eq!(g.local_share(4), Ok(p(b"GCRA", &[10, 4_000], &[Some(2)])));
+        let tb = p(b"TOKENBUCKET", &[10, 2, 700], &[]);
+        assert_eq!(
+            tb.local_share(3),
+            Ok(p(b"TOKENBUCKET", &[3, 2, 2_100], &[]))
+        );
+        let f = p(b"FIXED", &[3, 1_000], &[]);
+        assert_eq!(f.local_share(4), Ok(p(b"FIXED", &[1, 1_000], &[])));
+        for one in [1, 0] {
+            assert_eq!(f.local_share(one), Ok(f));
+        }
+        let small = p(b"LOG", &[64, 1_000], &[]);
+        assert_eq!(small.local_share(1), Ok(small));
+        let large = p(b"LOG", &[65, 1_000], &[]);
+        assert_eq!(large.local_share(1), Ok(p(b"SLIDING", &[65, 1_000], &[])));
+        // The share decides: 10000 over 200 instances is 50 entries, exact again.
+        let shared = p(b"LOG", &[10_000, 1_000], &[]);
+        assert_eq!(shared.local_share(200), Ok(p(b"LOG", &[50, 1_000], &[])));
+        // A calendar quota shares its limit and keeps its calendar.
+        let q = p(b"QUOTA", &[1_000, 3], &[Some(1_769), Some(15)]);
+        assert_eq!(
+            q.local_share(3),
+            Ok(p(b"QUOTA", &[333, 3], &[Some(1_769), Some(15)]))
+        );
+    }
+
+    #[test]
     fn spec_words_and_their_order() {
         assert_eq!(
             SpecNames.to_string(),
-            "TOKENBUCKET, SLIDING, FIXED, GCRA or LOG"
+            "TOKENBUCKET, SLIDING, FIXED, GCRA, LOG or QUOTA"
         );
         assert_eq!(Kind::limiter(b"tokenBucket"), Some(Kind::TokenBucket));
         assert_eq!(Kind::limiter(b"CONCURRENCY"), None);
@@ -316,7 +707,8 @@ mod tests {
                 &Kind::TokenBucket,
                 &Kind::SlidingWindow,
                 &Kind::FixedWindow,
-                &Kind::Gcra
+                &Kind::Gcra,
+                &Kind::Quota
             ]
         );
     }

@@ -15,6 +15,8 @@
 use crate::algorithm::{rate_limiter, Algorithm, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
 use crate::limits::{ParamError, Range};
+use crate::rate::{Numbers, RateField, Share};
+use crate::registry::Kind;
 use crate::time::{Micros, Millis};
 use crate::window::WindowParams;
 
@@ -33,6 +35,7 @@ pub struct SlidingLog;
 
 impl Algorithm for SlidingLog {
     const NAME: &'static str = "LOG";
+    const COMMAND: &'static str = "RL.LOG";
     const LABEL: &'static str = "sliding window log";
     const TAG: u8 = b'L';
     const PARAMS: &'static [Range] = &SlidingLogParams::PARAMS;
@@ -41,6 +44,10 @@ impl Algorithm for SlidingLog {
 
     fn params(values: &[u64], _options: &[Option<u64>]) -> Result<Self::Params, ParamError> {
         SlidingLogParams::from_values(values)
+    }
+
+    fn numbers(p: &Self::Params) -> Numbers {
+        Numbers::new(&[p.limit, p.window_ms], &[])
     }
 
     /// The window, the units in it now, and the stored entries with the instants (ms) of
@@ -61,7 +68,13 @@ impl Algorithm for SlidingLog {
     }
 }
 
-rate_limiter!(SlidingLog);
+rate_limiter!(SlidingLog {
+    const RATE: &'static [RateField] = &[RateField::Limit, RateField::WindowMs];
+    const SHARE: Share = Share::Count;
+    // One entry per admitted unit: above 64 (1 KiB per key) the fallback keeps two weighted
+    // counters of the same limit and window instead, an approximation.
+    const LOCAL_EXACT_MAX: Option<(u64, Kind)> = Some((64, Kind::SlidingWindow));
+});
 
 /// Units admitted at one instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,6 +201,55 @@ pub fn check(
             entries,
         }),
     )
+}
+
+/// Takes `cost` units at `now` even over the limit (`FORCE`): the log holds more than
+/// `limit` units, and later calls wait until enough of them have left the window. The log
+/// keeps its bounds: at most [`MAX_LIMIT`] units in the window (a larger debt is dropped)
+/// and at most `limit` entries (past that the units join the newest entry, moved to now,
+/// so they count a little longer, never shorter).
+pub fn force(
+    state: Option<SlidingLogState>,
+    now: Micros,
+    params: &SlidingLogParams,
+    cost: u64,
+) -> (Decision, Option<SlidingLogState>) {
+    let (probe, _) = check(state.clone(), now, params, cost);
+    if probe.is_allowed() || cost == 0 {
+        return check(state, now, params, cost);
+    }
+    let mut entries = state.map(|s| s.entries).unwrap_or_default();
+    let window = params.window_us();
+    let at = entries.last().map_or(now.0, |e| e.at.0.max(now.0));
+    let first_live = entries.partition_point(|e| e.at.0.saturating_add(window) <= at);
+    entries.drain(..first_live);
+    let used = entries
+        .iter()
+        .fold(0u64, |sum, e| sum.saturating_add(e.count));
+    let cost = cost.min(MAX_LIMIT.saturating_sub(used));
+    let room_for_entry = u64::try_from(entries.len()).unwrap_or(u64::MAX) < params.limit;
+    match entries.last_mut() {
+        _ if cost == 0 => {}
+        Some(last) if last.at.0 == at || !room_for_entry => {
+            last.at = Micros(at);
+            last.count = last.count.saturating_add(cost);
+        }
+        _ => entries.push(LogEntry {
+            at: Micros(at),
+            count: cost,
+        }),
+    }
+    let decision = Decision {
+        outcome: Outcome::Allowed,
+        limit: params.limit,
+        remaining: 0,
+        reset_after: Micros(at.saturating_add(window).saturating_sub(now.0)).ceil_millis(),
+    };
+    let state = SlidingLogState {
+        window_ms: params.window_ms,
+        entries,
+    };
+    (decision, Some(state))
 }
 
 /// Gives back up to `amount` units taken earlier (RL.REFUND) by dropping the newest entries

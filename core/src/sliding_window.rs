@@ -12,6 +12,7 @@
 use crate::algorithm::{rate_limiter, Algorithm, StateValue, StateView};
 use crate::decision::{Decision, Outcome};
 use crate::limits::{self, ParamError, Range};
+use crate::rate::{Numbers, RateField, Share};
 use crate::time::{div_u128, Micros, Millis};
 use crate::window::WindowParams;
 
@@ -23,6 +24,7 @@ pub struct SlidingWindow;
 
 impl Algorithm for SlidingWindow {
     const NAME: &'static str = "SLIDING";
+    const COMMAND: &'static str = "RL.SLIDING";
     const LABEL: &'static str = "sliding window";
     const TAG: u8 = b'S';
     const PARAMS: &'static [Range] = &SlidingWindowParams::PARAMS;
@@ -31,6 +33,10 @@ impl Algorithm for SlidingWindow {
 
     fn params(values: &[u64], _options: &[Option<u64>]) -> Result<Self::Params, ParamError> {
         SlidingWindowParams::from_values(values)
+    }
+
+    fn numbers(p: &Self::Params) -> Numbers {
+        Numbers::new(&[p.limit, p.window_ms], &[])
     }
 
     fn view(state: &Self::State, now: Micros) -> StateView {
@@ -50,7 +56,11 @@ impl Algorithm for SlidingWindow {
     }
 }
 
-rate_limiter!(SlidingWindow, upto);
+rate_limiter!(SlidingWindow {
+    const UPTO: bool = true;
+    const RATE: &'static [RateField] = &[RateField::Limit, RateField::WindowMs];
+    const SHARE: Share = Share::Count;
+});
 
 /// The stored state: the current window and the counts of it and the one before.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,6 +143,39 @@ pub fn check(
         current,
     });
     (decision(Outcome::Allowed, used + need, current), new_state)
+}
+
+/// Takes `cost` units at `now` even over the limit (`FORCE`): the current window's count
+/// goes past the limit, and later calls wait until the weighted count (this window's, then
+/// the decaying previous one's) leaves room. A debt is remembered for two windows at most,
+/// as every count of this algorithm; the counts are capped at
+/// [`MAX_COUNT`](limits::MAX_COUNT).
+pub fn force(
+    state: Option<SlidingWindowState>,
+    now: Micros,
+    params: &SlidingWindowParams,
+    cost: u64,
+) -> (Decision, Option<SlidingWindowState>) {
+    let (probe, _) = check(state, now, params, cost);
+    if probe.is_allowed() || cost == 0 {
+        return check(state, now, params, cost);
+    }
+    let v = view(state, now, params);
+    let current = v.current.saturating_add(cost).min(limits::MAX_COUNT);
+    let decision = Decision {
+        outcome: Outcome::Allowed,
+        limit: params.limit,
+        remaining: 0,
+        reset_after: Micros(idle_at(&v, current, params.window_us()).saturating_sub(now.0))
+            .ceil_millis(),
+    };
+    let state = SlidingWindowState {
+        window_ms: params.window_ms,
+        window_start: Micros(v.start).ceil_millis(),
+        previous: v.previous,
+        current,
+    };
+    (decision, Some(state))
 }
 
 /// Gives back up to `amount` units taken earlier (RL.REFUND).

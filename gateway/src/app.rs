@@ -69,11 +69,34 @@ pub fn public(live: Arc<Live>, ops: Option<Router>) -> Router {
 
 /// Hands the request to the router of the configuration live when it arrived; that router
 /// stays alive until the request is answered, whatever reloads happen meanwhile.
-async fn dispatch(State(live): State<Arc<Live>>, req: Request) -> Response {
+async fn dispatch(State(live): State<Arc<Live>>, mut req: Request) -> Response {
+    normalize(&mut req);
     let router = live.current().router.clone();
     match router.oneshot(req).await {
         Ok(resp) => resp,
         Err(never) => match never {},
+    }
+}
+
+/// Puts the path in its normal form (no duplicate slashes, dot segments or trailing
+/// slash; case and escapes kept) before routing, limiting and forwarding, so `/api//search/`
+/// is counted and forwarded as `/api/search`. The query is kept as sent.
+fn normalize(req: &mut Request) {
+    let path = req.uri().path();
+    let normal = redis_rl_client::middleware::normalize_path(path);
+    if normal == path {
+        return;
+    }
+    let mut parts = req.uri().clone().into_parts();
+    let with_query = match req.uri().query() {
+        Some(q) => format!("{normal}?{q}"),
+        None => normal,
+    };
+    if let Ok(pq) = with_query.parse() {
+        parts.path_and_query = Some(pq);
+        if let Ok(uri) = http::Uri::from_parts(parts) {
+            *req.uri_mut() = uri;
+        }
     }
 }
 

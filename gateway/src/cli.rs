@@ -40,13 +40,51 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_ADMIN_LISTEN")]
     pub admin_listen: Option<SocketAddr>,
 
-    /// Redis URL (with --cluster: a comma-separated list of seed node URLs).
+    /// A client must send a request's head (request line and headers) within this many
+    /// milliseconds of starting it, else the connection is closed.
+    #[arg(long, env = "RL_GATEWAY_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout_ms: u64,
+
+    /// A connection with no request in flight and no byte sent either way for this many
+    /// milliseconds is closed (idle keep-alive connections, and clients that connect and
+    /// send nothing).
+    #[arg(long, env = "RL_GATEWAY_IDLE_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_ms: u64,
+
+    /// A request's body must arrive within this many milliseconds of its head, else the
+    /// connection is closed.
+    #[arg(long, env = "RL_GATEWAY_BODY_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_timeout_ms: u64,
+
+    /// Connections served at once on --listen (0: from the open-file limit, leaving room
+    /// for Redis, the admin listener and upstream connections). Past the cap a small
+    /// overflow pool still answers /healthz (when served on --listen) and 503 to anything
+    /// else; the admin listener has a cap of its own.
+    #[arg(long, env = "RL_GATEWAY_MAX_CONNECTIONS", default_value_t = 0)]
+    pub max_connections: usize,
+
+    /// Redis URL: redis://[user:password@]host:port/db, or rediss:// for TLS (with
+    /// --cluster: a comma-separated list of seed node URLs).
     #[arg(
         long,
         env = "RL_GATEWAY_REDIS",
         default_value = "redis://127.0.0.1:6379/"
     )]
     pub redis: String,
+
+    /// PEM file of the CA certificates a rediss:// server must present a chain to, instead
+    /// of the system's trusted roots. The server's name (the URL's host) is checked.
+    #[arg(long, env = "RL_GATEWAY_REDIS_CA")]
+    pub redis_ca: Option<PathBuf>,
+
+    /// PEM client certificate for rediss:// servers that authenticate clients by
+    /// certificate (with --redis-key).
+    #[arg(long, env = "RL_GATEWAY_REDIS_CERT", requires = "redis_key")]
+    pub redis_cert: Option<PathBuf>,
+
+    /// PEM private key of --redis-cert.
+    #[arg(long, env = "RL_GATEWAY_REDIS_KEY", requires = "redis_cert")]
+    pub redis_key: Option<PathBuf>,
 
     /// Talk to a Redis Cluster (keys are routed by hash slot; RL.ALL per slot).
     #[arg(long, env = "RL_GATEWAY_CLUSTER")]
@@ -57,6 +95,12 @@ pub struct Args {
     /// "Configuring rl-gateway"). Flags below override it. Re-read on SIGHUP.
     #[arg(long, env = "RL_GATEWAY_CONFIG")]
     pub config: Option<PathBuf>,
+
+    /// Check a configuration file and exit: print the effective plan (dimensions, tiers,
+    /// rules, windows, keys, which requests they match) and exit 0, or the error naming the
+    /// file, line and field and exit 1. Nothing is started.
+    #[arg(long, value_name = "FILE")]
+    pub check_config: Option<PathBuf>,
 
     /// Forward allowed requests to this base URL (http:// or https://, HTTP/1.1 with
     /// pooled keep-alive connections), instead of answering them with a small demo JSON
@@ -156,6 +200,33 @@ pub struct Args {
     )]
     pub routes: Vec<String>,
 
+    /// Serve Envoy's rate limit service (gRPC, HTTP/2 without TLS) on this address:
+    /// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit and grpc.health.v1.Health.
+    /// Needs --rls-config.
+    #[arg(long, env = "RL_GATEWAY_RLS_LISTEN", requires = "rls_config")]
+    pub rls_listen: Option<SocketAddr>,
+
+    /// envoyproxy/ratelimit's configuration for --rls-listen: a YAML file or a directory of
+    /// them (several domains). Re-read on SIGHUP.
+    #[arg(long, env = "RL_GATEWAY_RLS_CONFIG", requires = "rls_listen")]
+    pub rls_config: Option<PathBuf>,
+
+    /// Answer ShouldRateLimit with response_headers_to_add: RateLimit, RateLimit-Policy and
+    /// X-RateLimit-Limit/Remaining/Reset.
+    #[arg(long, env = "RL_GATEWAY_RLS_RESPONSE_HEADERS")]
+    pub rls_response_headers: bool,
+
+    /// Rate limit service rules of at least this many requests per second are served from
+    /// leases (batches taken ahead, spent in process); 0: none.
+    #[arg(long, env = "RL_GATEWAY_RLS_HOT_RATE", default_value_t = 0)]
+    pub rls_hot_rate: u64,
+
+    /// Answer forward-auth checks on this address (nginx auth_request, Traefik ForwardAuth,
+    /// Caddy forward_auth): the original request described by X-Forwarded-Method/Uri/Host/For
+    /// or X-Original-Method/URI, decided with the configuration's limits: 200, 429 or 403.
+    #[arg(long, env = "RL_GATEWAY_AUTH_LISTEN")]
+    pub auth_listen: Option<SocketAddr>,
+
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, env = "RL_GATEWAY_LOG", default_value = "info")]
     pub log: tracing::Level,
@@ -163,13 +234,7 @@ pub struct Args {
 
 /// A dimension by its configuration name.
 fn dimension(name: &str) -> Result<Dimension, String> {
-    [
-        Dimension::ApiKey,
-        Dimension::Ip,
-        Dimension::Endpoint,
-        Dimension::Global,
-    ]
-    .into_iter()
-    .find(|d| d.name() == name)
-    .ok_or_else(|| format!("unknown dimension {name:?}, expected api_key, ip, endpoint or global"))
+    Dimension::from_name(name).ok_or_else(|| {
+        format!("unknown dimension {name:?}, expected api_key, ip, endpoint or global")
+    })
 }

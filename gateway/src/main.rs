@@ -3,19 +3,21 @@
 
 mod app;
 mod cli;
+mod forward_auth;
+mod health;
+mod limits;
 mod ops;
 mod proxy;
 mod reload;
+mod rls;
 
-use std::net::SocketAddr;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use redis_rl_client::middleware::RateLimitConfig;
-use redis_rl_client::tier::FailureModeName;
+use redis_rl_client::middleware::{FailureModeName, RateLimitConfig, RateLimitConfigExt};
 use redis_rl_client::{BreakerConfig, LeaseConfig, Limiter, RedisHashTiers};
 
 use crate::cli::{Args, Mode};
@@ -23,6 +25,9 @@ use crate::cli::{Args, Mode};
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(path) = &args.check_config {
+        return check_config(path, &args.routes);
+    }
     tracing_subscriber::fmt()
         .with_max_level(args.log)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
@@ -65,8 +70,29 @@ pub(crate) fn config(args: &Args) -> Result<RateLimitConfig, String> {
     } else if !args.hot.is_empty() {
         config.hot = args.hot.clone();
     }
-    config.validate().map_err(|e| e.to_string())?;
+    config.check().map_err(|e| e.to_string())?;
     Ok(config)
+}
+
+/// `--check-config FILE`: the effective plan (exit 0) or the error naming the line and the
+/// field (exit 1), without starting anything.
+fn check_config(path: &std::path::Path, routes: &[String]) -> ExitCode {
+    let engine = RateLimitConfig::load(path)
+        .map_err(|e| e.to_string())
+        .and_then(|c| {
+            redis_rl_client::middleware::Engine::new(c, routes)
+                .map_err(|e| format!("{}: {}: {}", path.display(), e.field, e.message))
+        });
+    match engine {
+        Ok(engine) => {
+            println!("{}: ok\n\n{}", path.display(), engine.explain());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rl-gateway: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -88,13 +114,17 @@ async fn run(args: Args) -> Result<(), String> {
             max_percent: config.leases.max_percent,
             ..LeaseConfig::default()
         });
+    let builder = match redis_tls(&args)? {
+        Some(files) => builder.tls(files),
+        None => builder,
+    };
     let limiter = if args.cluster {
         let nodes: Vec<String> = args.redis.split(',').map(str::to_string).collect();
         builder.cluster(&nodes)
     } else {
         builder.standalone(&args.redis)
     }
-    .map_err(|e| format!("--redis {}: {e}", args.redis))?;
+    .map_err(|e| format!("--redis {}: {e}", redacted(&args.redis)))?;
     if let Some(fleet) = config.fleet_config() {
         limiter.join_fleet(fleet).map_err(|e| e.to_string())?;
     }
@@ -126,11 +156,35 @@ async fn run(args: Args) -> Result<(), String> {
     let ops = ops::router(Arc::new(ops::Ops {
         live: live.clone(),
         prometheus,
+        admin: args.admin_listen.is_some(),
     }));
     let (public_ops, admin) = match args.admin_listen {
         Some(addr) => (None, Some((addr, ops))),
         None => (Some(ops), None),
     };
+    let rls = match (args.rls_listen, &args.rls_config) {
+        (Some(listen), Some(path)) => {
+            let opts = rls::RlsOptions {
+                listen,
+                config: path.clone(),
+                response_headers: args.rls_response_headers,
+                hot_per_second: args.rls_hot_rate,
+            };
+            Some(rls::bind(&opts, limiter.clone(), live.clone()).await?)
+        }
+        _ => None,
+    };
+    let forward_auth = match args.auth_listen {
+        Some(addr) => {
+            let app = forward_auth::ForwardAuth::new(live.clone())?.app();
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("--auth-listen {addr}: {e}"))?;
+            Some((l, app))
+        }
+        None => None,
+    };
+    let overflow = limits::overflow(public_ops.clone());
     let router = app::public(live.clone(), public_ops);
     #[cfg(unix)]
     tokio::spawn(reload::on_sighup(live, hangups));
@@ -151,7 +205,7 @@ async fn run(args: Args) -> Result<(), String> {
     tracing::info!(
         listen = %local,
         admin = %args.admin_listen.map_or_else(|| "(on --listen)".to_string(), |a| a.to_string()),
-        redis = %args.redis,
+        redis = %redacted(&args.redis),
         failure_mode = ?config.failure_mode,
         instances = config.instances.map_or(0, NonZeroU32::get),
         fleet = config.fleet.membership,
@@ -164,31 +218,134 @@ async fn run(args: Args) -> Result<(), String> {
         shutdown().await;
         let _ = stop.send(true);
     });
-    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
+    let limits = limits::ListenerLimits {
+        header_timeout: Duration::from_millis(args.header_timeout_ms),
+        idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+        body_timeout: Duration::from_millis(args.body_timeout_ms),
+        max_connections: match args.max_connections {
+            0 => limits::automatic_max_connections(args.upstream.is_some()),
+            n => n,
+        },
     };
-    if let Some((l, router)) = admin {
-        let rx = stopped.clone();
+    tracing::info!(
+        max_connections = limits.max_connections,
+        header_timeout_ms = args.header_timeout_ms,
+        idle_timeout_ms = args.idle_timeout_ms,
+        body_timeout_ms = args.body_timeout_ms,
+        "listener limits"
+    );
+    if let Some(rls) = rls {
+        let mut rx = stopped.clone();
+        let path = args.rls_config.clone().unwrap_or_default();
+        tracing::info!(listen = ?rls.local_addr(), "rate limit service listening");
         tokio::spawn(async move {
-            if let Err(e) = axum::serve(l, router)
-                .with_graceful_shutdown(until_stopped(rx))
-                .await
-            {
-                tracing::error!(error = %e, "admin listener failed");
+            let stop = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            if let Err(e) = rls.serve(path, stop).await {
+                tracing::error!(error = %e, "rate limit service failed");
             }
         });
     }
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
+    if let Some((l, app)) = forward_auth {
+        tracing::info!(listen = ?l.local_addr().ok(), "forward auth listening");
+        tokio::spawn(limits::serve(
+            limits::Listener {
+                listener: l,
+                router: app,
+                overflow: limits::overflow(None),
+                limits,
+                name: "auth",
+            },
+            stopped.clone(),
+        ));
+    }
+    if let Some((l, router)) = admin {
+        let rx = stopped.clone();
+        // Operators and scrapers only: a few connections, always room for them.
+        let admin_limits = limits::ListenerLimits {
+            max_connections: ADMIN_CONNECTIONS,
+            ..limits
+        };
+        tokio::spawn(limits::serve(
+            limits::Listener {
+                listener: l,
+                overflow: limits::overflow(Some(router.clone())),
+                router,
+                limits: admin_limits,
+                name: "admin",
+            },
+            rx,
+        ));
+    }
+    limits::serve(
+        limits::Listener {
+            listener,
+            router,
+            overflow,
+            limits,
+            name: "public",
+        },
+        stopped,
     )
-    .with_graceful_shutdown(until_stopped(stopped))
-    .await
-    .map_err(|e| e.to_string())?;
+    .await;
     // Leave the fleet at once (the others stop counting this gateway at their next
     // heartbeat) and give back what the leases hold.
     limiter.shutdown().await;
     Ok(())
+}
+
+/// Connections served at once on --admin-listen.
+const ADMIN_CONNECTIONS: usize = 32;
+
+/// `url` without its password (for logs and errors).
+fn redacted(url: &str) -> String {
+    url.split(',')
+        .map(|u| match (u.find("://"), u.rfind('@')) {
+            (Some(scheme), Some(at)) if at > scheme => {
+                let userinfo = &u[scheme + 3..at];
+                let user = userinfo.split(':').next().unwrap_or("");
+                format!("{}{user}:***{}", &u[..scheme + 3], &u[at..])
+            }
+            _ => u.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The TLS material of --redis-ca, --redis-cert and --redis-key (None: none given).
+fn redis_tls(args: &Args) -> Result<Option<redis_rl_client::TlsFiles>, String> {
+    let read = |flag: &str, path: &std::path::Path| {
+        let meta =
+            std::fs::metadata(path).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
+        if !meta.is_file() || meta.len() > 1024 * 1024 {
+            return Err(format!(
+                "{flag} {}: not a regular PEM file of at most 1 MiB",
+                path.display()
+            ));
+        }
+        std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
+    };
+    let ca = args
+        .redis_ca
+        .as_deref()
+        .map(|p| read("--redis-ca", p))
+        .transpose()?;
+    let client = match (&args.redis_cert, &args.redis_key) {
+        (Some(cert), Some(key)) => Some((read("--redis-cert", cert)?, read("--redis-key", key)?)),
+        _ => None,
+    };
+    if ca.is_none() && client.is_none() {
+        return Ok(None);
+    }
+    if !args
+        .redis
+        .split(',')
+        .all(|u| u.trim_start().starts_with("rediss://"))
+    {
+        return Err("--redis-ca, --redis-cert and --redis-key need rediss:// URLs".to_string());
+    }
+    Ok(Some(redis_rl_client::TlsFiles { ca, client }))
 }
 
 async fn shutdown() {

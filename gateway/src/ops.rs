@@ -7,15 +7,13 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Router;
 use metrics::{describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use redis_rl_client::middleware::{Dimension, RateLimitConfig};
-use redis_rl_client::tier::FailureModeName;
-use redis_rl_client::{BreakerState, Rate};
+use redis_rl_client::middleware::{Dimension, FailureModeName, Rate, RateLimitConfig};
+use redis_rl_client::BreakerState;
 
 use crate::reload::Live;
 
@@ -65,6 +63,10 @@ fn describe() {
     describe_counter!(
         "rl_requests_total",
         "Rate-limit decisions per dimension of each request, by outcome (allowed, denied, shadow_denied)."
+    );
+    describe_counter!(
+        "rl_responses_total",
+        "Responses by HTTP status and tier (the tier whose limits applied; none: no API key; -: decided by the access lists)."
     );
     describe_counter!(
         "rl_fallback_total",
@@ -127,6 +129,30 @@ fn describe() {
         "Unspent lease units not given back (refund failed during an outage, or the limiter gave back less): they stay counted."
     );
     describe_counter!(
+        "rl_redis_refusals_total",
+        "Redis calls refused to the limiter's user, by reason (authentication_failed: WRONGPASS or NOAUTH; permission_denied: NOPERM)."
+    );
+    describe_counter!(
+        "rl_unknown_tier_total",
+        "Requests whose API key maps, in the tier hash, to a tier name the configuration lacks (limited as the default tier)."
+    );
+    describe_counter!(
+        "rl_fleet_heartbeat_failures_total",
+        "Fleet membership heartbeats that failed (the fleet size stays at its last value)."
+    );
+    describe_counter!(
+        "rl_fleet_untrusted_total",
+        "Fleet heartbeats whose reading was ignored: the fleet key held a lease longer than ttl_ms."
+    );
+    describe_counter!(
+        "rl_connections_refused_total",
+        "Connections past --max-connections, by listener (answered by the overflow pool or closed)."
+    );
+    describe_counter!(
+        "rl_body_timeouts_total",
+        "Requests whose body did not arrive within --body-timeout-ms (the connection was closed)."
+    );
+    describe_counter!(
         "rl_config_reloads_total",
         "Configuration reloads on SIGHUP, by result (ok, error: refused, the running configuration stays)."
     );
@@ -136,78 +162,23 @@ fn describe() {
 pub struct Ops {
     pub live: Arc<Live>,
     pub prometheus: PrometheusHandle,
+    /// Served on `--admin-listen`: /healthz shows the details (configuration path, last
+    /// reload error, upstream), which the public listener never shows.
+    pub admin: bool,
 }
 
 /// `/healthz` and `/metrics`.
 pub fn router(ops: Arc<Ops>) -> Router {
     Router::new()
-        .route("/healthz", get(healthz))
+        .route("/healthz", get(crate::health::healthz))
         .route("/metrics", get(render_metrics))
         .with_state(ops)
-}
-
-/// 503 while Redis is unavailable (PING fails, or the breaker is open) and a dimension
-/// fails closed: the gateway refuses that traffic, so a load balancer should send it
-/// elsewhere. Otherwise 200: `ok`, or `degraded` while deciding by an open or local
-/// failure mode. The body details why either way.
-async fn healthz(State(ops): State<Arc<Ops>>) -> Response {
-    let limiter = &ops.live.parts().limiter;
-    let redis_up = limiter.ping().await;
-    // A breaker whose open time is up waits for a request to probe Redis; a drained
-    // instance gets none, so the health check probes (else a 503 would keep it drained).
-    if redis_up && limiter.breaker_state() == BreakerState::HalfOpen {
-        let _ = limiter.query(&redis::cmd("PING"), None).await;
-    }
-    let breaker = limiter.breaker_state();
-    let current = ops.live.current();
-    let closed = fail_closed(&current.config);
-    let available = redis_up && breaker != BreakerState::Open;
-    let (status, word) = if !available && !closed.is_empty() {
-        (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
-    } else if !available || breaker != BreakerState::Closed {
-        (StatusCode::OK, "degraded")
-    } else {
-        (StatusCode::OK, "ok")
-    };
-    let s = limiter.stats();
-    let body = serde_json::json!({
-        "status": word,
-        "mode": mode_name(current.config.failure_mode),
-        "fail_closed": closed.iter().map(Dimension::name).collect::<Vec<_>>(),
-        "redis": if redis_up { "up" } else { "down" },
-        "breaker": breaker.name(),
-        "upstream": ops.live.parts().args.upstream,
-        "config": ops.live.status(),
-        "stats": {
-            "redis_calls": s.redis_calls,
-            "redis_errors": s.errors,
-            "deny_cache": s.deny_cache,
-            "local": s.local,
-            "fail_open": s.fail_open,
-            "fail_closed": s.fail_closed,
-            "breaker_opened": s.breaker.opened,
-            "breaker_closed": s.breaker.closed,
-            "fleet_size": s.fleet_size,
-            "lease_takes": s.leases.takes,
-            "lease_hits": s.leases.hits,
-            "lease_refunds": s.leases.refunds,
-        },
-    });
-    (status, Json(body)).into_response()
-}
-
-fn mode_name(mode: FailureModeName) -> &'static str {
-    match mode {
-        FailureModeName::Open => "open",
-        FailureModeName::Closed => "closed",
-        FailureModeName::Local => "local",
-    }
 }
 
 /// The enforced dimensions with a limit that fails closed (its own `failure_mode`, else the
 /// configuration's), a tier's override of the dimension included: while Redis is
 /// unavailable, requests counted on them get 503.
-fn fail_closed(config: &RateLimitConfig) -> Vec<Dimension> {
+pub(crate) fn fail_closed(config: &RateLimitConfig) -> Vec<Dimension> {
     let closed = |r: &Rate| {
         !r.shadow && r.failure_mode.unwrap_or(config.failure_mode) == FailureModeName::Closed
     };
@@ -224,8 +195,10 @@ fn fail_closed(config: &RateLimitConfig) -> Vec<Dimension> {
             };
             base.is_some_and(&closed)
                 || config.tiers.values().any(|t| match base {
-                    None => closed(&t.rate()),
-                    Some(b) => t.override_of(d).is_some_and(|o| closed(&o.apply(b))),
+                    None => closed(&t.rate),
+                    Some(b) => t
+                        .override_of(d)
+                        .is_some_and(|o| o.apply(b).is_ok_and(|r| closed(&r))),
                 })
         })
         .collect()
@@ -266,7 +239,7 @@ mod tests {
         c.dimensions = vec![Dimension::Ip];
         assert!(fail_closed(&c).is_empty(), "only enforced dimensions count");
         let pro = c.tiers.get_mut("pro").unwrap();
-        pro.ip = Some(redis_rl_client::tier::RateOverride {
+        pro.ip = Some(redis_rl_client::middleware::RateOverride {
             failure_mode: Some(FailureModeName::Closed),
             ..Default::default()
         });

@@ -95,24 +95,42 @@ impl Live {
     }
 
     /// For /healthz: the file, the generation, refused reloads and the last refusal.
-    pub fn status(&self) -> serde_json::Value {
-        let last_error = self
-            .last_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        serde_json::json!({
-            "path": self.parts.args.config.as_ref().map(|p| p.display().to_string()),
-            "generation": self.current.load().generation,
-            "reloads_refused": self.failed.load(Ordering::Relaxed),
-            "last_reload_error": last_error,
-        })
+    pub fn status(&self) -> ReloadStatus {
+        ReloadStatus {
+            path: self
+                .parts
+                .args
+                .config
+                .as_ref()
+                .map(|p| p.display().to_string()),
+            generation: self.current.load().generation,
+            reloads_refused: self.failed.load(Ordering::Relaxed),
+            last_error: self
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        }
     }
 }
 
+/// The reload history /healthz shows (the path and the error on the admin listener only:
+/// a parse error quotes the file's line).
+pub struct ReloadStatus {
+    pub path: Option<String>,
+    pub generation: u64,
+    pub reloads_refused: u64,
+    pub last_error: Option<String>,
+}
+
 fn build(parts: &Parts, config: &RateLimitConfig) -> Result<Router, String> {
-    let layer = RateLimitLayer::new(parts.limiter.clone(), config.clone(), parts.tiers.clone())
-        .map_err(|e| e.to_string())?;
+    let layer = RateLimitLayer::with_routes(
+        parts.limiter.clone(),
+        config.clone(),
+        &parts.args.routes,
+        parts.tiers.clone(),
+    )
+    .map_err(|e| e.to_string())?;
     crate::app::limited(
         &parts.args.routes,
         layer,

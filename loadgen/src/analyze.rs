@@ -18,8 +18,10 @@ use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::path::Path;
 
-use redis_rl_client::middleware::RateLimitConfig;
-use redis_rl_client::{Algorithm, FailureMode, LocalLimiter};
+use redis_rl_client::middleware::{
+    algorithm, Dimension, Rate, RateLimitConfig, RateLimitConfigExt,
+};
+use redis_rl_client::{Algorithm, LocalLimiter};
 use redis_rl_core::Micros;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -49,23 +51,30 @@ struct Limits {
 }
 
 fn limits(config: &RateLimitConfig) -> Result<Limits, String> {
-    let alg = |r: &redis_rl_client::Rate| {
-        r.policy(FailureMode::Open)
-            .map(|p| *p.algorithm())
-            .map_err(|e| e.to_string())
+    // The reference limiter models one window per dimension: the first of each rate.
+    let alg = |r: &Rate| {
+        r.specs()?
+            .first()
+            .map(algorithm)
+            .ok_or_else(|| "a rate without a window".to_string())
     };
     let mut tiers = HashMap::new();
-    for (name, rate) in &config.tiers {
-        tiers.insert(name.clone(), alg(&rate.rate())?);
+    for (name, tier) in &config.tiers {
+        tiers.insert(name.clone(), alg(&tier.rate)?);
     }
-    let tc = config.tier_config();
+    let global = config
+        .global
+        .windows
+        .first()
+        .copied()
+        .unwrap_or(redis_rl_client::middleware::Window::new(1, 60_000));
     Ok(Limits {
         tiers,
-        default_tier: alg(tc.rate(None).1)?,
+        default_tier: alg(&config.dimension_rate(Dimension::ApiKey))?,
         ip: alg(&config.ip)?,
         endpoint: alg(&config.endpoint)?,
         global: alg(&config.global)?,
-        global_per_s: config.global.limit as f64 * 1000.0 / config.global.window_ms as f64,
+        global_per_s: global.limit as f64 * 1000.0 / global.window_ms as f64,
     })
 }
 

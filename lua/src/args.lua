@@ -63,31 +63,38 @@ function M.positional(tag, args, i)
   return values, i + #ranges
 end
 
--- `[<option> v] [COST n] [UPTO] [PEEK]` from args[i..] in any order, each at most once:
--- cost, peek, upto, the algorithm's own option (`BURST b`: nil when not given). `upto`
--- says whether UPTO is accepted.
+-- `[<option> v...] [COST n] [UPTO] [PEEK]` from args[i..] in any order, each at most once:
+-- cost, peek, upto, and the algorithm's own options by token (`BURST`: nil when none is
+-- given). Its own options are the section's `options` (with their own parse and text) or the
+-- registry's (integers in a range). `with_upto` says whether UPTO is accepted; FORCE (a debt
+-- over the limit) is the module's alone.
 function M.options(args, i, tag, with_upto)
   local n = #args
   if i > n then
     return 1, false, false, nil
   end
-  local own = tag and M.KINDS[tag].options or {}
-  local expected = {}
-  for word in pairs(own) do
-    expected[#expected + 1] = word .. " " .. own[word].value .. ", "
+  local own = {}
+  if tag then
+    own = M.ALGO[tag].options or M.KINDS[tag].options
   end
-  local cost, peek, upto, value
+  local cost, peek, upto, given
   while i <= n do
     local name = args[i]:upper()
-    local r = own[name]
-    if r then
-      if value then
+    local o
+    for k = 1, #own do
+      if own[k].token == name then
+        o = own[k]
+      end
+    end
+    if o then
+      given = given or {}
+      if given[name] then
         M.fail("ERR option " .. name .. " given more than once")
       end
       if args[i + 1] == nil then
-        M.fail("ERR option " .. name .. " needs a value: " .. M.range_text(r))
+        M.fail("ERR option " .. name .. " needs a value: " .. (o.missing and o.missing() or M.range_text(o)))
       end
-      value = integer(args[i + 1], r)
+      given[name] = o.parse and o.parse(args[i + 1]) or integer(args[i + 1], o)
       i = i + 2
     elseif name == "COST" then
       if cost then
@@ -110,12 +117,18 @@ function M.options(args, i, tag, with_upto)
       end
       upto = true
       i = i + 1
+    elseif name == "FORCE" then
+      M.fail("ERR FORCE needs the redis-rl module: the Lua twin does not take a cost over the limit")
     else
+      local expected = {}
+      for k = 1, #own do
+        expected[k] = own[k].token .. " " .. own[k].value .. ", "
+      end
       M.fail("ERR unknown option '" .. M.shown(args[i]) .. "', expected " .. table.concat(expected)
-        .. (with_upto and "COST n, UPTO or PEEK" or "COST n or PEEK"))
+        .. (with_upto and "COST n, UPTO, FORCE or PEEK" or "COST n, FORCE or PEEK"))
     end
   end
-  return cost or 1, peek or false, upto or false, value
+  return cost or 1, peek or false, upto or false, given
 end
 
 function M.arity(name)

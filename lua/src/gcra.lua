@@ -14,7 +14,7 @@ function M.GC.parse(args, i, spec)
   v, i = M.positional("G", args, i)
   local burst
   if spec and args[i] and args[i]:upper() == "BURST" then
-    local r = M.KINDS.G.options.BURST
+    local r = M.KINDS.G.options[1]
     if args[i + 1] == nil then
       M.fail("ERR option BURST needs a value: " .. M.range_text(r))
     end
@@ -24,9 +24,9 @@ function M.GC.parse(args, i, spec)
   return M.gcra_params(v[1], v[2], burst), i
 end
 
-function M.GC.finish(p, burst)
-  if burst then
-    p.burst = burst
+function M.GC.finish(p, given)
+  if given and given.BURST then
+    p.burst = given.BURST
   end
   M.exact_wait(p.burst, p.period_ms, p.limit, "burst x period_ms / limit")
   return p

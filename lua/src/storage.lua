@@ -14,12 +14,12 @@ end
 -- The longest value a valid limiter of each kind has (src/encoding: `MAX_BODY_LEN`); a
 -- longer one is corrupt and is never read whole.
 M.MAX_LEN = {
-  T = 5 + 39, S = 5 + 40, F = 5 + 30, G = 5 + 39,
+  T = 5 + 39, S = 5 + 40, F = 5 + 30, G = 5 + 39, Q = 5 + 30,
   L = 5 + 6 + 12 * M.KINDS.L.params[1][3],
   C = 17 + 32768 * (14 + M.MAX_ID_LEN),
 }
 -- Tags with a version 2 (compact) form, and their version 1 length.
-M.V1_LEN = { T = 37, S = 37, F = 29, G = 37 }
+M.V1_LEN = { T = 37, S = 37, F = 29, G = 37, Q = 29 }
 
 -- The tag of a value with our header, after the module's checks of version and kind.
 function M.tag_of(v)

@@ -8,6 +8,8 @@
 // A panic would surface as a Python exception, but the rule of the project holds here too.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod policy;
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -139,7 +141,7 @@ impl Params {
     /// counts divided (at least 1), refill periods multiplied, so the rates divide exactly.
     fn share(&self, instances: u32) -> PyResult<Self> {
         let n = u64::from(instances.max(1));
-        if n == 1 {
+        if n == 1 && !matches!(self.spec, Spec::Log(_)) {
             return Ok(*self);
         }
         let part = |count: u64| (count / n).max(1);
@@ -163,6 +165,11 @@ impl Params {
             Spec::Gcra(p) => Spec::Gcra(
                 GcraParams::new(p.limit(), longer(p.period_ms()), Some(part(p.burst())))
                     .map_err(param_error)?,
+            ),
+            // A log's state grows with its limit: above the engine's bound the share runs as
+            // a sliding window of the same limit and window, as in the Rust fallback.
+            Spec::Log(p) if part(p.limit()) > redis_rl_policy::LOCAL_LOG_MAX => Spec::Sliding(
+                SlidingWindowParams::new(part(p.limit()), p.window_ms()).map_err(param_error)?,
             ),
             Spec::Log(p) => Spec::Log(
                 SlidingLogParams::new(part(p.limit()), p.window_ms()).map_err(param_error)?,
@@ -329,5 +336,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_COUNT", limits::MAX_COUNT)?;
     m.add("MAX_DURATION_MS", limits::MAX_DURATION_MS)?;
     m.add("LUA_TWIN", LUA_TWIN)?;
+    policy::register(m)?;
     Ok(())
 }

@@ -35,8 +35,8 @@ fn range(r: &Range) -> String {
 fn option(o: &Opt) -> String {
     let r = &o.range;
     format!(
-        "{} = {{ {:?}, {}, {}, value = {:?} }}",
-        o.token, r.name, r.min, r.max, o.value
+        "{{ token = {:?}, value = {:?}, {:?}, {}, {} }}",
+        o.token, o.value, r.name, r.min, r.max
     )
 }
 

@@ -58,7 +58,15 @@ fn load_arguments_and_config_set_change_the_limits() {
     ] {
         let e = error(&mut c, &["CONFIG", "SET", name, bad]);
         assert!(e.starts_with("ERR CONFIG SET failed"), "{name} {bad}: {e}");
+        assert!(e.contains(&format!("'{name}'")), "{name} {bad}: {e}");
     }
+    // Out of range: the server's text names the accepted range (a value that is not an
+    // integer at all gets the server's parse error, which a numeric config cannot change).
+    assert_eq!(
+        error(&mut c, &["CONFIG", "SET", "rl.max-all-keys", "257"]),
+        "ERR CONFIG SET failed (possibly related to argument 'rl.max-all-keys') - argument \
+         must be between 1 and 256 inclusive"
+    );
     let got: Vec<String> = query(&mut c, &["CONFIG", "GET", "rl.max-all-keys"]);
     assert_eq!(
         got,
@@ -82,4 +90,79 @@ fn info_counts_calls_decisions_and_errors_per_command() {
     assert_eq!(field(&mut c, "rl_sliding_denied"), "1");
     assert_eq!(field(&mut c, "rl_sliding_errors"), "1");
     assert_eq!(field(&mut c, "rl_tokenbucket_calls"), "0");
+}
+
+/// Starts the server with the module and `args`, listening on a unix socket only, and returns
+/// its exit status and log once it exits (killed after 10 s: a server that loaded the module
+/// keeps running).
+fn load_with(args: &[&str]) -> (Option<i32>, String) {
+    use std::process::{Command, Stdio};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("rl-load-args-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("server.sock");
+    let log = dir.join("server.log");
+    let module = module_path();
+    let mut command = Command::new(server_binary());
+    command
+        .args(["--port", "0", "--save", "", "--appendonly", "no"])
+        .arg("--unixsocket")
+        .arg(&socket)
+        .arg("--logfile")
+        .arg(&log)
+        .arg("--dir")
+        .arg(&dir)
+        .arg("--loadmodule")
+        .arg(&module)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = command.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    (status, text)
+}
+
+#[test]
+fn bad_load_arguments_refuse_to_load_naming_the_argument_and_range() {
+    for (args, message) in [
+        (
+            &["maxcost", "10"][..],
+            "redis-rl: unknown load argument 'maxcost', expected max-cost, max-all-keys, \
+             max-log-entries or ttl-slack-ms (each followed by its value)",
+        ),
+        (
+            &["max-cost", "abc"][..],
+            "redis-rl: load argument max-cost must be an integer between 0 and \
+             1000000000000000, got 'abc'",
+        ),
+        (
+            &["ttl-slack-ms", "5", "max-all-keys", "257"][..],
+            "redis-rl: load argument max-all-keys must be an integer between 1 and 256, got '257'",
+        ),
+        (
+            &["max-log-entries"][..],
+            "redis-rl: load argument max-log-entries needs a value: an integer between 1 and 10000",
+        ),
+    ] {
+        let (status, log) = load_with(args);
+        assert!(status.is_some(), "{args:?}: the server kept running");
+        assert_ne!(status, Some(0), "{args:?}: {log}");
+        assert!(log.contains(message), "{args:?}: no {message:?} in\n{log}");
+    }
 }

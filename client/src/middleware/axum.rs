@@ -6,9 +6,8 @@ use std::net::{IpAddr, SocketAddr};
 use axum::extract::{ConnectInfo, MatchedPath};
 use axum::response::Response;
 
-use super::headers::{refusal_response, QuotaPolicy, Reported};
+use super::headers::to_response;
 use super::request::{Extensions, RequestInfo, RequestView};
-
 /// The default [`RequestInfo`] with the `axum` feature: axum's `ConnectInfo<SocketAddr>`
 /// (serve with `into_make_service_with_connect_info::<SocketAddr>()`) and `MatchedPath`
 /// (apply the layer with `Router::layer` so the pattern is known), else what
@@ -32,58 +31,30 @@ impl RequestInfo for AxumRequestInfo {
     }
 }
 
-/// [`refusal_response`] as an axum [`Response`].
-pub fn refusal(
-    r: &Reported,
-    policies: &[QuotaPolicy],
-    request_id: &str,
-    unavailable: bool,
-) -> Response {
-    refusal_response(r, policies, request_id, unavailable)
+/// The engine's refusal as an axum [`Response`].
+pub fn refusal(r: redis_rl_policy::Response) -> Response {
+    to_response(r)
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use http::header::{CONTENT_TYPE, RETRY_AFTER};
+    use http::header::CONTENT_TYPE;
     use http::StatusCode;
 
     use super::*;
-    use crate::decision::Verdict;
-    use crate::middleware::headers::tests::{ip_policy, reported};
     use crate::middleware::REQUEST_ID;
 
     #[tokio::test]
-    async fn refusal_has_the_true_wait_and_a_problem_body() {
-        let r = reported(Verdict::Denied {
-            retry_after: Duration::from_millis(1_200),
-        });
-        let resp = refusal(&r, &[ip_policy()], "req-1", false);
-        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(resp.headers()[RETRY_AFTER], "2");
+    async fn refusal_has_the_status_and_a_problem_body() {
+        let resp = refusal(redis_rl_policy::forbidden("api_key", "req-1"));
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
         assert_eq!(resp.headers()[CONTENT_TYPE], "application/problem+json");
         assert_eq!(resp.headers()[REQUEST_ID], "req-1");
         let bytes = axum::body::to_bytes(resp.into_body(), 10_000)
             .await
             .unwrap();
         let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!(body["status"], 429);
-        assert_eq!(body["dimension"], "ip");
+        assert_eq!(body["status"], 403);
         assert_eq!(body["request_id"], "req-1");
-        assert_eq!(body["retry_after"], 2);
-
-        let never = refusal(&reported(Verdict::Never), &[], "r", false);
-        assert!(never.headers().get(RETRY_AFTER).is_none());
-        let closed = refusal(
-            &reported(Verdict::Denied {
-                retry_after: Duration::from_secs(1),
-            }),
-            &[ip_policy()],
-            "r",
-            true,
-        );
-        assert_eq!(closed.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(closed.headers()[RETRY_AFTER], "1");
     }
 }

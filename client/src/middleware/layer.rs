@@ -31,10 +31,27 @@ impl RateLimitLayer {
         config: RateLimitConfig,
         resolver: Arc<dyn TierResolver>,
     ) -> Result<Self> {
+        Self::with_routes(limiter, config, &[], resolver)
+    }
+
+    /// [`RateLimitLayer::new`] with route templates of the endpoint dimension besides the
+    /// rules' paths (`/items/{id}`, `/files/**`): a path they match is counted under the
+    /// template whatever the router says.
+    pub fn with_routes(
+        limiter: Limiter,
+        config: RateLimitConfig,
+        routes: &[String],
+        resolver: Arc<dyn TierResolver>,
+    ) -> Result<Self> {
         Ok(Self {
-            shared: Arc::new(Shared::new(limiter, config, resolver)?),
+            shared: Arc::new(Shared::new(limiter, config, routes, resolver)?),
             info: default_request_info(),
         })
+    }
+
+    /// The policy engine (what a request is limited on, under which keys).
+    pub fn engine(&self) -> &redis_rl_policy::Engine {
+        &self.shared.engine
     }
 
     /// Reads the peer address and the route pattern with `info` instead of the default.

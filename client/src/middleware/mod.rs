@@ -1,8 +1,11 @@
 //! A tower [`Layer`](tower_layer::Layer) that rate-limits HTTP requests: any service over
 //! `http::Request<B>` (axum glue behind the `axum` feature).
 //!
-//! Each request is limited on up to four dimensions at once, all or nothing
-//! ([`crate::Limiter::check_all`]):
+//! What a request is limited on, under which keys, and how the decision is written, is
+//! the policy engine's ([`redis_rl_policy`]): the same TOML gives the same keys, headers and
+//! problem bodies in rl-gateway, this middleware and the Python ASGI middleware. Each
+//! request is limited on up to four dimensions and every matching `[[rules]]` entry, each
+//! window of a rate its own key, all or nothing ([`crate::Limiter::check_all`]):
 //!
 //! | dimension | key | default limit |
 //! |---|---|---|
@@ -16,11 +19,14 @@
 //!
 //! `<tenant>` is [`tenant_id`] of the API key (the `api_key_header`, default `X-API-Key`;
 //! `Authorization: Bearer <key>` works too), never logged or stored in a limiter key; a
-//! request without a key is limited per IP (and per IP and endpoint) and globally.
+//! request without a key is limited per IP (and per IP and endpoint) and globally. Two key
+//! headers, or a key with whitespace or control characters inside, get 400.
 //! `<client>` is the client IP ([`client_network`]: an IPv6 address as its /64, or
 //! `ipv6_prefix`): the peer address, or the nearest untrusted `X-Forwarded-For` hop when
 //! the peer is a configured trusted proxy. The endpoint is the route pattern (e.g.
-//! `/items/{id}`), so ids in paths do not multiply keys. A [`RequestInfo`] finds the peer
+//! `/items/{id}`: a rule's path, else the router's), matched on the path's normal form
+//! (no duplicate slashes, dot segments or trailing slash), so ids in paths do not multiply
+//! keys. A [`RequestInfo`] finds the peer
 //! and the pattern: by default axum's `ConnectInfo<SocketAddr>` and `MatchedPath` (feature
 //! `axum`; apply the layer with `Router::layer` so the pattern is known), else the
 //! `SocketAddr` and [`RoutePattern`] request extensions.
@@ -64,7 +70,6 @@
 //! # }
 //! ```
 
-mod access;
 #[cfg(feature = "axum")]
 mod axum;
 mod config;
@@ -74,20 +79,19 @@ mod layer;
 mod plan;
 mod request;
 mod service;
+mod trace;
 
 #[cfg(feature = "axum")]
 pub use self::axum::{refusal, AxumRequestInfo};
-pub use access::Access;
 pub use config::{
-    AccessConfig, Dimension, FleetSettings, LeaseSettings, RateLimitConfig, TierLimits,
+    algorithm, mode, policy_of, AccessConfig, AlgorithmKind, Dimension, FailureModeName,
+    FleetSettings, LeaseSettings, LimitSpec, Rate, RateLimitConfig, RateLimitConfigExt,
+    RateOverride, Rule, TierLimits, Window,
 };
-pub use extract::{
-    api_key, api_key_in, client_ip, client_network, request_id, tenant_id, API_KEY, REQUEST_ID,
-};
-pub use headers::{
-    ceil_secs, forbidden_response, policy_field, refusal_response, write_rate_limit, QuotaPolicy,
-    Reported,
-};
+pub use extract::{client_network, request_id, tenant_id, API_KEY, REQUEST_ID};
+pub use headers::{to_response, write_headers};
 pub use layer::RateLimitLayer;
+pub use redis_rl_policy::{normalize_path, Access, Engine, KeyError};
 pub use request::{Extensions, RequestInfo, RequestView, RoutePattern};
 pub use service::RateLimitService;
+pub use trace::{TraceContext, TRACEPARENT};

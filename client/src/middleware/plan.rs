@@ -1,149 +1,42 @@
-//! What one request is limited on: the validated policies of every dimension (per tier),
-//! and the keys of a request (its plan).
+//! What every service of a layer shares: the limiter, the tier resolver and the policy
+//! engine built from the configuration.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use http::HeaderName;
+use redis_rl_policy::Engine;
 
-use super::access::AccessList;
-use super::config::{Dimension, RateLimitConfig};
+use super::config::{RateLimitConfig, RateLimitConfigExt};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
-use crate::policy::Policy;
+use crate::policy::FailureMode;
 use crate::tier::TierResolver;
 
-/// One dimension of one request.
-#[derive(Clone, Debug)]
-pub(crate) struct Planned {
-    pub(crate) dimension: Dimension,
-    pub(crate) key: String,
-    pub(crate) policy: Policy,
-}
-
-/// The policies of one tier: its API-key rate, and the dimensions it overrides.
-#[derive(Clone, Debug)]
-struct TierPolicies {
-    api_key: Policy,
-    ip: Option<Policy>,
-    endpoint: Option<Policy>,
-    global: Option<Policy>,
-}
-
-/// What every service of a layer shares: the limiter, the configuration and its policies.
+/// The limiter, the tier resolver and the engine.
 pub(crate) struct Shared {
     pub(crate) limiter: Limiter,
-    pub(crate) config: RateLimitConfig,
     pub(crate) resolver: Arc<dyn TierResolver>,
-    pub(crate) api_key_header: HeaderName,
-    pub(crate) access: AccessList,
-    tiers: HashMap<String, TierPolicies>,
-    default_tier: String,
-    default_policy: Policy,
-    ip: Policy,
-    endpoint: Policy,
-    global: Policy,
+    pub(crate) engine: Engine,
+    pub(crate) mode: FailureMode,
 }
 
 impl Shared {
-    /// Validates `config` and builds every dimension's policy, per tier.
+    /// Validates `config` and builds the engine; `routes` are route templates of the
+    /// endpoint dimension besides the rules' paths.
     pub(crate) fn new(
         limiter: Limiter,
         config: RateLimitConfig,
+        routes: &[String],
         resolver: Arc<dyn TierResolver>,
     ) -> Result<Self> {
-        config.validate()?;
+        config.check()?;
         let mode = config.failure_mode();
-        let mut tiers = HashMap::new();
-        for (name, limits) in &config.tiers {
-            let over = |d: Dimension| {
-                config
-                    .tier_rate(name, d)
-                    .filter(|_| limits.override_of(d).is_some())
-                    .map(|r| r.policy(mode))
-                    .transpose()
-            };
-            tiers.insert(
-                name.clone(),
-                TierPolicies {
-                    api_key: limits.rate().policy(mode)?,
-                    ip: over(Dimension::Ip)?,
-                    endpoint: over(Dimension::Endpoint)?,
-                    global: over(Dimension::Global)?,
-                },
-            );
-        }
-        let api_key_header = HeaderName::from_bytes(config.api_key_header.as_bytes())
-            .map_err(|e| Error::Config(format!("api_key_header: {e}")))?;
+        let engine = Engine::new(config, routes)
+            .map_err(|e| Error::Config(format!("{}: {}", e.field, e.message)))?;
         Ok(Shared {
-            ip: config.ip.policy(mode)?,
-            endpoint: config.endpoint.policy(mode)?,
-            global: config.global.policy(mode)?,
-            default_tier: config.default_tier.clone(),
-            default_policy: config.tier_config().rate(None).1.policy(mode)?,
-            access: AccessList::new(&config.access),
-            api_key_header,
             limiter,
-            config,
             resolver,
-            tiers,
+            engine,
+            mode,
         })
-    }
-
-    /// The keys and policies of one request, in the configured order. `tier` is the
-    /// resolved tier of `tenant` (`None` or unknown: the default tier); `client` is the
-    /// client's address or network as it appears in keys.
-    pub(crate) fn plan(
-        &self,
-        tenant: Option<&str>,
-        tier: Option<&str>,
-        client: &str,
-        endpoint: &str,
-    ) -> Vec<Planned> {
-        let prefix = &self.config.key_prefix;
-        // Key-less requests have no tier: the dimensions' own tables apply.
-        let tier = tenant.and({
-            let known = tier.and_then(|t| self.tiers.get_key_value(t));
-            known.or_else(|| self.tiers.get_key_value(&self.default_tier))
-        });
-        let mut out = Vec::with_capacity(self.config.dimensions.len());
-        for &dimension in &self.config.dimensions {
-            // A tier's own budget for a shared dimension lives in a key of its own.
-            let shared = |base: String, policy: Policy, over: Option<Policy>| match (tier, over) {
-                (Some((name, _)), Some(p)) => (format!("{base}:tier:{name}"), p),
-                _ => (base, policy),
-            };
-            let over = |f: fn(&TierPolicies) -> Option<Policy>| tier.and_then(|(_, t)| f(t));
-            let (key, policy) = match (dimension, tenant) {
-                (Dimension::ApiKey, None) => continue,
-                (Dimension::ApiKey, Some(t)) => (
-                    format!("{prefix}:{{k:{t}}}:key"),
-                    tier.map_or(self.default_policy, |(_, p)| p.api_key),
-                ),
-                (Dimension::Ip, _) => {
-                    shared(format!("{prefix}:{{ip:{client}}}"), self.ip, over(|t| t.ip))
-                }
-                (Dimension::Endpoint, Some(t)) => (
-                    format!("{prefix}:{{k:{t}}}:ep:{endpoint}"),
-                    over(|t| t.endpoint).unwrap_or(self.endpoint),
-                ),
-                (Dimension::Endpoint, None) => (
-                    format!("{prefix}:{{ip:{client}}}:ep:{endpoint}"),
-                    self.endpoint,
-                ),
-                (Dimension::Global, _) => shared(
-                    format!("{prefix}:{{global}}"),
-                    self.global,
-                    over(|t| t.global),
-                ),
-            };
-            let hot = self.config.hot.contains(&dimension);
-            out.push(Planned {
-                dimension,
-                key,
-                policy: policy.hot(hot),
-            });
-        }
-        out
     }
 }

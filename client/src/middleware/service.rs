@@ -1,22 +1,22 @@
 //! The service: decides, then calls the inner service or refuses.
 
-use std::cmp::Reverse;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{HeaderValue, Request, Response};
+use redis_rl_policy::{render, Admission, Outcome, Plan, Rendered, Verdict};
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::access::Access;
-use super::extract::{self, REQUEST_ID};
-use super::headers::{
-    forbidden_response, refusal_response, write_rate_limit, write_request_id, QuotaPolicy, Reported,
-};
-use super::plan::{Planned, Shared};
+use super::config::policy_of;
+use super::extract::{self, HttpHeaders, REQUEST_ID};
+use super::headers::{to_response, write_headers};
+use super::plan::Shared;
 use super::request::{RequestInfo, RequestView};
+use super::trace::{TraceContext, TRACEPARENT};
 use crate::backend::BoxFuture;
-use crate::decision::{MultiDecision, Source};
+use crate::decision::{Decision, MultiDecision, Source};
+use crate::policy::Policy;
 
 /// The service made by [`RateLimitLayer`](super::RateLimitLayer): any
 /// `Service<http::Request<B>>` answering `http::Response<R>`, where a refusal's
@@ -63,6 +63,126 @@ where
     }
 }
 
+/// The decision of one outcome, as the engine renders it.
+fn outcome(d: &Decision) -> Outcome {
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    Outcome {
+        verdict: match d.verdict {
+            crate::decision::Verdict::Allowed => Verdict::Allowed,
+            crate::decision::Verdict::Denied { retry_after } => Verdict::Denied {
+                retry_after_ms: ms(retry_after),
+            },
+            crate::decision::Verdict::Never => Verdict::Never,
+        },
+        remaining: d.remaining,
+        reset_after_ms: ms(d.reset_after),
+        shadow: d.shadow,
+        fail_open: d.source == Source::FailOpen,
+        fail_closed: d.source == Source::FailClosed,
+    }
+}
+
+/// What the engine decided before the inner service runs.
+/// Each carries the `tier` label of the response's metrics: the tier whose limits applied,
+/// `none` for a key-less request, `-` when the access lists decided.
+enum Before {
+    Refuse(redis_rl_policy::Response, String),
+    Call(Vec<(&'static str, String)>, String),
+}
+
+/// The engine's view of a request (not kept across an await: the headers are a trait
+/// object).
+fn engine_request<'a>(
+    view: &RequestView<'a>,
+    headers: &'a HttpHeaders<'a>,
+    peer: Option<std::net::IpAddr>,
+    route: Option<&'a str>,
+) -> redis_rl_policy::Request<'a> {
+    redis_rl_policy::Request {
+        method: view.method.as_str(),
+        path: view.uri.path(),
+        host: view.uri.host(),
+        headers,
+        peer,
+        route,
+    }
+}
+
+async fn decide(
+    shared: &Shared,
+    info: &dyn RequestInfo,
+    view: RequestView<'_>,
+    request_id: &str,
+) -> Before {
+    let front_route = info.route(&view);
+    let peer = info.peer_ip(&view);
+    let headers = HttpHeaders(view.headers);
+    let admission = shared.engine.admit(
+        &engine_request(&view, &headers, peer, front_route.as_deref()),
+        request_id,
+    );
+    let id = match admission {
+        Admission::Refuse(r) => {
+            let on = if r.status == 400 { "bad_key" } else { "deny" };
+            metrics::counter!("rl_access_total", "list" => on).increment(1);
+            tracing::debug!(status = r.status, "request refused before any limit");
+            return Before::Refuse(r, "-".to_owned());
+        }
+        Admission::Pass(_) => {
+            metrics::counter!("rl_access_total", "list" => "allow").increment(1);
+            return Before::Call(Vec::new(), "-".to_owned());
+        }
+        Admission::Limit(id) => id,
+    };
+    if let Some(t) = &id.tenant {
+        tracing::Span::current().record("tenant", tracing::field::display(t));
+    }
+    let tier = match &id.api_key {
+        Some(key) => shared.resolver.tier(key).await,
+        None => None,
+    };
+    let plan = shared.engine.plan(
+        &engine_request(&view, &headers, peer, front_route.as_deref()),
+        &id,
+        tier.as_deref(),
+    );
+    if let Some(t) = &plan.tier {
+        tracing::Span::current().record("tier", tracing::field::display(t));
+    }
+    // The engine falls back to the default tier for a name it does not know: a typo in the
+    // tier hash must not pass silently.
+    if let Some(asked) = tier.as_deref() {
+        if plan.tier.as_deref() != Some(asked) {
+            crate::tier::unknown_tier(asked);
+        }
+    }
+    let mut items: Vec<(&str, Policy)> = Vec::with_capacity(plan.items.len());
+    for item in &plan.items {
+        match policy_of(item, shared.mode) {
+            Ok(p) => items.push((item.key.as_str(), p)),
+            // The engine validated every window with the same ranges: not reached.
+            Err(e) => tracing::error!(error = %e, policy = %item.name, "policy skipped"),
+        }
+    }
+    let md = shared.limiter.check_all(&items).await;
+    count(&plan, &md);
+    let tier_label = plan.tier.clone().unwrap_or_else(|| "none".to_owned());
+    let outcomes: Vec<Outcome> = md.decisions.iter().map(outcome).collect();
+    // The span names the policy the response reports, allowed or refused.
+    if let Some(item) =
+        redis_rl_policy::reported_index(&plan, &outcomes, md.denied).and_then(|i| plan.items.get(i))
+    {
+        tracing::Span::current().record("dimension", tracing::field::display(&item.label));
+    }
+    match render(&plan, &outcomes, md.denied, request_id) {
+        Rendered::Refuse(r) => {
+            tracing::debug!(status = r.status, "request refused");
+            Before::Refuse(r, tier_label)
+        }
+        Rendered::Headers(h) => Before::Call(h, tier_label),
+    }
+}
+
 async fn handle<S, ReqBody, ResBody>(
     shared: Arc<Shared>,
     info: Arc<dyn RequestInfo>,
@@ -74,135 +194,72 @@ where
     ResBody: From<String>,
 {
     let request_id = extract::request_id(req.headers());
-    let api_key = extract::api_key_in(req.headers(), &shared.api_key_header).map(str::to_owned);
-    let tenant = api_key.as_deref().map(extract::tenant_id);
-    let span = tracing::info_span!(
+    // The caller's trace (or a new one): in every log line of the request (the span's
+    // field), in its problem bodies, and forwarded with this hop as the parent.
+    let trace = TraceContext::of(req.headers());
+    let trace_id = trace.trace_id();
+    // At ERROR level so that the span is enabled whatever the log level: every line logged
+    // for the request (warnings of a failed upstream call included) carries its ids.
+    let span = tracing::error_span!(
         "rate_limit",
         request_id = %request_id,
-        tenant = %tenant.as_deref().unwrap_or("-"),
+        trace_id = %trace_id,
+        tenant = tracing::field::Empty,
         tier = tracing::field::Empty,
         dimension = tracing::field::Empty,
     );
     async move {
-        let view = RequestView::of(&req);
-        let peer = info.peer_ip(&view);
-        let ip = extract::client_ip(peer, req.headers(), &shared.config.trusted_proxies)
-            .map(|ip| ip.to_canonical());
-        let mut limited = true;
-        if !shared.access.is_empty() {
-            match shared.access.check(ip, api_key.as_deref()) {
-                Access::Denied(on) => {
-                    metrics::counter!("rl_access_total", "list" => "deny", "on" => on).increment(1);
-                    tracing::debug!(denied_by = on, "request refused by the deny list");
-                    return Ok(forbidden_response(on, &request_id));
+        let (added, tier_label) =
+            match decide(&shared, info.as_ref(), RequestView::of(&req), &request_id).await {
+                Before::Refuse(r, tier) => {
+                    return Ok(counted(to_response(r.with_trace_id(&trace_id)), tier))
                 }
-                Access::Allowed => {
-                    metrics::counter!("rl_access_total", "list" => "allow").increment(1);
-                    limited = false;
-                }
-                Access::Limited => {}
-            }
-        }
-
-        let (reported, policies) = if limited {
-            let endpoint = info
-                .route(&view)
-                .unwrap_or_else(|| "<unmatched>".to_owned());
-            let tier = match &api_key {
-                Some(key) => shared.resolver.tier(key).await,
-                None => None,
+                Before::Call(h, tier) => (h, tier),
             };
-            if let Some(t) = &tier {
-                tracing::Span::current().record("tier", tracing::field::display(t));
-            }
-            let client = ip.map_or_else(
-                || "unknown".to_string(),
-                |ip| extract::client_network(ip, shared.config.ipv6_prefix),
-            );
-            let plan = shared.plan(tenant.as_deref(), tier.as_deref(), &client, &endpoint);
-            let items: Vec<(&str, crate::Policy)> =
-                plan.iter().map(|p| (p.key.as_str(), p.policy)).collect();
-            let md = shared.limiter.check_all(&items).await;
-            count(&plan, &md);
-            let policies: Vec<QuotaPolicy> = plan
-                .iter()
-                .filter(|p| !p.policy.is_shadow())
-                .map(|p| QuotaPolicy::of(p.dimension, &p.policy))
-                .collect();
-            let reported = most_restrictive(&plan, &md);
-            if let Some(r) = &reported {
-                tracing::Span::current()
-                    .record("dimension", tracing::field::display(r.policy.dimension));
-            }
-            if let (Some(_), Some(r)) = (md.denied, &reported) {
-                let unavailable = r.decision.source == Source::FailClosed;
-                tracing::debug!(
-                    retry_after_ms = r
-                        .decision
-                        .retry_after()
-                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-                    source = r.decision.source.name(),
-                    "request refused"
-                );
-                return Ok(refusal_response(r, &policies, &request_id, unavailable));
-            }
-            (reported, policies)
-        } else {
-            (None, Vec::new())
-        };
-
         if let Ok(v) = HeaderValue::try_from(request_id.as_str()) {
             req.headers_mut().insert(REQUEST_ID, v);
         }
+        if let Ok(v) = HeaderValue::try_from(trace.traceparent()) {
+            req.headers_mut().insert(TRACEPARENT, v);
+        }
         let mut response = inner.call(req).await?;
         let headers = response.headers_mut();
-        write_rate_limit(headers, reported.as_ref(), &policies);
-        write_request_id(headers, &request_id);
+        write_headers(headers, &added);
+        if let Ok(v) = HeaderValue::try_from(request_id.as_str()) {
+            headers.insert(REQUEST_ID, v);
+        }
         if response.status().is_server_error() {
             tracing::warn!(status = response.status().as_u16(), "upstream error");
         }
-        Ok(response)
+        Ok(counted(response, tier_label))
     }
     .instrument(span)
     .await
 }
 
-/// The policy to report: the denying one, else among the enforced ones that Redis (or the
-/// local fallback) decided, the one with the fewest units left (ties: the longest `t`).
-/// `None` when nothing was decided (every dimension failed open, or none is enforced).
-fn most_restrictive(plan: &[Planned], md: &MultiDecision) -> Option<Reported> {
-    let reported = |i: usize| {
-        let p = plan.get(i)?;
-        let d = md.decisions.get(i)?;
-        Some(Reported {
-            policy: QuotaPolicy::of(p.dimension, &p.policy),
-            decision: *d,
-        })
-    };
-    if let Some(i) = md.denied {
-        return reported(i);
-    }
-    (0..plan.len())
-        .filter_map(reported)
-        .filter(|r| !r.decision.shadow && r.decision.source != Source::FailOpen)
-        .min_by_key(|r| (r.remaining(), Reverse(r.reset_secs())))
+/// Counts a response in `rl_responses_total` by status and tier (the tier whose limits applied;
+/// `none` without an API key, `-` when the access lists decided), then returns it.
+fn counted<B>(response: Response<B>, tier: String) -> Response<B> {
+    let status = response.status().as_str().to_owned();
+    metrics::counter!("rl_responses_total", "status" => status, "tier" => tier).increment(1);
+    response
 }
 
-fn count(plan: &[Planned], md: &MultiDecision) {
-    for (i, (p, d)) in plan.iter().zip(&md.decisions).enumerate() {
-        let dimension = p.dimension.name();
+fn count(plan: &Plan, md: &MultiDecision) {
+    for (i, (p, d)) in plan.items.iter().zip(&md.decisions).enumerate() {
+        let dimension = p.label.clone();
         let outcome = if md.denied == Some(i) {
             "denied"
         } else if d.shadow && d.is_denied() {
             "shadow_denied"
         } else if md.denied.is_some() {
-            continue; // not consumed: the request was refused by another dimension
+            continue; // not consumed: the request was refused by another policy
         } else {
             "allowed"
         };
-        metrics::counter!("rl_requests_total", "dimension" => dimension, "outcome" => outcome)
+        metrics::counter!("rl_requests_total", "dimension" => dimension.clone(), "outcome" => outcome)
             .increment(1);
-        metrics::counter!("rl_decisions_total", "dimension" => dimension, "source" => d.source.name())
+        metrics::counter!("rl_decisions_total", "dimension" => dimension.clone(), "source" => d.source.name())
             .increment(1);
         if d.source.is_fallback() {
             metrics::counter!("rl_fallback_total", "dimension" => dimension, "source" => d.source.name()).increment(1);
@@ -225,8 +282,9 @@ mod tests {
 
     use super::*;
     use crate::backend::Backend;
+    use crate::middleware::{AlgorithmKind, FailureModeName, Rate, RateOverride, Window};
     use crate::middleware::{Dimension, RateLimitConfig, RateLimitLayer};
-    use crate::tier::{FailureModeName, Rate, RateOverride, StaticTiers};
+    use crate::tier::StaticTiers;
     use crate::Limiter;
 
     /// Redis is down for these tests: every decision is the local fallback's, which runs
@@ -458,10 +516,7 @@ mod tests {
     #[tokio::test]
     async fn a_shadow_dimension_never_refuses() {
         let mut config = RateLimitConfig::default();
-        config.ip = Rate {
-            shadow: true,
-            ..Rate::per_minute(1)
-        };
+        config.ip = Rate::per_minute(1).shadowed(true);
         let app = app(config);
         for _ in 0..3 {
             let resp = app
@@ -476,11 +531,8 @@ mod tests {
     #[tokio::test]
     async fn tiers_override_every_dimension_for_their_keys() {
         let mut config = RateLimitConfig::default();
-        config.endpoint = Rate {
-            window_ms: 3_600_000,
-            ..Rate::per_minute(2)
-        }
-        .with_algorithm(crate::tier::AlgorithmKind::Sliding);
+        config.endpoint =
+            Rate::of(Window::new(2, 3_600_000)).with_algorithm(AlgorithmKind::Sliding);
         let pro = config.tiers.remove("pro").unwrap().with_override(
             Dimension::Endpoint,
             RateOverride {

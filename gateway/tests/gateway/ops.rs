@@ -32,7 +32,8 @@ async fn healthz_is_503_while_closed_mode_would_refuse_and_200_otherwise() {
     assert_eq!(status, 200, "{body}");
     let h: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(h["status"], "ok");
-    assert_eq!(h["mode"], "closed");
+    assert_eq!(h["failure_mode"], "closed");
+    assert_eq!(h["deciding"], "redis");
     assert_eq!(h["redis"], "up");
     assert_eq!(h["breaker"], "closed");
     assert_eq!(
@@ -79,6 +80,8 @@ async fn metrics_describe_every_family_and_have_latency_histograms() {
     let server = Server::start();
     let app = Router::new().route("/{*rest}", get(|| async { "up" }));
     let up = Upstream::plain(app).await;
+    let empty = std::env::temp_dir().join(format!("rl-gw-empty-{}.toml", server.port));
+    std::fs::write(&empty, "").unwrap();
     let gw = Gateway::launch(
         &[
             "--redis",
@@ -86,7 +89,7 @@ async fn metrics_describe_every_family_and_have_latency_histograms() {
             "--upstream",
             &format!("http://127.0.0.1:{}", up.port),
             "--config",
-            "/dev/null",
+            empty.to_str().unwrap(),
         ],
         true,
         None,

@@ -49,7 +49,8 @@ async fn sighup_reloads_refuses_a_bad_file_and_drops_nothing_in_flight() {
             "--config",
             config.to_str().unwrap(),
         ],
-        false,
+        // The refused reload's error is on the admin listener only.
+        true,
         Some(&log),
     )
     .await;

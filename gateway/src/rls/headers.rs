@@ -1,0 +1,101 @@
+//! `response_headers_to_add` (with `--rls-response-headers`): the same fields the gateway
+//! writes, for Envoy to add to the client's response: draft-ietf-httpapi-ratelimit-headers-11's
+//! `RateLimit-Policy` (every enforced rule of the request) and `RateLimit` (the denying
+//! rule, else the one with the fewest requests left), and `X-RateLimit-Limit`,
+//! `X-RateLimit-Remaining`, `X-RateLimit-Reset` equal to its `q`, `r` and `t`.
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use std::time::Duration;
+
+use redis_rl_client::{Decision, Verdict};
+
+use super::plan::{Limited, Planned};
+
+/// The headers for a decided request (none when no enforced rule was counted).
+pub fn response_headers(
+    planned: &[Planned],
+    decisions: &[Option<Decision>],
+    refused: bool,
+) -> Vec<HeaderValue> {
+    let enforced: Vec<(&Limited, &Decision)> = planned
+        .iter()
+        .zip(decisions)
+        .filter_map(|(p, d)| match (p, d) {
+            (Planned::Limited(l), Some(d)) if !l.shadow => Some((l, d)),
+            _ => None,
+        })
+        .collect();
+    let reported = if refused {
+        enforced.iter().find(|(_, d)| d.is_denied())
+    } else {
+        enforced.iter().min_by_key(|(l, d)| {
+            (
+                d.remaining.min(u64::from(l.requests_per_unit)),
+                std::cmp::Reverse(reset_secs(l, d)),
+            )
+        })
+    };
+    let Some((l, d)) = reported else {
+        return Vec::new();
+    };
+    let policy = enforced
+        .iter()
+        .map(|(l, _)| {
+            format!(
+                "\"{}\";q={};w={}",
+                name(l),
+                l.requests_per_unit,
+                l.unit.seconds()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let q = l.requests_per_unit;
+    let r = if d.is_denied() {
+        0
+    } else {
+        d.remaining.min(u64::from(q))
+    };
+    let t = reset_secs(l, d);
+    [
+        ("RateLimit-Policy", policy),
+        ("RateLimit", format!("\"{}\";r={r};t={t}", name(l))),
+        ("X-RateLimit-Limit", q.to_string()),
+        ("X-RateLimit-Remaining", r.to_string()),
+        ("X-RateLimit-Reset", t.to_string()),
+    ]
+    .into_iter()
+    .map(|(key, value)| HeaderValue {
+        key: key.to_string(),
+        value,
+        ..Default::default()
+    })
+    .collect()
+}
+
+/// `t`: the true wait when denied, else the time until the counter is idle again, at most
+/// the unit; never (0 requests per unit): the unit.
+fn reset_secs(l: &Limited, d: &Decision) -> u64 {
+    let w = l.unit.seconds();
+    match d.verdict {
+        Verdict::Denied { retry_after } => ceil_secs(retry_after),
+        Verdict::Allowed => ceil_secs(d.reset_after).min(w),
+        Verdict::Never => w,
+    }
+}
+
+/// The rule's name in the fields: its `name`, else its metric key; quotes and backslashes
+/// (which would end the structured-field string) replaced.
+/// Whole seconds, rounded up: a client that waits the advertised time is never early.
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+fn name(l: &Limited) -> String {
+    let n = if l.name.is_empty() {
+        &l.metric
+    } else {
+        &l.name
+    };
+    n.replace(['"', '\\'], "_")
+}

@@ -1,0 +1,120 @@
+//! Envoy's rate limit service (RLS v3) on `--rls-listen`: gRPC over HTTP/2 without TLS,
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` and
+//! `grpc.health.v1.Health/Check`, reading envoyproxy/ratelimit's configuration
+//! (`--rls-config`, a file or a directory) and deciding with the gateway's limiter: the
+//! same Redis, breaker, failure mode, deny cache and leases. SIGHUP re-reads the
+//! configuration; one that does not load is refused and the running one stays.
+
+pub mod config;
+mod decide;
+mod headers;
+mod lookup;
+mod plan;
+mod service;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use redis_rl_client::Limiter;
+
+use crate::reload::Live;
+use config::RlsConfig;
+
+/// What `--rls-*` asked for.
+pub struct RlsOptions {
+    pub listen: SocketAddr,
+    pub config: PathBuf,
+    pub response_headers: bool,
+    pub hot_per_second: u64,
+}
+
+/// A bound, configured service, ready to serve.
+pub struct Bound {
+    listener: tokio::net::TcpListener,
+    service: service::Rls,
+}
+
+/// Loads the configuration and binds the listener (both errors are start-up errors).
+pub async fn bind(
+    opts: &RlsOptions,
+    limiter: Limiter,
+    gateway: Arc<Live>,
+) -> Result<Bound, String> {
+    let loaded = RlsConfig::load(&opts.config).map_err(|e| format!("--rls-config: {e}"))?;
+    tracing::info!(
+        path = %opts.config.display(),
+        domains = loaded.domains.len(),
+        files = loaded.files.len(),
+        "rate limit service configuration loaded"
+    );
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| format!("--rls-listen {}: {e}", opts.listen))?;
+    Ok(Bound {
+        listener,
+        service: service::Rls {
+            config: Arc::new(ArcSwap::from_pointee(loaded)),
+            limiter,
+            gateway,
+            response_headers: opts.response_headers,
+            hot_per_second: opts.hot_per_second,
+        },
+    })
+}
+
+impl Bound {
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    /// Serves until `stop`; reloads the configuration from `path` on each SIGHUP meanwhile.
+    pub async fn serve(
+        self,
+        path: PathBuf,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), String> {
+        #[cfg(unix)]
+        tokio::spawn(reload_on_sighup(self.service.config.clone(), path));
+        #[cfg(not(unix))]
+        let _ = path;
+        let (reporter, health) = tonic_health::server::health_reporter();
+        reporter
+            .set_serving::<RateLimitServiceServer<service::Rls>>()
+            .await;
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(self.listener).with_nodelay(Some(true));
+        tonic::transport::Server::builder()
+            .add_service(health)
+            .add_service(RateLimitServiceServer::new(self.service))
+            .serve_with_incoming_shutdown(incoming, stop)
+            .await
+            .map_err(|e| format!("rate limit service: {e}"))
+    }
+}
+
+/// Re-reads the configuration on each SIGHUP: a file that does not load is logged and
+/// counted, and the running configuration stays.
+#[cfg(unix)]
+async fn reload_on_sighup(live: Arc<ArcSwap<RlsConfig>>, path: PathBuf) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP: no reload of --rls-config");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match RlsConfig::load(&path) {
+            Ok(c) => {
+                tracing::info!(path = %path.display(), domains = c.domains.len(), "rate limit service configuration reloaded");
+                live.store(Arc::new(c));
+                metrics::counter!("rl_rls_config_reloads_total", "result" => "ok").increment(1);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "rate limit service configuration refused; the running one stays");
+                metrics::counter!("rl_rls_config_reloads_total", "result" => "error").increment(1);
+            }
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! From a `ShouldRateLimit` request to what must be counted: each descriptor's rule (the
+//! configuration's, or the request's own `limit` override), its cost (`hits_addend`), and
+//! `replaces` applied across the request's descriptors, as envoyproxy/ratelimit does.
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use redis_rl_client::{FailureMode, Policy};
+
+use super::config::{Counting, Level, RlsConfig, Rule, Unit};
+use super::lookup;
+
+/// The largest cost one descriptor may ask for (the module's bound on any count).
+const MAX_HITS: u64 = 1_000_000_000_000_000;
+
+/// What one request descriptor gets.
+#[derive(Debug)]
+pub enum Planned {
+    /// No rule: OK without a limit.
+    NoLimit,
+    /// `unlimited: true`: OK, never counted.
+    Unlimited,
+    /// A rule to count `cost` units against.
+    Limited(Limited),
+}
+
+/// A counted descriptor.
+#[derive(Debug)]
+pub struct Limited {
+    /// `requests_per_unit` (0 refuses every request that costs anything).
+    pub requests_per_unit: u32,
+    pub unit: Unit,
+    pub name: String,
+    pub shadow: bool,
+    /// The Redis key of the counter.
+    pub key: String,
+    /// The metric key (bounded: the rule's place in the tree unless the file asks for values).
+    pub metric: String,
+    /// The policy sent to Redis (`None` when `requests_per_unit` is 0: nothing to ask).
+    pub policy: Option<Policy>,
+    pub cost: u64,
+    /// Give `cost` back instead of taking it (`is_negative_hits`).
+    pub refund: bool,
+}
+
+/// A request that cannot be answered.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BadRequest(pub String);
+
+/// Plans every descriptor of a request in `domain`. `failure` is the gateway's failure mode;
+/// `hot_per_second`: rules at least this fast are served from leases (0: none).
+pub fn plan(
+    config: &RlsConfig,
+    domain: &str,
+    descriptors: &[RateLimitDescriptor],
+    request_hits: u32,
+    failure: FailureMode,
+    hot_per_second: u64,
+) -> Result<Vec<Planned>, BadRequest> {
+    if domain.is_empty() {
+        return Err(BadRequest("rate limit domain must not be empty".into()));
+    }
+    if descriptors.is_empty() {
+        return Err(BadRequest(
+            "rate limit descriptor list must not be empty".into(),
+        ));
+    }
+    let request_cost = if request_hits == 0 {
+        1
+    } else {
+        u64::from(request_hits)
+    };
+    let empty = Level::default();
+    let tree = config.domains.get(domain).unwrap_or(&empty);
+    let mut found: Vec<Option<(Rule, String, String)>> = Vec::with_capacity(descriptors.len());
+    for d in descriptors {
+        let entries: Vec<(&str, &str)> = d
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        let over = d
+            .limit
+            .as_ref()
+            .and_then(|l| Unit::from_proto(l.unit).map(|u| (l.requests_per_unit, u)));
+        found.push(match over {
+            Some((requests_per_unit, unit)) => {
+                // The request's own limit: counted per descriptor values, reported under
+                // the keys alone so metrics stay bounded.
+                let metric = std::iter::once(domain)
+                    .chain(entries.iter().map(|(k, _)| *k))
+                    .collect::<Vec<_>>()
+                    .join(".");
+                let counter = lookup::counter_name(domain, entries.iter().copied());
+                Some((
+                    Rule {
+                        requests_per_unit,
+                        unit: Some(unit),
+                        unlimited: false,
+                        counting: Counting::FixedWindow,
+                        name: None,
+                        replaces: Vec::new(),
+                        shadow_mode: false,
+                        detailed_metric: false,
+                        path: metric.clone(),
+                    },
+                    counter,
+                    metric,
+                ))
+            }
+            None => {
+                lookup::find(domain, tree, &entries).map(|m| (m.rule.clone(), m.counter, m.metric))
+            }
+        });
+    }
+    let replaced: Vec<&str> = found
+        .iter()
+        .flatten()
+        .flat_map(|(r, _, _)| r.replaces.iter().map(String::as_str))
+        .collect();
+    let mut planned = Vec::with_capacity(descriptors.len());
+    for (d, f) in descriptors.iter().zip(&found) {
+        let Some((rule, counter, metric)) = f else {
+            planned.push(Planned::NoLimit);
+            continue;
+        };
+        if rule.unlimited {
+            planned.push(Planned::Unlimited);
+            continue;
+        }
+        if rule.name.as_deref().is_some_and(|n| replaced.contains(&n)) {
+            planned.push(Planned::NoLimit);
+            continue;
+        }
+        let Some(unit) = rule.unit else {
+            planned.push(Planned::NoLimit);
+            continue;
+        };
+        let cost = match &d.hits_addend {
+            Some(h) if h.value > MAX_HITS => {
+                return Err(BadRequest(format!(
+                    "hits_addend must be at most {MAX_HITS}, got {}",
+                    h.value
+                )))
+            }
+            Some(h) => h.value,
+            None => request_cost,
+        };
+        let policy = policy(rule.counting, rule.requests_per_unit, unit).map(|p| {
+            let per_second = u64::from(rule.requests_per_unit) / unit.seconds();
+            p.on_failure(failure)
+                .shadow(rule.shadow_mode)
+                .hot(hot_per_second > 0 && per_second >= hot_per_second && !rule.shadow_mode)
+        });
+        planned.push(Planned::Limited(Limited {
+            requests_per_unit: rule.requests_per_unit,
+            unit,
+            name: rule.name.clone().unwrap_or_default(),
+            shadow: rule.shadow_mode,
+            key: format!("rls:{counter}:{}:{}", rule.counting.name(), unit.seconds()),
+            metric: metric.clone(),
+            policy,
+            cost,
+            refund: d.is_negative_hits,
+        }));
+    }
+    Ok(planned)
+}
+
+/// The module's policy for a rule (`None` for 0 requests per unit, which no limiter holds).
+pub fn policy(counting: Counting, requests_per_unit: u32, unit: Unit) -> Option<Policy> {
+    let limit = u64::from(requests_per_unit);
+    let window_ms = Duration::from_secs(unit.seconds()).as_millis();
+    let window_ms = u64::try_from(window_ms).ok()?;
+    if limit == 0 {
+        return None;
+    }
+    match counting {
+        Counting::FixedWindow => Policy::fixed(limit, window_ms),
+        Counting::SlidingWindow => Policy::sliding(limit, window_ms),
+        Counting::TokenBucket => Policy::token_bucket(limit, limit, window_ms),
+        Counting::Gcra => Policy::gcra(limit, window_ms, None),
+    }
+    .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+        Entry, RateLimitOverride,
+    };
+    use envoy_types::pb::google::protobuf::UInt64Value;
+
+    fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|(k, v)| Entry {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    const EXAMPLE7: &str = r#"
+domain: example7
+descriptors:
+  - key: key_1
+    value: value_1
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit: {name: specific_limit, requests_per_unit: 5, unit: second}
+  - key: key_2
+    value: value_2
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit:
+          replaces: [{name: specific_limit}]
+          requests_per_unit: 10
+          unit: second
+"#;
+
+    fn limits(planned: &[Planned]) -> Vec<Option<(u32, u64)>> {
+        planned
+            .iter()
+            .map(|p| match p {
+                Planned::Limited(l) => Some((l.requests_per_unit, l.cost)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn replaces_drops_the_named_rule_only_when_both_match() {
+        let c = RlsConfig::from_sources(&[("f".into(), EXAMPLE7.into())]).unwrap();
+        let one = [descriptor(&[("key_1", "value_1"), ("user", "bkthomps")])];
+        let p = plan(&c, "example7", &one, 0, FailureMode::Open, 0).unwrap();
+        assert_eq!(limits(&p), [Some((5, 1))]);
+        let both = [
+            descriptor(&[("key_1", "value_1"), ("user", "bkthomps")]),
+            descriptor(&[("key_2", "value_2"), ("user", "bkthomps")]),
+        ];
+        let p = plan(&c, "example7", &both, 0, FailureMode::Open, 0).unwrap();
+        assert_eq!(limits(&p), [None, Some((10, 1))]);
+    }
+
+    #[test]
+    fn hits_addend_per_descriptor_overrides_the_request_and_zero_means_one() {
+        let c = RlsConfig::from_sources(&[("f".into(), EXAMPLE7.into())]).unwrap();
+        let mut a = descriptor(&[("key_1", "value_1"), ("user", "bkthomps")]);
+        let b = a.clone();
+        a.hits_addend = Some(UInt64Value { value: 0 });
+        let p = plan(
+            &c,
+            "example7",
+            &[a.clone(), b.clone()],
+            3,
+            FailureMode::Open,
+            0,
+        )
+        .unwrap();
+        assert_eq!(limits(&p), [Some((5, 0)), Some((5, 3))]);
+        let p = plan(&c, "example7", &[b.clone()], 0, FailureMode::Open, 0).unwrap();
+        assert_eq!(limits(&p), [Some((5, 1))]);
+        a.hits_addend = Some(UInt64Value { value: u64::MAX });
+        assert!(plan(&c, "example7", &[a], 0, FailureMode::Open, 0).is_err());
+    }
+
+    #[test]
+    fn a_limit_override_counts_per_value_and_reports_keys_only() {
+        let c = RlsConfig::default();
+        let mut d = descriptor(&[("tenant", "t1")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 42,
+            unit: 2,
+        });
+        let p = plan(&c, "any", &[d], 0, FailureMode::Open, 0).unwrap();
+        let Planned::Limited(l) = &p[0] else { panic!() };
+        assert_eq!((l.requests_per_unit, l.unit), (42, Unit::Minute));
+        assert_eq!(l.key, "rls:any_tenant_t1_:fixed_window:60");
+        assert_eq!(l.metric, "any.tenant");
+    }
+
+    #[test]
+    fn empty_domain_or_descriptors_are_bad_requests() {
+        let c = RlsConfig::default();
+        assert!(plan(&c, "", &[descriptor(&[])], 0, FailureMode::Open, 0).is_err());
+        assert!(plan(&c, "d", &[], 0, FailureMode::Open, 0).is_err());
+        let p = plan(
+            &c,
+            "unknown",
+            &[descriptor(&[("a", "b")])],
+            0,
+            FailureMode::Open,
+            0,
+        );
+        assert!(matches!(p.unwrap()[..], [Planned::NoLimit]));
+    }
+}

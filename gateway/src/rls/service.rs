@@ -1,0 +1,159 @@
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`: plan the request's
+//! descriptors, decide them at once, answer one status per descriptor (and, with
+//! `--rls-response-headers`, the RateLimit headers), count the metrics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use redis_rl_client::middleware::RateLimitConfigExt;
+use redis_rl_client::{Decision, Limiter, Source};
+use tonic::{Request, Response, Status};
+
+use super::config::RlsConfig;
+use super::headers;
+use super::plan::{self, Planned};
+use crate::reload::Live;
+
+/// The share of a limit past which a hit is also counted as near the limit
+/// (envoyproxy/ratelimit's default `NEAR_LIMIT_RATIO`).
+const NEAR_LIMIT_PERCENT: u64 = 80;
+
+/// The service: the live RLS configuration, the gateway's limiter and failure mode.
+pub struct Rls {
+    pub config: Arc<ArcSwap<RlsConfig>>,
+    pub limiter: Limiter,
+    /// The gateway's live configuration: its failure mode applies here too.
+    pub gateway: Arc<Live>,
+    pub response_headers: bool,
+    /// Rules of at least this many requests per second are served from leases (0: none).
+    pub hot_per_second: u64,
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Rls {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let req = request.into_inner();
+        let failure = self.gateway.current().config.failure_mode();
+        let config = self.config.load();
+        let planned = plan::plan(
+            &config,
+            &req.domain,
+            &req.descriptors,
+            req.hits_addend,
+            failure,
+            self.hot_per_second,
+        )
+        .map_err(|e| Status::invalid_argument(e.0))?;
+        let (decisions, refused) = super::decide::decide(&self.limiter, &planned).await;
+        let mut statuses = Vec::with_capacity(planned.len());
+        for (p, d) in planned.iter().zip(&decisions) {
+            statuses.push(status(p, d.as_ref()));
+            if let (Planned::Limited(l), Some(d)) = (p, d) {
+                count(&req.domain, l, d, refused);
+            }
+        }
+        let overall = if refused { Code::OverLimit } else { Code::Ok };
+        let response_headers_to_add = if self.response_headers {
+            headers::response_headers(&planned, &decisions, refused)
+        } else {
+            Vec::new()
+        };
+        Ok(Response::new(RateLimitResponse {
+            overall_code: overall as i32,
+            statuses,
+            response_headers_to_add,
+            ..Default::default()
+        }))
+    }
+}
+
+/// One descriptor's status. Over the limit: an enforced rule that denied (a shadow rule
+/// answers OK). The wait: until the counter allows again when over, else until the window
+/// (or bucket) is back to idle.
+fn status(p: &Planned, d: Option<&Decision>) -> DescriptorStatus {
+    let l = match p {
+        Planned::NoLimit => {
+            return DescriptorStatus {
+                code: Code::Ok as i32,
+                ..Default::default()
+            }
+        }
+        Planned::Unlimited => {
+            return DescriptorStatus {
+                code: Code::Ok as i32,
+                limit_remaining: u32::MAX,
+                ..Default::default()
+            }
+        }
+        Planned::Limited(l) => l,
+    };
+    let over = d.is_some_and(|d| d.is_denied() && !d.shadow);
+    let wait = d.map_or(Duration::ZERO, |d| match d.retry_after() {
+        Some(w) if over => w,
+        _ => d.reset_after,
+    });
+    DescriptorStatus {
+        code: if over { Code::OverLimit } else { Code::Ok } as i32,
+        current_limit: Some(RateLimit {
+            name: l.name.clone(),
+            requests_per_unit: l.requests_per_unit,
+            unit: l.unit as i32,
+        }),
+        limit_remaining: d.map_or(0, |d| {
+            if over {
+                0
+            } else {
+                u32::try_from(d.remaining).unwrap_or(u32::MAX)
+            }
+        }),
+        duration_until_reset: Some(proto_duration(wait)),
+        ..Default::default()
+    }
+}
+
+fn proto_duration(d: Duration) -> ProtoDuration {
+    ProtoDuration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+/// envoyproxy/ratelimit's per-rule counters, by domain and metric key (the rule's place in
+/// the tree; values only where the file asks): hits, over the limit, near it (past 80%),
+/// within it, and shadow-mode passes (over the limit, answered OK). Each counts the hits
+/// (`hits_addend`), as there.
+fn count(domain: &str, l: &plan::Limited, d: &Decision, refused: bool) {
+    let labels = [("domain", domain.to_string()), ("key", l.metric.clone())];
+    let hits = l.cost;
+    metrics::counter!("ratelimit_service_rate_limit_total_hits", &labels).increment(hits);
+    if d.source != Source::Redis && d.source != Source::Lease && d.source != Source::DenyCache {
+        metrics::counter!("ratelimit_service_rate_limit_fallback", &labels).increment(hits);
+    }
+    if d.is_denied() {
+        if d.shadow {
+            metrics::counter!("ratelimit_service_rate_limit_shadow_mode", &labels).increment(hits);
+        } else {
+            metrics::counter!("ratelimit_service_rate_limit_over_limit", &labels).increment(hits);
+        }
+        return;
+    }
+    if refused {
+        return; // nothing was taken on this counter: another descriptor refused the request
+    }
+    metrics::counter!("ratelimit_service_rate_limit_within_limit", &labels).increment(hits);
+    let limit = u64::from(l.requests_per_unit);
+    let used = limit.saturating_sub(d.remaining);
+    if used.saturating_mul(100) > limit.saturating_mul(NEAR_LIMIT_PERCENT) {
+        metrics::counter!("ratelimit_service_rate_limit_near_limit", &labels).increment(hits);
+    }
+}

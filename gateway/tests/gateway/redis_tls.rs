@@ -1,0 +1,124 @@
+//! rl-gateway in front of a managed-Redis stand-in: `rediss://` with an ACL user, the CA of
+//! `--redis-ca`, a client certificate, with the module and without (the Lua twin); and the
+//! failures a user meets first, each named in /healthz: a wrong password, a user whose ACL
+//! refuses the limiter's keys, a certificate for another name, an untrusted CA.
+
+use redis_rl_testkit::tls::{TlsServer, NARROW_USER, PASSWORD, USER};
+use redis_rl_testkit::{eventually, query};
+
+use super::Gateway;
+
+fn tls_args(server: &TlsServer, url: &str) -> Vec<String> {
+    let (cert, key) = server.client_cert();
+    vec![
+        "--redis".into(),
+        url.into(),
+        "--redis-ca".into(),
+        server.ca().display().to_string(),
+        "--redis-cert".into(),
+        cert.display().to_string(),
+        "--redis-key".into(),
+        key.display().to_string(),
+    ]
+}
+
+async fn start(args: &[String]) -> Gateway {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Gateway::start(&args).await
+}
+
+#[tokio::test]
+async fn decides_in_redis_over_tls_with_an_acl_user_with_and_without_the_module() {
+    for module in [true, false] {
+        let server = TlsServer::start(module, true);
+        let gw = start(&tls_args(&server, &server.tls_url(USER, PASSWORD))).await;
+        for expected in ["99", "98"] {
+            let (status, h, body) = gw.get("/api/search", &[("x-api-key", "k")]).await.unwrap();
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(h["x-ratelimit-remaining"], expected);
+        }
+        let health = gw.health().await;
+        assert_eq!(health["status"], "ok", "{health}");
+        assert_eq!(health["deciding"], "redis", "{health}");
+        assert_eq!(
+            health["engine"]["in_use"],
+            if module { "module" } else { "lua" },
+            "{health}"
+        );
+        assert_eq!(health["stats"]["local"], 0, "{health}");
+        let keys: Vec<String> = query(&mut server.client(), &["KEYS", "rl:*"]);
+        assert!(
+            keys.iter().any(|k| k.starts_with("rl:{k:")),
+            "the limiter wrote its keys: {keys:?}"
+        );
+    }
+}
+
+/// The reasons of /healthz once a request was tried.
+async fn reasons(gw: &Gateway) -> String {
+    gw.get("/api/search", &[("x-api-key", "k")]).await.unwrap();
+    gw.health().await["reasons"].to_string()
+}
+
+#[tokio::test]
+async fn refused_credentials_names_and_cas_are_reported_as_such() {
+    let server = TlsServer::start(true, true);
+
+    let wrong = start(&tls_args(&server, &server.tls_url(USER, "wrong"))).await;
+    eventually("authentication failed", async || {
+        reasons(&wrong).await.contains("authentication failed")
+    })
+    .await;
+    let h = wrong.health().await;
+    assert_eq!(h["status"], "degraded", "{h}");
+    assert_eq!(h["deciding"], "failure_mode", "{h}");
+    let (_, _, metrics) = wrong.get("/metrics", &[]).await.unwrap();
+    assert!(
+        metrics.contains("rl_redis_refusals_total{reason=\"authentication_failed\"}"),
+        "{metrics}"
+    );
+    drop(wrong);
+
+    let narrow = start(&tls_args(
+        &server,
+        &server.tls_url(NARROW_USER, NARROW_USER),
+    ))
+    .await;
+    eventually("permission denied", async || {
+        reasons(&narrow).await.contains("permission denied")
+    })
+    .await;
+    drop(narrow);
+
+    // The certificate is for 127.0.0.1 only: a client that asked for localhost refuses it.
+    let other_name = format!("rediss://{USER}:{PASSWORD}@localhost:{}/", server.tls_port);
+    let named = start(&tls_args(&server, &other_name)).await;
+    let h = named.health().await;
+    assert_eq!(h["redis"], "down", "{h}");
+    assert_ne!(h["status"], "ok", "{h}");
+    drop(named);
+
+    // Without --redis-ca the system's roots do not know the test CA.
+    let (cert, key) = server.client_cert();
+    let untrusted = start(&[
+        "--redis".into(),
+        server.tls_url(USER, PASSWORD),
+        "--redis-cert".into(),
+        cert.display().to_string(),
+        "--redis-key".into(),
+        key.display().to_string(),
+    ])
+    .await;
+    assert_eq!(untrusted.health().await["redis"], "down");
+    drop(untrusted);
+
+    // The server asks for a client certificate: without one, no connection.
+    let anonymous = start(&[
+        "--redis".into(),
+        server.tls_url(USER, PASSWORD),
+        "--redis-ca".into(),
+        server.ca().display().to_string(),
+    ])
+    .await;
+    assert_eq!(anonymous.health().await["redis"], "down");
+}

@@ -1,0 +1,488 @@
+//! The engine: a validated configuration asked, per request, who sent it (and whether it
+//! is refused or never limited) and what it is limited on, under which keys.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::access::{Access, AccessList};
+use crate::identity::{self, canonical_net, hex16};
+use crate::limit::{window_label, FailureModeName, LimitSpec};
+use crate::load::FieldError;
+use crate::path::{normalize_path, Template};
+use crate::rate::Rate;
+use crate::render::{bad_request, forbidden, Response};
+use crate::rule::{KeyPart, Rule};
+use crate::schema::{Config, Dimension};
+
+/// The endpoint dimension's route for a path that no route matches.
+pub const UNMATCHED: &str = "<unmatched>";
+
+/// A request's headers, as the front end holds them.
+pub trait Headers {
+    /// Every value of the header `name` (given in lower case), in order.
+    fn get_all(&self, name: &str) -> Vec<&[u8]>;
+}
+
+impl Headers for Vec<(String, Vec<u8>)> {
+    fn get_all(&self, name: &str) -> Vec<&[u8]> {
+        self.iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+            .collect()
+    }
+}
+
+/// What the engine needs to know of a request.
+#[derive(Clone, Copy)]
+pub struct Request<'a> {
+    /// The method (`GET`).
+    pub method: &'a str,
+    /// The path as received (the engine normalises it).
+    pub path: &'a str,
+    /// The host (from the URI's authority); `None`: the `Host` header.
+    pub host: Option<&'a str>,
+    /// The headers.
+    pub headers: &'a dyn Headers,
+    /// The address of the peer that sent it.
+    pub peer: Option<IpAddr>,
+    /// The front end's own route template for it, if it knows one (used when no rule path
+    /// or configured route matches).
+    pub route: Option<&'a str>,
+}
+
+/// Who sent a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// The API key (never logged; look its tier up with it).
+    pub api_key: Option<String>,
+    /// The key's tenant id (what logs and keys show).
+    pub tenant: Option<String>,
+    /// The client address (after trusted proxies).
+    pub client_ip: Option<IpAddr>,
+    /// The normal form of the path: matched, and what the front end forwards.
+    pub path: String,
+}
+
+/// What happens to a request before any limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Answer with this response (400 for a bad API key, 403 for a denied client).
+    Refuse(Response),
+    /// On an allow list: never limited, nothing counted.
+    Pass(Identity),
+    /// Limited: ask [`Engine::plan`].
+    Limit(Identity),
+}
+
+/// One key a request is limited on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanItem {
+    /// The policy's name in `RateLimit-Policy` (`api_key`, or `api_key-1s` when the rate
+    /// has several windows; a rule's name likewise).
+    pub name: String,
+    /// The dimension's or the rule's name (problem bodies, logs, metrics).
+    pub label: String,
+    /// The dimension, or `None` for a rule.
+    pub dimension: Option<Dimension>,
+    /// The Redis key.
+    pub key: String,
+    /// The window.
+    pub spec: LimitSpec,
+    /// Decide and record, never deny.
+    pub shadow: bool,
+    /// Its own failure mode (`None`: the configuration's).
+    pub failure_mode: Option<FailureModeName>,
+    /// Served from leases.
+    pub hot: bool,
+}
+
+/// What one request is limited on: every item, all or nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The items, dimensions first (in the configured order), then matching rules.
+    pub items: Vec<PlanItem>,
+    /// The tier the request was limited as (`None` without an API key).
+    pub tier: Option<String>,
+    /// The route of the endpoint dimension.
+    pub route: String,
+}
+
+/// A rate ready to plan: its windows and how they are enforced.
+#[derive(Clone, Debug)]
+pub(crate) struct Compiled {
+    pub(crate) specs: Vec<LimitSpec>,
+    pub(crate) shadow: bool,
+    pub(crate) failure_mode: Option<FailureModeName>,
+}
+
+impl Compiled {
+    fn of(rate: &Rate) -> Result<Self, String> {
+        Ok(Self {
+            specs: rate.specs()?,
+            shadow: rate.shadow,
+            failure_mode: rate.failure_mode,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct TierPolicies {
+    pub(crate) api_key: Compiled,
+    pub(crate) ip: Option<Compiled>,
+    pub(crate) endpoint: Option<Compiled>,
+    pub(crate) global: Option<Compiled>,
+}
+
+/// A validated configuration, ready to plan requests. Building one is where a bad file is
+/// refused; planning never fails.
+#[derive(Clone, Debug)]
+pub struct Engine {
+    config: Config,
+    pub(crate) tiers: HashMap<String, TierPolicies>,
+    pub(crate) ip: Compiled,
+    pub(crate) endpoint: Compiled,
+    pub(crate) global: Compiled,
+    pub(crate) rules: Vec<(Rule, Compiled)>,
+    pub(crate) routes: Vec<Template>,
+    trusted: Vec<IpNet>,
+    access: AccessList,
+    api_key_header: String,
+}
+
+impl Engine {
+    /// Validates `config` and compiles it. `routes` are the front end's own route
+    /// templates (rl-gateway's `--route`), matched after the rules' paths.
+    pub fn new(config: Config, routes: &[String]) -> Result<Self, FieldError> {
+        config.validate()?;
+        let compile =
+            |field: String, rate: &Rate| Compiled::of(rate).map_err(|e| FieldError::new(field, e));
+        let mut tiers = HashMap::new();
+        for (name, limits) in &config.tiers {
+            let over = |d: Dimension| -> Result<Option<Compiled>, FieldError> {
+                match limits.override_of(d) {
+                    None => Ok(None),
+                    Some(o) => {
+                        let field = format!("tiers.{name}.{d}");
+                        let rate = o
+                            .apply(&config.dimension_rate(d))
+                            .map_err(|e| FieldError::new(field.clone(), e))?;
+                        compile(field, &rate).map(Some)
+                    }
+                }
+            };
+            tiers.insert(
+                name.clone(),
+                TierPolicies {
+                    api_key: compile(format!("tiers.{name}"), &limits.rate)?,
+                    ip: over(Dimension::Ip)?,
+                    endpoint: over(Dimension::Endpoint)?,
+                    global: over(Dimension::Global)?,
+                },
+            );
+        }
+        let mut rules = Vec::with_capacity(config.rules.len());
+        let mut templates: Vec<Template> = Vec::new();
+        for (i, rule) in config.rules.iter().enumerate() {
+            rules.push((rule.clone(), compile(format!("rules[{i}]"), &rule.rate)?));
+            for t in &rule.paths {
+                if !templates.contains(t) {
+                    templates.push(t.clone());
+                }
+            }
+        }
+        for r in routes {
+            let t = Template::parse(r).map_err(|e| FieldError::new("routes", e))?;
+            if !templates.contains(&t) {
+                templates.push(t);
+            }
+        }
+        Ok(Self {
+            ip: compile("ip".into(), &config.ip)?,
+            endpoint: compile("endpoint".into(), &config.endpoint)?,
+            global: compile("global".into(), &config.global)?,
+            trusted: config
+                .trusted_proxies
+                .iter()
+                .copied()
+                .map(canonical_net)
+                .collect(),
+            access: AccessList::new(&config.access),
+            api_key_header: config.api_key_header.to_ascii_lowercase(),
+            tiers,
+            rules,
+            routes: templates,
+            config,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The header carrying the API key, in lower case.
+    pub fn api_key_header(&self) -> &str {
+        &self.api_key_header
+    }
+
+    /// Who sent `req`, and whether it is refused (bad API key: 400; deny list: 403), never
+    /// limited (allow list) or limited. `request_id` goes into a refusal.
+    pub fn admit(&self, req: &Request<'_>, request_id: &str) -> Admission {
+        let api_key = match identity::api_key(&req.headers.get_all(&self.api_key_header)) {
+            Ok(k) => k,
+            Err(e) => return Admission::Refuse(bad_request(e, request_id)),
+        };
+        let client_ip = identity::client_ip(
+            req.peer,
+            &req.headers.get_all("x-forwarded-for"),
+            &self.trusted,
+        );
+        let identity = Identity {
+            tenant: api_key.as_deref().map(identity::tenant_id),
+            api_key,
+            client_ip,
+            path: normalize_path(req.path),
+        };
+        match self.access.check(client_ip, identity.api_key.as_deref()) {
+            Access::Denied(on) => Admission::Refuse(forbidden(on, request_id)),
+            Access::Allowed => Admission::Pass(identity),
+            Access::Limited => Admission::Limit(identity),
+        }
+    }
+
+    /// The route of the endpoint dimension for a normalised path: the first rule path or
+    /// configured route that matches, else the front end's, else `<unmatched>`.
+    pub fn route(&self, path: &str, front_end: Option<&str>) -> String {
+        self.routes
+            .iter()
+            .find(|t| t.matches(path))
+            .map(|t| t.as_str().to_string())
+            .or_else(|| front_end.map(str::to_string))
+            .unwrap_or_else(|| UNMATCHED.to_string())
+    }
+
+    /// Every key and window `req` is limited on: the dimensions, then every rule it
+    /// matches. `tier` is the key's tier as found (`None` or unknown: the default tier).
+    pub fn plan(&self, req: &Request<'_>, id: &Identity, tier: Option<&str>) -> Plan {
+        let prefix = &self.config.key_prefix;
+        let route = self.route(&id.path, req.route);
+        // Key-less requests have no tier: the dimensions' own tables apply.
+        let tier = id.tenant.as_ref().and_then(|_| {
+            tier.and_then(|t| self.tiers.get_key_value(t))
+                .or_else(|| self.tiers.get_key_value(&self.config.default_tier))
+        });
+        let client = id.client_ip.map_or_else(
+            || "unknown".to_string(),
+            |ip| identity::client_network(ip, self.config.ipv6_prefix),
+        );
+        let mut plan = Plan {
+            items: Vec::new(),
+            tier: tier.map(|(name, _)| name.clone()),
+            route,
+        };
+        for &dimension in &self.config.dimensions {
+            let over = |f: fn(&TierPolicies) -> &Option<Compiled>| {
+                tier.and_then(|(name, t)| f(t).as_ref().map(|c| (name, c)))
+            };
+            // A tier's own budget for a shared dimension lives in a key of its own.
+            let shared =
+                |base: String, own: Option<(&String, &Compiled)>, default: &Compiled| match own {
+                    Some((name, c)) => (format!("{base}:tier:{name}"), c.clone()),
+                    None => (base, default.clone()),
+                };
+            let (key, compiled) = match (dimension, &id.tenant) {
+                (Dimension::ApiKey, None) => continue,
+                (Dimension::ApiKey, Some(t)) => {
+                    let Some((_, policies)) = tier else { continue };
+                    (format!("{prefix}:{{k:{t}}}:key"), policies.api_key.clone())
+                }
+                (Dimension::Ip, _) => shared(
+                    format!("{prefix}:{{ip:{client}}}"),
+                    over(|t| &t.ip),
+                    &self.ip,
+                ),
+                (Dimension::Endpoint, Some(t)) => (
+                    format!("{prefix}:{{k:{t}}}:ep:{}", plan.route),
+                    over(|t| &t.endpoint).map_or_else(|| self.endpoint.clone(), |(_, c)| c.clone()),
+                ),
+                (Dimension::Endpoint, None) => (
+                    format!("{prefix}:{{ip:{client}}}:ep:{}", plan.route),
+                    self.endpoint.clone(),
+                ),
+                (Dimension::Global, _) => shared(
+                    format!("{prefix}:{{global}}"),
+                    over(|t| &t.global),
+                    &self.global,
+                ),
+            };
+            let hot = self.config.hot.contains(&dimension);
+            push_windows(
+                &mut plan.items,
+                dimension.name(),
+                Some(dimension),
+                &key,
+                &compiled,
+                hot,
+            );
+        }
+        let host = request_host(req);
+        let method = req.method.to_ascii_uppercase();
+        for (rule, compiled) in &self.rules {
+            let facts = Facts {
+                id,
+                tier: plan.tier.as_deref(),
+                client: &client,
+                route: &plan.route,
+                method: &method,
+                host: host.as_deref(),
+                headers: req.headers,
+            };
+            if !facts.matches(rule) {
+                continue;
+            }
+            let Some(key) = facts.key(prefix, rule) else {
+                continue; // a part of the key is missing: the rule does not apply
+            };
+            push_windows(&mut plan.items, &rule.name, None, &key, compiled, false);
+        }
+        plan
+    }
+}
+
+fn push_windows(
+    items: &mut Vec<PlanItem>,
+    label: &str,
+    dimension: Option<Dimension>,
+    key: &str,
+    compiled: &Compiled,
+    hot: bool,
+) {
+    let several = compiled.specs.len() > 1;
+    for spec in &compiled.specs {
+        let (name, key) = if several {
+            let w = window_label(spec.window_ms);
+            (format!("{label}-{w}"), format!("{key}:{w}"))
+        } else {
+            (label.to_string(), key.to_string())
+        };
+        items.push(PlanItem {
+            name,
+            label: label.to_string(),
+            dimension,
+            key,
+            spec: *spec,
+            shadow: compiled.shadow,
+            failure_mode: compiled.failure_mode,
+            hot,
+        });
+    }
+}
+
+/// The host of a request: lower case, without the port.
+fn request_host(req: &Request<'_>) -> Option<String> {
+    let raw = match req.host {
+        Some(h) => h.to_string(),
+        None => {
+            let values = req.headers.get_all("host");
+            String::from_utf8_lossy(values.first()?).into_owned()
+        }
+    };
+    let raw = raw.trim();
+    let host = if raw.starts_with('[') {
+        raw.split_inclusive(']').next().unwrap_or(raw)
+    } else {
+        raw.split(':').next().unwrap_or(raw)
+    };
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+}
+
+/// A key part's value as it appears in a key: short safe text as is, anything else as
+/// `~` and a digest, so a header value cannot change a key's hash slot or inject a part.
+fn part_text(value: &str) -> String {
+    let safe = value.len() <= 64
+        && !value.is_empty()
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if safe {
+        value.to_string()
+    } else {
+        format!("~{}", hex16(value.as_bytes()))
+    }
+}
+
+/// What rules are matched against, for one request.
+struct Facts<'a> {
+    id: &'a Identity,
+    tier: Option<&'a str>,
+    client: &'a str,
+    route: &'a str,
+    method: &'a str,
+    host: Option<&'a str>,
+    headers: &'a dyn Headers,
+}
+
+impl Facts<'_> {
+    fn header(&self, name: &str) -> Option<String> {
+        let values = self.headers.get_all(name);
+        values
+            .first()
+            .map(|v| String::from_utf8_lossy(v).trim().to_string())
+    }
+
+    fn matches(&self, rule: &Rule) -> bool {
+        (rule.paths.is_empty() || rule.paths.iter().any(|t| t.matches(&self.id.path)))
+            && (rule.methods.is_empty() || rule.methods.iter().any(|m| m == self.method))
+            && (rule.hosts.is_empty()
+                || self.host.is_some_and(|h| rule.hosts.iter().any(|r| r == h)))
+            && rule.headers.iter().all(|(name, value)| {
+                self.headers
+                    .get_all(name)
+                    .iter()
+                    .any(|v| String::from_utf8_lossy(v).trim() == value)
+            })
+            && (rule.tiers.is_empty()
+                || self.tier.is_some_and(|t| rule.tiers.iter().any(|r| r == t)))
+    }
+
+    /// `<prefix>:{<first part>}:r:<rule>[:<other parts>]`; the route is never the hash
+    /// tag (its braces would end it). `None` when a part is missing.
+    fn key(&self, prefix: &str, rule: &Rule) -> Option<String> {
+        let mut parts: Vec<(bool, String)> = Vec::with_capacity(rule.key.len());
+        for part in &rule.key {
+            let text = match part {
+                KeyPart::ApiKey => format!("k:{}", self.id.tenant.as_ref()?),
+                KeyPart::Ip => format!("ip:{}", self.client),
+                KeyPart::Route => format!("route:{}", self.route),
+                KeyPart::Method => format!("m:{}", part_text(self.method)),
+                KeyPart::Host => format!("host:{}", part_text(self.host?)),
+                KeyPart::Tier => format!("tier:{}", part_text(self.tier?)),
+                KeyPart::Global => "global".to_string(),
+                KeyPart::Header(name) => {
+                    let value = self.header(name).filter(|v| !v.is_empty())?;
+                    format!("h:{name}={}", part_text(&value))
+                }
+            };
+            parts.push((matches!(part, KeyPart::Route), text));
+        }
+        let tag_at = parts.iter().position(|(route, _)| !route);
+        let tag = match tag_at {
+            Some(i) => parts.get(i).map(|(_, t)| t.clone()).unwrap_or_default(),
+            None => format!("r:{}", rule.name),
+        };
+        let mut key = format!("{prefix}:{{{tag}}}:r:{}", rule.name);
+        for (i, (_, text)) in parts.iter().enumerate() {
+            if Some(i) != tag_at {
+                key.push(':');
+                key.push_str(text);
+            }
+        }
+        Some(key)
+    }
+}
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

@@ -1,0 +1,64 @@
+//! The redis-rl policy engine: one owner of the configuration, the rules and the keys,
+//! asked by every front end (rl-gateway, the tower/axum middleware, the Python ASGI
+//! middleware, forward auth) so the same TOML gives the same keys, decisions, headers
+//! and error texts everywhere. No I/O: text in, plans and responses out.
+//!
+//! Per request: [`Engine::admit`] (the API key, the client, access lists: maybe a 400 or
+//! 403), the front end finds the key's tier, [`Engine::plan`] (every key and window the
+//! request is limited on: the dimensions, then the matching [`Rule`]s), the front end
+//! decides the plan in one atomic call (`RL.ALL`), and [`render`] writes the decision.
+//!
+//! ```
+//! use redis_rl_policy::{Config, Engine, Request};
+//! let config = Config::from_toml(r#"
+//! [[rules]]
+//! name = "login"
+//! paths = ["/login"]
+//! methods = ["POST"]
+//! key = ["ip"]
+//! limits = ["5/minute", "100/day"]
+//! "#).unwrap();
+//! let engine = Engine::new(config, &[]).unwrap();
+//! let headers: Vec<(String, Vec<u8>)> = vec![];
+//! let req = Request { method: "POST", path: "/login/", host: None, headers: &headers,
+//!     peer: Some("192.0.2.1".parse().unwrap()), route: None };
+//! let redis_rl_policy::Admission::Limit(id) = engine.admit(&req, "r1") else { panic!() };
+//! let plan = engine.plan(&req, &id, None);
+//! let keys: Vec<&str> = plan.items.iter().map(|i| i.key.as_str()).collect();
+//! assert_eq!(keys, ["rl:{ip:192.0.2.1}", "rl:{ip:192.0.2.1}:ep:/login", "rl:{global}",
+//!     "rl:{ip:192.0.2.1}:r:login:1m", "rl:{ip:192.0.2.1}:r:login:1d"]);
+//! ```
+
+mod access;
+mod engine;
+mod explain;
+mod identity;
+mod limit;
+mod load;
+mod path;
+mod rate;
+mod render;
+mod rule;
+mod schema;
+
+pub use access::{Access, AccessList};
+pub use engine::{Admission, Engine, Headers, Identity, Plan, PlanItem, Request, UNMATCHED};
+pub use identity::{
+    api_key, canonical_net, client_ip, client_network, is_key_text, request_id, tenant_id, KeyError,
+};
+pub use limit::{
+    parse_limit, window_label, AlgorithmKind, FailureModeName, InvalidLimit, LimitSpec,
+    LOCAL_LOG_MAX,
+};
+pub use load::{ConfigError, FieldError};
+pub use path::{normalize_path, Template};
+pub use rate::{Rate, RateOverride, Window};
+pub use render::{
+    bad_request, ceil_secs, forbidden, policy_field, render, reported_index, Outcome, Rendered,
+    Response, Verdict,
+};
+pub use rule::{KeyPart, Rule};
+pub use schema::{
+    default_endpoint, default_global, default_ip, default_tiers, AccessConfig, Config, Dimension,
+    FleetSettings, LeaseSettings, TierLimits,
+};

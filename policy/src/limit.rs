@@ -1,0 +1,316 @@
+//! One window of a rate: the limit-string parser, the algorithm and failure-mode names, and
+//! a window validated against the server's ranges.
+
+use std::fmt;
+
+use redis_rl_core::limits::Range;
+use redis_rl_core::{AnyParams, Kind, ParamError};
+use serde::Deserialize;
+
+/// The algorithm named in configuration.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum AlgorithmKind {
+    /// Token bucket: `limit` tokens (or `burst`), refilled at `limit` per window.
+    #[default]
+    TokenBucket,
+    /// Sliding window (weighted counters).
+    Sliding,
+    /// Fixed window.
+    Fixed,
+    /// GCRA: `limit` per window, with an optional `burst`.
+    Gcra,
+    /// Exact sliding log (`limit` at most 10000).
+    Log,
+}
+
+impl AlgorithmKind {
+    /// The name configuration uses (`token_bucket`, `sliding`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            AlgorithmKind::TokenBucket => "token_bucket",
+            AlgorithmKind::Sliding => "sliding",
+            AlgorithmKind::Fixed => "fixed",
+            AlgorithmKind::Gcra => "gcra",
+            AlgorithmKind::Log => "log",
+        }
+    }
+
+    /// The algorithm by its configuration name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            AlgorithmKind::TokenBucket,
+            AlgorithmKind::Sliding,
+            AlgorithmKind::Fixed,
+            AlgorithmKind::Gcra,
+            AlgorithmKind::Log,
+        ]
+        .into_iter()
+        .find(|k| k.name() == name)
+    }
+}
+
+/// The failure mode named in configuration (the instance count is set once, globally).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureModeName {
+    /// Allow when Redis is unavailable.
+    Open,
+    /// Deny when Redis is unavailable.
+    Closed,
+    /// Decide locally when Redis is unavailable.
+    Local,
+}
+
+impl FailureModeName {
+    /// `open`, `closed` or `local`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            FailureModeName::Open => "open",
+            FailureModeName::Closed => "closed",
+            FailureModeName::Local => "local",
+        }
+    }
+}
+
+/// Milliseconds per unit of a limit string, by the unit's name (singular and plural).
+///
+/// Calendar units are not fixed lengths (a month has 28 to 31 days), so they are refused
+/// here with their own text; calendar quotas extend this one function.
+fn unit_ms(unit: &str) -> Result<u64, String> {
+    match unit {
+        "ms" | "millisecond" | "milliseconds" => Ok(1),
+        "s" | "second" | "seconds" => Ok(1_000),
+        "m" | "minute" | "minutes" => Ok(60_000),
+        "h" | "hour" | "hours" => Ok(3_600_000),
+        "d" | "day" | "days" => Ok(86_400_000),
+        "week" | "weeks" | "month" | "months" | "year" | "years" => Err(format!(
+            "calendar window `{unit}` is not supported (units: second, minute, hour, day)"
+        )),
+        other => Err(format!(
+            "unknown unit `{other}` (units: second, minute, hour, day)"
+        )),
+    }
+}
+
+/// Parses a limit string: `"<count>/<unit>"` or `"<count>/<n> <unit>"` (`"10/second"`,
+/// `"10000/day"`, `"5/15 minutes"`), into `(limit, window_ms)`.
+///
+/// ```
+/// use redis_rl_policy::parse_limit;
+/// assert_eq!(parse_limit("10/second"), Ok((10, 1_000)));
+/// assert_eq!(parse_limit("100/5 minutes"), Ok((100, 300_000)));
+/// assert!(parse_limit("5/month").unwrap_err().contains("calendar"));
+/// ```
+pub fn parse_limit(text: &str) -> Result<(u64, u64), String> {
+    let bad = |why: &str| format!("{text:?}: {why}");
+    let (count, per) = text
+        .split_once('/')
+        .ok_or_else(|| bad("expected \"<count>/<unit>\", e.g. \"10/second\""))?;
+    let count: u64 = count
+        .trim()
+        .parse()
+        .map_err(|_| bad("the count must be a whole number"))?;
+    let per = per.trim();
+    let digits = per.bytes().take_while(u8::is_ascii_digit).count();
+    let (n, unit) = per.split_at(digits);
+    let n: u64 = if n.is_empty() {
+        1
+    } else {
+        n.parse()
+            .map_err(|_| bad("the window count is too large"))?
+    };
+    let ms = unit_ms(unit.trim()).map_err(|e| bad(&e))?;
+    let window_ms = n
+        .checked_mul(ms)
+        .filter(|w| *w > 0)
+        .ok_or_else(|| bad("the window must be positive and at most 10^12 ms"))?;
+    Ok((count, window_ms))
+}
+
+/// A window in the shortest exact unit, as it appears in policy names and keys (`1s`,
+/// `15m`, `1d`, `250ms`).
+pub fn window_label(window_ms: u64) -> String {
+    for (unit, ms) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if window_ms.is_multiple_of(ms) {
+            return format!("{}{unit}", window_ms / ms);
+        }
+    }
+    format!("{window_ms}ms")
+}
+
+/// One validated window: `limit` units per `window_ms` under `algorithm`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LimitSpec {
+    /// The algorithm.
+    pub algorithm: AlgorithmKind,
+    /// Units per window.
+    pub limit: u64,
+    /// The window in milliseconds.
+    pub window_ms: u64,
+    /// Token bucket capacity or GCRA burst (`None`: `limit`).
+    pub burst: Option<u64>,
+}
+
+/// Why a window cannot be enforced: a number outside the server's range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InvalidLimit(pub ParamError);
+
+impl fmt::Display for InvalidLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid policy: {}", self.0)
+    }
+}
+
+impl std::error::Error for InvalidLimit {}
+
+impl LimitSpec {
+    /// Checks the numbers with the ranges the core's registry declares, naming `limit` and
+    /// `window_ms` as configuration writes them (a token bucket would say `refill_tokens`).
+    pub fn new(
+        algorithm: AlgorithmKind,
+        limit: u64,
+        window_ms: u64,
+        burst: Option<u64>,
+    ) -> Result<Self, InvalidLimit> {
+        let spec = Self {
+            algorithm,
+            limit,
+            window_ms,
+            burst,
+        };
+        let (kind, values, options) = spec.registry_numbers();
+        let (limit_param, window_param) = match algorithm {
+            AlgorithmKind::TokenBucket => ("refill_tokens", "refill_ms"),
+            AlgorithmKind::Gcra => ("limit", "period_ms"),
+            _ => ("limit", "window_ms"),
+        };
+        for (name, param, value) in [
+            ("limit", limit_param, limit),
+            ("window_ms", window_param, window_ms),
+        ] {
+            if let Some(range) = kind.params().iter().find(|r| r.name == param) {
+                Range { name, ..*range }
+                    .check(value)
+                    .map_err(InvalidLimit)?;
+            }
+        }
+        AnyParams::new(kind.spec_name().as_bytes(), &values, &options)
+            .unwrap_or(Err(ParamError {
+                name: "algorithm",
+                min: 0,
+                max: 0,
+                spelling: redis_rl_core::limits::Spelling::Integer,
+            }))
+            .map_err(InvalidLimit)?;
+        Ok(spec)
+    }
+
+    /// The core's algorithm and its numbers in the registry's order (positional, options).
+    pub fn registry_numbers(&self) -> (Kind, Vec<u64>, Vec<Option<u64>>) {
+        let (limit, window_ms) = (self.limit, self.window_ms);
+        match self.algorithm {
+            AlgorithmKind::TokenBucket => (
+                Kind::TokenBucket,
+                vec![self.burst.unwrap_or(limit), limit, window_ms],
+                vec![],
+            ),
+            AlgorithmKind::Sliding => (Kind::SlidingWindow, vec![limit, window_ms], vec![]),
+            AlgorithmKind::Fixed => (Kind::FixedWindow, vec![limit, window_ms], vec![]),
+            AlgorithmKind::Gcra => (Kind::Gcra, vec![limit, window_ms], vec![self.burst]),
+            AlgorithmKind::Log => (Kind::SlidingLog, vec![limit, window_ms], vec![]),
+        }
+    }
+
+    /// The quota a client sees (`q` of `RateLimit-Policy`): a bucket's capacity, else
+    /// the limit.
+    pub fn quota(&self) -> u64 {
+        match self.algorithm {
+            AlgorithmKind::TokenBucket | AlgorithmKind::Gcra => self.burst.unwrap_or(self.limit),
+            _ => self.limit,
+        }
+    }
+
+    /// The window over which the quota applies (`w`, in ms): a bucket's time to refill from
+    /// empty, else the window.
+    pub fn quota_window_ms(&self) -> u64 {
+        match self.algorithm {
+            AlgorithmKind::TokenBucket | AlgorithmKind::Gcra => {
+                let ms = u128::from(self.quota()) * u128::from(self.window_ms)
+                    / u128::from(self.limit.max(1));
+                u64::try_from(ms).unwrap_or(u64::MAX)
+            }
+            _ => self.window_ms,
+        }
+    }
+}
+
+/// The largest share of a LOG limit the local fallback keeps as an exact log (entries per
+/// key); above it the share runs as a sliding window of the same limit and window, so a
+/// fallback's memory stays bounded. Every front end's fallback follows this one number.
+pub const LOCAL_LOG_MAX: u64 = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_strings() {
+        for (text, expected) in [
+            ("10/second", (10, 1_000)),
+            ("10/seconds", (10, 1_000)),
+            ("5/minute", (5, 60_000)),
+            ("100/hour", (100, 3_600_000)),
+            ("10000/day", (10_000, 86_400_000)),
+            (" 7 / 15 minutes ", (7, 900_000)),
+            ("3/2s", (3, 2_000)),
+        ] {
+            assert_eq!(parse_limit(text), Ok(expected), "{text}");
+        }
+        for (text, expected) in [
+            ("10", "expected \"<count>/<unit>\""),
+            ("x/second", "whole number"),
+            ("10/fortnight", "unknown unit `fortnight`"),
+            ("10/month", "calendar window `month` is not supported"),
+            ("10/week", "calendar window"),
+            ("10/year", "calendar window"),
+            ("10/0 seconds", "must be positive"),
+        ] {
+            let err = parse_limit(text).unwrap_err();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn labels_use_the_largest_exact_unit() {
+        assert_eq!(window_label(1_000), "1s");
+        assert_eq!(window_label(60_000), "1m");
+        assert_eq!(window_label(90_000), "90s");
+        assert_eq!(window_label(86_400_000), "1d");
+        assert_eq!(window_label(3_600_000 * 2), "2h");
+        assert_eq!(window_label(250), "250ms");
+    }
+
+    #[test]
+    fn windows_are_checked_with_the_servers_ranges() {
+        let err = LimitSpec::new(AlgorithmKind::Log, 10_001, 1_000, None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid policy: limit must be an integer between 1 and 10000"
+        );
+        let err = LimitSpec::new(AlgorithmKind::TokenBucket, 1, 0, None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid policy: window_ms must be an integer between 1 and 1000000000000"
+        );
+        let err = LimitSpec::new(AlgorithmKind::TokenBucket, 1, 1, Some(0)).unwrap_err();
+        assert!(err.to_string().contains("capacity"), "{err}");
+        let g = LimitSpec::new(AlgorithmKind::Gcra, 10, 1_000, Some(5)).unwrap();
+        assert_eq!((g.quota(), g.quota_window_ms()), (5, 500));
+    }
+}

@@ -1,0 +1,307 @@
+//! Rates as written in configuration: one window (`limit`, `window_ms`) or several
+//! (`limits = ["10/second", "10000/day"]`), and partial rates that override a base.
+
+use std::fmt;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+use crate::limit::{parse_limit, AlgorithmKind, FailureModeName, LimitSpec};
+
+/// One window as written: `limit` units per `window_ms`, with an optional algorithm and
+/// burst of its own (else the rate's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Units per window.
+    pub limit: u64,
+    /// The window in milliseconds.
+    pub window_ms: u64,
+    /// This window's algorithm (default: the rate's).
+    pub algorithm: Option<AlgorithmKind>,
+    /// This window's burst (default: the rate's, with one window).
+    pub burst: Option<u64>,
+}
+
+impl Window {
+    /// `limit` per `window_ms` with the rate's algorithm and burst.
+    pub const fn new(limit: u64, window_ms: u64) -> Self {
+        Self {
+            limit,
+            window_ms,
+            algorithm: None,
+            burst: None,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WindowTable {
+    limit: u64,
+    window_ms: u64,
+    #[serde(default)]
+    algorithm: Option<AlgorithmKind>,
+    #[serde(default)]
+    burst: Option<u64>,
+}
+
+impl<'de> Deserialize<'de> for Window {
+    /// `"10/second"` or `{ limit = 10, window_ms = 1000, algorithm = "gcra", burst = 5 }`.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Window;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a limit string such as \"10/second\" or a table { limit, window_ms }")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Window, E> {
+                let (limit, window_ms) = parse_limit(s).map_err(E::custom)?;
+                Ok(Window::new(limit, window_ms))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Window, A::Error> {
+                let t = WindowTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(Window {
+                    limit: t.limit,
+                    window_ms: t.window_ms,
+                    algorithm: t.algorithm,
+                    burst: t.burst,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A rate: one or more windows that must all pass, and how they are enforced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rate {
+    /// Every window (at least one; distinct lengths).
+    pub windows: Vec<Window>,
+    /// The algorithm of windows without their own (default token bucket).
+    pub algorithm: AlgorithmKind,
+    /// Burst: token bucket capacity or GCRA burst (default `limit`; one window only).
+    pub burst: Option<u64>,
+    /// Decide and record, but never deny.
+    pub shadow: bool,
+    /// Overrides the global failure mode for this rate.
+    pub failure_mode: Option<FailureModeName>,
+}
+
+impl Rate {
+    /// `limit` per minute, token bucket, enforced, the global failure mode.
+    pub fn per_minute(limit: u64) -> Rate {
+        Rate::of(Window::new(limit, 60_000))
+    }
+
+    /// One window with the defaults.
+    pub fn of(window: Window) -> Rate {
+        Rate {
+            windows: vec![window],
+            algorithm: AlgorithmKind::TokenBucket,
+            burst: None,
+            shadow: false,
+            failure_mode: None,
+        }
+    }
+
+    /// The same rate with another algorithm.
+    pub fn with_algorithm(mut self, algorithm: AlgorithmKind) -> Rate {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// The same rate in shadow mode (or not).
+    pub fn shadowed(mut self, shadow: bool) -> Rate {
+        self.shadow = shadow;
+        self
+    }
+
+    /// Every window validated with the server's ranges, in order.
+    pub fn specs(&self) -> Result<Vec<LimitSpec>, String> {
+        if self.windows.is_empty() {
+            return Err("`limits` must name at least one window".to_string());
+        }
+        if self.windows.len() > 1 && self.burst.is_some() {
+            return Err(
+                "`burst` with several windows: give it per window ({ limit, window_ms, burst })"
+                    .to_string(),
+            );
+        }
+        let mut specs: Vec<LimitSpec> = Vec::with_capacity(self.windows.len());
+        for w in &self.windows {
+            if specs.iter().any(|s| s.window_ms == w.window_ms) {
+                return Err(format!(
+                    "two limits with the same window of {} ms (each window is its own key)",
+                    w.window_ms
+                ));
+            }
+            let spec = LimitSpec::new(
+                w.algorithm.unwrap_or(self.algorithm),
+                w.limit,
+                w.window_ms,
+                w.burst.or(self.burst),
+            )
+            .map_err(|e| e.to_string())?;
+            specs.push(spec);
+        }
+        Ok(specs)
+    }
+}
+
+/// A partial [`Rate`]: the fields given replace those of a base rate, the others are kept.
+///
+/// The dimensions' tables (`[ip]`, `[endpoint]`, `[global]`) override the design's
+/// defaults, a tier's `[tiers.<name>.<dimension>]` overrides the dimension's table:
+/// `[ip] limit = 1000` keeps the sliding window; `limits = [..]` replaces every window.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RateOverride {
+    /// Units per window (a base with one window).
+    pub limit: Option<u64>,
+    /// The window in milliseconds (a base with one window).
+    pub window_ms: Option<u64>,
+    /// Every window: replaces the base's.
+    pub limits: Option<Vec<Window>>,
+    /// The algorithm.
+    pub algorithm: Option<AlgorithmKind>,
+    /// Burst: token bucket capacity or GCRA burst.
+    pub burst: Option<u64>,
+    /// Decide and record, but never deny.
+    pub shadow: Option<bool>,
+    /// Overrides the global failure mode for this rate.
+    pub failure_mode: Option<FailureModeName>,
+}
+
+impl RateOverride {
+    /// `base` with the fields given here replaced.
+    pub fn apply(&self, base: &Rate) -> Result<Rate, String> {
+        let windows = match (&self.limits, self.limit, self.window_ms) {
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+                return Err("give either `limits` or `limit`/`window_ms`, not both".to_string())
+            }
+            (Some(limits), None, None) => limits.clone(),
+            (None, None, None) => base.windows.clone(),
+            (None, limit, window_ms) => match base.windows.as_slice() {
+                [one] => vec![Window {
+                    limit: limit.unwrap_or(one.limit),
+                    window_ms: window_ms.unwrap_or(one.window_ms),
+                    ..*one
+                }],
+                _ => {
+                    return Err(
+                        "`limit`/`window_ms` on a rate of several windows: use `limits`"
+                            .to_string(),
+                    )
+                }
+            },
+        };
+        Ok(Rate {
+            windows,
+            algorithm: self.algorithm.unwrap_or(base.algorithm),
+            burst: self.burst.or(base.burst),
+            shadow: self.shadow.unwrap_or(base.shadow),
+            failure_mode: self.failure_mode.or(base.failure_mode),
+        })
+    }
+
+    /// The rate these fields describe on their own (`limit` or `limits` required; the
+    /// window defaults to a minute).
+    pub fn standalone(&self, default_algorithm: AlgorithmKind) -> Result<Rate, String> {
+        if self.limits.is_none() && self.limit.is_none() {
+            return Err("missing `limit` or `limits`".to_string());
+        }
+        let base = Rate::of(Window::new(self.limit.unwrap_or(1), 60_000))
+            .with_algorithm(default_algorithm);
+        self.apply(&base)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct T {
+        r: RateOverride,
+    }
+
+    fn parse(text: &str) -> Result<RateOverride, String> {
+        toml::from_str::<T>(text)
+            .map(|t| t.r)
+            .map_err(|e| e.message().to_string())
+    }
+
+    #[test]
+    fn limits_take_strings_and_tables() {
+        let o = parse(
+            "[r]\nlimits = [\"10/second\", { limit = 5, window_ms = 250, algorithm = \"gcra\", burst = 2 }]",
+        )
+        .unwrap();
+        let rate = o.standalone(AlgorithmKind::Sliding).unwrap();
+        assert_eq!(
+            rate.windows,
+            [
+                Window::new(10, 1_000),
+                Window {
+                    limit: 5,
+                    window_ms: 250,
+                    algorithm: Some(AlgorithmKind::Gcra),
+                    burst: Some(2)
+                }
+            ]
+        );
+        let specs = rate.specs().unwrap();
+        assert_eq!(specs[0].algorithm, AlgorithmKind::Sliding);
+        assert_eq!(specs[1].algorithm, AlgorithmKind::Gcra);
+    }
+
+    #[test]
+    fn overrides_keep_what_they_do_not_name() {
+        let base = Rate::per_minute(100).with_algorithm(AlgorithmKind::Sliding);
+        let o = parse("[r]\nlimit = 7").unwrap();
+        assert_eq!(
+            o.apply(&base).unwrap(),
+            Rate::per_minute(7).with_algorithm(AlgorithmKind::Sliding)
+        );
+        let several = parse("[r]\nlimits = [\"1/second\", \"9/day\"]").unwrap();
+        let two = several.apply(&base).unwrap();
+        assert_eq!(two.windows.len(), 2);
+        assert!(o.apply(&two).unwrap_err().contains("use `limits`"));
+    }
+
+    #[test]
+    fn bad_rates_name_the_problem() {
+        assert!(parse("[r]\nlimits = [\"1/month\"]")
+            .unwrap_err()
+            .contains("calendar window `month`"));
+        assert!(parse("[r]\nlimits = [{ limit = 1 }]")
+            .unwrap_err()
+            .contains("missing field `window_ms`"));
+        assert!(parse("[r]\nlimits = [3]")
+            .unwrap_err()
+            .contains("limit string"));
+        let both = parse("[r]\nlimit = 1\nlimits = [\"1/second\"]").unwrap();
+        assert!(both
+            .apply(&Rate::per_minute(1))
+            .unwrap_err()
+            .contains("either"));
+        let same = parse("[r]\nlimits = [\"1/second\", \"5/1000ms\"]").unwrap();
+        assert!(same
+            .standalone(AlgorithmKind::Sliding)
+            .unwrap()
+            .specs()
+            .unwrap_err()
+            .contains("same window"));
+        let burst = parse("[r]\nburst = 3\nlimits = [\"1/second\", \"5/minute\"]").unwrap();
+        assert!(burst
+            .standalone(AlgorithmKind::TokenBucket)
+            .unwrap()
+            .specs()
+            .unwrap_err()
+            .contains("per window"));
+        assert!(RateOverride::default()
+            .standalone(AlgorithmKind::Sliding)
+            .unwrap_err()
+            .contains("missing"));
+    }
+}

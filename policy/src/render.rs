@@ -1,0 +1,282 @@
+//! A decision written as the response: `RateLimit-Policy` / `RateLimit` (draft-ietf-
+//! httpapi-ratelimit-headers-11) with `X-RateLimit-*`, and the problem+json bodies of
+//! refusals (429, 503, 403, 400).
+
+use std::cmp::Reverse;
+
+use crate::engine::{Plan, PlanItem};
+use crate::identity::KeyError;
+
+/// A response a front end sends as is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// The status code.
+    pub status: u16,
+    /// The headers (lower-case names), `content-type` and `x-request-id` included.
+    pub headers: Vec<(&'static str, String)>,
+    /// The problem+json body.
+    pub body: String,
+}
+
+impl Response {
+    /// The same response with `trace_id` (the request's W3C trace) in its problem body, next
+    /// to `request_id`, so a refusal can be found in the tracing system.
+    pub fn with_trace_id(mut self, trace_id: &str) -> Self {
+        if let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_str(&self.body) {
+            fields.insert("trace_id".to_owned(), serde_json::Value::from(trace_id));
+            self.body = serde_json::Value::Object(fields).to_string();
+        }
+        self
+    }
+}
+
+/// What a limiter answered for one plan item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Allowed.
+    Allowed,
+    /// Denied; allowed again after `retry_after_ms`.
+    Denied {
+        /// The wait in milliseconds.
+        retry_after_ms: u64,
+    },
+    /// Denied; no wait helps (the cost exceeds the quota).
+    Never,
+}
+
+/// One plan item's decision, as the front end's limiter made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Units left.
+    pub remaining: u64,
+    /// Time until the key is idle (full again), in milliseconds.
+    pub reset_after_ms: u64,
+    /// Recorded in shadow mode.
+    pub shadow: bool,
+    /// Redis failed and the failure mode allowed it without counting.
+    pub fail_open: bool,
+    /// Redis failed and the failure mode refused it.
+    pub fail_closed: bool,
+}
+
+/// What to write: a refusal, or the headers of the answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rendered {
+    /// Answer with this instead of calling the application.
+    Refuse(Response),
+    /// Call the application and add these headers to its response.
+    Headers(Vec<(&'static str, String)>),
+}
+
+/// Whole seconds, rounded up: a client that waits the advertised time is never early.
+pub fn ceil_secs(ms: u64) -> u64 {
+    ms.div_ceil(1_000)
+}
+
+fn window_secs(item: &PlanItem) -> u64 {
+    ceil_secs(item.spec.quota_window_ms()).max(1)
+}
+
+/// The reported policy of a response and its decision.
+struct Reported<'a> {
+    item: &'a PlanItem,
+    outcome: Outcome,
+}
+
+impl Reported<'_> {
+    /// `t`: denied, the true wait; allowed, until full again (at most `w`); never: `w`.
+    fn reset_secs(&self) -> u64 {
+        let w = window_secs(self.item);
+        match self.outcome.verdict {
+            Verdict::Denied { retry_after_ms } => ceil_secs(retry_after_ms),
+            Verdict::Allowed => ceil_secs(self.outcome.reset_after_ms).min(w),
+            Verdict::Never => w,
+        }
+    }
+
+    fn remaining(&self) -> u64 {
+        self.outcome.remaining.min(self.item.spec.quota())
+    }
+}
+
+/// The `RateLimit-Policy` value: every enforced policy (shadow ones are not), each window
+/// its own (`"api_key-1s";q=10;w=1, "api_key-1d";q=10000;w=86400`).
+pub fn policy_field(plan: &Plan) -> String {
+    plan.items
+        .iter()
+        .filter(|i| !i.shadow)
+        .map(|i| format!("\"{}\";q={};w={}", i.name, i.spec.quota(), window_secs(i)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The plan item a response reports (in its headers, logs and refusal): the denying one, else
+/// the enforced one with the fewest units left (ties: the longest `t`, then the plan's order).
+/// `None` when nothing enforced was decided (every item failed open, or none is enforced).
+pub fn reported_index(plan: &Plan, outcomes: &[Outcome], denied: Option<usize>) -> Option<usize> {
+    let reported = |i: usize| {
+        Some(Reported {
+            item: plan.items.get(i)?,
+            outcome: *outcomes.get(i)?,
+        })
+    };
+    match denied {
+        Some(i) => reported(i).map(|_| i),
+        None => (0..plan.items.len())
+            .filter_map(|i| reported(i).map(|r| (i, r)))
+            .filter(|(_, r)| !r.outcome.shadow && !r.item.shadow && !r.outcome.fail_open)
+            .min_by_key(|(_, r)| (r.remaining(), Reverse(r.reset_secs())))
+            .map(|(i, _)| i),
+    }
+}
+
+/// The decision of `plan` written out. `outcomes` are in the plan's order; `denied` is
+/// the item that refused the request (all or nothing: none was counted then).
+pub fn render(
+    plan: &Plan,
+    outcomes: &[Outcome],
+    denied: Option<usize>,
+    request_id: &str,
+) -> Rendered {
+    let most_restrictive = reported_index(plan, outcomes, denied).and_then(|i| {
+        Some(Reported {
+            item: plan.items.get(i)?,
+            outcome: *outcomes.get(i)?,
+        })
+    });
+    let policies = policy_field(plan);
+    let mut headers: Vec<(&'static str, String)> = Vec::new();
+    if let (Some(_), Some(r)) = (denied, &most_restrictive) {
+        return Rendered::Refuse(refusal(r, &policies, request_id));
+    }
+    if !policies.is_empty() {
+        headers.push(("ratelimit-policy", policies));
+    }
+    if let Some(r) = &most_restrictive {
+        quota_headers(&mut headers, r);
+    }
+    Rendered::Headers(headers)
+}
+
+fn quota_headers(headers: &mut Vec<(&'static str, String)>, r: &Reported<'_>) {
+    let t = r.reset_secs();
+    let remaining = r.remaining();
+    headers.push(("x-ratelimit-limit", r.item.spec.quota().to_string()));
+    headers.push(("x-ratelimit-remaining", remaining.to_string()));
+    headers.push(("x-ratelimit-reset", t.to_string()));
+    headers.push((
+        "ratelimit",
+        format!("\"{}\";r={remaining};t={t}", r.item.name),
+    ));
+}
+
+fn problem(status: u16, body: serde_json::Value, request_id: &str) -> Response {
+    Response {
+        status,
+        headers: vec![
+            ("content-type", "application/problem+json".to_string()),
+            ("x-request-id", request_id.to_string()),
+        ],
+        body: body.to_string(),
+    }
+}
+
+fn what(item: &PlanItem) -> String {
+    match item.dimension {
+        Some(_) => format!("dimension '{}'", item.label),
+        None => format!("rule '{}'", item.label),
+    }
+}
+
+/// 429 with `Retry-After` (= `t`; absent when no wait helps), the quota headers and a
+/// problem body naming the dimension or rule and the policy; or, when the limiter failed
+/// closed, 503 with `Retry-After` and no quota fields.
+fn refusal(r: &Reported<'_>, policies: &str, request_id: &str) -> Response {
+    let item = r.item;
+    if r.outcome.fail_closed {
+        let retry_after = match r.outcome.verdict {
+            Verdict::Denied { retry_after_ms } => Some(ceil_secs(retry_after_ms)),
+            _ => None,
+        };
+        let body = serde_json::json!({
+            "type": "about:blank",
+            "title": "Rate limiter unavailable",
+            "status": 503,
+            "detail": format!("the rate limiter for {} is unavailable and fails closed", what(item)),
+            "dimension": item.label,
+            "policy": item.name,
+            "request_id": request_id,
+            "retry_after": retry_after,
+        });
+        let mut response = problem(503, body, request_id);
+        if let Some(s) = retry_after {
+            response.headers.push(("retry-after", s.to_string()));
+        }
+        return response;
+    }
+    let retry_after = match r.outcome.verdict {
+        Verdict::Denied { .. } => Some(r.reset_secs()),
+        _ => None,
+    };
+    let detail = match retry_after {
+        Some(s) => format!(
+            "rate limit exceeded on {} ({} per {} s); retry after {s} s",
+            what(item),
+            item.spec.quota(),
+            window_secs(item)
+        ),
+        None => format!(
+            "request exceeds the limit of {} and can never be allowed",
+            what(item)
+        ),
+    };
+    let body = serde_json::json!({
+        "type": "about:blank",
+        "title": "Too Many Requests",
+        "status": 429,
+        "detail": detail,
+        "dimension": item.label,
+        "policy": item.name,
+        "request_id": request_id,
+        "limit": item.spec.quota(),
+        "retry_after": retry_after,
+    });
+    let mut response = problem(429, body, request_id);
+    if let Some(s) = retry_after {
+        response.headers.push(("retry-after", s.to_string()));
+    }
+    if !policies.is_empty() {
+        response
+            .headers
+            .push(("ratelimit-policy", policies.to_string()));
+    }
+    quota_headers(&mut response.headers, r);
+    response
+}
+
+/// 403: the client IP (`on = "ip"`) or the API key (`"api_key"`) is on a deny list.
+pub fn forbidden(on: &str, request_id: &str) -> Response {
+    let body = serde_json::json!({
+        "type": "about:blank",
+        "title": "Forbidden",
+        "status": 403,
+        "detail": format!("the request's {on} is on the gateway's deny list"),
+        "denied_by": on,
+        "request_id": request_id,
+    });
+    problem(403, body, request_id)
+}
+
+/// 400: the request's API key cannot be read as one key.
+pub fn bad_request(e: KeyError, request_id: &str) -> Response {
+    let body = serde_json::json!({
+        "type": "about:blank",
+        "title": "Bad Request",
+        "status": 400,
+        "detail": e.detail(),
+        "request_id": request_id,
+    });
+    problem(400, body, request_id)
+}

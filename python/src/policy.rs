@@ -1,0 +1,313 @@
+//! The policy engine for Python (`redis_rl._core.PolicyEngine`): the ASGI middleware asks
+//! the same engine as rl-gateway what a request is limited on, under which keys, and how
+//! the decision is written, so one TOML gives the same answers in both.
+
+use std::net::IpAddr;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use redis_rl_policy::{
+    render, Admission, Config, Engine, Identity, Outcome, Plan, Rendered, Response, Verdict,
+};
+
+type HeaderList = Vec<(String, Vec<u8>)>;
+type PyHeaders = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A configuration that did not load: the text names the file, the line and the field.
+fn config_error(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+fn py_headers(headers: &[(&'static str, String)]) -> PyHeaders {
+    headers
+        .iter()
+        .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+/// A response the middleware sends as is (400, 403, 429, 503).
+#[pyclass(frozen, module = "redis_rl._core")]
+struct Refusal {
+    #[pyo3(get)]
+    status: u16,
+    #[pyo3(get)]
+    headers: PyHeaders,
+    body: Vec<u8>,
+}
+
+#[pymethods]
+impl Refusal {
+    /// The problem+json body.
+    #[getter]
+    fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.body)
+    }
+}
+
+impl From<Response> for Refusal {
+    fn from(r: Response) -> Self {
+        Self {
+            status: r.status,
+            headers: py_headers(&r.headers),
+            body: r.body.into_bytes(),
+        }
+    }
+}
+
+/// A request the engine let through its identity checks.
+#[pyclass(frozen, module = "redis_rl._core")]
+struct Admitted {
+    identity: Identity,
+    method: String,
+    headers: HeaderList,
+    peer: Option<IpAddr>,
+    /// False: on an allow list, never limited.
+    #[pyo3(get)]
+    limited: bool,
+}
+
+#[pymethods]
+impl Admitted {
+    /// The API key (look its tier up with it; never log it).
+    #[getter]
+    fn api_key(&self) -> Option<String> {
+        self.identity.api_key.clone()
+    }
+
+    /// The key's tenant id (logs).
+    #[getter]
+    fn tenant(&self) -> Option<String> {
+        self.identity.tenant.clone()
+    }
+
+    /// The path's normal form (what the application gets).
+    #[getter]
+    fn path(&self) -> String {
+        self.identity.path.clone()
+    }
+}
+
+/// What a request is limited on.
+#[pyclass(frozen, module = "redis_rl._core")]
+struct PlanResult {
+    plan: Plan,
+}
+
+#[pymethods]
+impl PlanResult {
+    /// Per item: `(key, algorithm, limit, window_ms, burst, shadow, failure_mode, name,
+    /// label)`; `failure_mode` is `None` for the configuration's.
+    #[allow(clippy::type_complexity)]
+    #[getter]
+    fn items(
+        &self,
+    ) -> Vec<(
+        String,
+        &'static str,
+        u64,
+        u64,
+        Option<u64>,
+        bool,
+        Option<&'static str>,
+        String,
+        String,
+    )> {
+        self.plan
+            .items
+            .iter()
+            .map(|i| {
+                (
+                    i.key.clone(),
+                    i.spec.algorithm.name(),
+                    i.spec.limit,
+                    i.spec.window_ms,
+                    i.spec.burst,
+                    i.shadow,
+                    i.failure_mode.map(|m| m.name()),
+                    i.name.clone(),
+                    i.label.clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// The tier the request was limited as.
+    #[getter]
+    fn tier(&self) -> Option<String> {
+        self.plan.tier.clone()
+    }
+
+    /// The route of the endpoint dimension.
+    #[getter]
+    fn route(&self) -> String {
+        self.plan.route.clone()
+    }
+}
+
+/// A validated configuration (the TOML of `rl-gateway --config`).
+#[pyclass(frozen, module = "redis_rl._core")]
+struct PolicyEngine {
+    engine: Engine,
+}
+
+fn request<'a>(
+    method: &'a str,
+    path: &'a str,
+    headers: &'a HeaderList,
+    peer: Option<IpAddr>,
+    route: Option<&'a str>,
+) -> redis_rl_policy::Request<'a> {
+    redis_rl_policy::Request {
+        method,
+        path,
+        host: None,
+        headers,
+        peer,
+        route,
+    }
+}
+
+#[pymethods]
+impl PolicyEngine {
+    /// Parses and validates TOML; `source` names the file in errors (`ValueError`).
+    #[staticmethod]
+    #[pyo3(signature = (text, source="<config>", routes=Vec::new()))]
+    fn from_toml(text: &str, source: &str, routes: Vec<String>) -> PyResult<Self> {
+        let config = Config::from_toml_named(text, source).map_err(config_error)?;
+        let engine = Engine::new(config, &routes)
+            .map_err(|e| config_error(format!("{source}: {}: {}", e.field, e.message)))?;
+        Ok(Self { engine })
+    }
+
+    /// The design's limits (no file).
+    #[staticmethod]
+    fn default() -> PyResult<Self> {
+        let engine = Engine::new(Config::default(), &[])
+            .map_err(|e| config_error(format!("{}: {}", e.field, e.message)))?;
+        Ok(Self { engine })
+    }
+
+    /// The effective plan in words (as `rl-gateway --check-config`).
+    fn explain(&self) -> String {
+        self.engine.explain()
+    }
+
+    /// The configured failure mode (`open`, `closed`, `local`).
+    #[getter]
+    fn failure_mode(&self) -> &'static str {
+        self.engine.config().failure_mode.name()
+    }
+
+    /// The static fleet size (1 when not set).
+    #[getter]
+    fn instances(&self) -> u32 {
+        self.engine.config().instances.map_or(1, |n| n.get())
+    }
+
+    /// The key prefix.
+    #[getter]
+    fn key_prefix(&self) -> String {
+        self.engine.config().key_prefix.clone()
+    }
+
+    /// Identity and access lists: a `Refusal` (400, 403) or an `Admitted` request.
+    /// `headers`: the ASGI scope's (lower-case names); `peer`: the client address.
+    fn admit(
+        &self,
+        py: Python<'_>,
+        method: &str,
+        path: &str,
+        headers: PyHeaders,
+        peer: Option<&str>,
+        request_id: &str,
+    ) -> PyResult<PyObject> {
+        let headers: HeaderList = headers
+            .into_iter()
+            .map(|(n, v)| (String::from_utf8_lossy(&n).into_owned(), v))
+            .collect();
+        let peer: Option<IpAddr> = peer.and_then(|p| p.parse().ok());
+        let admission = self
+            .engine
+            .admit(&request(method, path, &headers, peer, None), request_id);
+        let (identity, limited) = match admission {
+            Admission::Refuse(r) => {
+                return Ok(Refusal::from(r).into_pyobject(py)?.into_any().unbind())
+            }
+            Admission::Pass(id) => (id, false),
+            Admission::Limit(id) => (id, true),
+        };
+        let admitted = Admitted {
+            identity,
+            method: method.to_string(),
+            headers,
+            peer,
+            limited,
+        };
+        Ok(admitted.into_pyobject(py)?.into_any().unbind())
+    }
+
+    /// Every key and window the request is limited on. `route`: the application's route
+    /// template (when no rule path or configured route matches); `tier`: the key's tier.
+    #[pyo3(signature = (admitted, route=None, tier=None))]
+    fn plan(&self, admitted: &Admitted, route: Option<&str>, tier: Option<&str>) -> PlanResult {
+        let a = admitted;
+        let req = request(&a.method, &a.identity.path, &a.headers, a.peer, route);
+        PlanResult {
+            plan: self.engine.plan(&req, &a.identity, tier),
+        }
+    }
+
+    /// The decision written out: `(status, headers, body)` for a refusal, `(None, headers,
+    /// None)` for the headers of an allowed request. `outcomes` per item: `(verdict,
+    /// retry_after_ms, remaining, reset_after_ms, shadow, source)`, verdict `allowed`,
+    /// `denied` or `never`, source the decision's (`fail_open`, `fail_closed`, ...).
+    #[allow(clippy::type_complexity)]
+    fn render(
+        &self,
+        py: Python<'_>,
+        plan: &PlanResult,
+        outcomes: Vec<(String, Option<u64>, u64, u64, bool, String)>,
+        denied: Option<usize>,
+        request_id: &str,
+    ) -> (Option<u16>, PyHeaders, Option<Py<PyBytes>>) {
+        let outcomes: Vec<Outcome> = outcomes
+            .iter()
+            .map(
+                |(verdict, retry, remaining, reset, shadow, source)| Outcome {
+                    verdict: match verdict.as_str() {
+                        "allowed" => Verdict::Allowed,
+                        "denied" => Verdict::Denied {
+                            retry_after_ms: retry.unwrap_or(0),
+                        },
+                        _ => Verdict::Never,
+                    },
+                    remaining: *remaining,
+                    reset_after_ms: *reset,
+                    shadow: *shadow,
+                    fail_open: source == "fail_open",
+                    fail_closed: source == "fail_closed",
+                },
+            )
+            .collect();
+        match render(&plan.plan, &outcomes, denied, request_id) {
+            Rendered::Refuse(r) => (
+                Some(r.status),
+                py_headers(&r.headers),
+                Some(PyBytes::new(py, r.body.as_bytes()).unbind()),
+            ),
+            Rendered::Headers(h) => (None, py_headers(&h), None),
+        }
+    }
+}
+
+/// Adds the engine's classes to the extension module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PolicyEngine>()?;
+    m.add_class::<Admitted>()?;
+    m.add_class::<Refusal>()?;
+    m.add_class::<PlanResult>()?;
+    m.add("LOCAL_LOG_MAX", redis_rl_policy::LOCAL_LOG_MAX)?;
+    Ok(())
+}
