@@ -24,8 +24,14 @@ function M.upto(algo, s, now, p, cost)
 end
 
 -- Refuses parameters whose waits could exceed what a double holds exactly.
+M.WAIT_LIMIT = M.EXACT - 2 * M.MAX_DURATION_MS
 function M.exact_wait(a, b, c, what)
-  if M.bnum(M.bdiv(M.bmul(a, b), c)) > M.EXACT - 2 * M.MAX_DURATION_MS then
+  -- Most parameters: a x b is exact and its quotient far below the limit.
+  local product = a * b
+  if product <= M.EXACT and product / c < M.WAIT_LIMIT - 1 then
+    return
+  end
+  if M.bnum(M.bdiv(M.bmul(a, b), c)) > M.WAIT_LIMIT then
     M.fail("ERR " .. what .. " is over 2^53 ms, beyond the exact range of the Lua twin: use the module for these parameters")
   end
 end

@@ -87,28 +87,31 @@ function M.tb_level_at(s, now, p)
   return M.bmin(refilled, p.full), as_of
 end
 
+-- Milliseconds until the level grows from `from` to `target` (rounded up), `lag` us late.
+local function tb_wait(p, target, from, lag)
+  return M.ceil_millis(M.badd(M.bdivceil(M.bsub(target, from), p.rate), lag))
+end
+
+local function tb_decide(p, allowed, retry, after, lag)
+  return M.decision(allowed, p.capacity, M.bnum(M.bdiv(after, p.unit)), retry, tb_wait(p, p.full, after, lag))
+end
+
 function M.TB.check(s, now, p, cost)
   local level, as_of = M.tb_level_at(s, now, p)
   local lag = as_of - now
-  local function wait_to_reach(target, from)
-    return M.ceil_millis(M.badd(M.bdivceil(M.bsub(target, from), p.rate), lag))
-  end
-  local function decide(allowed, retry, after)
-    return M.decision(allowed, p.capacity, M.bnum(M.bdiv(after, p.unit)), retry, wait_to_reach(p.full, after))
-  end
   if cost > p.capacity then
-    return decide(false, -1, level)
+    return tb_decide(p, false, -1, level, lag)
   end
   local need = M.bmul(cost, p.unit)
   if M.bcmp(level, need) < 0 then
-    return decide(false, wait_to_reach(need, level), level)
+    return tb_decide(p, false, tb_wait(p, need, level, lag), level, lag)
   end
   local after = M.bsub(level, need)
   local new
   if cost > 0 then
     new = { level = after, updated_at = as_of, refill_ms = p.refill_ms }
   end
-  return decide(true, 0, after), new
+  return tb_decide(p, true, 0, after, lag), new
 end
 
 function M.TB.refund(s, now, p, amount)
