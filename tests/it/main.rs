@@ -26,6 +26,7 @@ mod hardening;
 mod harness;
 mod hostile_input;
 mod luatwin;
+mod luatwin_commands;
 mod operations_memory;
 mod operations_module;
 mod operations_persistence;
