@@ -18,6 +18,18 @@ pub struct Response {
     pub body: String,
 }
 
+impl Response {
+    /// The same response with `trace_id` (the request's W3C trace) in its problem body, next
+    /// to `request_id`, so a refusal can be found in the tracing system.
+    pub fn with_trace_id(mut self, trace_id: &str) -> Self {
+        if let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_str(&self.body) {
+            fields.insert("trace_id".to_owned(), serde_json::Value::from(trace_id));
+            self.body = serde_json::Value::Object(fields).to_string();
+        }
+        self
+    }
+}
+
 /// What a limiter answered for one plan item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
