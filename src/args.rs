@@ -8,7 +8,7 @@ use std::fmt;
 
 use redis_module::{raw, RedisString};
 use redis_rl_core::algorithm::{Opt, MAX_OPTIONS};
-use redis_rl_core::limits::{ParamError, Range};
+use redis_rl_core::limits::{ParamError, Range, Spelling};
 
 use crate::config;
 
@@ -24,6 +24,8 @@ pub enum ArgError {
     RepeatedOption(&'static str),
     /// `COST` as the last argument, without its value.
     MissingValue(&'static str, Range),
+    /// Two options that cannot be given together.
+    Exclusive(&'static str, &'static str),
 }
 
 impl From<ParamError> for ArgError {
@@ -43,6 +45,7 @@ impl fmt::Display for ArgError {
             ArgError::MissingValue(name, range) => {
                 write!(f, "option {name} needs a value: {}", range.error())
             }
+            ArgError::Exclusive(a, b) => write!(f, "options {a} and {b} cannot be combined"),
         }
     }
 }
@@ -53,6 +56,10 @@ impl fmt::Display for ArgError {
 /// what is expected.
 #[inline(always)]
 pub fn integer(arg: &RedisString, range: Range) -> Result<u64, ParamError> {
+    if !matches!(range.spelling, Spelling::Integer) {
+        // A word or a signed offset (RL.QUOTA's period and TZ): the core reads it.
+        return range.parse(bytes(arg));
+    }
     match digits(bytes(arg)) {
         Some(value) => range.check(value),
         None => Err(range.error()),
@@ -153,11 +160,14 @@ pub struct Options {
     pub peek: bool,
     /// Take `min(cost, available)` units: a partial grant, replied as a sixth integer.
     pub upto: bool,
+    /// Take the cost even over the limit (the excess is a debt later calls wait for).
+    pub force: bool,
 }
 
 /// The options a command accepts after its positional arguments: its algorithm's (such as
-/// `BURST b`), `COST n` if it takes a cost, `UPTO` if it grants partially, and `PEEK`. The
-/// `Display` lists them as error texts do: `BURST b, COST n, UPTO or PEEK`.
+/// `BURST b`), `COST n` if it takes a cost, `UPTO` if it grants partially, `FORCE` if it is
+/// a rate limiter, and `PEEK`. The `Display` lists them as error texts do: `BURST b, COST n,
+/// UPTO, FORCE or PEEK`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Accepted {
     /// The algorithm's options (from the core registry).
@@ -166,6 +176,21 @@ pub struct Accepted {
     pub cost: bool,
     /// Whether `UPTO` is accepted (the core's `RateLimiter::UPTO`).
     pub upto: bool,
+    /// Whether `FORCE` is accepted (every rate limiter).
+    pub force: bool,
+}
+
+impl Accepted {
+    /// What a rate limiter's command accepts: its options, `COST n`, `UPTO` if `upto`,
+    /// `FORCE` and `PEEK`.
+    pub const fn limiter(options: &'static [Opt], upto: bool) -> Accepted {
+        Accepted {
+            options,
+            cost: true,
+            upto,
+            force: true,
+        }
+    }
 }
 
 impl fmt::Display for Accepted {
@@ -173,11 +198,15 @@ impl fmt::Display for Accepted {
         for opt in self.options {
             write!(f, "{} {}, ", opt.token, opt.value)?;
         }
-        match (self.cost, self.upto) {
-            (true, true) => write!(f, "COST n, UPTO or ")?,
-            (true, false) => write!(f, "COST n or ")?,
-            (false, true) => write!(f, "UPTO or ")?,
-            (false, false) => {}
+        let words = [
+            (self.cost, "COST n"),
+            (self.upto, "UPTO"),
+            (self.force, "FORCE"),
+        ];
+        let mut given = words.iter().filter(|(given, _)| *given).peekable();
+        while let Some((_, word)) = given.next() {
+            let sep = if given.peek().is_some() { ", " } else { " or " };
+            write!(f, "{word}{sep}")?;
         }
         write!(f, "PEEK")
     }
@@ -186,12 +215,7 @@ impl fmt::Display for Accepted {
 impl Options {
     /// Parses `[COST n] [PEEK]` in any order, each at most once, names in any case.
     pub fn parse(args: &[RedisString]) -> Result<Options, ArgError> {
-        let accepted = Accepted {
-            options: &[],
-            cost: true,
-            upto: false,
-        };
-        Self::parse_accepting(args, accepted).map(|(options, _)| options)
+        Self::parse_accepting(args, Accepted::limiter(&[], false)).map(|(options, _)| options)
     }
 
     /// Parses `[PEEK]` (RL.CONCURRENCY ACQUIRE, which takes no `COST`): true if given.
@@ -200,6 +224,7 @@ impl Options {
             options: &[],
             cost: false,
             upto: false,
+            force: false,
         };
         Self::parse_accepting(args, accepted).map(|(options, _)| options.peek)
     }
@@ -220,6 +245,7 @@ impl Options {
                 cost: implicit_cost(accepted)?,
                 peek: false,
                 upto: false,
+                force: false,
             };
             return Ok((options, [None; MAX_OPTIONS]));
         }
@@ -236,6 +262,7 @@ impl Options {
         let mut cost = None;
         let mut peek = false;
         let mut upto = false;
+        let mut force = false;
         let mut extra = [None; MAX_OPTIONS];
         let mut rest = args.iter();
         while let Some(arg) = rest.next() {
@@ -270,6 +297,11 @@ impl Options {
                     return Err(ArgError::RepeatedOption("UPTO"));
                 }
                 upto = true;
+            } else if accepted.force && is_word(name, "FORCE") {
+                if force {
+                    return Err(ArgError::RepeatedOption("FORCE"));
+                }
+                force = true;
             } else {
                 return Err(ArgError::UnknownOption(shown(name), accepted));
             }
@@ -278,7 +310,19 @@ impl Options {
             Some(cost) => cost,
             None => implicit_cost(accepted)?,
         };
-        Ok((Options { cost, peek, upto }, extra))
+        if upto && force {
+            // A partial grant takes what fits; forcing takes everything: they contradict.
+            return Err(ArgError::Exclusive("UPTO", "FORCE"));
+        }
+        Ok((
+            Options {
+                cost,
+                peek,
+                upto,
+                force,
+            },
+            extra,
+        ))
     }
 }
 

@@ -61,6 +61,7 @@ pub fn numkeys_range() -> Range {
         name: "numkeys",
         min: 1,
         max: read(&MAX_ALL_KEYS),
+        spelling: redis_rl_core::limits::Spelling::Integer,
     }
 }
 

@@ -110,6 +110,13 @@ pub const UPTO: Arg = arg(
 )
 .after("UPTO")
 .optional();
+/// `FORCE`, optional.
+pub const FORCE: Arg = arg(
+    "force",
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+)
+.after("FORCE")
+.optional();
 /// `PEEK`, optional.
 pub const PEEK: Arg = arg(
     "peek",
@@ -153,7 +160,7 @@ pub enum Syntax {
     /// As listed.
     Args(&'static [Arg]),
     /// `key`, an algorithm's parameters and options (names from the core registry), then
-    /// `[COST n] [UPTO] [PEEK]` (`UPTO` where the algorithm takes it).
+    /// `[COST n] [UPTO] [FORCE] [PEEK]` (`UPTO` where the algorithm takes it).
     Limiter {
         /// The positional parameters.
         params: &'static [Range],
@@ -230,11 +237,15 @@ impl Arena {
                 upto,
             } => {
                 let args: Vec<Arg> = std::iter::once(key())
-                    .chain(params.iter().map(|r| int(r.name)))
+                    .chain(params.iter().map(|r| match r.spelling {
+                        // A word (RL.QUOTA's period) is a string to COMMAND DOCS.
+                        redis_rl_core::limits::Spelling::Words(_) => string(r.name),
+                        _ => int(r.name),
+                    }))
                     .chain(options.iter().map(|o| option(o.token, o.range.name)))
                     .chain(std::iter::once(COST))
                     .chain(upto.then_some(UPTO))
-                    .chain(std::iter::once(PEEK))
+                    .chain([FORCE, PEEK])
                     .collect();
                 self.args(&args)
             }

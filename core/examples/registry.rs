@@ -8,11 +8,12 @@
 //! Both list every algorithm in registry order with its names, tag, parameters and options
 //! with their ranges, `UPTO` support, what each parameter is in a configured rate, and how
 //! the local fallback shares it; the error text of a number outside a range is
-//! `<name> must be an integer between <min> and <max>`.
+//! `<name> must be an integer between <min> and <max>` (for a range with a `spelling`: an
+//! `offset` shows `min - bias` and `max - bias`; `words` reads `<name> must be A, B or C`).
 
 use std::fmt::Write as _;
 
-use redis_rl_core::limits::{self, Range};
+use redis_rl_core::limits::{self, Range, Spelling};
 use redis_rl_core::registry::SpecNames;
 use redis_rl_core::{Kind, RateField};
 
@@ -31,11 +32,26 @@ fn s(text: &str) -> Value {
 }
 
 fn range(r: &Range) -> Value {
-    Value::Map(vec![
+    let mut fields = vec![
         ("name", s(r.name)),
         ("min", Value::Int(r.min)),
         ("max", Value::Int(r.max)),
-    ])
+    ];
+    fields.extend(spelling(r));
+    Value::Map(fields)
+}
+
+/// How a number is written, for the ranges that are not plain integers: `offset` (a signed
+/// integer carried as `value + bias`) or `words` (carried as the word's position from 1).
+fn spelling(r: &Range) -> Vec<(&'static str, Value)> {
+    match r.spelling {
+        Spelling::Integer => vec![],
+        Spelling::Offset(bias) => vec![("spelling", s("offset")), ("bias", Value::Int(bias))],
+        Spelling::Words(words) => vec![
+            ("spelling", s("words")),
+            ("words", Value::List(words.iter().map(|w| s(w)).collect())),
+        ],
+    }
 }
 
 fn rate_field(f: RateField) -> Value {
@@ -44,6 +60,9 @@ fn rate_field(f: RateField) -> Value {
         RateField::WindowMs => "window_ms",
         RateField::BurstOrLimit => "burst_or_limit",
         RateField::Burst => "burst",
+        RateField::Period => "period",
+        RateField::Tz => "tz",
+        RateField::Anchor => "anchor",
     })
 }
 
@@ -52,13 +71,15 @@ fn algorithm(k: Kind) -> Value {
         .options()
         .iter()
         .map(|o| {
-            Value::Map(vec![
+            let mut fields = vec![
                 ("token", s(o.token)),
                 ("value", s(o.value)),
                 ("name", s(o.range.name)),
                 ("min", Value::Int(o.range.min)),
                 ("max", Value::Int(o.range.max)),
-            ])
+            ];
+            fields.extend(spelling(&o.range));
+            Value::Map(fields)
         })
         .collect();
     let local_exact_max = match k.local_exact_max() {

@@ -91,6 +91,19 @@ pub trait RateLimiter: Algorithm {
         cost: u64,
     ) -> (Decision, Option<Self::State>);
 
+    /// Takes `cost` units at `now` whatever the limit says (`FORCE`): the decision is
+    /// allowed, and what goes past the limit is a debt that later calls wait for (their
+    /// `retry_after` includes it). How long a debt is remembered is the algorithm's own: a
+    /// bucket or a GCRA repays it by refilling; a fixed window or a calendar quota is
+    /// refused until its window ends; a sliding window or log while the units are inside
+    /// the window. Returns the decision and the state to store (`None` for a zero cost).
+    fn force(
+        state: Option<Self::State>,
+        now: Micros,
+        params: &Self::Params,
+        cost: u64,
+    ) -> (Decision, Option<Self::State>);
+
     /// Gives back up to `amount` units taken earlier; returns the units given back and the
     /// state to store (`None`: write nothing).
     fn refund(
@@ -101,7 +114,7 @@ pub trait RateLimiter: Algorithm {
     ) -> (u64, Option<Self::State>);
 }
 
-/// Implements [`RateLimiter`] for `$algorithm` with the `check` and `refund` functions of
+/// Implements [`RateLimiter`] for `$algorithm` with the `check`, `force` and `refund` functions of
 /// the module where it is invoked, and the associated constants given in braces (`UPTO`,
 /// `RATE`, `SHARE`, `LOCAL_EXACT_MAX`).
 macro_rules! rate_limiter {
@@ -116,6 +129,15 @@ macro_rules! rate_limiter {
                 cost: u64,
             ) -> ($crate::Decision, Option<Self::State>) {
                 check(state, now, params, cost)
+            }
+
+            fn force(
+                state: Option<Self::State>,
+                now: $crate::Micros,
+                params: &Self::Params,
+                cost: u64,
+            ) -> ($crate::Decision, Option<Self::State>) {
+                force(state, now, params, cost)
             }
 
             fn refund(
@@ -216,17 +238,23 @@ pub trait Source {
     fn option(&mut self, opt: &Opt) -> Result<Option<u64>, Self::Error>;
 }
 
-/// Parses `A`'s parameters from `source`: each positional one in order, then each option in
-/// declaration order, then [`Algorithm::params`]. The one parser shared by every spec that
-/// names an algorithm. Allocates nothing.
+/// Parses `A`'s parameters from `source`: each positional one in order, then the options in
+/// any order (each at most once: a repeated one is left for the next spec, which refuses it),
+/// then [`Algorithm::params`]. The one parser shared by every spec that names an algorithm.
+/// Allocates nothing.
 pub fn parse_params<A: Algorithm, S: Source>(source: &mut S) -> Result<A::Params, S::Error> {
     let mut values = [0u64; MAX_PARAMS];
     for (slot, range) in values.iter_mut().zip(A::PARAMS) {
         *slot = source.value(*range)?;
     }
     let mut options = [None; MAX_OPTIONS];
-    for (slot, opt) in options.iter_mut().zip(A::OPTIONS) {
-        *slot = source.option(opt)?;
+    // One round per option: each round takes whichever of the missing ones comes next.
+    for _ in A::OPTIONS {
+        for (slot, opt) in options.iter_mut().zip(A::OPTIONS) {
+            if slot.is_none() {
+                *slot = source.option(opt)?;
+            }
+        }
     }
     let values = values.get(..A::PARAMS.len()).unwrap_or(&[]);
     let options = options.get(..A::OPTIONS.len()).unwrap_or(&[]);

@@ -27,6 +27,7 @@ pub const LIMIT: Range = Range {
     name: "limit",
     min: 1,
     max: MAX_LIMIT,
+    spelling: crate::limits::Spelling::Integer,
 };
 
 /// The concurrency limiter in the [registry](crate::registry): `limit lease_ms`, then

@@ -105,6 +105,40 @@ pub fn check(
     params: &FixedWindowParams,
     cost: u64,
 ) -> (Decision, Option<FixedWindowState>) {
+    decide(state, now, params, cost, false)
+}
+
+/// Takes `cost` units at `now` even over the limit (`FORCE`). The count goes past the
+/// limit and the window stays refused until it ends (the debt is the rest of the window:
+/// the next one starts from zero, as after a lowered limit). Counts are capped at
+/// [`MAX_COUNT`](limits::MAX_COUNT).
+///
+/// ```
+/// use redis_rl_core::fixed_window::{check, force, FixedWindowParams};
+/// use redis_rl_core::{Micros, Millis, Outcome};
+/// let p = FixedWindowParams::new(10, 1_000).unwrap();
+/// let (d, s) = force(None, Micros(0), &p, 25);
+/// assert!(d.is_allowed());
+/// // Over the limit: one more unit waits for the next window.
+/// let (d, _) = check(s, Micros(0), &p, 1);
+/// assert_eq!(d.outcome, Outcome::Denied { retry_after: Millis(1_000) });
+/// ```
+pub fn force(
+    state: Option<FixedWindowState>,
+    now: Micros,
+    params: &FixedWindowParams,
+    cost: u64,
+) -> (Decision, Option<FixedWindowState>) {
+    decide(state, now, params, cost, true)
+}
+
+fn decide(
+    state: Option<FixedWindowState>,
+    now: Micros,
+    params: &FixedWindowParams,
+    cost: u64,
+    forced: bool,
+) -> (Decision, Option<FixedWindowState>) {
     let (start, count) = current(state, now, params.window_ms);
     let end = start.saturating_add(Millis(params.window_ms));
     let until_end = Micros(end.as_micros().0.saturating_sub(now.0)).ceil_millis();
@@ -115,10 +149,19 @@ pub fn check(
         reset_after: if count > 0 { until_end } else { Millis(0) },
     };
 
+    let after = count.saturating_add(cost);
+    if forced && cost > 0 && after > params.limit {
+        let after = after.min(limits::MAX_COUNT);
+        let new_state = FixedWindowState {
+            window_ms: params.window_ms,
+            window_start: start,
+            count: after,
+        };
+        return (decision(Outcome::Allowed, after), Some(new_state));
+    }
     if cost > params.limit {
         return (decision(Outcome::Never, count), None);
     }
-    let after = count.saturating_add(cost);
     if after > params.limit {
         // The next window starts from zero, and `cost <= limit` fits there.
         let outcome = Outcome::Denied {

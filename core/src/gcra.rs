@@ -251,6 +251,41 @@ pub fn check(
     (decision(Outcome::Allowed, after), new_state)
 }
 
+/// Takes `cost` units at `now` even past the burst (`FORCE`): the theoretical arrival
+/// time moves on by `cost` emission intervals however far ahead it already is, so later
+/// calls wait until it is back within the burst. The debt is capped at
+/// [`MAX_COUNT`](limits::MAX_COUNT) units past `now`.
+pub fn force(
+    state: Option<GcraState>,
+    now: Micros,
+    params: &GcraParams,
+    cost: u64,
+) -> (Decision, Option<GcraState>) {
+    let (probe, _) = check(state, now, params, cost);
+    if probe.is_allowed() || cost == 0 {
+        return check(state, now, params, cost);
+    }
+    let interval = params.interval();
+    let now_t = u128::from(now.0) * params.scale();
+    let tat = state.map_or(0, |s| s.tat_in(params.limit)).max(now_t);
+    let furthest = now_t + u128::from(limits::MAX_COUNT) * interval;
+    let after = tat
+        .saturating_add(u128::from(cost) * interval)
+        .min(furthest);
+    let decision = Decision {
+        outcome: Outcome::Allowed,
+        limit: params.burst,
+        remaining: 0,
+        reset_after: ceil_millis_of(after - now_t, params.limit),
+    };
+    let state = GcraState {
+        tat: after,
+        limit: params.limit,
+        period_ms: params.period_ms,
+    };
+    (decision, Some(state))
+}
+
 /// Gives back up to `amount` units taken earlier (RL.REFUND): moves the TAT back by that
 /// many emission intervals, but never before `now` (an idle limiter has nothing to give
 /// back). Returns the units given back (rounded up: a partly elapsed interval counts) and

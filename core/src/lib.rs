@@ -14,6 +14,7 @@
 )]
 
 pub mod algorithm;
+pub mod calendar;
 pub mod concurrency;
 pub mod decision;
 pub mod fixed_window;
@@ -21,6 +22,7 @@ pub mod gcra;
 pub mod limits;
 #[cfg(test)]
 mod promises;
+pub mod quota;
 pub mod rate;
 pub mod registry;
 #[cfg(test)]

@@ -209,6 +209,41 @@ pub fn partial_grants_are_the_largest_allowed<A: Model>(
     Ok(())
 }
 
+/// `FORCE` (mixed at random into the calls): a forced call of a positive cost is always
+/// allowed (of cost 0 it is a plain check); one that
+/// `check` would have refused leaves a debt, so a call of one unit right after it is
+/// refused; and the `retry_after` of every refusal stays exact, debts included.
+pub fn forced_calls_leave_a_debt_later_calls_wait_for<A: RateLimiter>(
+    params: &A::Params,
+    calls: &[(u64, u64, bool)],
+) -> Result<(), TestCaseError> {
+    let mut state: Option<A::State> = None;
+    let mut now = 0u64;
+    for &(step, cost, forced) in calls {
+        now += step;
+        let t = Micros(now);
+        if forced {
+            let (would, _) = A::check(state.clone(), t, params, cost);
+            let (d, next) = A::force(state.clone(), t, params, cost);
+            if cost == 0 {
+                prop_assert_eq!((d, next.is_none()), (would, true));
+                continue;
+            }
+            prop_assert!(d.is_allowed() && next.is_some());
+            if !would.is_allowed() && cost > 0 {
+                prop_assert!(!A::check(next.clone(), t, params, 1).0.is_allowed());
+                prop_assert_eq!(d.remaining, 0);
+            }
+            state = next.or(state);
+        } else {
+            let (d, next) = A::check(state.clone(), t, params, cost);
+            wait_is_exact(&d, &state, now, |s, t| A::check(s, t, params, cost).0)?;
+            state = next.or(state);
+        }
+    }
+    Ok(())
+}
+
 /// Instantiates the promises for every rate limiter of the registry.
 macro_rules! promise_tests {
     (
@@ -244,6 +279,14 @@ macro_rules! promise_tests {
                     #[test]
                     fn partial_grants_are_the_largest_allowed(p in <$lt as Model>::arb_params(), calls in calls()) {
                         super::partial_grants_are_the_largest_allowed::<$lt>(&p, &calls)?;
+                    }
+
+                    #[test]
+                    fn forced_calls_leave_a_debt_later_calls_wait_for(
+                        p in <$lt as Model>::arb_params(),
+                        calls in prop::collection::vec((0u64..1_500_000, 0u64..30, prop::bool::weighted(0.3)), 1..80),
+                    ) {
+                        super::forced_calls_leave_a_debt_later_calls_wait_for::<$lt>(&p, &calls)?;
                     }
 
                     #[test]

@@ -24,6 +24,14 @@ pub enum RateField {
     /// An option: the rate's `burst` when given, else the option is left out (GCRA's
     /// `BURST b`).
     Burst,
+    /// A calendar quota's period (`DAY`, `WEEK`, `MONTH`, `YEAR`): not a window, so a
+    /// configured `limit` per `window_ms` cannot make one (configurations write
+    /// `"1000/month"`, which the policy engine turns into a quota's numbers).
+    Period,
+    /// A calendar quota's UTC offset (`quota_tz` in configurations).
+    Tz,
+    /// A calendar quota's anchor day (`quota_anchor` in configurations).
+    Anchor,
 }
 
 impl RateField {
@@ -33,6 +41,9 @@ impl RateField {
             RateField::Limit => "limit",
             RateField::WindowMs => "window_ms",
             RateField::BurstOrLimit | RateField::Burst => "burst",
+            RateField::Period => "period",
+            RateField::Tz => "quota_tz",
+            RateField::Anchor => "quota_anchor",
         }
     }
 }
@@ -169,6 +180,7 @@ pub(crate) fn numbers_of(
             RateField::WindowMs => Some(rate.window_ms),
             RateField::BurstOrLimit => Some(rate.burst.unwrap_or(rate.limit)),
             RateField::Burst => rate.burst,
+            RateField::Period | RateField::Tz | RateField::Anchor => None,
         };
         match i.checked_sub(values_len) {
             None => {

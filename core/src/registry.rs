@@ -23,7 +23,7 @@ use crate::time::Micros;
 ///         [$(stringify!($l),)* $(stringify!($o),)*].len()
 ///     };
 /// }
-/// assert_eq!(redis_rl_core::registry!(count), 6);
+/// assert_eq!(redis_rl_core::registry!(count), 7);
 /// ```
 #[macro_export]
 macro_rules! registry {
@@ -47,7 +47,7 @@ macro_rules! registry {
 ///         [$(stringify!($lc),)*]
 ///     };
 /// }
-/// assert_eq!(redis_rl_core::registry_full!(names), ["token_bucket", "sliding", "fixed", "gcra", "log"]);
+/// assert_eq!(redis_rl_core::registry_full!(names), ["token_bucket", "sliding", "fixed", "gcra", "log", "quota"]);
 /// ```
 #[macro_export]
 macro_rules! registry_full {
@@ -69,6 +69,7 @@ macro_rules! __registry_list {
                 FixedWindow = $crate::fixed_window::FixedWindow [fixed(limit, window_ms)],
                 Gcra = $crate::gcra::Gcra [gcra(limit, period_ms; burst)],
                 SlidingLog = $crate::sliding_log::SlidingLog [log(limit, window_ms)],
+                Quota = $crate::quota::Quota [quota(limit, period; tz, anchor)],
             ],
             others: [
                 Concurrency = $crate::concurrency::Concurrency [concurrency(limit, lease_ms)],
@@ -337,6 +338,23 @@ macro_rules! generate {
                 }
             }
 
+            /// [`RateLimiter::force`] of this algorithm (a state of another algorithm
+            /// counts as no state).
+            pub fn force(
+                &self,
+                state: Option<AnyState>,
+                now: Micros,
+                cost: u64,
+            ) -> (Decision, Option<AnyState>) {
+                match self {
+                    $(AnyParams::$l(p) => {
+                        let state = match state { Some(AnyState::$l(s)) => Some(s), _ => None };
+                        let (d, next) = <$lt as RateLimiter>::force(state, now, p, cost);
+                        (d, next.map(AnyState::$l))
+                    })*
+                }
+            }
+
             /// A partial grant ([`upto`]) of this algorithm: the decision, the units
             /// granted and the state to store (a state of another algorithm counts as no
             /// state).
@@ -442,6 +460,22 @@ impl AnyParams {
         let Some(share) = kind.share() else {
             return Ok(*self);
         };
+        let numbers = self.numbers();
+        if numbers.rate(kind.rate_fields()).is_none() {
+            // No window to keep (a calendar quota): each instance gets its part of the
+            // limit, the other numbers as they are.
+            let mut values = [0u64; crate::algorithm::MAX_PARAMS];
+            for (i, (slot, v)) in values.iter_mut().zip(numbers.values()).enumerate() {
+                let is_limit = kind.rate_fields().get(i) == Some(&RateField::Limit);
+                *slot = if is_limit {
+                    (*v / instances.max(1)).max(1)
+                } else {
+                    *v
+                };
+            }
+            let values = values.get(..numbers.values().len()).unwrap_or(&[]);
+            return AnyParams::from_numbers(kind, values, numbers.options()).unwrap_or(Ok(*self));
+        }
         let part = rate::share_of(&self.rate(), share, instances);
         let runs_as = match kind.local_exact_max() {
             Some((max, other)) if part.limit > max => other,
@@ -525,18 +559,21 @@ mod tests {
             for other in &Kind::ALL[..i] {
                 assert_ne!(k.config_name(), other.config_name());
             }
-            // A rate limiter's rate fields name a limit and a window, one per parameter.
+            // A rate limiter's rate fields name a limit and a window (or a calendar
+            // period), one per parameter.
             if k.is_limiter() {
                 let fields = k.rate_fields();
                 assert_eq!(fields.len(), k.params().len() + k.options().len(), "{k:?}");
                 assert!(
-                    fields.contains(&RateField::Limit) && fields.contains(&RateField::WindowMs)
+                    fields.contains(&RateField::Limit)
+                        && (fields.contains(&RateField::WindowMs)
+                            || fields.contains(&RateField::Period))
                 );
             }
         }
         assert_eq!(
             Kind::CONFIG_NAMES,
-            ["token_bucket", "sliding", "fixed", "gcra", "log"]
+            ["token_bucket", "sliding", "fixed", "gcra", "log", "quota"]
         );
         assert_eq!(Kind::from_config_name("leaky"), None);
     }
@@ -548,7 +585,7 @@ mod tests {
             window_ms: 300,
             burst: None,
         };
-        for k in Kind::LIMITERS {
+        for k in Kind::LIMITERS.iter().filter(|k| **k != Kind::Quota) {
             let p = AnyParams::from_rate(*k, &rate).unwrap().unwrap();
             let n = p.numbers();
             assert_eq!(
@@ -568,6 +605,31 @@ mod tests {
             .unwrap();
         assert_eq!(g.numbers().options(), [Some(2)]);
         assert_eq!(g.quota(), (2, 400));
+        // A calendar quota is not a window: its numbers round-trip, a windowed rate cannot
+        // make one, and its defaults (UTC, anchor 1) are left out.
+        let q = AnyParams::new(b"QUOTA", &[1_000, 3], &[Some(1_439 + 330), Some(15)])
+            .unwrap()
+            .unwrap();
+        let n = q.numbers();
+        assert_eq!(
+            (n.values(), n.options()),
+            (&[1_000, 3][..], &[Some(1_769), Some(15)][..])
+        );
+        assert_eq!(
+            AnyParams::from_numbers(Kind::Quota, n.values(), n.options()),
+            Some(Ok(q))
+        );
+        let utc = AnyParams::new(b"QUOTA", &[5, 1], &[Some(1_439), Some(1)])
+            .unwrap()
+            .unwrap();
+        assert_eq!(utc.numbers().options(), [None, None]);
+        assert_eq!(
+            AnyParams::from_rate(Kind::Quota, &rate)
+                .unwrap()
+                .unwrap_err()
+                .to_string(),
+            "period must be DAY, WEEK, MONTH or YEAR"
+        );
     }
 
     #[test]
@@ -622,13 +684,19 @@ mod tests {
         // The share decides: 10000 over 200 instances is 50 entries, exact again.
         let shared = p(b"LOG", &[10_000, 1_000], &[]);
         assert_eq!(shared.local_share(200), Ok(p(b"LOG", &[50, 1_000], &[])));
+        // A calendar quota shares its limit and keeps its calendar.
+        let q = p(b"QUOTA", &[1_000, 3], &[Some(1_769), Some(15)]);
+        assert_eq!(
+            q.local_share(3),
+            Ok(p(b"QUOTA", &[333, 3], &[Some(1_769), Some(15)]))
+        );
     }
 
     #[test]
     fn spec_words_and_their_order() {
         assert_eq!(
             SpecNames.to_string(),
-            "TOKENBUCKET, SLIDING, FIXED, GCRA or LOG"
+            "TOKENBUCKET, SLIDING, FIXED, GCRA, LOG or QUOTA"
         );
         assert_eq!(Kind::limiter(b"tokenBucket"), Some(Kind::TokenBucket));
         assert_eq!(Kind::limiter(b"CONCURRENCY"), None);
@@ -639,7 +707,8 @@ mod tests {
                 &Kind::TokenBucket,
                 &Kind::SlidingWindow,
                 &Kind::FixedWindow,
-                &Kind::Gcra
+                &Kind::Gcra,
+                &Kind::Quota
             ]
         );
     }

@@ -203,6 +203,55 @@ pub fn check(
     )
 }
 
+/// Takes `cost` units at `now` even over the limit (`FORCE`): the log holds more than
+/// `limit` units, and later calls wait until enough of them have left the window. The log
+/// keeps its bounds: at most [`MAX_LIMIT`] units in the window (a larger debt is dropped)
+/// and at most `limit` entries (past that the units join the newest entry, moved to now,
+/// so they count a little longer, never shorter).
+pub fn force(
+    state: Option<SlidingLogState>,
+    now: Micros,
+    params: &SlidingLogParams,
+    cost: u64,
+) -> (Decision, Option<SlidingLogState>) {
+    let (probe, _) = check(state.clone(), now, params, cost);
+    if probe.is_allowed() || cost == 0 {
+        return check(state, now, params, cost);
+    }
+    let mut entries = state.map(|s| s.entries).unwrap_or_default();
+    let window = params.window_us();
+    let at = entries.last().map_or(now.0, |e| e.at.0.max(now.0));
+    let first_live = entries.partition_point(|e| e.at.0.saturating_add(window) <= at);
+    entries.drain(..first_live);
+    let used = entries
+        .iter()
+        .fold(0u64, |sum, e| sum.saturating_add(e.count));
+    let cost = cost.min(MAX_LIMIT.saturating_sub(used));
+    let room_for_entry = u64::try_from(entries.len()).unwrap_or(u64::MAX) < params.limit;
+    match entries.last_mut() {
+        _ if cost == 0 => {}
+        Some(last) if last.at.0 == at || !room_for_entry => {
+            last.at = Micros(at);
+            last.count = last.count.saturating_add(cost);
+        }
+        _ => entries.push(LogEntry {
+            at: Micros(at),
+            count: cost,
+        }),
+    }
+    let decision = Decision {
+        outcome: Outcome::Allowed,
+        limit: params.limit,
+        remaining: 0,
+        reset_after: Micros(at.saturating_add(window).saturating_sub(now.0)).ceil_millis(),
+    };
+    let state = SlidingLogState {
+        window_ms: params.window_ms,
+        entries,
+    };
+    (decision, Some(state))
+}
+
 /// Gives back up to `amount` units taken earlier (RL.REFUND) by dropping the newest entries
 /// still in the window (a refund undoes the most recent admissions). Returns the units
 /// given back and the state to store, if any.

@@ -145,6 +145,39 @@ pub fn check(
     (decision(Outcome::Allowed, used + need, current), new_state)
 }
 
+/// Takes `cost` units at `now` even over the limit (`FORCE`): the current window's count
+/// goes past the limit, and later calls wait until the weighted count (this window's, then
+/// the decaying previous one's) leaves room. A debt is remembered for two windows at most,
+/// as every count of this algorithm; the counts are capped at
+/// [`MAX_COUNT`](limits::MAX_COUNT).
+pub fn force(
+    state: Option<SlidingWindowState>,
+    now: Micros,
+    params: &SlidingWindowParams,
+    cost: u64,
+) -> (Decision, Option<SlidingWindowState>) {
+    let (probe, _) = check(state, now, params, cost);
+    if probe.is_allowed() || cost == 0 {
+        return check(state, now, params, cost);
+    }
+    let v = view(state, now, params);
+    let current = v.current.saturating_add(cost).min(limits::MAX_COUNT);
+    let decision = Decision {
+        outcome: Outcome::Allowed,
+        limit: params.limit,
+        remaining: 0,
+        reset_after: Micros(idle_at(&v, current, params.window_us()).saturating_sub(now.0))
+            .ceil_millis(),
+    };
+    let state = SlidingWindowState {
+        window_ms: params.window_ms,
+        window_start: Micros(v.start).ceil_millis(),
+        previous: v.previous,
+        current,
+    };
+    (decision, Some(state))
+}
+
 /// Gives back up to `amount` units taken earlier (RL.REFUND).
 ///
 /// Only units of the current window can be given back: once the window has moved on, the

@@ -23,6 +23,7 @@ pub const MAX_BURST: Range = Range {
     name: "max_burst",
     min: 0,
     max: MAX_COUNT - 1,
+    spelling: crate::limits::Spelling::Integer,
 };
 
 /// `count`: units per period.
@@ -33,6 +34,7 @@ pub const PERIOD_S: Range = Range {
     name: "period_s",
     min: 1,
     max: MAX_DURATION_MS / 1000,
+    spelling: crate::limits::Spelling::Integer,
 };
 
 /// `quantity`: units taken by the call (default 1); 0 looks without taking anything.
@@ -40,6 +42,7 @@ pub const QUANTITY: Range = Range {
     name: "quantity",
     min: 0,
     max: MAX_COUNT,
+    spelling: crate::limits::Spelling::Integer,
 };
 
 /// The GCRA parameters of `CL.THROTTLE key max_burst count period`.

@@ -184,6 +184,57 @@ pub fn check(
     (decision(Outcome::Allowed, after), new_state)
 }
 
+/// Takes `cost` tokens at `now` even when the bucket holds fewer (`FORCE`). The missing
+/// tokens are a debt: the bucket stays empty until the refill has paid them back (the state
+/// records the instant it is empty and paid, which may be in the future), so later calls
+/// wait for the debt as well as for their own tokens.
+///
+/// ```
+/// use redis_rl_core::token_bucket::{check, force, TokenBucketParams};
+/// use redis_rl_core::{Micros, Millis, Outcome};
+/// let p = TokenBucketParams::new(10, 10, 1_000).unwrap(); // one token per 100 ms
+/// let (d, s) = force(None, Micros(0), &p, 15);
+/// assert!(d.is_allowed());
+/// // 5 tokens of debt (500 ms), then one more token (100 ms).
+/// let (d, _) = check(s, Micros(0), &p, 1);
+/// assert_eq!(d.outcome, Outcome::Denied { retry_after: Millis(600) });
+/// ```
+pub fn force(
+    state: Option<TokenBucketState>,
+    now: Micros,
+    params: &TokenBucketParams,
+    cost: u64,
+) -> (Decision, Option<TokenBucketState>) {
+    let (level, as_of) = level_at(state, now, params);
+    let need = u128::from(cost) * params.units_per_token();
+    if level >= need {
+        return check(state, now, params, cost);
+    }
+    // Empty and paid back once `deficit / rate` microseconds of refill have passed; the
+    // level then holds the fraction of a microsecond's refill left over.
+    let deficit = need - level;
+    let rate = u128::from(params.refill_tokens);
+    let wait_us = deficit.div_ceil(rate);
+    let paid_at = u64::try_from(u128::from(as_of.0) + wait_us).unwrap_or(u64::MAX);
+    let left = (wait_us * rate - deficit).min(params.full_level());
+    let until_full = ceil_millis_of(
+        u128::from(paid_at - now.0) * rate + (params.full_level() - left),
+        params.refill_tokens,
+    );
+    let decision = Decision {
+        outcome: Outcome::Allowed,
+        limit: params.capacity,
+        remaining: 0,
+        reset_after: until_full,
+    };
+    let state = TokenBucketState {
+        level: left,
+        updated_at: Micros(paid_at),
+        refill_ms: params.refill_ms,
+    };
+    (decision, Some(state))
+}
+
 /// Gives back up to `amount` tokens taken earlier (RL.REFUND), capped at capacity.
 ///
 /// Returns how many whole tokens went back and the state to store (`None`: nothing to

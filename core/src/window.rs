@@ -22,6 +22,7 @@ impl<const MAX_LIMIT: u64> WindowParams<MAX_LIMIT> {
             name: "limit",
             min: 1,
             max: MAX_LIMIT,
+            spelling: crate::limits::Spelling::Integer,
         },
         limits::duration_ms("window_ms"),
     ];

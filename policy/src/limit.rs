@@ -205,6 +205,7 @@ impl LimitSpec {
                 name: "algorithm",
                 min: 0,
                 max: 0,
+                spelling: redis_rl_core::limits::Spelling::Integer,
             }))
             .map_err(InvalidLimit)?;
         Ok(spec)

@@ -46,6 +46,7 @@ from redis_rl.config import AccessConfig, RateLimitConfig, load_config
 from redis_rl.decision import Decision, MultiDecision, Source
 from redis_rl.limiter import DEFAULT_TIMEOUT, Limiter
 from redis_rl.policy import Policy
+from redis_rl.trace import TRACEPARENT, trace_context
 
 __all__ = [
     "RateLimitMiddleware", "RedisHashTiers", "api_key_in", "client_ip", "client_network", "request_id",
@@ -420,7 +421,9 @@ def _problem(status: int, body: Dict[str, Any], rid: str) -> Tuple[int, List[Tup
     return status, headers, payload
 
 
-def _refusal(r: _Reported, policies: List[QuotaPolicy], rid: str) -> Tuple[int, List[Tuple[bytes, bytes]], bytes]:
+def _refusal(
+    r: _Reported, policies: List[QuotaPolicy], rid: str, trace_id: str
+) -> Tuple[int, List[Tuple[bytes, bytes]], bytes]:
     """429 with ``Retry-After`` (= ``t`` of ``RateLimit``, the true wait in whole seconds
     rounded up; absent when no wait helps), the quota fields and a problem+json body; or,
     when the limiter failed closed, 503 with ``Retry-After`` and no quota fields (no quota
@@ -437,6 +440,7 @@ def _refusal(r: _Reported, policies: List[QuotaPolicy], rid: str) -> Tuple[int, 
             "dimension": dimension,
             "request_id": rid,
             "retry_after": retry_after,
+            "trace_id": trace_id,
         }
         status, headers, payload = _problem(503, body, rid)
         if retry_after is not None:
@@ -459,6 +463,7 @@ def _refusal(r: _Reported, policies: List[QuotaPolicy], rid: str) -> Tuple[int, 
         "request_id": rid,
         "limit": r.policy.quota,
         "retry_after": retry_after,
+        "trace_id": trace_id,
     }
     status, headers, payload = _problem(429, body, rid)
     if retry_after is not None:
@@ -467,7 +472,7 @@ def _refusal(r: _Reported, policies: List[QuotaPolicy], rid: str) -> Tuple[int, 
     return status, headers, payload
 
 
-def _forbidden(on: str, rid: str) -> Tuple[int, List[Tuple[bytes, bytes]], bytes]:
+def _forbidden(on: str, rid: str, trace_id: str) -> Tuple[int, List[Tuple[bytes, bytes]], bytes]:
     """403: the client IP (``on = "ip"``) or API key (``"api_key"``) is on a deny list."""
     body = {
         "type": "about:blank",
@@ -476,6 +481,7 @@ def _forbidden(on: str, rid: str) -> Tuple[int, List[Tuple[bytes, bytes]], bytes
         "detail": f"the request's {on} is on the gateway's deny list",
         "denied_by": on,
         "request_id": rid,
+        "trace_id": trace_id,
     }
     return _problem(403, body, rid)
 
@@ -647,6 +653,7 @@ class RateLimitMiddleware:
             return
         headers: List[Tuple[bytes, bytes]] = list(scope.get("headers") or [])
         rid = request_id(headers)
+        trace = trace_context(headers)
         api_key = api_key_in(headers, self._api_key_header)
         tenant = tenant_id(api_key) if api_key is not None else None
         peer = scope.get("client")
@@ -657,8 +664,9 @@ class RateLimitMiddleware:
             verdict = self.access.check(ip, api_key)
             if verdict is not None and verdict.startswith("deny:"):
                 on = verdict[len("deny:"):]
-                log.debug("request refused by the deny list: request_id=%s denied_by=%s", rid, on)
-                await _respond(send, _forbidden(on, rid))
+                log.debug("request refused by the deny list: request_id=%s trace_id=%s denied_by=%s",
+                          rid, trace.trace_id, on)
+                await _respond(send, _forbidden(on, rid, trace.trace_id))
                 return
             limited = verdict != "allow"
 
@@ -675,15 +683,17 @@ class RateLimitMiddleware:
             reported = _most_restrictive(plan, md)
             if md.denied_index is not None and reported is not None:
                 log.debug(
-                    "request refused: request_id=%s tenant=%s tier=%s dimension=%s source=%s",
-                    rid, tenant or "-", tier or "-", reported.dimension, reported.decision.source.value,
+                    "request refused: request_id=%s trace_id=%s tenant=%s tier=%s dimension=%s source=%s",
+                    rid, trace.trace_id, tenant or "-", tier or "-", reported.dimension, reported.decision.source.value,
                 )
-                await _respond(send, _refusal(reported, policies, rid))
+                await _respond(send, _refusal(reported, policies, rid, trace.trace_id))
                 return
 
-        # The inner app sees the request id the response will carry.
-        inner_headers = [(n, v) for n, v in headers if n.lower() != REQUEST_ID]
+        # The inner app sees the request id the response will carry, and the trace with this
+        # hop as the parent.
+        inner_headers = [(n, v) for n, v in headers if n.lower() not in (REQUEST_ID, TRACEPARENT)]
         inner_headers.append((REQUEST_ID, rid.encode()))
+        inner_headers.append((TRACEPARENT, trace.traceparent.encode()))
         added = rate_limit_headers(reported, policies)
         added.append((REQUEST_ID, rid.encode()))
         replaced = {name for name, _ in added}
@@ -693,7 +703,8 @@ class RateLimitMiddleware:
                 kept = [(n, v) for n, v in message.get("headers", []) if n.lower() not in replaced]
                 message = {**message, "headers": kept + added}
                 if message.get("status", 200) >= 500:
-                    log.warning("upstream error %s: request_id=%s", message.get("status"), rid)
+                    log.warning("upstream error %s: request_id=%s trace_id=%s", message.get("status"), rid,
+                                trace.trace_id)
             await send(message)
 
         await self.app({**scope, "headers": inner_headers}, receive, send_with_headers)

@@ -83,7 +83,9 @@ def test_a_denied_request_gets_429_problem_json_with_retry_after(server, prefix)
         "request_id": rid,
         "limit": 3,
         "retry_after": retry,
+        "trace_id": body["trace_id"],
     }
+    assert len(body["trace_id"]) == 32  # no traceparent came: a new trace
     # Byte for byte as serde_json writes it: compact, keys in order.
     assert res.content == json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
     assert res.headers["ratelimit-policy"] == '"ip";q=3;w=3600, "endpoint";q=100;w=60, "global";q=100000;w=60'

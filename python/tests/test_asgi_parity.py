@@ -188,7 +188,7 @@ def test_headers_list_every_policy_and_t_is_the_true_wait(server, prefix):
         {
             "detail": "rate limit exceeded on dimension 'ip' (2 per 60 s); retry after 30 s",
             "dimension": "ip", "limit": 2, "request_id": "abc-1", "retry_after": 30, "status": 429,
-            "title": "Too Many Requests", "type": "about:blank",
+            "title": "Too Many Requests", "trace_id": res.json()["trace_id"], "type": "about:blank",
         },
         separators=(",", ":"),
     ).encode()
@@ -218,7 +218,7 @@ def test_503_carries_no_quota_fields_and_fail_open_only_the_policies():
     assert res.json() == {
         "type": "about:blank", "title": "Rate limiter unavailable", "status": 503,
         "detail": "the rate limiter for dimension 'ip' is unavailable and fails closed",
-        "dimension": "ip", "request_id": "c-1", "retry_after": 1,
+        "dimension": "ip", "request_id": "c-1", "retry_after": 1, "trace_id": res.json()["trace_id"],
     }
     # Failing open nothing was decided: the policies, no RateLimit.
     with TestClient(app(redis_url=closed_port_url(), config={**config, "failure_mode": "open"})) as client:
@@ -322,7 +322,8 @@ def test_access_lists_bypass_or_refuse_before_any_limit(server, prefix, r):
     assert denied.headers["x-request-id"] == "deny-1"
     assert denied.content == (
         b'{"denied_by":"ip","detail":"the request\'s ip is on the gateway\'s deny list",'
-        b'"request_id":"deny-1","status":403,"title":"Forbidden","type":"about:blank"}'
+        b'"request_id":"deny-1","status":403,"title":"Forbidden","trace_id":"'
+        + denied.json()["trace_id"].encode() + b'","type":"about:blank"}'
     )
     assert mapped.status_code == 403, "an IPv4-mapped peer is matched as IPv4"
     assert stolen.status_code == 403 and stolen.json()["denied_by"] == "api_key", "deny wins over allow"
@@ -438,7 +439,7 @@ def test_same_config_and_requests_give_rl_gateways_keys_headers_and_bodies(serve
         statuses, reported = [], []
         with TestClient(mw) as client:
             for i, (url, headers) in enumerate(requests):
-                headers = {**headers, "X-Request-Id": f"diff-{i}"}
+                headers = {**headers, "X-Request-Id": f"diff-{i}", "traceparent": f"00-{i + 1:032x}-{i + 1:016x}-01"}
                 g_status, g_headers, g_body = gateway(url, headers)
                 res = client.get(url, headers={**headers, "x-test-peer": "127.0.0.1"})
                 assert res.status_code == g_status, (i, url)
@@ -471,3 +472,36 @@ def test_the_readmes_toml_is_valid():
     toml = readme.split("### Configuration (TOML")[1].split("```toml\n")[1].split("```")[0]
     c = RateLimitConfig.from_toml(toml)
     assert c.tier_rate("pro", "ip") == Rate(500, algorithm="sliding") and c.access.deny_api_keys == ("leaked-key",)
+
+
+def test_trace_context_is_continued_or_started_and_forwarded():
+    """A valid ``traceparent`` sets the trace id of the problem body and is forwarded with this
+    hop as the parent; an invalid or missing one starts a new trace (as rl-gateway does)."""
+    from redis_rl.trace import trace_context
+
+    caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    t = trace_context([(b"traceparent", caller.encode())])
+    assert (t.trace_id, t.parent_id) == ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
+    assert t.traceparent.startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-") and t.traceparent.endswith("-01")
+    assert t.traceparent != caller
+    assert trace_context([(b"traceparent", ("01" + caller[2:] + "-more").encode())]).parent_id == "00f067aa0ba902b7"
+    for bad in [caller.upper(), "ff" + caller[2:], caller + "-more", caller.replace("4bf9", "0000").replace(
+            "2f3577b34da6a3ce929d0e0e4736", "0" * 28), "00-abc", ""]:
+        n = trace_context([(b"traceparent", bad.encode())])
+        assert n.parent_id is None and n.trace_id != "4bf92f3577b34da6a3ce929d0e0e4736" and len(n.trace_id) == 32, bad
+
+    seen: Dict[str, str] = {}
+
+    async def echo(request: Request) -> JSONResponse:
+        seen.update(request.headers)
+        return JSONResponse({})
+
+    config = {"dimensions": ["ip"], "ip": {"limit": 1, "algorithm": "token_bucket"},
+              "failure_mode": "local"}
+    mw = RateLimitMiddleware(Starlette(routes=[Route("/x", echo)]), redis_url=closed_port_url(), config=config)
+    with TestClient(mw) as client:
+        ok = client.get("/x", headers={"traceparent": caller, "x-test-peer": "192.0.2.77"})
+        denied = client.get("/x", headers={"traceparent": caller, "x-test-peer": "192.0.2.77"})
+    assert ok.status_code == 200 and seen["traceparent"].startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+    assert seen["traceparent"] != caller
+    assert denied.status_code == 429 and denied.json()["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"

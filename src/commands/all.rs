@@ -1,5 +1,5 @@
-//! `RL.ALL numkeys key [key ...] spec [spec ...] [COST n] [PEEK]`: one request checked against
-//! several limiters at once, all or nothing.
+//! `RL.ALL numkeys key [key ...] spec [spec ...] [COST n] [FORCE] [PEEK]`: one request checked
+//! against several limiters at once, all or nothing (with `FORCE`, taken by every one).
 //!
 //! Every key is read and decided first; only if every dimension allows the request are the
 //! new states written. A request denied by any dimension therefore consumes nothing anywhere.
@@ -18,7 +18,7 @@ use redis_rl_core::{AnyState, Decision};
 use super::spec::{self, Spec, SpecError};
 use super::{Command, Handled};
 use crate::args::{self, integer, ArgError, Options};
-use crate::docs::{int, key, string, Keys, Syntax, COST, PEEK, WRITE_ACL};
+use crate::docs::{int, key, string, Keys, Syntax, COST, FORCE, PEEK, WRITE_ACL};
 use crate::error::Error;
 use crate::store::LimiterKey;
 use crate::{clock, config, reply};
@@ -37,6 +37,7 @@ pub const COMMAND: Command = Command {
         key().multiple(),
         string("spec").multiple(),
         COST,
+        FORCE,
         PEEK,
     ]),
     handler: run,
@@ -204,7 +205,7 @@ fn decide<'a>(
     for (i, (d, name)) in dimensions.iter_mut().zip(keys).enumerate() {
         let Some(spec) = &d.spec else { continue };
         let key = LimiterKey::open(ctx, name);
-        let (decision, next) = spec::check(spec, &key, now, options.cost)?;
+        let (decision, next) = spec::check(spec, &key, now, options.cost, options.force)?;
         if denied.is_none() && !decision.is_allowed() {
             denied = Some(i);
         }
@@ -222,7 +223,7 @@ fn decide<'a>(
                 continue;
             };
             if e.decision.is_allowed() {
-                e.decision = spec::check(spec, &e.key, now, 0)?.0;
+                e.decision = spec::check(spec, &e.key, now, 0, false)?.0;
             }
         }
     } else if !options.peek {

@@ -1,6 +1,6 @@
 //! The flow shared by every single-key limiting command, and the one generic command of a
 //! rate limiter in the core registry (`RL.<NAME> key <params> [options] [COST n] [UPTO]
-//! [PEEK]`, `UPTO` where the core's `RateLimiter::UPTO` says so).
+//! [FORCE] [PEEK]`, `UPTO` where the core's `RateLimiter::UPTO` says so).
 
 use std::ffi::CStr;
 
@@ -46,9 +46,10 @@ where
     }
 }
 
-/// `RL.<NAME> key <params> [options] [COST n] [UPTO] [PEEK]`: the parameters in order (each
-/// checked against its range), then the options in any order, then the decision (a partial
-/// grant with `UPTO`, replied with a sixth integer).
+/// `RL.<NAME> key <params> [options] [COST n] [UPTO] [FORCE] [PEEK]`: the parameters in
+/// order (each checked against its range), then the options in any order, then the decision
+/// (a partial grant with `UPTO`, replied with a sixth integer; the cost taken whatever the
+/// limit says with `FORCE`).
 ///
 /// This, [`decide`] and [`settle`] are inlined into the command's entry point (with the
 /// dispatcher): one function per command, so the parameters, the state, the decision and
@@ -68,12 +69,8 @@ where
     for ((slot, arg), range) in values.iter_mut().zip(positional).zip(A::PARAMS) {
         *slot = integer(arg, config::param_range::<A>(*range))?;
     }
-    let accepted = Accepted {
-        options: A::OPTIONS,
-        cost: true,
-        upto: A::UPTO,
-    };
-    let (options, extra) = Options::parse_accepting(options, accepted)?;
+    let (options, extra) =
+        Options::parse_accepting(options, Accepted::limiter(A::OPTIONS, A::UPTO))?;
     let values = values.get(..A::PARAMS.len()).unwrap_or(&[]);
     let extra = extra.get(..A::OPTIONS.len()).unwrap_or(&[]);
     let params = A::params(values, extra)?;
@@ -88,6 +85,11 @@ where
             },
             reply::decision,
         );
+    }
+    if options.force {
+        return decide::<A::State>(ctx, key, options, |state, now, cost| {
+            A::force(state, now, &params, cost)
+        });
     }
     decide::<A::State>(ctx, key, options, |state, now, cost| {
         A::check(state, now, &params, cost)

@@ -10,6 +10,7 @@ mod concurrency;
 mod fixed_window;
 mod gcra;
 mod limiter;
+mod quota;
 mod refund;
 mod reset;
 mod sliding_log;
@@ -124,6 +125,7 @@ table! {
     fixed_window,
     sliding_log,
     gcra,
+    quota,
     throttle,
     concurrency,
     all,

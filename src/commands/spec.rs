@@ -112,17 +112,24 @@ macro_rules! dispatch {
         others: [$($o:ident = $ot:ty),* $(,)?] $(,)?
     ) => {
         /// Reads `spec`'s state from the open `key` (see [`LimiterKey::read`]) and decides
-        /// whether `cost` units may be taken at `now`: the decision and the state to store if
-        /// the call is to change the key. Writes nothing.
+        /// whether `cost` units may be taken at `now` (taken whatever the limit says if
+        /// `force`): the decision and the state to store if the call is to change the key.
+        /// Writes nothing.
         pub fn check(
             spec: &Spec,
             key: &LimiterKey<'_>,
             now: Micros,
             cost: u64,
+            force: bool,
         ) -> Result<(Decision, Option<AnyState>), Error> {
             match spec {
                 $(AnyParams::$l(p) => {
-                    let (decision, next) = <$lt as RateLimiter>::check(key.read()?, now, p, cost);
+                    let state = key.read()?;
+                    let (decision, next) = if force {
+                        <$lt as RateLimiter>::force(state, now, p, cost)
+                    } else {
+                        <$lt as RateLimiter>::check(state, now, p, cost)
+                    };
                     Ok((decision, next.map(AnyState::$l)))
                 })*
             }

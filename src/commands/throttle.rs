@@ -70,6 +70,7 @@ fn parse(
             cost,
             peek: false,
             upto: false,
+            force: false,
         },
     ))
 }

@@ -38,6 +38,7 @@ mod concurrency;
 mod fixed_window;
 mod gcra;
 pub mod lease_table;
+mod quota;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
@@ -54,7 +55,7 @@ pub const VERSION: u8 = 1;
 /// The compact format version of the fixed-size states (fields as varints).
 pub const COMPACT_VERSION: u8 = 2;
 /// Tags of the algorithms that have a compact (version 2) form.
-const COMPACT_TAGS: &[u8] = b"TSFG";
+const COMPACT_TAGS: &[u8] = b"TSFGQ";
 /// Length of the header (magic, version, algorithm tag) that starts every value.
 pub const HEADER_LEN: usize = MAGIC.len() + 2;
 /// Room for the largest encoded value.

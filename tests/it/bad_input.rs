@@ -22,6 +22,8 @@ const COST_MISSING: &str =
 const COST_TWICE: &str = "ERR option COST given more than once";
 const PEEK_TWICE: &str = "ERR option PEEK given more than once";
 const UPTO_TWICE: &str = "ERR option UPTO given more than once";
+const FORCE_TWICE: &str = "ERR option FORCE given more than once";
+const UPTO_AND_FORCE: &str = "ERR options UPTO and FORCE cannot be combined";
 
 /// Beyond [`NOT_DECIMAL_INTEGERS`], more that are not a decimal integer at all, or far
 /// outside every range: the range error for any parameter.
@@ -131,7 +133,7 @@ fn value_cases(cmd: &Command) -> Vec<Case> {
 fn option_cases(cmd: &Command) -> Vec<Case> {
     let unknown = |shown: &str| {
         Some(format!(
-            "ERR unknown option '{shown}', expected COST n, UPTO or PEEK"
+            "ERR unknown option '{shown}', expected COST n, UPTO, FORCE or PEEK"
         ))
     };
     let long = "X".repeat(41);
@@ -166,6 +168,19 @@ fn option_cases(cmd: &Command) -> Vec<Case> {
         (vec!["upto", "COST", "2", "Upto"], Some(UPTO_TWICE.into())),
         (vec!["UPTO", "PEEK", "UPTO"], Some(UPTO_TWICE.into())),
         (vec!["UPTO", "COST", COUNT_ABOVE], Some(COST.into())),
+        (vec!["FORCES"], unknown("FORCES")),
+        (vec!["FORCE", "1"], unknown("1")),
+        (vec!["FORCE", "FORCE"], Some(FORCE_TWICE.into())),
+        (
+            vec!["force", "COST", "2", "Force"],
+            Some(FORCE_TWICE.into()),
+        ),
+        (vec!["FORCE", "UPTO"], Some(UPTO_AND_FORCE.into())),
+        (
+            vec!["UPTO", "COST", "3", "FORCE"],
+            Some(UPTO_AND_FORCE.into()),
+        ),
+        (vec!["FORCE", "COST", "x"], Some(COST.into())),
         // Accepted: any order, any case.
         (vec!["PEEK"], None),
         (vec!["peek"], None),
@@ -175,6 +190,8 @@ fn option_cases(cmd: &Command) -> Vec<Case> {
         (vec!["COST", "5", "UPTO"], None),
         (vec!["upto", "peek", "cost", "0"], None),
         (vec!["UPTO", "COST", COUNT_MAX, "PEEK"], None),
+        (vec!["FORCE"], None),
+        (vec!["COST", COUNT_MAX, "force", "PEEK"], None),
     ];
     table
         .into_iter()
@@ -381,7 +398,7 @@ fn an_option_that_is_not_ascii_is_shown_escaped_in_the_error() {
             .expect_err("an unknown option is refused");
         assert_eq!(
             error_text(&err),
-            format!("ERR unknown option '{shown}', expected COST n, UPTO or PEEK")
+            format!("ERR unknown option '{shown}', expected COST n, UPTO, FORCE or PEEK")
         );
     }
     assert_eq!(query::<i64>(&mut c, &["EXISTS", "k"]), 0);
@@ -402,17 +419,17 @@ fn upto_is_refused_where_it_is_not_an_option() {
         for (args, expected) in [
             (
                 vec!["RL.LOG", key, "10", "1000", "UPTO"],
-                unknown("COST n or PEEK"),
+                unknown("COST n, FORCE or PEEK"),
             ),
             (
                 vec!["RL.LOG", key, "10", "1000", "COST", "3", "UPTO"],
-                unknown("COST n or PEEK"),
+                unknown("COST n, FORCE or PEEK"),
             ),
             (
                 vec![
                     "RL.ALL", "1", key, "SLIDING", "10", "1000", "COST", "2", "UPTO",
                 ],
-                unknown("COST n or PEEK"),
+                unknown("COST n, FORCE or PEEK"),
             ),
             (
                 vec![

@@ -285,7 +285,7 @@ fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
     assert_eq!(fixed(&mut c, "k", &["10", LONG, "COST", "3"])[0], 1);
     let dirty = info_field(&mut c, "persistence", "rdb_changes_since_last_save");
     let unknown =
-        |shown: &str| format!("ERR unknown option '{shown}', expected COST n, UPTO or PEEK");
+        |shown: &str| format!("ERR unknown option '{shown}', expected COST n, UPTO, FORCE or PEEK");
     let mut table: Vec<(Vec<String>, String)> = Vec::new();
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     for bad in NOT_DECIMAL_INTEGERS

@@ -233,7 +233,7 @@ fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
     assert_eq!(gcra(&mut c, "k", &["10", SLOW, "COST", "3"])[0], 1);
     let dirty = info_field(&mut c, "persistence", "rdb_changes_since_last_save");
     let unknown = |shown: &str| {
-        format!("ERR unknown option '{shown}', expected BURST b, COST n, UPTO or PEEK")
+        format!("ERR unknown option '{shown}', expected BURST b, COST n, UPTO, FORCE or PEEK")
     };
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let mut table: Vec<(Vec<String>, String)> = Vec::new();

@@ -364,7 +364,8 @@ fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
     let server = Server::start();
     let mut c = server.client();
     assert_eq!(log(&mut c, "k", &["10", WIDE_S, "COST", "3"])[0], 1);
-    let unknown = |shown: &str| format!("ERR unknown option '{shown}', expected COST n or PEEK");
+    let unknown =
+        |shown: &str| format!("ERR unknown option '{shown}', expected COST n, FORCE or PEEK");
     let mut cases: Vec<(Vec<String>, String)> = Vec::new();
     let with = |i: usize, v: &str| {
         let mut args = vec!["10".to_string(), WIDE_S.to_string()];
