@@ -12,16 +12,20 @@ of redis_rate's shape (benches/lua/gcra_tat.lua), with a per-client limit of 100
           again: the lookup finds the key expired, deletes it and the call creates it anew.
 - herd:   every key written once, FLUSHALL, then 50 clients call all keys at once (each its
           share, interleaved): every key cold at the same moment.
+- live:   every key written once, then called again: the update path, for comparison.
 
 Reported per shape and command: server time per request (usec from INFO commandstats, summed
 over the request's commands: INCR and EXPIRE count as one request), bytes per live key
 (used_memory after the shape minus before, over DBSIZE) and, with --callgrind, instructions per
 request in the server's call() (the command's execution: keyspace, module, replication),
-which a loaded machine does not blur.
+which a loaded machine does not blur. Bytes per live key: used_memory after the shape minus
+after the flush before it, over DBSIZE (for "return", the recreated keys).
 
     python3 scripts/cold_paths.py                      # Redis 7.0, this build, all shapes
-    python3 scripts/cold_paths.py --server "$VALKEY_SERVER" --callgrind --shapes first
+    python3 scripts/cold_paths.py --server "$VALKEY_SERVER" --modes callgrind --shapes first
     python3 scripts/cold_paths.py --module old.so --module target/release/libredis_rl.so
+    python3 scripts/cold_paths.py --server redis-server --server "$VALKEY_SERVER" \
+        --modes wall,callgrind --results benches/RESULTS.md     # what `make bench` runs
 
 The standard library only; needs redis-server (or valkey-server), and valgrind for --callgrind.
 """
@@ -30,6 +34,7 @@ import argparse
 import os
 import random
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -59,7 +64,7 @@ COMMANDS = {
     "RL.FIXED": ([["RL.FIXED", "{k}", "100", "3600000"]], ["rl.fixed"]),
     "RL.GCRA": ([["RL.GCRA", "{k}", "100", "3600000", "BURST", "100"]], ["rl.gcra"]),
 }
-SHAPES = ("first", "zipf", "return", "herd")
+SHAPES = ("first", "zipf", "return", "herd", "live")
 
 
 def log(msg):
@@ -149,7 +154,7 @@ def requests(shape, n, seed):
         rng = random.Random(seed)
         # s = 1: log-uniform ranks, P(rank ~ r) ~ 1/r, over CLIENTS clients.
         return [min(CLIENTS - 1, int(CLIENTS ** rng.random()) - 1) for _ in range(n)], []
-    if shape in ("return", "herd"):
+    if shape in ("return", "herd", "live"):
         return list(range(n)), list(range(n))
     return list(range(n)), []
 
@@ -211,43 +216,26 @@ def herd(port, commands, per_request):
             c.close()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--server", default=os.environ.get("RL_SERVER", "redis-server"))
-    ap.add_argument("--module", action="append",
-                    help="module build(s) to compare (default: target/release/libredis_rl.so)")
-    ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--commands", default=",".join(COMMANDS))
-    ap.add_argument("--calls", type=int, default=20000, help="requests per shape and command")
-    ap.add_argument("--reps", type=int, default=3, help="runs per row (median; 1 under callgrind)")
-    ap.add_argument("--callgrind", action="store_true", help="instructions per request")
-    ap.add_argument("--out", default="", help="also write the table (markdown) here")
-    args = ap.parse_args()
-    modules = args.module or [os.path.join(ROOT, "target", "release", "libredis_rl.so")]
-    shapes = args.shapes.split(",")
-    names = args.commands.split(",")
-    reps = 1 if args.callgrind else args.reps
-    version = subprocess.run([args.server, "--version"], capture_output=True,
-                             text=True).stdout.split(" build")[0]
+def measure(binary, modules, callgrind, shapes, names, calls, reps):
+    """The rows of one server in one mode (wall time, or instructions under callgrind)."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="rl-cold-") as workdir:
-        servers = [Server(args.server, m, args.callgrind, workdir) for m in modules]
+        servers = [Server(binary, m, callgrind, workdir) for m in modules]
         try:
             subst = {"pxat": str(int(time.time() * 1000) + 3_600_000),
-                     "now": str(int(time.time())),
-                     "design": servers[0].call("SCRIPT", "LOAD", open(DESIGN_LUA).read()).decode(),
-                     "gcra": servers[0].call("SCRIPT", "LOAD", open(GCRA_LUA).read()).decode()}
-            for s in servers[1:]:
-                for path in (DESIGN_LUA, GCRA_LUA):
-                    s.call("SCRIPT", "LOAD", open(path).read())
+                     "now": str(int(time.time()))}
+            for s in servers:
+                for name, path in (("design", DESIGN_LUA), ("gcra", GCRA_LUA)):
+                    with open(path) as f:
+                        subst[name] = s.call("SCRIPT", "LOAD", f.read()).decode()
             for shape in shapes:
                 for name in names:
                     # The module's builds alternate within a row; the other commands run on
                     # the first server only (they do not depend on the module).
                     targets = servers if name.startswith("RL.") else servers[:1]
                     for mi, server in enumerate(targets):
-                        runs = [run_shape(server, shape, name, args.calls, subst, args.callgrind)
-                                for _ in range(reps)]
+                        runs = [run_shape(server, shape, name, calls, subst, callgrind)
+                                for _ in range(1 if callgrind else reps)]
                         runs.sort(key=lambda r: r["usec"])
                         r = dict(runs[len(runs) // 2], shape=shape, name=name,
                                  module=os.path.basename(modules[mi]) if len(targets) > 1 else "")
@@ -258,20 +246,77 @@ def main():
         finally:
             for s in servers:
                 s.stop()
-    text = table(rows, version, args, os.getloadavg())
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    return rows
 
 
-def table(rows, version, args, load):
-    cg = args.callgrind
-    lines = [f"{version}, {args.calls} requests per row, "
-             + ("instructions in call() under callgrind" if cg
-                else f"median of {args.reps} runs") + f", load {load[0]:.1f}", ""]
-    head = "| shape | command | " + ("instr/request | vs SET |" if cg else "us/request | vs SET |")
-    lines += [head + " bytes/live key | live keys / requests |", "|---|---|---:|---:|---:|---:|"]
+SECTION = "# Cold paths and traffic shapes"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--server", action="append",
+                    help="server binary, repeatable (default: $RL_SERVER or redis-server)")
+    ap.add_argument("--module", action="append",
+                    help="module build(s) to compare (default: target/release/libredis_rl.so)")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--commands", default=",".join(COMMANDS))
+    ap.add_argument("--calls", type=int, default=20000, help="requests per shape and command")
+    ap.add_argument("--reps", type=int, default=3, help="runs per row (median; 1 under callgrind)")
+    ap.add_argument("--modes", default="wall",
+                    help="wall (usec_per_call), callgrind (instructions), or both: wall,callgrind")
+    ap.add_argument("--results", default="",
+                    help=f"replace the section '{SECTION}' of this markdown file with the tables")
+    args = ap.parse_args()
+    binaries = args.server or [os.environ.get("RL_SERVER", "redis-server")]
+    modules = args.module or [os.path.join(ROOT, "target", "release", "libredis_rl.so")]
+    shapes, names = args.shapes.split(","), args.commands.split(",")
+    parts = []
+    for binary in binaries:
+        version = subprocess.run([binary, "--version"], capture_output=True,
+                                 text=True).stdout.split(" sha=")[0]
+        for mode in args.modes.split(","):
+            load0 = os.getloadavg()[0]
+            rows = measure(binary, modules, mode == "callgrind", shapes, names, args.calls,
+                           args.reps)
+            parts.append(table(rows, version, args, mode == "callgrind", load0,
+                               os.getloadavg()[0]))
+            print(parts[-1], flush=True)
+    if args.results:
+        command = shlex.join(["python3", "scripts/cold_paths.py"] + [
+            os.path.basename(a) if a.startswith("/") else a for a in sys.argv[1:]])
+        write_section(args.results, [SECTION, "", f"Written by `{command}` "
+                                     f"(`make bench` runs it; see the script's header for the "
+                                     f"shapes and settings).", ""] + parts)
+
+
+def write_section(path, lines):
+    """Replaces the top-level section `lines[0]` of `path` (up to the next `# ` heading), or
+    appends it."""
+    try:
+        with open(path) as f:
+            old = f.read().rstrip("\n").split("\n")
+    except FileNotFoundError:
+        old = []
+    start = next((i for i, line in enumerate(old) if line == lines[0]), None)
+    if start is None:
+        new = old + [""] + lines
+    else:
+        end = next((j for j in range(start + 1, len(old)) if old[j].startswith("# ")), len(old))
+        new = old[:start] + lines + old[end:]
+    with open(path, "w") as f:
+        f.write("\n".join(new).rstrip("\n") + "\n")
+
+
+def table(rows, version, args, cg, load0, load1):
+    lines = [f"## {version}: " + ("instructions per request in call(), callgrind" if cg
+                                   else f"server time per request, median of {args.reps} runs"),
+             "", f"{args.calls} requests per row; load average {load0:.1f} at the start, "
+             f"{load1:.1f} at the end (8 engineers share this 2-core machine: "
+             + ("instruction counts do not depend on it" if cg else "wall figures are noisy; "
+                "prefer the callgrind table") + ").", ""]
+    unit = "instr/request" if cg else "us/request"
+    lines += [f"| shape | command | {unit} | vs SET PXAT | bytes/live key | live keys / requests |",
+              "|---|---|---:|---:|---:|---:|"]
     base = {}
     for r in rows:
         value = r["instr"] if cg else r["usec"]
@@ -279,9 +324,10 @@ def table(rows, version, args, load):
             base[r["shape"]] = value
         ref = base.get(r["shape"])
         label = r["name"] + (f" ({r['module']})" if r["module"] else "")
-        lines.append(f"| {r['shape']} | {label} | " + (f"{value:.0f}" if cg else f"{value:.2f}")
-                     + f" | {value / ref:.2f}x | {r['bytes']:.0f} | {r['live']} / {r['requests']} |"
-                     if ref else f"| {r['shape']} | {label} | {value} | | {r['bytes']:.0f} | |")
+        shown = f"{value:.0f}" if cg else f"{value:.2f}"
+        ratio = f"{value / ref:.2f}x" if ref else ""
+        lines.append(f"| {r['shape']} | {label} | {shown} | {ratio} | {r['bytes']:.0f} | "
+                     f"{r['live']} / {r['requests']} |")
     return "\n".join(lines) + "\n"
 
 
