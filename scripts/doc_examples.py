@@ -278,7 +278,7 @@ class Runner:
         config.write_text(block.text)
         env = {k: v for k, v in self.env.items() if not k.startswith("RL_GATEWAY_")}
         if self.check_config_flag():
-            cmd = [self.args.gateway, "--config", str(config), "--check-config"]
+            cmd = [self.args.gateway, "--check-config", str(config)]
             done = subprocess.run(cmd, env=env, capture_output=True, text=True,
                                   timeout=COMMAND_TIMEOUT_S)
             if done.returncode != 0:
