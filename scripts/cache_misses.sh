@@ -127,7 +127,8 @@ VG=""
 cleanup() { if [ -n "$VG" ]; then kill "$VG" 2>/dev/null || true; wait "$VG" 2>/dev/null || true; fi; }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Outside the kernel's ephemeral range (scripts/ports.py).
+free_port() { python3 scripts/ports.py; }
 cli() { redis-cli -h 127.0.0.1 -p "$@"; }
 wait_up() { for _ in $(seq 1200); do cli "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
 # One call per key that redis-benchmark -r KEYS can draw (12 zero-padded digits), by --pipe.

@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 
+import ports
 import procs
 import resp
 
@@ -110,7 +111,7 @@ class Node:
         self.binary, self.module, self.cluster = binary, module, cluster
         self.dir = os.path.join(workdir, name)
         os.makedirs(self.dir)
-        self.port = cluster_port() if cluster else procs.free_port()
+        self.port = ports.cluster_port() if cluster else ports.listen_port()
         self.proc = None
 
     def start(self):
@@ -123,18 +124,24 @@ class Node:
         if self.cluster:
             cmd += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                     "--cluster-node-timeout", "1000"]
+        logpath = os.path.join(self.dir, "redis.log")
+        log_start = procs.log_size(logpath)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited; see {self.dir}/redis.log")
+                raise RuntimeError(f"redis-server on port {self.port} exited "
+                                   f"({self.proc.returncode}); the end of {logpath}:\n"
+                                   + procs.log_tail(logpath, start=log_start))
             try:
                 if resp.call(self.port, "PING", timeout=0.2) == "PONG":
                     return
             except (OSError, RuntimeError):
                 pass
             time.sleep(0.02)
-        raise RuntimeError(f"redis-server on {self.port} did not answer PING within 10 s")
+        self.kill()
+        raise RuntimeError(f"redis-server on port {self.port} did not answer PING within 10 s; "
+                           f"the end of {logpath}:\n" + procs.log_tail(logpath, start=log_start))
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
@@ -146,22 +153,6 @@ class Node:
 
     def call(self, *args, timeout=2.0):
         return resp.call(self.port, *args, timeout=timeout)
-
-
-def cluster_port():
-    """A free loopback port whose cluster bus port (+10000) is free too."""
-    import random
-    import socket
-    for _ in range(200):
-        port = random.randint(20000, 55000)
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 10000))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair for a cluster node")
 
 
 def form_cluster(nodes):
@@ -315,7 +306,8 @@ def wait_http(port, proc, what, path="/healthz", limit_s=10):
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         if proc.proc.poll() is not None:
-            raise RuntimeError(f"{what} exited; see {proc.logpath}")
+            raise RuntimeError(f"{what} on port {port} exited ({proc.proc.returncode}); the end "
+                               f"of {proc.logpath}:\n" + procs.log_tail(proc.logpath))
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
             c.request("GET", path)
@@ -324,7 +316,8 @@ def wait_http(port, proc, what, path="/healthz", limit_s=10):
             return
         except OSError:
             time.sleep(0.05)
-    raise RuntimeError(f"{what} did not answer within {limit_s} s")
+    raise RuntimeError(f"{what} on port {port} did not answer within {limit_s} s; the end of "
+                       f"{proc.logpath}:\n" + procs.log_tail(proc.logpath))
 
 
 def healthz(port):
@@ -378,7 +371,7 @@ class Run:
         hset_tiers([self.standalone], pairs, False)
 
     def start_upstream(self):
-        port = procs.free_port()
+        port = ports.listen_port()
         self.upstream = Proc([self.loadgen, "upstream", "--listen", f"127.0.0.1:{port}",
                               "--max-s", "900"], os.path.join(self.workdir, "upstream.log"))
         self.upstream.port = port
@@ -395,7 +388,7 @@ class Run:
             redis = f"redis://127.0.0.1:{self.standalone.port}/"
         self.gateways = []
         for i in range(self.args.gateways):
-            port = procs.free_port()
+            port = ports.listen_port()
             cmd = [self.gateway_bin, "--listen", f"127.0.0.1:{port}", "--redis", redis,
                    "--config", cfg, "--upstream", f"http://127.0.0.1:{self.upstream.port}",
                    "--tier-cache-ms", "600000", "--log", "warn"]
@@ -678,7 +671,8 @@ def main():
     ap.add_argument("--target-dir", default=os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"))
     ap.add_argument("--redis-server", default=os.environ.get("RL_SERVER", "redis-server"))
     ap.add_argument("--out", default=os.path.join(ROOT, "benches", "FLEET.md"), help="'' = no file")
-    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, records)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the work directory (logs, records); a failed run always keeps it")
     args = ap.parse_args()
     if not 1 <= args.gateways <= 16:
         sys.exit("fleet: --gateways must be between 1 and 16")
@@ -712,6 +706,7 @@ def main():
     load0 = os.getloadavg()
     run = Run(args, binaries, workdir)
     results = {}
+    failed = True  # until every variant ran: a failed run keeps its logs
     try:
         log(f"starting 6 cluster nodes, a standalone server and the upstream ({workdir})")
         run.start_redis()
@@ -723,13 +718,16 @@ def main():
             if not args.no_standalone:
                 log(f"variant {v}: standalone")
                 results[(v, "standalone")] = run.variant_standalone(v, f"fs{i}")
+        failed = False
     except KeyboardInterrupt:
         log("interrupted: stopping everything started")
         run.cleanup()
         sys.exit(130)
     finally:
         run.cleanup()
-        if args.keep:
+        if failed:
+            log(f"the run failed: its directory (server, gateway and load logs) is kept: {workdir}")
+        elif args.keep:
             log(f"kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)

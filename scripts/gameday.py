@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 
+import ports
 import procs
 import resp
 
@@ -74,7 +75,7 @@ class RedisServer:
         self.binary = binary
         self.module = module
         self.workdir = workdir
-        self.port = procs.free_port()
+        self.port = ports.listen_port()
         self.proc = None
         self.stopped = False
 
@@ -91,19 +92,24 @@ class RedisServer:
             "--logfile", os.path.join(self.workdir, "redis.log"),
             "--protected-mode", "no",
         ]
+        logpath = os.path.join(self.workdir, "redis.log")
+        log_start = procs.log_size(logpath)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         self.stopped = False
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited ({self.proc.returncode}); see {self.workdir}/redis.log")
+                raise RuntimeError(f"redis-server on port {self.port} exited ({self.proc.returncode}); "
+                                   f"the end of {logpath}:\n" + procs.log_tail(logpath, start=log_start))
             try:
                 if resp.call(self.port, "PING", timeout=0.2) == "PONG":
                     return
             except (OSError, RuntimeError):
                 pass
             time.sleep(0.01)
-        raise RuntimeError("redis-server did not answer PING within 10 s")
+        self.kill()
+        raise RuntimeError(f"redis-server on port {self.port} did not answer PING within 10 s; "
+                           f"the end of {logpath}:\n" + procs.log_tail(logpath, start=log_start))
 
     def kill(self):
         if self.proc and self.proc.poll() is None:
@@ -129,7 +135,7 @@ class RedisServer:
 
 class Gateway:
     def __init__(self, binary, redis_port, mode, args, workdir):
-        self.port = procs.free_port()
+        self.port = ports.listen_port()
         self.logpath = os.path.join(workdir, f"gateway-{mode}.log")
         cfg = os.path.join(workdir, "gameday.toml")
         with open(cfg, "w") as f:
@@ -148,13 +154,15 @@ class Gateway:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"rl-gateway exited ({self.proc.returncode}); see {self.logpath}")
+                raise RuntimeError(f"rl-gateway on port {self.port} exited ({self.proc.returncode}); "
+                                   f"the end of {self.logpath}:\n" + procs.log_tail(self.logpath))
             try:
                 self.healthz()
                 return
             except OSError:
                 time.sleep(0.02)
-        raise RuntimeError("rl-gateway did not answer /healthz within 10 s")
+        raise RuntimeError(f"rl-gateway on port {self.port} did not answer /healthz within 10 s; "
+                           f"the end of {self.logpath}:\n" + procs.log_tail(self.logpath))
 
     def healthz(self, conn=None):
         c = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)

@@ -106,7 +106,8 @@ for sha in "${SHAS[@]}"; do
   cp "$BUILD/release/libredis_rl.so" "$(so_of "$sha")"
 done
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Outside the kernel's ephemeral range (scripts/ports.py).
+free_port() { python3 scripts/ports.py; }
 cli() { redis-cli -h 127.0.0.1 -p "$@"; }
 wait_up() { for _ in $(seq 600); do cli "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
 server_args() {  # port so

@@ -16,7 +16,7 @@ OUT=$PWD/target/profile
 mkdir -p "$OUT"
 CARGO_TARGET_DIR=$TARGET CARGO_PROFILE_RELEASE_DEBUG=true ${CARGO:-cargo} build --release -q
 name=$(echo "$1" | tr 'A-Z.' 'a-z_')
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(python3 scripts/ports.py)  # outside the kernel's ephemeral range
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --loglevel warning --logfile /dev/null \
   --loadmodule "$TARGET/release/libredis_rl.so" &
 server=$!

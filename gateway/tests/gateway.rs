@@ -12,6 +12,8 @@ use std::process::{Child, Command, Stdio};
 // The proxy, operations, reload, hardening and Redis TLS tests, in this one test binary.
 #[path = "gateway/fleet.rs"]
 mod fleet;
+#[path = "gateway/forward_auth.rs"]
+mod forward_auth;
 #[path = "gateway/hardening.rs"]
 mod hardening;
 #[path = "gateway/ops.rs"]

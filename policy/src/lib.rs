@@ -54,7 +54,8 @@ pub use load::{ConfigError, FieldError};
 pub use path::{normalize_path, Template};
 pub use rate::{Rate, RateOverride, Window};
 pub use render::{
-    bad_request, ceil_secs, forbidden, policy_field, render, Outcome, Rendered, Response, Verdict,
+    bad_request, ceil_secs, forbidden, policy_field, render, reported_index, Outcome, Rendered,
+    Response, Verdict,
 };
 pub use rule::{KeyPart, Rule};
 pub use schema::{

@@ -1,14 +1,15 @@
 """Real servers for the tests: ``$RL_SERVER`` (default ``redis-server``) with the module
 (``$RL_MODULE``, default the workspace's ``target/release/libredis_rl.so``) on free loopback
-ports, stopped when the session (or the test that owns one) ends."""
+ports outside the kernel's ephemeral range (scripts/ports.py), stopped when the session (or the
+test that owns one) ends."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -32,10 +33,15 @@ def module_path() -> str:
     return path
 
 
+sys.path.insert(0, str(ROOT / "scripts"))
+import ports  # noqa: E402  (scripts/ports.py: the allocator the scripts and testkit share)
+import procs  # noqa: E402
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port to listen on, outside the kernel's ephemeral range and unique among the
+    test processes of the machine: a server restarted on it later finds it still free."""
+    return ports.listen_port()
 
 
 class Server:
@@ -50,19 +56,27 @@ class Server:
         self.proc: Optional[subprocess.Popen] = None
         self.start()
 
+    @property
+    def log_path(self) -> str:
+        """The server's output, appended across restarts."""
+        return os.path.join(self.dir, "server.log")
+
     def start(self, port: Optional[int] = None) -> None:
-        """Starts (or restarts, on the same port when given) and waits until it answers."""
+        """Starts (or restarts, on the same port when given) and waits until it answers; the
+        error of a failed start carries the end of the server's log."""
         last = ""
+        # A cluster node listens on its bus port (+10000) too.
+        node = "--cluster-enabled" in self.extra
         for _ in range(5):
-            self.port = port or free_port()
+            self.port = port or (ports.cluster_port() if node else free_port())
             args = [
                 server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", self.dir,
                 *(["--loadmodule", module_path()] if self.module else []), *self.extra,
             ]
-            self.proc = subprocess.Popen(
-                args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env
-            )
+            log_start = procs.log_size(self.log_path)
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and self.proc.poll() is None:
                 try:
@@ -70,11 +84,11 @@ class Server:
                     return
                 except redis.exceptions.ConnectionError:
                     time.sleep(0.02)
-            out = b""
             if self.proc.poll() is None:
                 self.proc.kill()
-            out = self.proc.communicate(timeout=5)[0] or b""
-            last = out.decode(errors="replace")[-2000:]
+            self.proc.wait(timeout=5)
+            last = (f"{server_binary()} on port {self.port}: the end of {self.log_path}:\n"
+                    + procs.log_tail(self.log_path, start=log_start))
             if port is not None:
                 break
         raise RuntimeError(f"server did not start: {last}")

@@ -1,6 +1,6 @@
 //! The integration-test harness shared by the module's, the client's and rl-gateway's tests:
 //! real `redis-server` / `valkey-server` processes with the module loaded, on free loopback
-//! ports, killed when dropped.
+//! ports outside the kernel's ephemeral range, killed when dropped.
 //!
 //! The server binary is `$RL_SERVER` (default `redis-server`); `make test` runs every
 //! integration test once with Redis 7.0 and once with Valkey 9.1, after building the module
@@ -8,6 +8,8 @@
 //!
 //! - [`server`]: [`Server`], one process (start, restart on the same port or files, kill,
 //!   freeze, replicas).
+//! - [`ports`]: listening ports outside the kernel's ephemeral range, unique across the
+//!   test processes of the machine.
 //! - [`cluster`]: [`Cluster`], three masters sharing the slots.
 //! - [`cmd`]: running commands and reading replies, errors, keys, `INFO` and the clock.
 //! - [`checks`]: assertions shared by the module's tests (refused calls change nothing,
@@ -23,6 +25,7 @@ pub mod checks;
 pub mod cluster;
 pub mod cmd;
 pub mod ops;
+pub mod ports;
 pub mod rng;
 pub mod server;
 pub mod tls;
@@ -31,4 +34,4 @@ pub use checks::*;
 pub use cluster::Cluster;
 pub use cmd::*;
 pub use rng::Rng;
-pub use server::{aof_bytes, free_port, module_path, server_binary, Server, MASTER_ARGS};
+pub use server::{aof_bytes, free_port, log_tail, module_path, server_binary, Server, MASTER_ARGS};

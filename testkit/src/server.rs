@@ -1,9 +1,10 @@
 //! One server process with the module loaded, on a loopback port.
 
 use crate::cmd::{info_field, wait_until};
-use std::net::TcpListener;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -30,17 +31,11 @@ pub fn module_path() -> PathBuf {
     path
 }
 
-/// A loopback port nobody listens on now. Below 55000: a cluster node also listens on its
-/// port + 10000 (the cluster bus), which must stay below 65536.
+/// A loopback port to listen on, outside the kernel's ephemeral range and unique among
+/// every test process on the machine (see [`crate::ports`]): a server restarted on it later
+/// finds it still free.
 pub fn free_port() -> u16 {
-    for _ in 0..100 {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-        let port = listener.local_addr().expect("local addr").port();
-        if port < 55_000 {
-            return port;
-        }
-    }
-    panic!("no free port below 55000");
+    crate::ports::listen_port()
 }
 
 /// A fresh working directory, unique in this process (two servers racing for the same port
@@ -101,9 +96,18 @@ impl Server {
     }
 
     fn start_as(dir: Option<PathBuf>, extra: &[&str], plain: bool) -> Server {
+        // A cluster node listens on its bus port (+10000) too.
+        let node = extra.contains(&"--cluster-enabled");
+        let port = || {
+            if node {
+                crate::ports::cluster_port()
+            } else {
+                free_port()
+            }
+        };
         let mut server = Server {
             child: None,
-            port: free_port(),
+            port: port(),
             dir: dir.unwrap_or_else(fresh_dir),
             extra: extra.iter().map(|a| a.to_string()).collect(),
             plain,
@@ -115,7 +119,7 @@ impl Server {
                 Ok(()) => return server,
                 Err(e) => last_error = e,
             }
-            server.port = free_port();
+            server.port = port();
         }
         panic!("server did not start: {last_error}");
     }
@@ -133,8 +137,22 @@ impl Server {
         }
     }
 
-    /// Starts the process and waits until it answers; on failure nothing is left running.
+    /// The server's output (stdout and stderr, appended across restarts), unless a test
+    /// sends the log elsewhere with `--logfile`.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
+    /// Starts the process and waits until it answers; on failure nothing is left running and
+    /// the error carries the end of what this start wrote to the log.
     fn spawn(&mut self) -> Result<(), String> {
+        let log_path = self.log_path();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap_or_else(|e| panic!("open {}: {e}", log_path.display()));
+        let log_start = log.metadata().map_or(0, |m| m.len());
         let mut cmd = Command::new(server_binary());
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
@@ -143,10 +161,11 @@ impl Server {
         if !self.plain {
             cmd.arg("--loadmodule").arg(module_path());
         }
+        let stderr = log.try_clone().expect("clone the log file handle");
         let child = cmd
             .args(&self.extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stdout(log)
+            .stderr(stderr)
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", server_binary()));
         self.child = Some(child);
@@ -154,7 +173,15 @@ impl Server {
         if ready.is_err() {
             self.kill();
         }
-        ready
+        ready.map_err(|e| {
+            format!(
+                "{} on port {}: {e}; the end of its log ({}):\n{}",
+                server_binary(),
+                self.port,
+                log_path.display(),
+                log_tail(&log_path, log_start, 20)
+            )
+        })
     }
 
     /// Waits until the server answers PING, or it exits, or 10 s pass.
@@ -163,15 +190,13 @@ impl Server {
         while Instant::now() < deadline {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
-                    let mut log = String::new();
-                    if let Some(mut err) = child.stderr.take() {
-                        use std::io::Read;
-                        let _ = err.read_to_string(&mut log);
-                    }
-                    return Err(format!("exited with {status}: {log}"));
+                    return Err(format!("exited with {status}"));
                 }
             }
             if let Ok(mut c) = self.try_connect() {
+                // Something else on the port (a squatter that accepts and never answers)
+                // must not hold the wait forever; a slow start just takes another round.
+                let _ = c.set_read_timeout(Some(Duration::from_millis(250)));
                 if redis::cmd("PING").query::<String>(&mut c).is_ok() {
                     return Ok(());
                 }
@@ -210,7 +235,7 @@ impl Server {
         self.kill();
         let mut last = String::new();
         // The port can stay busy for a moment after the kill.
-        for _ in 0..50 {
+        for _ in 0..5 {
             match self.spawn() {
                 Ok(()) => return,
                 Err(e) => last = e,
@@ -267,6 +292,22 @@ impl Server {
             info_field(&mut c, "replication", "master_link_status").as_deref() == Some("up")
         });
         replica
+    }
+}
+
+/// The last `lines` lines `path` got from byte `from` on (what one start of a server wrote).
+pub fn log_tail(path: &std::path::Path, from: u64, lines: usize) -> String {
+    let mut text = String::new();
+    if let Ok(mut file) = File::open(path) {
+        let _ = file.seek(SeekFrom::Start(from));
+        let _ = file.read_to_string(&mut text);
+    }
+    let all: Vec<&str> = text.lines().collect();
+    let tail = all[all.len().saturating_sub(lines)..].join("\n");
+    if tail.is_empty() {
+        "(empty)".to_string()
+    } else {
+        tail
     }
 }
 
