@@ -18,7 +18,9 @@ use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::path::Path;
 
-use redis_rl_client::middleware::{Dimension, Rate, RateLimitConfig, RateLimitConfigExt};
+use redis_rl_client::middleware::{
+    params_of, Dimension, Rate, RateLimitConfig, RateLimitConfigExt,
+};
 use redis_rl_client::{AnyParams, LocalLimiter};
 use redis_rl_core::Micros;
 use serde::Deserialize;
@@ -51,10 +53,11 @@ struct Limits {
 fn limits(config: &RateLimitConfig) -> Result<Limits, String> {
     // The reference limiter models one window per dimension: the first of each rate.
     let alg = |r: &Rate| {
-        r.specs()?
+        let spec = r.specs()?;
+        let first = spec
             .first()
-            .map(|spec| spec.params)
-            .ok_or_else(|| "a rate without a window".to_string())
+            .ok_or_else(|| "a rate without a window".to_string())?;
+        params_of(first).map_err(|e| e.to_string())
     };
     let mut tiers = HashMap::new();
     for (name, tier) in &config.tiers {

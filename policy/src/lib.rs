@@ -46,7 +46,10 @@ pub use engine::{Admission, Engine, Headers, Identity, Plan, PlanItem, Request, 
 pub use identity::{
     api_key, canonical_net, client_ip, client_network, is_key_text, request_id, tenant_id, KeyError,
 };
-pub use limit::{parse_limit, window_label, FailureModeName, InvalidLimit, Kind, LimitSpec};
+pub use limit::{
+    nominal_ms, parse_limit, parse_limit_per, window_label, AlgorithmKind, FailureModeName,
+    InvalidLimit, LimitSpec, Per, LOCAL_LOG_MAX,
+};
 pub use load::{ConfigError, FieldError};
 pub use path::{normalize_path, Template};
 pub use rate::{Rate, RateOverride, Window};

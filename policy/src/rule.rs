@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::limit::{FailureModeName, Kind, LimitSpec};
+use crate::limit::{AlgorithmKind, FailureModeName, LimitSpec};
 use crate::path::Template;
 use crate::rate::{Rate, RateOverride, Window};
 
@@ -110,10 +110,12 @@ struct RawRule {
     limit: Option<u64>,
     window_ms: Option<u64>,
     limits: Option<Vec<Window>>,
-    algorithm: Option<Kind>,
+    algorithm: Option<AlgorithmKind>,
     burst: Option<u64>,
     shadow: Option<bool>,
     failure_mode: Option<FailureModeName>,
+    quota_tz: Option<i64>,
+    quota_anchor: Option<u64>,
 }
 
 /// One `[[rules]]` entry, checked on its own (its tiers are checked against the tiers of
@@ -182,8 +184,10 @@ impl Rule {
             burst: raw.burst,
             shadow: raw.shadow,
             failure_mode: raw.failure_mode,
+            quota_tz: raw.quota_tz,
+            quota_anchor: raw.quota_anchor,
         };
-        let rate = over.standalone(Kind::SlidingWindow)?;
+        let rate = over.standalone(AlgorithmKind::Sliding)?;
         let specs = rate.specs()?;
         Ok(Rule {
             name: raw.name,
@@ -271,8 +275,8 @@ mod tests {
                 "invalid policy: limit must be",
             ),
             (
-                "name = \"a\"\nkey = [\"ip\"]\nlimits = [\"1/month\"]",
-                "calendar window",
+                "name = \"a\"\nkey = [\"ip\"]\nlimits = [\"1/month\"]\nquota_anchor = 0",
+                "invalid policy: quota_anchor must be an integer between 1 and 31",
             ),
             (
                 "name = \"a\"\nkey = [\"ip\"]\nlimit = 1\npath = []",

@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
-use crate::limit::{FailureModeName, Kind};
+use crate::limit::{AlgorithmKind, FailureModeName};
 use crate::rate::{Rate, RateOverride, Window};
 use crate::rule::Rule;
 
@@ -215,10 +215,12 @@ struct RawTier {
     limit: Option<u64>,
     window_ms: Option<u64>,
     limits: Option<Vec<Window>>,
-    algorithm: Option<Kind>,
+    algorithm: Option<AlgorithmKind>,
     burst: Option<u64>,
     shadow: Option<bool>,
     failure_mode: Option<FailureModeName>,
+    quota_tz: Option<i64>,
+    quota_anchor: Option<u64>,
     ip: Option<RateOverride>,
     endpoint: Option<RateOverride>,
     global: Option<RateOverride>,
@@ -235,9 +237,11 @@ impl<'de> Deserialize<'de> for TierLimits {
             burst: raw.burst,
             shadow: raw.shadow,
             failure_mode: raw.failure_mode,
+            quota_tz: raw.quota_tz,
+            quota_anchor: raw.quota_anchor,
         };
         let rate = over
-            .standalone(Kind::TokenBucket)
+            .standalone(AlgorithmKind::TokenBucket)
             .and_then(|r| r.specs().map(|_| r))
             .map_err(serde::de::Error::custom)?;
         Ok(TierLimits {
@@ -327,15 +331,15 @@ pub fn default_tiers() -> BTreeMap<String, TierLimits> {
 }
 /// The design's IP limit: 100/min, sliding window.
 pub fn default_ip() -> Rate {
-    Rate::per_minute(100).with_algorithm(Kind::SlidingWindow)
+    Rate::per_minute(100).with_algorithm(AlgorithmKind::Sliding)
 }
 /// The design's endpoint limit: 100/min, sliding window.
 pub fn default_endpoint() -> Rate {
-    Rate::per_minute(100).with_algorithm(Kind::SlidingWindow)
+    Rate::per_minute(100).with_algorithm(AlgorithmKind::Sliding)
 }
 /// The design's global limit: 100000/min, sliding window.
 pub fn default_global() -> Rate {
-    Rate::per_minute(100_000).with_algorithm(Kind::SlidingWindow)
+    Rate::per_minute(100_000).with_algorithm(AlgorithmKind::Sliding)
 }
 fn default_api_key_header() -> String {
     "X-API-Key".to_string()

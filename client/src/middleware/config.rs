@@ -8,13 +8,14 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use redis_rl_policy::{
-    AccessConfig, Config as RateLimitConfig, Dimension, FailureModeName, FleetSettings, Kind,
-    LeaseSettings, LimitSpec, Rate, RateOverride, Rule, TierLimits, Window,
+    AccessConfig, AlgorithmKind, Config as RateLimitConfig, Dimension, FailureModeName,
+    FleetSettings, LeaseSettings, LimitSpec, Rate, RateOverride, Rule, TierLimits, Window,
 };
 
 use crate::error::{Error, Result};
 use crate::fleet::FleetConfig;
 use crate::policy::{FailureMode, Policy};
+use redis_rl_core::AnyParams;
 
 /// What the client adds to [`RateLimitConfig`]: reading it from a file, and the failure
 /// mode and fleet membership it configures.
@@ -80,6 +81,15 @@ pub fn mode(name: FailureModeName, instances: NonZeroU32) -> FailureMode {
     }
 }
 
+/// The core's parameters of a window the engine validated (its numbers in the registry's
+/// order, checked by the core).
+pub fn params_of(spec: &LimitSpec) -> Result<AnyParams> {
+    let (kind, values, options) = spec.registry_numbers();
+    AnyParams::from_numbers(kind, &values, &options)
+        .ok_or_else(|| Error::Config(format!("{} is not a rate limiter", kind.config_name())))?
+        .map_err(|e| Error::Config(format!("invalid policy: {e}")))
+}
+
 /// The limiter's policy of one plan item: its window, failure mode (its own, else
 /// `default_mode`'s), shadow and hot flags.
 pub fn policy_of(item: &redis_rl_policy::PlanItem, default_mode: FailureMode) -> Result<Policy> {
@@ -90,7 +100,7 @@ pub fn policy_of(item: &redis_rl_policy::PlanItem, default_mode: FailureMode) ->
     let on_failure = item
         .failure_mode
         .map_or(default_mode, |m| mode(m, instances));
-    Ok(Policy::new(item.spec.params)
+    Ok(Policy::new(params_of(&item.spec)?)
         .on_failure(on_failure)
         .shadow(item.shadow)
         .hot(item.hot))
@@ -123,12 +133,9 @@ mod tests {
         );
         let off = RateLimitConfig::from_toml("[fleet]\nmembership = false\n").unwrap();
         assert!(off.fleet_config().is_none() && !off.fleet_fallback());
-        let bad = RateLimitConfig::from_toml("[fleet]\nheartbeat_ms = 3000").unwrap();
-        assert!(bad
-            .check()
-            .unwrap_err()
-            .to_string()
-            .contains("shorter than ttl"));
+        // Refused where the file is read, not first at start.
+        let bad = RateLimitConfig::from_toml("[fleet]\nheartbeat_ms = 3000").unwrap_err();
+        assert!(bad.to_string().contains("shorter than ttl"), "{bad}");
     }
 
     #[test]
@@ -138,12 +145,12 @@ mod tests {
         let path = dir.join("bad.toml");
         std::fs::write(
             &path,
-            "[[rules]]\nname = \"a\"\nkey = [\"ip\"]\nlimits = [\"5/month\"]\n",
+            "[[rules]]\nname = \"a\"\nkey = [\"ip\"]\nlimits = [\"5/fortnight\"]\n",
         )
         .unwrap();
         let err = RateLimitConfig::load(&path).unwrap_err().to_string();
         let expected = format!(
-            "config: {}:4: rules[0].limits: \"5/month\": calendar window `month`",
+            "config: {}:4: rules[0].limits: \"5/fortnight\"",
             path.display()
         );
         assert!(err.starts_with(&expected), "{err}");
@@ -152,19 +159,31 @@ mod tests {
 
     #[test]
     fn every_window_becomes_a_policy() {
-        let windowed = Kind::LIMITERS.iter().filter(|k| {
-            k.rate_fields()
-                .contains(&redis_rl_core::RateField::WindowMs)
-        });
-        for kind in windowed {
-            let spec = LimitSpec::new(*kind, 10, 1_000, None).unwrap();
-            let p = Policy::new(spec.params);
+        for kind in [
+            AlgorithmKind::TokenBucket,
+            AlgorithmKind::Sliding,
+            AlgorithmKind::Fixed,
+            AlgorithmKind::Gcra,
+            AlgorithmKind::Log,
+        ] {
+            let spec = LimitSpec::new(kind, 10, 1_000, None).unwrap();
+            let p = Policy::new(params_of(&spec).unwrap());
             assert_eq!(p.limit(), spec.quota(), "{kind:?}");
             assert_eq!(
                 u64::try_from(p.window().as_millis()).unwrap(),
                 spec.quota_window_ms()
             );
-            assert_eq!(p.kind(), *kind);
+            assert_eq!(p.kind(), spec.registry_numbers().0);
         }
+        // A calendar limit: the same numbers as the engine's.
+        let cal = redis_rl_core::calendar::Calendar::new(crate::Period::Month, -300, 31).unwrap();
+        let spec = LimitSpec::calendar_quota(1_000, cal).unwrap();
+        let a = Policy::new(params_of(&spec).unwrap());
+        assert_eq!(a.params().numbers().values(), [1_000, 3]);
+        assert_eq!(a.args(), ["1000", "MONTH", "TZ", "-300", "ANCHOR", "31"]);
+        assert_eq!(
+            u64::try_from(a.window().as_millis()).unwrap(),
+            spec.quota_window_ms()
+        );
     }
 }

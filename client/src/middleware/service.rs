@@ -282,8 +282,8 @@ mod tests {
 
     use super::*;
     use crate::backend::Backend;
+    use crate::middleware::{AlgorithmKind, FailureModeName, Rate, RateOverride, Window};
     use crate::middleware::{Dimension, RateLimitConfig, RateLimitLayer};
-    use crate::middleware::{FailureModeName, Kind, Rate, RateOverride, Window};
     use crate::tier::StaticTiers;
     use crate::Limiter;
 
@@ -531,7 +531,8 @@ mod tests {
     #[tokio::test]
     async fn tiers_override_every_dimension_for_their_keys() {
         let mut config = RateLimitConfig::default();
-        config.endpoint = Rate::of(Window::new(2, 3_600_000)).with_algorithm(Kind::SlidingWindow);
+        config.endpoint =
+            Rate::of(Window::new(2, 3_600_000)).with_algorithm(AlgorithmKind::Sliding);
         let pro = config.tiers.remove("pro").unwrap().with_override(
             Dimension::Endpoint,
             RateOverride {

@@ -191,7 +191,7 @@ impl RlsConfig {
         }
         let mut sources = Vec::new();
         for f in &files {
-            let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+            let text = crate::files::read_text(f)?;
             sources.push((f.display().to_string(), text));
         }
         let mut config = Self::from_sources(&sources)?;
