@@ -253,11 +253,13 @@ impl Engine {
     }
 
     /// The route of the endpoint dimension for a normalised path: the first rule path or
-    /// configured route that matches, else the front end's, else `<unmatched>`.
+    /// configured route that matches (those without `**` first), else the front end's,
+    /// else `<unmatched>`.
     pub fn route(&self, path: &str, front_end: Option<&str>) -> String {
-        self.routes
-            .iter()
-            .find(|t| t.matches(path))
+        let matching = || self.routes.iter().filter(|t| t.matches(path));
+        matching()
+            .find(|t| !t.has_rest())
+            .or_else(|| matching().next())
             .map(|t| t.as_str().to_string())
             .or_else(|| front_end.map(str::to_string))
             .unwrap_or_else(|| UNMATCHED.to_string())
