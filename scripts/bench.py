@@ -1151,7 +1151,8 @@ def write_report(runs, criterion):
 
 
 # Top-level sections of RESULTS.md that other scripts write and `make bench` keeps as they are.
-KEPT_TITLES = ("# Cache misses per call",)  # scripts/cache_misses.sh (make cache-misses)
+KEPT_TITLES = ("# Cache misses per call",  # scripts/cache_misses.sh (make cache-misses)
+               "# Cold paths and traffic shapes")  # scripts/cold_paths.py (make bench-shapes)
 
 
 def kept_sections(path, titles=KEPT_TITLES):

@@ -18,6 +18,7 @@ mod compact_state;
 mod concurrency;
 mod concurrency_leases;
 mod config_info;
+mod create_path;
 mod fixed_window;
 mod force;
 mod foreign_data;

@@ -97,6 +97,22 @@ pub fn algorithm(spec: &LimitSpec) -> Algorithm {
             burst: spec.burst,
         },
         AlgorithmKind::Log => Algorithm::Log { limit, window_ms },
+        AlgorithmKind::Quota => match spec.calendar {
+            Some(cal) => Algorithm::Quota {
+                limit,
+                period: cal.period(),
+                tz_minutes: cal.offset_min(),
+                anchor: cal.anchor(),
+            },
+            // The engine builds a quota with its calendar; without one the core refuses
+            // period 0, as the server would.
+            None => Algorithm::Quota {
+                limit,
+                period: crate::Period::Day,
+                tz_minutes: i64::MIN,
+                anchor: 0,
+            },
+        },
     }
 }
 
@@ -188,5 +204,15 @@ mod tests {
             );
             assert_eq!(a.kind(), spec.registry_numbers().0);
         }
+        // A calendar limit: the same numbers as the engine's.
+        let cal = redis_rl_core::calendar::Calendar::new(crate::Period::Month, -300, 31).unwrap();
+        let spec = LimitSpec::calendar_quota(1_000, cal).unwrap();
+        let a = algorithm(&spec);
+        assert_eq!(a.core_params().unwrap().numbers().values(), [1_000, 3]);
+        assert_eq!(a.params(), ["1000", "MONTH", "TZ", "-300", "ANCHOR", "31"]);
+        assert_eq!(
+            u64::try_from(a.window().as_millis()).unwrap(),
+            spec.quota_window_ms()
+        );
     }
 }
