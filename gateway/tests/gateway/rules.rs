@@ -264,9 +264,7 @@ async fn rules_windows_identity_and_paths_through_the_gateway() {
     assert_eq!(status, 400, "{body}");
     assert_eq!(h["content-type"], "application/problem+json");
     assert_eq!(
-        at("GET", "/x", vec![("authorization", "bad key")])
-            .await
-            .0,
+        at("GET", "/x", vec![("authorization", "bad key")]).await.0,
         400
     );
     let mapped = send(
