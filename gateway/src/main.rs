@@ -3,6 +3,7 @@
 
 mod app;
 mod cli;
+mod files;
 mod forward_auth;
 mod health;
 mod limits;
@@ -316,15 +317,7 @@ fn redacted(url: &str) -> String {
 /// The TLS material of --redis-ca, --redis-cert and --redis-key (None: none given).
 fn redis_tls(args: &Args) -> Result<Option<redis_rl_client::TlsFiles>, String> {
     let read = |flag: &str, path: &std::path::Path| {
-        let meta =
-            std::fs::metadata(path).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
-        if !meta.is_file() || meta.len() > 1024 * 1024 {
-            return Err(format!(
-                "{flag} {}: not a regular PEM file of at most 1 MiB",
-                path.display()
-            ));
-        }
-        std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
+        files::read_bounded(path).map_err(|e| format!("{flag} {e}"))
     };
     let ca = args
         .redis_ca

@@ -8,7 +8,7 @@ use ipnet::IpNet;
 
 use crate::access::{Access, AccessList};
 use crate::identity::{self, canonical_net, hex16};
-use crate::limit::{window_label, FailureModeName, LimitSpec};
+use crate::limit::{FailureModeName, LimitSpec};
 use crate::load::FieldError;
 use crate::path::{normalize_path, Template};
 use crate::rate::Rate;
@@ -364,7 +364,7 @@ fn push_windows(
     let several = compiled.specs.len() > 1;
     for spec in &compiled.specs {
         let (name, key) = if several {
-            let w = window_label(spec.window_ms);
+            let w = spec.label();
             (format!("{label}-{w}"), format!("{key}:{w}"))
         } else {
             (label.to_string(), key.to_string())

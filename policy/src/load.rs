@@ -367,7 +367,7 @@ mod tests {
                 "[[rules]]\nname = \"ip\"\nkey = [\"ip\"]\nlimit = 1\n",
                 "f.toml:2: rules[0].name: \"ip\" is a dimension's name",
             ),
-            ("[ip]\nlimits = [\"1/week\"]", "f.toml:2: ip.limits: \"1/week\": calendar window"),
+            ("[ip]\nlimits = [\"1/3 weeks\"]", "f.toml:2: ip.limits: \"1/3 weeks\": a calendar period takes no count"),
         ] {
             let err = Config::from_toml_named(text, "f.toml").unwrap_err().to_string();
             assert!(err.starts_with(expected) || err.contains(expected), "{text}\n{err}\n{expected}");

@@ -168,11 +168,14 @@ async fn decide(
     count(&plan, &md);
     let tier_label = plan.tier.clone().unwrap_or_else(|| "none".to_owned());
     let outcomes: Vec<Outcome> = md.decisions.iter().map(outcome).collect();
+    // The span names the policy the response reports, allowed or refused.
+    if let Some(item) =
+        redis_rl_policy::reported_index(&plan, &outcomes, md.denied).and_then(|i| plan.items.get(i))
+    {
+        tracing::Span::current().record("dimension", tracing::field::display(&item.label));
+    }
     match render(&plan, &outcomes, md.denied, request_id) {
         Rendered::Refuse(r) => {
-            if let Some(item) = md.denied.and_then(|i| plan.items.get(i)) {
-                tracing::Span::current().record("dimension", tracing::field::display(&item.label));
-            }
             tracing::debug!(status = r.status, "request refused");
             Before::Refuse(r, tier_label)
         }
