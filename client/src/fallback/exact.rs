@@ -15,8 +15,9 @@ use redis_rl_core::{AnyParams, ParamError};
 
 use crate::policy::Algorithm;
 
-/// The largest share of a LOG limit the fallback keeps as an exact log (entries per key).
-pub const LOCAL_LOG_MAX: u64 = 64;
+/// The largest share of a LOG limit the fallback keeps as an exact log (entries per key):
+/// the policy engine's, which the Python extension's fallback follows too.
+pub use redis_rl_policy::LOCAL_LOG_MAX;
 
 /// The core parameters of one instance's share of `algorithm` (validated by the core, like
 /// every policy), for [`AnyParams::check`] on the stored [`AnyState`](redis_rl_core::AnyState).
