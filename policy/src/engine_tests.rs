@@ -260,6 +260,20 @@ fn rule_paths_are_routes_of_the_endpoint_dimension() {
         ["rl:{ip:192.0.2.1}:ep:/search/**", "rl:{ip:192.0.2.1}:r:s"]
     );
     assert_eq!(e.route("/items/3", None), "/items/{id}");
+    let both = Engine::new(
+        Config::from_toml(
+            "[[rules]]\nname = \"a\"\npaths = [\"/items/**\"]\nkey = [\"ip\"]\nlimit = 9",
+        )
+        .unwrap(),
+        &["/items/{id}".into()],
+    )
+    .unwrap();
+    assert_eq!(
+        both.route("/items/3", None),
+        "/items/{id}",
+        "a template without ** first"
+    );
+    assert_eq!(both.route("/items/3/4", None), "/items/**");
     assert_eq!(e.route("/x", Some("/{*path}")), "/{*path}");
     assert_eq!(e.route("/x", None), UNMATCHED);
 }

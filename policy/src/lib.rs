@@ -47,8 +47,8 @@ pub use identity::{
     api_key, canonical_net, client_ip, client_network, is_key_text, request_id, tenant_id, KeyError,
 };
 pub use limit::{
-    parse_limit, window_label, AlgorithmKind, FailureModeName, InvalidLimit, LimitSpec,
-    LOCAL_LOG_MAX,
+    nominal_ms, parse_limit, parse_limit_per, window_label, AlgorithmKind, FailureModeName,
+    InvalidLimit, LimitSpec, Per, LOCAL_LOG_MAX,
 };
 pub use load::{ConfigError, FieldError};
 pub use path::{normalize_path, Template};

@@ -354,7 +354,10 @@ impl Spec {
     }
 }
 
-/// The stored bytes as the README documents them (and the module writes them).
+/// The stored bytes the twin writes (README's format, which the module reads): version 1,
+/// 8-byte little-endian fields (16 for a u128), for the fixed-size states whose fields are
+/// all below 2^53 (what the twin packs with the server's `struct` library), else version 2
+/// (varints, a window as its index); version 1 varints for a log.
 fn encode(state: &State) -> Vec<u8> {
     fn varint(out: &mut Vec<u8>, v: u64) {
         wide(out, u128::from(v));
@@ -366,9 +369,20 @@ fn encode(state: &State) -> Vec<u8> {
         }
         out.push(v as u8);
     }
-    // Version 2 (varints, a window as its index) for the fixed-size states, 1 for a log.
+    fn fixed(tag: u8, fields: &[u128], widths: &[usize]) -> Vec<u8> {
+        let mut out = vec![0, b'R', b'L', 1, tag];
+        for (v, w) in fields.iter().zip(widths) {
+            out.extend_from_slice(&v.to_le_bytes()[..*w]);
+        }
+        out
+    }
+    const EXACT: u128 = 1 << 53;
     let mut out = b"\0RL\x02".to_vec();
     match state {
+        State::Tb(s) if s.level < EXACT => {
+            let f = [u128::from(s.updated_at.0), u128::from(s.refill_ms), s.level];
+            return fixed(b'T', &f, &[8, 8, 16]);
+        }
         State::Tb(s) => {
             out.push(b'T');
             // Microseconds since 2020-01-01, wrapping below it.
@@ -377,17 +391,16 @@ fn encode(state: &State) -> Vec<u8> {
             wide(&mut out, s.level);
         }
         State::Sw(s) => {
-            out.push(b'S');
-            let index = s.window_start.0 / s.window_ms;
-            for v in [s.window_ms, index, s.previous, s.current] {
-                varint(&mut out, v);
-            }
+            let f = [s.window_ms, s.window_start.0, s.previous, s.current].map(u128::from);
+            return fixed(b'S', &f, &[8; 4]);
         }
         State::Fw(s) => {
-            out.push(b'F');
-            for v in [s.window_ms, s.window_start.0 / s.window_ms, s.count] {
-                varint(&mut out, v);
-            }
+            let f = [s.window_ms, s.window_start.0, s.count].map(u128::from);
+            return fixed(b'F', &f, &[8; 3]);
+        }
+        State::Gc(s) if s.tat < EXACT => {
+            let f = [s.tat, u128::from(s.limit), u128::from(s.period_ms)];
+            return fixed(b'G', &f, &[16, 8, 8]);
         }
         State::Gc(s) => {
             out.push(b'G');
@@ -826,9 +839,22 @@ fn same_replies_as_the_module() {
             assert_same(&m, &t, tolerance, &what);
             assert_same(&m, &x, tolerance, &format!("{what} (alternating key)"));
         }
-        // Windows and counters hold no instant finer than the window: their bytes are equal.
+        // Windows and counters hold no instant finer than the window: the module reads the
+        // same state from each key (the window, its start and its counts; RL.STATE's
+        // `count` and TTL move with the clock).
         for (i, kind) in kinds.iter().enumerate() {
-            if matches!(kind, Kind::Sw | Kind::Fw | Kind::Qu) {
+            if matches!(kind, Kind::Sw | Kind::Fw) {
+                let fields = if *kind == Kind::Sw { 10 } else { 6 };
+                let state = |conn: &mut redis::Connection, key: &str| {
+                    let v: Vec<Value> = redis::cmd("RL.STATE").arg(key).query(conn).unwrap();
+                    v[..fields].to_vec()
+                };
+                let m = state(&mut conn, &sets[0][i]);
+                assert_eq!(m, state(&mut conn, &sets[1][i]), "seed {seed} key {i}");
+                assert_eq!(m, state(&mut conn, &sets[2][i]), "seed {seed} key {i}");
+            }
+            // A quota's period holds no instant either, and the twin writes it as the module.
+            if *kind == Kind::Qu {
                 let m = get(&mut conn, &sets[0][i]);
                 assert_eq!(m, get(&mut conn, &sets[1][i]), "seed {seed} key {i}");
                 assert_eq!(m, get(&mut conn, &sets[2][i]), "seed {seed} key {i}");

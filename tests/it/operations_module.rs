@@ -308,6 +308,7 @@ fn every_command_answers_command_docs() {
             "rl.fixed",
             "rl.gcra",
             "rl.log",
+            "rl.quota",
             "rl.refund",
             "rl.reset",
             "rl.sliding",
