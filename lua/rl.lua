@@ -2,7 +2,10 @@
 -- redis-rl's Lua twin: the module's commands as one script, for servers that cannot load
 -- modules (managed Redis and Valkey). Same replies, same error texts, same stored bytes as
 -- the module, so a key written here is read and continued by the module and the other way
--- round. See README.md, "Without the module".
+-- round. See docs/src/without-module.md.
+--
+-- Built by `make lua` from lua/src (this frame, one file per algorithm, the shared
+-- sections) and tables generated from the core's registry: edit those, not lua/rl.lua.
 --
 -- A function library (Redis 7.0+, Valkey): load it once with `FUNCTION LOAD REPLACE`, then
 -- call it as the command would be called, with the command name moved after the keys:
@@ -14,7 +17,8 @@
 -- `#!lua` and use `EVALSHA <sha> numkeys keys... RL.X args...` (slower: a script defines its
 -- functions again on every call).
 --
--- Commands: RL.TOKENBUCKET, RL.SLIDING, RL.FIXED, RL.GCRA, RL.LOG, RL.ALL, RL.REFUND.
+-- Commands: RL.TOKENBUCKET, RL.SLIDING, RL.FIXED, RL.GCRA, RL.LOG, RL.THROTTLE,
+-- RL.CONCURRENCY, RL.ALL, RL.REFUND, RL.STATE, RL.RESET.
 --
 -- Time is the server's (TIME, in microseconds); writes replicate as their effects
 -- (`SET key value PXAT ms`, the default from Redis 7.0); a denied call, a PEEK and a COST 0
@@ -22,30 +26,349 @@
 --
 -- Exactness: Lua numbers are doubles, exact for integers below 2^53. Every quantity that
 -- can exceed that (a token bucket's level, a GCRA arrival time: up to 2^128) is a bignum
--- of 24-bit limbs below, with exact integer division. Every parameter range of the module
--- is accepted. What the twin cannot represent, it refuses instead of rounding:
+-- of 24-bit limbs, with exact integer division; below 2^53 the same operations run on
+-- plain numbers. Every parameter range of the module is accepted. What the twin cannot
+-- represent, it refuses instead of rounding:
 -- * a reply field above 2^53 - 1 ms (a token bucket whose capacity x refill_ms /
 --   refill_tokens, or a GCRA whose burst x period_ms / limit, is over 2^53 - 1 ms,
 --   about 285,000 years): `ERR ... beyond the exact range of the Lua twin ...`, nothing
---   written, before any key is read;
+--   written;
 -- * a stored instant after 2^52 us (year 2112) reads as a corrupt limiter.
 
-
 local function build()
-  -- Everything lives in one table, built on the first call (FUNCTION LOAD runs the library
-  -- without `math` or `string`) and kept: each function definition costs Redis's Lua about
-  -- 0.3 us, which a script (EVALSHA) pays on every call and a library only once.
-  local M = { LOAD = {} }
+  -- Everything is built on the first call (FUNCTION LOAD runs the library without `math`
+  -- or `string`) and kept: a library defines its functions once, a script on every call.
+  local M = { ALGO = {}, COMMANDS = {} }
   M.TTL_SLACK_MS = 1000 -- the module's rl.ttl-slack-ms default
-  M.MAX_COUNT = 1000000000000000 -- 10^15
-  M.MAX_DURATION_MS = 1000000000000 -- 10^12
-  M.MAX_LOG = 10000 -- rl.max-log-entries default (and ceiling)
   M.MAX_ALL_KEYS = 16 -- rl.max-all-keys default
   M.EXACT = 9007199254740991 -- 2^53 - 1: the largest reply field the twin sends
   M.LATEST_US = 4503599627370496 -- 2^52: the latest stored instant the twin reads
-
   local floor = math.floor
-  local byte, char, fmt = string.byte, string.char, string.format
+  local byte, char, fmt, find, sub = string.byte, string.char, string.format, string.find, string.sub
+  local call, pcall_redis = redis.call, redis.pcall
+  local spack, sunpack = struct.pack, struct.unpack
+
+  -- Generated from core/src/registry.rs by `make lua`: edit the registry, not this.
+  M.MAX_COUNT = 1000000000000000
+  M.MAX_DURATION_MS = 1000000000000
+  M.COST = { "cost", 0, 1000000000000000 }
+  M.THROTTLE = { { "max_burst", 0, 999999999999999 }, { "count", 1, 1000000000000000 }, { "period_s", 1, 1000000000 }, { "quantity", 0, 1000000000000000 } }
+  M.MAX_ID_LEN = 256
+  -- Every algorithm by its tag byte: name in texts, spec word, section, ranges.
+  M.KINDS = {
+    T = { tag = 'T', name = "token bucket", spec = "TOKENBUCKET", section = "token_bucket", limiter = true, upto = true,
+      params = { { "capacity", 1, 1000000000000000 }, { "refill_tokens", 1, 1000000000000000 }, { "refill_ms", 1, 1000000000000 } },
+      options = {  } },
+    S = { tag = 'S', name = "sliding window", spec = "SLIDING", section = "sliding_window", limiter = true, upto = true,
+      params = { { "limit", 1, 1000000000000000 }, { "window_ms", 1, 1000000000000 } },
+      options = {  } },
+    F = { tag = 'F', name = "fixed window", spec = "FIXED", section = "fixed_window", limiter = true, upto = true,
+      params = { { "limit", 1, 1000000000000000 }, { "window_ms", 1, 1000000000000 } },
+      options = {  } },
+    G = { tag = 'G', name = "GCRA", spec = "GCRA", section = "gcra", limiter = true, upto = true,
+      params = { { "limit", 1, 1000000000000000 }, { "period_ms", 1, 1000000000000 } },
+      options = { { token = "BURST", value = "b", "burst", 1, 1000000000000000 } } },
+    L = { tag = 'L', name = "sliding window log", spec = "LOG", section = "sliding_window_log", limiter = true, upto = false,
+      params = { { "limit", 1, 10000 }, { "window_ms", 1, 1000000000000 } },
+      options = {  } },
+    Q = { tag = 'Q', name = "calendar quota", spec = "QUOTA", section = "calendar_quota", limiter = true, upto = true,
+      params = { { "limit", 1, 1000000000000000 }, { "period", 1, 4 } },
+      options = { { token = "TZ", value = "minutes", "tz", 0, 2878 }, { token = "ANCHOR", value = "day", "anchor", 1, 31 } } },
+    C = { tag = 'C', name = "concurrency", spec = "CONCURRENCY", section = "concurrency", limiter = false, upto = false,
+      params = { { "limit", 1, 10000 }, { "lease_ms", 1, 1000000000000 } },
+      options = {  } },
+  }
+  -- The rate limiters (RL.ALL and RL.REFUND specs), in the order texts list them.
+  M.LIMITERS = { "T", "S", "F", "G", "L", "Q" }
+  M.ALGORITHMS = "TOKENBUCKET, SLIDING, FIXED, GCRA, LOG or QUOTA"
+
+  -- ------------------------------------------------------------------------------------------
+  -- lua/src/args.lua
+  -- Errors and arguments, texts as the module's.
+
+  -- Errors travel as strings with a mark (Redis 7.0 turns an error object into its text), so
+  -- the entry point tells ours (and the server's) from a bug.
+  M.MARK = "\1rl\1"
+
+  function M.fail(text)
+    error(M.MARK .. text, 0)
+  end
+
+  -- An argument as error texts show it: printable ASCII, other bytes as \xNN, at most 40.
+  function M.shown(s)
+    local out = {}
+    local n = #s > 40 and 40 or #s
+    for i = 1, n do
+      local b = byte(s, i)
+      if b >= 32 and b <= 126 then
+        out[#out + 1] = char(b)
+      else
+        out[#out + 1] = fmt("\\x%02x", b)
+      end
+    end
+    if #s > 40 then
+      out[#out + 1] = "..."
+    end
+    return table.concat(out)
+  end
+
+  function M.num(n)
+    return fmt("%.0f", n)
+  end
+
+  function M.range_text(r)
+    return r[1] .. " must be an integer between " .. M.num(r[2]) .. " and " .. M.num(r[3])
+  end
+
+  function M.param_error(r)
+    M.fail("ERR " .. M.range_text(r))
+  end
+
+  -- A plain decimal integer in the range r = { name, min, max } (the module's `integer`):
+  -- digits only; any value over 2^53 is a double over every maximum, so the check is exact.
+  local function integer(s, r)
+    if s == nil or s == "" or find(s, "%D") then
+      M.param_error(r)
+    end
+    local n = tonumber(s)
+    if n < r[2] or n > r[3] then
+      M.param_error(r)
+    end
+    return n
+  end
+  M.integer = integer
+
+  -- The positional parameters of the algorithm with tag `tag` from args[i..]: a list of
+  -- numbers, and the next index.
+  function M.positional(tag, args, i)
+    local ranges = M.KINDS[tag].params
+    local values = {}
+    for k = 1, #ranges do
+      values[k] = integer(args[i + k - 1], ranges[k])
+    end
+    return values, i + #ranges
+  end
+
+  -- `[<option> v...] [COST n] [UPTO] [PEEK]` from args[i..] in any order, each at most once:
+  -- cost, peek, upto, and the algorithm's own options by token (`BURST`: nil when none is
+  -- given). Its own options are the section's `options` (with their own parse and text) or the
+  -- registry's (integers in a range). `with_upto` says whether UPTO is accepted; FORCE (a debt
+  -- over the limit) is the module's alone.
+  function M.options(args, i, tag, with_upto)
+    local n = #args
+    if i > n then
+      return 1, false, false, nil
+    end
+    local own = {}
+    if tag then
+      own = M.ALGO[tag].options or M.KINDS[tag].options
+    end
+    local cost, peek, upto, given
+    while i <= n do
+      local name = args[i]:upper()
+      local o
+      for k = 1, #own do
+        if own[k].token == name then
+          o = own[k]
+        end
+      end
+      if o then
+        given = given or {}
+        if given[name] then
+          M.fail("ERR option " .. name .. " given more than once")
+        end
+        if args[i + 1] == nil then
+          M.fail("ERR option " .. name .. " needs a value: " .. (o.missing and o.missing() or M.range_text(o)))
+        end
+        given[name] = o.parse and o.parse(args[i + 1]) or integer(args[i + 1], o)
+        i = i + 2
+      elseif name == "COST" then
+        if cost then
+          M.fail("ERR option COST given more than once")
+        end
+        if args[i + 1] == nil then
+          M.fail("ERR option COST needs a value: " .. M.range_text(M.COST))
+        end
+        cost = integer(args[i + 1], M.COST)
+        i = i + 2
+      elseif name == "PEEK" then
+        if peek then
+          M.fail("ERR option PEEK given more than once")
+        end
+        peek = true
+        i = i + 1
+      elseif with_upto and name == "UPTO" then
+        if upto then
+          M.fail("ERR option UPTO given more than once")
+        end
+        upto = true
+        i = i + 1
+      elseif name == "FORCE" then
+        M.fail("ERR FORCE needs the redis-rl module: the Lua twin does not take a cost over the limit")
+      else
+        local expected = {}
+        for k = 1, #own do
+          expected[k] = own[k].token .. " " .. own[k].value .. ", "
+        end
+        M.fail("ERR unknown option '" .. M.shown(args[i]) .. "', expected " .. table.concat(expected)
+          .. (with_upto and "COST n, UPTO, FORCE or PEEK" or "COST n, FORCE or PEEK"))
+      end
+    end
+    return cost or 1, peek or false, upto or false, given
+  end
+
+  function M.arity(name)
+    M.fail("ERR wrong number of arguments for '" .. name .. "' command")
+  end
+
+  function M.now_us()
+    local t = redis.call("TIME")
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+
+  -- ------------------------------------------------------------------------------------------
+  -- lua/src/storage.lua
+  -- Stored bytes: magic "\0RL", version, tag, fields (src/encoding): version 1 has
+  -- little-endian fixed-width fields (still read; written for a log), version 2 the fields of
+  -- a fixed-size state as varints (written for T, S, F, G) and a concurrency limiter's lease
+  -- table.
+
+  function M.corrupt(tag)
+    M.fail("ERR key holds a corrupt redis-rl " .. M.KINDS[tag].name .. " limiter")
+  end
+
+  function M.not_ours()
+    M.fail("ERR key holds a value that is not a redis-rl limiter")
+  end
+
+  -- The longest value a valid limiter of each kind has (src/encoding: `MAX_BODY_LEN`); a
+  -- longer one is corrupt and is never read whole.
+  M.MAX_LEN = {
+    T = 5 + 39, S = 5 + 40, F = 5 + 30, G = 5 + 39, Q = 5 + 30,
+    L = 5 + 6 + 12 * M.KINDS.L.params[1][3],
+    C = 17 + 32768 * (14 + M.MAX_ID_LEN),
+  }
+  -- Tags with a version 2 (compact) form, and their version 1 length.
+  M.V1_LEN = { T = 37, S = 37, F = 29, G = 37, Q = 29 }
+
+  -- The tag of a value with our header, after the module's checks of version and kind.
+  function M.tag_of(v)
+    if #v < 5 or sub(v, 1, 3) ~= "\0RL" then
+      M.not_ours()
+    end
+    local version, stored = byte(v, 4), sub(v, 5, 5)
+    if version ~= 1 and not (version == 2 and (stored == "C" or M.V1_LEN[stored])) then
+      M.fail("ERR key holds a redis-rl limiter in format version " .. version .. ", this module reads version 1")
+    end
+    if not M.KINDS[stored] then
+      M.fail("ERR key holds a redis-rl limiter of a kind this module does not know (tag " .. byte(v, 5) .. ")")
+    end
+    return stored
+  end
+
+  -- The key's first `len` bytes (nil when missing), or the server's error (WRONGTYPE).
+  function M.get_prefix(key, len)
+    local v = pcall_redis("GETRANGE", key, 0, len)
+    if type(v) == "table" and v.err then
+      M.fail(v.err)
+    end
+    if v == "" then
+      if call("EXISTS", key) == 0 then
+        return nil
+      end
+      M.not_ours()
+    end
+    return v
+  end
+
+  -- The key's value if it holds a limiter of `tag` (nil when missing), else the module's error.
+  function M.read_value(key, tag)
+    local v = M.get_prefix(key, M.MAX_LEN[tag])
+    if not v then
+      return nil
+    end
+    local stored = M.tag_of(v)
+    if stored ~= tag then
+      M.fail("ERR key holds a " .. M.KINDS[stored].name .. " limiter, not a " .. M.KINDS[tag].name .. " limiter")
+    end
+    if #v > M.MAX_LEN[tag] then
+      M.corrupt(tag)
+    end
+    return v
+  end
+
+  function M.valid_duration(n)
+    return n and n >= 1 and n <= M.MAX_DURATION_MS
+  end
+
+  -- A fixed-size state's value and, for version 2, its fields (varints; `wide` marks the
+  -- u128 ones, `u64` the ones that must fit 64 bits), or the module's "corrupt" error.
+  function M.read_fixed(key, tag, wide)
+    local v = M.read_value(key, tag)
+    if not v then
+      return nil
+    end
+    if byte(v, 4) == 2 then
+      return v, M.read_compact(v, wide) or M.corrupt(tag)
+    end
+    if #v ~= M.V1_LEN[tag] then
+      M.corrupt(tag)
+    end
+    return v
+  end
+
+  -- Writes `value`, expiring `reset_after` ms after `now` (us) plus the TTL slack, as the
+  -- module does. A number argument reaches the server as its exact integer text.
+  function M.write(key, value, now, reset_after)
+    local at = floor(now / 1000)
+    if at * 1000 < now then
+      at = at + 1
+    end
+    local r = pcall_redis("SET", key, value, "PXAT", at + reset_after + M.TTL_SLACK_MS)
+    if type(r) == "table" and r.err then
+      M.fail(r.err)
+    end
+  end
+
+  -- A decision: allowed (true/false), limit, remaining, retry ("never" = -1), reset_after.
+  function M.decision(allowed, limit, remaining, retry, reset_after)
+    return { allowed = allowed, limit = limit, remaining = remaining, retry = retry, reset = reset_after }
+  end
+
+  function M.u64_bytes(n)
+    local b = {}
+    for i = 1, 8 do
+      local q = floor(n / 256)
+      b[i] = n - q * 256
+      n = q
+    end
+    return char(b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8])
+  end
+
+  -- A u64 field at offset `at` (1-based); nil when 2^53 or more (read as 48 + 16 bits, so
+  -- the double is never rounded).
+  function M.read_u64(s, at)
+    local low, high = sunpack("<I6I2", s, at)
+    if high >= 32 then
+      return nil
+    end
+    return low + high * 281474976710656
+  end
+
+  -- Version 1 of a fixed-size state, which the twin writes (the module reads it, and writes
+  -- version 2 from then on): the header, then `fields` as 8-byte little-endian integers, all
+  -- numbers below 2^53, packed by the server's `struct` library in one call. Version 1 costs a
+  -- few bytes more per key than the module's varints, and saves the twin a loop per byte.
+  function M.fixed_v1(tag, a, b, c, d)
+    if d then
+      return "\0RL\1" .. tag .. spack("<I8I8I8I8", a, b, c, d)
+    end
+    return "\0RL\1" .. tag .. spack("<I8I8I8", a, b, c)
+  end
+
+  -- ------------------------------------------------------------------------------------------
+  -- lua/src/bignum.lua
+  -- Exact integer arithmetic on doubles.
 
   -- Exact integer division of numbers below 2^53 (Lua's / rounds; this corrects it).
   function M.idiv(a, b)
@@ -71,12 +394,12 @@ local function build()
     return q
   end
 
-  -- ---------------------------------------------------------------------------------------
+  -- --------------------------------------------------------------------------------------
   -- Integers of up to 128 bits and more: a Lua number while the value is below 2^53 (exact, and
   -- fast), else an array of 24-bit limbs, least significant first, no trailing zero limbs
   -- (limb products stay below 2^48, so every step is exact in doubles). Every operation takes
   -- either form and returns a number whenever the result fits.
-  M.LOAD.bignum = function()
+  do
     local LIMB = 16777216 -- 2^24
     local EXACT = M.EXACT
 
@@ -108,7 +431,7 @@ local function build()
       return a
     end
 
-    function M.bn(n)
+    function M.bn(n) -- the identity: numbers and limb arrays mix freely
       return n
     end
 
@@ -336,115 +659,1434 @@ local function build()
     end
   end
 
-  -- ---------------------------------------------------------------------------------------
-  -- Errors, texts as the module's.
+  -- ------------------------------------------------------------------------------------------
+  -- lua/src/varint.lua
+  -- LEB128 varints (src/encoding: `Writer::varint`, `varint128`): the entries of a log, and
+  -- every field of the fixed-size states in format version 2.
 
-  -- Errors travel as strings with a mark (Redis 7.0 turns an error object into its text), so
-  -- the top level tells ours (and the server's) from a bug.
-  M.MARK = "\1rl\1"
-
-  function M.fail(text)
-    error(M.MARK .. text, 0)
+  -- A varint at `pos`: value, next position; nil when malformed or 2^53 or more.
+  local function read_varint(v, pos)
+    local value, scale = 0, 1
+    for k = 0, 7 do
+      local b = byte(v, pos + k)
+      if not b then
+        return nil
+      end
+      if b < 128 then
+        if b == 0 and k > 0 then
+          return nil
+        end
+        value = value + b * scale
+        if value > M.EXACT then
+          return nil
+        end
+        return value, pos + k + 1
+      end
+      value = value + (b - 128) * scale
+      scale = scale * 128
+    end
+    return nil
   end
+  M.read_varint = read_varint
 
-  function M.shown(s)
-    local out = {}
-    local n = #s > 40 and 40 or #s
-    for i = 1, n do
-      local b = byte(s, i)
-      if b >= 32 and b <= 126 then
-        out[#out + 1] = char(b)
-      else
-        out[#out + 1] = fmt("\\x%02x", b)
+  local function varint(out, v)
+    -- `%` and an exact division instead of math.floor: no C call per byte.
+    while v >= 128 do
+      local r = v % 128
+      out[#out + 1] = r + 128
+      v = (v - r) / 128
+    end
+    out[#out + 1] = v
+  end
+  M.varint = varint
+
+  -- A varint of up to 128 bits (a bignum or a number), as the module writes a u128: a
+  -- bignum's 24-bit limbs are cut into 7-bit groups directly.
+  function M.bvarint(out, a)
+    if type(a) == "number" then
+      return varint(out, a)
+    end
+    local groups, acc, bits = {}, 0, 0
+    for i = 1, #a do
+      acc = acc + a[i] * 2 ^ bits
+      bits = bits + 24
+      while bits >= 7 do
+        local q = floor(acc / 128)
+        groups[#groups + 1] = acc - q * 128
+        acc, bits = q, bits - 7
       end
     end
-    if #s > 40 then
-      out[#out + 1] = "..."
+    while acc > 0 do
+      local q = floor(acc / 128)
+      groups[#groups + 1] = acc - q * 128
+      acc = q
     end
-    return table.concat(out)
-  end
-
-  function M.num(n)
-    return fmt("%.0f", n)
-  end
-
-  function M.range_text(name, min, max)
-    return name .. " must be an integer between " .. M.num(min) .. " and " .. M.num(max)
-  end
-
-  function M.param_error(name, min, max)
-    M.fail("ERR " .. M.range_text(name, min, max))
-  end
-
-  -- A plain decimal integer in [min, max] (the module's `integer`).
-  function M.integer(s, name, min, max)
-    if s == nil or not s:find("^%d+$") then
-      M.param_error(name, min, max)
+    local n = #groups
+    while n > 1 and groups[n] == 0 do
+      n = n - 1
     end
-    local digits = s:gsub("^0+", "")
-    if #digits > 16 then
-      M.param_error(name, min, max)
+    for i = 1, n - 1 do
+      out[#out + 1] = groups[i] + 128
     end
-    local n = tonumber(digits) or 0
-    if n < min or n > max then
-      M.param_error(name, min, max)
+    out[#out + 1] = groups[n]
+  end
+
+  -- A varint of up to 128 bits at `pos` (`bits`: 64 or 128): value (a bignum or a number),
+  -- next position; nil when malformed (truncated, not in its shortest form, over `bits`).
+  -- Below 2^53 it is summed as a number; above, its 7-bit groups are packed into limbs.
+  local function read_bvarint(v, pos, bits)
+    local value, scale = 0, 1
+    for k = 0, 7 do
+      local b = byte(v, pos + k)
+      if not b then
+        return nil
+      end
+      if b < 128 then
+        if b == 0 and k > 0 then
+          return nil
+        end
+        if k < 7 or b < 16 then
+          return value + b * scale, pos + k + 1
+        end
+        break
+      end
+      value = value + (b - 128) * scale
+      scale = scale * 128
+    end
+    local last = bits == 64 and 9 or 18
+    local top = bits == 64 and 1 or 3
+    local limbs, acc, have = {}, 0, 0
+    for k = 0, last do
+      local b = byte(v, pos + k)
+      if not b then
+        return nil
+      end
+      local final = b < 128
+      if final and ((b == 0 and k > 0) or (k == last and b > top)) then
+        return nil
+      end
+      acc = acc + (final and b or b - 128) * 2 ^ have
+      have = have + 7
+      if have >= 24 then
+        local q = floor(acc / 16777216)
+        limbs[#limbs + 1] = acc - q * 16777216
+        acc, have = q, have - 24
+      end
+      if final then
+        limbs[#limbs + 1] = acc
+        return M.trim(limbs), pos + k + 1
+      end
+    end
+    return nil
+  end
+
+  -- The fields of a version 2 value (varints after the header; `wide[i]` is 128 or 64 for
+  -- the fields that may exceed 2^53, their width): a list of values, or nil when malformed
+  -- or when bytes are left over.
+  function M.read_compact(v, wide)
+    local out, pos = {}, 6
+    for i = 1, #wide do
+      local bits, value = wide[i]
+      if bits then
+        value, pos = read_bvarint(v, pos, bits)
+      else
+        value, pos = read_varint(v, pos)
+      end
+      if value == nil then
+        return nil
+      end
+      out[i] = value
+    end
+    if pos ~= #v + 1 then
+      return nil
+    end
+    return out
+  end
+
+  -- A version 2 value: the header, then `fields` as varints (numbers or bignums), built in
+  -- one reused table.
+  local scratch = {}
+  function M.compact(tag, fields)
+    local n = 0
+    for i = 1, #fields do
+      local v = fields[i]
+      if type(v) == "number" then
+        while v >= 128 do
+          local r = v % 128
+          n = n + 1
+          scratch[n] = r + 128
+          v = (v - r) / 128
+        end
+        n = n + 1
+        scratch[n] = v
+      else
+        local out = {}
+        M.bvarint(out, v)
+        for j = 1, #out do
+          n = n + 1
+          scratch[n] = out[j]
+        end
+      end
+    end
+    return "\0RL\2" .. tag .. char(unpack(scratch, 1, n))
+  end
+
+  -- ------------------------------------------------------------------------------------------
+  -- lua/src/token_bucket.lua
+  -- Token bucket (core/src/token_bucket.rs): level in units of 1/(refill_ms x 1000) token.
+
+  M.TB = { tag = "T" }
+  M.ALGO.T = M.TB
+
+  function M.TB.parse(args, i)
+    local v, nxt = M.positional("T", args, i)
+    local p = { capacity = v[1], rate = v[2], refill_ms = v[3] }
+    p.unit = p.refill_ms * 1000
+    p.full = M.bmul(p.capacity, p.unit)
+    return p, nxt
+  end
+
+  -- After every argument is parsed (the module's errors come first).
+  function M.TB.finish(p)
+    M.exact_wait(p.capacity, p.refill_ms, p.rate, "capacity x refill_ms / refill_tokens")
+    return p
+  end
+
+  function M.TB.read(key)
+    local v, f = M.read_fixed(key, "T", { 64, false, 128 })
+    if not v then
+      return nil
+    end
+    local s
+    if f then
+      s = { updated_at = M.tb_instant(f[1]), refill_ms = f[2], level = f[3] }
+    else
+      s = { updated_at = M.read_u64(v, 6), refill_ms = M.read_u64(v, 14), level = M.read_u128(v, 22) }
+    end
+    if not s.updated_at or s.updated_at > M.LATEST_US or not M.valid_duration(s.refill_ms) then
+      M.corrupt("T")
+    end
+    -- A level that is a number (below 2^53) is over the most only if that is below 2^53 too,
+    -- where the double product is exact.
+    local over
+    if type(s.level) == "number" then
+      over = s.level > M.MAX_COUNT * s.refill_ms * 1000
+    else
+      over = M.bcmp(s.level, M.bmul(M.MAX_COUNT, s.refill_ms * 1000)) > 0
+    end
+    if over then
+      M.corrupt("T")
+    end
+    return s
+  end
+
+  -- Version 2 stores the instant in us since 2020-01-01 (src/encoding/token_bucket.rs
+  -- `EPOCH_US`), wrapping modulo 2^64 below it (a varint of at most 64 bits, as the module
+  -- reads it): the instant, or nil beyond the twin's range.
+  M.TB_EPOCH_US = 1577836800000000
+  function M.tb_instant(since)
+    if type(since) == "number" then
+      return since + M.TB_EPOCH_US
+    end
+    local before = M.bsub(M.badd(M.U64_MAX, 1), since)
+    if type(before) == "number" and before <= M.TB_EPOCH_US then
+      return M.TB_EPOCH_US - before
+    end
+    return nil
+  end
+
+  function M.TB.encode(s)
+    if type(s.level) == "number" then
+      return M.fixed_v1("T", s.updated_at, s.refill_ms, s.level, 0)
+    end
+    local since = s.updated_at - M.TB_EPOCH_US
+    if since < 0 then
+      since = M.bsub(M.badd(M.U64_MAX, 1), M.TB_EPOCH_US - s.updated_at)
+    end
+    return M.compact("T", { since, s.refill_ms, s.level })
+  end
+
+  function M.tb_level_at(s, now, p)
+    if not s then
+      return p.full, now
+    end
+    local level = s.level
+    if s.refill_ms ~= p.refill_ms then
+      local old_unit = s.refill_ms * 1000
+      level = M.bmin(level, M.bmul(M.MAX_COUNT, old_unit))
+      local q, r = M.bdivmod(level, old_unit)
+      level = M.badd(M.bmul(q, p.unit), M.bdiv(M.bmul(r, p.unit), old_unit))
+    end
+    local as_of = now > s.updated_at and now or s.updated_at
+    local refilled = M.badd(level, M.bmul(p.rate, as_of - s.updated_at))
+    return M.bmin(refilled, p.full), as_of
+  end
+
+  -- Milliseconds until the level grows from `from` to `target` (rounded up), `lag` us late.
+  local function tb_wait(p, target, from, lag)
+    return M.ceil_millis(M.badd(M.bdivceil(M.bsub(target, from), p.rate), lag))
+  end
+
+  local function tb_decide(p, allowed, retry, after, lag)
+    return M.decision(allowed, p.capacity, M.bnum(M.bdiv(after, p.unit)), retry, tb_wait(p, p.full, after, lag))
+  end
+
+  function M.TB.check(s, now, p, cost)
+    local level, as_of = M.tb_level_at(s, now, p)
+    local lag = as_of - now
+    if cost > p.capacity then
+      return tb_decide(p, false, -1, level, lag)
+    end
+    local need = M.bmul(cost, p.unit)
+    if M.bcmp(level, need) < 0 then
+      return tb_decide(p, false, tb_wait(p, need, level, lag), level, lag)
+    end
+    local after = M.bsub(level, need)
+    local new
+    if cost > 0 then
+      new = { level = after, updated_at = as_of, refill_ms = p.refill_ms }
+    end
+    return tb_decide(p, true, 0, after, lag), new
+  end
+
+  function M.TB.refund(s, now, p, amount)
+    local level, as_of = M.tb_level_at(s, now, p)
+    local refunded = M.bnum(M.bdivceil(M.bsub(p.full, level), p.unit))
+    if refunded > amount then
+      refunded = amount
+    end
+    if refunded == 0 then
+      return 0
+    end
+    local new_level = M.bmin(M.badd(level, M.bmul(refunded, p.unit)), p.full)
+    return refunded, { level = new_level, updated_at = as_of, refill_ms = p.refill_ms }
+  end
+
+  -- RL.STATE's fields (core/src/token_bucket.rs `view`).
+  function M.TB.view(s)
+    return {
+      "refill_ms", s.refill_ms,
+      "tokens_at_update", M.bnum(M.bdiv(s.level, s.refill_ms * 1000)),
+      "updated_at_ms", M.idiv(s.updated_at, 1000),
+    }
+  end
+
+  -- ------------------------------------------------------------------------------------------
+  -- lua/src/sliding_window.lua
+  -- Sliding window counter (core/src/sliding_window.rs).
+
+  M.SW = { tag = "S" }
+  M.ALGO.S = M.SW
+  function M.SW.parse(args, i)
+    return M.window_params(args, i, "S")
+  end
+
+  function M.SW.read(key)
+    local v, f = M.read_fixed(key, "S", { false, false, false, false })
+    if not v then
+      return nil
+    end
+    local s
+    if f then
+      -- Version 2 stores the window's index (window_start / window_ms).
+      local start = M.valid_duration(f[1]) and f[2] * f[1] or nil
+      s = { window_ms = f[1], window_start = start, previous = f[3], current = f[4] }
+    else
+      s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), previous = M.read_u64(v, 22), current = M.read_u64(v, 30) }
+    end
+    if not M.valid_duration(s.window_ms) or not s.window_start or s.window_start * 1000 > M.LATEST_US then
+      M.corrupt("S")
+    end
+    if M.imod(s.window_start, s.window_ms) ~= 0 or not s.previous or s.previous > M.MAX_COUNT
+      or not s.current or s.current > M.MAX_COUNT then
+      M.corrupt("S")
+    end
+    return s
+  end
+
+  function M.SW.encode(s)
+    return M.fixed_v1("S", s.window_ms, s.window_start, s.previous, s.current)
+  end
+
+  function M.sw_view(s, now, p)
+    local window = p.window
+    if not s then
+      return { start = now - M.imod(now, window), at = now, previous = 0, current = 0 }
+    end
+    local stored_start = s.window_start * 1000
+    local at = now > stored_start and now or stored_start
+    if s.window_ms ~= p.window_ms then
+      local old = s.window_ms * 1000
+      local old_start = at - M.imod(at, old)
+      local d = old_start - stored_start
+      local previous, current = 0, 0
+      if d == 0 then
+        previous, current = s.previous, s.current
+      elseif d == old then
+        previous = s.current
+      end
+      local elapsed = at - old_start
+      local estimate = M.bdivceil(M.badd(M.bmul(previous, old - elapsed), M.bmul(current, old)), old)
+      return { start = at - M.imod(at, window), at = at, previous = 0, current = M.bnum(estimate) }
+    end
+    local start = at - M.imod(at, window)
+    local d = start - stored_start
+    local previous, current = 0, 0
+    if d == 0 then
+      previous, current = s.previous, s.current
+    elseif d == window then
+      previous = s.current
+    end
+    return { start = start, at = at, previous = previous, current = current }
+  end
+
+  function M.sw_earliest_allowed(v, cost, p)
+    local window, limit = p.window, p.limit
+    if v.previous > 0 then
+      local spare = limit - (v.current + cost)
+      if spare >= 0 then
+        local part = M.bnum(M.bdiv(M.bmul(spare, window), v.previous))
+        local decay_needed = window - (part < window and part or window)
+        if decay_needed < window then
+          local at = v.start + decay_needed
+          return at > v.at and at or v.at
+        end
+      end
+    end
+    local next_start = v.start + window
+    local decay_needed = 0
+    if v.current > 0 then
+      local part = M.bnum(M.bdiv(M.bmul(limit - cost, window), v.current))
+      decay_needed = window - (part < window and part or window)
+    end
+    return next_start + decay_needed
+  end
+
+  function M.SW.check(s, now, p, cost)
+    local v = M.sw_view(s, now, p)
+    local window = p.window
+    local budget = M.bmul(p.limit, window)
+    local used = M.badd(M.bmul(v.previous, window - (v.at - v.start)), M.bmul(v.current, window))
+    local function since_now(instant)
+      return instant > now and M.ceil_div(instant - now, 1000) or 0
+    end
+    local function decide(allowed, retry, used_after, current)
+      local idle = 0
+      if current > 0 then
+        idle = v.start + 2 * window
+      elseif v.previous > 0 then
+        idle = v.start + window
+      end
+      return M.decision(allowed, p.limit, M.bnum(M.bdiv(M.bsub(budget, used_after), window)), retry, since_now(idle))
+    end
+    if cost > p.limit then
+      return decide(false, -1, used, v.current)
+    end
+    local after = M.badd(used, M.bmul(cost, window))
+    if M.bcmp(after, budget) > 0 then
+      local retry = since_now(M.sw_earliest_allowed(v, cost, p))
+      return decide(false, retry > 1 and retry or 1, used, v.current)
+    end
+    local current = v.current + cost
+    local new
+    if cost > 0 then
+      new = { window_ms = p.window_ms, window_start = M.ceil_div(v.start, 1000), previous = v.previous, current = current }
+    end
+    return decide(true, 0, after, current), new
+  end
+
+  function M.SW.refund(s, now, p, amount)
+    if not s then
+      return 0
+    end
+    local v = M.sw_view(s, now, p)
+    local refunded = v.current < amount and v.current or amount
+    if refunded == 0 or s.window_ms ~= p.window_ms then
+      return 0
+    end
+    return refunded, {
+      window_ms = p.window_ms,
+      window_start = M.ceil_div(v.start, 1000),
+      previous = v.previous,
+      current = v.current - refunded,
+    }
+  end
+
+  -- RL.STATE's fields: the weighted count now, rounded up (core/src/sliding_window.rs `view`).
+  function M.SW.view(s, now)
+    local max = M.MAX_COUNT
+    local p = { limit = max, window_ms = s.window_ms, window = s.window_ms * 1000 }
+    local d = M.SW.check(s, now, p, 0)
+    return {
+      "window_ms", s.window_ms,
+      "window_start_ms", s.window_start,
+      "previous", s.previous,
+      "current", s.current,
+      "count", max - d.remaining,
+    }
+  end
+
+  -- ------------------------------------------------------------------------------------------
+  -- lua/src/fixed_window.lua
+  -- Fixed window counter (core/src/fixed_window.rs).
+
+  M.FW = { tag = "F" }
+  M.ALGO.F = M.FW
+  function M.FW.parse(args, i)
+    return M.window_params(args, i, "F")
+  end
+
+  function M.FW.read(key)
+    local v, f = M.read_fixed(key, "F", { false, false, false })
+    if not v then
+      return nil
+    end
+    local s
+    if f then
+      -- Version 2 stores the window's index (window_start / window_ms).
+      local start = M.valid_duration(f[1]) and f[2] * f[1] or nil
+      s = { window_ms = f[1], window_start = start, count = f[3] }
+    else
+      s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), count = M.read_u64(v, 22) }
+    end
+    if not M.valid_duration(s.window_ms) or not s.window_start or s.window_start * 1000 > M.LATEST_US
+      or M.imod(s.window_start, s.window_ms) ~= 0 or not s.count or s.count > M.MAX_COUNT then
+      M.corrupt("F")
+    end
+    return s
+  end
+
+  function M.FW.encode(s)
+    return M.fixed_v1("F", s.window_ms, s.window_start, s.count)
+  end
+
+  function M.fw_current(s, now, window_ms)
+    local now_ms = M.idiv(now, 1000)
+    if not s then
+      return now_ms - M.imod(now_ms, window_ms), 0
+    end
+    local at = now_ms > s.window_start and now_ms or s.window_start
+    local n = at < s.window_start + s.window_ms and s.count or 0
+    return at - M.imod(at, window_ms), n
+  end
+
+  function M.FW.check(s, now, p, cost)
+    local start, n = M.fw_current(s, now, p.window_ms)
+    local end_us = (start + p.window_ms) * 1000
+    local until_end = end_us > now and M.ceil_div(end_us - now, 1000) or 0
+    local function decide(allowed, retry, after)
+      local remaining = p.limit > after and p.limit - after or 0
+      return M.decision(allowed, p.limit, remaining, retry, after > 0 and until_end or 0)
+    end
+    if cost > p.limit then
+      return decide(false, -1, n)
+    end
+    local after = n + cost
+    if after > p.limit then
+      return decide(false, until_end, n)
+    end
+    local new
+    if cost > 0 then
+      new = { window_ms = p.window_ms, window_start = start, count = after }
+    end
+    return decide(true, 0, after), new
+  end
+
+  function M.FW.refund(s, now, p, amount)
+    if not s then
+      return 0
+    end
+    local start, n = M.fw_current(s, now, p.window_ms)
+    local refunded = n < amount and n or amount
+    if refunded == 0 or s.window_ms ~= p.window_ms then
+      return 0
+    end
+    return refunded, { window_ms = p.window_ms, window_start = start, count = n - refunded }
+  end
+
+  -- RL.STATE's fields (core/src/fixed_window.rs `view`).
+  function M.FW.view(s, now)
+    local _, n = M.fw_current(s, now, s.window_ms)
+    return { "window_ms", s.window_ms, "window_start_ms", s.window_start, "count", n }
+  end
+
+  -- ------------------------------------------------------------------------------------------
+  -- lua/src/gcra.lua
+  -- GCRA (core/src/gcra.rs): the arrival time in ticks of 1/limit us.
+
+  M.GC = { tag = "G" }
+  M.ALGO.G = M.GC
+
+  function M.gcra_params(limit, period_ms, burst)
+    return { limit = limit, period_ms = period_ms, burst = burst or limit, interval = period_ms * 1000 }
+  end
+
+  -- As a spec of RL.ALL or RL.REFUND: `limit period_ms [BURST b]`; as RL.GCRA, BURST is one
+  -- of the options (`finish` gets it).
+  function M.GC.parse(args, i, spec)
+    local v
+    v, i = M.positional("G", args, i)
+    local burst
+    if spec and args[i] and args[i]:upper() == "BURST" then
+      local r = M.KINDS.G.options[1]
+      if args[i + 1] == nil then
+        M.fail("ERR option BURST needs a value: " .. M.range_text(r))
+      end
+      burst = M.integer(args[i + 1], r)
+      i = i + 2
+    end
+    return M.gcra_params(v[1], v[2], burst), i
+  end
+
+  function M.GC.finish(p, given)
+    if given and given.BURST then
+      p.burst = given.BURST
+    end
+    M.exact_wait(p.burst, p.period_ms, p.limit, "burst x period_ms / limit")
+    return p
+  end
+
+  -- The latest TAT (in us) of a valid state: u64::MAX plus the longest burst.
+  M.GC.LATEST = M.badd(M.U64_MAX, M.bmul(M.MAX_COUNT, M.MAX_COUNT))
+
+  function M.GC.read(key)
+    local v, f = M.read_fixed(key, "G", { 128, false, false })
+    if not v then
+      return nil
+    end
+    local s
+    if f then
+      s = { tat = f[1], limit = f[2], period_ms = f[3] }
+    else
+      s = { tat = M.read_u128(v, 6), limit = M.read_u64(v, 22), period_ms = M.read_u64(v, 30) }
+    end
+    if not M.valid_duration(s.period_ms) or not s.limit or s.limit < 1 or s.limit > M.MAX_COUNT then
+      M.corrupt("G")
+    end
+    if type(s.tat) ~= "number" and M.bcmp(M.bdiv(s.tat, s.limit), M.GC.LATEST) > 0 then
+      M.corrupt("G")
+    end
+    return s
+  end
+
+  function M.GC.encode(s)
+    if type(s.tat) == "number" then
+      return M.fixed_v1("G", s.tat, 0, s.limit, s.period_ms)
+    end
+    return M.compact("G", { s.tat, s.limit, s.period_ms })
+  end
+
+  function M.gcra_tat_in(s, limit)
+    if s.limit == limit then
+      return s.tat
+    end
+    local q, r = M.bdivmod(s.tat, s.limit)
+    return M.bsat(M.badd(M.bsat(M.bmul(q, limit)), M.bdivceil(M.bmul(r, limit), s.limit)))
+  end
+
+  function M.GC.check(s, now, p, cost)
+    local now_t = M.bmul(now, p.limit)
+    local tat = M.bmax(s and M.gcra_tat_in(s, p.limit) or 0, now_t)
+    local horizon = M.badd(now_t, M.bmul(p.burst, p.interval))
+    local function to_millis(ticks)
+      return M.ceil_millis(M.bdivceil(ticks, p.limit))
+    end
+    local function decide(allowed, retry, t)
+      return M.decision(allowed, p.burst, M.bnum(M.bdiv(M.bsub(horizon, t), p.interval)), retry, to_millis(M.bsub(t, now_t)))
+    end
+    if cost > p.burst then
+      return decide(false, -1, tat)
+    end
+    local after = M.bsat(M.badd(tat, M.bmul(cost, p.interval)))
+    if M.bcmp(after, horizon) > 0 then
+      return decide(false, to_millis(M.bsub(after, horizon)), tat)
+    end
+    local new
+    if cost > 0 then
+      new = { tat = after, limit = p.limit, period_ms = p.period_ms }
+    end
+    return decide(true, 0, after), new
+  end
+
+  function M.GC.refund(s, now, p, amount)
+    local now_t = M.bmul(now, p.limit)
+    local tat = s and M.gcra_tat_in(s, p.limit) or 0
+    local refunded = M.bnum(M.bdivceil(M.bsub(tat, now_t), p.interval))
+    if refunded > amount then
+      refunded = amount
+    end
+    if refunded == 0 then
+      return 0
+    end
+    local new_tat = M.bmax(M.bsub(tat, M.bmul(refunded, p.interval)), now_t)
+    return refunded, { tat = new_tat, limit = p.limit, period_ms = p.period_ms }
+  end
+
+  -- RL.STATE's fields (core/src/gcra.rs `view`).
+  function M.GC.view(s, now)
+    local ahead = M.bsub(s.tat, M.bmul(now, s.limit))
+    return {
+      "limit", s.limit,
+      "period_ms", s.period_ms,
+      "tat_ms", M.ceil_millis(M.bdivceil(s.tat, s.limit)),
+      "used", M.bnum(M.bdivceil(ahead, s.period_ms * 1000)),
+    }
+  end
+
+  -- RL.THROTTLE key max_burst count period_s [quantity] (core/src/throttle.rs): redis-cell's
+  -- CL.THROTTLE on the GCRA, on the same keys as RL.GCRA. Replies limited, max_burst + 1,
+  -- remaining, retry_after_s (-1 when allowed or never possible), reset_after_s; waits
+  -- rounded up to whole seconds.
+  function M.run_throttle(name, args)
+    local n = #args
+    if #M.KEYS ~= 1 or n < 4 or n > 5 then
+      M.arity(name)
+    end
+    local T = M.THROTTLE
+    local max_burst = M.integer(args[2], T[1])
+    local count = M.integer(args[3], T[2])
+    local period_s = M.integer(args[4], T[3])
+    local cost = n == 5 and M.integer(args[5], T[4]) or 1
+    local p = M.GC.finish(M.gcra_params(count, period_s * 1000, max_burst + 1))
+    local key = M.KEYS[1]
+    local state = M.GC.read(key)
+    local now = M.now_us()
+    local d, new = M.GC.check(state, now, p, cost)
+    M.check_exact(d)
+    if new then
+      M.write(key, M.GC.encode(new), now, d.reset)
+    end
+    local retry = -1
+    if not d.allowed and d.retry >= 0 then
+      retry = M.ceil_div(d.retry, 1000)
+    end
+    return { d.allowed and 0 or 1, d.limit, d.remaining, retry, M.ceil_div(d.reset, 1000) }
+  end
+  M.COMMANDS["RL.THROTTLE"] = M.run_throttle
+
+  -- ------------------------------------------------------------------------------------------
+  -- lua/src/sliding_window_log.lua
+  -- Sliding window log (core/src/sliding_log.rs): varint-encoded entries, oldest first.
+
+
+  M.LG = { tag = "L" }
+  M.ALGO.L = M.LG
+  M.MAX_LOG = M.KINDS.L.params[1][3]
+
+  function M.LG.parse(args, i)
+    return M.window_params(args, i, "L")
+  end
+
+  function M.LG.read(key)
+    local v = M.read_value(key, "L")
+    if not v then
+      return nil
+    end
+    local window_ms, pos = M.read_varint(v, 6)
+    if not M.valid_duration(window_ms) then
+      M.corrupt("L")
+    end
+    local at, total, times, counts = 0, 0, {}, {}
+    while pos <= #v do
+      local word, n
+      word, pos = M.read_varint(v, pos)
+      if not word then
+        M.corrupt("L")
+      end
+      n = 1
+      if word % 2 == 1 then
+        n, pos = M.read_varint(v, pos)
+        if not n or n < 2 then
+          M.corrupt("L")
+        end
+      end
+      at = at + floor(word / 2)
+      total = total + n
+      if at > M.LATEST_US or total > M.MAX_LOG then
+        M.corrupt("L")
+      end
+      times[#times + 1] = at
+      counts[#counts + 1] = n
+    end
+    return { window_ms = window_ms, times = times, counts = counts }
+  end
+
+  function M.LG.encode(s)
+    local out = {}
+    M.varint(out, s.window_ms)
+    local previous = 0
+    for i = 1, #s.times do
+      local delta = s.times[i] - previous
+      previous = s.times[i]
+      if s.counts[i] == 1 then
+        M.varint(out, delta * 2)
+      else
+        M.varint(out, delta * 2 + 1)
+        M.varint(out, s.counts[i])
+      end
+    end
+    local parts = { "\0RL\1L" }
+    for i = 1, #out, 4096 do
+      parts[#parts + 1] = char(unpack(out, i, math.min(i + 4095, #out)))
+    end
+    return table.concat(parts)
+  end
+
+  function M.LG.check(s, now, p, cost)
+    local times = s and s.times or {}
+    local counts = s and s.counts or {}
+    local window, limit = p.window, p.limit
+    local n = #times
+    local at = now
+    if n > 0 and times[n] > now then
+      at = times[n]
+    end
+    local first_live = n + 1
+    for i = 1, n do
+      if times[i] + window > at then
+        first_live = i
+        break
+      end
+    end
+    local used = 0
+    for i = first_live, n do
+      used = used + counts[i]
+    end
+    local function since_now(instant)
+      return instant > now and M.ceil_div(instant - now, 1000) or 0
+    end
+    local newest = first_live <= n and times[n] or nil
+    local function decide(allowed, retry, u, last)
+      return M.decision(allowed, limit, limit > u and limit - u or 0, retry, last and since_now(last + window) or 0)
+    end
+    if cost > limit then
+      return decide(false, -1, used, newest)
+    end
+    local excess = used + cost - limit
+    if excess > 0 then
+      local freed, retry_at = 0, nil
+      for i = first_live, n do
+        freed = freed + counts[i]
+        if freed >= excess then
+          retry_at = times[i] + window
+          break
+        end
+      end
+      if not retry_at then
+        retry_at = newest and newest + window or at
+      end
+      return decide(false, since_now(retry_at), used, newest)
+    end
+    if cost == 0 then
+      return decide(true, 0, used, newest)
+    end
+    local new_times, new_counts = {}, {}
+    for i = first_live, n do
+      new_times[#new_times + 1] = times[i]
+      new_counts[#new_counts + 1] = counts[i]
+    end
+    local m = #new_times
+    if m > 0 and new_times[m] == at then
+      new_counts[m] = new_counts[m] + cost
+    else
+      new_times[m + 1] = at
+      new_counts[m + 1] = cost
+    end
+    return decide(true, 0, used + cost, at), { window_ms = p.window_ms, times = new_times, counts = new_counts }
+  end
+
+  function M.LG.refund(s, now, p, amount)
+    if not s then
+      return 0
+    end
+    local times, counts, window = s.times, s.counts, p.window
+    local n = #times
+    local at = now
+    if n > 0 and times[n] > now then
+      at = times[n]
+    end
+    local live_t, live_c = {}, {}
+    for i = 1, n do
+      if times[i] + window > at then
+        live_t[#live_t + 1] = times[i]
+        live_c[#live_c + 1] = counts[i]
+      end
+    end
+    local refunded = 0
+    while refunded < amount and #live_t > 0 do
+      local m = #live_t
+      local take = live_c[m] < amount - refunded and live_c[m] or amount - refunded
+      live_c[m] = live_c[m] - take
+      refunded = refunded + take
+      if live_c[m] == 0 then
+        live_t[m] = nil
+        live_c[m] = nil
+      end
+    end
+    if refunded == 0 then
+      return 0
+    end
+    return refunded, { window_ms = p.window_ms, times = live_t, counts = live_c }
+  end
+
+  -- RL.STATE's fields (core/src/sliding_log.rs `view`).
+  function M.LG.view(s, now)
+    local n, count = #s.times, 0
+    local window = s.window_ms * 1000
+    local at = n > 0 and s.times[n] > now and s.times[n] or now
+    for i = 1, n do
+      if s.times[i] + window > at then
+        count = count + s.counts[i]
+      end
+    end
+    return {
+      "window_ms", s.window_ms,
+      "count", count,
+      "entries", n,
+      "oldest_at_ms", n > 0 and M.idiv(s.times[1], 1000) or 0,
+      "newest_at_ms", n > 0 and M.idiv(s.times[n], 1000) or 0,
+    }
+  end
+
+  -- ------------------------------------------------------------------------------------------
+  -- lua/src/calendar_quota.lua
+  -- Calendar quota (core/src/quota.rs, core/src/calendar.rs): a fixed window whose windows
+  -- are calendar periods at a fixed UTC offset; civil dates by Hinnant's algorithms.
+
+  M.QU = { tag = "Q" }
+  M.ALGO.Q = M.QU
+  M.QU.PERIODS = { DAY = 1, WEEK = 2, MONTH = 3, YEAR = 4 }
+  M.QU.PERIOD_ERROR = "ERR period must be DAY, WEEK, MONTH or YEAR"
+  M.QU.TZ_ERROR = "tz must be an integer between -1439 and 1439"
+  M.QU.DAY_MS = 86400000
+  -- The options after the period, as `M.options` takes them.
+  -- The options after the period (signed TZ, ANCHOR), for M.options and specs.
+  M.QU.OPTIONS = {
+    { token = "TZ", value = "minutes", parse = function(s) return M.QU.tz(s) end,
+      missing = function() return M.QU.TZ_ERROR end },
+    { token = "ANCHOR", value = "day", parse = function(s) return M.integer(s, { "anchor", 1, 31 }) end,
+      missing = function() return M.range_text({ "anchor", 1, 31 }) end },
+  }
+  M.QU.options = M.QU.OPTIONS
+
+  -- A signed offset in minutes (the module's `Spelling::Offset`).
+  function M.QU.tz(s)
+    if s == nil or not s:find("^%-?%d+$") or #s:gsub("^%-", "") > 19 then
+      M.fail("ERR " .. M.QU.TZ_ERROR)
+    end
+    local n = tonumber(s)
+    if not n or n < -1439 or n > 1439 then
+      M.fail("ERR " .. M.QU.TZ_ERROR)
     end
     return n
   end
 
-  function M.count_param(s, name)
-    return M.integer(s, name, 1, M.MAX_COUNT)
+  -- limit and period at args[i], args[i + 1]; `finish` adds TZ and ANCHOR.
+  function M.QU.base(args, i)
+    local limit = M.integer(args[i], M.KINDS.Q.params[1])
+    local word = args[i + 1]
+    local period = word and M.QU.PERIODS[word:upper()]
+    if not period then
+      M.fail(M.QU.PERIOD_ERROR)
+    end
+    return { limit = limit, period = period }
   end
 
-  function M.duration_param(s, name)
-    return M.integer(s, name, 1, M.MAX_DURATION_MS)
+  -- `given`: the options by token (TZ, ANCHOR), nil when none (a spec's were applied when
+  -- it was parsed, and are kept).
+  function M.QU.finish(p, given)
+    local tz, anchor = given and given.TZ, given and given.ANCHOR
+    if anchor and p.period ~= 3 and anchor ~= 1 then
+      M.param_error({ "anchor (for a period other than MONTH)", 1, 1 })
+    end
+    p.tz = tz or p.tz or 0
+    p.anchor = anchor or p.anchor or 1
+    return p
   end
 
-  -- `[BURST b] [COST n] [UPTO] [PEEK]` from args[i..]: cost, peek, burst (nil when not
-  -- given), upto. BURST and UPTO are options only where with_burst / with_upto say so.
-  function M.options(args, i, with_burst, with_upto)
-    local expected = (with_burst and "BURST b, " or "") .. (with_upto and "COST n, UPTO, FORCE or PEEK" or "COST n, FORCE or PEEK")
-    local cost, peek, burst, upto
-    while i <= #args do
-      local name = args[i]:upper()
-      if with_burst and name == "BURST" then
-        if burst then
-          M.fail("ERR option BURST given more than once")
+  -- As RL.QUOTA, `limit period` (TZ and ANCHOR are among the options, `finish` gets them); as
+  -- a spec, the options follow in any order, each once (a repeat is left for the next spec).
+  function M.QU.parse(args, i, spec)
+    local p = M.QU.base(args, i)
+    i = i + 2
+    if not spec then
+      return p, i
+    end
+    local given = {}
+    local progress = true
+    while progress and args[i] do
+      progress = false
+      for _, o in ipairs(M.QU.OPTIONS) do
+        if not given[o.token] and args[i] and args[i]:upper() == o.token then
+          if args[i + 1] == nil then
+            M.fail("ERR option " .. o.token .. " needs a value: " .. o.missing())
+          end
+          given[o.token] = o.parse(args[i + 1])
+          i = i + 2
+          progress = true
         end
-        if args[i + 1] == nil then
-          M.fail("ERR option BURST needs a value: " .. M.range_text("burst", 1, M.MAX_COUNT))
-        end
-        burst = M.count_param(args[i + 1], "burst")
-        i = i + 2
-      elseif name == "COST" then
-        if cost then
-          M.fail("ERR option COST given more than once")
-        end
-        if args[i + 1] == nil then
-          M.fail("ERR option COST needs a value: " .. M.range_text("cost", 0, M.MAX_COUNT))
-        end
-        cost = M.integer(args[i + 1], "cost", 0, M.MAX_COUNT)
-        i = i + 2
-      elseif name == "PEEK" then
-        if peek then
-          M.fail("ERR option PEEK given more than once")
-        end
-        peek = true
-        i = i + 1
-      elseif with_upto and name == "UPTO" then
-        if upto then
-          M.fail("ERR option UPTO given more than once")
-        end
-        upto = true
-        i = i + 1
-      elseif name == "FORCE" then
-        -- Debts (a cost taken over the limit) are the module's alone: refused, not ignored.
-        M.fail("ERR FORCE needs the redis-rl module: the Lua twin does not take a cost over the limit")
-      else
-        M.fail("ERR unknown option '" .. M.shown(args[i]) .. "', expected " .. expected)
       end
     end
-    return cost or 1, peek or false, burst, upto or false
+    return M.QU.finish(p, given), i
+  end
+
+  function M.QU.read(key)
+    local v, f = M.read_fixed(key, "Q", { false, false, false })
+    if not v then
+      return nil
+    end
+    local start, length, count
+    if f then
+      start, length, count = f[1], f[2], f[3]
+    else
+      start = M.read_u64(v, 6)
+      local stop = M.read_u64(v, 14)
+      count = M.read_u64(v, 22)
+      length = start and stop and stop - start
+    end
+    if not start or not length or length < 1 or length > 367 * M.QU.DAY_MS or not count
+      or count > M.MAX_COUNT or (start + length) * 1000 > M.LATEST_US then
+      M.corrupt("Q")
+    end
+    return { period_start = start, period_end = start + length, count = count }
+  end
+
+  function M.QU.encode(s)
+    return M.compact("Q", { s.period_start, s.period_end - s.period_start, s.count })
+  end
+
+  function M.days_from_civil(y, m, d)
+    if m <= 2 then
+      y = y - 1
+    end
+    local era = M.idiv(y, 400)
+    local yoe = y - era * 400
+    local mp = m > 2 and m - 3 or m + 9
+    local doy = M.idiv(153 * mp + 2, 5) + d - 1
+    local doe = yoe * 365 + M.idiv(yoe, 4) - M.idiv(yoe, 100) + doy
+    return era * 146097 + doe - 719468
+  end
+
+  function M.civil_from_days(z)
+    z = z + 719468
+    local era = M.idiv(z, 146097)
+    local doe = z - era * 146097
+    local yoe = M.idiv(doe - M.idiv(doe, 1460) + M.idiv(doe, 36524) - M.idiv(doe, 146096), 365)
+    local doy = doe - (365 * yoe + M.idiv(yoe, 4) - M.idiv(yoe, 100))
+    local mp = M.idiv(5 * doy + 2, 153)
+    local d = doy - M.idiv(153 * mp + 2, 5) + 1
+    local m = mp < 10 and mp + 3 or mp - 9
+    return yoe + era * 400 + (m <= 2 and 1 or 0), m, d
+  end
+
+  function M.days_in_month(y, m)
+    if m == 2 then
+      local leap = M.imod(y, 4) == 0 and (M.imod(y, 100) ~= 0 or M.imod(y, 400) == 0)
+      return leap and 29 or 28
+    end
+    return (m == 4 or m == 6 or m == 9 or m == 11) and 30 or 31
+  end
+
+  function M.QU.first_day(p, y, m)
+    local last = M.days_in_month(y, m)
+    return p.anchor < last and p.anchor or last
+  end
+
+  -- The number of the period containing `at_ms` (grows by one per period).
+  function M.QU.index(p, at_ms)
+    local day = M.idiv(at_ms + p.tz * 60000, M.QU.DAY_MS)
+    if p.period == 1 then
+      return day
+    elseif p.period == 2 then
+      return M.idiv(day + 3, 7)
+    elseif p.period == 3 then
+      local y, m, d = M.civil_from_days(day)
+      local month = y * 12 + m - 1
+      return d < M.QU.first_day(p, y, m) and month - 1 or month
+    end
+    return (M.civil_from_days(day))
+  end
+
+  -- When period `index` starts, in ms since the epoch (0 for one that began before it).
+  function M.QU.start_of(p, index)
+    local day
+    if p.period == 1 then
+      day = index
+    elseif p.period == 2 then
+      day = index * 7 - 3
+    elseif p.period == 3 then
+      local y = M.idiv(index, 12)
+      local m = index - y * 12 + 1
+      day = M.days_from_civil(y, m, M.QU.first_day(p, y, m))
+    else
+      day = M.days_from_civil(index, 1, 1)
+    end
+    local ms = day * M.QU.DAY_MS - p.tz * 60000
+    return ms > 0 and ms or 0
+  end
+
+  function M.QU.current(s, now, p)
+    local now_ms = M.idiv(now, 1000)
+    local at = (s and s.period_start > now_ms) and s.period_start or now_ms
+    local index = M.QU.index(p, at)
+    local n = (s and at < s.period_end) and s.count or 0
+    return M.QU.start_of(p, index), M.QU.start_of(p, index + 1), n
+  end
+
+  function M.QU.check(s, now, p, cost)
+    local start, stop, n = M.QU.current(s, now, p)
+    local end_us = stop * 1000
+    local until_end = end_us > now and M.ceil_div(end_us - now, 1000) or 0
+    local function decide(allowed, retry, after)
+      local remaining = p.limit > after and p.limit - after or 0
+      return M.decision(allowed, p.limit, remaining, retry, after > 0 and until_end or 0)
+    end
+    if cost > p.limit then
+      return decide(false, -1, n)
+    end
+    local after = n + cost
+    if after > p.limit then
+      return decide(false, until_end, n)
+    end
+    local new
+    if cost > 0 then
+      new = { period_start = start, period_end = stop, count = after }
+    end
+    return decide(true, 0, after), new
+  end
+
+  function M.QU.refund(s, now, p, amount)
+    if not s then
+      return 0
+    end
+    local start, stop, n = M.QU.current(s, now, p)
+    local refunded = n < amount and n or amount
+    if refunded == 0 or s.period_start ~= start or s.period_end ~= stop then
+      return 0
+    end
+    return refunded, { period_start = start, period_end = stop, count = n - refunded }
+  end
+
+  -- RL.STATE's fields (core/src/quota.rs `view`).
+  function M.QU.view(s, now)
+    local now_ms = M.idiv(now, 1000)
+    return {
+      "period_start_ms", s.period_start,
+      "period_end_ms", s.period_end,
+      "count", now_ms < s.period_end and s.count or 0,
+    }
+  end
+
+  -- ------------------------------------------------------------------------------------------
+  -- lua/src/concurrency.lua
+  -- Concurrency limiter (core/src/concurrency.rs): leases by id, each expiring lease_ms after
+  -- its last ACQUIRE. The twin reads every lease (a version 2 lease table, or a version 1
+  -- list), decides as the core does, and writes the leases as a new table laid out as the
+  -- module's `lease_table::build` (src/encoding/lease_table): the module then changes that
+  -- table in place, and the twin reads what the module changed.
+
+  M.CC = { tag = "C" }
+  M.ALGO.C = M.CC
+
+  local NONE = 65535
+
+  local function u16(v, at)
+    local a, b = byte(v, at, at + 1)
+    return a + b * 256
+  end
+
+  local function u16_bytes(n)
+    return char(n % 256, floor(n / 256))
+  end
+
+  -- The home record of an id: FNV-1a 64 of its bytes modulo the capacity (a power of two up
+  -- to 2^15), so only the hash's low 16 bits are needed, which 16-bit arithmetic gives
+  -- exactly (the offset basis and the prime taken modulo 2^16).
+  local function home(id, mask)
+    local bxor = bit.bxor
+    local h = 0x2325
+    for i = 1, #id do
+      h = (bxor(h, byte(id, i)) * 0x01b3) % 65536
+    end
+    return h % (mask + 1)
+  end
+
+  -- A version 2 table's leases, soonest expiry first, or nil when it is not consistent (the
+  -- checks of `Table::parse` and `Table::leases`).
+  local function table_leases(v)
+    if #v < 17 then
+      return nil
+    end
+    local width, capacity, live, used = u16(v, 6), u16(v, 8), u16(v, 10), u16(v, 12)
+    local head, tail = u16(v, 14), u16(v, 16)
+    local record = 14 + width
+    local pow2 = capacity >= 2 and capacity <= 32768 and 2 ^ floor(math.log(capacity) / math.log(2) + 0.5) == capacity
+    if width < 1 or width > M.MAX_ID_LEN or not pow2 or #v ~= 17 + capacity * record
+      or live > used or used >= capacity or (live == 0) ~= (head == NONE) or (live == 0) ~= (tail == NONE) then
+      return nil
+    end
+    local ids, exp = {}, {}
+    local cur, prev = head, NONE
+    while cur ~= NONE do
+      if cur >= capacity or #ids >= live then
+        return nil
+      end
+      local at = 18 + cur * record
+      local state, len = byte(v, at, at + 1)
+      if state ~= 1 or u16(v, at + 2) ~= prev then
+        return nil
+      end
+      local expires = M.read_u64(v, at + 6)
+      if not expires or len + 1 > width then
+        return nil
+      end
+      ids[#ids + 1] = sub(v, at + 14, at + 14 + len)
+      exp[#exp + 1] = expires
+      prev, cur = cur, u16(v, at + 4)
+    end
+    if #ids ~= live or prev ~= tail then
+      return nil
+    end
+    return { ids = ids, exp = exp }
+  end
+
+  -- A version 1 list's leases (src/encoding/concurrency.rs), or nil when malformed.
+  local function list_leases(v)
+    local ids, exp = {}, {}
+    local pos, at = 6, 0
+    while pos <= #v do
+      if #ids >= M.KINDS.C.params[1][3] then
+        return nil
+      end
+      local delta, len
+      delta, pos = M.read_varint(v, pos)
+      if not delta then
+        return nil
+      end
+      len, pos = M.read_varint(v, pos)
+      if not len or len < 1 or len > M.MAX_ID_LEN or pos + len - 1 > #v then
+        return nil
+      end
+      at = at + delta
+      ids[#ids + 1] = sub(v, pos, pos + len - 1)
+      exp[#exp + 1] = at
+      pos = pos + len
+    end
+    return { ids = ids, exp = exp }
+  end
+
+  function M.CC.read(key)
+    local v = M.read_value(key, "C")
+    if not v then
+      return nil
+    end
+    local s
+    if byte(v, 4) == 2 then
+      s = table_leases(v)
+    else
+      s = list_leases(v)
+    end
+    if not s then
+      M.corrupt("C")
+    end
+    for i = 1, #s.exp do
+      if s.exp[i] > M.LATEST_US then
+        M.corrupt("C")
+      end
+    end
+    return s
+  end
+
+  -- The leases live at `now`, soonest expiry first (a stable sort, as the core's).
+  local function live(s, now)
+    local ids, exp = {}, {}
+    if s then
+      for i = 1, #s.ids do
+        if s.exp[i] > now then
+          local k = #ids + 1
+          while k > 1 and exp[k - 1] > s.exp[i] do
+            ids[k], exp[k] = ids[k - 1], exp[k - 1]
+            k = k - 1
+          end
+          ids[k], exp[k] = s.ids[i], s.exp[i]
+        end
+      end
+    end
+    return { ids = ids, exp = exp }
+  end
+
+  -- The leases as a new lease table (src/encoding/lease_table/write.rs `build`).
+  function M.CC.encode(s)
+    local count = #s.ids
+    local width = 1
+    for i = 1, count do
+      if #s.ids[i] > width then
+        width = #s.ids[i]
+      end
+    end
+    local capacity = 2
+    while capacity < 2 * count and capacity < 32768 do
+      capacity = capacity * 2
+    end
+    local record = 14 + width
+    local mask = capacity - 1
+    local taken, slots = {}, {}
+    for i = 1, count do
+      local slot = home(s.ids[i], mask)
+      while taken[slot] do
+        slot = (slot + 1) % capacity
+      end
+      taken[slot] = i
+      slots[i] = slot
+    end
+    local empty = string.rep("\0", record)
+    local parts = {
+      "\0RL\2C", u16_bytes(width), u16_bytes(capacity), u16_bytes(count), u16_bytes(count),
+      u16_bytes(slots[1] or NONE), u16_bytes(slots[count] or NONE),
+    }
+    for slot = 0, capacity - 1 do
+      local i = taken[slot]
+      if i then
+        local id = s.ids[i]
+        parts[#parts + 1] = char(1, #id - 1) .. u16_bytes(slots[i - 1] or NONE) .. u16_bytes(slots[i + 1] or NONE)
+          .. M.u64_bytes(s.exp[i]) .. id .. string.rep("\0", width - #id)
+      else
+        parts[#parts + 1] = empty
+      end
+    end
+    return table.concat(parts)
+  end
+
+  -- Stores the leases, the key expiring once the last of them has (plus the TTL slack).
+  local function store(key, s)
+    local last = s.exp[#s.exp]
+    M.write(key, M.CC.encode(s), 0, M.ceil_div(last, 1000))
+  end
+
+  function M.CC.acquire(s, now, limit, lease_ms, id)
+    local leases = live(s, now)
+    local n = #leases.ids
+    local held = false
+    for i = 1, n do
+      if leases.ids[i] == id then
+        held = true
+      end
+    end
+    if not held and n >= limit then
+      local frees = leases.exp[n - limit + 1] or now
+      local wait = frees > now and M.ceil_div(frees - now, 1000) or 0
+      return M.decision(false, limit, 0, wait, 0)
+    end
+    local ids, exp = {}, {}
+    for i = 1, n do
+      if leases.ids[i] ~= id then
+        ids[#ids + 1], exp[#exp + 1] = leases.ids[i], leases.exp[i]
+      end
+    end
+    local expires = now + lease_ms * 1000
+    local at = #ids + 1
+    while at > 1 and exp[at - 1] > expires do
+      at = at - 1
+    end
+    table.insert(ids, at, id)
+    table.insert(exp, at, expires)
+    local count = #ids
+    return M.decision(true, limit, limit > count and limit - count or 0, 0, 0), { ids = ids, exp = exp }
+  end
+
+  -- RL.STATE's fields (core/src/concurrency.rs `view`).
+  function M.CC.view(s, now)
+    local held, next_ms, last_ms = 0, 0, 0
+    local n = #s.exp
+    for i = 1, n do
+      if s.exp[i] > now then
+        held = held + 1
+        if next_ms == 0 then
+          next_ms = M.ceil_div(s.exp[i], 1000)
+        end
+      end
+    end
+    if n > 0 and s.exp[n] > now then
+      last_ms = M.ceil_div(s.exp[n], 1000)
+    end
+    return { "held", held, "next_expiry_ms", next_ms, "last_expiry_ms", last_ms }
+  end
+
+  local OPERATION = "ERR expected 'limit lease_ms ACQUIRE id' or 'RELEASE id' after the key"
+
+  local function check_id(id)
+    if #id < 1 or #id > M.MAX_ID_LEN then
+      M.fail("ERR id must be between 1 and " .. M.MAX_ID_LEN .. " bytes long")
+    end
+    return id
+  end
+
+  -- RL.CONCURRENCY key limit lease_ms ACQUIRE id [PEEK] | RL.CONCURRENCY key RELEASE id.
+  function M.run_concurrency(name, args)
+    local n = #args
+    if #M.KEYS ~= 1 or (n ~= 3 and n < 5) then
+      M.arity(name)
+    end
+    local key = M.KEYS[1]
+    if n == 3 then
+      if args[2]:upper() ~= "RELEASE" then
+        M.fail(OPERATION)
+      end
+      local id = check_id(args[3])
+      local s = M.CC.read(key)
+      local now = M.now_us()
+      local leases = live(s, now)
+      local ids, exp, found = {}, {}, false
+      for i = 1, #leases.ids do
+        if leases.ids[i] == id then
+          found = true
+        else
+          ids[#ids + 1], exp[#exp + 1] = leases.ids[i], leases.exp[i]
+        end
+      end
+      if not found then
+        return 0
+      end
+      if #ids == 0 then
+        call("DEL", key)
+      else
+        store(key, { ids = ids, exp = exp })
+      end
+      return 1
+    end
+    if args[4]:upper() ~= "ACQUIRE" then
+      M.fail(OPERATION)
+    end
+    local v = M.positional("C", args, 2)
+    local id = check_id(args[5])
+    local peek = false
+    for i = 6, n do
+      if args[i]:upper() ~= "PEEK" then
+        M.fail("ERR unknown option '" .. M.shown(args[i]) .. "', expected PEEK")
+      elseif peek then
+        M.fail("ERR option PEEK given more than once")
+      end
+      peek = true
+    end
+    local s = M.CC.read(key)
+    local now = M.now_us()
+    local d, new = M.CC.acquire(s, now, v[1], v[2], id)
+    if new and not peek then
+      store(key, new)
+    end
+    return M.reply(d)
+  end
+  M.COMMANDS["RL.CONCURRENCY"] = M.run_concurrency
+
+  -- ------------------------------------------------------------------------------------------
+  -- lua/src/commands.lua
+  -- Commands: one per rate limiter (RL.<SPEC>), RL.ALL, RL.REFUND, RL.STATE, RL.RESET, and
+  -- those the algorithms' sections add to M.COMMANDS (RL.THROTTLE, RL.CONCURRENCY).
+
+  -- The parameters of a window (RL.SLIDING, RL.FIXED, RL.LOG).
+  function M.window_params(args, i, tag)
+    local v, nxt = M.positional(tag, args, i)
+    return { limit = v[1], window_ms = v[2], window = v[2] * 1000 }, nxt
   end
 
   -- A partial grant (`UPTO`, core/src/algorithm.rs `upto`): min(cost, what a zero-cost check
@@ -464,875 +2106,16 @@ local function build()
   end
 
   -- Refuses parameters whose waits could exceed what a double holds exactly.
+  M.WAIT_LIMIT = M.EXACT - 2 * M.MAX_DURATION_MS
   function M.exact_wait(a, b, c, what)
-    if M.bnum(M.bdiv(M.bmul(M.bn(a), M.bn(b)), c)) > M.EXACT - 2 * M.MAX_DURATION_MS then
+    -- Most parameters: a x b is exact and its quotient far below the limit.
+    local product = a * b
+    if product <= M.EXACT and product / c < M.WAIT_LIMIT - 1 then
+      return
+    end
+    if M.bnum(M.bdiv(M.bmul(a, b), c)) > M.WAIT_LIMIT then
       M.fail("ERR " .. what .. " is over 2^53 ms, beyond the exact range of the Lua twin: use the module for these parameters")
     end
-  end
-
-  -- ---------------------------------------------------------------------------------------
-  -- Stored bytes: magic "\0RL", version, tag, fields (src/encoding): version 1 has
-  -- little-endian fixed-width fields (still read; written for a log), version 2 the fields of
-  -- a fixed-size state as varints (written for T, S, F, G).
-
-  M.NAMES = {
-    T = "token bucket",
-    S = "sliding window",
-    F = "fixed window",
-    G = "GCRA",
-    L = "sliding window log",
-    C = "concurrency",
-  }
-
-  function M.u64_bytes(n)
-    local b = {}
-    for i = 1, 8 do
-      local q = floor(n / 256)
-      b[i] = n - q * 256
-      n = q
-    end
-    return char(b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8])
-  end
-
-  -- A u64 field at offset `at` (1-based); nil when 2^53 or more.
-  function M.read_u64(s, at)
-    local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, at, at + 7)
-    if b8 ~= 0 or b7 >= 32 then
-      return nil
-    end
-    return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
-      + (b5 + b6 * 256 + b7 * 65536) * 4294967296
-  end
-
-  function M.header(tag)
-    return "\0RL\1" .. tag
-  end
-
-  function M.corrupt(tag)
-    M.fail("ERR key holds a corrupt redis-rl " .. M.NAMES[tag] .. " limiter")
-  end
-
-  -- The longest value a valid limiter of each kind has (src/encoding: `MAX_BODY_LEN`); a longer
-  -- one is corrupt and is never read whole.
-  M.MAX_LEN = { T = 5 + 39, S = 5 + 40, F = 5 + 30, G = 5 + 39, L = 5 + 6 + 12 * M.MAX_LOG }
-  -- Tags with a version 2 (compact) form, and their version 1 length.
-  M.V1_LEN = { T = 37, S = 37, F = 29, G = 37 }
-
-  -- The key's value if it holds a limiter of `tag` (nil when missing), else the module's error.
-  function M.read_value(key, tag)
-    local v = redis.pcall("GETRANGE", key, 0, M.MAX_LEN[tag])
-    if type(v) == "table" and v.err then
-      M.fail(v.err)
-    end
-    if v == "" then
-      if redis.call("EXISTS", key) == 0 then
-        return nil
-      end
-      M.fail("ERR key holds a value that is not a redis-rl limiter")
-    end
-    if #v < 5 or v:sub(1, 3) ~= "\0RL" then
-      M.fail("ERR key holds a value that is not a redis-rl limiter")
-    end
-    local version = byte(v, 4)
-    -- Version 2 is the compact form of the fixed-size states, and the concurrency limiter's
-    -- lease table (src/encoding).
-    local v2_tag = v:sub(5, 5)
-    if version ~= 1 and not (version == 2 and (v2_tag == "C" or M.V1_LEN[v2_tag])) then
-      M.fail("ERR key holds a redis-rl limiter in format version " .. version .. ", this module reads version 1")
-    end
-    local stored = v:sub(5, 5)
-    if not M.NAMES[stored] then
-      M.fail("ERR key holds a redis-rl limiter of a kind this module does not know (tag " .. byte(v, 5) .. ")")
-    end
-    if stored ~= tag then
-      M.fail("ERR key holds a " .. M.NAMES[stored] .. " limiter, not a " .. M.NAMES[tag] .. " limiter")
-    end
-    if #v > M.MAX_LEN[tag] then
-      M.corrupt(tag)
-    end
-    return v
-  end
-
-  function M.valid_duration(n)
-    return n and n >= 1 and n <= M.MAX_DURATION_MS
-  end
-
-  -- Fixed-size states: the value and its fields (version 2: varints, `wide` marking the
-  -- u128 ones; nil fields when malformed), or the module's "corrupt" error.
-  function M.read_fixed(key, tag, wide)
-    local v = M.read_value(key, tag)
-    if not v then
-      return nil
-    end
-    if byte(v, 4) == 2 then
-      return v, M.read_compact(v, wide) or M.corrupt(tag)
-    end
-    if #v ~= M.V1_LEN[tag] then
-      M.corrupt(tag)
-    end
-    return v
-  end
-
-  function M.write(key, value, now, reset_after)
-    local at = M.ceil_div(now, 1000) + reset_after + M.TTL_SLACK_MS
-    local r = redis.pcall("SET", key, value, "PXAT", M.num(at))
-    if type(r) == "table" and r.err then
-      M.fail(r.err)
-    end
-  end
-
-  -- A decision: allowed (true/false), limit, remaining, retry ("never" = -1), reset_after.
-  function M.decision(allowed, limit, remaining, retry, reset_after)
-    return { allowed = allowed, limit = limit, remaining = remaining, retry = retry, reset = reset_after }
-  end
-
-  -- The parameters of a window (RL.SLIDING, RL.FIXED).
-  function M.window_params(args, i)
-    local p = {}
-    p.limit = M.count_param(args[i], "limit")
-    p.window_ms = M.duration_param(args[i + 1], "window_ms")
-    p.window = p.window_ms * 1000
-    return p, i + 2
-  end
-
-  -- ---------------------------------------------------------------------------------------
-  -- LEB128 varints (src/encoding: `Writer::varint`, `varint128`): the entries of a log, and
-  -- every field of the fixed-size states in format version 2.
-  M.LOAD.varint = function()
-    -- A varint at `pos`: value, next position; nil when malformed or 2^53 or more.
-    function M.read_varint(v, pos)
-      local value, scale = 0, 1
-      for k = 0, 7 do
-        local b = byte(v, pos + k)
-        if not b then
-          return nil
-        end
-        if b < 128 then
-          if b == 0 and k > 0 then
-            return nil
-          end
-          value = value + b * scale
-          if value > M.EXACT then
-            return nil
-          end
-          return value, pos + k + 1
-        end
-        value = value + (b - 128) * scale
-        scale = scale * 128
-      end
-      return nil
-    end
-
-    function M.varint(out, v)
-      while v >= 128 do
-        local q = floor(v / 128)
-        out[#out + 1] = v - q * 128 + 128
-        v = q
-      end
-      out[#out + 1] = v
-    end
-
-    -- A varint of up to 128 bits (a bignum or a number), as the module writes a u128.
-    function M.bvarint(out, a)
-      while type(a) ~= "number" do
-        local q, r = M.bdivmod(a, 128)
-        out[#out + 1] = r + 128
-        a = q
-      end
-      M.varint(out, a)
-    end
-
-    -- A varint of up to 128 bits at `pos`: value (a bignum or a number), next position; nil
-    -- when malformed (truncated, not in its shortest form, over 128 bits).
-    function M.read_bvarint(v, pos)
-      local groups = {}
-      for k = 0, 18 do
-        local b = byte(v, pos + k)
-        if not b then
-          return nil
-        end
-        if b < 128 then
-          if (b == 0 and k > 0) or (k == 18 and b > 3) then
-            return nil
-          end
-          groups[k + 1] = b
-          local a = 0
-          for g = #groups, 1, -1 do
-            a = M.badd(M.bmul(a, 128), groups[g])
-          end
-          return a, pos + k + 1
-        end
-        groups[k + 1] = b - 128
-      end
-      return nil
-    end
-
-    -- The fields of a version 2 value (varints after the header; `wide` marks the u128
-    -- fields): a list of values, or nil when malformed or when bytes are left over.
-    function M.read_compact(v, wide)
-      local out, pos = {}, 6
-      for i, is_wide in ipairs(wide) do
-        local value
-        if is_wide then
-          value, pos = M.read_bvarint(v, pos)
-        else
-          value, pos = M.read_varint(v, pos)
-        end
-        if value == nil then
-          return nil
-        end
-        out[i] = value
-      end
-      if pos ~= #v + 1 then
-        return nil
-      end
-      return out
-    end
-
-    -- A version 2 value: the header, then `fields` as varints (`wide` marks the u128 ones).
-    function M.compact(tag, fields, wide)
-      local out = {}
-      for i, value in ipairs(fields) do
-        if wide[i] then
-          M.bvarint(out, value)
-        else
-          M.varint(out, value)
-        end
-      end
-      return "\0RL\2" .. tag .. char(unpack(out))
-    end
-  end
-
-  -- ---------------------------------------------------------------------------------------
-  -- Token bucket (core/src/token_bucket.rs): level in units of 1/(refill_ms x 1000) token.
-  M.LOAD.TB = function()
-
-    M.TB = { tag = "T" }
-
-    function M.TB.parse(args, i)
-      local p = {}
-      p.capacity = M.count_param(args[i], "capacity")
-      p.rate = M.count_param(args[i + 1], "refill_tokens")
-      p.refill_ms = M.duration_param(args[i + 2], "refill_ms")
-      M.exact_wait(p.capacity, p.refill_ms, p.rate, "capacity x refill_ms / refill_tokens")
-      p.unit = p.refill_ms * 1000
-      p.full = M.bmul(M.bn(p.capacity), M.bn(p.unit))
-      return p, i + 3
-    end
-
-    function M.TB.read(key)
-      local v, f = M.read_fixed(key, "T", { true, false, true })
-      if not v then
-        return nil
-      end
-      local s
-      if f then
-        s = { updated_at = M.tb_instant(f[1]), refill_ms = f[2], level = f[3] }
-      else
-        s = { updated_at = M.read_u64(v, 6), refill_ms = M.read_u64(v, 14), level = M.read_u128(v, 22) }
-      end
-      if not s.updated_at or s.updated_at > M.LATEST_US or not M.valid_duration(s.refill_ms) then
-        M.corrupt("T")
-      end
-      if M.bcmp(s.level, M.bmul(M.bn(M.MAX_COUNT), M.bn(s.refill_ms * 1000))) > 0 then
-        M.corrupt("T")
-      end
-      return s
-    end
-
-    -- Version 2 stores the instant in us since 2020-01-01 (src/encoding/token_bucket.rs
-    -- `EPOCH_US`), wrapping modulo 2^64 below it: the instant, or nil beyond the twin's range.
-    M.TB_EPOCH_US = 1577836800000000
-    function M.tb_instant(since)
-      if type(since) == "number" then
-        return since + M.TB_EPOCH_US
-      end
-      local before = M.bsub(M.badd(M.U64_MAX, 1), since)
-      if type(before) == "number" and before <= M.TB_EPOCH_US then
-        return M.TB_EPOCH_US - before
-      end
-      return nil
-    end
-
-    function M.TB.encode(s)
-      local since = s.updated_at - M.TB_EPOCH_US
-      if since < 0 then
-        since = M.bsub(M.badd(M.U64_MAX, 1), M.TB_EPOCH_US - s.updated_at)
-      end
-      return M.compact("T", { since, s.refill_ms, s.level }, { true, false, true })
-    end
-
-    function M.tb_level_at(s, now, p)
-      if not s then
-        return p.full, now
-      end
-      local level = s.level
-      if s.refill_ms ~= p.refill_ms then
-        local old_unit = s.refill_ms * 1000
-        level = M.bmin(level, M.bmul(M.bn(M.MAX_COUNT), M.bn(old_unit)))
-        local q, r = M.bdivmod(level, old_unit)
-        level = M.badd(M.bmul(q, M.bn(p.unit)), M.bdiv(M.bmul(M.bn(r), M.bn(p.unit)), old_unit))
-      end
-      local as_of = now > s.updated_at and now or s.updated_at
-      local refilled = M.badd(level, M.bmul(M.bn(p.rate), M.bn(as_of - s.updated_at)))
-      return M.bmin(refilled, p.full), as_of
-    end
-
-    function M.TB.check(s, now, p, cost)
-      local level, as_of = M.tb_level_at(s, now, p)
-      local lag = as_of - now
-      local function wait_to_reach(target, from)
-        return M.ceil_millis(M.badd(M.bdivceil(M.bsub(target, from), p.rate), M.bn(lag)))
-      end
-      local function decide(allowed, retry, after)
-        return M.decision(allowed, p.capacity, M.bnum(M.bdiv(after, p.unit)), retry, wait_to_reach(p.full, after))
-      end
-      if cost > p.capacity then
-        return decide(false, -1, level)
-      end
-      local need = M.bmul(M.bn(cost), M.bn(p.unit))
-      if M.bcmp(level, need) < 0 then
-        return decide(false, wait_to_reach(need, level), level)
-      end
-      local after = M.bsub(level, need)
-      local new
-      if cost > 0 then
-        new = { level = after, updated_at = as_of, refill_ms = p.refill_ms }
-      end
-      return decide(true, 0, after), new
-    end
-
-    function M.TB.refund(s, now, p, amount)
-      local level, as_of = M.tb_level_at(s, now, p)
-      local refunded = M.bnum(M.bdivceil(M.bsub(p.full, level), p.unit))
-      if refunded > amount then
-        refunded = amount
-      end
-      if refunded == 0 then
-        return 0
-      end
-      local new_level = M.bmin(M.badd(level, M.bmul(M.bn(refunded), M.bn(p.unit))), p.full)
-      return refunded, { level = new_level, updated_at = as_of, refill_ms = p.refill_ms }
-    end
-  end
-
-  -- ---------------------------------------------------------------------------------------
-  -- Sliding window counter (core/src/sliding_window.rs).
-  M.LOAD.SW = function()
-
-    M.SW = { tag = "S" }
-
-    M.SW.parse = M.window_params
-
-    function M.SW.read(key)
-      local v, f = M.read_fixed(key, "S", { false, false, false, false })
-      if not v then
-        return nil
-      end
-      local s
-      if f then
-        -- Version 2 stores the window's index (window_start / window_ms).
-        local start = M.valid_duration(f[1]) and f[2] * f[1] or nil
-        s = { window_ms = f[1], window_start = start, previous = f[3], current = f[4] }
-      else
-        s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), previous = M.read_u64(v, 22), current = M.read_u64(v, 30) }
-      end
-      if not M.valid_duration(s.window_ms) or not s.window_start or s.window_start * 1000 > M.LATEST_US then
-        M.corrupt("S")
-      end
-      if M.imod(s.window_start, s.window_ms) ~= 0 or not s.previous or s.previous > M.MAX_COUNT
-        or not s.current or s.current > M.MAX_COUNT then
-        M.corrupt("S")
-      end
-      return s
-    end
-
-    function M.SW.encode(s)
-      return M.compact("S", { s.window_ms, M.idiv(s.window_start, s.window_ms), s.previous, s.current }, {})
-    end
-
-    function M.sw_view(s, now, p)
-      local window = p.window
-      if not s then
-        return { start = now - M.imod(now, window), at = now, previous = 0, current = 0 }
-      end
-      local stored_start = s.window_start * 1000
-      local at = now > stored_start and now or stored_start
-      if s.window_ms ~= p.window_ms then
-        local old = s.window_ms * 1000
-        local old_start = at - M.imod(at, old)
-        local d = old_start - stored_start
-        local previous, current = 0, 0
-        if d == 0 then
-          previous, current = s.previous, s.current
-        elseif d == old then
-          previous = s.current
-        end
-        local elapsed = at - old_start
-        local estimate = M.bdivceil(M.badd(M.bmul(M.bn(previous), M.bn(old - elapsed)), M.bmul(M.bn(current), M.bn(old))), old)
-        return { start = at - M.imod(at, window), at = at, previous = 0, current = M.bnum(estimate) }
-      end
-      local start = at - M.imod(at, window)
-      local d = start - stored_start
-      local previous, current = 0, 0
-      if d == 0 then
-        previous, current = s.previous, s.current
-      elseif d == window then
-        previous = s.current
-      end
-      return { start = start, at = at, previous = previous, current = current }
-    end
-
-    function M.sw_earliest_allowed(v, cost, p)
-      local window, limit = p.window, p.limit
-      if v.previous > 0 then
-        local spare = limit - (v.current + cost)
-        if spare >= 0 then
-          local part = M.bnum(M.bdiv(M.bmul(M.bn(spare), M.bn(window)), v.previous))
-          local decay_needed = window - (part < window and part or window)
-          if decay_needed < window then
-            local at = v.start + decay_needed
-            return at > v.at and at or v.at
-          end
-        end
-      end
-      local next_start = v.start + window
-      local decay_needed = 0
-      if v.current > 0 then
-        local part = M.bnum(M.bdiv(M.bmul(M.bn(limit - cost), M.bn(window)), v.current))
-        decay_needed = window - (part < window and part or window)
-      end
-      return next_start + decay_needed
-    end
-
-    function M.SW.check(s, now, p, cost)
-      local v = M.sw_view(s, now, p)
-      local window = p.window
-      local budget = M.bmul(M.bn(p.limit), M.bn(window))
-      local used = M.badd(M.bmul(M.bn(v.previous), M.bn(window - (v.at - v.start))), M.bmul(M.bn(v.current), M.bn(window)))
-      local function since_now(instant)
-        return instant > now and M.ceil_div(instant - now, 1000) or 0
-      end
-      local function decide(allowed, retry, used_after, current)
-        local idle = 0
-        if current > 0 then
-          idle = v.start + 2 * window
-        elseif v.previous > 0 then
-          idle = v.start + window
-        end
-        return M.decision(allowed, p.limit, M.bnum(M.bdiv(M.bsub(budget, used_after), window)), retry, since_now(idle))
-      end
-      if cost > p.limit then
-        return decide(false, -1, used, v.current)
-      end
-      local after = M.badd(used, M.bmul(M.bn(cost), M.bn(window)))
-      if M.bcmp(after, budget) > 0 then
-        local retry = since_now(M.sw_earliest_allowed(v, cost, p))
-        return decide(false, retry > 1 and retry or 1, used, v.current)
-      end
-      local current = v.current + cost
-      local new
-      if cost > 0 then
-        new = { window_ms = p.window_ms, window_start = M.ceil_div(v.start, 1000), previous = v.previous, current = current }
-      end
-      return decide(true, 0, after, current), new
-    end
-
-    function M.SW.refund(s, now, p, amount)
-      if not s then
-        return 0
-      end
-      local v = M.sw_view(s, now, p)
-      local refunded = v.current < amount and v.current or amount
-      if refunded == 0 or s.window_ms ~= p.window_ms then
-        return 0
-      end
-      return refunded, {
-        window_ms = p.window_ms,
-        window_start = M.ceil_div(v.start, 1000),
-        previous = v.previous,
-        current = v.current - refunded,
-      }
-    end
-  end
-
-  -- ---------------------------------------------------------------------------------------
-  -- Fixed window counter (core/src/fixed_window.rs).
-  M.LOAD.FW = function()
-
-    M.FW = { tag = "F" }
-
-    M.FW.parse = M.window_params
-
-    function M.FW.read(key)
-      local v, f = M.read_fixed(key, "F", { false, false, false })
-      if not v then
-        return nil
-      end
-      local s
-      if f then
-        -- Version 2 stores the window's index (window_start / window_ms).
-        local start = M.valid_duration(f[1]) and f[2] * f[1] or nil
-        s = { window_ms = f[1], window_start = start, count = f[3] }
-      else
-        s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), count = M.read_u64(v, 22) }
-      end
-      if not M.valid_duration(s.window_ms) or not s.window_start or s.window_start * 1000 > M.LATEST_US
-        or M.imod(s.window_start, s.window_ms) ~= 0 or not s.count or s.count > M.MAX_COUNT then
-        M.corrupt("F")
-      end
-      return s
-    end
-
-    function M.FW.encode(s)
-      return M.compact("F", { s.window_ms, M.idiv(s.window_start, s.window_ms), s.count }, {})
-    end
-
-    function M.fw_current(s, now, window_ms)
-      local now_ms = M.idiv(now, 1000)
-      if not s then
-        return now_ms - M.imod(now_ms, window_ms), 0
-      end
-      local at = now_ms > s.window_start and now_ms or s.window_start
-      local n = at < s.window_start + s.window_ms and s.count or 0
-      return at - M.imod(at, window_ms), n
-    end
-
-    function M.FW.check(s, now, p, cost)
-      local start, n = M.fw_current(s, now, p.window_ms)
-      local end_us = (start + p.window_ms) * 1000
-      local until_end = end_us > now and M.ceil_div(end_us - now, 1000) or 0
-      local function decide(allowed, retry, after)
-        local remaining = p.limit > after and p.limit - after or 0
-        return M.decision(allowed, p.limit, remaining, retry, after > 0 and until_end or 0)
-      end
-      if cost > p.limit then
-        return decide(false, -1, n)
-      end
-      local after = n + cost
-      if after > p.limit then
-        return decide(false, until_end, n)
-      end
-      local new
-      if cost > 0 then
-        new = { window_ms = p.window_ms, window_start = start, count = after }
-      end
-      return decide(true, 0, after), new
-    end
-
-    function M.FW.refund(s, now, p, amount)
-      if not s then
-        return 0
-      end
-      local start, n = M.fw_current(s, now, p.window_ms)
-      local refunded = n < amount and n or amount
-      if refunded == 0 or s.window_ms ~= p.window_ms then
-        return 0
-      end
-      return refunded, { window_ms = p.window_ms, window_start = start, count = n - refunded }
-    end
-  end
-
-  -- ---------------------------------------------------------------------------------------
-  -- GCRA (core/src/gcra.rs): the arrival time in ticks of 1/limit us.
-  M.LOAD.GC = function()
-
-    M.GC = { tag = "G" }
-
-    function M.gcra_params(limit, period_ms, burst)
-      local p = { limit = limit, period_ms = period_ms, burst = burst or limit }
-      M.exact_wait(p.burst, p.period_ms, p.limit, "burst x period_ms / limit")
-      p.interval = period_ms * 1000
-      return p
-    end
-
-    function M.GC.parse(args, i)
-      local limit = M.count_param(args[i], "limit")
-      local period_ms = M.duration_param(args[i + 1], "period_ms")
-      i = i + 2
-      local burst
-      if args[i] and args[i]:upper() == "BURST" then
-        if args[i + 1] == nil then
-          M.fail("ERR option BURST needs a value: " .. M.range_text("burst", 1, M.MAX_COUNT))
-        end
-        burst = M.count_param(args[i + 1], "burst")
-        i = i + 2
-      end
-      return M.gcra_params(limit, period_ms, burst), i
-    end
-
-    function M.GC.read(key)
-      local v, f = M.read_fixed(key, "G", { true, false, false })
-      if not v then
-        return nil
-      end
-      local s
-      if f then
-        s = { tat = f[1], limit = f[2], period_ms = f[3] }
-      else
-        s = { tat = M.read_u128(v, 6), limit = M.read_u64(v, 22), period_ms = M.read_u64(v, 30) }
-      end
-      if not M.valid_duration(s.period_ms) or not s.limit or s.limit < 1 or s.limit > M.MAX_COUNT then
-        M.corrupt("G")
-      end
-      local latest = M.badd(M.U64_MAX, M.bmul(M.bn(M.MAX_COUNT), M.bn(M.MAX_COUNT)))
-      if M.bcmp(M.bdiv(s.tat, s.limit), latest) > 0 then
-        M.corrupt("G")
-      end
-      return s
-    end
-
-    function M.GC.encode(s)
-      return M.compact("G", { s.tat, s.limit, s.period_ms }, { true, false, false })
-    end
-
-    function M.gcra_tat_in(s, limit)
-      if s.limit == limit then
-        return s.tat
-      end
-      local q, r = M.bdivmod(s.tat, s.limit)
-      return M.bsat(M.badd(M.bsat(M.bmul(q, M.bn(limit))), M.bdivceil(M.bmul(M.bn(r), M.bn(limit)), s.limit)))
-    end
-
-    function M.GC.check(s, now, p, cost)
-      local now_t = M.bmul(M.bn(now), M.bn(p.limit))
-      local tat = M.bmax(s and M.gcra_tat_in(s, p.limit) or 0, now_t)
-      local horizon = M.badd(now_t, M.bmul(M.bn(p.burst), M.bn(p.interval)))
-      local function to_millis(ticks)
-        return M.ceil_millis(M.bdivceil(ticks, p.limit))
-      end
-      local function decide(allowed, retry, t)
-        return M.decision(allowed, p.burst, M.bnum(M.bdiv(M.bsub(horizon, t), p.interval)), retry, to_millis(M.bsub(t, now_t)))
-      end
-      if cost > p.burst then
-        return decide(false, -1, tat)
-      end
-      local after = M.bsat(M.badd(tat, M.bmul(M.bn(cost), M.bn(p.interval))))
-      if M.bcmp(after, horizon) > 0 then
-        return decide(false, to_millis(M.bsub(after, horizon)), tat)
-      end
-      local new
-      if cost > 0 then
-        new = { tat = after, limit = p.limit, period_ms = p.period_ms }
-      end
-      return decide(true, 0, after), new
-    end
-
-    function M.GC.refund(s, now, p, amount)
-      local now_t = M.bmul(M.bn(now), M.bn(p.limit))
-      local tat = s and M.gcra_tat_in(s, p.limit) or 0
-      local refunded = M.bnum(M.bdivceil(M.bsub(tat, now_t), p.interval))
-      if refunded > amount then
-        refunded = amount
-      end
-      if refunded == 0 then
-        return 0
-      end
-      local new_tat = M.bmax(M.bsub(tat, M.bmul(M.bn(refunded), M.bn(p.interval))), now_t)
-      return refunded, { tat = new_tat, limit = p.limit, period_ms = p.period_ms }
-    end
-  end
-
-  -- ---------------------------------------------------------------------------------------
-  -- Sliding window log (core/src/sliding_log.rs): varint-encoded entries, oldest first.
-  M.LOAD.LG = function()
-
-    M.LG = { tag = "L" }
-
-    function M.LG.parse(args, i)
-      local p = {}
-      p.limit = M.integer(args[i], "limit", 1, M.MAX_LOG)
-      p.window_ms = M.duration_param(args[i + 1], "window_ms")
-      p.window = p.window_ms * 1000
-      return p, i + 2
-    end
-
-    function M.LG.read(key)
-      local v = M.read_value(key, "L")
-      if not v then
-        return nil
-      end
-      local window_ms, pos = M.read_varint(v, 6)
-      if not M.valid_duration(window_ms) then
-        M.corrupt("L")
-      end
-      local at, total, times, counts = 0, 0, {}, {}
-      while pos <= #v do
-        local word, n
-        word, pos = M.read_varint(v, pos)
-        if not word then
-          M.corrupt("L")
-        end
-        n = 1
-        if word % 2 == 1 then
-          n, pos = M.read_varint(v, pos)
-          if not n or n < 2 then
-            M.corrupt("L")
-          end
-        end
-        at = at + floor(word / 2)
-        total = total + n
-        if at > M.LATEST_US or total > M.MAX_LOG then
-          M.corrupt("L")
-        end
-        times[#times + 1] = at
-        counts[#counts + 1] = n
-      end
-      return { window_ms = window_ms, times = times, counts = counts }
-    end
-
-    function M.LG.encode(s)
-      local out = {}
-      M.varint(out, s.window_ms)
-      local previous = 0
-      for i = 1, #s.times do
-        local delta = s.times[i] - previous
-        previous = s.times[i]
-        if s.counts[i] == 1 then
-          M.varint(out, delta * 2)
-        else
-          M.varint(out, delta * 2 + 1)
-          M.varint(out, s.counts[i])
-        end
-      end
-      local parts = { M.header("L") }
-      for i = 1, #out, 4096 do
-        parts[#parts + 1] = char(unpack(out, i, math.min(i + 4095, #out)))
-      end
-      return table.concat(parts)
-    end
-
-    function M.LG.check(s, now, p, cost)
-      local times = s and s.times or {}
-      local counts = s and s.counts or {}
-      local window, limit = p.window, p.limit
-      local n = #times
-      local at = now
-      if n > 0 and times[n] > now then
-        at = times[n]
-      end
-      local first_live = n + 1
-      for i = 1, n do
-        if times[i] + window > at then
-          first_live = i
-          break
-        end
-      end
-      local used = 0
-      for i = first_live, n do
-        used = used + counts[i]
-      end
-      local function since_now(instant)
-        return instant > now and M.ceil_div(instant - now, 1000) or 0
-      end
-      local newest = first_live <= n and times[n] or nil
-      local function decide(allowed, retry, u, last)
-        return M.decision(allowed, limit, limit > u and limit - u or 0, retry, last and since_now(last + window) or 0)
-      end
-      if cost > limit then
-        return decide(false, -1, used, newest)
-      end
-      local excess = used + cost - limit
-      if excess > 0 then
-        local freed, retry_at = 0, nil
-        for i = first_live, n do
-          freed = freed + counts[i]
-          if freed >= excess then
-            retry_at = times[i] + window
-            break
-          end
-        end
-        if not retry_at then
-          retry_at = newest and newest + window or at
-        end
-        return decide(false, since_now(retry_at), used, newest)
-      end
-      if cost == 0 then
-        return decide(true, 0, used, newest)
-      end
-      local new_times, new_counts = {}, {}
-      for i = first_live, n do
-        new_times[#new_times + 1] = times[i]
-        new_counts[#new_counts + 1] = counts[i]
-      end
-      local m = #new_times
-      if m > 0 and new_times[m] == at then
-        new_counts[m] = new_counts[m] + cost
-      else
-        new_times[m + 1] = at
-        new_counts[m + 1] = cost
-      end
-      return decide(true, 0, used + cost, at), { window_ms = p.window_ms, times = new_times, counts = new_counts }
-    end
-
-    function M.LG.refund(s, now, p, amount)
-      if not s then
-        return 0
-      end
-      local times, counts, window = s.times, s.counts, p.window
-      local n = #times
-      local at = now
-      if n > 0 and times[n] > now then
-        at = times[n]
-      end
-      local live_t, live_c = {}, {}
-      for i = 1, n do
-        if times[i] + window > at then
-          live_t[#live_t + 1] = times[i]
-          live_c[#live_c + 1] = counts[i]
-        end
-      end
-      local refunded = 0
-      while refunded < amount and #live_t > 0 do
-        local m = #live_t
-        local take = live_c[m] < amount - refunded and live_c[m] or amount - refunded
-        live_c[m] = live_c[m] - take
-        refunded = refunded + take
-        if live_c[m] == 0 then
-          live_t[m] = nil
-          live_c[m] = nil
-        end
-      end
-      if refunded == 0 then
-        return 0
-      end
-      return refunded, { window_ms = p.window_ms, times = live_t, counts = live_c }
-    end
-  end
-
-  -- ---------------------------------------------------------------------------------------
-  -- Commands.
-
-  M.ALGORITHMS = "TOKENBUCKET, SLIDING, FIXED, GCRA or LOG"
-  -- An algorithm's table, its code (and the bignums it needs) defined on first use: only what a
-  -- call uses is created (each function defined costs every call).
-  local NEEDS_BIGNUM = { TB = true, SW = true, GC = true }
-
-  function M.algo(name)
-    if not M[name] then
-      if NEEDS_BIGNUM[name] and not M.bn then
-        M.LOAD.bignum()
-      end
-      if not M.varint then
-        M.LOAD.varint()
-      end
-      M.LOAD[name]()
-    end
-    return M[name]
-  end
-
-  M.SPECS = { TOKENBUCKET = "TB", SLIDING = "SW", FIXED = "FW", GCRA = "GC", LOG = "LG" }
-  M.SINGLE = {
-    ["RL.TOKENBUCKET"] = "TB",
-    ["RL.SLIDING"] = "SW",
-    ["RL.FIXED"] = "FW",
-    ["RL.GCRA"] = "GC",
-    ["RL.LOG"] = "LG",
-  }
-
-  function M.now_us()
-    local t = redis.call("TIME")
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
 
   function M.check_exact(d)
@@ -1346,25 +2129,26 @@ local function build()
     return { d.allowed and 1 or 0, d.limit, d.remaining, d.retry, d.reset }
   end
 
-  function M.arity(name)
-    M.fail("ERR wrong number of arguments for '" .. name .. "' command")
+  -- Spec words of RL.ALL and RL.REFUND, in any case.
+  M.BY_SPEC = {}
+  for _, tag in ipairs(M.LIMITERS) do
+    M.BY_SPEC[M.KINDS[tag].spec] = tag
   end
 
-  -- A spec of RL.ALL or RL.REFUND at args[i]: algorithm, params, next index; errors as SpecError.
+  -- A spec of RL.ALL or RL.REFUND at args[i]: algorithm, params, next index; its errors
+  -- prefixed as the module's SpecError.
   function M.parse_spec(args, i, prefix)
     local ok, a, p, nxt = pcall(function()
       local name = args[i]
       if name == nil then
         M.fail("missing, expected " .. M.ALGORITHMS .. " and its parameters")
       end
-      local algo = M.SPECS[name:upper()]
-      if algo then
-        algo = M.algo(algo)
-      end
-      if not algo then
+      local tag = M.BY_SPEC[name:upper()]
+      if not tag then
         M.fail("unknown algorithm '" .. M.shown(name) .. "', expected " .. M.ALGORITHMS)
       end
-      local params, after = algo.parse(args, i + 1)
+      local algo = M.ALGO[tag]
+      local params, after = algo.parse(args, i + 1, true)
       return algo, params, after
     end)
     if not ok then
@@ -1378,25 +2162,23 @@ local function build()
     return a, p, nxt
   end
 
-  function M.single(name, algo, args)
-    if #M.KEYS ~= 1 or #args < (algo == M.TB and 4 or 3) then
-      M.arity(name)
+  function M.finish(algo, p, option)
+    if algo.finish then
+      return algo.finish(p, option)
     end
-    local p, i
-    if algo == M.GC then
-      local limit = M.count_param(args[2], "limit")
-      local period_ms = M.duration_param(args[3], "period_ms")
-      local cost, peek, burst, upto = M.options(args, 4, true, true)
-      return algo, M.gcra_params(limit, period_ms, burst), cost, peek, upto
-    end
-    p, i = algo.parse(args, 2)
-    local cost, peek, _, upto = M.options(args, i, false, algo ~= M.LG)
-    return algo, p, cost, peek, upto
+    return p
   end
 
-  function M.run_single(name, algo, args)
-    local p, cost, peek, upto
-    algo, p, cost, peek, upto = M.single(name, algo, args)
+  -- RL.<SPEC> key params... [options]: one rate limiter.
+  function M.run_single(name, tag, args)
+    local algo = M.ALGO[tag]
+    local kind = M.KINDS[tag]
+    if #M.KEYS ~= 1 or #args < 1 + #kind.params then
+      M.arity(name)
+    end
+    local p, i = algo.parse(args, 2, false)
+    local cost, peek, upto, option = M.options(args, i, tag, kind.upto)
+    p = M.finish(algo, p, option)
     local key = M.KEYS[1]
     local state = algo.read(key)
     local now = M.now_us()
@@ -1423,7 +2205,7 @@ local function build()
       M.arity(args[1])
     end
     if n < 1 or n > M.MAX_ALL_KEYS then
-      M.param_error("numkeys", 1, M.MAX_ALL_KEYS)
+      M.param_error({ "numkeys", 1, M.MAX_ALL_KEYS })
     end
     for i = 2, n do
       for j = 1, i - 1 do
@@ -1438,7 +2220,10 @@ local function build()
       algo, p, at = M.parse_spec(args, at, "spec " .. i .. ": ")
       specs[i] = { algo = algo, p = p }
     end
-    local cost, peek = M.options(args, at, false, false)
+    local cost, peek = M.options(args, at, nil, false)
+    for i = 1, n do
+      specs[i].p = M.finish(specs[i].algo, specs[i].p)
+    end
     local states = {}
     for i = 1, n do
       states[i] = specs[i].algo.read(M.KEYS[i])
@@ -1479,17 +2264,17 @@ local function build()
     end
     local algo, p, i = M.parse_spec(args, 2, "spec: ")
     local rest = #args - i + 1
-    local amount
     if rest == 0 then
       M.fail("ERR RL.REFUND needs COST n: the units to give back")
     elseif args[i]:upper() ~= "COST" then
       M.fail("ERR unknown option '" .. M.shown(args[i]) .. "', expected COST n")
     elseif rest == 1 then
-      M.fail("ERR option COST needs a value: " .. M.range_text("cost", 0, M.MAX_COUNT))
+      M.fail("ERR option COST needs a value: " .. M.range_text(M.COST))
     elseif rest > 2 then
       M.fail("ERR option COST given more than once")
     end
-    amount = M.integer(args[i + 1], "cost", 0, M.MAX_COUNT)
+    local amount = M.integer(args[i + 1], M.COST)
+    p = M.finish(algo, p)
     local key = M.KEYS[1]
     local state = algo.read(key)
     local now = M.now_us()
@@ -1501,23 +2286,72 @@ local function build()
     return { refunded, view.limit, view.remaining, 0, view.reset }
   end
 
+  -- RL.STATE key: the algorithm, the fields its view shows now, and the TTL (-1: none), as
+  -- the module's map, here a flat array (what the module sends a RESP2 client); nil when the
+  -- key is missing. Never writes.
+  function M.run_state(name, args)
+    if #M.KEYS ~= 1 or #args ~= 1 then
+      M.arity(name)
+    end
+    local key = M.KEYS[1]
+    local head = M.get_prefix(key, 4)
+    if not head then
+      return false
+    end
+    local tag = M.tag_of(head)
+    local algo = M.ALGO[tag]
+    local s = algo.read(key)
+    local reply = { "algorithm", M.KINDS[tag].name }
+    for _, v in ipairs(algo.view(s, M.now_us())) do
+      reply[#reply + 1] = v
+    end
+    reply[#reply + 1] = "ttl_ms"
+    reply[#reply + 1] = call("PTTL", key)
+    return reply
+  end
+
+  -- RL.RESET key: deletes a limiter whatever its algorithm or state (even corrupt or of a
+  -- newer format: the way out of a key the module cannot read); 0 when missing.
+  function M.run_reset(name, args)
+    if #M.KEYS ~= 1 or #args ~= 1 then
+      M.arity(name)
+    end
+    local key = M.KEYS[1]
+    local head = M.get_prefix(key, 4)
+    if not head then
+      return 0
+    end
+    if #head < 5 or sub(head, 1, 3) ~= "\0RL" then
+      M.not_ours()
+    end
+    call("DEL", key)
+    return 1
+  end
+
+
+  for _, tag in ipairs(M.LIMITERS) do
+    local command = "RL." .. M.KINDS[tag].spec
+    M.COMMANDS[command] = M.COMMANDS[command] or function(name, args)
+      return M.run_single(name, tag, args)
+    end
+  end
+  M.COMMANDS["RL.ALL"] = function(_, args) return M.run_all(args) end
+  M.COMMANDS["RL.REFUND"] = function(_, args) return M.run_refund(args) end
+  M.COMMANDS["RL.STATE"] = M.run_state
+  M.COMMANDS["RL.RESET"] = M.run_reset
+
   function M.main(args)
     local name = args[1]
     if name == nil then
       M.fail("ERR the Lua twin needs the command name after the keys (RL.TOKENBUCKET, RL.ALL, ...)")
     end
-    local upper = name:upper()
-    local algo = M.SINGLE[upper]
-    if algo then
-      algo = M.algo(algo)
-      return M.run_single(name, algo, args)
-    elseif upper == "RL.ALL" then
-      return M.run_all(args)
-    elseif upper == "RL.REFUND" then
-      return M.run_refund(args)
+    local run = M.COMMANDS[name:upper()]
+    if not run then
+      M.fail("ERR unknown command '" .. M.shown(name) .. "' for the Lua twin")
     end
-    M.fail("ERR unknown command '" .. M.shown(name) .. "' for the Lua twin")
+    return run(name, args)
   end
+
   return M
 end
 

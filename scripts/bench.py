@@ -65,6 +65,9 @@ CONFIG = {
     "benchmark": env("RL_BENCHMARK", "redis-benchmark"),
     "module": env("RL_MODULE", os.path.join(ROOT, "target", "release", "libredis_rl.so")),
     "cell": env("RL_CELL", ""),
+    # go-redis/redis_rate's GCRA script (its `script_allow_n.lua`, BSD-2-Clause; not kept in
+    # this repository): measured beside the twin when a path is given (make bench REDIS_RATE=).
+    "redis_rate": env("RL_REDIS_RATE", ""),
     "out": env("BENCH_OUT", os.path.join(ROOT, "benches", "RESULTS.md")),
     "raw": env("BENCH_RAW", os.path.join(ROOT, "target", "bench", "results.json")),
     # Issue 15's targets table, from paired runs (see "issue 15's targets" below): the commands
@@ -111,6 +114,8 @@ COMMANDS = [
     ("EXPIRE", ["EXPIRE", "{k}", "3600"], "expire", "RL.ALL"),
     ("Lua EVALSHA", ["EVALSHA", "{sha}", "1", "{k}", BIG, "1", LUA_NOW, "1"], "evalsha", "lua"),
     ("CL.THROTTLE", ["CL.THROTTLE", "{k}", BIG, "1", "1", "1"], "cl.throttle", "CL.THROTTLE"),
+    # redis_rate's GCRA: burst 10^9, 1 per second, cost 1 (always allowed, as the others).
+    ("redis_rate GCRA", ["EVALSHA", "{rsha}", "1", "{k}", BIG, "1", "1", "1"], "evalsha", "redis_rate"),
     ("RL.TOKENBUCKET", ["RL.TOKENBUCKET", "{k}", BIG, "1", "1000"], "rl.tokenbucket", "RL.TOKENBUCKET"),
     ("RL.SLIDING", ["RL.SLIDING", "{k}", BIG, "60000"], "rl.sliding", "RL.SLIDING"),
     ("RL.FIXED", ["RL.FIXED", "{k}", BIG, "60000"], "rl.fixed", "RL.FIXED"),
@@ -135,7 +140,8 @@ COMMANDS = [
 TWIN = "twin "
 TWIN_SCRIPT = "twin script RL.TOKENBUCKET"
 for _name, _args, _stat, _need in list(COMMANDS):
-    if _name in ("RL.TOKENBUCKET", "RL.SLIDING", "RL.FIXED", "RL.GCRA", "RL.LOG"):
+    if _name in ("RL.TOKENBUCKET", "RL.SLIDING", "RL.FIXED", "RL.GCRA", "RL.LOG", "RL.THROTTLE",
+                 "RL.CONCURRENCY", "RL.TOKENBUCKET steady", "RL.GCRA steady"):
         COMMANDS.append((TWIN + _name, ["FCALL", "rl", "1", "{k}", _args[0]] + _args[2:],
                          "fcall", "twin"))
     elif _name == "RL.ALL x4":
@@ -144,7 +150,7 @@ for _name, _args, _stat, _need in list(COMMANDS):
     if _name == "RL.TOKENBUCKET":
         COMMANDS.append((TWIN_SCRIPT, ["EVALSHA", "{tsha}", "1", "{k}", _args[0]] + _args[2:],
                          "evalsha", "twin"))
-TWIN_SHA = {"sha": ""}
+TWIN_SHA = {"sha": "", "rsha": ""}
 NOTES = {
     "Lua EVALSHA": "the design's script verbatim; `now` is a fixed number sent by the client",
     "RL.LOG": "limit 100/min: on the hot key almost every call is denied (a read of 100 entries)",
@@ -237,7 +243,7 @@ class Server:
 
 def expand(args, key, sha, pxat):
     return [a.replace("{k}", key).replace("{sha}", sha).replace("{pxat}", pxat)
-            .replace("{tsha}", TWIN_SHA["sha"]) for a in args]
+            .replace("{tsha}", TWIN_SHA["sha"]).replace("{rsha}", TWIN_SHA["rsha"]) for a in args]
 
 
 def redis_benchmark(port, args, n, pipeline, random_keys, keys=None):
@@ -937,31 +943,36 @@ def targets(med, usec, mem, head):
 
 
 def twin_comparison(med, usec):
-    """Each algorithm as the module's command, as the Lua twin and (token bucket) the design's script."""
+    """Each algorithm as the module's command, as the Lua twin and the scripts users pick
+    instead: the design's token bucket and redis_rate's GCRA (the twin's targets)."""
     rows = []
     for cfg in CONFIGS:
-        for name in ("RL.TOKENBUCKET", "RL.SLIDING", "RL.FIXED", "RL.GCRA", "RL.LOG", "RL.ALL x4"):
+        for name in ("RL.TOKENBUCKET", "RL.TOKENBUCKET steady", "RL.SLIDING", "RL.FIXED", "RL.GCRA",
+                     "RL.GCRA steady", "RL.THROTTLE", "RL.LOG", "RL.CONCURRENCY", "RL.ALL x4"):
             twin = TWIN + name
             if cfg not in med.get(name, {}) or cfg not in med.get(twin, {}):
                 continue
             lua = usec.get("Lua EVALSHA", {}).get(cfg)
+            gcra = usec.get("redis_rate GCRA", {}).get(cfg)
             script = usec.get(TWIN_SCRIPT, {}).get(cfg) if name == "RL.TOKENBUCKET" else None
-            rows.append("| %s | %s | %s / %.2f | %s / %.2f | %s | %s | %s |" % (
+            rows.append("| %s | %s | %s / %.2f | %s / %.2f | %s | %s | %s | %s |" % (
                 config_name(*cfg), name, fmt_rps(med[name][cfg]), usec[name][cfg],
                 fmt_rps(med[twin][cfg]), usec[twin][cfg],
                 "%.2fx" % (usec[twin][cfg] / usec[name][cfg]) if usec[name][cfg] else "-",
                 "%.2f" % script if script else "-",
-                "%.2f" % lua if lua and name == "RL.TOKENBUCKET" else "-"))
+                "%.2f (%.2fx)" % (lua, usec[twin][cfg] / lua) if lua else "-",
+                "%.2f (%.2fx)" % (gcra, usec[twin][cfg] / gcra) if gcra else "-"))
     if not rows:
         return []
     return ["## Without the module: the Lua twin", "",
             "The same calls through `lua/rl.lua` (`FCALL`: the function library; server clock, "
             "same bytes), next to the module's command; for the token bucket also the same file as "
             "a script (`EVALSHA`) and the design's Lua script (`now` sent by the client, float "
-            "math). Cells: req/s / server usec_per_call.", "",
+            "math) and redis_rate's GCRA script (when `REDIS_RATE=` names it; server clock, float math): the "
+            "twin's targets are at most 1.0x of both. Cells: req/s / server usec_per_call.", "",
             "| configuration | command | module | twin (FCALL) | twin usec / module usec | "
-            "twin as script usec | design's Lua usec |",
-            "|---|---|---:|---:|---:|---:|---:|"] + rows + [""]
+            "twin as script usec | design's Lua usec (twin / it) | redis_rate GCRA usec (twin / it) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|"] + rows + [""]
 
 
 def all_comparison(med, usec, cfg):
@@ -1274,8 +1285,12 @@ def load_scripts(client, problems):
         present.add("twin")
     except resp.ReplyError as e:
         problems.append("the Lua twin did not load: %s" % e)
+    if CONFIG["redis_rate"]:
+        with open(CONFIG["redis_rate"]) as f:
+            TWIN_SHA["rsha"] = client.call("SCRIPT", "LOAD", f.read()).decode()
+        present.add("redis_rate")
     for _, _, _, need in COMMANDS:
-        if need and need not in ("lua", "twin"):
+        if need and need not in ("lua", "twin", "redis_rate"):
             info = client.call("COMMAND", "INFO", need)
             if info and info[0] is not None:
                 present.add(need)

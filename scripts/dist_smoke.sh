@@ -14,7 +14,7 @@ trap cleanup EXIT
 (cd "$DIST" && sha256sum --quiet -c SHA256SUMS)
 tar -C "$work" -xzf "$DIST"/libredis_rl-*-linux-x86_64.tar.gz
 moddir=$(echo "$work"/libredis_rl-*)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(python3 "$root/scripts/ports.py")
 (cd "$moddir" && exec "$SERVER" ./redis.conf --port "$port" --bind 127.0.0.1 --daemonize no >"$work/server.log" 2>&1) &
 server_pid=$!
 for _ in $(seq 100); do redis-cli -p "$port" PING 2>/dev/null | grep -q PONG && break; sleep 0.1; done

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procs import free_port, stop  # noqa: E402
+from ports import listen_port  # noqa: E402
+from procs import stop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_KINDS = ("console", "toml", "python")
@@ -165,7 +166,7 @@ class Server:
     def __init__(self, binary, module, workdir):
         self.workdir = workdir
         for _ in range(5):
-            self.port = free_port()
+            self.port = listen_port()
             self.proc = subprocess.Popen(
                 [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", "--dir", workdir, "--loadmodule", module],
@@ -278,7 +279,7 @@ class Runner:
         config.write_text(block.text)
         env = {k: v for k, v in self.env.items() if not k.startswith("RL_GATEWAY_")}
         if self.check_config_flag():
-            cmd = [self.args.gateway, "--config", str(config), "--check-config"]
+            cmd = [self.args.gateway, "--check-config", str(config)]
             done = subprocess.run(cmd, env=env, capture_output=True, text=True,
                                   timeout=COMMAND_TIMEOUT_S)
             if done.returncode != 0:

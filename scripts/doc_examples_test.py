@@ -87,6 +87,13 @@ class Live(unittest.TestCase):
             self.assertEqual(done.returncode, 1, f"{after}: {done.stdout}")
             self.assertIn("FAIL", done.stdout)
 
+    def test_a_bad_gateway_config_fails(self):
+        good = self.run_on('```toml\nfailure_mode = "local"\n```\n')
+        self.assertEqual(good.returncode, 0, good.stdout)
+        bad = self.run_on('```toml\nfailure_mod = "local"\n```\n')
+        self.assertEqual(bad.returncode, 1, bad.stdout)
+        self.assertIn("failure_mod", bad.stdout)
+
     def test_failing_python_fails(self):
         done = self.run_on("```python\nassert 1 + 1 == 3\n```\n")
         self.assertEqual(done.returncode, 1, done.stdout)

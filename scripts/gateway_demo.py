@@ -16,7 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procs import free_port, stop  # noqa: E402
+from ports import listen_port  # noqa: E402
+from procs import stop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,7 +43,7 @@ class Upstream(BaseHTTPRequestHandler):
 
 def start_redis(server, module):
     for _ in range(5):
-        port = free_port()
+        port = listen_port()
         proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                  "--appendonly", "no", "--loadmodule", module],
                                 stdout=subprocess.DEVNULL)

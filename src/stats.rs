@@ -142,6 +142,7 @@ mod tests {
                 "fixed",
                 "log",
                 "gcra",
+                "quota",
                 "throttle",
                 "concurrency",
                 "all",

@@ -35,6 +35,9 @@ pub enum Source {
     FailOpen,
     /// Redis unavailable, failure mode closed: denied without a decision.
     FailClosed,
+    /// Not checked: another key of the same multi-key check decided first (a denial in an
+    /// earlier hash slot), so nothing is known of this key's count.
+    Unchecked,
 }
 
 impl Source {
@@ -47,6 +50,7 @@ impl Source {
             Source::Lease => "lease",
             Source::FailOpen => "fail_open",
             Source::FailClosed => "fail_closed",
+            Source::Unchecked => "unchecked",
         }
     }
 

@@ -168,7 +168,7 @@ impl<D: Decider> Failover<D> {
             Source::Local => &self.local_count,
             Source::FailOpen => &self.fail_open,
             Source::FailClosed => &self.fail_closed,
-            Source::Redis | Source::DenyCache | Source::Lease => return,
+            Source::Redis | Source::DenyCache | Source::Lease | Source::Unchecked => return,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("rl_client_decisions_total", "source" => source.name()).increment(1);

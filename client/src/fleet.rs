@@ -399,6 +399,11 @@ async fn heartbeat(config: FleetConfig, transport: Arc<Transport>, view: Arc<Fle
                      the local fallback divides by `instances`"
                 );
             }
+            // Without the module there is no membership: said once above, not every minute.
+            Err(e) if is_unknown_command(&e) => {
+                failed = true;
+                tracing::debug!(error = %e, "fleet: heartbeat failed");
+            }
             Err(e) => {
                 failed = true;
                 metrics::counter!("rl_fleet_heartbeat_failures_total").increment(1);

@@ -88,5 +88,5 @@ pub use fallback::LocalLimiter;
 pub use fleet::FleetConfig;
 pub use lease::{LeaseConfig, LeaseStats};
 pub use limiter::{Limiter, LimiterBuilder, LimiterStats, DEFAULT_TIMEOUT};
-pub use policy::{Algorithm, FailureMode, Policy};
+pub use policy::{Algorithm, FailureMode, Period, Policy};
 pub use tier::{Rate, RateOverride, RedisHashTiers, StaticTiers, TierConfig, TierResolver};

@@ -4,6 +4,8 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use redis_rl_core::algorithm::{MAX_OPTIONS, MAX_PARAMS};
+pub use redis_rl_core::calendar::Period;
+use redis_rl_core::calendar::MAX_OFFSET_MIN;
 use redis_rl_core::{AnyParams, Kind, ParamError};
 
 /// The limiting algorithm and its parameters, mirroring the server commands.
@@ -51,6 +53,17 @@ pub enum Algorithm {
         limit: u64,
         /// Window length in milliseconds.
         window_ms: u64,
+    },
+    /// `RL.QUOTA key limit period [TZ minutes] [ANCHOR day]`: a quota per calendar period.
+    Quota {
+        /// Most units per period.
+        limit: u64,
+        /// Day, week (from Monday), month (from `anchor`) or year.
+        period: Period,
+        /// The UTC offset of the calendar in minutes (-1439 to 1439).
+        tz_minutes: i64,
+        /// The day of the month a monthly period starts on (1-31; 1 for other periods).
+        anchor: u64,
     },
 }
 
@@ -119,6 +132,22 @@ impl Algorithm {
             Algorithm::Log { limit, window_ms } => {
                 (Kind::SlidingLog, "RL.LOG", [limit, window_ms, 0, 0], None)
             }
+            Algorithm::Quota {
+                limit,
+                period,
+                tz_minutes,
+                anchor,
+            } => {
+                // TZ travels as `minutes + 1439` (the core's signed spelling); an offset
+                // outside the range wraps to a number the core then refuses.
+                let tz = tz_minutes.wrapping_add(MAX_OFFSET_MIN) as u64;
+                return Numbers {
+                    kind: Kind::Quota,
+                    command: "RL.QUOTA",
+                    values: [limit, period.code(), 0, 0],
+                    options: [Some(tz), Some(anchor)],
+                };
+            }
         };
         Numbers {
             kind,
@@ -154,12 +183,26 @@ impl Algorithm {
     /// The numeric parameters as the server reads them after the key (or spec word):
     /// the positional ones, then each option given (`BURST b`).
     pub fn params(&self) -> Vec<String> {
-        let n = self.numbers();
-        let mut args: Vec<String> = n.values().iter().map(u64::to_string).collect();
-        for (opt, value) in self.kind().options().iter().zip(n.options()) {
+        // The core's canonical numbers (defaults left out), each written as the server
+        // reads it (a period as its word, an offset signed).
+        let n = match self.core_params() {
+            Ok(p) => p.numbers(),
+            Err(_) => {
+                let n = self.numbers();
+                redis_rl_core::Numbers::new(n.values(), n.options())
+            }
+        };
+        let kind = self.kind();
+        let mut args: Vec<String> = kind
+            .params()
+            .iter()
+            .zip(n.values())
+            .map(|(range, v)| range.show(*v))
+            .collect();
+        for (opt, value) in kind.options().iter().zip(n.options()) {
             if let Some(value) = value {
                 args.push(opt.token.to_string());
-                args.push(value.to_string());
+                args.push(opt.range.show(*value));
             }
         }
         args
@@ -171,7 +214,8 @@ impl Algorithm {
             Algorithm::TokenBucket { capacity, .. } => capacity,
             Algorithm::Sliding { limit, .. }
             | Algorithm::Fixed { limit, .. }
-            | Algorithm::Log { limit, .. } => limit,
+            | Algorithm::Log { limit, .. }
+            | Algorithm::Quota { limit, .. } => limit,
             // A bucket of `burst` units (default `limit`) refilled at `limit` per period.
             Algorithm::Gcra { limit, burst, .. } => match burst {
                 Some(b) => b,
@@ -196,6 +240,14 @@ impl Algorithm {
             Algorithm::Sliding { window_ms, .. }
             | Algorithm::Fixed { window_ms, .. }
             | Algorithm::Log { window_ms, .. } => window_ms,
+            // A calendar period has no fixed length: its usual one (months of 30 days,
+            // years of 365); the reply's reset_after_ms is the exact time left.
+            Algorithm::Quota { period, .. } => match period {
+                Period::Day => 86_400_000,
+                Period::Week => 7 * 86_400_000,
+                Period::Month => 30 * 86_400_000,
+                Period::Year => 365 * 86_400_000,
+            },
             Algorithm::Gcra {
                 limit,
                 period_ms,
@@ -323,6 +375,30 @@ impl Policy {
         Self::new(Algorithm::Log { limit, window_ms })
     }
 
+    /// A calendar quota: `limit` units per `period` at UTC + `tz_minutes`, a monthly
+    /// period starting on day `anchor` (the month's last day when it is shorter).
+    ///
+    /// ```
+    /// use redis_rl_client::{Period, Policy};
+    /// let plan = Policy::quota(10_000, Period::Month, 330, 15).unwrap();
+    /// assert_eq!(plan.algorithm().params(), ["10000", "MONTH", "TZ", "330", "ANCHOR", "15"]);
+    /// assert!(Policy::quota(10, Period::Week, 0, 15).is_err());
+    /// assert!(Policy::quota(10, Period::Day, -1_440, 1).is_err());
+    /// ```
+    pub fn quota(
+        limit: u64,
+        period: Period,
+        tz_minutes: i64,
+        anchor: u64,
+    ) -> Result<Self, ParamError> {
+        Self::new(Algorithm::Quota {
+            limit,
+            period,
+            tz_minutes,
+            anchor,
+        })
+    }
+
     /// Sets what happens when Redis cannot answer.
     pub const fn on_failure(mut self, mode: FailureMode) -> Self {
         self.on_failure = mode;
@@ -444,6 +520,7 @@ mod tests {
             Policy::fixed(1, 1),
             Policy::gcra(1, 1, None),
             Policy::log(1, 1),
+            Policy::quota(1, Period::Day, 0, 1),
         ];
         let kinds: Vec<Kind> = policies
             .iter()

@@ -238,17 +238,23 @@ pub trait Source {
     fn option(&mut self, opt: &Opt) -> Result<Option<u64>, Self::Error>;
 }
 
-/// Parses `A`'s parameters from `source`: each positional one in order, then each option in
-/// declaration order, then [`Algorithm::params`]. The one parser shared by every spec that
-/// names an algorithm. Allocates nothing.
+/// Parses `A`'s parameters from `source`: each positional one in order, then the options in
+/// any order (each at most once: a repeated one is left for the next spec, which refuses it),
+/// then [`Algorithm::params`]. The one parser shared by every spec that names an algorithm.
+/// Allocates nothing.
 pub fn parse_params<A: Algorithm, S: Source>(source: &mut S) -> Result<A::Params, S::Error> {
     let mut values = [0u64; MAX_PARAMS];
     for (slot, range) in values.iter_mut().zip(A::PARAMS) {
         *slot = source.value(*range)?;
     }
     let mut options = [None; MAX_OPTIONS];
-    for (slot, opt) in options.iter_mut().zip(A::OPTIONS) {
-        *slot = source.option(opt)?;
+    // One round per option: each round takes whichever of the missing ones comes next.
+    for _ in A::OPTIONS {
+        for (slot, opt) in options.iter_mut().zip(A::OPTIONS) {
+            if slot.is_none() {
+                *slot = source.option(opt)?;
+            }
+        }
     }
     let values = values.get(..A::PARAMS.len()).unwrap_or(&[]);
     let options = options.get(..A::OPTIONS.len()).unwrap_or(&[]);

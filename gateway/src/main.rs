@@ -3,6 +3,8 @@
 
 mod app;
 mod cli;
+mod files;
+mod forward_auth;
 mod health;
 mod limits;
 mod ops;
@@ -161,7 +163,6 @@ async fn run(args: Args) -> Result<(), String> {
         Some(addr) => (None, Some((addr, ops))),
         None => (Some(ops), None),
     };
-    let overflow = limits::overflow(public_ops.clone());
     let rls = match (args.rls_listen, &args.rls_config) {
         (Some(listen), Some(path)) => {
             let opts = rls::RlsOptions {
@@ -174,6 +175,17 @@ async fn run(args: Args) -> Result<(), String> {
         }
         _ => None,
     };
+    let forward_auth = match args.auth_listen {
+        Some(addr) => {
+            let app = forward_auth::ForwardAuth::new(live.clone())?.app();
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("--auth-listen {addr}: {e}"))?;
+            Some((l, app))
+        }
+        None => None,
+    };
+    let overflow = limits::overflow(public_ops.clone());
     let router = app::public(live.clone(), public_ops);
     #[cfg(unix)]
     tokio::spawn(reload::on_sighup(live, hangups));
@@ -224,20 +236,30 @@ async fn run(args: Args) -> Result<(), String> {
         "listener limits"
     );
     if let Some(rls) = rls {
-        let rx = stopped.clone();
+        let mut rx = stopped.clone();
         let path = args.rls_config.clone().unwrap_or_default();
         tracing::info!(listen = ?rls.local_addr(), "rate limit service listening");
         tokio::spawn(async move {
-            if let Err(e) = rls
-                .serve(path, async move {
-                    let mut rx = rx;
-                    let _ = rx.wait_for(|s| *s).await;
-                })
-                .await
-            {
+            let stop = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            if let Err(e) = rls.serve(path, stop).await {
                 tracing::error!(error = %e, "rate limit service failed");
             }
         });
+    }
+    if let Some((l, app)) = forward_auth {
+        tracing::info!(listen = ?l.local_addr().ok(), "forward auth listening");
+        tokio::spawn(limits::serve(
+            limits::Listener {
+                listener: l,
+                router: app,
+                overflow: limits::overflow(None),
+                limits,
+                name: "auth",
+            },
+            stopped.clone(),
+        ));
     }
     if let Some((l, router)) = admin {
         let rx = stopped.clone();
@@ -295,15 +317,7 @@ fn redacted(url: &str) -> String {
 /// The TLS material of --redis-ca, --redis-cert and --redis-key (None: none given).
 fn redis_tls(args: &Args) -> Result<Option<redis_rl_client::TlsFiles>, String> {
     let read = |flag: &str, path: &std::path::Path| {
-        let meta =
-            std::fs::metadata(path).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
-        if !meta.is_file() || meta.len() > 1024 * 1024 {
-            return Err(format!(
-                "{flag} {}: not a regular PEM file of at most 1 MiB",
-                path.display()
-            ));
-        }
-        std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
+        files::read_bounded(path).map_err(|e| format!("{flag} {e}"))
     };
     let ca = args
         .redis_ca

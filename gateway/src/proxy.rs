@@ -19,7 +19,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use ipnet::IpNet;
-use redis_rl_client::middleware::REQUEST_ID;
+use redis_rl_client::middleware::{REQUEST_ID, TRACEPARENT};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
@@ -119,6 +119,14 @@ impl Upstream {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("-")
             .to_string();
+        // The trace id of the traceparent the middleware set (the caller's trace, or the one
+        // it started), for the problem bodies.
+        let trace_id = parts
+            .headers
+            .get(TRACEPARENT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|t| t.get(3..35))
+            .map(str::to_owned);
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let target = format!(
             "{}://{}{}{}",
@@ -130,7 +138,14 @@ impl Upstream {
         });
         parts.uri = match target.parse() {
             Ok(uri) => uri,
-            Err(_) => return problem(StatusCode::BAD_REQUEST, "bad request target", &request_id),
+            Err(_) => {
+                return problem(
+                    StatusCode::BAD_REQUEST,
+                    "bad request target",
+                    &request_id,
+                    trace_id.as_deref(),
+                )
+            }
         };
         strip_hop_by_hop(&mut parts.headers);
         // HTTP/1.1 upstream whatever the client spoke (the pool holds HTTP/1.1 connections;
@@ -170,6 +185,7 @@ impl Upstream {
                         StatusCode::GATEWAY_TIMEOUT,
                         "upstream connect timed out",
                         &request_id,
+                        trace_id.as_deref(),
                     ),
                 )
             }
@@ -177,7 +193,12 @@ impl Upstream {
                 tracing::warn!(error = %e, source = ?std::error::Error::source(&e), "upstream request failed");
                 (
                     "error",
-                    problem(StatusCode::BAD_GATEWAY, "upstream unavailable", &request_id),
+                    problem(
+                        StatusCode::BAD_GATEWAY,
+                        "upstream unavailable",
+                        &request_id,
+                        trace_id.as_deref(),
+                    ),
                 )
             }
             Err(_) => {
@@ -191,6 +212,7 @@ impl Upstream {
                         StatusCode::GATEWAY_TIMEOUT,
                         "upstream timed out",
                         &request_id,
+                        trace_id.as_deref(),
                     ),
                 )
             }
@@ -343,13 +365,16 @@ fn quoted(v: &str) -> String {
     format!("\"{escaped}\"")
 }
 
-fn problem(status: StatusCode, title: &str, request_id: &str) -> Response {
-    let body = serde_json::json!({
+fn problem(status: StatusCode, title: &str, request_id: &str, trace_id: Option<&str>) -> Response {
+    let mut body = serde_json::json!({
         "type": "about:blank",
         "title": title,
         "status": status.as_u16(),
         "request_id": request_id,
     });
+    if let (Some(id), Some(fields)) = (trace_id, body.as_object_mut()) {
+        fields.insert("trace_id".to_owned(), serde_json::Value::from(id));
+    }
     (
         status,
         [(header::CONTENT_TYPE, "application/problem+json")],

@@ -12,6 +12,8 @@ use std::process::{Child, Command, Stdio};
 // The proxy, operations, reload, hardening and Redis TLS tests, in this one test binary.
 #[path = "gateway/fleet.rs"]
 mod fleet;
+#[path = "gateway/forward_auth.rs"]
+mod forward_auth;
 #[path = "gateway/hardening.rs"]
 mod hardening;
 #[path = "gateway/ops.rs"]
@@ -225,14 +227,22 @@ async fn limits_by_tier_and_endpoint_with_headers_health_and_metrics() {
     gw.get("/api/items/3", &[("x-api-key", "pro-key")])
         .await
         .unwrap();
+    let caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let (status, h, body) = gw
-        .get("/api/items/4", &[("x-api-key", "pro-key")])
+        .get(
+            "/api/items/4",
+            &[("x-api-key", "pro-key"), ("traceparent", caller)],
+        )
         .await
         .unwrap();
     assert_eq!(status, 429);
     assert_eq!(h["content-type"], "application/problem+json");
     assert!(h.contains_key("retry-after"));
     assert!(body.contains("\"dimension\":\"endpoint\""), "{body}");
+    assert!(
+        body.contains("\"trace_id\":\"0af7651916cd43dd8448eb211c80319c\""),
+        "{body}"
+    );
     // Another route pattern: its own quota; the key's tier is pro.
     let (status, h, _) = gw
         .get("/api/search", &[("x-api-key", "pro-key")])
@@ -312,17 +322,19 @@ async fn forwards_allowed_requests_to_the_upstream() {
     let app = axum::Router::new().route(
         "/base/{*rest}",
         axum::routing::get(|headers: http::HeaderMap, uri: http::Uri| async move {
-            format!(
-                "uri={} id={} xff={}",
-                uri,
+            let header = |name: &str| {
                 headers
-                    .get("x-request-id")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or(""),
-                headers
-                    .get("x-forwarded-for")
+                    .get(name)
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("")
+                    .to_owned()
+            };
+            format!(
+                "uri={} id={} xff={} traceparent={}",
+                uri,
+                header("x-request-id"),
+                header("x-forwarded-for"),
+                header("traceparent")
             )
         }),
     );
@@ -334,24 +346,64 @@ async fn forwards_allowed_requests_to_the_upstream() {
         &format!("http://127.0.0.1:{upstream_port}/base"),
     ])
     .await;
+    // The caller's trace goes on, with the gateway as the parent span.
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let (status, h, body) = gw
-        .get("/api/items/9?x=1", &[("x-request-id", "up-1")])
+        .get(
+            "/api/items/9?x=1",
+            &[("x-request-id", "up-1"), ("traceparent", caller)],
+        )
         .await
         .unwrap();
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body, "uri=/base/api/items/9?x=1 id=up-1 xff=127.0.0.1");
+    let (seen, traceparent) = body.split_once(" traceparent=").unwrap();
+    assert_eq!(seen, "uri=/base/api/items/9?x=1 id=up-1 xff=127.0.0.1");
+    assert!(
+        traceparent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+            && traceparent.ends_with("-01"),
+        "{traceparent}"
+    );
+    assert_eq!(traceparent.len(), caller.len());
+    assert_ne!(traceparent, caller, "the gateway's own span is the parent");
     assert_eq!(h["x-ratelimit-limit"], "100");
+    // Without one, a new trace starts.
+    let (_, _, body) = gw.get("/api/items/9", &[]).await.unwrap();
+    let (_, traceparent) = body.split_once(" traceparent=").unwrap();
+    assert_eq!(traceparent.len(), 55, "{body}");
+    assert!(!traceparent.contains("4bf92f3577b34da6a3ce929d0e0e4736"));
 
     drop(gw);
-    let dead = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--upstream",
-        &format!("http://127.0.0.1:{}", free_port()),
-    ])
+    let log = std::env::temp_dir().join(format!("rl-gw-trace-{}.log", server.port));
+    let dead = Gateway::launch(
+        &[
+            "--redis",
+            &server.url(),
+            "--upstream",
+            &format!("http://127.0.0.1:{}", free_port()),
+        ],
+        false,
+        Some(&log),
+    )
     .await;
-    let (status, _, body) = dead.get("/x", &[]).await.unwrap();
+    let (status, _, body) = dead.get("/x", &[("traceparent", caller)]).await.unwrap();
     assert_eq!(status, 502, "{body}");
+    let problem: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        problem["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736",
+        "{body}"
+    );
+    drop(dead);
+    // Every log line of the request carries the trace id (the warnings of the failed call).
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("upstream")).collect();
+    assert!(!lines.is_empty(), "{text}");
+    for line in lines {
+        assert!(
+            line.contains("trace_id=4bf92f3577b34da6a3ce929d0e0e4736"),
+            "{line}"
+        );
+    }
+    let _ = std::fs::remove_file(&log);
 }
 
 /// In front of a server without the module (a managed service), unchanged: the limiter

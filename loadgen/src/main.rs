@@ -5,12 +5,16 @@
 //!   appends one line per request to F.
 //! - `rl-loadgen upstream --listen 127.0.0.1:9000`: the upstream behind the gateways.
 //! - `rl-loadgen tiers --keys 300`: `key tier` lines, for `HSET rl:tiers`.
+//! - `rl-loadgen rls --target 127.0.0.1:8081 --concurrency 32 --duration-ms 5000`:
+//!   `ShouldRateLimit` calls back to back against Envoy's rate limit service (make
+//!   bench-gateway); prints decisions per second and latency percentiles (JSON).
 //! - `rl-loadgen analyze --config fleet.toml --records F --phases P.json`: per phase,
 //!   answers, latency, and admitted versus the exact budget per dimension (JSON).
 
 mod analyze;
 mod load;
 mod record;
+mod rls;
 mod traffic;
 mod upstream;
 
@@ -42,6 +46,8 @@ enum Command {
         #[arg(long, default_value_t = 900)]
         max_s: u64,
     },
+    /// ShouldRateLimit calls against Envoy's rate limit service.
+    Rls(rls::RlsArgs),
     /// Prints `key tier` for the ranks 0..keys.
     Tiers {
         #[arg(long, default_value_t = 300)]
@@ -85,6 +91,10 @@ fn run(cli: Cli) -> Result<(), String> {
                 "{}",
                 serde_json::json!({"sent": sent, "not_sent": not_sent, "errors": errors})
             );
+            Ok(())
+        }
+        Command::Rls(args) => {
+            println!("{}", runtime()?.block_on(rls::run(args))?);
             Ok(())
         }
         Command::Upstream { listen, max_s } => runtime()?.block_on(upstream::serve(listen, max_s)),

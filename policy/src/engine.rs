@@ -8,7 +8,7 @@ use ipnet::IpNet;
 
 use crate::access::{Access, AccessList};
 use crate::identity::{self, canonical_net, hex16};
-use crate::limit::{window_label, FailureModeName, LimitSpec};
+use crate::limit::{FailureModeName, LimitSpec};
 use crate::load::FieldError;
 use crate::path::{normalize_path, Template};
 use crate::rate::Rate;
@@ -253,11 +253,13 @@ impl Engine {
     }
 
     /// The route of the endpoint dimension for a normalised path: the first rule path or
-    /// configured route that matches, else the front end's, else `<unmatched>`.
+    /// configured route that matches (those without `**` first), else the front end's,
+    /// else `<unmatched>`.
     pub fn route(&self, path: &str, front_end: Option<&str>) -> String {
-        self.routes
-            .iter()
-            .find(|t| t.matches(path))
+        let matching = || self.routes.iter().filter(|t| t.matches(path));
+        matching()
+            .find(|t| !t.has_rest())
+            .or_else(|| matching().next())
             .map(|t| t.as_str().to_string())
             .or_else(|| front_end.map(str::to_string))
             .unwrap_or_else(|| UNMATCHED.to_string())
@@ -362,7 +364,7 @@ fn push_windows(
     let several = compiled.specs.len() > 1;
     for spec in &compiled.specs {
         let (name, key) = if several {
-            let w = window_label(spec.window_ms);
+            let w = spec.label();
             (format!("{label}-{w}"), format!("{key}:{w}"))
         } else {
             (label.to_string(), key.to_string())

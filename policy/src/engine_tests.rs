@@ -260,6 +260,20 @@ fn rule_paths_are_routes_of_the_endpoint_dimension() {
         ["rl:{ip:192.0.2.1}:ep:/search/**", "rl:{ip:192.0.2.1}:r:s"]
     );
     assert_eq!(e.route("/items/3", None), "/items/{id}");
+    let both = Engine::new(
+        Config::from_toml(
+            "[[rules]]\nname = \"a\"\npaths = [\"/items/**\"]\nkey = [\"ip\"]\nlimit = 9",
+        )
+        .unwrap(),
+        &["/items/{id}".into()],
+    )
+    .unwrap();
+    assert_eq!(
+        both.route("/items/3", None),
+        "/items/{id}",
+        "a template without ** first"
+    );
+    assert_eq!(both.route("/items/3/4", None), "/items/**");
     assert_eq!(e.route("/x", Some("/{*path}")), "/{*path}");
     assert_eq!(e.route("/x", None), UNMATCHED);
 }
@@ -296,6 +310,26 @@ fn identity_refusals_come_first() {
     let body: serde_json::Value = serde_json::from_str(&resp.body).unwrap();
     assert_eq!(body["request_id"], "rid-9");
     assert_eq!(body["title"], "Bad Request");
+}
+
+#[test]
+fn a_refusal_carries_the_trace_id_given() {
+    let resp = crate::render::forbidden("ip", "rid-1");
+    assert!(!resp.body.contains("trace_id"));
+    let traced = resp
+        .clone()
+        .with_trace_id("4bf92f3577b34da6a3ce929d0e0e4736");
+    let body: serde_json::Value = serde_json::from_str(&traced.body).unwrap();
+    assert_eq!(body["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(body["request_id"], "rid-1");
+    assert_eq!(
+        (traced.status, &traced.headers),
+        (resp.status, &resp.headers)
+    );
+    // Keys stay in serde_json's sorted order, as the Python middleware writes them.
+    assert!(traced
+        .body
+        .contains("\"status\":403,\"title\":\"Forbidden\",\"trace_id\":"));
 }
 
 fn outcome(verdict: Verdict, remaining: u64, reset_after_ms: u64) -> Outcome {

@@ -8,6 +8,20 @@ use crate::limit::{window_label, LimitSpec};
 use crate::schema::Dimension;
 
 fn spec_text(s: &LimitSpec) -> String {
+    if let Some(cal) = s.calendar {
+        let mut t = format!(
+            "{}/{} quota",
+            s.limit,
+            cal.period().word().to_ascii_lowercase()
+        );
+        if cal.offset_min() != 0 {
+            let _ = write!(t, " at UTC{:+}min", cal.offset_min());
+        }
+        if cal.anchor() != 1 {
+            let _ = write!(t, " from day {}", cal.anchor());
+        }
+        return t;
+    }
     let mut t = format!(
         "{}/{} {}",
         s.limit,
@@ -27,7 +41,7 @@ fn windows(label: &str, c: &Compiled) -> String {
         .iter()
         .map(|s| {
             if several {
-                format!("\"{label}-{}\" {}", window_label(s.window_ms), spec_text(s))
+                format!("\"{label}-{}\" {}", s.label(), spec_text(s))
             } else {
                 format!("\"{label}\" {}", spec_text(s))
             }

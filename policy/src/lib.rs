@@ -47,14 +47,15 @@ pub use identity::{
     api_key, canonical_net, client_ip, client_network, is_key_text, request_id, tenant_id, KeyError,
 };
 pub use limit::{
-    parse_limit, window_label, AlgorithmKind, FailureModeName, InvalidLimit, LimitSpec,
-    LOCAL_LOG_MAX,
+    nominal_ms, parse_limit, parse_limit_per, window_label, AlgorithmKind, FailureModeName,
+    InvalidLimit, LimitSpec, Per, LOCAL_LOG_MAX,
 };
 pub use load::{ConfigError, FieldError};
 pub use path::{normalize_path, Template};
 pub use rate::{Rate, RateOverride, Window};
 pub use render::{
-    bad_request, ceil_secs, forbidden, policy_field, render, Outcome, Rendered, Response, Verdict,
+    bad_request, ceil_secs, forbidden, policy_field, render, reported_index, Outcome, Rendered,
+    Response, Verdict,
 };
 pub use rule::{KeyPart, Rule};
 pub use schema::{

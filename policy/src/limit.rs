@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use redis_rl_core::calendar::{self, Calendar, Period};
 use redis_rl_core::limits::Range;
 use redis_rl_core::{AnyParams, Kind, ParamError};
 use serde::Deserialize;
@@ -22,6 +23,8 @@ pub enum AlgorithmKind {
     Gcra,
     /// Exact sliding log (`limit` at most 10000).
     Log,
+    /// Calendar quota: what a calendar limit (`"1000/month"`) runs as; it needs one.
+    Quota,
 }
 
 impl AlgorithmKind {
@@ -33,6 +36,7 @@ impl AlgorithmKind {
             AlgorithmKind::Fixed => "fixed",
             AlgorithmKind::Gcra => "gcra",
             AlgorithmKind::Log => "log",
+            AlgorithmKind::Quota => "quota",
         }
     }
 
@@ -44,6 +48,7 @@ impl AlgorithmKind {
             AlgorithmKind::Fixed,
             AlgorithmKind::Gcra,
             AlgorithmKind::Log,
+            AlgorithmKind::Quota,
         ]
         .into_iter()
         .find(|k| k.name() == name)
@@ -73,10 +78,30 @@ impl FailureModeName {
     }
 }
 
+/// What a limit string counts over: a window of fixed length, or a calendar period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Per {
+    /// A window of this many milliseconds.
+    Window(u64),
+    /// A calendar period (`week`, `month`, `year`): a quota that resets at the period's
+    /// start, in the rate's `quota_tz`, monthly on its `quota_anchor` day.
+    Calendar(Period),
+}
+
+/// The calendar period a unit names (`week`, `months`, ...).
+fn calendar_unit(unit: &str) -> Option<Period> {
+    match unit {
+        "week" | "weeks" => Some(Period::Week),
+        "month" | "months" => Some(Period::Month),
+        "year" | "years" => Some(Period::Year),
+        _ => None,
+    }
+}
+
 /// Milliseconds per unit of a limit string, by the unit's name (singular and plural).
 ///
-/// Calendar units are not fixed lengths (a month has 28 to 31 days), so they are refused
-/// here with their own text; calendar quotas extend this one function.
+/// Calendar units are not fixed lengths (a month has 28 to 31 days): [`parse_limit_per`]
+/// reads them as calendar quotas, and they are refused here.
 fn unit_ms(unit: &str) -> Result<u64, String> {
     match unit {
         "ms" | "millisecond" | "milliseconds" => Ok(1),
@@ -85,10 +110,10 @@ fn unit_ms(unit: &str) -> Result<u64, String> {
         "h" | "hour" | "hours" => Ok(3_600_000),
         "d" | "day" | "days" => Ok(86_400_000),
         "week" | "weeks" | "month" | "months" | "year" | "years" => Err(format!(
-            "calendar window `{unit}` is not supported (units: second, minute, hour, day)"
+            "calendar period `{unit}` is a quota, not a window (write \"<count>/{unit}\" in `limits`)"
         )),
         other => Err(format!(
-            "unknown unit `{other}` (units: second, minute, hour, day)"
+            "unknown unit `{other}` (units: second, minute, hour, day; calendar quotas: week, month, year)"
         )),
     }
 }
@@ -103,6 +128,27 @@ fn unit_ms(unit: &str) -> Result<u64, String> {
 /// assert!(parse_limit("5/month").unwrap_err().contains("calendar"));
 /// ```
 pub fn parse_limit(text: &str) -> Result<(u64, u64), String> {
+    match parse_limit_per(text)? {
+        (count, Per::Window(ms)) => Ok((count, ms)),
+        (_, Per::Calendar(p)) => {
+            let unit = p.word().to_ascii_lowercase();
+            Err(format!("{text:?}: {}", unit_ms(&unit).unwrap_err()))
+        }
+    }
+}
+
+/// [`parse_limit`], calendar periods included: `"1000/month"` is `(1000,
+/// Per::Calendar(Period::Month))` (a calendar period takes no count: `"5/2 months"` is
+/// refused).
+///
+/// ```
+/// use redis_rl_policy::{parse_limit_per, Per};
+/// use redis_rl_core::calendar::Period;
+/// assert_eq!(parse_limit_per("1000/month"), Ok((1000, Per::Calendar(Period::Month))));
+/// assert_eq!(parse_limit_per("10/second"), Ok((10, Per::Window(1_000))));
+/// assert!(parse_limit_per("10/2 weeks").is_err());
+/// ```
+pub fn parse_limit_per(text: &str) -> Result<(u64, Per), String> {
     let bad = |why: &str| format!("{text:?}: {why}");
     let (count, per) = text
         .split_once('/')
@@ -120,12 +166,31 @@ pub fn parse_limit(text: &str) -> Result<(u64, u64), String> {
         n.parse()
             .map_err(|_| bad("the window count is too large"))?
     };
+    if let Some(period) = calendar_unit(unit.trim()) {
+        if digits > 0 {
+            return Err(bad(
+                "a calendar period takes no count (\"1000/month\", not \"1000/2 months\")",
+            ));
+        }
+        return Ok((count, Per::Calendar(period)));
+    }
     let ms = unit_ms(unit.trim()).map_err(|e| bad(&e))?;
     let window_ms = n
         .checked_mul(ms)
         .filter(|w| *w > 0)
         .ok_or_else(|| bad("the window must be positive and at most 10^12 ms"))?;
-    Ok((count, window_ms))
+    Ok((count, Per::Window(window_ms)))
+}
+
+/// The usual length of a calendar period, in milliseconds (months of 30 days, years of
+/// 365): what `RateLimit-Policy` shows as its window (the reply's reset is exact).
+pub const fn nominal_ms(period: Period) -> u64 {
+    match period {
+        Period::Day => 86_400_000,
+        Period::Week => 7 * 86_400_000,
+        Period::Month => 30 * 86_400_000,
+        Period::Year => 365 * 86_400_000,
+    }
 }
 
 /// A window in the shortest exact unit, as it appears in policy names and keys (`1s`,
@@ -155,6 +220,9 @@ pub struct LimitSpec {
     pub window_ms: u64,
     /// Token bucket capacity or GCRA burst (`None`: `limit`).
     pub burst: Option<u64>,
+    /// The calendar of a quota (algorithm [`AlgorithmKind::Quota`]; `window_ms` is then
+    /// the period's [`nominal_ms`]).
+    pub calendar: Option<Calendar>,
 }
 
 /// Why a window cannot be enforced: a number outside the server's range.
@@ -183,7 +251,30 @@ impl LimitSpec {
             limit,
             window_ms,
             burst,
+            calendar: None,
         };
+        if algorithm == AlgorithmKind::Quota {
+            // A quota counts per calendar period: only a calendar limit makes one.
+            return Err(InvalidLimit(calendar::PERIOD.error()));
+        }
+        spec.validated()
+    }
+
+    /// A calendar quota: `limit` units per period of `calendar`.
+    pub fn calendar_quota(limit: u64, calendar: Calendar) -> Result<Self, InvalidLimit> {
+        Self {
+            algorithm: AlgorithmKind::Quota,
+            limit,
+            window_ms: nominal_ms(calendar.period()),
+            burst: None,
+            calendar: Some(calendar),
+        }
+        .validated()
+    }
+
+    fn validated(self) -> Result<Self, InvalidLimit> {
+        let spec = self;
+        let (algorithm, limit, window_ms) = (spec.algorithm, spec.limit, spec.window_ms);
         let (kind, values, options) = spec.registry_numbers();
         let (limit_param, window_param) = match algorithm {
             AlgorithmKind::TokenBucket => ("refill_tokens", "refill_ms"),
@@ -224,6 +315,33 @@ impl LimitSpec {
             AlgorithmKind::Fixed => (Kind::FixedWindow, vec![limit, window_ms], vec![]),
             AlgorithmKind::Gcra => (Kind::Gcra, vec![limit, window_ms], vec![self.burst]),
             AlgorithmKind::Log => (Kind::SlidingLog, vec![limit, window_ms], vec![]),
+            AlgorithmKind::Quota => {
+                let Some(cal) = self.calendar else {
+                    // No calendar (a spec not built by `quota`): a period the core refuses.
+                    return (Kind::Quota, vec![limit, 0], vec![None, None]);
+                };
+                // The core's numbers: the period's code, TZ as `minutes + 1439`.
+                let tz = u64::try_from(cal.offset_min() + calendar::MAX_OFFSET_MIN).ok();
+                (
+                    Kind::Quota,
+                    vec![limit, cal.period().code()],
+                    vec![tz, Some(cal.anchor())],
+                )
+            }
+        }
+    }
+
+    /// How this window appears in plan names and keys: [`window_label`] of a window, the
+    /// period of a quota (`1w`, `1mo`, `1y`).
+    pub fn label(&self) -> String {
+        match self.calendar {
+            Some(cal) => match cal.period() {
+                Period::Day => "1cd".to_string(),
+                Period::Week => "1w".to_string(),
+                Period::Month => "1mo".to_string(),
+                Period::Year => "1y".to_string(),
+            },
+            None => window_label(self.window_ms),
         }
     }
 
@@ -240,6 +358,7 @@ impl LimitSpec {
     /// empty, else the window.
     pub fn quota_window_ms(&self) -> u64 {
         match self.algorithm {
+            AlgorithmKind::Quota => self.window_ms,
             AlgorithmKind::TokenBucket | AlgorithmKind::Gcra => {
                 let ms = u128::from(self.quota()) * u128::from(self.window_ms)
                     / u128::from(self.limit.max(1));
@@ -276,9 +395,9 @@ mod tests {
             ("10", "expected \"<count>/<unit>\""),
             ("x/second", "whole number"),
             ("10/fortnight", "unknown unit `fortnight`"),
-            ("10/month", "calendar window `month` is not supported"),
-            ("10/week", "calendar window"),
-            ("10/year", "calendar window"),
+            ("10/month", "calendar period `month` is a quota"),
+            ("10/week", "is a quota, not a window"),
+            ("10/year", "is a quota, not a window"),
             ("10/0 seconds", "must be positive"),
         ] {
             let err = parse_limit(text).unwrap_err();

@@ -71,10 +71,28 @@ impl Config {
                 source: source.to_string(),
                 line,
                 field: line.and_then(|l| field_at(text, l)),
-                message: e.message().trim_end().to_string(),
+                message: message_of(&e),
             }
         })?;
         config.validate().map_err(|e| e.locate(text, source))?;
+        Ok(config)
+    }
+
+    /// Parses and validates JSON of the same schema (a configuration built in code, such
+    /// as a Python mapping); errors name `source`, the line and column, and the field.
+    pub fn from_json_named(text: &str, source: &str) -> Result<Config, ConfigError> {
+        let config: Config = serde_json::from_str(text).map_err(|e| ConfigError {
+            source: source.to_string(),
+            line: Some(e.line()),
+            field: None,
+            message: e.to_string(),
+        })?;
+        config.validate().map_err(|e| ConfigError {
+            source: source.to_string(),
+            line: None,
+            field: Some(e.field),
+            message: e.message,
+        })?;
         Ok(config)
     }
 
@@ -138,6 +156,23 @@ impl Config {
                 ));
             }
         }
+        // The heartbeat renews a lease of ttl_ms: it must come before the lease ends, and
+        // the lease must be one the server accepts (at most 10^12 ms).
+        if self.fleet.membership
+            && (self.fleet.heartbeat_ms == 0
+                || self.fleet.ttl_ms <= self.fleet.heartbeat_ms
+                || self.fleet.ttl_ms > redis_rl_core::limits::MAX_DURATION_MS)
+        {
+            return Err(FieldError::new(
+                "fleet",
+                format!(
+                    "fleet: heartbeat_ms ({}) must be positive and shorter than ttl_ms ({}), at most {} ms",
+                    self.fleet.heartbeat_ms,
+                    self.fleet.ttl_ms,
+                    redis_rl_core::limits::MAX_DURATION_MS
+                ),
+            ));
+        }
         if self.leases.lifetime_ms == 0 || self.leases.demand_ms == 0 {
             return Err(FieldError::new(
                 "leases",
@@ -174,6 +209,17 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// What a TOML error says; the display's quoted line of the file is left out (a line may
+/// hold a secret, and the error names the line already).
+fn message_of(e: &toml::de::Error) -> String {
+    let message = e.message().trim();
+    if message.is_empty() {
+        "invalid TOML syntax".to_string()
+    } else {
+        message.to_string()
     }
 }
 
@@ -292,7 +338,10 @@ mod tests {
             ("trusted_proxies = [\"nope\"]", "f.toml:1: trusted_proxies: invalid IP"),
             ("instances = 0", "f.toml:1: instances:"),
             ("hot = [\"nope\"]", "unknown variant `nope`"),
+            ("limit = ", "f.toml:1: limit: invalid TOML syntax"),
             ("[leases]\nlifetime_ms = 0", "f.toml:1: leases: leases:"),
+            ("[fleet]\nheartbeat_ms = 3000", "f.toml:1: fleet: fleet: heartbeat_ms (3000) must be positive and shorter than ttl_ms"),
+            ("[fleet]\nttl_ms = 1000000000000000", "f.toml:1: fleet: fleet: heartbeat_ms (1000)"),
             ("ipv6_prefix = 129", "f.toml:1: ipv6_prefix: ipv6_prefix must be between 1 and 128"),
             ("api_key_header = \"x key\"", "f.toml:1: api_key_header: api_key_header \"x key\" is not a valid"),
             ("[access]\nallow_ips = [\"10.0.0.0/33\"]", "f.toml:2: access.allow_ips: invalid IP"),
@@ -318,7 +367,7 @@ mod tests {
                 "[[rules]]\nname = \"ip\"\nkey = [\"ip\"]\nlimit = 1\n",
                 "f.toml:2: rules[0].name: \"ip\" is a dimension's name",
             ),
-            ("[ip]\nlimits = [\"1/week\"]", "f.toml:2: ip.limits: \"1/week\": calendar window"),
+            ("[ip]\nlimits = [\"1/3 weeks\"]", "f.toml:2: ip.limits: \"1/3 weeks\": a calendar period takes no count"),
         ] {
             let err = Config::from_toml_named(text, "f.toml").unwrap_err().to_string();
             assert!(err.starts_with(expected) || err.contains(expected), "{text}\n{err}\n{expected}");

@@ -98,6 +98,11 @@ impl Template {
         &self.text
     }
 
+    /// Whether the template ends in `**` (matches any rest).
+    pub fn has_rest(&self) -> bool {
+        self.segments.last() == Some(&Segment::Rest)
+    }
+
     /// Whether the normalised `path` matches.
     pub fn matches(&self, path: &str) -> bool {
         let mut parts = path.split('/').skip(1).filter(|s| !s.is_empty());

@@ -6,7 +6,9 @@ use std::fmt;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use crate::limit::{parse_limit, AlgorithmKind, FailureModeName, LimitSpec};
+use redis_rl_core::calendar::{Calendar, Period};
+
+use crate::limit::{nominal_ms, parse_limit_per, AlgorithmKind, FailureModeName, LimitSpec, Per};
 
 /// One window as written: `limit` units per `window_ms`, with an optional algorithm and
 /// burst of its own (else the rate's).
@@ -20,6 +22,10 @@ pub struct Window {
     pub algorithm: Option<AlgorithmKind>,
     /// This window's burst (default: the rate's, with one window).
     pub burst: Option<u64>,
+    /// A calendar period instead of a window (`"1000/month"`): a quota per period, in the
+    /// rate's `quota_tz` and (monthly) from its `quota_anchor` day; `window_ms` is then the
+    /// period's usual length.
+    pub period: Option<Period>,
 }
 
 impl Window {
@@ -30,6 +36,15 @@ impl Window {
             window_ms,
             algorithm: None,
             burst: None,
+            period: None,
+        }
+    }
+
+    /// `limit` per calendar `period` (a quota).
+    pub const fn calendar(limit: u64, period: Period) -> Self {
+        Self {
+            period: Some(period),
+            ..Window::new(limit, nominal_ms(period))
         }
     }
 }
@@ -55,8 +70,10 @@ impl<'de> Deserialize<'de> for Window {
                 f.write_str("a limit string such as \"10/second\" or a table { limit, window_ms }")
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Window, E> {
-                let (limit, window_ms) = parse_limit(s).map_err(E::custom)?;
-                Ok(Window::new(limit, window_ms))
+                match parse_limit_per(s).map_err(E::custom)? {
+                    (limit, Per::Window(window_ms)) => Ok(Window::new(limit, window_ms)),
+                    (limit, Per::Calendar(period)) => Ok(Window::calendar(limit, period)),
+                }
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Window, A::Error> {
                 let t = WindowTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
@@ -65,6 +82,7 @@ impl<'de> Deserialize<'de> for Window {
                     window_ms: t.window_ms,
                     algorithm: t.algorithm,
                     burst: t.burst,
+                    period: None,
                 })
             }
         }
@@ -85,6 +103,10 @@ pub struct Rate {
     pub shadow: bool,
     /// Overrides the global failure mode for this rate.
     pub failure_mode: Option<FailureModeName>,
+    /// The UTC offset in minutes of its calendar limits (default 0).
+    pub quota_tz: Option<i64>,
+    /// The day of the month its monthly limits start on (default 1).
+    pub quota_anchor: Option<u64>,
 }
 
 impl Rate {
@@ -101,6 +123,8 @@ impl Rate {
             burst: None,
             shadow: false,
             failure_mode: None,
+            quota_tz: None,
+            quota_anchor: None,
         }
     }
 
@@ -127,21 +151,40 @@ impl Rate {
                     .to_string(),
             );
         }
+        let calendars = self.windows.iter().any(|w| w.period.is_some());
+        if !calendars && (self.quota_tz.is_some() || self.quota_anchor.is_some()) {
+            return Err(
+                "`quota_tz` and `quota_anchor` apply to calendar limits (\"1000/month\")"
+                    .to_string(),
+            );
+        }
         let mut specs: Vec<LimitSpec> = Vec::with_capacity(self.windows.len());
         for w in &self.windows {
-            if specs.iter().any(|s| s.window_ms == w.window_ms) {
+            let spec = match w.period {
+                Some(period) => {
+                    // The anchor is a monthly period's; the other periods start on day 1.
+                    let anchor = match period {
+                        Period::Month => self.quota_anchor.unwrap_or(1),
+                        _ => 1,
+                    };
+                    let cal = Calendar::new(period, self.quota_tz.unwrap_or(0), anchor)
+                        .map_err(|e| format!("invalid policy: quota_{e}"))?;
+                    LimitSpec::calendar_quota(w.limit, cal)
+                }
+                None => LimitSpec::new(
+                    w.algorithm.unwrap_or(self.algorithm),
+                    w.limit,
+                    w.window_ms,
+                    w.burst.or(self.burst),
+                ),
+            }
+            .map_err(|e| e.to_string())?;
+            if specs.iter().any(|s| s.label() == spec.label()) {
                 return Err(format!(
-                    "two limits with the same window of {} ms (each window is its own key)",
-                    w.window_ms
+                    "two limits with the same window of {} (each window is its own key)",
+                    spec.label()
                 ));
             }
-            let spec = LimitSpec::new(
-                w.algorithm.unwrap_or(self.algorithm),
-                w.limit,
-                w.window_ms,
-                w.burst.or(self.burst),
-            )
-            .map_err(|e| e.to_string())?;
             specs.push(spec);
         }
         Ok(specs)
@@ -170,6 +213,10 @@ pub struct RateOverride {
     pub shadow: Option<bool>,
     /// Overrides the global failure mode for this rate.
     pub failure_mode: Option<FailureModeName>,
+    /// The UTC offset in minutes of its calendar limits.
+    pub quota_tz: Option<i64>,
+    /// The day of the month its monthly limits start on.
+    pub quota_anchor: Option<u64>,
 }
 
 impl RateOverride {
@@ -201,6 +248,8 @@ impl RateOverride {
             burst: self.burst.or(base.burst),
             shadow: self.shadow.unwrap_or(base.shadow),
             failure_mode: self.failure_mode.or(base.failure_mode),
+            quota_tz: self.quota_tz.or(base.quota_tz),
+            quota_anchor: self.quota_anchor.or(base.quota_anchor),
         })
     }
 
@@ -219,6 +268,7 @@ impl RateOverride {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redis_rl_core::calendar::Calendar;
 
     #[derive(Deserialize)]
     struct T {
@@ -246,13 +296,91 @@ mod tests {
                     limit: 5,
                     window_ms: 250,
                     algorithm: Some(AlgorithmKind::Gcra),
-                    burst: Some(2)
+                    burst: Some(2),
+                    period: None,
                 }
             ]
         );
         let specs = rate.specs().unwrap();
         assert_eq!(specs[0].algorithm, AlgorithmKind::Sliding);
         assert_eq!(specs[1].algorithm, AlgorithmKind::Gcra);
+    }
+
+    #[test]
+    fn calendar_limits_are_quotas_in_the_rates_time_zone() {
+        let o = parse(
+            "[r]\nlimits = [\"1000/month\", \"100/week\", \"10/second\"]\nquota_tz = 330\nquota_anchor = 31",
+        )
+        .unwrap();
+        let rate = o.standalone(AlgorithmKind::Sliding).unwrap();
+        assert_eq!(rate.windows[0], Window::calendar(1_000, Period::Month));
+        let specs = rate.specs().unwrap();
+        let labels: Vec<String> = specs.iter().map(LimitSpec::label).collect();
+        assert_eq!(labels, ["1mo", "1w", "1s"]);
+        let month = specs[0];
+        assert_eq!(month.algorithm, AlgorithmKind::Quota);
+        assert_eq!(month.calendar, Calendar::new(Period::Month, 330, 31).ok());
+        // The anchor is the month's; a week starts on Monday.
+        assert_eq!(specs[1].calendar, Calendar::new(Period::Week, 330, 1).ok());
+        assert_eq!(
+            month.registry_numbers(),
+            (
+                redis_rl_core::Kind::Quota,
+                vec![1_000, 3],
+                vec![Some(1_769), Some(31)]
+            )
+        );
+        assert_eq!(specs[2].algorithm, AlgorithmKind::Sliding);
+        let year = parse("[r]\nlimits = [\"5/year\"]").unwrap();
+        let spec = year
+            .standalone(AlgorithmKind::TokenBucket)
+            .unwrap()
+            .specs()
+            .unwrap()[0];
+        assert_eq!(spec.calendar, Calendar::new(Period::Year, 0, 1).ok());
+    }
+
+    #[test]
+    fn bad_calendar_limits_name_what_is_wrong() {
+        for (text, expected) in [
+            (
+                "limits = [\"10/second\"]\nquota_tz = 60",
+                "apply to calendar limits",
+            ),
+            ("limit = 10\nquota_anchor = 2", "apply to calendar limits"),
+            (
+                "limits = [\"10/month\"]\nquota_tz = 1440",
+                "quota_tz must be an integer between -1439 and 1439",
+            ),
+            (
+                "limits = [\"10/month\"]\nquota_anchor = 32",
+                "quota_anchor must be an integer between 1 and 31",
+            ),
+            (
+                "limits = [\"10/month\", \"20/months\"]",
+                "two limits with the same window of 1mo",
+            ),
+            (
+                "limits = [\"0/month\"]",
+                "limit must be an integer between 1",
+            ),
+            (
+                "limits = [\"10/month\"]\nalgorithm = \"quota\"\nlimit = 3",
+                "either `limits` or",
+            ),
+            (
+                "limit = 10\nalgorithm = \"quota\"",
+                "period must be DAY, WEEK, MONTH or YEAR",
+            ),
+        ] {
+            let err = parse(&format!("[r]\n{text}"))
+                .and_then(|o| o.standalone(AlgorithmKind::Sliding))
+                .and_then(|r| r.specs().map(|_| ()))
+                .unwrap_err();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+        let err = parse("[r]\nlimits = [\"10/2 months\"]").unwrap_err();
+        assert!(err.contains("takes no count"), "{err}");
     }
 
     #[test]
@@ -271,9 +399,9 @@ mod tests {
 
     #[test]
     fn bad_rates_name_the_problem() {
-        assert!(parse("[r]\nlimits = [\"1/month\"]")
+        assert!(parse("[r]\nlimits = [\"1/2 months\"]")
             .unwrap_err()
-            .contains("calendar window `month`"));
+            .contains("a calendar period takes no count"));
         assert!(parse("[r]\nlimits = [{ limit = 1 }]")
             .unwrap_err()
             .contains("missing field `window_ms`"));

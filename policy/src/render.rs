@@ -18,6 +18,18 @@ pub struct Response {
     pub body: String,
 }
 
+impl Response {
+    /// The same response with `trace_id` (the request's W3C trace) in its problem body, next
+    /// to `request_id`, so a refusal can be found in the tracing system.
+    pub fn with_trace_id(mut self, trace_id: &str) -> Self {
+        if let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_str(&self.body) {
+            fields.insert("trace_id".to_owned(), serde_json::Value::from(trace_id));
+            self.body = serde_json::Value::Object(fields).to_string();
+        }
+        self
+    }
+}
+
 /// What a limiter answered for one plan item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -100,6 +112,26 @@ pub fn policy_field(plan: &Plan) -> String {
         .join(", ")
 }
 
+/// The plan item a response reports (in its headers, logs and refusal): the denying one, else
+/// the enforced one with the fewest units left (ties: the longest `t`, then the plan's order).
+/// `None` when nothing enforced was decided (every item failed open, or none is enforced).
+pub fn reported_index(plan: &Plan, outcomes: &[Outcome], denied: Option<usize>) -> Option<usize> {
+    let reported = |i: usize| {
+        Some(Reported {
+            item: plan.items.get(i)?,
+            outcome: *outcomes.get(i)?,
+        })
+    };
+    match denied {
+        Some(i) => reported(i).map(|_| i),
+        None => (0..plan.items.len())
+            .filter_map(|i| reported(i).map(|r| (i, r)))
+            .filter(|(_, r)| !r.outcome.shadow && !r.item.shadow && !r.outcome.fail_open)
+            .min_by_key(|(_, r)| (r.remaining(), Reverse(r.reset_secs())))
+            .map(|(i, _)| i),
+    }
+}
+
 /// The decision of `plan` written out. `outcomes` are in the plan's order; `denied` is
 /// the item that refused the request (all or nothing: none was counted then).
 pub fn render(
@@ -108,21 +140,12 @@ pub fn render(
     denied: Option<usize>,
     request_id: &str,
 ) -> Rendered {
-    let reported = |i: usize| {
+    let most_restrictive = reported_index(plan, outcomes, denied).and_then(|i| {
         Some(Reported {
             item: plan.items.get(i)?,
             outcome: *outcomes.get(i)?,
         })
-    };
-    let most_restrictive = match denied {
-        Some(i) => reported(i),
-        // The fewest units left among the enforced decisions, ties: the longest `t`, then
-        // the plan's order.
-        None => (0..plan.items.len())
-            .filter_map(reported)
-            .filter(|r| !r.outcome.shadow && !r.item.shadow && !r.outcome.fail_open)
-            .min_by_key(|r| (r.remaining(), Reverse(r.reset_secs()))),
-    };
+    });
     let policies = policy_field(plan);
     let mut headers: Vec<(&'static str, String)> = Vec::new();
     if let (Some(_), Some(r)) = (denied, &most_restrictive) {

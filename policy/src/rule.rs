@@ -114,6 +114,8 @@ struct RawRule {
     burst: Option<u64>,
     shadow: Option<bool>,
     failure_mode: Option<FailureModeName>,
+    quota_tz: Option<i64>,
+    quota_anchor: Option<u64>,
 }
 
 /// One `[[rules]]` entry, checked on its own (its tiers are checked against the tiers of
@@ -182,6 +184,8 @@ impl Rule {
             burst: raw.burst,
             shadow: raw.shadow,
             failure_mode: raw.failure_mode,
+            quota_tz: raw.quota_tz,
+            quota_anchor: raw.quota_anchor,
         };
         let rate = over.standalone(AlgorithmKind::Sliding)?;
         let specs = rate.specs()?;
@@ -271,8 +275,8 @@ mod tests {
                 "invalid policy: limit must be",
             ),
             (
-                "name = \"a\"\nkey = [\"ip\"]\nlimits = [\"1/month\"]",
-                "calendar window",
+                "name = \"a\"\nkey = [\"ip\"]\nlimits = [\"1/month\"]\nquota_anchor = 0",
+                "invalid policy: quota_anchor must be an integer between 1 and 31",
             ),
             (
                 "name = \"a\"\nkey = [\"ip\"]\nlimit = 1\npath = []",

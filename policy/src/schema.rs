@@ -219,6 +219,8 @@ struct RawTier {
     burst: Option<u64>,
     shadow: Option<bool>,
     failure_mode: Option<FailureModeName>,
+    quota_tz: Option<i64>,
+    quota_anchor: Option<u64>,
     ip: Option<RateOverride>,
     endpoint: Option<RateOverride>,
     global: Option<RateOverride>,
@@ -235,6 +237,8 @@ impl<'de> Deserialize<'de> for TierLimits {
             burst: raw.burst,
             shadow: raw.shadow,
             failure_mode: raw.failure_mode,
+            quota_tz: raw.quota_tz,
+            quota_anchor: raw.quota_anchor,
         };
         let rate = over
             .standalone(AlgorithmKind::TokenBucket)

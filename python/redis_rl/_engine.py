@@ -465,8 +465,9 @@ class Engine:
 
 
 def _unknown(policy: Policy) -> Decision:
-    """A key that was not checked (another decided first): its limit, its count unknown."""
-    return Decision(True, policy.limit, policy.limit, 0, 0, Source.REDIS, policy.shadow)
+    """A key that was not checked (another decided first): its limit, its count unknown, and
+    a source that says so (not ``redis``: Redis never saw it)."""
+    return Decision(True, policy.limit, policy.limit, 0, 0, Source.UNCHECKED, policy.shadow)
 
 
 def _cost_peek(cost: int, peek: bool) -> Command:

@@ -1,55 +1,47 @@
-"""ASGI rate-limit middleware for Starlette and FastAPI, interchangeable with ``rl-gateway``:
-the same TOML configuration, Redis keys, headers, 429/503/403 problem+json bodies and
-request ids, so a fleet can mix both.
+"""ASGI rate-limit middleware for Starlette and FastAPI, interchangeable with ``rl-gateway``.
 
 ::
 
     app = FastAPI()
-    app.add_middleware(RateLimitMiddleware, redis_url="redis://127.0.0.1:6379/0")
+    app.add_middleware(RateLimitMiddleware, redis_url="redis://127.0.0.1:6379/0", config="rl.toml")
 
-Per request, in one ``RL.ALL`` (all or nothing; the keys of a tenant share a hash tag):
+What a request is limited on, under which Redis keys, and how the decision is written
+(``RateLimit-Policy`` / ``RateLimit`` / ``X-RateLimit-*`` headers, 429/503/403/400
+problem+json bodies) is decided by the policy engine compiled into ``redis_rl._core``: the
+engine rl-gateway runs, so the same TOML gives the same keys, statuses and headers in both,
+and a fleet can mix them. Per request: the engine checks the API key (one per request) and
+the access lists, the middleware finds the key's tier, the engine plans every dimension and
+matching ``[[rules]]`` entry (each window its own key), the limiter decides them in one
+``RL.ALL`` per hash slot (all or nothing), and the engine renders the decision.
 
-=========== ============================================ =================================
-dimension   Redis key                                    default
-=========== ============================================ =================================
-api_key     ``rl:{k:<tenant>}:key``                      the key's tier (``HGET rl:tiers``)
-ip          ``rl:{ip:<client>}``                         100/min
-endpoint    ``rl:{k:<tenant>}:ep:<route template>``      100/min (per client without a key)
-global      ``rl:{global}``                              100000/min
-=========== ============================================ =================================
-
-``<tenant>`` is the first 16 hex digits of SHA-256 of the API key (``api_key_header``,
-default ``X-API-Key``; the raw key is never logged nor used in a key). ``<client>`` is the
-client's IPv4 address, or its IPv6 network of ``ipv6_prefix`` bits (``2001:db8:1:2::/64``).
-A tier that overrides ``ip`` or ``global`` (``[tiers.pro.ip]``) has its own budget in
-``rl:{ip:<client>}:tier:<tier>`` / ``rl:{global}:tier:<tier>``. Endpoints are the router's
-templates (``/items/{item_id}``), not raw paths, so ids do not multiply keys.
+The path the application sees is the path's normal form (no duplicate slashes, dot segments
+or trailing slash; case kept), the form rules match and rl-gateway forwards. A bad
+configuration fails the application's start (the lifespan's ``startup.failed``, with the
+file, line and field), not its requests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import ipaddress
 import json
 import logging
 import os
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
 
+from redis_rl._core import Admitted, PolicyEngine, Refusal, normalize_path, request_id as _request_id, tenant_id
 from redis_rl.breaker import BreakerConfig
-from redis_rl.config import AccessConfig, RateLimitConfig, load_config
-from redis_rl.decision import Decision, MultiDecision, Source
 from redis_rl.limiter import DEFAULT_TIMEOUT, Limiter
-from redis_rl.policy import Policy
+from redis_rl.policy import FailureMode, Policy
+from redis_rl.trace import TRACEPARENT, trace_context
 
 __all__ = [
-    "RateLimitMiddleware", "RedisHashTiers", "api_key_in", "client_ip", "client_network", "request_id",
-    "tenant_id",
+    "ConfigError", "PolicyEngine", "RateLimitMiddleware", "RedisHashTiers", "load_engine", "normalize_path",
+    "request_id", "route_template", "tenant_id",
 ]
 
 log = logging.getLogger("redis_rl.asgi")
@@ -60,17 +52,39 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 TierResolver = Callable[[str], Awaitable[Optional[str]]]
-IpAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+Config = Union[None, str, Path, Mapping[str, Any], PolicyEngine]
 
 REQUEST_ID = b"x-request-id"
-API_KEY = b"x-api-key"
-_ID_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.:")
 UNMATCHED = "<unmatched>"
 
 
-def tenant_id(api_key: str) -> str:
-    """A stable id for an API key that does not reveal it: 16 hex digits of its SHA-256."""
-    return hashlib.sha256(api_key.encode()).hexdigest()[:16]
+class ConfigError(ValueError):
+    """A configuration the policy engine refused; the text names the file (``<mapping>``
+    for a mapping), the line and the field."""
+
+
+def load_engine(config: Config = None, routes: Iterable[str] = ()) -> PolicyEngine:
+    """The policy engine of ``config``: ``None`` for the design's defaults, the path of a
+    TOML file (``rl-gateway --config``'s format), a mapping of the same schema, or an engine.
+    ``routes``: route templates of the endpoint dimension besides the rules' paths."""
+    routes = list(routes)
+    try:
+        if isinstance(config, PolicyEngine):
+            return config
+        if config is None:
+            return PolicyEngine.from_json("{}", "<defaults>", routes)
+        if isinstance(config, Mapping):
+            return PolicyEngine.from_json(json.dumps(config), "<mapping>", routes)
+        path = Path(config)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise ConfigError(f"{path}: {e.strerror or e}") from None
+        return PolicyEngine.from_toml(text, str(path), routes)
+    except ValueError as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(str(e)) from None
 
 
 def request_id(headers: Iterable[Tuple[bytes, bytes]]) -> str:
@@ -78,93 +92,8 @@ def request_id(headers: Iterable[Tuple[bytes, bytes]]) -> str:
     new UUID: an id is echoed into logs and headers, so arbitrary bytes are not."""
     for name, value in headers:
         if name.lower() == REQUEST_ID:
-            if 1 <= len(value) <= 128 and all(b in _ID_CHARS for b in value):
-                return value.decode()
-            break
+            return _request_id(value) or str(uuid.uuid4())
     return str(uuid.uuid4())
-
-
-def api_key_in(headers: Iterable[Tuple[bytes, bytes]], name: Union[str, bytes] = API_KEY) -> Optional[str]:
-    """The API key from the header ``name`` (e.g. ``Authorization``), if present, non-empty
-    and printable; a leading ``Bearer `` (the scheme in any case) is stripped, so
-    ``Authorization: Bearer k1`` and ``Authorization: bearer k1`` both give ``k1``."""
-    wanted = (name.encode() if isinstance(name, str) else name).lower()
-    for header, raw in headers:
-        if header.lower() == wanted:
-            # Visible ASCII only, as an HTTP header value read as text.
-            if not all(0x20 <= b < 0x7F or b == 0x09 for b in raw):
-                return None
-            value = raw.decode().strip()
-            if value.lower() == "bearer":
-                return None
-            if value[:7].lower() == "bearer ":
-                value = value[7:].strip()
-            return value or None
-    return None
-
-
-def _canonical(ip: IpAddress) -> IpAddress:
-    """An IPv4-mapped IPv6 address (``::ffff:a.b.c.d``, an IPv4 client on a dual-stack
-    socket) as its IPv4 address."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    return ip
-
-
-def _parse_ip(text: str) -> Optional[IpAddress]:
-    try:
-        return _canonical(ipaddress.ip_address(text))
-    except ValueError:
-        return None
-
-
-def client_ip(
-    peer: Optional[str], headers: Iterable[Tuple[bytes, bytes]], trusted: Tuple[Any, ...]
-) -> Optional[str]:
-    """The peer address, unless the peer is a trusted proxy: then the nearest address in
-    ``X-Forwarded-For`` that is not itself trusted (a malformed entry: the peer).
-    IPv4-mapped IPv6 addresses are matched and returned as IPv4."""
-    if peer is None:
-        return None
-    peer_ip = _parse_ip(peer)
-    if peer_ip is None:
-        return peer
-
-    def is_trusted(ip: IpAddress) -> bool:
-        return any(ip in net for net in trusted if ip.version == net.version)
-
-    if not is_trusted(peer_ip):
-        return str(peer_ip)
-    hops: List[str] = []
-    for name, value in headers:
-        if name.lower() == b"x-forwarded-for":
-            hops += [h.strip() for h in value.decode("latin-1").split(",")]
-    client = peer_ip
-    for hop in reversed(hops):
-        ip = _parse_ip(hop)
-        if ip is None:
-            return str(peer_ip)
-        client = ip
-        if not is_trusted(ip):
-            break
-    return str(client)
-
-
-def client_network(ip: str, ipv6_prefix: int = 64) -> str:
-    """How a client address appears in limiter keys: an IPv4 address as is (an IPv4-mapped
-    IPv6 address as the IPv4 one), an IPv6 address as its network of ``ipv6_prefix`` bits
-    (``2001:db8:1:2::/64``), so a host cannot multiply its budget by rotating through the
-    addresses of its block. Anything else (a test client's name) as is."""
-    addr = _parse_ip(ip)
-    if addr is None:
-        return ip
-    if addr.version == 4 or ipv6_prefix >= 128:
-        return str(addr)
-    return str(ipaddress.ip_network((addr, ipv6_prefix), strict=False))
-
-
-def _ceil_secs(ms: int) -> int:
-    return -(-ms // 1000)
 
 
 class RedisHashTiers:
@@ -308,198 +237,6 @@ class RedisHashTiers:
         return None
 
 
-class AccessList:
-    """The ``[access]`` lists, ready for lookups: deny wins over allow."""
-
-    def __init__(self, c: AccessConfig) -> None:
-        self.allow_ips = c.allow_ips
-        self.deny_ips = c.deny_ips
-        self.allow_keys = frozenset(c.allow_api_keys)
-        self.deny_keys = frozenset(c.deny_api_keys)
-        self.is_empty = c.is_empty
-
-    def check(self, ip: Optional[str], api_key: Optional[str]) -> Optional[str]:
-        """``"deny:ip"`` / ``"deny:api_key"`` (403), ``"allow"`` (never limited) or ``None``
-        (limited as usual)."""
-        addr = _parse_ip(ip) if ip is not None else None
-
-        def in_nets(nets: Tuple[Any, ...]) -> bool:
-            return addr is not None and any(addr in n for n in nets if n.version == addr.version)
-
-        if in_nets(self.deny_ips):
-            return "deny:ip"
-        if api_key is not None and api_key in self.deny_keys:
-            return "deny:api_key"
-        if in_nets(self.allow_ips) or (api_key is not None and api_key in self.allow_keys):
-            return "allow"
-        return None
-
-
-@dataclass(frozen=True)
-class _Planned:
-    dimension: str
-    key: str
-    policy: Policy
-
-
-@dataclass(frozen=True)
-class QuotaPolicy:
-    """One enforced policy as ``RateLimit-Policy`` lists it: ``"<dimension>";q=<quota>;w=<s>``."""
-
-    dimension: str
-    quota: int
-    window_ms: int
-
-    @staticmethod
-    def of(dimension: str, policy: Policy) -> "QuotaPolicy":
-        return QuotaPolicy(dimension, policy.limit, policy.window_ms)
-
-    @property
-    def window_secs(self) -> int:
-        """``w`` in whole seconds (rounded up, at least 1)."""
-        return max(1, _ceil_secs(self.window_ms))
-
-    def field(self) -> str:
-        return f'"{self.dimension}";q={self.quota};w={self.window_secs}'
-
-
-@dataclass(frozen=True)
-class _Reported:
-    policy: QuotaPolicy
-    decision: Decision
-
-    @property
-    def dimension(self) -> str:
-        return self.policy.dimension
-
-    def reset_secs(self) -> int:
-        """``t``: seconds until the quota allows the request again. Denied: the true wait
-        (as ``Retry-After``); allowed: until the quota is fully restored, at most ``w``;
-        never (the cost exceeds the quota): ``w``."""
-        d = self.decision
-        w = self.policy.window_secs
-        if d.allowed:
-            return min(_ceil_secs(d.reset_after_ms), w)
-        if d.retry_after_ms is None:
-            return w
-        return _ceil_secs(d.retry_after_ms)
-
-    def remaining(self) -> int:
-        """``r``: units left (never more than ``q``)."""
-        return min(self.decision.remaining, self.policy.quota)
-
-
-def rate_limit_headers(r: Optional[_Reported], policies: List[QuotaPolicy]) -> List[Tuple[bytes, bytes]]:
-    """draft-ietf-httpapi-ratelimit-headers-11 as rl-gateway writes it: ``RateLimit-Policy``
-    lists every enforced policy; for the reported one ``RateLimit: "<dim>";r=<r>;t=<t>`` with
-    ``X-RateLimit-Limit`` (= ``q``), ``X-RateLimit-Remaining`` (= ``r``) and
-    ``X-RateLimit-Reset`` (= ``t``)."""
-    out: List[Tuple[bytes, bytes]] = []
-    if policies:
-        out.append((b"ratelimit-policy", ", ".join(p.field() for p in policies).encode()))
-    if r is None:
-        return out
-    t, remaining = r.reset_secs(), r.remaining()
-    out += [
-        (b"x-ratelimit-limit", str(r.policy.quota).encode()),
-        (b"x-ratelimit-remaining", str(remaining).encode()),
-        (b"x-ratelimit-reset", str(t).encode()),
-        (b"ratelimit", f'"{r.dimension}";r={remaining};t={t}'.encode()),
-    ]
-    return out
-
-
-def _problem(status: int, body: Dict[str, Any], rid: str) -> Tuple[int, List[Tuple[bytes, bytes]], bytes]:
-    # Byte for byte as serde_json writes it: compact, keys sorted.
-    payload = json.dumps(body, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
-    headers = [
-        (b"content-type", b"application/problem+json"),
-        (b"content-length", str(len(payload)).encode()),
-        (REQUEST_ID, rid.encode()),
-    ]
-    return status, headers, payload
-
-
-def _refusal(r: _Reported, policies: List[QuotaPolicy], rid: str) -> Tuple[int, List[Tuple[bytes, bytes]], bytes]:
-    """429 with ``Retry-After`` (= ``t`` of ``RateLimit``, the true wait in whole seconds
-    rounded up; absent when no wait helps), the quota fields and a problem+json body; or,
-    when the limiter failed closed, 503 with ``Retry-After`` and no quota fields (no quota
-    was checked). As rl-gateway's, byte for byte."""
-    d = r.decision
-    dimension = r.dimension
-    if d.source is Source.FAIL_CLOSED:
-        retry_after = _ceil_secs(d.retry_after_ms) if d.retry_after_ms is not None else None
-        body = {
-            "type": "about:blank",
-            "title": "Rate limiter unavailable",
-            "status": 503,
-            "detail": f"the rate limiter for dimension '{dimension}' is unavailable and fails closed",
-            "dimension": dimension,
-            "request_id": rid,
-            "retry_after": retry_after,
-        }
-        status, headers, payload = _problem(503, body, rid)
-        if retry_after is not None:
-            headers.append((b"retry-after", str(retry_after).encode()))
-        return status, headers, payload
-    retry_after = r.reset_secs() if d.retry_after_ms is not None else None
-    if retry_after is not None:
-        detail = (
-            f"rate limit exceeded on dimension '{dimension}' ({r.policy.quota} per {r.policy.window_secs} s); "
-            f"retry after {retry_after} s"
-        )
-    else:
-        detail = f"request exceeds the limit of dimension '{dimension}' and can never be allowed"
-    body = {
-        "type": "about:blank",
-        "title": "Too Many Requests",
-        "status": 429,
-        "detail": detail,
-        "dimension": dimension,
-        "request_id": rid,
-        "limit": r.policy.quota,
-        "retry_after": retry_after,
-    }
-    status, headers, payload = _problem(429, body, rid)
-    if retry_after is not None:
-        headers.append((b"retry-after", str(retry_after).encode()))
-    headers += rate_limit_headers(r, policies)
-    return status, headers, payload
-
-
-def _forbidden(on: str, rid: str) -> Tuple[int, List[Tuple[bytes, bytes]], bytes]:
-    """403: the client IP (``on = "ip"``) or API key (``"api_key"``) is on a deny list."""
-    body = {
-        "type": "about:blank",
-        "title": "Forbidden",
-        "status": 403,
-        "detail": f"the request's {on} is on the gateway's deny list",
-        "denied_by": on,
-        "request_id": rid,
-    }
-    return _problem(403, body, rid)
-
-
-def _most_restrictive(plan: List[_Planned], md: MultiDecision) -> Optional[_Reported]:
-    """The denying policy, else among the enforced ones that Redis (or the local fallback)
-    decided, the one with the fewest units left (ties: the longest ``t``, then the
-    configured order). ``None`` when nothing was decided (every dimension failed open)."""
-
-    def reported(i: int) -> _Reported:
-        return _Reported(QuotaPolicy.of(plan[i].dimension, plan[i].policy), md.decisions[i])
-
-    if md.denied_index is not None:
-        return reported(md.denied_index)
-    candidates = [
-        reported(i)
-        for i, d in enumerate(md.decisions[: len(plan)])
-        if not d.shadow and d.source is not Source.FAIL_OPEN
-    ]
-    if not candidates:
-        return None
-    return min(candidates, key=lambda r: (r.remaining(), -r.reset_secs()))
-
-
 def _routes_of(app: Any) -> Optional[List[Any]]:
     """The routes of a Starlette/FastAPI app, router, or a middleware stack around one."""
     for _ in range(32):
@@ -545,25 +282,31 @@ def route_template(routes: Optional[List[Any]], scope: Scope) -> str:
 
 
 class RateLimitMiddleware:
-    """Rate-limits every HTTP request to ``app`` (lifespan and websocket pass through).
+    """Rate-limits every HTTP request to ``app`` (websocket passes through).
 
     - ``redis_url`` (or ``limiter``: a ``redis_rl.Limiter`` of your own);
-    - ``config``: a ``RateLimitConfig``, a mapping, or the path of a TOML file (the format of
-      ``rl-gateway --config``); ``None`` for the design's defaults;
+    - ``config``: the path of a TOML file (the format of ``rl-gateway --config``), a mapping
+      of the same schema, or a ``PolicyEngine``; ``None`` for the design's defaults;
+    - ``routes``: route templates of the endpoint dimension besides the rules' paths (as
+      ``rl-gateway --route``); other paths use the application's own route templates;
     - ``tiers``: a mapping from API key to tier name, or an async callable; default: the
       Redis hash ``tier_hash`` (``rl:tiers``) through ``RedisHashTiers``, cached
       ``tier_cache_s`` (10 s) with a negative cache and a snapshot of the hash's keys;
     - ``timeout``, ``breaker``, ``cluster``: for the limiter built from ``redis_url``;
     - ``exclude_paths``: paths never limited (health checks).
+
+    ``hot``, ``[fleet]`` and ``[leases]`` are validated but not acted on: every key is
+    decided in Redis on every request, and the local fallback divides by ``instances``.
     """
 
     def __init__(
         self,
         app: ASGIApp,
         redis_url: Optional[str] = None,
-        config: Union[None, str, Path, Mapping[str, Any], RateLimitConfig] = None,
+        config: Config = None,
         *,
         limiter: Optional[Limiter] = None,
+        routes: Iterable[str] = (),
         tiers: Union[None, Mapping[str, str], TierResolver] = None,
         tier_hash: str = "rl:tiers",
         tier_cache_s: float = 10.0,
@@ -573,7 +316,15 @@ class RateLimitMiddleware:
         exclude_paths: Iterable[str] = (),
     ) -> None:
         self.app = app
-        self.config = load_config(config)
+        # A bad configuration fails the application's start (the lifespan), with the
+        # engine's text: Starlette builds middleware inside the first ASGI call, where an
+        # exception would read as "no lifespan support" and every request would get 500.
+        self.error: Optional[ConfigError] = None
+        try:
+            self.engine = load_engine(config, routes)
+        except ConfigError as e:
+            self.error = e
+            self.engine = PolicyEngine.default()
         if limiter is None:
             if redis_url is None:
                 raise ValueError("RateLimitMiddleware needs redis_url or limiter")
@@ -591,100 +342,102 @@ class RateLimitMiddleware:
         else:
             self.tiers = tiers
         self.exclude_paths = frozenset(exclude_paths)
-        self.access = AccessList(self.config.access)
-        self._api_key_header = self.config.api_key_header.lower().encode()
-        c, mode = self.config, self.config.mode
-        # Per tier: the API-key policy, and the policies of the dimensions it overrides.
-        self._tiers: Dict[str, Dict[str, Policy]] = {}
-        for name, limits in c.tiers.items():
-            policies = {"api_key": limits.policy(mode)}
-            for d in ("ip", "endpoint", "global"):
-                rate = c.tier_rate(name, d)
-                if rate is not None:
-                    policies[d] = rate.policy(mode)
-            self._tiers[name] = policies
-        self._dimension = {d: c.dimension_rate(d).policy(mode) for d in ("ip", "endpoint", "global")}
+        self._mode = FailureMode.parse(self.engine.failure_mode, self.engine.instances)
+        self._policies: Dict[Tuple[Any, ...], Policy] = {}
         self._routes: Optional[List[Any]] = None
 
-    def plan(self, tenant: Optional[str], tier: Optional[str], client: Optional[str], endpoint: str) -> List[_Planned]:
-        """The keys and policies of one request, in the configured order, as rl-gateway's.
-        ``tier`` is the resolved tier of ``tenant`` (``None`` or unknown: the default tier);
-        ``client`` is the client's address or network as it appears in keys."""
-        prefix = self.config.key_prefix
-        client = client or "unknown"
-        # Key-less requests have no tier: the dimensions' own tables apply.
-        tier_name: Optional[str] = None
-        if tenant is not None:
-            tier_name = tier if tier in self._tiers else self.config.default_tier
-        own = self._tiers.get(tier_name, {}) if tier_name is not None else {}
-        out = []
-        for dimension in self.config.dimensions:
-            if dimension == "api_key":
-                if tenant is None:
-                    continue
-                out.append(_Planned(dimension, f"{prefix}:{{k:{tenant}}}:key", own["api_key"]))
-            elif dimension == "endpoint":
-                owner = f"k:{tenant}" if tenant is not None else f"ip:{client}"
-                policy = own.get("endpoint", self._dimension["endpoint"])
-                out.append(_Planned(dimension, f"{prefix}:{{{owner}}}:ep:{endpoint}", policy))
+    def _policy(self, item: Tuple[Any, ...]) -> Policy:
+        """The limiter's policy of one plan item (cached: a configuration has few)."""
+        _key, algorithm, limit, window_ms, burst, shadow, mode = item[:7]
+        cache_key = (algorithm, limit, window_ms, burst, shadow, mode)
+        policy = self._policies.get(cache_key)
+        if policy is None:
+            if algorithm == "token_bucket":
+                policy = Policy.token_bucket(burst if burst is not None else limit, limit, window_ms)
+            elif algorithm == "sliding":
+                policy = Policy.sliding(limit, window_ms)
+            elif algorithm == "fixed":
+                policy = Policy.fixed(limit, window_ms)
+            elif algorithm == "gcra":
+                policy = Policy.gcra(limit, window_ms, burst)
             else:
-                base = f"{prefix}:{{ip:{client}}}" if dimension == "ip" else f"{prefix}:{{global}}"
-                if dimension in own:
-                    # A tier's own budget for a shared dimension lives in a key of its own.
-                    out.append(_Planned(dimension, f"{base}:tier:{tier_name}", own[dimension]))
-                else:
-                    out.append(_Planned(dimension, base, self._dimension[dimension]))
-        return out
+                policy = Policy.log(limit, window_ms)
+            failure = FailureMode.parse(mode, self._mode.instances) if mode is not None else self._mode
+            policy = policy.on_failure(failure).with_shadow(shadow)
+            self._policies[cache_key] = policy
+        return policy
 
     def _templates(self, scope: Scope) -> Optional[List[Any]]:
         if self._routes is None:
             self._routes = _routes_of(scope.get("app")) or _routes_of(self.app) or []
         return self._routes
 
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        message = await receive()
+        if message.get("type") == "lifespan.startup":
+            await send({"type": "lifespan.startup.failed", "message": str(self.error)})
+        # As Starlette's router does: the server reports the failure and does not serve.
+        raise self.error  # type: ignore[misc]
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.error is not None:
+            if scope["type"] == "lifespan":
+                await self._lifespan(scope, receive, send)
+                return
+            raise self.error
         if scope["type"] != "http" or scope.get("path") in self.exclude_paths:
             await self.app(scope, receive, send)
             return
         headers: List[Tuple[bytes, bytes]] = list(scope.get("headers") or [])
         rid = request_id(headers)
-        api_key = api_key_in(headers, self._api_key_header)
-        tenant = tenant_id(api_key) if api_key is not None else None
+        trace = trace_context(headers)
         peer = scope.get("client")
-        ip = client_ip(peer[0] if peer else None, headers, self.config.trusted_proxies)
-
-        limited = True
-        if not self.access.is_empty:
-            verdict = self.access.check(ip, api_key)
-            if verdict is not None and verdict.startswith("deny:"):
-                on = verdict[len("deny:"):]
-                log.debug("request refused by the deny list: request_id=%s denied_by=%s", rid, on)
-                await _respond(send, _forbidden(on, rid))
-                return
-            limited = verdict != "allow"
-
-        reported: Optional[_Reported] = None
-        policies: List[QuotaPolicy] = []
-        tier: Optional[str] = None
-        if limited:
-            endpoint = route_template(self._templates(scope), scope)
+        method = scope.get("method", "GET")
+        admitted = self.engine.admit(
+            method, scope.get("path", "/"), headers, peer[0] if peer else None, rid, trace.trace_id)
+        if isinstance(admitted, Refusal):
+            log.debug("request refused before any limit: request_id=%s trace_id=%s status=%s",
+                      rid, trace.trace_id, admitted.status)
+            await _respond(send, admitted.status, admitted.headers, admitted.body)
+            return
+        assert isinstance(admitted, Admitted)
+        # The application sees the path's normal form, as rl-gateway forwards it.
+        scope = {**scope, "path": admitted.path, "raw_path": normalize_path(
+            (scope.get("raw_path") or admitted.path.encode()).decode("latin-1")).encode("latin-1")}
+        added: List[Tuple[bytes, bytes]] = []
+        if admitted.limited:
+            route = route_template(self._templates(scope), scope)
+            api_key = admitted.api_key
             tier = await self.tiers(api_key) if api_key is not None else None
-            client = client_network(ip, self.config.ipv6_prefix) if ip is not None else None
-            plan = self.plan(tenant, tier, client, endpoint)
-            md = await self.limiter.check_all([(p.key, p.policy) for p in plan])
-            policies = [QuotaPolicy.of(p.dimension, p.policy) for p in plan if not p.policy.shadow]
-            reported = _most_restrictive(plan, md)
-            if md.denied_index is not None and reported is not None:
-                log.debug(
-                    "request refused: request_id=%s tenant=%s tier=%s dimension=%s source=%s",
-                    rid, tenant or "-", tier or "-", reported.dimension, reported.decision.source.value,
+            plan = self.engine.plan(admitted, None if route == UNMATCHED else route, tier)
+            items = plan.items
+            md = await self.limiter.check_all([(item[0], self._policy(item)) for item in items])
+            outcomes = [
+                (
+                    "allowed" if d.allowed else ("denied" if d.retry_after_ms is not None else "never"),
+                    d.retry_after_ms,
+                    d.remaining,
+                    d.reset_after_ms,
+                    d.shadow,
+                    d.source.value,
                 )
-                await _respond(send, _refusal(reported, policies, rid))
+                for d in md.decisions[: len(items)]
+            ]
+            status, rendered, body = self.engine.render(plan, outcomes, md.denied_index, rid, trace.trace_id)
+            if status is not None:
+                log.debug(
+                    "request refused: request_id=%s trace_id=%s tenant=%s tier=%s status=%s",
+                    rid, trace.trace_id, admitted.tenant or "-", plan.tier or "-", status,
+                )
+                await _respond(send, status, rendered, body or b"")
                 return
+            added = list(rendered)
 
-        # The inner app sees the request id the response will carry.
-        inner_headers = [(n, v) for n, v in headers if n.lower() != REQUEST_ID]
+        # The inner app sees the request id the response will carry, and the trace with this
+        # hop as the parent.
+        inner_headers = [(n, v) for n, v in headers if n.lower() not in (REQUEST_ID, TRACEPARENT)]
         inner_headers.append((REQUEST_ID, rid.encode()))
-        added = rate_limit_headers(reported, policies)
+        inner_headers.append((TRACEPARENT, trace.traceparent.encode()))
         added.append((REQUEST_ID, rid.encode()))
         replaced = {name for name, _ in added}
 
@@ -693,13 +446,14 @@ class RateLimitMiddleware:
                 kept = [(n, v) for n, v in message.get("headers", []) if n.lower() not in replaced]
                 message = {**message, "headers": kept + added}
                 if message.get("status", 200) >= 500:
-                    log.warning("upstream error %s: request_id=%s", message.get("status"), rid)
+                    log.warning("upstream error %s: request_id=%s trace_id=%s", message.get("status"), rid,
+                                trace.trace_id)
             await send(message)
 
         await self.app({**scope, "headers": inner_headers}, receive, send_with_headers)
 
 
-async def _respond(send: Send, response: Tuple[int, List[Tuple[bytes, bytes]], bytes]) -> None:
-    status, headers, body = response
+async def _respond(send: Send, status: int, headers: List[Tuple[bytes, bytes]], body: bytes) -> None:
+    headers = list(headers) + [(b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -27,6 +27,14 @@ fn py_headers(headers: &[(&'static str, String)]) -> PyHeaders {
         .collect()
 }
 
+/// `r` with the request's trace id in its problem body, when there is one.
+fn traced(r: Response, trace_id: Option<&str>) -> Response {
+    match trace_id {
+        Some(t) => r.with_trace_id(t),
+        None => r,
+    }
+}
+
 /// A response the middleware sends as is (400, 403, 429, 503).
 #[pyclass(frozen, module = "redis_rl._core")]
 struct Refusal {
@@ -181,6 +189,16 @@ impl PolicyEngine {
         Ok(Self { engine })
     }
 
+    /// Parses and validates JSON of the same schema (a mapping built in code).
+    #[staticmethod]
+    #[pyo3(signature = (text, source="<mapping>", routes=Vec::new()))]
+    fn from_json(text: &str, source: &str, routes: Vec<String>) -> PyResult<Self> {
+        let config = Config::from_json_named(text, source).map_err(config_error)?;
+        let engine = Engine::new(config, &routes)
+            .map_err(|e| config_error(format!("{source}: {}: {}", e.field, e.message)))?;
+        Ok(Self { engine })
+    }
+
     /// The design's limits (no file).
     #[staticmethod]
     fn default() -> PyResult<Self> {
@@ -213,7 +231,10 @@ impl PolicyEngine {
     }
 
     /// Identity and access lists: a `Refusal` (400, 403) or an `Admitted` request.
-    /// `headers`: the ASGI scope's (lower-case names); `peer`: the client address.
+    /// `headers`: the ASGI scope's (lower-case names); `peer`: the client address;
+    /// `trace_id`: the request's W3C trace, put into a refusal's body.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (method, path, headers, peer, request_id, trace_id=None))]
     fn admit(
         &self,
         py: Python<'_>,
@@ -222,6 +243,7 @@ impl PolicyEngine {
         headers: PyHeaders,
         peer: Option<&str>,
         request_id: &str,
+        trace_id: Option<&str>,
     ) -> PyResult<PyObject> {
         let headers: HeaderList = headers
             .into_iter()
@@ -233,7 +255,8 @@ impl PolicyEngine {
             .admit(&request(method, path, &headers, peer, None), request_id);
         let (identity, limited) = match admission {
             Admission::Refuse(r) => {
-                return Ok(Refusal::from(r).into_pyobject(py)?.into_any().unbind())
+                let r = traced(r, trace_id);
+                return Ok(Refusal::from(r).into_pyobject(py)?.into_any().unbind());
             }
             Admission::Pass(id) => (id, false),
             Admission::Limit(id) => (id, true),
@@ -264,6 +287,7 @@ impl PolicyEngine {
     /// retry_after_ms, remaining, reset_after_ms, shadow, source)`, verdict `allowed`,
     /// `denied` or `never`, source the decision's (`fail_open`, `fail_closed`, ...).
     #[allow(clippy::type_complexity)]
+    #[pyo3(signature = (plan, outcomes, denied, request_id, trace_id=None))]
     fn render(
         &self,
         py: Python<'_>,
@@ -271,6 +295,7 @@ impl PolicyEngine {
         outcomes: Vec<(String, Option<u64>, u64, u64, bool, String)>,
         denied: Option<usize>,
         request_id: &str,
+        trace_id: Option<&str>,
     ) -> (Option<u16>, PyHeaders, Option<Py<PyBytes>>) {
         let outcomes: Vec<Outcome> = outcomes
             .iter()
@@ -292,18 +317,43 @@ impl PolicyEngine {
             )
             .collect();
         match render(&plan.plan, &outcomes, denied, request_id) {
-            Rendered::Refuse(r) => (
-                Some(r.status),
-                py_headers(&r.headers),
-                Some(PyBytes::new(py, r.body.as_bytes()).unbind()),
-            ),
+            Rendered::Refuse(r) => {
+                let r = traced(r, trace_id);
+                (
+                    Some(r.status),
+                    py_headers(&r.headers),
+                    Some(PyBytes::new(py, r.body.as_bytes()).unbind()),
+                )
+            }
             Rendered::Headers(h) => (None, py_headers(&h), None),
         }
     }
 }
 
+/// A stable id for an API key that does not reveal it (16 hex digits of its SHA-256).
+#[pyfunction]
+fn tenant_id(api_key: &str) -> String {
+    redis_rl_policy::tenant_id(api_key)
+}
+
+/// The caller's request id if it is sane (1 to 128 of `A-Z a-z 0-9 - _ . :`), else None.
+#[pyfunction]
+#[pyo3(signature = (value=None))]
+fn request_id(value: Option<Vec<u8>>) -> Option<String> {
+    redis_rl_policy::request_id(value.as_deref())
+}
+
+/// The normal form of a path: no duplicate slashes, dot segments or trailing slash.
+#[pyfunction]
+fn normalize_path(path: &str) -> String {
+    redis_rl_policy::normalize_path(path)
+}
+
 /// Adds the engine's classes to the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(tenant_id, m)?)?;
+    m.add_function(wrap_pyfunction!(request_id, m)?)?;
+    m.add_function(wrap_pyfunction!(normalize_path, m)?)?;
     m.add_class::<PolicyEngine>()?;
     m.add_class::<Admitted>()?;
     m.add_class::<Refusal>()?;

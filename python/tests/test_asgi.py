@@ -18,8 +18,7 @@ from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
 from redis_rl import BreakerConfig
-from redis_rl.asgi import RateLimitMiddleware, tenant_id
-from redis_rl.config import ConfigError, RateLimitConfig
+from redis_rl.asgi import ConfigError, RateLimitMiddleware, load_engine, tenant_id
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
@@ -57,7 +56,7 @@ def test_allowed_responses_carry_the_gateways_headers(server, prefix, r):
     assert h["ratelimit"] == '"ip";r=99;t=60'
     assert h["x-request-id"] == "req-1:a.b_c"
     # The design's four dimensions, in one slot per owner: keys as rl-gateway writes them.
-    assert r.exists(f"{prefix}:{{ip:testclient}}", f"{prefix}:{{ip:testclient}}:ep:/items/{{item_id}}", f"{prefix}:{{global}}") == 3
+    assert r.exists(f"{prefix}:{{ip:unknown}}", f"{prefix}:{{ip:unknown}}:ep:/items/{{item_id}}", f"{prefix}:{{global}}") == 3
 
 
 def test_a_denied_request_gets_429_problem_json_with_retry_after(server, prefix):
@@ -80,10 +79,13 @@ def test_a_denied_request_gets_429_problem_json_with_retry_after(server, prefix)
         "status": 429,
         "detail": f"rate limit exceeded on dimension 'ip' (3 per 3600 s); retry after {retry} s",
         "dimension": "ip",
+        "policy": "ip",
         "request_id": rid,
         "limit": 3,
         "retry_after": retry,
+        "trace_id": body["trace_id"],
     }
+    assert len(body["trace_id"]) == 32  # no traceparent came: a new trace
     # Byte for byte as serde_json writes it: compact, keys in order.
     assert res.content == json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
     assert res.headers["ratelimit-policy"] == '"ip";q=3;w=3600, "endpoint";q=100;w=60, "global";q=100000;w=60'
@@ -102,9 +104,9 @@ def test_endpoints_are_route_templates_not_raw_paths(server, prefix, r):
     assert other.status_code == 404 and other.headers["ratelimit-policy"] == '"endpoint";q=2;w=60'
     keys = sorted(r.keys(f"{prefix}:*"))
     assert keys == [
-        f"{prefix}:{{ip:testclient}}:ep:/api/users/{{user_id}}",
-        f"{prefix}:{{ip:testclient}}:ep:/items/{{item_id}}",
-        f"{prefix}:{{ip:testclient}}:ep:<unmatched>",
+        f"{prefix}:{{ip:unknown}}:ep:/api/users/{{user_id}}",
+        f"{prefix}:{{ip:unknown}}:ep:/items/{{item_id}}",
+        f"{prefix}:{{ip:unknown}}:ep:<unmatched>",
     ]
 
 
@@ -154,39 +156,40 @@ def test_toml_config_file_and_errors(tmp_path):
         'key_prefix = "gw"\nfailure_mode = "closed"\ninstances = 2\ntrusted_proxies = ["10.0.0.0/8"]\n'
         'dimensions = ["ip", "global"]\n[tiers.free]\nlimit = 5\n[ip]\nlimit = 7\nalgorithm = "gcra"\nburst = 3\n'
     )
-    c = RateLimitConfig.load(path)
-    assert (c.key_prefix, c.failure_mode, c.instances, c.dimensions) == ("gw", "closed", 2, ("ip", "global"))
-    assert c.ip.algorithm == "gcra" and c.ip.policy(c.mode).burst == 3
-    assert list(c.tiers) == ["free"]
+    e = load_engine(path)
+    assert (e.key_prefix, e.failure_mode, e.instances) == ("gw", "closed", 2)
+    assert '"ip" 7/1m gcra burst 3' in e.explain()
     # rl-gateway's fleet keys are read and checked (one TOML for both), not used here.
-    c = RateLimitConfig.from_toml('hot = ["global", "ip"]\n[fleet]\nmembership = false\n[leases]\nlifetime_ms = 100\n')
-    assert c.hot == ("global", "ip") and not c.fleet.membership and c.leases.lifetime_ms == 100
+    load_engine({"hot": ["global", "ip"], "fleet": {"membership": False}, "leases": {"lifetime_ms": 100}})
     for text, message in [
-        ("colour = 1", "unknown field `colour`"),
-        ("[ip]\nlimit = 0", "ip: limit must be an integer between 1 and 1000000000000000"),
-        ("[ip]\nlimit = 5\nwindow_ms = 0", "ip: window_ms must be an integer between 1 and 1000000000000"),
-        ("[tiers.x]\nlimit = 5", "default_tier 'free' is not among the tiers"),
-        ("[tiers.free]\nlimit = 20000\nalgorithm = \"log\"", "tiers.free: limit must be an integer between 1 and 10000"),
-        ('key_prefix = "a{b}"', "key_prefix must not contain braces"),
-        ('dimensions = ["apikey"]', "unknown dimension 'apikey'"),
-        ("[ip]\nlimit = 5\nspeed = 1", "ip: unknown field `speed`"),
-        ('hot = ["gobal"]', "hot: unknown dimension 'gobal'"),
-        ("[fleet]\nbeat = 1", "fleet: unknown field `beat`"),
-        ("limit = ", "invalid TOML"),
+        ("colour = 1", "f.toml:1: colour: unknown field `colour`"),
+        ("\n[ip]\nlimit = 0", "f.toml:2: ip: invalid policy: limit must be an integer between 1 and 1000000000000000"),
+        ("[ip]\nlimit = 5\nwindow_ms = 0", "f.toml:1: ip: invalid policy: window_ms must be an integer between 1"),
+        ("[tiers.x]\nlimit = 5", 'f.toml: default_tier: default_tier "free" is not among the tiers'),
+        ('[tiers.free]\nlimit = 20000\nalgorithm = "log"', "f.toml:1: tiers.free: invalid policy: limit must be an integer between 1 and 10000"),
+        ('key_prefix = "a{b}"', "f.toml:1: key_prefix: key_prefix must be non-empty and must not contain braces"),
+        ('dimensions = ["apikey"]', "f.toml:1: dimensions: unknown variant `apikey`"),
+        ("[ip]\nlimit = 5\nspeed = 1", "f.toml:3: ip.speed: unknown field `speed`"),
+        ("[fleet]\nbeat = 1", "f.toml:2: fleet.beat: unknown field `beat`"),
+        ("limit = ", "f.toml:1: limit: invalid TOML syntax"),
     ]:
-        with pytest.raises(ConfigError, match=re.escape(message)):
-            RateLimitConfig.from_toml(text)
+        bad = tmp_path / "f.toml"
+        bad.write_text(text)
+        with pytest.raises(ConfigError) as caught:
+            load_engine(bad)
+        assert str(caught.value).replace(str(tmp_path) + "/", "").startswith(message), (text, str(caught.value))
+    with pytest.raises(ConfigError, match=re.escape("<mapping>:1: invalid policy: limit must be")):
+        load_engine({"ip": {"limit": 0}})
 
 
-def test_trusted_proxies_and_forwarded_for():
-    from redis_rl.asgi import client_ip
-    from ipaddress import ip_network
-
-    trusted = (ip_network("10.0.0.0/8"),)
-    xff = [(b"x-forwarded-for", b"203.0.113.9, 10.1.1.1")]
-    assert client_ip("10.0.0.1", xff, trusted) == "203.0.113.9"
-    assert client_ip("198.51.100.1", xff, trusted) == "198.51.100.1"  # untrusted peer: ignored
-    assert client_ip("10.0.0.1", [(b"x-forwarded-for", b"nonsense")], trusted) == "10.0.0.1"
+def test_a_bad_file_fails_the_application_start_naming_the_location(tmp_path):
+    path = tmp_path / "rl.toml"
+    path.write_text('[[rules]]\nname = "login"\nkey = ["ip"]\nlimits = ["5/fortnight"]\n')
+    app = starlette_app(redis_url="redis://127.0.0.1:1/0", config=path)
+    with pytest.raises(Exception) as caught:
+        with TestClient(app):
+            pass
+    assert f'{path}:4: rules[0].limits: "5/fortnight": unknown unit `fortnight`' in str(caught.value)
 
 
 def test_redis_killed_mid_run_no_5xx_and_local_limits(own_server, prefix):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.error
@@ -26,8 +27,8 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from redis_rl import Limiter
-from redis_rl.asgi import RateLimitMiddleware, RedisHashTiers, api_key_in, client_ip, client_network, tenant_id
-from redis_rl.config import ConfigError, Rate, RateLimitConfig
+from redis_rl._core import Admitted, PolicyEngine, Refusal
+from redis_rl.asgi import ConfigError, RateLimitMiddleware, RedisHashTiers, load_engine, tenant_id
 
 from conftest import ROOT, free_port
 
@@ -56,7 +57,8 @@ class Peer:
 
 
 def app(**options: Any) -> Starlette:
-    routes = [Route("/api/items/{id}", ok), Route("/api/search", ok), Route("/items/{id}", ok), Route("/other", ok)]
+    routes = [Route("/api/items/{id}", ok, methods=["GET", "POST"]), Route("/api/search", ok), Route("/items/{id}", ok),
+              Route("/other", ok), Route("/login", ok, methods=["POST"])]
     return Starlette(routes=routes, middleware=[Middleware(Peer), Middleware(RateLimitMiddleware, **options)])
 
 
@@ -82,48 +84,39 @@ def closed_port_url() -> str:
 
 
 def test_tier_overrides_parse_as_rust_and_keep_the_algorithm():
-    c = RateLimitConfig.from_toml(
-        """
-        api_key_header = "Authorization"
-        ipv6_prefix = 56
-        [tiers.free]
-        limit = 100
-        [tiers.pro]
-        limit = 1000
-        [tiers.pro.endpoint]
-        limit = 1000
-        [tiers.pro.ip]
-        limit = 500
-        window_ms = 1000
-        [tiers.pro.global]
-        algorithm = "gcra"
-        [ip]
-        limit = 50
-        """
-    )
-    sliding = lambda limit, window_ms=60_000: Rate(limit, window_ms, "sliding")  # noqa: E731
-    assert c.ip == sliding(50), "[ip] limit = 50 stays a sliding window"
-    assert c.endpoint == sliding(100)
-    assert c.tier_rate("pro", "api_key") == Rate(1000)
-    assert c.tier_rate("pro", "endpoint") == sliding(1000)
-    assert c.tier_rate("pro", "ip") == sliding(500, 1000)
-    assert c.tier_rate("pro", "global") == Rate(100_000, algorithm="gcra")
-    assert c.tier_rate("free", "ip") is None and c.tier_rate("gold", "api_key") is None
-    d = RateLimitConfig()
-    assert all(d.tier_rate(t, dim) is None for t in d.tiers for dim in ("ip", "endpoint", "global"))
+    e = load_engine({
+        "api_key_header": "Authorization", "ipv6_prefix": 56,
+        "tiers": {"free": {"limit": 100}, "pro": {
+            "limit": 1000, "endpoint": {"limit": 1000}, "ip": {"limit": 500, "window_ms": 1000},
+            "global": {"algorithm": "gcra"},
+        }},
+        "ip": {"limit": 50},
+    })
+    text = e.explain()
+    for expected in [
+        'ip        key rl:{ip:<client>}: "ip" 50/1m sliding',  # [ip] limit = 50 stays a sliding window
+        'endpoint  key rl:{k:<tenant>}:ep:<route> (rl:{ip:<client>}:ep:<route> without a key): "endpoint" 100/1m sliding',
+        'tier pro: "api_key" 1000/1m token_bucket',
+        'tier pro, endpoint: "endpoint" 1000/1m sliding',
+        'tier pro, ip: "ip" 500/1s sliding',
+        'tier pro, global: "global" 100000/1m gcra',
+    ]:
+        assert expected in text, (expected, text)
+    assert "tier free," not in text
     for text, message in [
-        ("[tiers.free]\nlimit = 1\n[tiers.free.ip]\nlimit = 0", "tiers.free.ip: limit must be"),
+        ("[tiers.free]\nlimit = 1\n[tiers.free.ip]\nlimit = 0", "<t>:3: tiers.free.ip: invalid policy: limit must be"),
         ("[tiers.free]\nlimit = 1\n[tiers.free.api]\nlimit = 1", "unknown field `api`"),
-        ("[tiers.free]\nlimit = 1\n[tiers.free.endpoint]\nlimt = 1", "unknown field `limt`"),
+        ("[tiers.free]\nlimit = 1\n[tiers.free.endpoint]\nlimt = 1", "<t>:4: tiers.free.endpoint.limt: unknown field `limt`"),
         ("ipv6_prefix = 0", "ipv6_prefix must be between 1 and 128"),
         ("ipv6_prefix = 129", "ipv6_prefix must be between 1 and 128"),
         ('api_key_header = "x key"', 'api_key_header "x key" is not a valid'),
         ('[access]\nallow_ips = ["10.0.0.0/33"]', "invalid IP"),
         ('[access]\ndeny_api_keys = [""]', "access: API keys must be non-empty"),
+        ('[access]\ndeny_api_keys = ["a b"]', "access: API keys must be non-empty, without spaces"),
         ("[access]\nallow = []", "unknown field `allow`"),
     ]:
-        with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
-            RateLimitConfig.from_toml(text)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            PolicyEngine.from_toml(text, "<t>")
 
 
 def test_tiers_override_every_dimension_in_keys_of_their_own(server, prefix, r):
@@ -187,8 +180,8 @@ def test_headers_list_every_policy_and_t_is_the_true_wait(server, prefix):
     assert res.content == json.dumps(
         {
             "detail": "rate limit exceeded on dimension 'ip' (2 per 60 s); retry after 30 s",
-            "dimension": "ip", "limit": 2, "request_id": "abc-1", "retry_after": 30, "status": 429,
-            "title": "Too Many Requests", "type": "about:blank",
+            "dimension": "ip", "limit": 2, "policy": "ip", "request_id": "abc-1", "retry_after": 30, "status": 429,
+            "title": "Too Many Requests", "trace_id": res.json()["trace_id"], "type": "about:blank",
         },
         separators=(",", ":"),
     ).encode()
@@ -218,7 +211,7 @@ def test_503_carries_no_quota_fields_and_fail_open_only_the_policies():
     assert res.json() == {
         "type": "about:blank", "title": "Rate limiter unavailable", "status": 503,
         "detail": "the rate limiter for dimension 'ip' is unavailable and fails closed",
-        "dimension": "ip", "request_id": "c-1", "retry_after": 1,
+        "dimension": "ip", "policy": "ip", "request_id": "c-1", "retry_after": 1, "trace_id": res.json()["trace_id"],
     }
     # Failing open nothing was decided: the policies, no RateLimit.
     with TestClient(app(redis_url=closed_port_url(), config={**config, "failure_mode": "open"})) as client:
@@ -230,13 +223,29 @@ def test_503_carries_no_quota_fields_and_fail_open_only_the_policies():
 # -- 3. identity ------------------------------------------------------------------------------
 
 
-def test_api_key_header_bearer_and_client_networks():
-    auth = [("Bearer k1", "k1"), ("bearer k1", "k1"), ("BEARER   k1 ", "k1"), ("Bearer ", None), ("Bearer", None),
-            ("Basic dXNlcjpwdw==", "Basic dXNlcjpwdw=="), ("k2", "k2")]
-    for value, expected in auth:
-        assert api_key_in([(b"authorization", value.encode())], "Authorization") == expected, value
-    assert api_key_in([(b"x-token", b"t9")], "X-Token") == "t9"
-    assert api_key_in([(b"x-api-key", b" ")]) is None
+def test_one_api_key_per_request_bearer_and_client_networks():
+    e = load_engine({"api_key_header": "Authorization", "trusted_proxies": ["10.0.0.0/8"], "dimensions": ["ip"]})
+
+    def admit(values: List[str], peer: str = "192.0.2.1", xff: Optional[str] = None) -> Any:
+        headers = [(b"authorization", v.encode()) for v in values]
+        if xff is not None:
+            headers.append((b"x-forwarded-for", xff.encode()))
+        return e.admit("GET", "/x", headers, peer, "rid")
+
+    for value, expected in [("Bearer k1", "k1"), ("bearer k1", "k1"), ("BEARER   k1 ", "k1"), ("Bearer\tk1", "k1"),
+                            ("Bearer ", None), ("Bearer", None), ("k2", "k2")]:
+        a = admit([value])
+        assert isinstance(a, Admitted) and a.api_key == expected, value
+    for values in (["ok", "other"], ["Basic dXNlcjpwdw=="], ["k\x01"], ["a b"]):
+        refused = admit(values)
+        assert isinstance(refused, Refusal) and refused.status == 400, values
+        assert json.loads(refused.body)["title"] == "Bad Request"
+
+    def client(peer: str, xff: Optional[str] = None, ipv6_prefix: int = 64) -> str:
+        engine = load_engine({"ipv6_prefix": ipv6_prefix, "trusted_proxies": ["10.0.0.0/8"], "dimensions": ["ip"]})
+        a = engine.admit("GET", "/x", [(b"x-forwarded-for", xff.encode())] if xff else [], peer, "rid")
+        return engine.plan(a).items[0][0].split("{ip:")[1].split("}")[0]
+
     for addr, prefix, expected in [
         ("192.0.2.7", 64, "192.0.2.7"),
         ("::ffff:192.0.2.7", 64, "192.0.2.7"),
@@ -245,12 +254,9 @@ def test_api_key_header_bearer_and_client_networks():
         ("2001:db8:1:2:3:4:5:6", 48, "2001:db8:1::/48"),
         ("2001:db8:1:2:3:4:5:6", 128, "2001:db8:1:2:3:4:5:6"),
     ]:
-        assert client_network(addr, prefix) == expected
-    from ipaddress import ip_network
-
-    trusted = (ip_network("10.0.0.0/8"),)
-    assert client_ip("::ffff:10.0.0.1", [(b"x-forwarded-for", b"::ffff:1.2.3.4")], trusted) == "1.2.3.4"
-    assert client_ip("::ffff:203.0.113.9", [(b"x-forwarded-for", b"1.2.3.4")], trusted) == "203.0.113.9"
+        assert client(addr, ipv6_prefix=prefix) == expected
+    assert client("::ffff:10.0.0.1", "::ffff:1.2.3.4") == "1.2.3.4"
+    assert client("::ffff:203.0.113.9", "1.2.3.4") == "203.0.113.9"
 
 
 def test_bearer_tokens_and_ipv6_networks_identify_clients(server, prefix, r):
@@ -322,7 +328,8 @@ def test_access_lists_bypass_or_refuse_before_any_limit(server, prefix, r):
     assert denied.headers["x-request-id"] == "deny-1"
     assert denied.content == (
         b'{"denied_by":"ip","detail":"the request\'s ip is on the gateway\'s deny list",'
-        b'"request_id":"deny-1","status":403,"title":"Forbidden","type":"about:blank"}'
+        b'"request_id":"deny-1","status":403,"title":"Forbidden","trace_id":"'
+        + denied.json()["trace_id"].encode() + b'","type":"about:blank"}'
     )
     assert mapped.status_code == 403, "an IPv4-mapped peer is matched as IPv4"
     assert stolen.status_code == 403 and stolen.json()["denied_by"] == "api_key", "deny wins over allow"
@@ -333,22 +340,18 @@ def test_access_lists_bypass_or_refuse_before_any_limit(server, prefix, r):
 
 
 def test_fleet_keys_parse_and_are_checked():
-    c = RateLimitConfig.from_toml(
-        'hot = []\n[fleet]\nmembership = true\nheartbeat_ms = 200\nttl_ms = 900\n'
-        "[leases]\nlifetime_ms = 100\ndemand_ms = 50\nmax_percent = 20\n"
-    )
-    assert c.hot == () and (c.fleet.heartbeat_ms, c.fleet.ttl_ms) == (200, 900)
-    assert (c.leases.lifetime_ms, c.leases.demand_ms, c.leases.max_percent) == (100, 50, 20)
-    d = RateLimitConfig()
-    assert d.hot == ("global",) and d.fleet.membership and d.leases.max_percent == 10
+    load_engine({"hot": [], "fleet": {"membership": True, "heartbeat_ms": 200, "ttl_ms": 900},
+                 "leases": {"lifetime_ms": 100, "demand_ms": 50, "max_percent": 20}})
+    assert "leases for [global]" in load_engine().explain()
     for text, message in [
-        ('hot = ["nope"]', "unknown dimension 'nope'"),
+        ('hot = ["nope"]', "unknown variant `nope`"),
         ("[fleet]\nheartbeat_ms = 3000", "shorter than ttl"),
+        ("[fleet]\nttl_ms = 1000000000000000", "at most 1000000000000 ms"),
         ("[leases]\nlifetime_ms = 0", "leases"),
         ("[leases]\nmax_percent = 101", "max_percent must be between 1 and 100"),
     ]:
-        with pytest.raises(ConfigError, match=message):
-            RateLimitConfig.from_toml(text)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            PolicyEngine.from_toml(text)
 
 
 # -- differential: the real rl-gateway and the middleware on one server -----------------------
@@ -364,7 +367,7 @@ def gateway_binary() -> Optional[Path]:
     if not built:
         return None
     path = max(built, key=lambda p: p.stat().st_mtime)
-    sources = [*(ROOT / "client" / "src").rglob("*.rs"), *(ROOT / "gateway" / "src").rglob("*.rs")]
+    sources = [p for d in ("policy", "client", "gateway") for p in (ROOT / d / "src").rglob("*.rs")]
     newest = max((p.stat().st_mtime for p in sources), default=0.0)
     return path if path.stat().st_mtime >= newest else None
 
@@ -395,13 +398,32 @@ limit = 50
 
 COMPARED = ("retry-after", "content-type") + QUOTA_HEADERS
 
+RULES = """
+[[rules]]
+name = "login"
+paths = ["/login"]
+methods = ["POST"]
+key = ["ip"]
+limits = ["2/minute", "3/hour"]
 
-@pytest.mark.skipif(gateway_binary() is None, reason="rl-gateway not built or older than its sources (cargo build --release -p rl-gateway)")
-def test_same_config_and_requests_give_rl_gateways_keys_headers_and_bodies(server, prefix, r, tmp_path):
+[[rules]]
+name = "tenant"
+paths = ["/api/**"]
+headers = {{ "x-client" = "mobile" }}
+key = ["header:x-tenant", "method"]
+limit = 2
+window_ms = 3600000
+"""
+
+Sent = Tuple[str, str, Dict[str, str]]
+
+
+def compare_with_gateway(server: Any, r: Any, prefix: str, tmp_path: Path, config: str, requests: List[Sent]) -> Tuple[List[int], List[str]]:
+    """Sends ``requests`` to a real rl-gateway and to the middleware, both on ``config``
+    (``{prefix}`` replaced by each one's key prefix); asserts equal statuses, quota headers,
+    refusal bodies and Redis keys; returns the statuses and the reported policies."""
     gw_prefix, py_prefix = f"{prefix}g", f"{prefix}p"
-    r.hset(f"{prefix}:tiers", "pro-key", "pro")
-    path = tmp_path / "gw.toml"
-    path.write_text(gateway_config(gw_prefix))
+    path = write(tmp_path / "gw.toml", config.format(prefix=gw_prefix))
     port = free_port()
     binary = gateway_binary()
     assert binary is not None
@@ -410,6 +432,8 @@ def test_same_config_and_requests_give_rl_gateways_keys_headers_and_bodies(serve
          "--tier-hash", f"{prefix}:tiers", "--timeout-ms", "2000", "--log", "warn"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
+    statuses: List[int] = []
+    reported: List[str] = []
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -420,28 +444,23 @@ def test_same_config_and_requests_give_rl_gateways_keys_headers_and_bodies(serve
                 assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
                 time.sleep(0.05)
 
-        def gateway(path: str, headers: Dict[str, str]) -> Tuple[int, Dict[str, str], bytes]:
-            req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
+        def gateway(method: str, url: str, headers: Dict[str, str]) -> Tuple[int, Dict[str, str], bytes]:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}{url}", headers=headers, method=method)
             try:
                 with urllib.request.urlopen(req, timeout=5) as res:
                     return res.status, {k.lower(): v for k, v in res.headers.items()}, b""
             except urllib.error.HTTPError as e:
                 return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
 
-        requests = (
-            [("/api/items/1", {"Authorization": "Bearer pro-key"})] * 5  # the pro tier's own ip budget: 3
-            + [("/api/items/2", {"Authorization": "free-key"})] * 3  # free: 2/min per key
-            + [("/api/search", {})] * 3  # key-less: endpoint 2/hour per address
-        )
-        mw = app(redis_url=server.url, config=RateLimitConfig.from_toml(gateway_config(py_prefix)),
+        mw = app(redis_url=server.url, config=write(tmp_path / "py.toml", config.format(prefix=py_prefix)),
+                 routes=["/api/items/{id}", "/api/search", "/api/users/{id}"],
                  tier_hash=f"{prefix}:tiers", timeout=2.0)
-        statuses, reported = [], []
         with TestClient(mw) as client:
-            for i, (url, headers) in enumerate(requests):
-                headers = {**headers, "X-Request-Id": f"diff-{i}"}
-                g_status, g_headers, g_body = gateway(url, headers)
-                res = client.get(url, headers={**headers, "x-test-peer": "127.0.0.1"})
-                assert res.status_code == g_status, (i, url)
+            for i, (method, url, headers) in enumerate(requests):
+                headers = {**headers, "X-Request-Id": f"diff-{i}", "traceparent": f"00-{i + 1:032x}-{i + 1:016x}-01"}
+                g_status, g_headers, g_body = gateway(method, url, headers)
+                res = client.request(method, url, headers={**headers, "x-test-peer": "127.0.0.1"})
+                assert res.status_code == g_status, (i, url, res.content, g_body)
                 statuses.append(g_status)
                 reported.append(g_headers.get("ratelimit", "").split(";")[0])
                 for name in COMPARED:
@@ -457,17 +476,89 @@ def test_same_config_and_requests_give_rl_gateways_keys_headers_and_bodies(serve
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    keys = lambda p: sorted(k[len(p):] for k in r.keys(f"{p}:*"))  # noqa: E731
+    assert keys(gw_prefix) == keys(py_prefix)
+    return statuses, reported
+
+
+@pytest.mark.skipif(gateway_binary() is None, reason="rl-gateway not built or older than its sources (cargo build -p rl-gateway)")
+def test_rules_and_windows_give_rl_gateways_statuses_headers_and_keys(server, prefix, r, tmp_path):
+    config = 'key_prefix = "{prefix}"\nhot = []\n[fleet]\nmembership = false\n' + RULES
+    mobile = {"x-client": "mobile", "x-tenant": "acme"}
+    requests: List[Sent] = (
+        [("POST", "/login", {})] * 3  # the minute window refuses the third
+        + [("POST", "/login/", {}), ("POST", "/x/../login", {})]  # the same path in other spellings
+        + [("GET", "/api/items/1", mobile)] * 3  # acme's GETs: 2 per hour
+        + [("POST", "/api/items/1", mobile)]  # another method: its own count
+        + [("GET", "/api/search", {**mobile, "x-tenant": "other"})]  # another tenant
+        + [("GET", "/api/search", {"x-client": "web", "x-tenant": "acme"})]  # not mobile: no rule
+        + [("GET", "/api/search", {"x-client": "mobile"})]  # no x-tenant: the rule does not apply
+        + [("GET", "/api/search", {"x-api-key": "a b"})]  # a key with a space inside: 400
+    )
+    statuses, reported = compare_with_gateway(server, r, prefix, tmp_path, config, requests)
+    assert statuses == [200, 200, 429, 429, 429, 200, 200, 429, 200, 200, 200, 200, 400]
+    assert reported[:3] == ['"login-1m"', '"login-1m"', '"login-1m"']
+    assert reported[5:8] == ['"tenant"', '"tenant"', '"tenant"']
+    assert r.exists(f"{prefix}p:{{ip:127.0.0.1}}:r:login:1m", f"{prefix}p:{{ip:127.0.0.1}}:r:login:1h") == 2
+    assert r.exists(f"{prefix}p:{{h:x-tenant=acme}}:r:tenant:m:GET", f"{prefix}p:{{h:x-tenant=acme}}:r:tenant:m:POST") == 2
+
+
+@pytest.mark.skipif(gateway_binary() is None, reason="rl-gateway not built or older than its sources (cargo build -p rl-gateway)")
+def test_same_config_and_requests_give_rl_gateways_keys_headers_and_bodies(server, prefix, r, tmp_path):
+    r.hset(f"{prefix}:tiers", "pro-key", "pro")
+    requests: List[Sent] = (
+        [("GET", "/api/items/1", {"Authorization": "Bearer pro-key"})] * 5  # the pro tier's own ip budget: 3
+        + [("GET", "/api/items/2", {"Authorization": "free-key"})] * 3  # free: 2/min per key
+        + [("GET", "/api/search", {})] * 3  # key-less: endpoint 2/hour per address
+    )
+    statuses, reported = compare_with_gateway(server, r, prefix, tmp_path, gateway_config("{prefix}"), requests)
     assert statuses == [200, 200, 200, 429, 429, 200, 200, 429, 200, 200, 429]
     # The pro key on its tier's ip budget; the free key's endpoint (longest t at r=0), then
     # its key denies first; the key-less endpoint.
     assert reported == ['"ip"'] * 5 + ['"endpoint"', '"endpoint"', '"api_key"'] + ['"endpoint"'] * 3
-    keys = lambda p: sorted(k[len(p):] for k in r.keys(f"{p}:*"))  # noqa: E731
-    assert keys(gw_prefix) == keys(py_prefix)
-    assert f":{{ip:127.0.0.1}}:tier:pro" in keys(py_prefix)
+    assert r.exists(f"{prefix}p:{{ip:127.0.0.1}}:tier:pro")
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
 
 
 def test_the_readmes_toml_is_valid():
     readme = (ROOT / "python" / "README.md").read_text()
     toml = readme.split("### Configuration (TOML")[1].split("```toml\n")[1].split("```")[0]
-    c = RateLimitConfig.from_toml(toml)
-    assert c.tier_rate("pro", "ip") == Rate(500, algorithm="sliding") and c.access.deny_api_keys == ("leaked-key",)
+    text = PolicyEngine.from_toml(toml, "README").explain()
+    assert 'tier pro, ip: "ip" 500/1m sliding' in text and "1 denied keys" in text
+
+
+def test_trace_context_is_continued_or_started_and_forwarded():
+    """A valid ``traceparent`` sets the trace id of the problem body and is forwarded with this
+    hop as the parent; an invalid or missing one starts a new trace (as rl-gateway does)."""
+    from redis_rl.trace import trace_context
+
+    caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    t = trace_context([(b"traceparent", caller.encode())])
+    assert (t.trace_id, t.parent_id) == ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
+    assert t.traceparent.startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-") and t.traceparent.endswith("-01")
+    assert t.traceparent != caller
+    assert trace_context([(b"traceparent", ("01" + caller[2:] + "-more").encode())]).parent_id == "00f067aa0ba902b7"
+    for bad in [caller.upper(), "ff" + caller[2:], caller + "-more", caller.replace("4bf9", "0000").replace(
+            "2f3577b34da6a3ce929d0e0e4736", "0" * 28), "00-abc", ""]:
+        n = trace_context([(b"traceparent", bad.encode())])
+        assert n.parent_id is None and n.trace_id != "4bf92f3577b34da6a3ce929d0e0e4736" and len(n.trace_id) == 32, bad
+
+    seen: Dict[str, str] = {}
+
+    async def echo(request: Request) -> JSONResponse:
+        seen.update(request.headers)
+        return JSONResponse({})
+
+    config = {"dimensions": ["ip"], "ip": {"limit": 1, "algorithm": "token_bucket"},
+              "failure_mode": "local"}
+    mw = RateLimitMiddleware(Starlette(routes=[Route("/x", echo)]), redis_url=closed_port_url(), config=config)
+    with TestClient(mw) as client:
+        ok = client.get("/x", headers={"traceparent": caller, "x-test-peer": "192.0.2.77"})
+        denied = client.get("/x", headers={"traceparent": caller, "x-test-peer": "192.0.2.77"})
+    assert ok.status_code == 200 and seen["traceparent"].startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+    assert seen["traceparent"] != caller
+    assert denied.status_code == 429 and denied.json()["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -53,6 +53,22 @@ def test_check_all_across_slots_refunds_the_slots_taken(cluster, prefix):
         lim.close()
 
 
+def test_check_all_reports_keys_of_later_slots_as_unchecked(cluster, prefix):
+    keys = [f"{prefix}:a", f"{prefix}:b", f"{prefix}:c"]
+    wide, narrow = Policy.sliding(10, 60_000), Policy.fixed(1, 60_000)
+    lim = SyncLimiter(RedisCluster(host="127.0.0.1", port=cluster.port), deny_cache=0)
+    try:
+        assert lim.check(keys[0], narrow).allowed
+        # The first slot denies: the later ones are never sent, so nothing is known of them.
+        md = lim.check_all([(keys[0], narrow), (keys[1], wide), (keys[2], wide)])
+        assert md.denied_index == 0
+        assert md.decisions[0].source is Source.REDIS and not md.decisions[0].allowed
+        assert [d.source for d in md.decisions[1:]] == [Source.UNCHECKED, Source.UNCHECKED]
+        assert [lim.peek(k, wide, 0).remaining for k in keys[1:]] == [10, 10]
+    finally:
+        lim.close()
+
+
 def test_async_cluster_client(cluster, prefix):
     async def main() -> None:
         lim = Limiter(AsyncRedisCluster(host="127.0.0.1", port=cluster.port), timeout=2.0)

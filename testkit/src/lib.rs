@@ -29,6 +29,7 @@ pub mod ports;
 pub mod rng;
 pub mod server;
 pub mod tls;
+pub mod twin;
 
 pub use checks::*;
 pub use cluster::Cluster;

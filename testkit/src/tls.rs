@@ -19,6 +19,60 @@ pub const PASSWORD: &str = "secret";
 /// limiter's commands on `rl:` keys get NOPERM.
 pub const NARROW_USER: &str = "narrow";
 
+/// A user with only what the limiter needs (`minimal`, password `minimal`): the ACL rules
+/// of docs/src/security.md, [`MODULE_RULES`] or [`TWIN_RULES`] as the server has the module.
+pub const MINIMAL_USER: &str = "minimal";
+
+/// The rules the limiter's user needs with the module.
+pub const MODULE_RULES: &[&str] = &[
+    "resetkeys",
+    "~rl:*",
+    "resetchannels",
+    "-@all",
+    "+ping",
+    "+hello",
+    "+auth",
+    "+client",
+    "+command|info",
+    "+hget",
+    "+hscan",
+    "+rl.tokenbucket",
+    "+rl.sliding",
+    "+rl.fixed",
+    "+rl.gcra",
+    "+rl.throttle",
+    "+rl.log",
+    "+rl.concurrency",
+    "+rl.all",
+    "+rl.refund",
+    "+rl.state",
+];
+
+/// The rules the limiter's user needs without the module (the Lua twin).
+pub const TWIN_RULES: &[&str] = &[
+    "resetkeys",
+    "~rl:*",
+    "resetchannels",
+    "-@all",
+    "+ping",
+    "+hello",
+    "+auth",
+    "+client",
+    "+command|info",
+    "+hget",
+    "+hscan",
+    "+fcall",
+    "+function|load",
+    "+function|list",
+    "+evalsha",
+    "+eval",
+    "+script|load",
+    "+time",
+    "+exists",
+    "+getrange",
+    "+set",
+];
+
 /// Certificates in a fresh directory: a CA, a server certificate for `127.0.0.1` only (no
 /// DNS name: a client that connects to `localhost` must refuse it), and a client
 /// certificate.
@@ -141,13 +195,29 @@ fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("exited with {status}"));
+            // redis-server writes its log, the reason included, to stdout.
+            use std::io::Read;
+            let mut log = String::new();
+            if let Some(mut out) = child.stdout.take() {
+                let _ = out.read_to_string(&mut log);
+            }
+            if let Some(mut err) = child.stderr.take() {
+                let _ = err.read_to_string(&mut log);
+            }
+            let reason: Vec<&str> = log
+                .lines()
+                .filter(|l| !l.trim().is_empty() && !l.contains("overcommit"))
+                .collect();
+            return Err(format!("exited with {status}: {}", reason.join(" / ")));
         }
         let url = format!("redis://127.0.0.1:{port}/");
         if let Ok(mut c) = redis::Client::open(url)
             .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
         {
             if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                // Nobody reads the log from now on (redis-server ignores SIGPIPE).
+                drop(child.stdout.take());
+                drop(child.stderr.take());
                 return Ok(());
             }
         }
@@ -200,6 +270,8 @@ impl TlsServer {
                     "&*",
                     "+@all",
                 ])
+                .args(["--user", MINIMAL_USER, "on", &format!(">{MINIMAL_USER}")])
+                .args(if module { MODULE_RULES } else { TWIN_RULES })
                 .args([
                     "--user",
                     NARROW_USER,
@@ -209,8 +281,8 @@ impl TlsServer {
                     "&*",
                     "+@all",
                 ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
             if module {
                 cmd.arg("--loadmodule").arg(module_path());
             }

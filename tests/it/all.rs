@@ -209,11 +209,11 @@ fn bad_input_is_refused_with_a_clear_error_and_changes_nothing() {
         ),
         (
             "RL.ALL 2 a b TOKENBUCKET 10 10 60000",
-            "ERR spec 2: missing, expected TOKENBUCKET, SLIDING, FIXED, GCRA or LOG and its parameters",
+            "ERR spec 2: missing, expected TOKENBUCKET, SLIDING, FIXED, GCRA, LOG or QUOTA and its parameters",
         ),
         (
             "RL.ALL 2 a b TOKENBUCKET 10 10 60000 FOO 1 2",
-            "ERR spec 2: unknown algorithm 'FOO', expected TOKENBUCKET, SLIDING, FIXED, GCRA or LOG",
+            "ERR spec 2: unknown algorithm 'FOO', expected TOKENBUCKET, SLIDING, FIXED, GCRA, LOG or QUOTA",
         ),
         (
             "RL.ALL 2 a b TOKENBUCKET 10 10 60000 SLIDING 10",
@@ -269,7 +269,7 @@ fn bad_input_is_refused_with_a_clear_error_and_changes_nothing() {
         ),
         (
             "RL.REFUND a NOPE 10 10 60000 COST 1",
-            "ERR spec: unknown algorithm 'NOPE', expected TOKENBUCKET, SLIDING, FIXED, GCRA or LOG",
+            "ERR spec: unknown algorithm 'NOPE', expected TOKENBUCKET, SLIDING, FIXED, GCRA, LOG or QUOTA",
         ),
         (
             "RL.REFUND b TOKENBUCKET 10 10 60000 COST 1",

@@ -16,9 +16,11 @@
 use redis_rl_testkit::*;
 
 use redis::Value;
+use redis_rl_core::calendar::{Calendar, Period};
 use redis_rl_core::decision::expire_at;
 use redis_rl_core::fixed_window::{self, FixedWindowParams, FixedWindowState};
 use redis_rl_core::gcra::{self, GcraParams, GcraState};
+use redis_rl_core::quota::{self, QuotaParams, QuotaState};
 use redis_rl_core::sliding_log::{self, SlidingLogParams, SlidingLogState};
 use redis_rl_core::sliding_window::{self, SlidingWindowParams, SlidingWindowState};
 use redis_rl_core::token_bucket::{self, TokenBucketParams, TokenBucketState};
@@ -103,9 +105,10 @@ enum Kind {
     Fw,
     Gc,
     Lg,
+    Qu,
 }
 
-const KINDS: [Kind; 5] = [Kind::Tb, Kind::Sw, Kind::Fw, Kind::Gc, Kind::Lg];
+const KINDS: [Kind; 6] = [Kind::Tb, Kind::Sw, Kind::Fw, Kind::Gc, Kind::Lg, Kind::Qu];
 
 #[derive(Clone, Copy, Debug)]
 enum Spec {
@@ -114,6 +117,7 @@ enum Spec {
     Fw(FixedWindowParams),
     Gc(GcraParams),
     Lg(SlidingLogParams),
+    Qu(QuotaParams),
 }
 
 #[derive(Clone, Debug)]
@@ -123,6 +127,7 @@ enum State {
     Fw(FixedWindowState),
     Gc(GcraState),
     Lg(SlidingLogState),
+    Qu(QuotaState),
 }
 
 fn count(r: &mut Rng) -> u64 {
@@ -164,6 +169,18 @@ impl Spec {
                     };
                     Spec::Lg(SlidingLogParams::new(limit, duration(r)).unwrap())
                 }
+                Kind::Qu => {
+                    let period = r.pick(&Period::ALL);
+                    let tz = r.range(0, 2 * 1_439) as i64 - 1_439;
+                    let anchor = if period == Period::Month {
+                        let any = r.range(1, 31);
+                        r.pick(&[1, 15, 28, 29, 30, 31, any])
+                    } else {
+                        1
+                    };
+                    let cal = Calendar::new(period, tz, anchor).unwrap();
+                    Spec::Qu(QuotaParams::new(count(r), cal).unwrap())
+                }
             };
             if spec.in_twin_range() {
                 return spec;
@@ -189,6 +206,7 @@ impl Spec {
             Spec::Fw(p) => p.limit(),
             Spec::Gc(p) => p.burst(),
             Spec::Lg(p) => p.limit(),
+            Spec::Qu(p) => p.limit(),
         }
     }
 
@@ -199,6 +217,8 @@ impl Spec {
             Spec::Fw(p) => p.window_ms() * 1000,
             Spec::Gc(p) => p.period_ms() * 1000,
             Spec::Lg(p) => p.window_ms() * 1000,
+            // The shortest period: the clock's long steps then cross days now and then.
+            Spec::Qu(_) => 86_400_000_000,
         }
     }
 
@@ -220,6 +240,33 @@ impl Spec {
                 ("RL.GCRA", a)
             }
             Spec::Lg(p) => ("RL.LOG", s(&[p.limit(), p.window_ms()])),
+            Spec::Qu(p) => {
+                let cal = p.calendar();
+                let mut a = vec![p.limit().to_string(), cal.period().word().to_string()];
+                // Options in either order; defaults sometimes written out.
+                let tz = ["TZ".to_string(), cal.offset_min().to_string()];
+                let anchor = ["ANCHOR".to_string(), cal.anchor().to_string()];
+                let (tz_given, anchor_given) = (
+                    cal.offset_min() != 0 || p.limit() % 2 == 0,
+                    cal.anchor() != 1,
+                );
+                if p.limit() % 3 == 0 {
+                    if anchor_given {
+                        a.extend(anchor.clone());
+                    }
+                    if tz_given {
+                        a.extend(tz);
+                    }
+                } else {
+                    if tz_given {
+                        a.extend(tz);
+                    }
+                    if anchor_given {
+                        a.extend(anchor);
+                    }
+                }
+                ("RL.QUOTA", a)
+            }
         }
     }
 
@@ -249,6 +296,7 @@ impl Spec {
             Spec::Fw(p) => run!(fixed_window, Fw, p),
             Spec::Gc(p) => run!(gcra, Gc, p),
             Spec::Lg(p) => run!(sliding_log, Lg, p),
+            Spec::Qu(p) => run!(quota, Qu, p),
         }
     }
 
@@ -278,6 +326,7 @@ impl Spec {
             Spec::Fw(p) => run!(fixed_window::FixedWindow, Fw, p),
             Spec::Gc(p) => run!(gcra::Gcra, Gc, p),
             Spec::Lg(_) => panic!("RL.LOG takes no UPTO"),
+            Spec::Qu(p) => run!(quota::Quota, Qu, p),
         }
     }
 
@@ -300,11 +349,15 @@ impl Spec {
             Spec::Fw(p) => run!(fixed_window, Fw, p),
             Spec::Gc(p) => run!(gcra, Gc, p),
             Spec::Lg(p) => run!(sliding_log, Lg, p),
+            Spec::Qu(p) => run!(quota, Qu, p),
         }
     }
 }
 
-/// The stored bytes as the README documents them (and the module writes them).
+/// The stored bytes the twin writes (README's format, which the module reads): version 1,
+/// 8-byte little-endian fields (16 for a u128), for the fixed-size states whose fields are
+/// all below 2^53 (what the twin packs with the server's `struct` library), else version 2
+/// (varints, a window as its index); version 1 varints for a log.
 fn encode(state: &State) -> Vec<u8> {
     fn varint(out: &mut Vec<u8>, v: u64) {
         wide(out, u128::from(v));
@@ -316,9 +369,20 @@ fn encode(state: &State) -> Vec<u8> {
         }
         out.push(v as u8);
     }
-    // Version 2 (varints, a window as its index) for the fixed-size states, 1 for a log.
+    fn fixed(tag: u8, fields: &[u128], widths: &[usize]) -> Vec<u8> {
+        let mut out = vec![0, b'R', b'L', 1, tag];
+        for (v, w) in fields.iter().zip(widths) {
+            out.extend_from_slice(&v.to_le_bytes()[..*w]);
+        }
+        out
+    }
+    const EXACT: u128 = 1 << 53;
     let mut out = b"\0RL\x02".to_vec();
     match state {
+        State::Tb(s) if s.level < EXACT => {
+            let f = [u128::from(s.updated_at.0), u128::from(s.refill_ms), s.level];
+            return fixed(b'T', &f, &[8, 8, 16]);
+        }
         State::Tb(s) => {
             out.push(b'T');
             // Microseconds since 2020-01-01, wrapping below it.
@@ -327,23 +391,28 @@ fn encode(state: &State) -> Vec<u8> {
             wide(&mut out, s.level);
         }
         State::Sw(s) => {
-            out.push(b'S');
-            let index = s.window_start.0 / s.window_ms;
-            for v in [s.window_ms, index, s.previous, s.current] {
-                varint(&mut out, v);
-            }
+            let f = [s.window_ms, s.window_start.0, s.previous, s.current].map(u128::from);
+            return fixed(b'S', &f, &[8; 4]);
         }
         State::Fw(s) => {
-            out.push(b'F');
-            for v in [s.window_ms, s.window_start.0 / s.window_ms, s.count] {
-                varint(&mut out, v);
-            }
+            let f = [s.window_ms, s.window_start.0, s.count].map(u128::from);
+            return fixed(b'F', &f, &[8; 3]);
+        }
+        State::Gc(s) if s.tat < EXACT => {
+            let f = [s.tat, u128::from(s.limit), u128::from(s.period_ms)];
+            return fixed(b'G', &f, &[16, 8, 8]);
         }
         State::Gc(s) => {
             out.push(b'G');
             wide(&mut out, s.tat);
             varint(&mut out, s.limit);
             varint(&mut out, s.period_ms);
+        }
+        State::Qu(s) => {
+            out.push(b'Q');
+            varint(&mut out, s.period_start.0);
+            varint(&mut out, s.period_end.0 - s.period_start.0);
+            varint(&mut out, s.count);
         }
         State::Lg(s) => {
             out[3] = 1;
@@ -693,6 +762,10 @@ fn time_insensitive(kind: Kind, r: &mut Rng) -> Spec {
             Spec::Gc(GcraParams::new(limit, long, burst).unwrap())
         }
         Kind::Lg => Spec::Lg(SlidingLogParams::new(limit, long).unwrap()),
+        Kind::Qu => {
+            let cal = Calendar::new(Period::Year, r.range(0, 1_439) as i64, 1).unwrap();
+            Spec::Qu(QuotaParams::new(limit, cal).unwrap())
+        }
     }
 }
 
@@ -766,9 +839,22 @@ fn same_replies_as_the_module() {
             assert_same(&m, &t, tolerance, &what);
             assert_same(&m, &x, tolerance, &format!("{what} (alternating key)"));
         }
-        // Windows and counters hold no instant finer than the window: their bytes are equal.
+        // Windows and counters hold no instant finer than the window: the module reads the
+        // same state from each key (the window, its start and its counts; RL.STATE's
+        // `count` and TTL move with the clock).
         for (i, kind) in kinds.iter().enumerate() {
             if matches!(kind, Kind::Sw | Kind::Fw) {
+                let fields = if *kind == Kind::Sw { 10 } else { 6 };
+                let state = |conn: &mut redis::Connection, key: &str| {
+                    let v: Vec<Value> = redis::cmd("RL.STATE").arg(key).query(conn).unwrap();
+                    v[..fields].to_vec()
+                };
+                let m = state(&mut conn, &sets[0][i]);
+                assert_eq!(m, state(&mut conn, &sets[1][i]), "seed {seed} key {i}");
+                assert_eq!(m, state(&mut conn, &sets[2][i]), "seed {seed} key {i}");
+            }
+            // A quota's period holds no instant either, and the twin writes it as the module.
+            if *kind == Kind::Qu {
                 let m = get(&mut conn, &sets[0][i]);
                 assert_eq!(m, get(&mut conn, &sets[1][i]), "seed {seed} key {i}");
                 assert_eq!(m, get(&mut conn, &sets[2][i]), "seed {seed} key {i}");
@@ -806,7 +892,10 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
         &["RL.FIXED", "10", "1000"],
         &["RL.GCRA", "10", "1000", "BURST", "5"],
         &["RL.LOG", "10", "1000"],
+        &["RL.QUOTA", "10", "MONTH", "TZ", "-300", "ANCHOR", "31"],
+        &["RL.QUOTA", "10", "week", "ANCHOR", "1", "TZ", "330"],
         &["RL.REFUND", "SLIDING", "10", "1000", "COST", "1"],
+        &["RL.REFUND", "QUOTA", "10", "DAY", "TZ", "1439", "COST", "1"],
         &["RL.REFUND", "GCRA", "10", "1000", "BURST", "3", "COST", "1"],
         &["RL.REFUND", "LOG", "10", "1000", "COST", "1"],
     ];
@@ -826,6 +915,13 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
         &["COST", "2", "UPTO", "2"],
         &["UPTO", "COST", "2"],
         &["UPTO", "PEEK", "COST", "1000000000000000"],
+        &["TZ"],
+        &["TZ", "1", "TZ", "2"],
+        &["ANCHOR", "31", "ANCHOR"],
+        &["ANCHOR", "15"],
+        &["TZ", "-1440"],
+        &["TZ", "--1"],
+        &["FORCE"],
     ];
     let mut compare = |args: Vec<String>, base: &[&str]| {
         let (module_key, key) = ("{e}:m".to_string(), "{e}:k".to_string());
@@ -853,6 +949,8 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
             // The documented difference: waits over 2^53 ms are refused by the twin.
             (Ok(_), Err(t)) if error_text(t).contains("beyond the exact range of the Lua twin") => {
             }
+            // The other: FORCE (a debt over the limit) is the module's alone.
+            (Ok(_), Err(t)) if error_text(t).contains("FORCE needs the redis-rl module") => {}
             _ => panic!("{args:?}: module {module:?}, twin {twin:?}"),
         }
         let _: () = redis::cmd("DEL")
@@ -895,6 +993,15 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
         &["SLIDING", "10", "1000", "FIXED", "1", "1000", "BURST", "2"],
         &[
             "SLIDING", "10", "1000", "FIXED", "1", "1000", "COST", "2", "UPTO",
+        ],
+        &["QUOTA", "10", "MONTHLY", "FIXED", "1", "1000"],
+        &["QUOTA", "10", "DAY", "ANCHOR", "2", "FIXED", "1", "1000"],
+        &["QUOTA", "10", "MONTH", "ANCHOR", "32", "FIXED", "1", "1000"],
+        &[
+            "QUOTA", "10", "MONTH", "TZ", "1", "TZ", "2", "FIXED", "1", "1000",
+        ],
+        &[
+            "QUOTA", "10", "MONTH", "ANCHOR", "31", "TZ", "-1440", "FIXED", "1", "1000",
         ],
     ];
     for case in all_cases {
@@ -1075,6 +1182,10 @@ fn concurrent_clients_admit_exactly_the_budget() {
             Kind::Fw => Spec::Fw(FixedWindowParams::new(budget, 1_000_000_000_000).unwrap()),
             Kind::Gc => Spec::Gc(GcraParams::new(budget, 1_000_000_000_000, None).unwrap()),
             Kind::Lg => Spec::Lg(SlidingLogParams::new(budget, 1_000_000_000_000).unwrap()),
+            Kind::Qu => {
+                let cal = Calendar::new(Period::Year, 0, 1).unwrap();
+                Spec::Qu(QuotaParams::new(budget, cal).unwrap())
+            }
         };
         let (name, rest) = spec.command();
         let key = format!("{{c}}:{kind:?}");

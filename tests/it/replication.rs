@@ -55,15 +55,25 @@ const TRAFFIC: &[&[&str]] = &[
     &["RL.SLIDING", "sw:peek", "10", "60000", "PEEK"],
     &["RL.SLIDING", "sw:zero", "10", "60000", "COST", "0"],
     &["RL.SLIDING", "sw:never", "10", "60000", "COST", "11"],
+    &[
+        "RL.QUOTA", "q:month", "10", "MONTH", "TZ", "330", "ANCHOR", "31", "COST", "4",
+    ],
+    &[
+        "RL.QUOTA", "q:month", "10", "MONTH", "TZ", "330", "ANCHOR", "31", "COST", "7",
+    ],
+    &[
+        "RL.QUOTA", "q:force", "10", "week", "TZ", "-300", "COST", "12", "FORCE",
+    ],
+    &["RL.QUOTA", "q:peek", "10", "YEAR", "PEEK"],
 ];
 
 /// Keys that only saw calls which write nothing.
-const NEVER_WRITTEN: [&str; 6] = [
-    "tb:peek", "tb:zero", "tb:never", "sw:peek", "sw:zero", "sw:never",
+const NEVER_WRITTEN: [&str; 7] = [
+    "tb:peek", "tb:zero", "tb:never", "sw:peek", "sw:zero", "sw:never", "q:peek",
 ];
 
 /// Keys TRAFFIC writes, each once as is and once inside the MULTI.
-const WRITTEN_KEYS: usize = 2 * 5;
+const WRITTEN_KEYS: usize = 2 * 7;
 
 /// Runs TRAFFIC, then the same kinds of calls inside one MULTI; returns how many calls wrote.
 fn traffic(c: &mut redis::Connection) -> usize {

@@ -135,7 +135,7 @@ impl<D: Decider + ?Sized> Decider for std::sync::Arc<D> {
 }
 
 /// A decision for a key that was not checked (another key decided first): its limit, with
-/// nothing known about its count.
+/// nothing known about its count (`Source::Unchecked`: not a decision of Redis).
 pub(crate) fn unknown(algorithm: &Algorithm) -> Decision {
     let limit = algorithm.limit();
     Decision {
@@ -143,7 +143,7 @@ pub(crate) fn unknown(algorithm: &Algorithm) -> Decision {
         limit,
         remaining: limit,
         reset_after: Duration::ZERO,
-        source: Source::Redis,
+        source: Source::Unchecked,
         shadow: false,
     }
 }

@@ -69,6 +69,18 @@ fn share(algorithm: &Algorithm, instances: NonZeroU32) -> Algorithm {
             limit: count(limit),
             window_ms,
         },
+        // A calendar keeps its periods: each instance its part of the limit.
+        Algorithm::Quota {
+            limit,
+            period,
+            tz_minutes,
+            anchor,
+        } => Algorithm::Quota {
+            limit: count(limit),
+            period,
+            tz_minutes,
+            anchor,
+        },
     }
 }
 
@@ -76,16 +88,18 @@ fn share(algorithm: &Algorithm, instances: NonZeroU32) -> Algorithm {
 mod tests {
     use redis_rl_core::fixed_window::{self, FixedWindowParams};
     use redis_rl_core::gcra::{self, GcraParams};
+    use redis_rl_core::quota::{self, QuotaParams};
     use redis_rl_core::sliding_log::{self, SlidingLogParams};
     use redis_rl_core::sliding_window::{self, SlidingWindowParams};
     use redis_rl_core::token_bucket::{self, TokenBucketParams};
     use redis_rl_core::{AnyState, Micros};
 
     use super::*;
+    use crate::policy::Period;
 
     const ONE: NonZeroU32 = NonZeroU32::MIN;
 
-    fn all_algorithms() -> [Algorithm; 6] {
+    fn all_algorithms() -> [Algorithm; 7] {
         [
             Algorithm::TokenBucket {
                 capacity: 5,
@@ -113,6 +127,12 @@ mod tests {
                 limit: 7,
                 period_ms: 300,
                 burst: None,
+            },
+            Algorithm::Quota {
+                limit: 5,
+                period: Period::Day,
+                tz_minutes: -300,
+                anchor: 1,
             },
         ]
     }
@@ -158,6 +178,16 @@ mod tests {
             Algorithm::Log { limit, window_ms } => {
                 run!(sliding_log, SlidingLogParams::new(limit, window_ms))
             }
+            Algorithm::Quota {
+                limit,
+                period,
+                tz_minutes,
+                anchor,
+            } => run!(
+                quota,
+                redis_rl_core::calendar::Calendar::new(period, tz_minutes, anchor)
+                    .and_then(|cal| QuotaParams::new(limit, cal))
+            ),
         }
     }
 

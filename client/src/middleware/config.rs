@@ -97,6 +97,22 @@ pub fn algorithm(spec: &LimitSpec) -> Algorithm {
             burst: spec.burst,
         },
         AlgorithmKind::Log => Algorithm::Log { limit, window_ms },
+        AlgorithmKind::Quota => match spec.calendar {
+            Some(cal) => Algorithm::Quota {
+                limit,
+                period: cal.period(),
+                tz_minutes: cal.offset_min(),
+                anchor: cal.anchor(),
+            },
+            // The engine builds a quota with its calendar; without one the core refuses
+            // period 0, as the server would.
+            None => Algorithm::Quota {
+                limit,
+                period: crate::Period::Day,
+                tz_minutes: i64::MIN,
+                anchor: 0,
+            },
+        },
     }
 }
 
@@ -143,12 +159,9 @@ mod tests {
         );
         let off = RateLimitConfig::from_toml("[fleet]\nmembership = false\n").unwrap();
         assert!(off.fleet_config().is_none() && !off.fleet_fallback());
-        let bad = RateLimitConfig::from_toml("[fleet]\nheartbeat_ms = 3000").unwrap();
-        assert!(bad
-            .check()
-            .unwrap_err()
-            .to_string()
-            .contains("shorter than ttl"));
+        // Refused where the file is read, not first at start.
+        let bad = RateLimitConfig::from_toml("[fleet]\nheartbeat_ms = 3000").unwrap_err();
+        assert!(bad.to_string().contains("shorter than ttl"), "{bad}");
     }
 
     #[test]
@@ -158,12 +171,12 @@ mod tests {
         let path = dir.join("bad.toml");
         std::fs::write(
             &path,
-            "[[rules]]\nname = \"a\"\nkey = [\"ip\"]\nlimits = [\"5/month\"]\n",
+            "[[rules]]\nname = \"a\"\nkey = [\"ip\"]\nlimits = [\"5/fortnight\"]\n",
         )
         .unwrap();
         let err = RateLimitConfig::load(&path).unwrap_err().to_string();
         let expected = format!(
-            "config: {}:4: rules[0].limits: \"5/month\": calendar window `month`",
+            "config: {}:4: rules[0].limits: \"5/fortnight\"",
             path.display()
         );
         assert!(err.starts_with(&expected), "{err}");
@@ -188,5 +201,15 @@ mod tests {
             );
             assert_eq!(a.kind(), spec.registry_numbers().0);
         }
+        // A calendar limit: the same numbers as the engine's.
+        let cal = redis_rl_core::calendar::Calendar::new(crate::Period::Month, -300, 31).unwrap();
+        let spec = LimitSpec::calendar_quota(1_000, cal).unwrap();
+        let a = algorithm(&spec);
+        assert_eq!(a.core_params().unwrap().numbers().values(), [1_000, 3]);
+        assert_eq!(a.params(), ["1000", "MONTH", "TZ", "-300", "ANCHOR", "31"]);
+        assert_eq!(
+            u64::try_from(a.window().as_millis()).unwrap(),
+            spec.quota_window_ms()
+        );
     }
 }

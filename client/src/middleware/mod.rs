@@ -79,6 +79,7 @@ mod layer;
 mod plan;
 mod request;
 mod service;
+mod trace;
 
 #[cfg(feature = "axum")]
 pub use self::axum::{refusal, AxumRequestInfo};
@@ -93,3 +94,4 @@ pub use layer::RateLimitLayer;
 pub use redis_rl_policy::{normalize_path, Access, Engine, KeyError};
 pub use request::{Extensions, RequestInfo, RequestView, RoutePattern};
 pub use service::RateLimitService;
+pub use trace::{TraceContext, TRACEPARENT};

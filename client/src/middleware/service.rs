@@ -13,6 +13,7 @@ use super::extract::{self, HttpHeaders, REQUEST_ID};
 use super::headers::{to_response, write_headers};
 use super::plan::Shared;
 use super::request::{RequestInfo, RequestView};
+use super::trace::{TraceContext, TRACEPARENT};
 use crate::backend::BoxFuture;
 use crate::decision::{Decision, MultiDecision, Source};
 use crate::policy::Policy;
@@ -167,11 +168,14 @@ async fn decide(
     count(&plan, &md);
     let tier_label = plan.tier.clone().unwrap_or_else(|| "none".to_owned());
     let outcomes: Vec<Outcome> = md.decisions.iter().map(outcome).collect();
+    // The span names the policy the response reports, allowed or refused.
+    if let Some(item) =
+        redis_rl_policy::reported_index(&plan, &outcomes, md.denied).and_then(|i| plan.items.get(i))
+    {
+        tracing::Span::current().record("dimension", tracing::field::display(&item.label));
+    }
     match render(&plan, &outcomes, md.denied, request_id) {
         Rendered::Refuse(r) => {
-            if let Some(item) = md.denied.and_then(|i| plan.items.get(i)) {
-                tracing::Span::current().record("dimension", tracing::field::display(&item.label));
-            }
             tracing::debug!(status = r.status, "request refused");
             Before::Refuse(r, tier_label)
         }
@@ -190,9 +194,16 @@ where
     ResBody: From<String>,
 {
     let request_id = extract::request_id(req.headers());
-    let span = tracing::info_span!(
+    // The caller's trace (or a new one): in every log line of the request (the span's
+    // field), in its problem bodies, and forwarded with this hop as the parent.
+    let trace = TraceContext::of(req.headers());
+    let trace_id = trace.trace_id();
+    // At ERROR level so that the span is enabled whatever the log level: every line logged
+    // for the request (warnings of a failed upstream call included) carries its ids.
+    let span = tracing::error_span!(
         "rate_limit",
         request_id = %request_id,
+        trace_id = %trace_id,
         tenant = tracing::field::Empty,
         tier = tracing::field::Empty,
         dimension = tracing::field::Empty,
@@ -200,11 +211,16 @@ where
     async move {
         let (added, tier_label) =
             match decide(&shared, info.as_ref(), RequestView::of(&req), &request_id).await {
-                Before::Refuse(r, tier) => return Ok(counted(to_response(r), tier)),
+                Before::Refuse(r, tier) => {
+                    return Ok(counted(to_response(r.with_trace_id(&trace_id)), tier))
+                }
                 Before::Call(h, tier) => (h, tier),
             };
         if let Ok(v) = HeaderValue::try_from(request_id.as_str()) {
             req.headers_mut().insert(REQUEST_ID, v);
+        }
+        if let Ok(v) = HeaderValue::try_from(trace.traceparent()) {
+            req.headers_mut().insert(TRACEPARENT, v);
         }
         let mut response = inner.call(req).await?;
         let headers = response.headers_mut();

@@ -13,4 +13,6 @@ mod limiter;
 mod lua_twin;
 mod middleware;
 mod policy;
+mod quota;
+mod tls;
 mod upto;

@@ -191,7 +191,7 @@ impl RlsConfig {
         }
         let mut sources = Vec::new();
         for f in &files {
-            let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+            let text = crate::files::read_text(f)?;
             sources.push((f.display().to_string(), text));
         }
         let mut config = Self::from_sources(&sources)?;
@@ -221,7 +221,7 @@ impl RlsConfig {
                 return Err(fail(format!("duplicate domain '{domain}' in config file")));
             }
             let mut level = Level::default();
-            load_level(&mut level, &root, &format!("{domain}."), &domain).map_err(fail)?;
+            load_level(&mut level, &root, &format!("{domain}.")).map_err(fail)?;
             config.domains.insert(domain, level);
         }
         Ok(config)
@@ -302,7 +302,7 @@ fn bool_field(map: &Mapping, name: &str, at: &str) -> Result<bool, String> {
 
 /// Loads the `descriptors` list of `map` into `level`; `parent` is the path so far
 /// (`domain.` or `domain.key_value.`), which names entries in errors and metrics.
-fn load_level(level: &mut Level, map: &Mapping, parent: &str, domain: &str) -> Result<(), String> {
+fn load_level(level: &mut Level, map: &Mapping, parent: &str) -> Result<(), String> {
     let items = match field(map, "descriptors") {
         None => return Ok(()),
         Some(Value::Sequence(items)) => items,
@@ -352,7 +352,7 @@ fn load_level(level: &mut Level, map: &Mapping, parent: &str, domain: &str) -> R
             share_threshold,
             children: Level::default(),
         };
-        load_level(&mut node.children, d, &format!("{path}."), domain)?;
+        load_level(&mut node.children, d, &format!("{path}."))?;
         level.nodes.insert(final_key, node);
     }
     Ok(())

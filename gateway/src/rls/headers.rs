@@ -5,8 +5,9 @@
 //! `X-RateLimit-Remaining`, `X-RateLimit-Reset` equal to its `q`, `r` and `t`.
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use std::time::Duration;
+
 use redis_rl_client::{Decision, Verdict};
-use redis_rl_policy::ceil_secs;
 
 use super::plan::{Limited, Planned};
 
@@ -77,18 +78,19 @@ pub fn response_headers(
 fn reset_secs(l: &Limited, d: &Decision) -> u64 {
     let w = l.unit.seconds();
     match d.verdict {
-        Verdict::Denied { retry_after } => ceil_secs(millis(retry_after)),
-        Verdict::Allowed => ceil_secs(millis(d.reset_after)).min(w),
+        Verdict::Denied { retry_after } => ceil_secs(retry_after),
+        Verdict::Allowed => ceil_secs(d.reset_after).min(w),
         Verdict::Never => w,
     }
 }
 
-fn millis(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// The rule's name in the fields: its `name`, else its metric key; quotes and backslashes
 /// (which would end the structured-field string) replaced.
+/// Whole seconds, rounded up: a client that waits the advertised time is never early.
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
 fn name(l: &Limited) -> String {
     let n = if l.name.is_empty() {
         &l.metric

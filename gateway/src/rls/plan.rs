@@ -265,7 +265,15 @@ descriptors:
         )
         .unwrap();
         assert_eq!(limits(&p), [Some((5, 0)), Some((5, 3))]);
-        let p = plan(&c, "example7", &[b.clone()], 0, FailureMode::Open, 0).unwrap();
+        let p = plan(
+            &c,
+            "example7",
+            std::slice::from_ref(&b),
+            0,
+            FailureMode::Open,
+            0,
+        )
+        .unwrap();
         assert_eq!(limits(&p), [Some((5, 1))]);
         a.hits_addend = Some(UInt64Value { value: u64::MAX });
         assert!(plan(&c, "example7", &[a], 0, FailureMode::Open, 0).is_err());

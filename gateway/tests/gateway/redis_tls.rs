@@ -3,7 +3,7 @@
 //! failures a user meets first, each named in /healthz: a wrong password, a user whose ACL
 //! refuses the limiter's keys, a certificate for another name, an untrusted CA.
 
-use redis_rl_testkit::tls::{TlsServer, NARROW_USER, PASSWORD, USER};
+use redis_rl_testkit::tls::{TlsServer, MINIMAL_USER, NARROW_USER, PASSWORD, USER};
 use redis_rl_testkit::{eventually, query};
 
 use super::Gateway;
@@ -51,6 +51,39 @@ async fn decides_in_redis_over_tls_with_an_acl_user_with_and_without_the_module(
             keys.iter().any(|k| k.starts_with("rl:{k:")),
             "the limiter wrote its keys: {keys:?}"
         );
+        drop(gw);
+
+        // The user with only the permissions docs/src/security.md lists.
+        let minimal = start(&tls_args(
+            &server,
+            &server.tls_url(MINIMAL_USER, MINIMAL_USER),
+        ))
+        .await;
+        // The IP dimension is shared with the requests above: one less per request.
+        let mut left = Vec::new();
+        for _ in 0..2 {
+            let (status, h, body) = minimal
+                .get("/api/search", &[("x-api-key", "m")])
+                .await
+                .unwrap();
+            assert_eq!(status, 200, "{body}");
+            left.push(
+                h["x-ratelimit-remaining"]
+                    .to_str()
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap(),
+            );
+        }
+        assert_eq!(left[0], left[1] + 1, "decided in Redis: {left:?}");
+        let health = minimal.health().await;
+        assert_eq!(health["status"], "ok", "module {module}: {health}");
+        if module {
+            eventually("a fleet of one", async || {
+                minimal.health().await["stats"]["fleet_size"] == 1
+            })
+            .await;
+        }
     }
 }
 

@@ -1,0 +1,298 @@
+-- Concurrency limiter (core/src/concurrency.rs): leases by id, each expiring lease_ms after
+-- its last ACQUIRE. The twin reads every lease (a version 2 lease table, or a version 1
+-- list), decides as the core does, and writes the leases as a new table laid out as the
+-- module's `lease_table::build` (src/encoding/lease_table): the module then changes that
+-- table in place, and the twin reads what the module changed.
+
+M.CC = { tag = "C" }
+M.ALGO.C = M.CC
+
+local NONE = 65535
+
+local function u16(v, at)
+  local a, b = byte(v, at, at + 1)
+  return a + b * 256
+end
+
+local function u16_bytes(n)
+  return char(n % 256, floor(n / 256))
+end
+
+-- The home record of an id: FNV-1a 64 of its bytes modulo the capacity (a power of two up
+-- to 2^15), so only the hash's low 16 bits are needed, which 16-bit arithmetic gives
+-- exactly (the offset basis and the prime taken modulo 2^16).
+local function home(id, mask)
+  local bxor = bit.bxor
+  local h = 0x2325
+  for i = 1, #id do
+    h = (bxor(h, byte(id, i)) * 0x01b3) % 65536
+  end
+  return h % (mask + 1)
+end
+
+-- A version 2 table's leases, soonest expiry first, or nil when it is not consistent (the
+-- checks of `Table::parse` and `Table::leases`).
+local function table_leases(v)
+  if #v < 17 then
+    return nil
+  end
+  local width, capacity, live, used = u16(v, 6), u16(v, 8), u16(v, 10), u16(v, 12)
+  local head, tail = u16(v, 14), u16(v, 16)
+  local record = 14 + width
+  local pow2 = capacity >= 2 and capacity <= 32768 and 2 ^ floor(math.log(capacity) / math.log(2) + 0.5) == capacity
+  if width < 1 or width > M.MAX_ID_LEN or not pow2 or #v ~= 17 + capacity * record
+    or live > used or used >= capacity or (live == 0) ~= (head == NONE) or (live == 0) ~= (tail == NONE) then
+    return nil
+  end
+  local ids, exp = {}, {}
+  local cur, prev = head, NONE
+  while cur ~= NONE do
+    if cur >= capacity or #ids >= live then
+      return nil
+    end
+    local at = 18 + cur * record
+    local state, len = byte(v, at, at + 1)
+    if state ~= 1 or u16(v, at + 2) ~= prev then
+      return nil
+    end
+    local expires = M.read_u64(v, at + 6)
+    if not expires or len + 1 > width then
+      return nil
+    end
+    ids[#ids + 1] = sub(v, at + 14, at + 14 + len)
+    exp[#exp + 1] = expires
+    prev, cur = cur, u16(v, at + 4)
+  end
+  if #ids ~= live or prev ~= tail then
+    return nil
+  end
+  return { ids = ids, exp = exp }
+end
+
+-- A version 1 list's leases (src/encoding/concurrency.rs), or nil when malformed.
+local function list_leases(v)
+  local ids, exp = {}, {}
+  local pos, at = 6, 0
+  while pos <= #v do
+    if #ids >= M.KINDS.C.params[1][3] then
+      return nil
+    end
+    local delta, len
+    delta, pos = M.read_varint(v, pos)
+    if not delta then
+      return nil
+    end
+    len, pos = M.read_varint(v, pos)
+    if not len or len < 1 or len > M.MAX_ID_LEN or pos + len - 1 > #v then
+      return nil
+    end
+    at = at + delta
+    ids[#ids + 1] = sub(v, pos, pos + len - 1)
+    exp[#exp + 1] = at
+    pos = pos + len
+  end
+  return { ids = ids, exp = exp }
+end
+
+function M.CC.read(key)
+  local v = M.read_value(key, "C")
+  if not v then
+    return nil
+  end
+  local s
+  if byte(v, 4) == 2 then
+    s = table_leases(v)
+  else
+    s = list_leases(v)
+  end
+  if not s then
+    M.corrupt("C")
+  end
+  for i = 1, #s.exp do
+    if s.exp[i] > M.LATEST_US then
+      M.corrupt("C")
+    end
+  end
+  return s
+end
+
+-- The leases live at `now`, soonest expiry first (a stable sort, as the core's).
+local function live(s, now)
+  local ids, exp = {}, {}
+  if s then
+    for i = 1, #s.ids do
+      if s.exp[i] > now then
+        local k = #ids + 1
+        while k > 1 and exp[k - 1] > s.exp[i] do
+          ids[k], exp[k] = ids[k - 1], exp[k - 1]
+          k = k - 1
+        end
+        ids[k], exp[k] = s.ids[i], s.exp[i]
+      end
+    end
+  end
+  return { ids = ids, exp = exp }
+end
+
+-- The leases as a new lease table (src/encoding/lease_table/write.rs `build`).
+function M.CC.encode(s)
+  local count = #s.ids
+  local width = 1
+  for i = 1, count do
+    if #s.ids[i] > width then
+      width = #s.ids[i]
+    end
+  end
+  local capacity = 2
+  while capacity < 2 * count and capacity < 32768 do
+    capacity = capacity * 2
+  end
+  local record = 14 + width
+  local mask = capacity - 1
+  local taken, slots = {}, {}
+  for i = 1, count do
+    local slot = home(s.ids[i], mask)
+    while taken[slot] do
+      slot = (slot + 1) % capacity
+    end
+    taken[slot] = i
+    slots[i] = slot
+  end
+  local empty = string.rep("\0", record)
+  local parts = {
+    "\0RL\2C", u16_bytes(width), u16_bytes(capacity), u16_bytes(count), u16_bytes(count),
+    u16_bytes(slots[1] or NONE), u16_bytes(slots[count] or NONE),
+  }
+  for slot = 0, capacity - 1 do
+    local i = taken[slot]
+    if i then
+      local id = s.ids[i]
+      parts[#parts + 1] = char(1, #id - 1) .. u16_bytes(slots[i - 1] or NONE) .. u16_bytes(slots[i + 1] or NONE)
+        .. M.u64_bytes(s.exp[i]) .. id .. string.rep("\0", width - #id)
+    else
+      parts[#parts + 1] = empty
+    end
+  end
+  return table.concat(parts)
+end
+
+-- Stores the leases, the key expiring once the last of them has (plus the TTL slack).
+local function store(key, s)
+  local last = s.exp[#s.exp]
+  M.write(key, M.CC.encode(s), 0, M.ceil_div(last, 1000))
+end
+
+function M.CC.acquire(s, now, limit, lease_ms, id)
+  local leases = live(s, now)
+  local n = #leases.ids
+  local held = false
+  for i = 1, n do
+    if leases.ids[i] == id then
+      held = true
+    end
+  end
+  if not held and n >= limit then
+    local frees = leases.exp[n - limit + 1] or now
+    local wait = frees > now and M.ceil_div(frees - now, 1000) or 0
+    return M.decision(false, limit, 0, wait, 0)
+  end
+  local ids, exp = {}, {}
+  for i = 1, n do
+    if leases.ids[i] ~= id then
+      ids[#ids + 1], exp[#exp + 1] = leases.ids[i], leases.exp[i]
+    end
+  end
+  local expires = now + lease_ms * 1000
+  local at = #ids + 1
+  while at > 1 and exp[at - 1] > expires do
+    at = at - 1
+  end
+  table.insert(ids, at, id)
+  table.insert(exp, at, expires)
+  local count = #ids
+  return M.decision(true, limit, limit > count and limit - count or 0, 0, 0), { ids = ids, exp = exp }
+end
+
+-- RL.STATE's fields (core/src/concurrency.rs `view`).
+function M.CC.view(s, now)
+  local held, next_ms, last_ms = 0, 0, 0
+  local n = #s.exp
+  for i = 1, n do
+    if s.exp[i] > now then
+      held = held + 1
+      if next_ms == 0 then
+        next_ms = M.ceil_div(s.exp[i], 1000)
+      end
+    end
+  end
+  if n > 0 and s.exp[n] > now then
+    last_ms = M.ceil_div(s.exp[n], 1000)
+  end
+  return { "held", held, "next_expiry_ms", next_ms, "last_expiry_ms", last_ms }
+end
+
+local OPERATION = "ERR expected 'limit lease_ms ACQUIRE id' or 'RELEASE id' after the key"
+
+local function check_id(id)
+  if #id < 1 or #id > M.MAX_ID_LEN then
+    M.fail("ERR id must be between 1 and " .. M.MAX_ID_LEN .. " bytes long")
+  end
+  return id
+end
+
+-- RL.CONCURRENCY key limit lease_ms ACQUIRE id [PEEK] | RL.CONCURRENCY key RELEASE id.
+function M.run_concurrency(name, args)
+  local n = #args
+  if #M.KEYS ~= 1 or (n ~= 3 and n < 5) then
+    M.arity(name)
+  end
+  local key = M.KEYS[1]
+  if n == 3 then
+    if args[2]:upper() ~= "RELEASE" then
+      M.fail(OPERATION)
+    end
+    local id = check_id(args[3])
+    local s = M.CC.read(key)
+    local now = M.now_us()
+    local leases = live(s, now)
+    local ids, exp, found = {}, {}, false
+    for i = 1, #leases.ids do
+      if leases.ids[i] == id then
+        found = true
+      else
+        ids[#ids + 1], exp[#exp + 1] = leases.ids[i], leases.exp[i]
+      end
+    end
+    if not found then
+      return 0
+    end
+    if #ids == 0 then
+      call("DEL", key)
+    else
+      store(key, { ids = ids, exp = exp })
+    end
+    return 1
+  end
+  if args[4]:upper() ~= "ACQUIRE" then
+    M.fail(OPERATION)
+  end
+  local v = M.positional("C", args, 2)
+  local id = check_id(args[5])
+  local peek = false
+  for i = 6, n do
+    if args[i]:upper() ~= "PEEK" then
+      M.fail("ERR unknown option '" .. M.shown(args[i]) .. "', expected PEEK")
+    elseif peek then
+      M.fail("ERR option PEEK given more than once")
+    end
+    peek = true
+  end
+  local s = M.CC.read(key)
+  local now = M.now_us()
+  local d, new = M.CC.acquire(s, now, v[1], v[2], id)
+  if new and not peek then
+    store(key, new)
+  end
+  return M.reply(d)
+end
+M.COMMANDS["RL.CONCURRENCY"] = M.run_concurrency

@@ -1,0 +1,137 @@
+-- Token bucket (core/src/token_bucket.rs): level in units of 1/(refill_ms x 1000) token.
+
+M.TB = { tag = "T" }
+M.ALGO.T = M.TB
+
+function M.TB.parse(args, i)
+  local v, nxt = M.positional("T", args, i)
+  local p = { capacity = v[1], rate = v[2], refill_ms = v[3] }
+  p.unit = p.refill_ms * 1000
+  p.full = M.bmul(p.capacity, p.unit)
+  return p, nxt
+end
+
+-- After every argument is parsed (the module's errors come first).
+function M.TB.finish(p)
+  M.exact_wait(p.capacity, p.refill_ms, p.rate, "capacity x refill_ms / refill_tokens")
+  return p
+end
+
+function M.TB.read(key)
+  local v, f = M.read_fixed(key, "T", { 64, false, 128 })
+  if not v then
+    return nil
+  end
+  local s
+  if f then
+    s = { updated_at = M.tb_instant(f[1]), refill_ms = f[2], level = f[3] }
+  else
+    s = { updated_at = M.read_u64(v, 6), refill_ms = M.read_u64(v, 14), level = M.read_u128(v, 22) }
+  end
+  if not s.updated_at or s.updated_at > M.LATEST_US or not M.valid_duration(s.refill_ms) then
+    M.corrupt("T")
+  end
+  -- A level that is a number (below 2^53) is over the most only if that is below 2^53 too,
+  -- where the double product is exact.
+  local over
+  if type(s.level) == "number" then
+    over = s.level > M.MAX_COUNT * s.refill_ms * 1000
+  else
+    over = M.bcmp(s.level, M.bmul(M.MAX_COUNT, s.refill_ms * 1000)) > 0
+  end
+  if over then
+    M.corrupt("T")
+  end
+  return s
+end
+
+-- Version 2 stores the instant in us since 2020-01-01 (src/encoding/token_bucket.rs
+-- `EPOCH_US`), wrapping modulo 2^64 below it (a varint of at most 64 bits, as the module
+-- reads it): the instant, or nil beyond the twin's range.
+M.TB_EPOCH_US = 1577836800000000
+function M.tb_instant(since)
+  if type(since) == "number" then
+    return since + M.TB_EPOCH_US
+  end
+  local before = M.bsub(M.badd(M.U64_MAX, 1), since)
+  if type(before) == "number" and before <= M.TB_EPOCH_US then
+    return M.TB_EPOCH_US - before
+  end
+  return nil
+end
+
+function M.TB.encode(s)
+  if type(s.level) == "number" then
+    return M.fixed_v1("T", s.updated_at, s.refill_ms, s.level, 0)
+  end
+  local since = s.updated_at - M.TB_EPOCH_US
+  if since < 0 then
+    since = M.bsub(M.badd(M.U64_MAX, 1), M.TB_EPOCH_US - s.updated_at)
+  end
+  return M.compact("T", { since, s.refill_ms, s.level })
+end
+
+function M.tb_level_at(s, now, p)
+  if not s then
+    return p.full, now
+  end
+  local level = s.level
+  if s.refill_ms ~= p.refill_ms then
+    local old_unit = s.refill_ms * 1000
+    level = M.bmin(level, M.bmul(M.MAX_COUNT, old_unit))
+    local q, r = M.bdivmod(level, old_unit)
+    level = M.badd(M.bmul(q, p.unit), M.bdiv(M.bmul(r, p.unit), old_unit))
+  end
+  local as_of = now > s.updated_at and now or s.updated_at
+  local refilled = M.badd(level, M.bmul(p.rate, as_of - s.updated_at))
+  return M.bmin(refilled, p.full), as_of
+end
+
+-- Milliseconds until the level grows from `from` to `target` (rounded up), `lag` us late.
+local function tb_wait(p, target, from, lag)
+  return M.ceil_millis(M.badd(M.bdivceil(M.bsub(target, from), p.rate), lag))
+end
+
+local function tb_decide(p, allowed, retry, after, lag)
+  return M.decision(allowed, p.capacity, M.bnum(M.bdiv(after, p.unit)), retry, tb_wait(p, p.full, after, lag))
+end
+
+function M.TB.check(s, now, p, cost)
+  local level, as_of = M.tb_level_at(s, now, p)
+  local lag = as_of - now
+  if cost > p.capacity then
+    return tb_decide(p, false, -1, level, lag)
+  end
+  local need = M.bmul(cost, p.unit)
+  if M.bcmp(level, need) < 0 then
+    return tb_decide(p, false, tb_wait(p, need, level, lag), level, lag)
+  end
+  local after = M.bsub(level, need)
+  local new
+  if cost > 0 then
+    new = { level = after, updated_at = as_of, refill_ms = p.refill_ms }
+  end
+  return tb_decide(p, true, 0, after, lag), new
+end
+
+function M.TB.refund(s, now, p, amount)
+  local level, as_of = M.tb_level_at(s, now, p)
+  local refunded = M.bnum(M.bdivceil(M.bsub(p.full, level), p.unit))
+  if refunded > amount then
+    refunded = amount
+  end
+  if refunded == 0 then
+    return 0
+  end
+  local new_level = M.bmin(M.badd(level, M.bmul(refunded, p.unit)), p.full)
+  return refunded, { level = new_level, updated_at = as_of, refill_ms = p.refill_ms }
+end
+
+-- RL.STATE's fields (core/src/token_bucket.rs `view`).
+function M.TB.view(s)
+  return {
+    "refill_ms", s.refill_ms,
+    "tokens_at_update", M.bnum(M.bdiv(s.level, s.refill_ms * 1000)),
+    "updated_at_ms", M.idiv(s.updated_at, 1000),
+  }
+end

@@ -1,0 +1,276 @@
+//! RL.QUOTA: a quota per calendar period. The period boundaries come from the server's
+//! clock and the core's calendar (property-tested against chrono there); here: the reply,
+//! the stored period, `retry_after_ms` until the next period, every bad argument's text
+//! with nothing changed, the QUOTA spec in RL.ALL and RL.REFUND, FORCE.
+
+use redis_rl_core::calendar::{Calendar, Period};
+use redis_rl_testkit::*;
+
+/// The period of `cal` that contains the server's `now_us`, in milliseconds.
+fn bounds(cal: Calendar, now_us: u64) -> (u64, u64) {
+    let (start, end) = cal.bounds((now_us / 1000) as i64);
+    (start as u64, end as u64)
+}
+
+fn state_fields(c: &mut redis::Connection, key: &str) -> Vec<(String, i64)> {
+    let v: Vec<redis::Value> = query(c, &["RL.STATE", key]);
+    v.chunks(2)
+        .filter_map(|pair| match pair {
+            [redis::Value::BulkString(k), redis::Value::Int(n)] => {
+                Some((String::from_utf8_lossy(k).into_owned(), *n))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_monthly_quota_counts_in_its_calendar_period_and_waits_for_the_next() {
+    let server = Server::start();
+    let mut c = server.client();
+    let args = ["RL.QUOTA", "q", "5", "MONTH", "TZ", "330", "ANCHOR", "31"];
+    let cal = Calendar::new(Period::Month, 330, 31).unwrap();
+    let before = server_time_us(&mut c);
+    let first = ints(&mut c, &[&args[..], &["COST", "3"]].concat());
+    let after = server_time_us(&mut c);
+    let (start, end) = bounds(cal, before);
+    // The test does not straddle a period boundary (they are a month apart).
+    assert_eq!(bounds(cal, after), (start, end));
+    assert_eq!(&first[..3], &[1, 5, 2]);
+    assert_eq!(first[3], 0);
+    let reset = first[4] as u64;
+    assert!(
+        (end - after / 1000..=end - before / 1000 + 1).contains(&reset),
+        "{first:?}"
+    );
+    let state = state_fields(&mut c, "q");
+    assert_eq!(state[0].0, "period_start_ms");
+    assert_eq!(state[0].1 as u64, start);
+    assert_eq!(state[1], ("period_end_ms".to_string(), end as i64));
+    assert_eq!(state[2], ("count".to_string(), 3));
+    // Full: refused until the next period starts, nothing written.
+    ints(&mut c, &[&args[..], &["COST", "2"]].concat());
+    let key_before = frozen(&mut c, "q");
+    let denied = ints(&mut c, &args);
+    assert_eq!(&denied[..3], &[0, 5, 0]);
+    assert_eq!(denied[3], denied[4], "retry_after is the period's end");
+    assert!(denied[3] as u64 <= end - after / 1000 + 1);
+    assert_eq!(frozen(&mut c, "q"), key_before);
+    // More than the limit is never possible; UPTO grants nothing; lowercase words work.
+    assert_eq!(
+        ints(&mut c, &["RL.QUOTA", "n", "5", "month", "COST", "6"])[3],
+        -1
+    );
+    let upto = ints(
+        &mut c,
+        &[
+            "RL.QUOTA", "q", "5", "Month", "TZ", "330", "ANCHOR", "31", "COST", "9", "UPTO",
+        ],
+    );
+    assert_eq!((upto[0], upto[5]), (0, 0));
+}
+
+#[test]
+fn days_weeks_and_years_at_negative_offsets() {
+    let server = Server::start();
+    let mut c = server.client();
+    for (word, period) in [
+        ("DAY", Period::Day),
+        ("WEEK", Period::Week),
+        ("YEAR", Period::Year),
+    ] {
+        let key = format!("q:{word}");
+        let before = server_time_us(&mut c);
+        let reply = ints(
+            &mut c,
+            &["RL.QUOTA", &key, "1", word, "TZ", "-300", "COST", "1"],
+        );
+        let after = server_time_us(&mut c);
+        let cal = Calendar::new(period, -300, 1).unwrap();
+        let (start, end) = bounds(cal, before);
+        if bounds(cal, after) != (start, end) {
+            continue; // crossed midnight at UTC-5 during the call: nothing to compare
+        }
+        assert_eq!(&reply[..3], &[1, 1, 0], "{word}");
+        let state = state_fields(&mut c, &key);
+        assert_eq!(
+            (state[0].1 as u64, state[1].1 as u64),
+            (start, end),
+            "{word}"
+        );
+        let denied = ints(&mut c, &["RL.QUOTA", &key, "1", word, "TZ", "-300"]);
+        assert_eq!(denied[0], 0, "{word}");
+        assert!(
+            denied[3] as u64 <= end - after / 1000 + 1,
+            "{word}: {denied:?}"
+        );
+        assert!(
+            denied[3] as u64 + 1 >= end.saturating_sub(server_time_us(&mut c) / 1000),
+            "{word}"
+        );
+        // The key expires about when the period ends (plus the TTL slack).
+        let pttl: i64 = query(&mut c, &["PTTL", &key]);
+        assert!(
+            pttl as u64 >= end - server_time_us(&mut c) / 1000,
+            "{word}: {pttl}"
+        );
+    }
+}
+
+#[test]
+fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
+    let server = Server::start();
+    let mut c = server.client();
+    ints(&mut c, &["RL.QUOTA", "q", "10", "MONTH", "COST", "2"]);
+    let period = "ERR period must be DAY, WEEK, MONTH or YEAR";
+    let tz = "ERR tz must be an integer between -1439 and 1439";
+    let anchor = "ERR anchor must be an integer between 1 and 31";
+    let limit = "ERR limit must be an integer between 1 and 1000000000000000";
+    let cases: &[(&[&str], &str)] = &[
+        (&["0", "MONTH"], limit),
+        (&["x", "MONTH"], limit),
+        (&["10", "MONTHS"], period),
+        (&["10", "3"], period),
+        (&["10", ""], period),
+        (&["10", "FORTNIGHT"], period),
+        (&["10", "MONTH", "TZ", "1440"], tz),
+        (&["10", "MONTH", "TZ", "-1440"], tz),
+        (&["10", "MONTH", "TZ", "+5"], tz),
+        (&["10", "MONTH", "TZ", "--5"], tz),
+        (&["10", "MONTH", "TZ", "5.5"], tz),
+        (&["10", "MONTH", "TZ", "-"], tz),
+        (&["10", "MONTH", "TZ", "99999999999999999999"], tz),
+        (&["10", "MONTH", "TZ"], "ERR option TZ needs a value: tz must be an integer between -1439 and 1439"),
+        (&["10", "MONTH", "TZ", "0", "TZ", "0"], "ERR option TZ given more than once"),
+        (&["10", "MONTH", "ANCHOR", "0"], anchor),
+        (&["10", "MONTH", "ANCHOR", "32"], anchor),
+        (&["10", "MONTH", "ANCHOR", "-1"], anchor),
+        (&["10", "MONTH", "ANCHOR"], "ERR option ANCHOR needs a value: anchor must be an integer between 1 and 31"),
+        (&["10", "WEEK", "ANCHOR", "15"], "ERR anchor (for a period other than MONTH) must be an integer between 1 and 1"),
+        (&["10", "MONTH", "UPTO", "FORCE"], "ERR options UPTO and FORCE cannot be combined"),
+        (&["10", "MONTH", "BURST", "1"], "ERR unknown option 'BURST', expected TZ minutes, ANCHOR day, COST n, UPTO, FORCE or PEEK"),
+        (&["10", "MONTH", "COST", "-1"], "ERR cost must be an integer between 0 and 1000000000000000"),
+    ];
+    for key in ["q", "missing"] {
+        for (rest, expected) in cases {
+            let mut args = vec!["RL.QUOTA", key];
+            args.extend_from_slice(rest);
+            refused_untouched(&mut c, &args, expected);
+        }
+        // Another limiter's key is refused by name.
+    }
+    ints(&mut c, &["RL.FIXED", "f", "10", "1000"]);
+    refused_untouched(
+        &mut c,
+        &["RL.QUOTA", "f", "10", "DAY"],
+        "ERR key holds a fixed window limiter, not a calendar quota limiter",
+    );
+    // Accepted at the edges of every range.
+    for rest in [
+        &["1", "day", "TZ", "-1439"][..],
+        &["1000000000000000", "YEAR", "TZ", "1439"],
+        &["1", "MONTH", "ANCHOR", "31", "TZ", "0"],
+        &["1", "MONTH", "ANCHOR", "1", "PEEK"],
+        &["1", "WEEK", "ANCHOR", "1", "COST", "0"],
+    ] {
+        let mut args = vec!["RL.QUOTA", "edge"];
+        args.extend_from_slice(rest);
+        assert_eq!(ints(&mut c, &args).len(), 5, "{args:?}");
+        let _: i64 = query(&mut c, &["DEL", "edge"]);
+    }
+}
+
+#[test]
+fn quota_specs_in_rl_all_and_rl_refund() {
+    let server = Server::start();
+    let mut c = server.client();
+    let all = |c: &mut redis::Connection, rest: &[&str]| -> Vec<redis::Value> {
+        let mut args = vec![
+            "RL.ALL",
+            "2",
+            "plan",
+            "burst",
+            "QUOTA",
+            "10",
+            "MONTH",
+            "ANCHOR",
+            "15",
+            "TZ",
+            "-300",
+            "TOKENBUCKET",
+            "100",
+            "1",
+            "1000000000",
+        ];
+        args.extend_from_slice(rest);
+        query(c, &args)
+    };
+    let allowed = |v: &[redis::Value]| v.first() == Some(&redis::Value::Int(1));
+    assert!(allowed(&all(&mut c, &["COST", "6"])));
+    assert!(
+        !allowed(&all(&mut c, &["COST", "6"])),
+        "the quota has 4 left"
+    );
+    assert!(allowed(&all(&mut c, &["COST", "4"])));
+    // A refund gives units of the current period back.
+    let refund = ints(
+        &mut c,
+        &[
+            "RL.REFUND",
+            "plan",
+            "QUOTA",
+            "10",
+            "MONTH",
+            "ANCHOR",
+            "15",
+            "TZ",
+            "-300",
+            "COST",
+            "3",
+        ],
+    );
+    assert_eq!(&refund[..3], &[3, 10, 3]);
+    // FORCE takes the cost on both, over the quota.
+    assert!(allowed(&all(&mut c, &["COST", "8", "FORCE"])));
+    let peek = ints(
+        &mut c,
+        &[
+            "RL.QUOTA", "plan", "10", "MONTH", "ANCHOR", "15", "TZ", "-300", "COST", "0",
+        ],
+    );
+    assert_eq!(
+        &peek[..3],
+        &[0, 10, 0],
+        "over the quota: even a look waits for the next period"
+    );
+    assert_eq!(
+        ints(
+            &mut c,
+            &[
+                "RL.TOKENBUCKET",
+                "burst",
+                "100",
+                "1",
+                "1000000000",
+                "COST",
+                "0"
+            ]
+        )[2],
+        82
+    );
+    assert_eq!(
+        error(&mut c, &["RL.ALL", "1", "x", "QUOTA", "10", "MONTHLY"]),
+        "ERR spec 1: period must be DAY, WEEK, MONTH or YEAR"
+    );
+    assert_eq!(
+        error(
+            &mut c,
+            &["RL.ALL", "1", "x", "QUOTA", "10", "DAY", "TZ", "720", "ANCHOR", "2"]
+        ),
+        "ERR spec 1: anchor (for a period other than MONTH) must be an integer between 1 and 1"
+    );
+    assert_eq!(
+        error(&mut c, &["RL.ALL", "1", "x", "LEAKY", "10"]),
+        "ERR spec 1: unknown algorithm 'LEAKY', expected TOKENBUCKET, SLIDING, FIXED, GCRA, LOG or QUOTA"
+    );
+}
