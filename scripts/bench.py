@@ -970,7 +970,7 @@ def twin_comparison(med, usec):
         return []
     return ["## Without the module: the Lua twin", "",
             "The same calls through `lua/rl.lua` (`FCALL`: the function library; server clock, "
-            "same bytes), next to the module's command; for the token bucket also the same file as "
+            "values the module reads), next to the module's command; for the token bucket also the same file as "
             "a script (`EVALSHA`) and the design's Lua script (`now` sent by the client, float "
             "math) and redis_rate's GCRA script (when `REDIS_RATE=` names it; server clock, float math): the "
             "twin's targets are at most 1.0x of both. Cells: req/s / server usec_per_call.", "",

@@ -98,13 +98,13 @@ def gateway():
             continue
         names = [" ".join(r[0:1]) for r in rows]
         write("gateway-throughput.svg", bar_chart(
-            "rl-gateway throughput by mode", names, [head[rate]], [[number(r[rate]) for r in rows]],
-            subtitle="make bench-gateway (benches/GATEWAY.md)"))
-        lat = [i for i, h in enumerate(lowered) if re.search(r"p50|p99|latency", h)]
+            "Requests per second by mode", names, [head[rate]], [[number(r[rate]) for r in rows]],
+            subtitle="rl-gateway next to nginx on the same CPUs; make bench-gateway (benches/GATEWAY.md)"))
+        lat = [i for i, h in enumerate(lowered) if re.fullmatch(r"p\d\d ms", h)]
         if lat:
             write("gateway-latency.svg", bar_chart(
-                "rl-gateway latency by mode", names, [head[i] for i in lat],
-                [[number(r[i]) for r in rows] for i in lat],
+                "Latency by mode (ms)", names, [head[i] for i in lat],
+                [[number(r[i]) for r in rows] for i in lat], unit=" ms",
                 subtitle="make bench-gateway (benches/GATEWAY.md)"))
         return
     print("charts: no throughput table (a req/s column) in benches/GATEWAY.md")

@@ -12,7 +12,8 @@ of redis_rate's shape (benches/lua/gcra_tat.lua), with a per-client limit of 100
           again: the lookup finds the key expired, deletes it and the call creates it anew.
 - herd:   every key written once, FLUSHALL, then 50 clients call all keys at once (each its
           share, interleaved): every key cold at the same moment.
-- live:   every key written once, then called again: the update path, for comparison.
+- live:   every key written once, then called again: its first update, for comparison.
+- steady: every key written and updated once, then called again: the steady update path.
 
 Reported per shape and command: server time per request (usec from INFO commandstats, summed
 over the request's commands: INCR and EXPIRE count as one request), bytes per live key
@@ -64,7 +65,7 @@ COMMANDS = {
     "RL.FIXED": ([["RL.FIXED", "{k}", "100", "3600000"]], ["rl.fixed"]),
     "RL.GCRA": ([["RL.GCRA", "{k}", "100", "3600000", "BURST", "100"]], ["rl.gcra"]),
 }
-SHAPES = ("first", "zipf", "return", "herd", "live")
+SHAPES = ("first", "zipf", "return", "herd", "live", "steady")
 
 
 def log(msg):
@@ -154,7 +155,7 @@ def requests(shape, n, seed):
         rng = random.Random(seed)
         # s = 1: log-uniform ranks, P(rank ~ r) ~ 1/r, over CLIENTS clients.
         return [min(CLIENTS - 1, int(CLIENTS ** rng.random()) - 1) for _ in range(n)], []
-    if shape in ("return", "herd", "live"):
+    if shape in ("return", "herd", "live", "steady"):
         return list(range(n)), list(range(n))
     return list(range(n)), []
 
@@ -167,11 +168,13 @@ def run_shape(server, shape, name, n, subst, callgrind):
     before = int(server.conn.info("memory")["used_memory"])
     if prewrite:
         server.conn.pipeline([c for i in prewrite for c in expand(commands, key_of(i), subst)])
+        if shape == "steady":
+            server.conn.pipeline([c for i in prewrite for c in expand(commands, key_of(i), subst)])
         if shape == "return":
             server.call("DEBUG", "SET-ACTIVE-EXPIRE", "0")
             server.conn.pipeline([["PEXPIRE", key_of(i), "1"] for i in prewrite])
             time.sleep(0.05)
-        else:
+        elif shape == "herd":
             server.call("FLUSHALL", "SYNC")
     server.call("CONFIG", "RESETSTAT")
     batches = [c for i in order for c in expand(commands, key_of(i), subst)]

@@ -42,7 +42,7 @@ def bar_chart(title, categories, series, values, *, unit="", subtitle="", refere
 
     values[s][c] is the value of series s for category c (None: no bar). `reference` draws a
     dashed vertical line at that value (a floor or a target). Returns the SVG text."""
-    label_w = min(300, 20 + int(7.6 * max(len(c) for c in categories)))
+    label_w = min(360, 20 + int(7.6 * max(len(c) for c in categories)))
     bar_h, gap, top, legend_h = 14, 10, 56 if subtitle else 40, 28
     group_h = bar_h * len(series) + gap
     plot_w = width - label_w - 70

@@ -71,14 +71,6 @@ const EMBEDDING_VALKEY_9_1: u8 = 2;
 /// dictionary, then in the main one: 516 instructions vs 509), so the store always sets it.
 static EXPIRY_IN_KEY: AtomicBool = AtomicBool::new(false);
 
-/// True if a missing key is created whole (`RedisModule_CreateString`, then
-/// `RedisModule_StringSet`): cheaper on Redis 7.0 (callgrind, first calls on fresh keys: about
-/// 270 fewer instructions in the server's `call()`, 6358-6556 instead of 6632-6808). Valkey
-/// 9.1 copies the string into a new object that embeds the key (its `RedisModule_StringSet`
-/// keeps the caller's reference), which costs as much or more (+6 to +800), so there the key
-/// is made as an exact-size raw string and written through direct access.
-static CREATE_WHOLE: AtomicBool = AtomicBool::new(false);
-
 /// Tells the store which server it runs in (at load): `valkey` with its (major, minor)
 /// version, or Redis with its major version.
 pub fn set_server(valkey: Option<(u32, u32)>, redis_major: Option<u32>) {
@@ -92,7 +84,6 @@ pub fn set_server(valkey: Option<(u32, u32)>, redis_major: Option<u32>) {
         valkey.is_some_and(|(major, _)| major >= 9),
         Ordering::Relaxed,
     );
-    CREATE_WHOLE.store(valkey.is_none(), Ordering::Relaxed);
 }
 
 /// Sets the open key (holding a value) to expire at `target_ms` and returns the expiry it
@@ -202,11 +193,10 @@ impl<'a> LimiterKey<'a> {
     /// is read in place, except a variable-length one short enough to be stored embedded or
     /// as an integer, which is copied through `GET`. The fixed-size states are always
     /// read in place (the hot path: a `GET` would cost as much as the rest of the
-    /// call): the values this module updates are raw strings, which that leaves as they are,
-    /// but a string of a fixed-size state's length that is stored embedded (a key this
-    /// module created whole, see [`CREATE_WHOLE`], or written by another client, or loaded
-    /// from RDB, AOF or RESTORE) becomes raw, as the next write of this module would make it
-    /// anyway.
+    /// call): the values this module writes are raw strings, which that leaves as they are,
+    /// but a string of exactly a fixed-size state's length (29 or 37 bytes) that is stored
+    /// embedded (written by another client, or loaded from RDB, AOF or RESTORE) becomes raw,
+    /// as the next write of this module would make it anyway.
     ///
     /// The in-place read asks for the buffer in write mode, which Redis gives as the same
     /// raw string unless it is shared (`refcount > 1`, e.g. a value set earlier in the same
@@ -292,47 +282,17 @@ impl<'a> LimiterKey<'a> {
         Ok(())
     }
 
-    /// Creates the missing key holding exactly `value` (not empty), by the cheaper way for
-    /// this server (see [`CREATE_WHOLE`]).
+    /// Creates the missing key as a raw string of exactly `value` (not empty):
+    /// `RedisModule_StringTruncate` on a missing key, then written in place.
+    ///
+    /// Creating it whole instead (`RedisModule_CreateString` + `RedisModule_StringSet`: one
+    /// allocation, no zeroing) was measured (callgrind, `scripts/cold_paths.py`): on Redis
+    /// 7.0 it saves 200-300 instructions of the first call but stores the value embedded, and
+    /// the key's next call, which needs a raw string to write in place, pays about 870 to
+    /// convert it; on Valkey 9.1 it saves nothing (its `StringSet` copies the string into a
+    /// new object embedding the key). A raw string from the start is cheaper for every key
+    /// called more than once.
     fn create(&self, value: &[u8]) -> Result<(), Error> {
-        if CREATE_WHOLE.load(Ordering::Relaxed) {
-            self.create_whole(value)
-        } else {
-            self.create_raw(value)
-        }
-    }
-
-    /// Creates the key from `value` in one call: one allocation and one copy, where
-    /// `RedisModule_StringTruncate` then `RedisModule_StringDMA` costs a second allocation,
-    /// zeroing the buffer and a second API call. A key seen once (most keys of a per-client
-    /// limit on a public endpoint) never needs the raw string that saves. A short value is
-    /// stored embedded (on Redis 7.0 as many bytes as raw for the 18-20 byte states, 16 more
-    /// for the 14-byte window states); the first update's in-place access turns it into a raw
-    /// string once, and every later update writes in place.
-    fn create_whole(&self, value: &[u8]) -> Result<(), Error> {
-        // SAFETY: the API table is filled at module load. A null context: the string is not
-        // tracked by automatic memory; it is released below, after the key took its own
-        // reference.
-        let string = unsafe { raw::RedisModule_CreateString }
-            .map(|create| unsafe {
-                create(std::ptr::null_mut(), value.as_ptr().cast(), value.len())
-            })
-            .filter(|s| !s.is_null())
-            .ok_or(Error::Fixed("redis-rl could not write the key's value"))?;
-        let set = raw::string_set(self.key, string);
-        // SAFETY: `string` came from RedisModule_CreateString with a null context above.
-        if let Some(free) = unsafe { raw::RedisModule_FreeString } {
-            unsafe { free(std::ptr::null_mut(), string) };
-        }
-        if set != raw::Status::Ok {
-            return Err(Error::Fixed("redis-rl could not write the key's value"));
-        }
-        Ok(())
-    }
-
-    /// Creates the key as a raw string of exactly `value`'s length
-    /// (`RedisModule_StringTruncate` on a missing key) and writes it in place.
-    fn create_raw(&self, value: &[u8]) -> Result<(), Error> {
         if raw::string_truncate(self.key, value.len()) != raw::Status::Ok {
             return Err(Error::Fixed("redis-rl could not write the key's value"));
         }

@@ -179,3 +179,23 @@ impl Backend for Cluster {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_material_needs_rediss_urls_standalone_and_cluster() {
+        let tls = Some(TlsFiles::default());
+        let t = Duration::from_secs(1);
+        let err = Standalone::with_tls("redis://127.0.0.1:1/", t, tls.clone())
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("rediss://"), "{err}");
+        assert!(Standalone::with_tls("rediss://u:p@127.0.0.1:1/", t, tls.clone()).is_ok());
+        let nodes = ["rediss://u:p@127.0.0.1:1/".to_string()];
+        assert!(Cluster::with_tls(&nodes, t, tls).is_ok());
+        // Without material, rediss:// checks the server against the system's roots.
+        assert!(Standalone::new("rediss://127.0.0.1:1/", t).is_ok());
+    }
+}

@@ -61,6 +61,17 @@ pub(crate) fn all(keys: &[(&str, &AnyParams)], cost: u64, peek: bool) -> Cmd {
     cmd
 }
 
+/// `RL.<ALG> key params... COST n FORCE`: takes `n` units even over the limit.
+pub(crate) fn forced(key: &str, algorithm: &Algorithm, cost: u64) -> Cmd {
+    let mut cmd = redis::cmd(algorithm.command());
+    cmd.arg(key)
+        .arg(algorithm.params())
+        .arg("COST")
+        .arg(cost)
+        .arg("FORCE");
+    cmd
+}
+
 /// `RL.REFUND key spec COST n`.
 pub(crate) fn refund(key: &str, params: &AnyParams, cost: u64) -> Cmd {
     let mut cmd = redis::cmd("RL.REFUND");

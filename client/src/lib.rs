@@ -71,6 +71,7 @@ pub mod limiter;
 #[cfg(feature = "middleware")]
 pub mod middleware;
 pub mod policy;
+pub mod settle;
 #[cfg(test)]
 mod testing;
 pub mod tier;

@@ -515,6 +515,11 @@ impl Limiter {
         self.inner.transport.call(cmd, slot).await
     }
 
+    /// The cluster slot of `key` (`None` on a standalone server).
+    pub(crate) fn slot_of(&self, key: &str) -> Option<u16> {
+        self.inner.transport.slot_of(key)
+    }
+
     /// Pings Redis directly (bypassing the breaker, within the timeout): for health checks.
     pub async fn ping(&self) -> bool {
         self.inner.transport.ping().await

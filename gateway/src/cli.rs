@@ -90,9 +90,10 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_CLUSTER")]
     pub cluster: bool,
 
-    /// TOML file with tiers (and their per-dimension overrides), dimension limits, API key
-    /// header, IPv6 prefix, access lists, trusted proxies and failure mode (README
-    /// "Configuring rl-gateway"). Flags below override it. Re-read on SIGHUP.
+    /// TOML file with tiers (and their per-dimension overrides), dimension limits, rules,
+    /// several windows per rate, API key header, IPv6 prefix, access lists, trusted proxies
+    /// and failure mode (the book's "Rules and gateway configuration"). Flags below override
+    /// it. Re-read on SIGHUP.
     #[arg(long, env = "RL_GATEWAY_CONFIG")]
     pub config: Option<PathBuf>,
 

@@ -374,6 +374,19 @@ mod tests {
         }
     }
 
+    /// The book's annotated TOML ("Configuring rl-gateway") is the default, key for key.
+    #[test]
+    fn the_documented_toml_is_the_default() {
+        let doc = include_str!("../../docs/src/rules.md");
+        let toml = doc
+            .split("## Configuring rl-gateway")
+            .nth(1)
+            .and_then(|s| s.split("```toml\n").nth(1))
+            .and_then(|s| s.split("```").next())
+            .expect("the section has a TOML block");
+        assert_eq!(Config::from_toml(toml).unwrap(), Config::default());
+    }
+
     #[test]
     fn several_windows_everywhere() {
         let c = Config::from_toml(

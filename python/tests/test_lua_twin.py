@@ -75,3 +75,62 @@ def test_the_twin_can_be_turned_off(bare_server, prefix):
         assert d.source is Source.LOCAL  # an error reply: the failure mode decides
     finally:
         lim.close()
+
+
+def test_the_embedded_twin_has_the_module_s_other_commands(server, bare_server, prefix):
+    """RL.THROTTLE, RL.CONCURRENCY, RL.STATE and RL.RESET through the twin the package embeds
+    (on a server without the module) reply as the module does."""
+    from redis_rl._core import LUA_TWIN
+
+    module = redis.Redis(port=server.port)
+    bare = redis.Redis(port=bare_server.port)
+    try:
+        bare.function_load(LUA_TWIN, replace=True)
+        calls = [
+            ["RL.THROTTLE", "2", "1", "3600"],
+            ["RL.THROTTLE", "2", "1", "3600", "3"],
+            ["RL.CONCURRENCY", "2", "600000", "ACQUIRE", "a"],
+            ["RL.CONCURRENCY", "2", "600000", "ACQUIRE", "b"],
+            ["RL.CONCURRENCY", "2", "600000", "ACQUIRE", "c"],
+            ["RL.CONCURRENCY", "RELEASE", "a"],
+            ["RL.CONCURRENCY", "2", "600000", "ACQUIRE", "c", "PEEK"],
+            ["RL.STATE"],
+            ["RL.RESET"],
+            ["RL.RESET"],
+            ["RL.STATE"],
+            ["RL.CONCURRENCY", "0", "1000", "ACQUIRE", "a"],
+        ]
+        for argv in calls:
+            key = f"{prefix}:c" if argv[0] != "RL.THROTTLE" else f"{prefix}:t"
+            try:
+                a = module.execute_command(argv[0], key, *argv[1:])
+            except redis.ResponseError as e:
+                a = str(e)
+            try:
+                b = bare.fcall("rl", 1, key, *argv)
+            except redis.ResponseError as e:
+                b = str(e)
+            if argv[0] == "RL.STATE" and a is not None:
+                # Expiry instants and the TTL move with the clock; the rest is equal.
+                a, b = _timeless(a), _timeless(b)
+            assert a == b, (argv, a, b)
+    finally:
+        module.close()
+        bare.close()
+
+
+def _timeless(reply: object) -> list[object]:
+    """RL.STATE's names and values (a map from the module, a flat array from the twin),
+    without the values of the `*_ms` instants and TTL."""
+    if isinstance(reply, dict):
+        reply = [x for pair in reply.items() for x in pair]
+    assert isinstance(reply, list)
+    out: list[object] = []
+    name = b""
+    for i, v in enumerate(reply):
+        if i % 2 == 0:
+            name = v if isinstance(v, bytes) else b""
+            out.append(v)
+        elif not name.endswith(b"ms"):
+            out.append(v)
+    return out

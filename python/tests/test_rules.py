@@ -85,3 +85,15 @@ def test_a_request_refused_by_a_rule_consumes_nothing_elsewhere(server, prefix):
         res = c.get("/other")
         # One request counted on the ip dimension before this one: the refusals took nothing.
         assert res.headers["ratelimit"] == '"ip";r=8;t=60'
+
+
+def test_a_log_share_above_the_engines_bound_runs_as_a_sliding_window():
+    from redis_rl._core import LOCAL_LOG_MAX, Params
+
+    assert LOCAL_LOG_MAX == 64
+    # As the Rust fallback: an exact log up to 64 units per instance, a sliding window above
+    # (one instance included).
+    assert "Log(" in repr(Params.log(64, 1000).share(1))
+    assert "Sliding(" in repr(Params.log(65, 1000).share(1))
+    assert "Sliding(" in repr(Params.log(200, 1000).share(2))
+    assert "Log(" in repr(Params.log(128, 1000).share(2))

@@ -1,4 +1,4 @@
-//! The create path (the first call on a missing key, which makes the value whole in one call)
+//! The create path (the first call on a missing key, which makes an exact-size raw string)
 //! pinned to the update path (a call on a live key, which writes into the value in place):
 //! the same reply, the same stored bytes, the same absolute expiry, and a replica holding the
 //! same, for every fixed-size limiter and for RL.ALL's keys.

@@ -308,6 +308,7 @@ fn every_command_answers_command_docs() {
             "rl.fixed",
             "rl.gcra",
             "rl.log",
+            "rl.quota",
             "rl.refund",
             "rl.reset",
             "rl.sliding",
@@ -341,11 +342,26 @@ fn every_command_answers_command_docs() {
                 "refill_ms",
                 "cost",
                 "upto",
+                "force",
                 "peek",
             ],
-            "rl.gcra" => &["key", "limit", "period_ms", "burst", "cost", "upto", "peek"],
-            "rl.sliding" | "rl.fixed" => &["key", "limit", "window_ms", "cost", "upto", "peek"],
-            "rl.log" => &["key", "limit", "window_ms", "cost", "peek"],
+            "rl.gcra" => &[
+                "key",
+                "limit",
+                "period_ms",
+                "burst",
+                "cost",
+                "upto",
+                "force",
+                "peek",
+            ],
+            "rl.sliding" | "rl.fixed" => {
+                &["key", "limit", "window_ms", "cost", "upto", "force", "peek"]
+            }
+            "rl.log" => &["key", "limit", "window_ms", "cost", "force", "peek"],
+            "rl.quota" => &[
+                "key", "limit", "period", "tz", "anchor", "cost", "upto", "force", "peek",
+            ],
             _ => &[],
         };
         if !expected.is_empty() {

@@ -179,7 +179,18 @@ async fn decide(
             tracing::debug!(status = r.status, "request refused");
             Before::Refuse(r, tier_label)
         }
-        Rendered::Headers(h) => Before::Call(h, tier_label),
+        Rendered::Headers(h) => {
+            // The reported policy (`RateLimit: "<name>";...`) names the span's dimension.
+            let reported = h
+                .iter()
+                .find(|(n, _)| *n == "ratelimit")
+                .and_then(|(_, v)| v.split('"').nth(1))
+                .and_then(|name| plan.items.iter().find(|i| i.name == name));
+            if let Some(item) = reported {
+                tracing::Span::current().record("dimension", tracing::field::display(&item.label));
+            }
+            Before::Call(h, tier_label)
+        }
     }
 }
 

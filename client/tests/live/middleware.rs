@@ -213,3 +213,54 @@ async fn requests_keep_flowing_on_the_local_fallback_while_redis_is_down() {
         .unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
 }
+
+/// A calendar limit (`"2/month"` with `quota_tz`) next to a per-second one: the month's quota
+/// refuses the third request until the next period, with its own key and policy entry.
+#[tokio::test]
+async fn a_monthly_quota_from_the_configuration_refuses_until_the_next_period() {
+    use redis_rl_client::middleware::{RateOverride, Window};
+    use redis_rl_core::calendar::Period;
+    let server = Server::start();
+    let mut config = RateLimitConfig::default();
+    config.key_prefix = "cal".into();
+    config.ip = RateOverride {
+        limits: Some(vec![
+            Window::new(100, 1_000),
+            Window::calendar(2, Period::Month),
+        ]),
+        quota_tz: Some(-300),
+        ..Default::default()
+    }
+    .standalone(redis_rl_client::middleware::AlgorithmKind::Sliding)
+    .unwrap();
+    let (app, _) = app(&server, config);
+    for _ in 0..2 {
+        let ok = app
+            .clone()
+            .oneshot(request("/items/1", "192.0.2.7", None))
+            .await
+            .unwrap();
+        assert_eq!(ok.status(), StatusCode::OK);
+    }
+    let resp = app
+        .clone()
+        .oneshot(request("/items/1", "192.0.2.7", None))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    let h = resp.headers().clone();
+    let retry: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=31 * 86_400).contains(&retry), "{retry}");
+    let policy = h["ratelimit-policy"].to_str().unwrap();
+    assert!(policy.contains("\"ip-1mo\";q=2;w=2592000"), "{policy}");
+    let body = problem(resp).await;
+    assert_eq!(body["dimension"], "ip");
+    // The month's key holds a calendar quota.
+    let keys: Vec<String> = query(&mut server.client(), &["KEYS", "cal:*1mo"]);
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let state: Vec<redis::Value> = query(&mut server.client(), &["RL.STATE", &keys[0]]);
+    assert_eq!(
+        state[1],
+        redis::Value::BulkString(b"calendar quota".to_vec())
+    );
+}

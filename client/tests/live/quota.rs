@@ -78,3 +78,35 @@ async fn the_local_fallback_runs_the_quota_while_redis_is_away() {
     }
     assert_eq!(allowed, 2);
 }
+
+/// Reserve, then settle both ways: an over-reservation is given back, an under-reservation
+/// is charged even over the limit (and later calls wait for it).
+#[tokio::test]
+async fn a_reservation_is_settled_by_refund_or_forced_charge() {
+    use redis_rl_client::settle::Settled;
+    let server = Server::start();
+    let l = limiter(&server.url(), None);
+    for (name, policy) in [
+        ("quota", Policy::quota(100, Period::Month, 0, 1).unwrap()),
+        ("bucket", Policy::token_bucket(100, 1, 3_600_000).unwrap()),
+        ("fixed", Policy::fixed(100, 3_600_000_000).unwrap()),
+    ] {
+        let key = format!("settle:{name}");
+        assert!(l.check_n(&key, &policy, 60).await.allows());
+        // Used 20 of the 60 reserved: 40 back.
+        assert_eq!(
+            l.settle(&key, &policy, 60, 20).await.unwrap(),
+            Settled::Refunded(40)
+        );
+        assert_eq!(l.peek(&key, &policy, 0).await.remaining, 80, "{name}");
+        assert!(l.check_n(&key, &policy, 50).await.allows());
+        // Used 90 of the 50 reserved: 40 more, over the limit (70 + 40 = 110 of 100).
+        let Settled::Charged(d) = l.settle(&key, &policy, 50, 90).await.unwrap() else {
+            panic!("{name}: not charged");
+        };
+        assert!(d.allows(), "{name}");
+        assert_eq!(d.remaining, 0, "{name}");
+        assert!(!l.check(&key, &policy).await.allows(), "{name}: in debt");
+        assert_eq!(l.settle(&key, &policy, 5, 5).await.unwrap(), Settled::Exact);
+    }
+}
