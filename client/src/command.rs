@@ -62,10 +62,10 @@ pub(crate) fn all(keys: &[(&str, &AnyParams)], cost: u64, peek: bool) -> Cmd {
 }
 
 /// `RL.<ALG> key params... COST n FORCE`: takes `n` units even over the limit.
-pub(crate) fn forced(key: &str, algorithm: &Algorithm, cost: u64) -> Cmd {
-    let mut cmd = redis::cmd(algorithm.command());
+pub(crate) fn forced(key: &str, params: &AnyParams, cost: u64) -> Cmd {
+    let mut cmd = redis::cmd(params.kind().command());
     cmd.arg(key)
-        .arg(algorithm.params())
+        .arg(args(params))
         .arg("COST")
         .arg(cost)
         .arg("FORCE");
