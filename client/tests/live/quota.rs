@@ -87,7 +87,10 @@ async fn a_reservation_is_settled_by_refund_or_forced_charge() {
     let server = Server::start();
     let l = limiter(&server.url(), None);
     for (name, policy) in [
-        ("quota", Policy::calendar_quota(100, Period::Month, 0, 1).unwrap()),
+        (
+            "quota",
+            Policy::calendar_quota(100, Period::Month, 0, 1).unwrap(),
+        ),
         ("bucket", Policy::token_bucket(100, 1, 3_600_000).unwrap()),
         ("fixed", Policy::fixed(100, 3_600_000_000).unwrap()),
     ] {
