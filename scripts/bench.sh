@@ -7,7 +7,7 @@
 #   scripts/bench.sh [REDIS_CELL_SOURCE]             (make bench CELL=REDIS_CELL_SOURCE)
 #   scripts/bench.sh --targets [REDIS_CELL_SOURCE]   (make bench-targets CELL=REDIS_CELL_SOURCE)
 #
-# --targets: issue 15's targets alone (no criterion, no other table), on Redis and on Valkey:
+# --targets: the speed targets alone (no criterion, no other table), on Redis and on Valkey:
 # paired runs (SET PXAT, CL.THROTTLE and the Lua script each alternated with every RL command
 # on one server; per pair the ratio of usec_per_call, the table gives the median and min-max),
 # instructions per call in call() under callgrind for each of them, and bytes per key. Rewrites
@@ -116,7 +116,7 @@ fi
 export BENCH_SERVERS
 
 if [ "$TARGETS_ONLY" = 1 ]; then
-  echo "== issue 15's targets on $BENCH_SERVERS"
+  echo "== the speed targets on $BENCH_SERVERS"
   RL_MODULE="$TARGET/release/libredis_rl.so" RL_CELL="$CELL_SO" RL_CELL_VERSION="$CELL_LABEL" \
     BENCH_TARGETS_RAW="$TARGET/bench/targets.json" python3 scripts/bench.py --targets
 elif [ "${BENCH_SERVER:-1}" != 0 ]; then

@@ -25,7 +25,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 import procs  # noqa: E402
-import resp  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECONDS = int(os.environ.get("BG_SECONDS", "5"))

@@ -1069,7 +1069,7 @@ def report(args, variants, results, direct, version, elapsed, load0, load1):
                 b = ph["burst"]
                 L.append(f"- {v}, {backend}, {ph['name']}: key {b['key']} ({b['tier']}) sent "
                          f"{b['sent']}, admitted {b['admitted']}, exact {b['exact']}.")
-    L += ["", "## Targets (issue 13)", ""]
+    L += ["", "## Targets", ""]
     L += [f"- {'PASS' if ok else '**FAIL**'} {text}" for ok, text in targets(args, results)]
     L += ["", "## Failover and recovery", ""]
     for (v, backend), phases in results.items():

@@ -86,7 +86,7 @@ impl From<Error> for RedisError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::encoding::Algorithm;
+    use crate::encoding::Kind;
 
     fn text(e: impl Into<Error>) -> String {
         match RedisError::from(e.into()) {
@@ -103,8 +103,8 @@ mod tests {
         );
         assert_eq!(
             text(DecodeError::WrongAlgorithm {
-                stored: Algorithm::TokenBucket,
-                expected: Algorithm::SlidingWindow
+                stored: Kind::TokenBucket,
+                expected: Kind::SlidingWindow
             }),
             "ERR key holds a token bucket limiter, not a sliding window limiter"
         );

@@ -21,8 +21,8 @@
 //! is copied through `GET` (a value of a valid length) or `GETRANGE` (only the header of a
 //! value that cannot be valid, whatever its size).
 //!
-//! The server-side cost of a call is mostly the server's own (measured with callgrind, see
-//! the commit history of this file): opening the key looks it up (and deletes it if it has
+//! The server-side cost of a call is mostly the server's own (measured with callgrind: `make
+//! cache-misses`, and the instruction counts in benches/RESULTS.md): opening the key looks it up (and deletes it if it has
 //! expired), and a new key goes through `setKey` (a second lookup, an insertion, a removal of
 //! an expiry it cannot have) before its expiry is set. What the store controls: a write of
 //! the same length goes into the buffer the read already holds (one direct-access call per
@@ -490,7 +490,7 @@ impl Peeked {
     /// The value's algorithm and the whole value, or why it cannot be read: the error of a
     /// value whose header is not a readable limiter, or of one too long or too short for
     /// the algorithm it names.
-    pub fn whole(&self) -> Result<(encoding::Algorithm, &[u8]), DecodeError> {
+    pub fn whole(&self) -> Result<(encoding::Kind, &[u8]), DecodeError> {
         let algorithm = encoding::algorithm_of(&self.bytes)?;
         if self.bytes.len() == self.len && encoding::plausible_len(algorithm, self.len) {
             Ok((algorithm, &self.bytes))
@@ -613,9 +613,9 @@ fn string_reply(reply: *mut raw::RedisModuleCallReply) -> Result<Vec<u8>, Error>
 fn refusal<S: Stored>(header: &[u8]) -> DecodeError {
     match encoding::algorithm_of(header) {
         Err(e) => e,
-        Ok(stored) if stored != S::ALGORITHM => DecodeError::WrongAlgorithm {
+        Ok(stored) if stored != S::KIND => DecodeError::WrongAlgorithm {
             stored,
-            expected: S::ALGORITHM,
+            expected: S::KIND,
         },
         Ok(stored) => DecodeError::Corrupt(stored),
     }

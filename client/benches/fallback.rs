@@ -5,29 +5,24 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use redis_rl_client::{Algorithm, LocalLimiter};
+use redis_rl_client::{LocalLimiter, Policy};
 use redis_rl_core::Micros;
 
 fn bench(c: &mut Criterion) {
     let one = NonZeroU32::MIN;
     let algorithms = [
         (
-            "token_bucket",
-            Algorithm::TokenBucket {
-                capacity: 1_000_000_000,
-                refill_tokens: 1_000_000_000,
-                refill_ms: 1_000,
-            },
+            Policy::token_bucket(1_000_000_000, 1_000_000_000, 1_000),
+            Policy::token_bucket(1, 1, 3_600_000),
         ),
         (
-            "sliding_window",
-            Algorithm::Sliding {
-                limit: 1_000_000_000,
-                window_ms: 60_000,
-            },
+            Policy::sliding(1_000_000_000, 60_000),
+            Policy::sliding(1, 3_600_000),
         ),
     ];
-    for (name, algorithm) in algorithms {
+    for (open, tight) in algorithms {
+        let (algorithm, tight) = (*open.unwrap().params(), *tight.unwrap().params());
+        let name = algorithm.kind().config_name();
         let mut group = c.benchmark_group(format!("local_fallback/{name}"));
         group.throughput(Throughput::Elements(1));
         let local = LocalLimiter::new(100_000);
@@ -67,17 +62,6 @@ fn bench(c: &mut Criterion) {
                 black_box(local.check(black_box(&keys[i]), &algorithm, one, 1, false))
             })
         });
-        let tight = match algorithm {
-            Algorithm::TokenBucket { .. } => Algorithm::TokenBucket {
-                capacity: 1,
-                refill_tokens: 1,
-                refill_ms: 3_600_000,
-            },
-            _ => Algorithm::Sliding {
-                limit: 1,
-                window_ms: 3_600_000,
-            },
-        };
         local.check_at("denied", &tight, one, 1, false, Micros(0));
         group.bench_function("denied", |b| {
             b.iter(|| black_box(local.check(black_box("denied"), &tight, one, 1, false)))

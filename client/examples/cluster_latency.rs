@@ -115,7 +115,7 @@ async fn measure(cluster: &Cluster, limiter: &Limiter, requests: usize, rtt: Dur
         let mut cmd = redis::cmd("RL.ALL");
         cmd.arg(keys.len()).arg(keys);
         for _ in keys {
-            cmd.arg("SLIDING").arg(p.algorithm().params());
+            cmd.arg(p.kind().spec_name()).arg(p.args());
         }
         cmd
     };

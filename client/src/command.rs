@@ -2,21 +2,42 @@
 
 use redis::Cmd;
 
-use crate::policy::Algorithm;
+use redis_rl_core::AnyParams;
+
+/// The parameters as the server reads them after the key (or spec word): the positional
+/// ones, then each option given (`BURST b`), in the registry's order.
+pub(crate) fn args(params: &AnyParams) -> Vec<String> {
+    let numbers = params.numbers();
+    let kind = params.kind();
+    // Each number as the server reads it: an integer, a word (`MONTH`) or a signed offset.
+    let mut args: Vec<String> = kind
+        .params()
+        .iter()
+        .zip(numbers.values())
+        .map(|(range, v)| range.show(*v))
+        .collect();
+    for (opt, value) in kind.options().iter().zip(numbers.options()) {
+        if let Some(value) = value {
+            args.push(opt.token.to_string());
+            args.push(opt.range.show(*value));
+        }
+    }
+    args
+}
 
 /// `RL.<ALG> key params... [COST n] [PEEK]` (COST omitted when 1, the server default).
-pub(crate) fn single(key: &str, algorithm: &Algorithm, cost: u64, peek: bool) -> Cmd {
-    let mut cmd = redis::cmd(algorithm.command());
-    cmd.arg(key).arg(algorithm.params());
+pub(crate) fn single(key: &str, params: &AnyParams, cost: u64, peek: bool) -> Cmd {
+    let mut cmd = redis::cmd(params.kind().command());
+    cmd.arg(key).arg(args(params));
     push_cost_peek(&mut cmd, cost, peek);
     cmd
 }
 
 /// `RL.<ALG> key params... COST n UPTO [PEEK]`: a partial grant (COST always named).
-pub(crate) fn upto(key: &str, algorithm: &Algorithm, cost: u64, peek: bool) -> Cmd {
-    let mut cmd = redis::cmd(algorithm.command());
+pub(crate) fn upto(key: &str, params: &AnyParams, cost: u64, peek: bool) -> Cmd {
+    let mut cmd = redis::cmd(params.kind().command());
     cmd.arg(key)
-        .arg(algorithm.params())
+        .arg(args(params))
         .arg("COST")
         .arg(cost)
         .arg("UPTO");
@@ -27,24 +48,24 @@ pub(crate) fn upto(key: &str, algorithm: &Algorithm, cost: u64, peek: bool) -> C
 }
 
 /// `RL.ALL numkeys key... spec... [COST n] [PEEK]`.
-pub(crate) fn all(keys: &[(&str, &Algorithm)], cost: u64, peek: bool) -> Cmd {
+pub(crate) fn all(keys: &[(&str, &AnyParams)], cost: u64, peek: bool) -> Cmd {
     let mut cmd = redis::cmd("RL.ALL");
     cmd.arg(keys.len());
     for (key, _) in keys {
         cmd.arg(*key);
     }
-    for (_, algorithm) in keys {
-        cmd.arg(algorithm.spec_name()).arg(algorithm.params());
+    for (_, params) in keys {
+        cmd.arg(params.kind().spec_name()).arg(args(params));
     }
     push_cost_peek(&mut cmd, cost, peek);
     cmd
 }
 
 /// `RL.<ALG> key params... COST n FORCE`: takes `n` units even over the limit.
-pub(crate) fn forced(key: &str, algorithm: &Algorithm, cost: u64) -> Cmd {
-    let mut cmd = redis::cmd(algorithm.command());
+pub(crate) fn forced(key: &str, params: &AnyParams, cost: u64) -> Cmd {
+    let mut cmd = redis::cmd(params.kind().command());
     cmd.arg(key)
-        .arg(algorithm.params())
+        .arg(args(params))
         .arg("COST")
         .arg(cost)
         .arg("FORCE");
@@ -52,11 +73,11 @@ pub(crate) fn forced(key: &str, algorithm: &Algorithm, cost: u64) -> Cmd {
 }
 
 /// `RL.REFUND key spec COST n`.
-pub(crate) fn refund(key: &str, algorithm: &Algorithm, cost: u64) -> Cmd {
+pub(crate) fn refund(key: &str, params: &AnyParams, cost: u64) -> Cmd {
     let mut cmd = redis::cmd("RL.REFUND");
     cmd.arg(key)
-        .arg(algorithm.spec_name())
-        .arg(algorithm.params())
+        .arg(params.kind().spec_name())
+        .arg(args(params))
         .arg("COST")
         .arg(cost);
     cmd
@@ -110,34 +131,65 @@ pub(crate) fn words(cmd: &Cmd) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Policy;
 
-    const TB: Algorithm = Algorithm::TokenBucket {
-        capacity: 100,
-        refill_tokens: 100,
-        refill_ms: 60_000,
-    };
-    const SW: Algorithm = Algorithm::Sliding {
-        limit: 10,
-        window_ms: 1_000,
-    };
-    const GCRA: Algorithm = Algorithm::Gcra {
-        limit: 5,
-        period_ms: 1_000,
-        burst: Some(3),
-    };
+    fn tb() -> AnyParams {
+        *Policy::token_bucket(100, 100, 60_000).unwrap().params()
+    }
+
+    fn sw() -> AnyParams {
+        *Policy::sliding(10, 1_000).unwrap().params()
+    }
+
+    fn gcra() -> AnyParams {
+        *Policy::gcra(5, 1_000, Some(3)).unwrap().params()
+    }
+
+    #[test]
+    fn params_are_the_server_arguments_in_order() {
+        let cases: &[(Policy, &str, &[&str])] = &[
+            (
+                Policy::token_bucket(10, 1, 100).unwrap(),
+                "RL.TOKENBUCKET",
+                &["10", "1", "100"],
+            ),
+            (
+                Policy::sliding(5, 60_000).unwrap(),
+                "RL.SLIDING",
+                &["5", "60000"],
+            ),
+            (Policy::fixed(5, 1_000).unwrap(), "RL.FIXED", &["5", "1000"]),
+            (
+                Policy::gcra(5, 1_000, Some(2)).unwrap(),
+                "RL.GCRA",
+                &["5", "1000", "BURST", "2"],
+            ),
+            (
+                Policy::gcra(5, 1_000, None).unwrap(),
+                "RL.GCRA",
+                &["5", "1000"],
+            ),
+            (Policy::log(7, 10).unwrap(), "RL.LOG", &["7", "10"]),
+        ];
+        for (policy, command, params) in cases {
+            let mut expected = vec![command.to_string(), "k".to_string()];
+            expected.extend(params.iter().map(|p| p.to_string()));
+            assert_eq!(words(&single("k", policy.params(), 1, false)), expected);
+        }
+    }
 
     #[test]
     fn single_commands() {
         assert_eq!(
-            words(&single("k", &TB, 1, false)),
+            words(&single("k", &tb(), 1, false)),
             ["RL.TOKENBUCKET", "k", "100", "100", "60000"]
         );
         assert_eq!(
-            words(&single("k", &SW, 3, true)),
+            words(&single("k", &sw(), 3, true)),
             ["RL.SLIDING", "k", "10", "1000", "COST", "3", "PEEK"]
         );
         assert_eq!(
-            words(&single("k", &GCRA, 0, false)),
+            words(&single("k", &gcra(), 0, false)),
             ["RL.GCRA", "k", "5", "1000", "BURST", "3", "COST", "0"]
         );
     }
@@ -145,7 +197,7 @@ mod tests {
     #[test]
     fn all_puts_keys_then_specs_then_options() {
         let cmd = all(
-            &[("{a}:1", &TB), ("{a}:2", &SW), ("{a}:3", &GCRA)],
+            &[("{a}:1", &tb()), ("{a}:2", &sw()), ("{a}:3", &gcra())],
             2,
             false,
         );
@@ -174,7 +226,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            words(&all(&[("k", &SW)], 1, true)),
+            words(&all(&[("k", &sw())], 1, true)),
             ["RL.ALL", "1", "k", "SLIDING", "10", "1000", "PEEK"]
         );
     }
@@ -182,7 +234,7 @@ mod tests {
     #[test]
     fn upto_always_names_the_cost() {
         assert_eq!(
-            words(&upto("k", &TB, 1, false)),
+            words(&upto("k", &tb(), 1, false)),
             [
                 "RL.TOKENBUCKET",
                 "k",
@@ -195,7 +247,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            words(&upto("k", &GCRA, 50, true)),
+            words(&upto("k", &gcra(), 50, true)),
             ["RL.GCRA", "k", "5", "1000", "BURST", "3", "COST", "50", "UPTO", "PEEK"]
         );
     }
@@ -203,7 +255,7 @@ mod tests {
     #[test]
     fn refund_always_names_the_cost() {
         assert_eq!(
-            words(&refund("k", &SW, 1)),
+            words(&refund("k", &sw(), 1)),
             ["RL.REFUND", "k", "SLIDING", "10", "1000", "COST", "1"]
         );
         assert_eq!(

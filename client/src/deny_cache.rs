@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::decider::{unknown, Check, Decided, Decider, Items};
 use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
 use crate::error::Result;
-use crate::policy::Algorithm;
+use redis_rl_core::AnyParams;
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -212,7 +212,7 @@ impl<D: Decider> Decider for DenyCached<D> {
     fn refund<'a>(
         &'a self,
         key: &'a str,
-        algorithm: &'a Algorithm,
+        algorithm: &'a AnyParams,
         amount: u64,
     ) -> Decided<'a, u64> {
         self.inner.refund(key, algorithm, amount)

@@ -12,8 +12,9 @@ use crate::decision::{Decision, MultiDecision, Source, Verdict};
 use crate::error::Error;
 use crate::fallback::LocalLimiter;
 use crate::fleet::FleetView;
-use crate::policy::{Algorithm, FailureMode, Policy};
+use crate::policy::{FailureMode, Policy};
 use crate::transport::Transport;
+use redis_rl_core::AnyParams;
 
 /// Decisions by failure mode since start.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -75,7 +76,7 @@ impl<D: Decider> Failover<D> {
 
     /// One key: the inner decider's answer, else the failure mode's.
     pub async fn check(&self, key: &str, policy: &Policy, cost: u64, peek: bool) -> Decision {
-        let algorithm = policy.algorithm();
+        let algorithm = policy.params();
         let call = Check {
             key,
             algorithm,
@@ -85,7 +86,7 @@ impl<D: Decider> Failover<D> {
         match self.inner.check(call).await {
             Ok(d) => d,
             Err(e) => {
-                self.transport.log_error(algorithm.command(), &e);
+                self.transport.log_error(algorithm.kind().command(), &e);
                 let d = self.fail(key, policy, cost, peek);
                 self.count(d.source);
                 d
@@ -102,8 +103,8 @@ impl<D: Decider> Failover<D> {
                 decisions: Vec::new(),
             };
         }
-        let algorithms: Vec<(&str, &Algorithm)> =
-            items.iter().map(|(k, p)| (*k, p.algorithm())).collect();
+        let algorithms: Vec<(&str, &AnyParams)> =
+            items.iter().map(|(k, p)| (*k, p.params())).collect();
         match self.inner.check_all(&algorithms, cost).await {
             Ok(md) => md,
             Err(e) => self.fallback_all(items, cost, &e),
@@ -132,7 +133,7 @@ impl<D: Decider> Failover<D> {
     }
 
     fn fail(&self, key: &str, policy: &Policy, cost: u64, peek: bool) -> Decision {
-        let limit = policy.algorithm().limit();
+        let limit = policy.limit();
         match policy.failure_mode() {
             FailureMode::Open => Decision {
                 verdict: Verdict::Allowed,
@@ -158,7 +159,7 @@ impl<D: Decider> Failover<D> {
             },
             FailureMode::Local { instances } => {
                 let share = self.fleet.divisor(instances);
-                self.local.check(key, policy.algorithm(), share, cost, peek)
+                self.local.check(key, policy.params(), share, cost, peek)
             }
         }
     }

@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use crate::decider::{Check, Decider};
 use crate::decision::{Decision, Source, Verdict};
 use crate::fleet::FleetView;
-use crate::policy::{Algorithm, Policy};
+use crate::policy::Policy;
 
 /// Lease settings ([`crate::LimiterBuilder::leases`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,9 +178,9 @@ impl std::fmt::Debug for Leases {
 }
 
 /// True for a policy that can be served from leases: hot, and an algorithm that takes
-/// `UPTO` (every one but the log).
+/// `UPTO` (the registry says which).
 pub(crate) fn leasable(policy: &Policy, cost: u64) -> bool {
-    policy.is_hot() && cost > 0 && !matches!(policy.algorithm(), Algorithm::Log { .. })
+    policy.is_hot() && cost > 0 && policy.kind().upto()
 }
 
 impl Leases {
@@ -327,7 +327,7 @@ impl Leases {
     async fn take(&self, lease: &Arc<Lease>, cost: u64) -> Reserve {
         let (batch, leftover) = {
             let mut s = lease.lock();
-            let batch = self.batch_size(&mut s, lease.policy.algorithm().limit(), cost);
+            let batch = self.batch_size(&mut s, lease.policy.limit(), cost);
             // What is left of the lease in hand (less than the cost) goes back.
             let leftover = if s.live { end(&mut s) } else { 0 };
             (batch, leftover)
@@ -335,7 +335,7 @@ impl Leases {
         self.refund_later(lease.clone(), leftover);
         let call = Check {
             key: &lease.key,
-            algorithm: lease.policy.algorithm(),
+            algorithm: lease.policy.params(),
             cost: batch,
             peek: false,
         };
@@ -385,7 +385,7 @@ impl Leases {
         // only when a batch could have freed up (one unit's share of the window times the
         // batch, within a lifetime), as after a grant of nothing.
         s.closed = (grant.granted < batch).then(|| {
-            let hold = unit_time(lease.policy.algorithm())
+            let hold = unit_time(&lease.policy)
                 .saturating_mul(u32::try_from(batch).unwrap_or(u32::MAX))
                 .min(self.config.lifetime);
             (now + hold, grant.decision)
@@ -507,8 +507,8 @@ impl Leases {
 
 /// The time one unit takes to free up at the limit's rate: the window (or refill period)
 /// over the limit.
-fn unit_time(algorithm: &Algorithm) -> Duration {
-    let nanos = algorithm.window().as_nanos() / u128::from(algorithm.limit().max(1));
+fn unit_time(policy: &Policy) -> Duration {
+    let nanos = policy.window().as_nanos() / u128::from(policy.limit().max(1));
     Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
 }
 
@@ -540,7 +540,7 @@ async fn refund(decider: &dyn Decider, counts: &Counts, lease: &Lease, units: u6
     }
     add(&counts.refunds, 1, "rl_lease_refunds_total");
     match decider
-        .refund(&lease.key, lease.policy.algorithm(), units)
+        .refund(&lease.key, lease.policy.params(), units)
         .await
     {
         Ok(back) => {

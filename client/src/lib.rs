@@ -89,5 +89,6 @@ pub use fallback::LocalLimiter;
 pub use fleet::FleetConfig;
 pub use lease::{LeaseConfig, LeaseStats};
 pub use limiter::{Limiter, LimiterBuilder, LimiterStats, DEFAULT_TIMEOUT};
-pub use policy::{Algorithm, FailureMode, Period, Policy};
+pub use policy::{FailureMode, Period, Policy};
+pub use redis_rl_core::{AnyParams, Kind};
 pub use tier::{Rate, RateOverride, RedisHashTiers, StaticTiers, TierConfig, TierResolver};

@@ -353,7 +353,7 @@ impl Limiter {
                         leases.give_back(r);
                     }
                     let mut decisions: Vec<Decision> =
-                        items.iter().map(|(_, p)| unknown(p.algorithm())).collect();
+                        items.iter().map(|(_, p)| unknown(p.params())).collect();
                     if let Some(slot) = decisions.get_mut(i) {
                         *slot = d;
                     }
@@ -386,7 +386,7 @@ impl Limiter {
             decisions: items
                 .iter()
                 .zip(leased)
-                .map(|((_, p), d)| d.unwrap_or_else(|| unknown(p.algorithm())))
+                .map(|((_, p), d)| d.unwrap_or_else(|| unknown(p.params())))
                 .collect(),
         }
     }
@@ -435,7 +435,7 @@ impl Limiter {
     async fn upto(&self, key: &str, policy: &Policy, n: u64, peek: bool) -> Result<Grant> {
         let call = Check {
             key,
-            algorithm: policy.algorithm(),
+            algorithm: policy.params(),
             cost: n,
             peek,
         };
@@ -455,7 +455,7 @@ impl Limiter {
         self.inner
             .stack
             .inner()
-            .refund(key, policy.algorithm(), amount)
+            .refund(key, policy.params(), amount)
             .await
     }
 

@@ -34,7 +34,7 @@ impl Limiter {
     /// use redis_rl_client::{settle::Settled, Limiter, Period, Policy};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let limiter = Limiter::standalone("redis://127.0.0.1:6379/").unwrap();
-    /// let budget = Policy::quota(5_000_000, Period::Month, 0, 1).unwrap();
+    /// let budget = Policy::calendar_quota(5_000_000, Period::Month, 0, 1).unwrap();
     /// let max_tokens = 4_096;
     /// if limiter.check_n("tokens:acme", &budget, max_tokens).await.allows() {
     ///     let used = 812; // the response's usage.total_tokens
@@ -58,10 +58,10 @@ impl Limiter {
         if actual == reserved {
             return Ok(Settled::Exact);
         }
-        let cmd = command::forced(key, policy.algorithm(), actual - reserved);
+        let cmd = command::forced(key, policy.params(), actual - reserved);
         let reply = self.query(&cmd, self.slot_of(key)).await?;
         Ok(Settled::Charged(parse_single(
-            policy.algorithm().command(),
+            policy.kind().command(),
             &reply,
         )?))
     }

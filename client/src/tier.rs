@@ -12,7 +12,7 @@
 //!
 //! [tiers.enterprise]
 //! limit = 10000
-//! algorithm = "sliding"          # token_bucket (default), sliding, fixed, gcra, log
+//! algorithm = "sliding"          # token_bucket (default), sliding, fixed, gcra, log (Kind::CONFIG_NAMES)
 //! ```
 
 mod redis_hash;
@@ -22,30 +22,13 @@ use std::num::NonZeroU32;
 #[cfg(feature = "toml")]
 use std::path::Path;
 
-use redis_rl_core::limits::Range;
+use redis_rl_core::{AnyParams, ConfigRate, Kind};
 use serde::Deserialize;
 
 pub use self::redis_hash::{RedisHashTiers, TierStats, DEFAULT_SNAPSHOT_MAX_KEYS};
 use crate::backend::BoxFuture;
 use crate::error::{Error, Result};
-use crate::policy::{Algorithm, FailureMode, Policy};
-
-/// The algorithm named in configuration.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum AlgorithmKind {
-    /// Token bucket: `limit` tokens (or `burst`), refilled at `limit` per window.
-    #[default]
-    TokenBucket,
-    /// Sliding window (weighted counters).
-    Sliding,
-    /// Fixed window.
-    Fixed,
-    /// GCRA: `limit` per window, with an optional `burst`.
-    Gcra,
-    /// Exact sliding log (`limit` at most 10000).
-    Log,
-}
+use crate::policy::{FailureMode, Policy};
 
 /// The failure mode named in configuration (the instance count is set once, globally).
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -79,9 +62,9 @@ pub struct Rate {
     /// The window in milliseconds (default 60000: per minute).
     #[serde(default = "one_minute")]
     pub window_ms: u64,
-    /// The algorithm (default token bucket).
-    #[serde(default)]
-    pub algorithm: AlgorithmKind,
+    /// The algorithm, by its config name (default `token_bucket`).
+    #[serde(default = "default_algorithm")]
+    pub algorithm: Kind,
     /// Burst: token bucket capacity or GCRA burst (default: `limit`).
     #[serde(default)]
     pub burst: Option<u64>,
@@ -97,13 +80,18 @@ fn one_minute() -> u64 {
     60_000
 }
 
+/// The algorithm of a rate that names none.
+pub(crate) fn default_algorithm() -> Kind {
+    Kind::TokenBucket
+}
+
 impl Rate {
     /// `limit` per minute with the defaults (token bucket, enforced, global failure mode).
     pub const fn per_minute(limit: u64) -> Rate {
         Rate {
             limit,
             window_ms: 60_000,
-            algorithm: AlgorithmKind::TokenBucket,
+            algorithm: Kind::TokenBucket,
             burst: None,
             shadow: false,
             failure_mode: None,
@@ -111,7 +99,7 @@ impl Rate {
     }
 
     /// The same rate with another algorithm.
-    pub fn with_algorithm(mut self, algorithm: AlgorithmKind) -> Rate {
+    pub fn with_algorithm(mut self, algorithm: Kind) -> Rate {
         self.algorithm = algorithm;
         self
     }
@@ -122,51 +110,23 @@ impl Rate {
             FailureMode::Local { instances } => instances,
             _ => NonZeroU32::MIN,
         };
-        let (limit, window_ms) = (self.limit, self.window_ms);
-        // The algorithm, and which of its parameters `limit` and `window_ms` feed.
-        let (algorithm, limit_param, window_param) = match self.algorithm {
-            AlgorithmKind::TokenBucket => (
-                Algorithm::TokenBucket {
-                    capacity: self.burst.unwrap_or(limit),
-                    refill_tokens: limit,
-                    refill_ms: window_ms,
-                },
-                "refill_tokens",
-                "refill_ms",
-            ),
-            AlgorithmKind::Sliding => (
-                Algorithm::Sliding { limit, window_ms },
-                "limit",
-                "window_ms",
-            ),
-            AlgorithmKind::Fixed => (Algorithm::Fixed { limit, window_ms }, "limit", "window_ms"),
-            AlgorithmKind::Gcra => (
-                Algorithm::Gcra {
-                    limit,
-                    period_ms: window_ms,
-                    burst: self.burst,
-                },
-                "limit",
-                "period_ms",
-            ),
-            AlgorithmKind::Log => (Algorithm::Log { limit, window_ms }, "limit", "window_ms"),
+        // Which parameters `limit`, `window_ms` and `burst` feed is the registry's; errors
+        // name the configuration's fields.
+        let rate = ConfigRate {
+            limit: self.limit,
+            window_ms: self.window_ms,
+            burst: self.burst,
         };
-        // `limit` and `window_ms` first, under the names the configuration uses (a token
-        // bucket would say "refill_tokens" and "refill_ms"), with the ranges the core's
-        // registry declares for the parameters they feed; then the rest.
-        let ranges = algorithm.kind().params();
-        for (name, param, value) in [
-            ("limit", limit_param, limit),
-            ("window_ms", window_param, window_ms),
-        ] {
-            if let Some(range) = ranges.iter().find(|r| r.name == param) {
-                Range { name, ..*range }.check(value)?;
-            }
-        }
+        let params = AnyParams::from_rate(self.algorithm, &rate).ok_or_else(|| {
+            Error::Config(format!(
+                "algorithm {} is not a rate limiter",
+                self.algorithm.config_name()
+            ))
+        })??;
         let mode = self
             .failure_mode
             .map_or(default_mode, |m| m.with_instances(instances));
-        Ok(Policy::new(algorithm)?.on_failure(mode).shadow(self.shadow))
+        Ok(Policy::new(params).on_failure(mode).shadow(self.shadow))
     }
 }
 
@@ -184,7 +144,7 @@ pub struct RateOverride {
     /// The window in milliseconds.
     pub window_ms: Option<u64>,
     /// The algorithm.
-    pub algorithm: Option<AlgorithmKind>,
+    pub algorithm: Option<Kind>,
     /// Burst: token bucket capacity or GCRA burst.
     pub burst: Option<u64>,
     /// Decide and record, but never deny.
@@ -197,10 +157,11 @@ impl RateOverride {
     /// `base` with the fields given here replaced.
     ///
     /// ```
-    /// use redis_rl_client::tier::{AlgorithmKind, Rate, RateOverride};
-    /// let ip = Rate::per_minute(100).with_algorithm(AlgorithmKind::Sliding);
+    /// use redis_rl_client::tier::{Rate, RateOverride};
+    /// use redis_rl_client::Kind;
+    /// let ip = Rate::per_minute(100).with_algorithm(Kind::SlidingWindow);
     /// let more = RateOverride { limit: Some(1000), ..RateOverride::default() };
-    /// assert_eq!(more.apply(&ip), Rate::per_minute(1000).with_algorithm(AlgorithmKind::Sliding));
+    /// assert_eq!(more.apply(&ip), Rate::per_minute(1000).with_algorithm(Kind::SlidingWindow));
     /// ```
     pub fn apply(&self, base: &Rate) -> Rate {
         Rate {
@@ -370,12 +331,10 @@ mod tests {
         assert_eq!(t.rate(Some("platinum")).0, "free");
         let p = t.rate(Some("pro")).1.policy(FailureMode::Open).unwrap();
         assert_eq!(
-            *p.algorithm(),
-            Algorithm::TokenBucket {
-                capacity: 1_000,
-                refill_tokens: 1_000,
-                refill_ms: 60_000
-            }
+            p,
+            Policy::token_bucket(1_000, 1_000, 60_000)
+                .unwrap()
+                .on_failure(FailureMode::Open)
         );
         assert_eq!(p.failure_mode(), FailureMode::Open);
     }
@@ -400,12 +359,8 @@ mod tests {
         assert_eq!(name, "basic");
         let p = rate.policy(FailureMode::LOCAL).unwrap();
         assert_eq!(
-            *p.algorithm(),
-            Algorithm::Gcra {
-                limit: 5,
-                period_ms: 1_000,
-                burst: Some(2)
-            }
+            p.params(),
+            Policy::gcra(5, 1_000, Some(2)).unwrap().params()
         );
         assert_eq!(p.failure_mode(), FailureMode::Closed);
         assert!(p.is_shadow());
@@ -434,30 +389,20 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "toml")]
     #[test]
     fn every_registered_rate_limiter_can_be_configured() {
-        let kinds = [
-            AlgorithmKind::TokenBucket,
-            AlgorithmKind::Sliding,
-            AlgorithmKind::Fixed,
-            AlgorithmKind::Gcra,
-            AlgorithmKind::Log,
-        ];
-        let configured: Vec<redis_rl_core::Kind> = kinds
-            .iter()
-            .map(|&k| {
-                let rate = Rate::per_minute(10).with_algorithm(k);
-                rate.policy(FailureMode::LOCAL).unwrap().algorithm().kind()
-            })
-            .collect();
-        // A calendar quota is configured by its limit string (`"1000/month"`), not as an
-        // algorithm over a window.
-        let windowed: Vec<_> = redis_rl_core::Kind::LIMITERS
-            .iter()
-            .copied()
-            .filter(|k| *k != redis_rl_core::Kind::Quota)
-            .collect();
-        assert_eq!(configured, windowed);
+        // Every one a `limit` per `window_ms` can make (a calendar quota has a period).
+        let windowed = Kind::LIMITERS.iter().filter(|k| {
+            k.rate_fields()
+                .contains(&redis_rl_core::RateField::WindowMs)
+        });
+        for name in windowed.map(|k| k.config_name()) {
+            let text = format!("limit = 10\nalgorithm = \"{name}\"\n");
+            let rate: Rate = toml::from_str(&text).unwrap();
+            let policy = rate.policy(FailureMode::LOCAL).unwrap();
+            assert_eq!(policy.kind().config_name(), name);
+        }
     }
 
     #[test]
@@ -465,7 +410,7 @@ mod tests {
         let log = |limit| {
             Rate {
                 limit,
-                ..Rate::per_minute(1).with_algorithm(AlgorithmKind::Log)
+                ..Rate::per_minute(1).with_algorithm(Kind::SlidingLog)
             }
             .policy(FailureMode::LOCAL)
             .unwrap_err()

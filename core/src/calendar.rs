@@ -65,6 +65,18 @@ impl Period {
         }
     }
 
+    /// Its usual length in milliseconds (a month of 30 days, a year of 365): the window a
+    /// client is shown (`w` of `RateLimit-Policy`); the reply's `reset_after` is exact.
+    pub const fn usual_ms(self) -> u64 {
+        const DAY_MS: u64 = 86_400_000;
+        match self {
+            Period::Day => DAY_MS,
+            Period::Week => 7 * DAY_MS,
+            Period::Month => 30 * DAY_MS,
+            Period::Year => 365 * DAY_MS,
+        }
+    }
+
     /// The period with this code.
     pub const fn from_code(code: u64) -> Option<Period> {
         match code {

@@ -72,7 +72,7 @@ impl Algorithm for Concurrency {
 pub const LEASE_MS: Range = limits::duration_ms("lease_ms");
 
 /// Validated concurrency parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ConcurrencyParams {
     limit: u64,
     lease_ms: u64,

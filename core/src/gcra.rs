@@ -79,7 +79,7 @@ rate_limiter!(Gcra {
 });
 
 /// Validated GCRA parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GcraParams {
     limit: u64,
     period_ms: u64,

@@ -17,6 +17,7 @@ pub mod algorithm;
 pub mod calendar;
 pub mod concurrency;
 pub mod decision;
+pub mod export;
 pub mod fixed_window;
 pub mod gcra;
 pub mod limits;

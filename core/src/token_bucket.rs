@@ -63,7 +63,7 @@ rate_limiter!(TokenBucket {
 });
 
 /// Validated token bucket parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TokenBucketParams {
     capacity: u64,
     refill_tokens: u64,

@@ -9,7 +9,7 @@ use crate::limits::{self, ParamError, Range};
 /// The algorithms name it [`FixedWindowParams`](crate::fixed_window::FixedWindowParams),
 /// [`SlidingWindowParams`](crate::sliding_window::SlidingWindowParams) and
 /// [`SlidingLogParams`](crate::sliding_log::SlidingLogParams) (whose `limit` is capped lower).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WindowParams<const MAX_LIMIT: u64> {
     pub(crate) limit: u64,
     pub(crate) window_ms: u64,

@@ -19,9 +19,9 @@ use std::num::NonZeroU32;
 use std::path::Path;
 
 use redis_rl_client::middleware::{
-    algorithm, Dimension, Rate, RateLimitConfig, RateLimitConfigExt,
+    params_of, Dimension, Rate, RateLimitConfig, RateLimitConfigExt,
 };
-use redis_rl_client::{Algorithm, LocalLimiter};
+use redis_rl_client::{AnyParams, LocalLimiter};
 use redis_rl_core::Micros;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -41,11 +41,11 @@ pub struct Phase {
 }
 
 struct Limits {
-    tiers: HashMap<String, Algorithm>,
-    default_tier: Algorithm,
-    ip: Algorithm,
-    endpoint: Algorithm,
-    global: Algorithm,
+    tiers: HashMap<String, AnyParams>,
+    default_tier: AnyParams,
+    ip: AnyParams,
+    endpoint: AnyParams,
+    global: AnyParams,
     /// The global limit in units per second.
     global_per_s: f64,
 }
@@ -53,10 +53,11 @@ struct Limits {
 fn limits(config: &RateLimitConfig) -> Result<Limits, String> {
     // The reference limiter models one window per dimension: the first of each rate.
     let alg = |r: &Rate| {
-        r.specs()?
+        let spec = r.specs()?;
+        let first = spec
             .first()
-            .map(algorithm)
-            .ok_or_else(|| "a rate without a window".to_string())
+            .ok_or_else(|| "a rate without a window".to_string())?;
+        params_of(first).map_err(|e| e.to_string())
     };
     let mut tiers = HashMap::new();
     for (name, tier) in &config.tiers {
@@ -79,7 +80,7 @@ fn limits(config: &RateLimitConfig) -> Result<Limits, String> {
 }
 
 /// The reference limiter's key and algorithm of `d` for `r`.
-fn target(l: &Limits, r: &Rec, d: Dim) -> Option<(String, Algorithm)> {
+fn target(l: &Limits, r: &Rec, d: Dim) -> Option<(String, AnyParams)> {
     let k = r.key;
     match d {
         Dim::ApiKey if k != NO_KEY => Some((

@@ -27,7 +27,6 @@ from redis_rl.decision import (
     Decision,
     Grant,
     MultiDecision,
-    ReplyError,
     Source,
     parse_all,
     parse_refund,
@@ -254,8 +253,8 @@ class Engine:
         _check_key(key)
         if not isinstance(policy, Policy):
             raise TypeError(f"policy must be a Policy, not {type(policy).__name__}")
-        if policy.command == "RL.LOG":
-            raise ValueError("RL.LOG takes no UPTO (partial grants): use another algorithm")
+        if not policy.upto:
+            raise ValueError(f"{policy.command} takes no UPTO (partial grants): use another algorithm")
         n = check_cost(n)
         if not peek and n > 0:
             cached = self._cached_denial(key, 1)

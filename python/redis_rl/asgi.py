@@ -346,22 +346,15 @@ class RateLimitMiddleware:
         self._policies: Dict[Tuple[Any, ...], Policy] = {}
         self._routes: Optional[List[Any]] = None
 
-    def _policy(self, item: Tuple[Any, ...]) -> Policy:
-        """The limiter's policy of one plan item (cached: a configuration has few)."""
-        _key, algorithm, limit, window_ms, burst, shadow, mode = item[:7]
-        cache_key = (algorithm, limit, window_ms, burst, shadow, mode)
+    def _policy(self, item: Tuple[Any, ...], numbers: Tuple[List[int], List[Optional[int]]]) -> Policy:
+        """The limiter's policy of one plan item, from the core's numbers of its limit (cached:
+        a configuration has few)."""
+        algorithm, shadow, mode = item[1], item[5], item[6]
+        values, options = numbers
+        cache_key = (algorithm, tuple(values), tuple(options), shadow, mode)
         policy = self._policies.get(cache_key)
         if policy is None:
-            if algorithm == "token_bucket":
-                policy = Policy.token_bucket(burst if burst is not None else limit, limit, window_ms)
-            elif algorithm == "sliding":
-                policy = Policy.sliding(limit, window_ms)
-            elif algorithm == "fixed":
-                policy = Policy.fixed(limit, window_ms)
-            elif algorithm == "gcra":
-                policy = Policy.gcra(limit, window_ms, burst)
-            else:
-                policy = Policy.log(limit, window_ms)
+            policy = Policy.of(algorithm, *values, *options)
             failure = FailureMode.parse(mode, self._mode.instances) if mode is not None else self._mode
             policy = policy.on_failure(failure).with_shadow(shadow)
             self._policies[cache_key] = policy
@@ -411,7 +404,9 @@ class RateLimitMiddleware:
             tier = await self.tiers(api_key) if api_key is not None else None
             plan = self.engine.plan(admitted, None if route == UNMATCHED else route, tier)
             items = plan.items
-            md = await self.limiter.check_all([(item[0], self._policy(item)) for item in items])
+            md = await self.limiter.check_all(
+                [(item[0], self._policy(item, numbers)) for item, numbers in zip(items, plan.numbers)]
+            )
             outcomes = [
                 (
                     "allowed" if d.allowed else ("denied" if d.retry_after_ms is not None else "never"),

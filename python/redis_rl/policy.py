@@ -1,12 +1,14 @@
-"""Typed policies: one per server command, validated when built (by the core, with the
-server's ranges and error texts)."""
+"""Policies: a rate limiter of the core's registry with its parameters, validated when
+built (by the core, with the server's ranges and error texts), a failure mode and shadow
+mode. The constructors, commands and quotas come from the registry (``redis_rl._registry``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, List, Optional, Tuple, Union
+from typing import Callable, ClassVar, List, Optional, Tuple, Union
 
 from redis_rl._core import Params
+from redis_rl._registry import ALGORITHMS, LIMITERS, Algorithm, NumberRange, Option, limiter
 
 __all__ = ["FailureMode", "Policy"]
 
@@ -55,67 +57,84 @@ FailureMode.OPEN = FailureMode("open")
 FailureMode.CLOSED = FailureMode("closed")
 FailureMode.LOCAL = FailureMode("local")
 
-_COMMANDS = {
-    "token_bucket": ("RL.TOKENBUCKET", "TOKENBUCKET"),
-    "sliding": ("RL.SLIDING", "SLIDING"),
-    "fixed": ("RL.FIXED", "FIXED"),
-    "gcra": ("RL.GCRA", "GCRA"),
-    "log": ("RL.LOG", "LOG"),
-}
+
+def _show(number: Union[NumberRange, Option], value: int) -> Union[str, int]:
+    """How the server reads ``value`` of a parameter: an integer, a word or a signed offset."""
+    if number.spelling == "words" and 1 <= value <= len(number.words):
+        return number.words[value - 1]
+    if number.spelling == "offset":
+        return value - number.bias
+    return value
+
+
+class _Constructors(type):
+    """Every rate limiter of the registry is a constructor of ``Policy`` named by its config
+    name (``Policy.sliding(10, 1_000)``), generated rather than written: ``Policy.of``."""
+
+    def __getattr__(cls, name: str) -> Callable[..., Policy]:
+        if limiter(name) is None:
+            raise AttributeError(name)
+
+        def construct(*numbers: Optional[int], **options: Optional[int]) -> Policy:
+            return Policy.of(name, *numbers, **options)
+
+        construct.__name__ = name
+        return construct
 
 
 @dataclass(frozen=True)
-class Policy:
+class Policy(metaclass=_Constructors):
     """An algorithm with its parameters, what to do when Redis fails, and whether to enforce.
 
-    Build it with a constructor; invalid numbers raise ``ValueError`` with the server's text
-    (``capacity must be an integer between 1 and 1000000000000000``), other types
-    ``TypeError``::
+    Build it with a constructor named after a rate limiter of the registry
+    (``token_bucket``, ``sliding``, ``fixed``, ``gcra``, ``log``), its parameters in the
+    command's order, options by name or after them; invalid numbers raise ``ValueError``
+    with the server's text (``capacity must be an integer between 1 and
+    1000000000000000``), other types ``TypeError``::
 
         free = Policy.token_bucket(100, 100, 60_000)          # 100/min, burst 100
         strict = Policy.sliding(10, 1_000).on_failure(FailureMode.CLOSED)
+        bursty = Policy.gcra(10, 1_000, burst=2)
     """
 
     algorithm: str
-    """``token_bucket``, ``sliding``, ``fixed``, ``gcra`` or ``log``."""
+    """The config name of the algorithm (``sliding``)."""
     numbers: Tuple[int, ...]
     """The positional parameters, as the command takes them."""
-    burst: Optional[int] = None
-    """GCRA only: units that may pass at once (``None``: the server's default, ``limit``)."""
+    options: Tuple[Optional[int], ...] = ()
+    """The options in the registry's order (``None``: the server's default)."""
     failure_mode: FailureMode = FailureMode("local")
     shadow: bool = False
     """Decide and record, but never deny (``Decision.allows`` is true)."""
     params: Params = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
     @staticmethod
-    def token_bucket(capacity: int, refill_tokens: int, refill_ms: int) -> "Policy":
-        """``RL.TOKENBUCKET``: ``capacity`` tokens, ``refill_tokens`` more every ``refill_ms``."""
-        p = Params.token_bucket(capacity, refill_tokens, refill_ms)
-        return Policy("token_bucket", (capacity, refill_tokens, refill_ms), params=p)
+    def of(algorithm: str, *numbers: Optional[int], **options: Optional[int]) -> "Policy":
+        """The policy of the rate limiter ``algorithm`` (its config name): its positional
+        parameters, then its options, in order or by name."""
+        spec = limiter(algorithm)
+        if spec is None:
+            raise ValueError(f"algorithm must be one of {', '.join(LIMITERS)}, not {algorithm!r}")
+        given = list(numbers[len(spec.params):])
+        if len(given) > len(spec.options):
+            raise TypeError(f"{algorithm}() takes at most {len(spec.params) + len(spec.options)} numbers")
+        named = {o.name: (given[i] if i < len(given) else None) for i, o in enumerate(spec.options)}
+        for name, value in options.items():
+            if name not in named:
+                raise TypeError(f"{algorithm}() got an unexpected keyword argument {name!r}")
+            named[name] = value
+        # A None among the positional numbers is refused by the core with the parameter's name.
+        values: List[int] = list(numbers[: len(spec.params)])  # type: ignore[arg-type]
+        p = Params(algorithm, values, list(named.values()))
+        return Policy(algorithm, tuple(p.values), tuple(p.options), params=p)
 
     @staticmethod
-    def sliding(limit: int, window_ms: int) -> "Policy":
-        """``RL.SLIDING``: a sliding window counter, ``limit`` units per ``window_ms``."""
-        p = Params.sliding(limit, window_ms)
-        return Policy("sliding", (limit, window_ms), params=p)
-
-    @staticmethod
-    def fixed(limit: int, window_ms: int) -> "Policy":
-        """``RL.FIXED``: ``limit`` units per epoch-aligned window of ``window_ms``."""
-        p = Params.fixed(limit, window_ms)
-        return Policy("fixed", (limit, window_ms), params=p)
-
-    @staticmethod
-    def gcra(limit: int, period_ms: int, burst: Optional[int] = None) -> "Policy":
-        """``RL.GCRA``: ``limit`` units per ``period_ms``, at most ``burst`` at once."""
-        p = Params.gcra(limit, period_ms, burst)
-        return Policy("gcra", (limit, period_ms), burst=burst, params=p)
-
-    @staticmethod
-    def log(limit: int, window_ms: int) -> "Policy":
-        """``RL.LOG``: an exact sliding log, ``limit`` (at most 10000) per ``window_ms``."""
-        p = Params.log(limit, window_ms)
-        return Policy("log", (limit, window_ms), params=p)
+    def from_rate(algorithm: str, limit: int, window_ms: int, burst: Optional[int] = None) -> "Policy":
+        """The policy of the rate limiter ``algorithm`` for a configured rate: ``limit`` units
+        per ``window_ms``, ``burst`` at once (the registry says which parameters they feed;
+        errors name ``limit`` and ``window_ms``)."""
+        p = Params.from_rate(algorithm, limit, window_ms, burst)
+        return Policy(algorithm, tuple(p.values), tuple(p.options), params=p)
 
     def on_failure(self, mode: Union[str, FailureMode]) -> "Policy":
         """The same policy with another failure mode (``"open"``, ``"closed"``, ``"local"``)."""
@@ -126,41 +145,58 @@ class Policy:
         return replace(self, shadow=bool(shadow))
 
     @property
+    def spec_info(self) -> Algorithm:
+        """The algorithm's entry in the registry."""
+        return ALGORITHMS[self.algorithm]
+
+    @property
     def command(self) -> str:
         """The single-key command, e.g. ``RL.TOKENBUCKET``."""
-        return _COMMANDS[self.algorithm][0]
+        return self.spec_info.command
 
     @property
     def spec_name(self) -> str:
         """The spec word of ``RL.ALL`` and ``RL.REFUND``, e.g. ``TOKENBUCKET``."""
-        return _COMMANDS[self.algorithm][1]
+        return self.spec_info.spec_name
+
+    @property
+    def upto(self) -> bool:
+        """True if its command takes ``UPTO`` (partial grants)."""
+        return self.spec_info.upto
 
     def spec(self) -> List[Union[str, int]]:
-        """The parameters as the server reads them after the key or spec word."""
-        words: List[Union[str, int]] = list(self.numbers)
-        if self.burst is not None:
-            words += ["BURST", self.burst]
+        """The parameters as the server reads them after the key or spec word (a period as
+        its word, an offset signed)."""
+        info = self.spec_info
+        words: List[Union[str, int]] = [_show(r, v) for r, v in zip(info.params, self.numbers)]
+        for option, value in zip(info.options, self.options):
+            if value is not None:
+                words += [option.token, _show(option, value)]
         return words
+
+    @property
+    def burst(self) -> Optional[int]:
+        """The units that may pass at once, where the algorithm takes a burst (a token
+        bucket's capacity, a GCRA's ``BURST``; ``None`` when not given or not taken)."""
+        fields = self.spec_info.rate
+        for name in ("burst_or_limit", "burst"):
+            if name in fields:
+                at = fields.index(name)
+                values = self.numbers + self.options
+                return values[at] if at < len(values) else None
+        return None
 
     @property
     def limit(self) -> int:
         """The quota a client sees (``X-RateLimit-Limit``, ``q`` of ``RateLimit-Policy``):
         a token bucket's capacity, a GCRA's burst (default ``limit``), else ``limit``."""
-        if self.algorithm == "gcra" and self.burst is not None:
-            return self.burst
-        return self.numbers[0]
+        return self.params.quota()[0]
 
     @property
     def window_ms(self) -> int:
         """The window over which ``limit`` applies (``w`` of ``RateLimit-Policy``); for a
         token bucket, and a GCRA (a bucket of ``burst`` units), the time from empty to full."""
-        if self.algorithm == "token_bucket":
-            capacity, refill_tokens, refill_ms = self.numbers
-            return capacity * refill_ms // refill_tokens
-        if self.algorithm == "gcra":
-            limit, period_ms = self.numbers
-            return self.limit * period_ms // max(1, limit)
-        return self.numbers[1]
+        return self.params.quota()[1]
 
     def local_params(self) -> Params:
         """The core parameters of this process's share (``FailureMode.local(instances)``)."""

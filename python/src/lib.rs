@@ -2,8 +2,9 @@
 //!
 //! Python validates policies here (so the ranges and error texts are the server's own) and
 //! the local fallback decides here, with the very functions the Redis module runs: one
-//! implementation of the math. Nothing in this file does arithmetic of its own beyond the
-//! per-instance share of a limit.
+//! implementation of the math. Nothing here names an algorithm: the registry is handed to
+//! Python as data (`REGISTRY_JSON`, read by `redis_rl._registry`), and parameters are
+//! built, shared and run through the core's registry types.
 
 // A panic would surface as a Python exception, but the rule of the project holds here too.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -17,13 +18,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
 
-use redis_rl_core::fixed_window::{self, FixedWindowParams, FixedWindowState};
-use redis_rl_core::gcra::{self, GcraParams, GcraState};
 use redis_rl_core::limits::{self, ParamError, Range};
-use redis_rl_core::sliding_log::{self, SlidingLogParams, SlidingLogState};
-use redis_rl_core::sliding_window::{self, SlidingWindowParams, SlidingWindowState};
-use redis_rl_core::token_bucket::{self, TokenBucketParams, TokenBucketState};
-use redis_rl_core::{Decision, Micros, Outcome};
+use redis_rl_core::{AnyParams, AnyState, ConfigRate, Decision, Kind, Micros, Outcome};
 
 /// A whole number from Python, or the core's range error.
 ///
@@ -53,200 +49,118 @@ fn check_cost(cost: &Bound<'_, PyAny>) -> PyResult<u64> {
     in_range(limits::COST, cost)
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Spec {
-    TokenBucket(TokenBucketParams),
-    Sliding(SlidingWindowParams),
-    Fixed(FixedWindowParams),
-    Gcra(GcraParams),
-    Log(SlidingLogParams),
-}
-
-/// Validated parameters of one algorithm (built by `Policy`).
+/// Validated parameters of one rate limiter (built by `Policy`): the core's own.
 #[pyclass(frozen, module = "redis_rl._core")]
 #[derive(Clone, Copy, Debug)]
 struct Params {
-    spec: Spec,
+    params: AnyParams,
+}
+
+/// The rate limiter a configuration name stands for, or the error naming the known ones.
+fn limiter(name: &str) -> PyResult<Kind> {
+    Kind::from_config_name(name)
+        .filter(|k| k.is_limiter())
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "algorithm must be one of {}, not {name:?}",
+                Kind::CONFIG_NAMES.join(", ")
+            ))
+        })
 }
 
 #[pymethods]
 impl Params {
-    /// `RL.TOKENBUCKET` parameters.
-    #[staticmethod]
-    fn token_bucket(
-        capacity: &Bound<'_, PyAny>,
-        refill_tokens: &Bound<'_, PyAny>,
-        refill_ms: &Bound<'_, PyAny>,
+    /// The parameters of the rate limiter `algorithm` (its config name, `"sliding"`) from
+    /// its numbers in the registry's order: `values` the positional ones, `options` the
+    /// options (`None`: not given). Each number is checked against the server's range.
+    #[new]
+    #[pyo3(signature = (algorithm, values, options=Vec::new()))]
+    fn new(
+        algorithm: &str,
+        values: Vec<Bound<'_, PyAny>>,
+        options: Vec<Option<Bound<'_, PyAny>>>,
     ) -> PyResult<Self> {
-        let p = TokenBucketParams::new(
-            number("capacity", capacity)?,
-            number("refill_tokens", refill_tokens)?,
-            number("refill_ms", refill_ms)?,
-        )
-        .map_err(param_error)?;
-        Ok(Self {
-            spec: Spec::TokenBucket(p),
-        })
-    }
-
-    /// `RL.SLIDING` parameters.
-    #[staticmethod]
-    fn sliding(limit: &Bound<'_, PyAny>, window_ms: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let p = SlidingWindowParams::new(number("limit", limit)?, number("window_ms", window_ms)?)
+        let kind = limiter(algorithm)?;
+        let names = kind.params().iter().map(|r| r.name);
+        let values = values
+            .iter()
+            .zip(names)
+            .map(|(v, name)| number(name, v))
+            .collect::<PyResult<Vec<u64>>>()?;
+        let option_names = kind.options().iter().map(|o| o.range.name);
+        let options = options
+            .iter()
+            .zip(option_names)
+            .map(|(v, name)| v.as_ref().map(|v| number(name, v)).transpose())
+            .collect::<PyResult<Vec<Option<u64>>>>()?;
+        let params = AnyParams::from_numbers(kind, &values, &options)
+            .ok_or_else(|| PyValueError::new_err(format!("{algorithm} is not a rate limiter")))?
             .map_err(param_error)?;
-        Ok(Self {
-            spec: Spec::Sliding(p),
-        })
+        Ok(Self { params })
     }
 
-    /// `RL.FIXED` parameters.
+    /// The parameters of the rate limiter `algorithm` for a configured rate (`limit` per
+    /// `window_ms`, `burst`): which parameters they feed is the registry's, and errors name
+    /// `limit` and `window_ms`.
     #[staticmethod]
-    fn fixed(limit: &Bound<'_, PyAny>, window_ms: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let p = FixedWindowParams::new(number("limit", limit)?, number("window_ms", window_ms)?)
-            .map_err(param_error)?;
-        Ok(Self {
-            spec: Spec::Fixed(p),
-        })
-    }
-
-    /// `RL.GCRA` parameters (`burst=None`: the server's default, `limit`).
-    #[staticmethod]
-    #[pyo3(signature = (limit, period_ms, burst=None))]
-    fn gcra(
+    #[pyo3(signature = (algorithm, limit, window_ms, burst=None))]
+    fn from_rate(
+        algorithm: &str,
         limit: &Bound<'_, PyAny>,
-        period_ms: &Bound<'_, PyAny>,
+        window_ms: &Bound<'_, PyAny>,
         burst: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let burst = burst.map(|b| number("burst", b)).transpose()?;
-        let p = GcraParams::new(
-            number("limit", limit)?,
-            number("period_ms", period_ms)?,
-            burst,
-        )
-        .map_err(param_error)?;
-        Ok(Self {
-            spec: Spec::Gcra(p),
-        })
-    }
-
-    /// `RL.LOG` parameters (`limit` at most 10000).
-    #[staticmethod]
-    fn log(limit: &Bound<'_, PyAny>, window_ms: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let p = SlidingLogParams::new(number("limit", limit)?, number("window_ms", window_ms)?)
-            .map_err(param_error)?;
-        Ok(Self { spec: Spec::Log(p) })
-    }
-
-    /// The parameters of one of `instances` processes sharing this limit (local fallback):
-    /// counts divided (at least 1), refill periods multiplied, so the rates divide exactly.
-    fn share(&self, instances: u32) -> PyResult<Self> {
-        let n = u64::from(instances.max(1));
-        if n == 1 && !matches!(self.spec, Spec::Log(_)) {
-            return Ok(*self);
-        }
-        let part = |count: u64| (count / n).max(1);
-        let longer = |ms: u64| ms.saturating_mul(n).min(limits::MAX_DURATION_MS);
-        // A shared limit is a valid limit: the divided counts stay within their ranges.
-        let spec = match self.spec {
-            Spec::TokenBucket(p) => Spec::TokenBucket(
-                TokenBucketParams::new(
-                    part(p.capacity()),
-                    p.refill_tokens(),
-                    longer(p.refill_ms()),
-                )
-                .map_err(param_error)?,
-            ),
-            Spec::Sliding(p) => Spec::Sliding(
-                SlidingWindowParams::new(part(p.limit()), p.window_ms()).map_err(param_error)?,
-            ),
-            Spec::Fixed(p) => Spec::Fixed(
-                FixedWindowParams::new(part(p.limit()), p.window_ms()).map_err(param_error)?,
-            ),
-            Spec::Gcra(p) => Spec::Gcra(
-                GcraParams::new(p.limit(), longer(p.period_ms()), Some(part(p.burst())))
-                    .map_err(param_error)?,
-            ),
-            // A log's state grows with its limit: above the engine's bound the share runs as
-            // a sliding window of the same limit and window, as in the Rust fallback.
-            Spec::Log(p) if part(p.limit()) > redis_rl_policy::LOCAL_LOG_MAX => Spec::Sliding(
-                SlidingWindowParams::new(part(p.limit()), p.window_ms()).map_err(param_error)?,
-            ),
-            Spec::Log(p) => Spec::Log(
-                SlidingLogParams::new(part(p.limit()), p.window_ms()).map_err(param_error)?,
-            ),
+        let rate = ConfigRate {
+            limit: number("limit", limit)?,
+            window_ms: number("window_ms", window_ms)?,
+            burst: burst.map(|b| number("burst", b)).transpose()?,
         };
-        Ok(Self { spec })
+        let params = AnyParams::from_rate(limiter(algorithm)?, &rate)
+            .ok_or_else(|| PyValueError::new_err(format!("{algorithm} is not a rate limiter")))?
+            .map_err(param_error)?;
+        Ok(Self { params })
+    }
+
+    /// The config name of the algorithm (`"sliding"`).
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.params.kind().config_name()
+    }
+
+    /// The positional parameters, as the command takes them.
+    #[getter]
+    fn values(&self) -> Vec<u64> {
+        self.params.numbers().values().to_vec()
+    }
+
+    /// The options, in the registry's order (`None`: not given, the server's default).
+    #[getter]
+    fn options(&self) -> Vec<Option<u64>> {
+        self.params.numbers().options().to_vec()
+    }
+
+    /// `(limit, window_ms)`: the quota a client is shown (`q` and `w` of `RateLimit-Policy`).
+    fn quota(&self) -> (u64, u64) {
+        self.params.quota()
+    }
+
+    /// The parameters of one of `instances` processes sharing this limit (local fallback),
+    /// as the registry divides it.
+    fn share(&self, instances: u32) -> PyResult<Self> {
+        let params = self
+            .params
+            .local_share(u64::from(instances.max(1)))
+            .map_err(param_error)?;
+        Ok(Self { params })
     }
 
     fn __repr__(&self) -> String {
-        format!("Params({:?})", self.spec)
-    }
-}
-
-/// The stored state of one local key, of the algorithm that wrote it.
-#[derive(Clone, Debug)]
-enum State {
-    TokenBucket(TokenBucketState),
-    Sliding(SlidingWindowState),
-    Fixed(FixedWindowState),
-    Gcra(GcraState),
-    Log(SlidingLogState),
-}
-
-/// Runs the core algorithm of `spec` on `stored` (a state another algorithm left, after a
-/// policy change, counts as none: the local store is a fallback, not a record).
-fn decide(
-    spec: &Spec,
-    stored: Option<&State>,
-    now: Micros,
-    cost: u64,
-) -> (Decision, Option<State>) {
-    match spec {
-        Spec::TokenBucket(p) => {
-            let prev = match stored {
-                Some(State::TokenBucket(s)) => Some(*s),
-                _ => None,
-            };
-            let (d, s) = token_bucket::check(prev, now, p, cost);
-            (d, s.map(State::TokenBucket))
-        }
-        Spec::Sliding(p) => {
-            let prev = match stored {
-                Some(State::Sliding(s)) => Some(*s),
-                _ => None,
-            };
-            let (d, s) = sliding_window::check(prev, now, p, cost);
-            (d, s.map(State::Sliding))
-        }
-        Spec::Fixed(p) => {
-            let prev = match stored {
-                Some(State::Fixed(s)) => Some(*s),
-                _ => None,
-            };
-            let (d, s) = fixed_window::check(prev, now, p, cost);
-            (d, s.map(State::Fixed))
-        }
-        Spec::Gcra(p) => {
-            let prev = match stored {
-                Some(State::Gcra(s)) => Some(*s),
-                _ => None,
-            };
-            let (d, s) = gcra::check(prev, now, p, cost);
-            (d, s.map(State::Gcra))
-        }
-        Spec::Log(p) => {
-            let prev = match stored {
-                Some(State::Log(s)) => Some(s.clone()),
-                _ => None,
-            };
-            let (d, s) = sliding_log::check(prev, now, p, cost);
-            (d, s.map(State::Log))
-        }
+        format!("Params({:?})", self.params)
     }
 }
 
 struct Slot {
-    state: State,
+    state: AnyState,
     /// When the limiter is idle again: past it, the entry means nothing and may be dropped.
     idle_at: Micros,
 }
@@ -290,7 +204,10 @@ impl LocalStore {
     fn check(&self, key: &str, params: &Params, cost: u64, now_us: u64, peek: bool) -> Reply {
         let now = Micros(now_us);
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let (d, new_state) = decide(&params.spec, map.get(key).map(|s| &s.state), now, cost);
+        // A state another algorithm left (after a policy change) counts as none: the local
+        // store is a fallback, not a record.
+        let stored = map.get(key).map(|s| s.state.clone());
+        let (d, new_state) = params.params.check(stored, now, cost);
         if let (Some(state), false) = (new_state, peek) {
             let idle_at = Micros(now.0.saturating_add(d.reset_after.as_micros().0));
             if !map.contains_key(key) && map.len() >= self.capacity {
@@ -336,6 +253,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_COUNT", limits::MAX_COUNT)?;
     m.add("MAX_DURATION_MS", limits::MAX_DURATION_MS)?;
     m.add("LUA_TWIN", LUA_TWIN)?;
+    m.add("REGISTRY_JSON", redis_rl_core::export::json())?;
     policy::register(m)?;
     Ok(())
 }

@@ -105,6 +105,20 @@ struct PlanResult {
 
 #[pymethods]
 impl PlanResult {
+    /// Per item: the core's numbers of its limit in the registry's order, `(values,
+    /// options)` (what `Policy.of` takes; a calendar quota's period and offset included).
+    #[getter]
+    fn numbers(&self) -> Vec<(Vec<u64>, Vec<Option<u64>>)> {
+        self.plan
+            .items
+            .iter()
+            .map(|i| {
+                let (_, values, options) = i.spec.registry_numbers();
+                (values, options)
+            })
+            .collect()
+    }
+
     /// Per item: `(key, algorithm, limit, window_ms, burst, shadow, failure_mode, name,
     /// label)`; `failure_mode` is `None` for the configuration's.
     #[allow(clippy::type_complexity)]
@@ -358,6 +372,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Admitted>()?;
     m.add_class::<Refusal>()?;
     m.add_class::<PlanResult>()?;
-    m.add("LOCAL_LOG_MAX", redis_rl_policy::LOCAL_LOG_MAX)?;
     Ok(())
 }

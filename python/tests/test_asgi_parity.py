@@ -28,7 +28,7 @@ from starlette.testclient import TestClient
 
 from redis_rl import Limiter
 from redis_rl._core import Admitted, PolicyEngine, Refusal
-from redis_rl.asgi import ConfigError, RateLimitMiddleware, RedisHashTiers, load_engine, tenant_id
+from redis_rl.asgi import RateLimitMiddleware, RedisHashTiers, load_engine, tenant_id
 
 from conftest import ROOT, free_port
 

@@ -188,7 +188,6 @@ def test_take_upto_takes_a_batch_and_refund_gives_back(server, prefix, kind, cli
     run(kind, server.port, body, deny_cache=0)
     # The commands as sent: COST always named, UPTO after it.
     key = f"{prefix}:cmd"
-    p = Policy.sliding(10, 60_000)
     reply = client.execute_command("RL.SLIDING", key, 10, 60_000, "COST", 4, "UPTO")
     assert reply[5] == 4
 

@@ -87,13 +87,15 @@ def test_a_request_refused_by_a_rule_consumes_nothing_elsewhere(server, prefix):
         assert res.headers["ratelimit"] == '"ip";r=8;t=60'
 
 
-def test_a_log_share_above_the_engines_bound_runs_as_a_sliding_window():
-    from redis_rl._core import LOCAL_LOG_MAX, Params
+def test_a_log_share_above_the_registrys_bound_runs_as_a_sliding_window():
+    from redis_rl._core import Params
 
-    assert LOCAL_LOG_MAX == 64
     # As the Rust fallback: an exact log up to 64 units per instance, a sliding window above
     # (one instance included).
-    assert "Log(" in repr(Params.log(64, 1000).share(1))
-    assert "Sliding(" in repr(Params.log(65, 1000).share(1))
-    assert "Sliding(" in repr(Params.log(200, 1000).share(2))
-    assert "Log(" in repr(Params.log(128, 1000).share(2))
+    def share(limit: int, instances: int) -> str:
+        return Params("log", [limit, 1000]).share(instances).algorithm
+
+    assert share(64, 1) == "log"
+    assert share(65, 1) == "sliding"
+    assert share(200, 2) == "sliding"
+    assert share(128, 2) == "log"

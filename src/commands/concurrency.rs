@@ -10,7 +10,7 @@ use super::{Command, Handled, WRITE};
 use crate::args::{integer, ArgError, Options};
 use crate::docs::{group, int, key, string, Syntax, LIMITER_KEY, PEEK, WRITE_ACL};
 use crate::encoding::lease_table::{self, Change, Table};
-use crate::encoding::{Algorithm, DecodeError};
+use crate::encoding::{DecodeError, Kind};
 use crate::error::Error;
 use crate::store::{Leases, LimiterKey};
 use crate::{clock, reply};
@@ -188,7 +188,7 @@ fn write(key: &LimiterKey<'_>, state: &ConcurrencyState) -> Result<(), Error> {
 
 /// The error for a lease table that is not consistent.
 fn corrupt(_: lease_table::Corrupt) -> Error {
-    DecodeError::Corrupt(Algorithm::Concurrency).into()
+    DecodeError::Corrupt(Kind::Concurrency).into()
 }
 
 fn parse(limit: &RedisString, lease_ms: &RedisString) -> Result<ConcurrencyParams, ArgError> {

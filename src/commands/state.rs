@@ -1,7 +1,7 @@
 //! `RL.STATE key`: a read-only view of a limiter, for debugging. Never writes.
 //!
 //! The bytes are decoded by `encoding`; what is shown of a state is the core algorithm's
-//! view (`Algorithm::view`), so a new algorithm needs nothing here.
+//! view (`Kind::view`), so a new algorithm needs nothing here.
 
 use redis_module::{raw, Context, RedisString, RedisValue};
 use redis_rl_core::algorithm::{Algorithm as CoreAlgorithm, StateView};
@@ -9,7 +9,7 @@ use redis_rl_core::Micros;
 
 use super::{Command, Handled};
 use crate::docs::{key, Keys, Syntax};
-use crate::encoding::{self, Algorithm, DecodeError, Visit};
+use crate::encoding::{self, DecodeError, Kind, Visit};
 use crate::error::Error;
 use crate::{clock, reply, store};
 
@@ -55,7 +55,7 @@ impl Visit for View {
 
 /// RL.STATE's view of a stored value as of `now`: its algorithm and the fields the core
 /// shows of its state.
-pub fn describe(bytes: &[u8], now: Micros) -> Result<(Algorithm, StateView), DecodeError> {
+pub fn describe(bytes: &[u8], now: Micros) -> Result<(Kind, StateView), DecodeError> {
     let algorithm = encoding::algorithm_of(bytes)?;
     Ok((algorithm, encoding::decode_any(bytes, View(now))?))
 }
@@ -81,7 +81,7 @@ mod tests {
         };
         let e = state.encode();
         let (algorithm, fields) = describe(e.as_bytes(), Micros(1_700_000_099_999_999)).unwrap();
-        assert_eq!(algorithm, Algorithm::FixedWindow);
+        assert_eq!(algorithm, Kind::FixedWindow);
         assert_eq!(
             fields,
             vec![
@@ -102,7 +102,7 @@ mod tests {
         let state = check(None, Micros(1_700_000_000_000_000), &p, 4).1.unwrap();
         let e = state.encode();
         let (algorithm, fields) = describe(e.as_bytes(), Micros(1_700_000_000_150_000)).unwrap();
-        assert_eq!(algorithm, Algorithm::Gcra);
+        assert_eq!(algorithm, Kind::Gcra);
         assert_eq!(
             fields,
             vec![
@@ -127,7 +127,7 @@ mod tests {
         };
         let (algorithm, fields) =
             describe(state.encode().as_bytes(), Micros(base + 1_200_000)).unwrap();
-        assert_eq!(algorithm, Algorithm::SlidingLog);
+        assert_eq!(algorithm, Kind::SlidingLog);
         let int = StateValue::Int;
         assert_eq!(
             fields,
@@ -156,7 +156,7 @@ mod tests {
             ],
         };
         let (algorithm, fields) = describe(state.encode().as_bytes(), Micros(base)).unwrap();
-        assert_eq!(algorithm, Algorithm::Concurrency);
+        assert_eq!(algorithm, Kind::Concurrency);
         let int = StateValue::Int;
         assert_eq!(
             fields,

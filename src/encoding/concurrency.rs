@@ -4,13 +4,13 @@
 use redis_rl_core::concurrency::{ConcurrencyState, Lease, MAX_ID_LEN, MAX_LIMIT};
 use redis_rl_core::Micros;
 
-use super::{Algorithm, Reader, Stored, Writer};
+use super::{Kind, Reader, Stored, Writer};
 
 /// Concurrency fields, per lease (soonest expiry first): a varint (LEB128) of the
 /// microseconds since the previous lease's expiry (since the epoch for the first), a varint
 /// of the id's length (1 to 256) and the id's bytes. An empty body is no lease.
 impl Stored for ConcurrencyState {
-    const ALGORITHM: Algorithm = Algorithm::Concurrency;
+    const KIND: Kind = Kind::Concurrency;
     const BODY_LEN: usize = 0;
     const VARIABLE_LEN: bool = true;
     /// A lease takes at most 10 bytes for its expiry, 2 for its id's length and
@@ -100,7 +100,7 @@ mod tests {
 
     #[test]
     fn refuses_impossible_leases() {
-        let corrupt = Err(DecodeError::Corrupt(Algorithm::Concurrency));
+        let corrupt = Err(DecodeError::Corrupt(Kind::Concurrency));
         assert_eq!(with_body(&[0x00, 0x00]), corrupt, "empty id");
         assert_eq!(with_body(&[0x00, 0x02, b'a']), corrupt, "truncated id");
         assert_eq!(with_body(&[0x00, 0x81, 0x02]), corrupt, "id of 257 bytes");

@@ -4,12 +4,12 @@ use redis_rl_core::fixed_window::FixedWindowState;
 use redis_rl_core::limits::MAX_COUNT;
 use redis_rl_core::Millis;
 
-use super::{duration_ms_in_range, Algorithm, Compact, Reader, Stored, Writer};
+use super::{duration_ms_in_range, Compact, Kind, Reader, Stored, Writer};
 
 /// Fixed window fields: `window_ms`, `window_start_ms`, `count`, all `u64` (29 bytes with
 /// the header).
 impl Stored for FixedWindowState {
-    const ALGORITHM: Algorithm = Algorithm::FixedWindow;
+    const KIND: Kind = Kind::FixedWindow;
     const BODY_LEN: usize = 8 * 3;
     const COMPACT_BODY: Option<(usize, usize)> = Some((3, 10 * 3));
 
@@ -82,7 +82,7 @@ mod tests {
 
     #[test]
     fn refuses_impossible_fields() {
-        let corrupt = Err(DecodeError::Corrupt(Algorithm::FixedWindow));
+        let corrupt = Err(DecodeError::Corrupt(Kind::FixedWindow));
         let misaligned = FixedWindowState {
             window_start: Millis(1_500),
             ..state()

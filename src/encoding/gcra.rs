@@ -3,12 +3,12 @@
 use redis_rl_core::gcra::GcraState;
 use redis_rl_core::limits::{MAX_COUNT, MAX_DURATION_MS};
 
-use super::{duration_ms_in_range, Algorithm, Compact, Reader, Stored, Writer};
+use super::{duration_ms_in_range, Compact, Kind, Reader, Stored, Writer};
 
 /// GCRA fields: `tat: u128` (ticks of 1/`limit` µs since the epoch), `limit: u64`,
 /// `period_ms: u64` (version 1: 37 bytes with the header).
 impl Stored for GcraState {
-    const ALGORITHM: Algorithm = Algorithm::Gcra;
+    const KIND: Kind = Kind::Gcra;
     const BODY_LEN: usize = 16 + 8 + 8;
     const COMPACT_BODY: Option<(usize, usize)> = Some((3, 19 + 10 + 10));
 
@@ -84,7 +84,7 @@ mod tests {
         assert_eq!(e.as_bytes().len(), 16);
         assert_eq!(&e.as_bytes()[..5], b"\0RL\x02G");
         assert_eq!(GcraState::decode(e.as_bytes()), Ok(state()));
-        assert_eq!(algorithm_of(e.as_bytes()), Ok(Algorithm::Gcra));
+        assert_eq!(algorithm_of(e.as_bytes()), Ok(Kind::Gcra));
         let v1 = state().encode_v1();
         assert_eq!(v1.as_bytes().len(), 37);
         assert_eq!(&v1.as_bytes()[..5], b"\0RL\x01G");
@@ -93,7 +93,7 @@ mod tests {
 
     #[test]
     fn refuses_impossible_fields() {
-        let corrupt = Err(DecodeError::Corrupt(Algorithm::Gcra));
+        let corrupt = Err(DecodeError::Corrupt(Kind::Gcra));
         for bad in [
             GcraState {
                 limit: 0,

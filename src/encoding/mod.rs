@@ -54,8 +54,6 @@ pub const MAGIC: [u8; 3] = *b"\0RL";
 pub const VERSION: u8 = 1;
 /// The compact format version of the fixed-size states (fields as varints).
 pub const COMPACT_VERSION: u8 = 2;
-/// Tags of the algorithms that have a compact (version 2) form.
-const COMPACT_TAGS: &[u8] = b"TSFGQ";
 /// Length of the header (magic, version, algorithm tag) that starts every value.
 pub const HEADER_LEN: usize = MAGIC.len() + 2;
 /// Room for the largest encoded value.
@@ -63,7 +61,7 @@ const MAX_LEN: usize = 64;
 
 /// The kinds of limiter a key can hold: the core registry's [`Kind`](redis_rl_core::Kind)
 /// (tag byte, and the name in error texts).
-pub use redis_rl_core::Kind as Algorithm;
+pub use redis_rl_core::Kind;
 
 /// Why a stored value could not be read as the expected limiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,12 +75,12 @@ pub enum DecodeError {
     /// A redis-rl limiter of another kind than the command's.
     WrongAlgorithm {
         /// What the key holds.
-        stored: Algorithm,
+        stored: Kind,
         /// What the command works on.
-        expected: Algorithm,
+        expected: Kind,
     },
     /// Our header, but a wrong length or impossible field values.
-    Corrupt(Algorithm),
+    Corrupt(Kind),
 }
 
 impl fmt::Display for DecodeError {
@@ -136,7 +134,7 @@ impl Encoded {
 /// A limiter state that can be stored in a key.
 pub trait Stored: Sized {
     /// The tag written in the header.
-    const ALGORITHM: Algorithm;
+    const KIND: Kind;
     /// Length of the fields after the header (for a variable-length state, the least).
     const BODY_LEN: usize;
     /// True for a state whose length varies (a log, a set of leases): its body is at least
@@ -194,7 +192,7 @@ pub trait Stored: Sized {
         } else {
             let mut w = Writer { out: &mut out };
             w.bytes(&MAGIC);
-            w.bytes(&[VERSION, Self::ALGORITHM.tag()]);
+            w.bytes(&[VERSION, Self::KIND.tag()]);
             self.encode_body(&mut w);
         }
         out
@@ -217,7 +215,7 @@ pub trait Stored: Sized {
     #[inline(always)]
     fn write_compact(&self, buf: &mut [u8; MAX_LEN]) -> usize {
         if let Some(header) = buf.first_chunk_mut::<HEADER_LEN>() {
-            *header = compact_header(Self::ALGORITHM);
+            *header = compact_header(Self::KIND);
         }
         let mut w = Compact {
             buf,
@@ -237,7 +235,7 @@ pub trait Stored: Sized {
         };
         let mut w = Writer { out: &mut out };
         w.bytes(&MAGIC);
-        w.bytes(&[VERSION, Self::ALGORITHM.tag()]);
+        w.bytes(&[VERSION, Self::KIND.tag()]);
         self.encode_body(&mut w);
         out
     }
@@ -250,7 +248,7 @@ pub trait Stored: Sized {
         {
             // The common case, our own compact value: the header in one comparison. What
             // follows is what the general path below does for this header.
-            if *header == compact_header(Self::ALGORITHM) {
+            if *header == compact_header(Self::KIND) {
                 let mut reader = Reader {
                     bytes: body,
                     value: bytes,
@@ -260,7 +258,7 @@ pub trait Stored: Sized {
                     .then(|| Self::decode_compact(&mut reader))
                     .flatten()
                     .filter(|_| reader.is_empty())
-                    .ok_or(DecodeError::Corrupt(Self::ALGORITHM));
+                    .ok_or(DecodeError::Corrupt(Self::KIND));
             }
         }
         Self::decode_general(bytes)
@@ -269,10 +267,10 @@ pub trait Stored: Sized {
     /// [`Self::decode`] for any header: the precise error, or a version 1 value.
     fn decode_general(bytes: &[u8]) -> Result<Self, DecodeError> {
         let stored = algorithm_of(bytes)?;
-        if stored != Self::ALGORITHM {
+        if stored != Self::KIND {
             return Err(DecodeError::WrongAlgorithm {
                 stored,
-                expected: Self::ALGORITHM,
+                expected: Self::KIND,
             });
         }
         let version = bytes.get(MAGIC.len()).copied().unwrap_or(0);
@@ -296,14 +294,14 @@ pub trait Stored: Sized {
 }
 
 /// The header of a compact (version 2) value of `algorithm`.
-const fn compact_header(algorithm: Algorithm) -> [u8; HEADER_LEN] {
+const fn compact_header(algorithm: Kind) -> [u8; HEADER_LEN] {
     let [m0, m1, m2] = MAGIC;
     [m0, m1, m2, COMPACT_VERSION, algorithm.tag()]
 }
 
 /// The algorithm of a stored value, from its header: an error if the value is not a
 /// limiter this module can read.
-pub fn algorithm_of(bytes: &[u8]) -> Result<Algorithm, DecodeError> {
+pub fn algorithm_of(bytes: &[u8]) -> Result<Kind, DecodeError> {
     let header = bytes.get(..HEADER_LEN).ok_or(DecodeError::NotOurs)?;
     let (magic, rest) = header.split_at(MAGIC.len());
     if magic != MAGIC {
@@ -312,12 +310,13 @@ pub fn algorithm_of(bytes: &[u8]) -> Result<Algorithm, DecodeError> {
     let [version, tag] = [rest.first(), rest.get(1)].map(|b| b.copied().unwrap_or(0));
     // Version 2 is the compact form of the fixed-size states, and the concurrency
     // limiter's lease table.
-    let v2 = (version == lease_table::VERSION && tag == b'C')
-        || (version == COMPACT_VERSION && COMPACT_TAGS.contains(&tag));
+    let kind = Kind::from_tag(tag);
+    let v2 = (version == lease_table::VERSION && kind == Some(Kind::Concurrency))
+        || (version == COMPACT_VERSION && kind.is_some_and(has_compact_form));
     if version != VERSION && !v2 {
         return Err(DecodeError::UnsupportedVersion(version));
     }
-    Algorithm::from_tag(tag).ok_or(DecodeError::UnknownAlgorithm(tag))
+    kind.ok_or(DecodeError::UnknownAlgorithm(tag))
 }
 
 /// Something done with a decoded state of any algorithm (RL.STATE's view): the generic
@@ -338,10 +337,18 @@ macro_rules! by_tag {
         /// True if a value of `len` bytes whose header names `algorithm` may be a valid
         /// state of it: RL.STATE reads a value whole only then (anything else is corrupt,
         /// whatever its bytes).
-        pub fn plausible_len(algorithm: Algorithm, len: usize) -> bool {
+        pub fn plausible_len(algorithm: Kind, len: usize) -> bool {
             match algorithm {
-                $(Algorithm::$l => <<$lt as CoreAlgorithm>::State as Stored>::plausible_len(len),)*
-                $(Algorithm::$o => <<$ot as CoreAlgorithm>::State as Stored>::plausible_len(len),)*
+                $(Kind::$l => <<$lt as CoreAlgorithm>::State as Stored>::plausible_len(len),)*
+                $(Kind::$o => <<$ot as CoreAlgorithm>::State as Stored>::plausible_len(len),)*
+            }
+        }
+
+        /// True for an algorithm whose state has a compact (version 2) form.
+        const fn has_compact_form(kind: Kind) -> bool {
+            match kind {
+                $(Kind::$l => <<$lt as CoreAlgorithm>::State as Stored>::COMPACT_BODY.is_some(),)*
+                $(Kind::$o => <<$ot as CoreAlgorithm>::State as Stored>::COMPACT_BODY.is_some(),)*
             }
         }
 
@@ -349,8 +356,8 @@ macro_rules! by_tag {
         /// `visit`.
         fn decode_v1<V: Visit>(bytes: &[u8], visit: V) -> Result<V::Out, DecodeError> {
             match algorithm_of(bytes)? {
-                $(Algorithm::$l => Ok(visit.visit::<$lt>(Stored::decode(bytes)?)),)*
-                $(Algorithm::$o => Ok(visit.visit::<$ot>(Stored::decode(bytes)?)),)*
+                $(Kind::$l => Ok(visit.visit::<$lt>(Stored::decode(bytes)?)),)*
+                $(Kind::$o => Ok(visit.visit::<$ot>(Stored::decode(bytes)?)),)*
             }
         }
     };
@@ -361,10 +368,10 @@ redis_rl_core::registry!(by_tag);
 /// Decodes a stored value of any algorithm (the one in its header) and hands the state to
 /// `visit` (a concurrency limiter's lease table as its leases).
 pub fn decode_any<V: Visit>(bytes: &[u8], visit: V) -> Result<V::Out, DecodeError> {
-    if algorithm_of(bytes)? == Algorithm::Concurrency && lease_table::is_table(bytes) {
+    if algorithm_of(bytes)? == Kind::Concurrency && lease_table::is_table(bytes) {
         let leases = lease_table::Table::parse(bytes)
             .and_then(|table| table.leases())
-            .map_err(|_| DecodeError::Corrupt(Algorithm::Concurrency))?;
+            .map_err(|_| DecodeError::Corrupt(Kind::Concurrency))?;
         return Ok(visit.visit::<redis_rl_core::concurrency::Concurrency>(leases));
     }
     decode_v1(bytes, visit)

@@ -4,14 +4,14 @@ use redis_rl_core::limits::MAX_COUNT;
 use redis_rl_core::quota::QuotaState;
 use redis_rl_core::Millis;
 
-use super::{Algorithm, Compact, Reader, Stored, Writer};
+use super::{Compact, Kind, Reader, Stored, Writer};
 
 /// The longest period a state can hold, in milliseconds: a leap year (366 days) with a
 /// day's slack for a calendar whose offset changed between two periods.
 const MAX_PERIOD_MS: u64 = 367 * 86_400_000;
 
 impl Stored for QuotaState {
-    const ALGORITHM: Algorithm = Algorithm::Quota;
+    const KIND: Kind = Kind::Quota;
     const BODY_LEN: usize = 8 * 3;
     const COMPACT_BODY: Option<(usize, usize)> = Some((3, 10 * 3));
 
@@ -81,7 +81,7 @@ mod tests {
 
     #[test]
     fn refuses_impossible_fields() {
-        let corrupt = Err(DecodeError::Corrupt(Algorithm::Quota));
+        let corrupt = Err(DecodeError::Corrupt(Kind::Quota));
         for bad in [
             QuotaState {
                 period_end: state().period_start,

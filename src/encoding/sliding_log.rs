@@ -3,7 +3,7 @@
 use redis_rl_core::sliding_log::{LogEntry, SlidingLogState, MAX_LIMIT};
 use redis_rl_core::Micros;
 
-use super::{duration_ms_in_range, Algorithm, Reader, Stored, Writer};
+use super::{duration_ms_in_range, Kind, Reader, Stored, Writer};
 
 /// Sliding window log fields: a varint (LEB128) of `window_ms`, then one varint per entry,
 /// oldest first, holding the microseconds since the previous entry (since the epoch for the
@@ -12,7 +12,7 @@ use super::{duration_ms_in_range, Algorithm, Reader, Stored, Writer};
 /// later one 1 to 3 bytes under any real traffic (see the README for measured sizes). Times
 /// below 2^63 µs fit the shift.
 impl Stored for SlidingLogState {
-    const ALGORITHM: Algorithm = Algorithm::SlidingLog;
+    const KIND: Kind = Kind::SlidingLog;
     const BODY_LEN: usize = 0;
     const VARIABLE_LEN: bool = true;
     /// `window_ms` takes at most 6 bytes (below 2^42), an entry at most 10 for its time and
@@ -183,7 +183,7 @@ mod tests {
 
     #[test]
     fn refuses_impossible_logs() {
-        let corrupt = Err(DecodeError::Corrupt(Algorithm::SlidingLog));
+        let corrupt = Err(DecodeError::Corrupt(Kind::SlidingLog));
         assert_eq!(with_body(b""), corrupt, "no window");
         assert_eq!(with_body(&[0x00]), corrupt, "window 0");
         assert_eq!(with_entries(&[0x01, 0x01]), corrupt, "count 1 spelled out");
@@ -209,7 +209,7 @@ mod tests {
         let huge = [&WINDOW[..], &vec![0u8; longest]].concat();
         assert_eq!(
             with_body(&huge),
-            Err(DecodeError::Corrupt(Algorithm::SlidingLog))
+            Err(DecodeError::Corrupt(Kind::SlidingLog))
         );
     }
 

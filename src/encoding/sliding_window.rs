@@ -4,12 +4,12 @@ use redis_rl_core::limits::MAX_COUNT;
 use redis_rl_core::sliding_window::SlidingWindowState;
 use redis_rl_core::Millis;
 
-use super::{duration_ms_in_range, Algorithm, Compact, Reader, Stored, Writer};
+use super::{duration_ms_in_range, Compact, Kind, Reader, Stored, Writer};
 
 /// Sliding window fields: `window_ms`, `window_start_ms`, `previous`, `current`, all `u64`
 /// (37 bytes with the header).
 impl Stored for SlidingWindowState {
-    const ALGORITHM: Algorithm = Algorithm::SlidingWindow;
+    const KIND: Kind = Kind::SlidingWindow;
     const BODY_LEN: usize = 8 * 4;
     const COMPACT_BODY: Option<(usize, usize)> = Some((4, 10 * 4));
 

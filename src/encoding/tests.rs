@@ -51,13 +51,13 @@ fn round_trips_and_sizes() {
     mixed[3] = 2;
     assert_eq!(
         TokenBucketState::decode(&mixed),
-        Err(DecodeError::Corrupt(Algorithm::TokenBucket))
+        Err(DecodeError::Corrupt(Kind::TokenBucket))
     );
     let mut mixed = b.as_bytes().to_vec();
     mixed[3] = 1;
     assert_eq!(
         TokenBucketState::decode(&mixed),
-        Err(DecodeError::Corrupt(Algorithm::TokenBucket))
+        Err(DecodeError::Corrupt(Kind::TokenBucket))
     );
 }
 
@@ -72,8 +72,8 @@ fn refuses_what_is_not_ours_with_the_reason() {
     assert_eq!(
         SlidingWindowState::decode(&v),
         Err(DecodeError::WrongAlgorithm {
-            stored: Algorithm::TokenBucket,
-            expected: Algorithm::SlidingWindow
+            stored: Kind::TokenBucket,
+            expected: Kind::SlidingWindow
         })
     );
     v[3] = 3;
@@ -91,7 +91,7 @@ fn refuses_what_is_not_ours_with_the_reason() {
     v.pop();
     assert_eq!(
         TokenBucketState::decode(&v),
-        Err(DecodeError::Corrupt(Algorithm::TokenBucket))
+        Err(DecodeError::Corrupt(Kind::TokenBucket))
     );
 }
 

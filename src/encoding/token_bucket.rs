@@ -4,7 +4,7 @@ use redis_rl_core::limits::MAX_COUNT;
 use redis_rl_core::token_bucket::TokenBucketState;
 use redis_rl_core::Micros;
 
-use super::{duration_ms_in_range, Algorithm, Compact, Reader, Stored, Writer};
+use super::{duration_ms_in_range, Compact, Kind, Reader, Stored, Writer};
 
 /// 2020-01-01T00:00:00Z in microseconds: version 2 stores a bucket's instant from there, one
 /// byte less than from 1970 until 2037.
@@ -13,7 +13,7 @@ pub const EPOCH_US: u64 = 1_577_836_800_000_000;
 /// Token bucket fields: `updated_at_us: u64`, `refill_ms: u64`, `level: u128` (version 1:
 /// 37 bytes with the header).
 impl Stored for TokenBucketState {
-    const ALGORITHM: Algorithm = Algorithm::TokenBucket;
+    const KIND: Kind = Kind::TokenBucket;
     const BODY_LEN: usize = 8 + 8 + 16;
     const COMPACT_BODY: Option<(usize, usize)> = Some((3, 10 + 10 + 19));
 

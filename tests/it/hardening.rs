@@ -1,4 +1,4 @@
-//! Issue 14: a damaged value under a memory cap, keyspace notifications on master and replica,
+//! Hardening: a damaged value under a memory cap, keyspace notifications on master and replica,
 //! one `rl.max-cost` rule for every way a cost arrives, and values whose encoding a refused or
 //! read-only call must leave as it is.
 

@@ -9,8 +9,8 @@ use redis::Value;
 use super::{Check, Decided, Decider, Items, LuaDecider, ModuleDecider};
 use crate::decision::{Decision, Grant, MultiDecision};
 use crate::error::Result;
-use crate::policy::Algorithm;
 use crate::transport::{is_unknown_command, Transport};
+use redis_rl_core::AnyParams;
 
 /// Which implementation decides on the server.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -146,7 +146,7 @@ impl Decider for AutoDecider {
     fn refund<'a>(
         &'a self,
         key: &'a str,
-        algorithm: &'a Algorithm,
+        algorithm: &'a AnyParams,
         amount: u64,
     ) -> Decided<'a, u64> {
         Box::pin(async move {

@@ -8,194 +8,15 @@
 //! and the call is retried once. Where `FUNCTION` is refused (renamed, ACL), the same file
 //! runs as a script: `EVALSHA`, loaded with `SCRIPT LOAD` on `NOSCRIPT` and retried once.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-
-use redis::{Cmd, Value};
+use std::sync::Arc;
 
 use super::module::ModuleDecider;
+use super::twin::Twin;
+pub use super::twin::{check_range, script_source, FUNCTION, LIBRARY};
 use super::{Check, Decided, Decider, Items};
 use crate::decision::{Decision, Grant, MultiDecision};
-use crate::error::{Error, Result};
-use crate::policy::Algorithm;
-use crate::transport::{is_unknown_command, Transport};
-
-/// The library's source: `FUNCTION LOAD` it as is, or run it as a script with its first line
-/// replaced by `#!lua` ([`script_source`]).
-pub const LIBRARY: &str = include_str!("../../../lua/rl.lua");
-
-/// The function the library registers.
-pub const FUNCTION: &str = "rl";
-
-/// The same file as a script (`EVAL`/`SCRIPT LOAD`): the library's shebang names it, which
-/// a script may not.
-pub fn script_source() -> &'static str {
-    static SCRIPT: OnceLock<String> = OnceLock::new();
-    SCRIPT.get_or_init(|| {
-        let body = LIBRARY.split_once('\n').map_or(LIBRARY, |(_, rest)| rest);
-        format!("#!lua\n{body}")
-    })
-}
-
-/// Largest wait (ms) the twin replies exactly: 2^53 - 1 less two maximal durations.
-const EXACT_WAIT_MS: u128 = (1 << 53) - 1 - 2 * 1_000_000_000_000;
-
-/// The twin refuses policies whose waits it could not reply exactly (README, "Without the
-/// module"); say so before calling.
-pub fn check_range(algorithm: &Algorithm) -> Result<()> {
-    let wait = |a: u64, b: u64, c: u64| u128::from(a) * u128::from(b) / u128::from(c.max(1));
-    let too_long = match *algorithm {
-        Algorithm::TokenBucket {
-            capacity,
-            refill_tokens,
-            refill_ms,
-        } => wait(capacity, refill_ms, refill_tokens) > EXACT_WAIT_MS,
-        Algorithm::Gcra {
-            limit,
-            period_ms,
-            burst,
-        } => wait(burst.unwrap_or(limit), period_ms, limit) > EXACT_WAIT_MS,
-        _ => false,
-    };
-    if too_long {
-        return Err(Error::Config(format!(
-            "{} {:?}: a full refill or burst over 2^53 ms is beyond the exact range of the Lua twin; use the module",
-            algorithm.command(),
-            algorithm.params()
-        )));
-    }
-    Ok(())
-}
-
-/// Sends module commands as calls of the Lua twin, loading it where it is missing.
-#[derive(Debug, Default)]
-pub(crate) struct Twin {
-    /// FUNCTION was refused once: use the script from then on.
-    script_mode: AtomicBool,
-    /// The script's SHA1 once `SCRIPT LOAD` told it.
-    sha: Mutex<Option<String>>,
-}
-
-/// Arguments as bytes.
-type Words = Vec<Vec<u8>>;
-
-/// `RL.X key args...` / `RL.ALL n keys... rest` -> (keys, [RL.X, args...]).
-fn split(cmd: &Cmd) -> Option<(Words, Words)> {
-    let args: Vec<Vec<u8>> = cmd
-        .args_iter()
-        .map(|a| match a {
-            redis::Arg::Simple(bytes) => Some(bytes.to_vec()),
-            redis::Arg::Cursor => None,
-        })
-        .collect::<Option<_>>()?;
-    let (name, rest) = args.split_first()?;
-    let (numkeys, rest) = if name.eq_ignore_ascii_case(b"RL.ALL") {
-        let (n, after) = rest.split_first()?;
-        (std::str::from_utf8(n).ok()?.parse().ok()?, after)
-    } else {
-        (1, rest)
-    };
-    let (keys, tail) = rest.split_at_checked(numkeys)?;
-    let mut argv = vec![name.clone()];
-    argv.extend_from_slice(tail);
-    Some((keys.to_vec(), argv))
-}
-
-fn message(e: &Error) -> String {
-    match e {
-        Error::Redis(r) => r.to_string().to_ascii_lowercase(),
-        _ => String::new(),
-    }
-}
-
-impl Twin {
-    /// Runs the module command `cmd` through the twin.
-    pub(crate) async fn call(
-        &self,
-        transport: &Transport,
-        cmd: &Cmd,
-        slot: Option<u16>,
-    ) -> Result<Value> {
-        let Some((keys, argv)) = split(cmd) else {
-            return Err(Error::Reply {
-                command: "FCALL",
-                detail: "not a command the Lua twin runs".to_string(),
-            });
-        };
-        if !self.script_mode.load(Ordering::Relaxed) {
-            let mut fcall = redis::cmd("FCALL");
-            fcall.arg(FUNCTION).arg(keys.len()).arg(&keys).arg(&argv);
-            match transport.call(&fcall, slot).await {
-                Err(e) if message(&e).contains("function not found") => {
-                    let mut load = redis::cmd("FUNCTION");
-                    load.arg("LOAD").arg("REPLACE").arg(LIBRARY);
-                    match transport.call(&load, slot).await {
-                        Ok(_) => {
-                            tracing::info!("loaded the redis-rl Lua twin (FUNCTION LOAD)");
-                            return transport.call(&fcall, slot).await;
-                        }
-                        Err(e) if e.is_outage() => return Err(e),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "FUNCTION LOAD refused: running the Lua twin as a script");
-                            self.script_mode.store(true, Ordering::Relaxed);
-                        }
-                    }
-                }
-                Err(e) if is_unknown_command(&e) => {
-                    tracing::warn!(error = %e, "FCALL unavailable: running the Lua twin as a script");
-                    self.script_mode.store(true, Ordering::Relaxed);
-                }
-                other => return other,
-            }
-        }
-        self.evalsha(transport, &keys, &argv, slot).await
-    }
-
-    async fn evalsha(
-        &self,
-        transport: &Transport,
-        keys: &[Vec<u8>],
-        argv: &[Vec<u8>],
-        slot: Option<u16>,
-    ) -> Result<Value> {
-        let known = self.sha.lock().ok().and_then(|s| s.clone());
-        let sha = match known {
-            Some(sha) => sha,
-            None => self.load_script(transport, slot).await?,
-        };
-        let evalsha = |sha: &str| {
-            let mut c = redis::cmd("EVALSHA");
-            c.arg(sha).arg(keys.len()).arg(keys).arg(argv);
-            c
-        };
-        match transport.call(&evalsha(&sha), slot).await {
-            Err(Error::Redis(e)) if e.kind() == redis::ErrorKind::NoScriptError => {
-                let sha = self.load_script(transport, slot).await?;
-                transport.call(&evalsha(&sha), slot).await
-            }
-            other => other,
-        }
-    }
-
-    async fn load_script(&self, transport: &Transport, slot: Option<u16>) -> Result<String> {
-        let mut load = redis::cmd("SCRIPT");
-        load.arg("LOAD").arg(script_source());
-        let sha = match transport.call(&load, slot).await? {
-            Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-            Value::SimpleString(s) => s,
-            other => {
-                return Err(Error::Reply {
-                    command: "SCRIPT LOAD",
-                    detail: format!("{other:?}"),
-                })
-            }
-        };
-        if let Ok(mut known) = self.sha.lock() {
-            *known = Some(sha.clone());
-        }
-        Ok(sha)
-    }
-}
+use crate::transport::Transport;
+use redis_rl_core::AnyParams;
 
 /// Decisions through the Lua twin: the [`ModuleDecider`]'s logic (RL.ALL per slot, refunds
 /// across slots) with every command sent to the twin.
@@ -240,7 +61,7 @@ impl Decider for LuaDecider {
     fn refund<'a>(
         &'a self,
         key: &'a str,
-        algorithm: &'a Algorithm,
+        algorithm: &'a AnyParams,
         amount: u64,
     ) -> Decided<'a, u64> {
         Box::pin(async move {
@@ -252,6 +73,7 @@ impl Decider for LuaDecider {
 
 #[cfg(test)]
 mod tests {
+    use super::super::twin::split;
     use super::*;
     use crate::command;
     use crate::policy::Policy;
@@ -265,21 +87,21 @@ mod tests {
     #[test]
     fn module_commands_become_twin_calls() {
         let p = Policy::gcra(5, 1_000, Some(3)).unwrap();
-        let (keys, argv) = split(&command::single("k", p.algorithm(), 2, true)).unwrap();
+        let (keys, argv) = split(&command::single("k", p.params(), 2, true)).unwrap();
         assert_eq!(words(&keys), ["k"]);
         assert_eq!(
             words(&argv),
             ["RL.GCRA", "5", "1000", "BURST", "3", "COST", "2", "PEEK"]
         );
         let s = Policy::sliding(10, 1_000).unwrap();
-        let cmd = command::all(&[("a", s.algorithm()), ("b", s.algorithm())], 1, false);
+        let cmd = command::all(&[("a", s.params()), ("b", s.params())], 1, false);
         let (keys, argv) = split(&cmd).unwrap();
         assert_eq!(words(&keys), ["a", "b"]);
         assert_eq!(
             words(&argv),
             ["RL.ALL", "SLIDING", "10", "1000", "SLIDING", "10", "1000"]
         );
-        let (keys, argv) = split(&command::refund("k", s.algorithm(), 3)).unwrap();
+        let (keys, argv) = split(&command::refund("k", s.params(), 3)).unwrap();
         assert_eq!(words(&keys), ["k"]);
         assert_eq!(
             words(&argv),
@@ -297,8 +119,8 @@ mod tests {
     #[test]
     fn waits_beyond_2_pow_53_ms_are_refused_before_calling() {
         let huge = Policy::token_bucket(1_000_000_000_000_000, 1, 1_000_000_000_000).unwrap();
-        assert!(check_range(huge.algorithm()).is_err());
+        assert!(check_range(huge.params()).is_err());
         let fine = Policy::token_bucket(1_000_000, 1, 1_000_000).unwrap();
-        assert!(check_range(fine.algorithm()).is_ok());
+        assert!(check_range(fine.params()).is_ok());
     }
 }

@@ -31,6 +31,7 @@
 mod auto;
 pub mod lua;
 mod module;
+mod twin;
 
 use std::time::Duration;
 
@@ -41,7 +42,7 @@ pub use module::ModuleDecider;
 use crate::backend::BoxFuture;
 use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
 use crate::error::Result;
-use crate::policy::Algorithm;
+use redis_rl_core::AnyParams;
 
 /// One single-key call: take `cost` units of `key` (only say what taking them would
 /// answer when `peek`).
@@ -50,7 +51,7 @@ pub struct Check<'a> {
     /// The key.
     pub key: &'a str,
     /// Its algorithm and parameters.
-    pub algorithm: &'a Algorithm,
+    pub algorithm: &'a AnyParams,
     /// Units to take (0: look without taking).
     pub cost: u64,
     /// Take nothing, only say what taking would answer (`PEEK`).
@@ -61,7 +62,7 @@ pub struct Check<'a> {
 pub type Decided<'a, T> = BoxFuture<'a, Result<T>>;
 
 /// Several keys checked together, each with its algorithm.
-pub type Items<'a> = &'a [(&'a str, &'a Algorithm)];
+pub type Items<'a> = &'a [(&'a str, &'a AnyParams)];
 
 /// Makes decisions on the server. See the [module docs](self) for where it sits.
 pub trait Decider: Send + Sync + 'static {
@@ -83,7 +84,7 @@ pub trait Decider: Send + Sync + 'static {
     fn refund<'a>(
         &'a self,
         key: &'a str,
-        algorithm: &'a Algorithm,
+        algorithm: &'a AnyParams,
         amount: u64,
     ) -> Decided<'a, u64>;
 }
@@ -104,7 +105,7 @@ impl<D: Decider + ?Sized> Decider for Box<D> {
     fn refund<'a>(
         &'a self,
         key: &'a str,
-        algorithm: &'a Algorithm,
+        algorithm: &'a AnyParams,
         amount: u64,
     ) -> Decided<'a, u64> {
         (**self).refund(key, algorithm, amount)
@@ -127,7 +128,7 @@ impl<D: Decider + ?Sized> Decider for std::sync::Arc<D> {
     fn refund<'a>(
         &'a self,
         key: &'a str,
-        algorithm: &'a Algorithm,
+        algorithm: &'a AnyParams,
         amount: u64,
     ) -> Decided<'a, u64> {
         (**self).refund(key, algorithm, amount)
@@ -136,8 +137,8 @@ impl<D: Decider + ?Sized> Decider for std::sync::Arc<D> {
 
 /// A decision for a key that was not checked (another key decided first): its limit, with
 /// nothing known about its count (`Source::Unchecked`: not a decision of Redis).
-pub(crate) fn unknown(algorithm: &Algorithm) -> Decision {
-    let limit = algorithm.limit();
+pub(crate) fn unknown(algorithm: &AnyParams) -> Decision {
+    let limit = algorithm.quota().0;
     Decision {
         verdict: Verdict::Allowed,
         limit,

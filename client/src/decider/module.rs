@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use futures_util::future::join_all;
 
-use super::lua::Twin;
+use super::twin::Twin;
 use super::{unknown, Check, Decided, Decider, Items};
 use crate::command;
 use crate::decision::{self, Decision, Grant, MultiDecision};
 use crate::error::{Error, Result};
-use crate::policy::Algorithm;
 use crate::transport::{is_unknown_command, Capabilities, Transport};
+use redis_rl_core::AnyParams;
 
 /// The module's commands over a [`Transport`].
 ///
@@ -28,7 +28,7 @@ pub struct ModuleDecider {
     twin: Option<Arc<Twin>>,
 }
 
-type Item<'a> = (&'a str, &'a Algorithm);
+type Item<'a> = (&'a str, &'a AnyParams);
 
 impl ModuleDecider {
     /// Module commands over `transport`.
@@ -69,28 +69,28 @@ impl ModuleDecider {
     async fn one(
         &self,
         key: &str,
-        algorithm: &Algorithm,
+        algorithm: &AnyParams,
         cost: u64,
         peek: bool,
     ) -> Result<Decision> {
         let cmd = command::single(key, algorithm, cost, peek);
         let v = self.send(&cmd, self.transport.slot_of(key)).await?;
-        decision::parse_single(algorithm.command(), &v)
+        decision::parse_single(algorithm.kind().command(), &v)
     }
 
     async fn upto(&self, call: Check<'_>) -> Result<Grant> {
         if !call.algorithm.kind().upto() {
             return Err(Error::Config(format!(
                 "{} takes no UPTO (partial grants): use another algorithm",
-                call.algorithm.command()
+                call.algorithm.kind().command()
             )));
         }
         let cmd = command::upto(call.key, call.algorithm, call.cost, call.peek);
         let v = self.send(&cmd, self.transport.slot_of(call.key)).await?;
-        decision::parse_upto(call.algorithm.command(), &v)
+        decision::parse_upto(call.algorithm.kind().command(), &v)
     }
 
-    async fn give_back(&self, key: &str, algorithm: &Algorithm, amount: u64) -> Result<u64> {
+    async fn give_back(&self, key: &str, algorithm: &AnyParams, amount: u64) -> Result<u64> {
         let cmd = command::refund(key, algorithm, amount);
         let v = self.send(&cmd, self.transport.slot_of(key)).await?;
         decision::parse_refund(&v)
@@ -246,7 +246,7 @@ impl Decider for ModuleDecider {
     fn refund<'a>(
         &'a self,
         key: &'a str,
-        algorithm: &'a Algorithm,
+        algorithm: &'a AnyParams,
         amount: u64,
     ) -> Decided<'a, u64> {
         Box::pin(self.give_back(key, algorithm, amount))

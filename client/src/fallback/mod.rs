@@ -5,8 +5,10 @@
 //! [`FailureMode::Local`](crate::FailureMode::Local). It is approximate by design: each
 //! gateway instance sees only its own traffic, so the limit is divided by the expected
 //! number of instances, and an uneven spread admits more (or less) than the global limit.
-//! On that share every algorithm runs its own core algorithm exactly, except a LOG whose
-//! share is over [`LOCAL_LOG_MAX`] units, which runs as a sliding window (see [`exact`]).
+//! The share, and what runs it, are the core registry's: each rate limiter declares how its
+//! limit divides ([`AnyParams::local_share`]), and on that share runs its own core
+//! algorithm exactly, except one whose state grows with its limit (a log) over a bound
+//! (its `LOCAL_EXACT_MAX`), which runs as a sliding window.
 
 use std::hash::BuildHasher;
 
@@ -19,12 +21,7 @@ use redis_rl_core::{AnyState, Micros, Outcome};
 use tokio::time::Instant;
 
 use crate::decision::{Decision, Source, Verdict};
-use crate::policy::Algorithm;
-
-pub mod exact;
-
-use exact::local_params;
-pub use exact::LOCAL_LOG_MAX;
+use redis_rl_core::AnyParams;
 
 const SHARDS: usize = 64;
 
@@ -77,7 +74,7 @@ impl LocalLimiter {
     pub fn check(
         &self,
         key: &str,
-        alg: &Algorithm,
+        alg: &AnyParams,
         instances: NonZeroU32,
         cost: u64,
         peek: bool,
@@ -89,13 +86,13 @@ impl LocalLimiter {
     pub fn check_at(
         &self,
         key: &str,
-        algorithm: &Algorithm,
+        algorithm: &AnyParams,
         instances: NonZeroU32,
         cost: u64,
         peek: bool,
         now: Micros,
     ) -> Decision {
-        let Ok(params) = local_params(algorithm, instances) else {
+        let Ok(params) = algorithm.local_share(u64::from(instances.get())) else {
             // Parameters the core rejects cannot come from a validated policy; deny rather
             // than guess.
             return decision(Outcome::Never, 0, 0, Duration::ZERO);
@@ -184,15 +181,12 @@ mod tests {
 
     const ONE: NonZeroU32 = NonZeroU32::MIN;
 
-    fn sliding(limit: u64) -> Algorithm {
-        Algorithm::Sliding {
-            limit,
-            window_ms: 1_000,
-        }
+    fn sliding(limit: u64) -> AnyParams {
+        *crate::Policy::sliding(limit, 1_000).unwrap().params()
     }
 
     /// One unit for `key` at instant 0, one instance.
-    fn at_zero(local: &LocalLimiter, key: &str, alg: &Algorithm, peek: bool) -> Decision {
+    fn at_zero(local: &LocalLimiter, key: &str, alg: &AnyParams, peek: bool) -> Decision {
         local.check_at(key, alg, ONE, 1, peek, Micros(0))
     }
 
@@ -224,11 +218,9 @@ mod tests {
     fn the_limit_is_shared_by_the_expected_instances() {
         let local = LocalLimiter::new(1_000);
         let four = NonZeroU32::new(4).unwrap();
-        let tb = Algorithm::TokenBucket {
-            capacity: 100,
-            refill_tokens: 100,
-            refill_ms: 60_000,
-        };
+        let tb = *crate::Policy::token_bucket(100, 100, 60_000)
+            .unwrap()
+            .params();
         let admitted = (0..100)
             .filter(|_| {
                 local
@@ -257,11 +249,7 @@ mod tests {
     #[test]
     fn gcra_runs_exactly_with_its_burst() {
         let local = LocalLimiter::new(1_000);
-        let g = Algorithm::Gcra {
-            limit: 10,
-            period_ms: 1_000,
-            burst: Some(2),
-        };
+        let g = *crate::Policy::gcra(10, 1_000, Some(2)).unwrap().params();
         assert!(local.check_at("g", &g, ONE, 2, false, Micros(0)).allows());
         assert!(local
             .check_at("g", &g, ONE, 1, false, Micros(0))
@@ -269,6 +257,26 @@ mod tests {
         assert!(local
             .check_at("g", &g, ONE, 1, false, Micros(100_000))
             .allows());
+    }
+
+    #[test]
+    fn a_large_log_runs_as_a_sliding_window_of_its_share() {
+        let local = LocalLimiter::new(1_000);
+        // 100 per second over 2 instances: a share of 50, an exact log (a log admits 50 at
+        // once, as a sliding window would; both deny the 51st).
+        let log = *crate::Policy::log(100, 1_000).unwrap().params();
+        let two = NonZeroU32::new(2).unwrap();
+        let admitted = |key: &str, instances| {
+            (0..200)
+                .filter(|_| {
+                    local
+                        .check_at(key, &log, instances, 1, false, Micros(0))
+                        .allows()
+                })
+                .count()
+        };
+        assert_eq!(admitted("shared", two), 50);
+        assert_eq!(admitted("alone", ONE), 100);
     }
 
     #[test]

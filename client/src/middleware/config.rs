@@ -14,7 +14,8 @@ pub use redis_rl_policy::{
 
 use crate::error::{Error, Result};
 use crate::fleet::FleetConfig;
-use crate::policy::{Algorithm, FailureMode, Policy};
+use crate::policy::{FailureMode, Policy};
+use redis_rl_core::AnyParams;
 
 /// What the client adds to [`RateLimitConfig`]: reading it from a file, and the failure
 /// mode and fleet membership it configures.
@@ -80,40 +81,13 @@ pub fn mode(name: FailureModeName, instances: NonZeroU32) -> FailureMode {
     }
 }
 
-/// The limiter's algorithm for a window the engine validated.
-pub fn algorithm(spec: &LimitSpec) -> Algorithm {
-    let (limit, window_ms) = (spec.limit, spec.window_ms);
-    match spec.algorithm {
-        AlgorithmKind::TokenBucket => Algorithm::TokenBucket {
-            capacity: spec.burst.unwrap_or(limit),
-            refill_tokens: limit,
-            refill_ms: window_ms,
-        },
-        AlgorithmKind::Sliding => Algorithm::Sliding { limit, window_ms },
-        AlgorithmKind::Fixed => Algorithm::Fixed { limit, window_ms },
-        AlgorithmKind::Gcra => Algorithm::Gcra {
-            limit,
-            period_ms: window_ms,
-            burst: spec.burst,
-        },
-        AlgorithmKind::Log => Algorithm::Log { limit, window_ms },
-        AlgorithmKind::Quota => match spec.calendar {
-            Some(cal) => Algorithm::Quota {
-                limit,
-                period: cal.period(),
-                tz_minutes: cal.offset_min(),
-                anchor: cal.anchor(),
-            },
-            // The engine builds a quota with its calendar; without one the core refuses
-            // period 0, as the server would.
-            None => Algorithm::Quota {
-                limit,
-                period: crate::Period::Day,
-                tz_minutes: i64::MIN,
-                anchor: 0,
-            },
-        },
-    }
+/// The core's parameters of a window the engine validated (its numbers in the registry's
+/// order, checked by the core).
+pub fn params_of(spec: &LimitSpec) -> Result<AnyParams> {
+    let (kind, values, options) = spec.registry_numbers();
+    AnyParams::from_numbers(kind, &values, &options)
+        .ok_or_else(|| Error::Config(format!("{} is not a rate limiter", kind.config_name())))?
+        .map_err(|e| Error::Config(format!("invalid policy: {e}")))
 }
 
 /// The limiter's policy of one plan item: its window, failure mode (its own, else
@@ -126,7 +100,7 @@ pub fn policy_of(item: &redis_rl_policy::PlanItem, default_mode: FailureMode) ->
     let on_failure = item
         .failure_mode
         .map_or(default_mode, |m| mode(m, instances));
-    Ok(Policy::new(algorithm(&item.spec))?
+    Ok(Policy::new(params_of(&item.spec)?)
         .on_failure(on_failure)
         .shadow(item.shadow)
         .hot(item.hot))
@@ -193,20 +167,20 @@ mod tests {
             AlgorithmKind::Log,
         ] {
             let spec = LimitSpec::new(kind, 10, 1_000, None).unwrap();
-            let a = algorithm(&spec);
-            assert_eq!(a.limit(), spec.quota(), "{kind:?}");
+            let p = Policy::new(params_of(&spec).unwrap());
+            assert_eq!(p.limit(), spec.quota(), "{kind:?}");
             assert_eq!(
-                u64::try_from(a.window().as_millis()).unwrap(),
+                u64::try_from(p.window().as_millis()).unwrap(),
                 spec.quota_window_ms()
             );
-            assert_eq!(a.kind(), spec.registry_numbers().0);
+            assert_eq!(p.kind(), spec.registry_numbers().0);
         }
         // A calendar limit: the same numbers as the engine's.
         let cal = redis_rl_core::calendar::Calendar::new(crate::Period::Month, -300, 31).unwrap();
         let spec = LimitSpec::calendar_quota(1_000, cal).unwrap();
-        let a = algorithm(&spec);
-        assert_eq!(a.core_params().unwrap().numbers().values(), [1_000, 3]);
-        assert_eq!(a.params(), ["1000", "MONTH", "TZ", "-300", "ANCHOR", "31"]);
+        let a = Policy::new(params_of(&spec).unwrap());
+        assert_eq!(a.params().numbers().values(), [1_000, 3]);
+        assert_eq!(a.args(), ["1000", "MONTH", "TZ", "-300", "ANCHOR", "31"]);
         assert_eq!(
             u64::try_from(a.window().as_millis()).unwrap(),
             spec.quota_window_ms()

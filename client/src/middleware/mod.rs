@@ -84,7 +84,7 @@ mod trace;
 #[cfg(feature = "axum")]
 pub use self::axum::{refusal, AxumRequestInfo};
 pub use config::{
-    algorithm, mode, policy_of, AccessConfig, AlgorithmKind, Dimension, FailureModeName,
+    mode, params_of, policy_of, AccessConfig, AlgorithmKind, Dimension, FailureModeName,
     FleetSettings, LeaseSettings, LimitSpec, Rate, RateLimitConfig, RateLimitConfigExt,
     RateOverride, Rule, TierLimits, Window,
 };

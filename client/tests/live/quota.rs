@@ -18,7 +18,7 @@ fn limiter(url: &str, engine: Option<Engine>) -> Limiter {
 #[tokio::test]
 async fn a_monthly_quota_on_the_module_and_on_the_twin() {
     let server = Server::start();
-    let plan = Policy::quota(3, Period::Month, -300, 31).unwrap();
+    let plan = Policy::calendar_quota(3, Period::Month, -300, 31).unwrap();
     for (engine, key) in [(Engine::Module, "q:module"), (Engine::Lua, "q:twin")] {
         let l = limiter(&server.url(), Some(engine));
         for remaining in [2, 1, 0] {
@@ -51,7 +51,7 @@ async fn a_quota_takes_part_in_check_all() {
     let items = [
         (
             "{t}:plan".to_string(),
-            Policy::quota(2, Period::Year, 330, 1).unwrap(),
+            Policy::calendar_quota(2, Period::Year, 330, 1).unwrap(),
         ),
         (
             "{t}:rate".to_string(),
@@ -69,7 +69,7 @@ async fn a_quota_takes_part_in_check_all() {
 async fn the_local_fallback_runs_the_quota_while_redis_is_away() {
     let server = Server::unstarted(free_port());
     let l = limiter(&server.url(), None);
-    let plan = Policy::quota(2, Period::Week, 0, 1).unwrap();
+    let plan = Policy::calendar_quota(2, Period::Week, 0, 1).unwrap();
     let mut allowed = 0;
     for _ in 0..3 {
         let d = l.check("q", &plan).await;
@@ -87,7 +87,7 @@ async fn a_reservation_is_settled_by_refund_or_forced_charge() {
     let server = Server::start();
     let l = limiter(&server.url(), None);
     for (name, policy) in [
-        ("quota", Policy::quota(100, Period::Month, 0, 1).unwrap()),
+        ("quota", Policy::calendar_quota(100, Period::Month, 0, 1).unwrap()),
         ("bucket", Policy::token_bucket(100, 1, 3_600_000).unwrap()),
         ("fixed", Policy::fixed(100, 3_600_000_000).unwrap()),
     ] {

@@ -16,7 +16,7 @@ async fn batches_then_refunds(limiter: &Limiter, engine: &str) {
     ];
     for (i, p) in policies.iter().enumerate() {
         let key = format!("{engine}:global:{i}");
-        let what = format!("{engine} {:?}", p.algorithm());
+        let what = format!("{engine} {:?}", p.params());
         let g = limiter.take_upto(&key, p, 60).await.unwrap();
         assert_eq!((g.granted, g.decision.remaining), (60, 40), "{what}");
         assert_eq!(g.decision.source, Source::Redis);

@@ -1,4 +1,4 @@
-//! A fleet of rl-gateway processes on one server (issue 13): each counts the others, the
+//! A fleet of rl-gateway processes on one server: each counts the others, the
 //! global limit is served from leases and never over-admitted, and when Redis is killed
 //! the local fallback divides each limit by the fleet size.
 

@@ -16,7 +16,7 @@ pub(crate) fn compact<S: Stored>(fields: impl FnOnce(&mut Writer<'_>)) -> Vec<u8
     };
     let mut w = Writer { out: &mut out };
     w.bytes(&MAGIC);
-    w.bytes(&[COMPACT_VERSION, S::ALGORITHM.tag()]);
+    w.bytes(&[COMPACT_VERSION, S::KIND.tag()]);
     fields(&mut w);
     out.as_bytes().to_vec()
 }
@@ -103,7 +103,7 @@ pub(crate) fn encodes_like_generic<S: Stored + PartialEq + std::fmt::Debug>(
 pub(crate) fn fast_decode_is_general<S: Stored + PartialEq + std::fmt::Debug>(body: &[u8]) {
     for version in [VERSION, COMPACT_VERSION, 3] {
         let mut v = MAGIC.to_vec();
-        v.extend_from_slice(&[version, S::ALGORITHM.tag()]);
+        v.extend_from_slice(&[version, S::KIND.tag()]);
         v.extend_from_slice(body);
         assert_eq!(S::decode(&v), S::decode_general(&v), "{v:?}");
     }
