@@ -398,6 +398,24 @@ limit = 50
 
 COMPARED = ("retry-after", "content-type") + QUOTA_HEADERS
 
+
+# The waits in seconds that a response reports (`Retry-After`, `X-RateLimit-Reset`, `t=` and the
+# problem body's retry): the two front ends answer a moment apart, so a second boundary can lie
+# between them. Everything else must be equal to the byte.
+_CLOCK = re.compile(r'(t=|retry after |"retry_after":\s?)(\d+)(?=$|[^\d])')
+_WAIT_HEADERS = ("retry-after", "x-ratelimit-reset")
+
+
+def _same_but_the_clock(a: Optional[str], b: Optional[str], name: str = "") -> bool:
+    if a is None or b is None:
+        return a == b
+    if name in _WAIT_HEADERS:
+        return a.isdigit() and b.isdigit() and abs(int(a) - int(b)) <= 1
+    if _CLOCK.sub(r"\1#", a) != _CLOCK.sub(r"\1#", b):
+        return False
+    return all(abs(int(x[1]) - int(y[1])) <= 1 for x, y in zip(_CLOCK.findall(a), _CLOCK.findall(b)))
+
+
 RULES = """
 [[rules]]
 name = "login"
@@ -466,9 +484,10 @@ def compare_with_gateway(server: Any, r: Any, prefix: str, tmp_path: Path, confi
                 for name in COMPARED:
                     if g_status == 200 and name == "content-type":
                         continue
-                    assert res.headers.get(name) == g_headers.get(name), (i, url, name)
+                    assert _same_but_the_clock(res.headers.get(name), g_headers.get(name), name), (
+                        i, url, name, res.headers.get(name), g_headers.get(name))
                 if g_status != 200:
-                    assert res.content == g_body, (i, url)
+                    assert _same_but_the_clock(res.content.decode(), g_body.decode()), (i, url)
     finally:
         proc.terminate()
         try:
