@@ -38,6 +38,16 @@ impl FailureMode {
         instances: NonZeroU32::MIN,
     };
 
+    /// The failure mode a configuration names, with `instances` for the local one.
+    pub const fn named(name: redis_rl_policy::FailureModeName, instances: NonZeroU32) -> Self {
+        use redis_rl_policy::FailureModeName;
+        match name {
+            FailureModeName::Open => FailureMode::Open,
+            FailureModeName::Closed => FailureMode::Closed,
+            FailureModeName::Local => FailureMode::Local { instances },
+        }
+    }
+
     /// A short name for logs and metrics: `open`, `closed`, `local`.
     pub const fn name(&self) -> &'static str {
         match self {

@@ -30,28 +30,8 @@ use crate::backend::BoxFuture;
 use crate::error::{Error, Result};
 use crate::policy::{FailureMode, Policy};
 
-/// The failure mode named in configuration (the instance count is set once, globally).
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum FailureModeName {
-    /// Allow when Redis is unavailable.
-    Open,
-    /// Deny when Redis is unavailable.
-    Closed,
-    /// Decide locally when Redis is unavailable.
-    Local,
-}
-
-impl FailureModeName {
-    /// The failure mode, with `instances` for the local one.
-    pub const fn with_instances(self, instances: NonZeroU32) -> FailureMode {
-        match self {
-            FailureModeName::Open => FailureMode::Open,
-            FailureModeName::Closed => FailureMode::Closed,
-            FailureModeName::Local => FailureMode::Local { instances },
-        }
-    }
-}
+/// The failure mode named in configuration (the policy engine's: one type for every front end).
+pub use redis_rl_policy::FailureModeName;
 
 /// One limit as written in configuration: `limit` units per `window_ms`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -125,7 +105,7 @@ impl Rate {
         })??;
         let mode = self
             .failure_mode
-            .map_or(default_mode, |m| m.with_instances(instances));
+            .map_or(default_mode, |m| FailureMode::named(m, instances));
         Ok(Policy::new(params).on_failure(mode).shadow(self.shadow))
     }
 }

@@ -74,11 +74,7 @@ impl RateLimitConfigExt for RateLimitConfig {
 
 /// The client's failure mode for a configured name.
 pub fn mode(name: FailureModeName, instances: NonZeroU32) -> FailureMode {
-    match name {
-        FailureModeName::Open => FailureMode::Open,
-        FailureModeName::Closed => FailureMode::Closed,
-        FailureModeName::Local => FailureMode::Local { instances },
-    }
+    FailureMode::named(name, instances)
 }
 
 /// The core's parameters of a window the engine validated (its numbers in the registry's
