@@ -12,10 +12,9 @@ use std::time::Duration;
 use lru::LruCache;
 use tokio::time::Instant;
 
-use crate::decider::{unknown, Check, Decided, Decider, Items};
+use crate::decider::{denied_at, Check, Decided, Decider, Items, Refund};
 use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
 use crate::error::Result;
-use redis_rl_core::AnyParams;
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -176,14 +175,7 @@ impl<D: Decider> DenyCached<D> {
         // A key the cache holds denies the whole request without a round trip.
         for (i, (key, _)) in items.iter().enumerate() {
             if let Some(d) = self.cached(key, cost) {
-                let mut decisions: Vec<Decision> = items.iter().map(|(_, a)| unknown(a)).collect();
-                if let Some(slot) = decisions.get_mut(i) {
-                    *slot = d;
-                }
-                return Ok(MultiDecision {
-                    denied: Some(i),
-                    decisions,
-                });
+                return Ok(denied_at(items, |(_, a)| a, i, d));
             }
         }
         let md = self.inner.check_all(items, cost).await?;
@@ -209,13 +201,8 @@ impl<D: Decider> Decider for DenyCached<D> {
         Box::pin(self.take_upto_cached(call))
     }
 
-    fn refund<'a>(
-        &'a self,
-        key: &'a str,
-        algorithm: &'a AnyParams,
-        amount: u64,
-    ) -> Decided<'a, u64> {
-        self.inner.refund(key, algorithm, amount)
+    fn refund<'a>(&'a self, units: Refund<'a>) -> Decided<'a, u64> {
+        self.inner.refund(units)
     }
 }
 

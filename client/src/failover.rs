@@ -7,12 +7,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::BoxFuture;
 use crate::decider::{Check, Decider};
 use crate::decision::{Decision, MultiDecision, Source, Verdict};
 use crate::error::Error;
 use crate::fallback::LocalLimiter;
 use crate::fleet::FleetView;
 use crate::policy::{FailureMode, Policy};
+use crate::stack::{Keys, Layer};
 use crate::transport::Transport;
 use redis_rl_core::AnyParams;
 
@@ -173,6 +175,26 @@ impl<D: Decider> Failover<D> {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("rl_client_decisions_total", "source" => source.name()).increment(1);
+    }
+}
+
+impl<D: Decider> Layer for Failover<D> {
+    fn decide<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        cost: u64,
+        peek: bool,
+    ) -> BoxFuture<'a, Decision> {
+        Box::pin(self.check(key, policy, cost, peek))
+    }
+
+    fn decide_all<'a>(&'a self, items: Keys<'a>, cost: u64) -> BoxFuture<'a, MultiDecision> {
+        Box::pin(self.check_all(items, cost))
+    }
+
+    fn decider(&self) -> &dyn Decider {
+        &self.inner
     }
 }
 

@@ -72,6 +72,8 @@ pub mod limiter;
 pub mod middleware;
 pub mod policy;
 pub mod settle;
+mod shadow;
+mod stack;
 #[cfg(test)]
 mod testing;
 pub mod tier;

@@ -1,183 +1,29 @@
-//! The limiter: the facade over the layers (see [`crate::decider`] for the stack). It
-//! builds them, splits shadow policies from enforced ones, and gathers the counters.
+//! The limiter: the facade over the layers. It builds them (`builder.rs`), hands each call
+//! to the top of the stack and gathers the counters; what each layer does is in its own
+//! module (see [`crate::decider`] for the stack).
 
-use std::num::{NonZeroU32, NonZeroUsize};
+use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::future::join_all;
 use redis::{Cmd, Value};
 
-use crate::backend::{Backend, Cluster, Standalone, TlsFiles};
-use crate::breaker::{BreakerConfig, BreakerState, BreakerStats};
-use crate::decider::Check;
-use crate::decider::{unknown, AutoDecider, Decider, Engine};
-use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
-use crate::deny_cache::{DenyCache, DenyCached};
+use crate::breaker::{BreakerState, BreakerStats};
+use crate::decider::{Check, Refund};
+use crate::decision::{Decision, Grant, MultiDecision};
 use crate::error::Result;
-use crate::failover::Failover;
-use crate::fallback::LocalLimiter;
 use crate::fleet::{FleetConfig, FleetView, Membership};
-use crate::lease::{leasable, LeaseConfig, LeaseStats, Leases, Reserve};
+use crate::lease::LeaseStats;
 use crate::policy::Policy;
+use crate::stack::{Layer, Stack};
 use crate::transport::Transport;
+
+mod builder;
+
+pub use builder::LimiterBuilder;
 
 /// Default timeout of one call to Redis.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
-
-/// Builds a [`Limiter`].
-///
-/// ```
-/// use std::time::Duration;
-/// use redis_rl_client::{BreakerConfig, Limiter};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// let limiter = Limiter::builder()
-///     .timeout(Duration::from_millis(20))
-///     .breaker(BreakerConfig { failure_threshold: 3, open_for: Duration::from_secs(1) })
-///     .standalone("redis://127.0.0.1:6379/")
-///     .unwrap(); // nothing is connected until the first call
-/// # }
-/// ```
-#[derive(Clone, Debug)]
-pub struct LimiterBuilder {
-    timeout: Duration,
-    breaker: BreakerConfig,
-    deny_cache: usize,
-    local_capacity: usize,
-    rl_all: Option<bool>,
-    engine: Engine,
-    fleet_fallback: bool,
-    leases: LeaseConfig,
-    tls: Option<TlsFiles>,
-}
-
-impl Default for LimiterBuilder {
-    fn default() -> Self {
-        Self {
-            timeout: DEFAULT_TIMEOUT,
-            breaker: BreakerConfig::default(),
-            deny_cache: 10_000,
-            local_capacity: 100_000,
-            rl_all: None,
-            engine: Engine::Auto,
-            fleet_fallback: true,
-            leases: LeaseConfig::default(),
-            tls: None,
-        }
-    }
-}
-
-impl LimiterBuilder {
-    /// Timeout of each call to Redis (default 50 ms). A slow Redis then costs each request
-    /// at most this, and the breaker soon stops even that.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Circuit breaker settings.
-    pub fn breaker(mut self, config: BreakerConfig) -> Self {
-        self.breaker = config;
-        self
-    }
-
-    /// Keys remembered by the hot-key deny cache (default 10000; 0 turns it off).
-    pub fn deny_cache(mut self, capacity: usize) -> Self {
-        self.deny_cache = capacity;
-        self
-    }
-
-    /// Keys held by the local fallback limiter (default 100000).
-    pub fn local_capacity(mut self, capacity: usize) -> Self {
-        self.local_capacity = capacity;
-        self
-    }
-
-    /// Forces the use of `RL.ALL` (`Some(true)`) or of single calls (`Some(false)`) for
-    /// multi-key checks, instead of detecting it once with `COMMAND INFO`.
-    pub fn rl_all(mut self, use_it: Option<bool>) -> Self {
-        self.rl_all = use_it;
-        self
-    }
-
-    /// How the server decides (default [`Engine::Auto`]: the module where its commands
-    /// exist, else the Lua twin `lua/rl.lua`, for servers that cannot load modules).
-    pub fn engine(mut self, engine: Engine) -> Self {
-        self.engine = engine;
-        self
-    }
-
-    /// Whether the local fallback divides each limit by the live fleet size once
-    /// [`Limiter::join_fleet`] has read it (default true), instead of by each policy's
-    /// `FailureMode::Local { instances }` (which still applies before the size is known).
-    /// Turn it off to keep a static `instances`.
-    pub fn fleet_fallback(mut self, on: bool) -> Self {
-        self.fleet_fallback = on;
-        self
-    }
-
-    /// Lease settings for hot policies ([`Policy::hot`]; default: 250 ms lifetime, 200 ms
-    /// of demand, the fleet's leases of a key holding at most 10% of its limit).
-    pub fn leases(mut self, config: LeaseConfig) -> Self {
-        self.leases = config;
-        self
-    }
-
-    /// TLS settings for `rediss://` URLs: the CA certificates the server must chain to
-    /// (instead of the system's roots) and a client certificate. Without this, `rediss://`
-    /// checks the server against the system's roots. The server's name (the URL's host)
-    /// is checked either way.
-    pub fn tls(mut self, files: TlsFiles) -> Self {
-        self.tls = Some(files);
-        self
-    }
-
-    /// A limiter on a standalone server (`redis://[user:password@]host:port/db`, or
-    /// `rediss://` for TLS).
-    pub fn standalone(self, url: &str) -> Result<Limiter> {
-        let backend = Standalone::with_tls(url, self.timeout, self.tls.clone())?;
-        Ok(self.backend(Arc::new(backend)))
-    }
-
-    /// A limiter on a Redis Cluster reached through the seed `nodes` (URLs as for
-    /// [`standalone`](Self::standalone)).
-    pub fn cluster(self, nodes: &[String]) -> Result<Limiter> {
-        let backend = Cluster::with_tls(nodes, self.timeout, self.tls.clone())?;
-        Ok(self.backend(Arc::new(backend)))
-    }
-
-    /// A limiter on any [`Backend`] (tests use this to inject faults).
-    pub fn backend(self, backend: Arc<dyn Backend>) -> Limiter {
-        let transport = Arc::new(Transport::new(
-            backend,
-            self.timeout,
-            self.breaker,
-            self.rl_all,
-        ));
-        let decider: Box<dyn Decider> = Box::new(AutoDecider::new(transport.clone(), self.engine));
-        let cached = Arc::new(DenyCached::new(
-            decider,
-            NonZeroUsize::new(self.deny_cache).map(DenyCache::new),
-        ));
-        let fleet = Arc::new(FleetView::new(self.fleet_fallback));
-        let leases = Leases::new(self.leases, cached.clone(), fleet.clone());
-        let stack = Failover::new(
-            cached,
-            transport.clone(),
-            LocalLimiter::new(self.local_capacity),
-            fleet.clone(),
-        );
-        Limiter {
-            inner: Arc::new(Inner {
-                transport,
-                stack,
-                leases,
-                fleet,
-                membership: Mutex::new(None),
-            }),
-        }
-    }
-}
 
 /// Counts since start, for health endpoints and game days.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -204,8 +50,7 @@ pub struct LimiterStats {
 
 struct Inner {
     transport: Arc<Transport>,
-    stack: Failover<Arc<DenyCached<Box<dyn Decider>>>>,
-    leases: Leases,
+    stack: Stack,
     fleet: Arc<FleetView>,
     membership: Mutex<Option<Membership>>,
 }
@@ -249,24 +94,12 @@ impl Limiter {
     /// Takes `cost` units for `key` (0: look without taking). A hot policy's units come
     /// from this instance's lease of the key ([`crate::lease`]).
     pub async fn check_n(&self, key: &str, policy: &Policy, cost: u64) -> Decision {
-        let from_lease = if leasable(policy, cost) && !policy.is_shadow() {
-            self.inner.leases.reserve(key, policy, cost).await
-        } else {
-            Reserve::Ordinary
-        };
-        let mut d = match from_lease {
-            Reserve::Reserved(_, d) | Reserve::Denied(d) => d,
-            Reserve::Ordinary => self.inner.stack.check(key, policy, cost, false).await,
-        };
-        d.shadow = policy.is_shadow();
-        d
+        self.inner.stack.decide(key, policy, cost, false).await
     }
 
     /// Says what taking `cost` units would answer, taking nothing (`PEEK`).
     pub async fn peek(&self, key: &str, policy: &Policy, cost: u64) -> Decision {
-        let mut d = self.inner.stack.check(key, policy, cost, true).await;
-        d.shadow = policy.is_shadow();
-        d
+        self.inner.stack.decide(key, policy, cost, true).await
     }
 
     /// Takes one unit on every key, all or nothing; see [`Limiter::check_all_n`].
@@ -290,105 +123,8 @@ impl Limiter {
         items: &[(K, Policy)],
         cost: u64,
     ) -> MultiDecision {
-        let (shadow, enforced): (Vec<usize>, Vec<usize>) =
-            (0..items.len()).partition(|&i| items.get(i).is_some_and(|(_, p)| p.is_shadow()));
-        let pair = |i: &usize| items.get(*i).map(|(k, p)| (k.as_ref(), p));
-        let enforced_pairs: Vec<(&str, &Policy)> = enforced.iter().filter_map(pair).collect();
-        let shadow_checks = shadow
-            .iter()
-            .filter_map(pair)
-            .map(|(k, p)| self.check_n(k, p, cost));
-        let (enforced_result, shadow_results) = tokio::join!(
-            self.decide_all(&enforced_pairs, cost),
-            join_all(shadow_checks)
-        );
-
-        let placeholder = Decision {
-            verdict: Verdict::Allowed,
-            limit: 0,
-            remaining: 0,
-            reset_after: Duration::ZERO,
-            source: Source::Redis,
-            shadow: false,
-        };
-        let mut decisions = vec![placeholder; items.len()];
-        let placed = enforced
-            .iter()
-            .zip(enforced_result.decisions)
-            .chain(shadow.iter().zip(shadow_results));
-        for (&i, d) in placed {
-            if let Some(slot) = decisions.get_mut(i) {
-                *slot = d;
-            }
-        }
-        MultiDecision {
-            denied: enforced_result
-                .denied
-                .and_then(|j| enforced.get(j).copied()),
-            decisions,
-        }
-    }
-
-    /// The enforced keys, all or nothing: hot keys' units reserved from their leases
-    /// first, then the other keys through the stack in one go; the reserved units go back
-    /// to their leases when another key denies (a lease unit is spent only if every other
-    /// key allowed the request).
-    async fn decide_all(&self, items: &[(&str, &Policy)], cost: u64) -> MultiDecision {
-        let leases = &self.inner.leases;
-        let mut leased: Vec<Option<Decision>> = vec![None; items.len()];
-        let mut reserved = Vec::new();
-        for (i, (key, policy)) in items.iter().enumerate() {
-            if !leasable(policy, cost) {
-                continue;
-            }
-            match leases.reserve(key, policy, cost).await {
-                Reserve::Reserved(r, d) => {
-                    reserved.push(r);
-                    if let Some(slot) = leased.get_mut(i) {
-                        *slot = Some(d);
-                    }
-                }
-                Reserve::Denied(d) => {
-                    for r in reserved {
-                        leases.give_back(r);
-                    }
-                    let mut decisions: Vec<Decision> =
-                        items.iter().map(|(_, p)| unknown(p.params())).collect();
-                    if let Some(slot) = decisions.get_mut(i) {
-                        *slot = d;
-                    }
-                    return MultiDecision {
-                        denied: Some(i),
-                        decisions,
-                    };
-                }
-                Reserve::Ordinary => {}
-            }
-        }
-        let rest: Vec<usize> = (0..items.len())
-            .filter(|&i| leased.get(i).is_some_and(Option::is_none))
-            .collect();
-        let rest_items: Vec<(&str, &Policy)> =
-            rest.iter().filter_map(|&i| items.get(i).copied()).collect();
-        let md = self.inner.stack.check_all(&rest_items, cost).await;
-        if md.denied.is_some() {
-            for r in reserved {
-                leases.give_back(r);
-            }
-        }
-        for (&i, d) in rest.iter().zip(md.decisions) {
-            if let Some(slot) = leased.get_mut(i) {
-                *slot = Some(d);
-            }
-        }
-        MultiDecision {
-            denied: md.denied.and_then(|j| rest.get(j).copied()),
-            decisions: items
-                .iter()
-                .zip(leased)
-                .map(|((_, p), d)| d.unwrap_or_else(|| unknown(p.params())))
-                .collect(),
-        }
+        let items: Vec<(&str, &Policy)> = items.iter().map(|(k, p)| (k.as_ref(), p)).collect();
+        self.inner.stack.decide_all(&items, cost).await
     }
 
     /// Takes a batch: up to `n` units of `policy` on `key` in one call (`COST n UPTO`), as
@@ -439,7 +175,7 @@ impl Limiter {
             cost: n,
             peek,
         };
-        self.inner.stack.inner().take_upto(call).await
+        self.inner.stack.decider().take_upto(call).await
     }
 
     /// Gives back up to `amount` units of `policy` on `key` taken earlier (`RL.REFUND`,
@@ -452,11 +188,12 @@ impl Limiter {
         if amount == 0 {
             return Ok(0);
         }
-        self.inner
-            .stack
-            .inner()
-            .refund(key, policy.params(), amount)
-            .await
+        let units = Refund {
+            key,
+            algorithm: policy.params(),
+            amount,
+        };
+        self.inner.stack.decider().refund(units).await
     }
 
     /// Joins a fleet: registers this limiter (one per gateway process) on `config.key` and
@@ -496,7 +233,7 @@ impl Limiter {
     /// leaves the fleet (its lease released at once, so the others count one member less at
     /// their next heartbeat). Best effort within the call timeout.
     pub async fn shutdown(&self) {
-        self.inner.leases.release_all().await;
+        self.inner.stack.inner().leases().release_all().await;
         let membership = self.lock_membership().take();
         if let Some(m) = membership {
             m.leave().await;
@@ -544,17 +281,19 @@ impl Limiter {
     /// Counts since start.
     pub fn stats(&self) -> LimiterStats {
         let (redis_calls, errors) = self.inner.transport.counts();
-        let failover = self.inner.stack.counts();
+        let leased = self.inner.stack.inner();
+        let failover = leased.inner();
+        let fallbacks = failover.counts();
         LimiterStats {
             redis_calls,
             errors,
-            deny_cache: self.inner.stack.inner().hits(),
-            local: failover.local,
-            fail_open: failover.fail_open,
-            fail_closed: failover.fail_closed,
+            deny_cache: failover.inner().hits(),
+            local: fallbacks.local,
+            fail_open: fallbacks.fail_open,
+            fail_closed: fallbacks.fail_closed,
             breaker: self.inner.transport.breaker().stats(),
             fleet_size: self.inner.fleet.size().map_or(0, NonZeroU32::get),
-            leases: self.inner.leases.stats(),
+            leases: leased.leases().stats(),
         }
     }
 }
@@ -568,30 +307,6 @@ mod tests {
     use crate::decision::Source;
     use crate::policy::Policy;
     use crate::testing::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn a_shadow_policy_records_but_never_denies() {
-        let mock = Mock::new(false, |w| match w[0].as_str() {
-            "COMMAND" => caps(true),
-            "RL.ALL" => Value::Array(vec![
-                Value::Int(1),
-                Value::Int(0),
-                Value::Array(vec![ints(&[10, 5, 0, 10])]),
-            ]),
-            _ => deny(900),
-        });
-        let l = limiter(&mock);
-        let enforced = Policy::sliding(10, 1_000).unwrap();
-        let shadow = Policy::sliding(1, 1_000).unwrap().shadow(true);
-        let md = l.check_all(&[("a", enforced), ("s", shadow)]).await;
-        assert!(md.allows());
-        assert!(md.decisions[1].shadow);
-        assert!(md.decisions[1].is_denied());
-        assert!(md.decisions[1].allows());
-        assert_eq!(md.retry_after(), None);
-        let single = l.check("s", &shadow).await;
-        assert!(single.allows() && single.is_denied());
-    }
 
     #[tokio::test(start_paused = true)]
     async fn take_upto_sends_upto_and_a_grant_of_nothing_is_cached() {

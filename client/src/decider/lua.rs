@@ -1,79 +1,88 @@
-//! Decisions without the module: the Lua twin (`lua/rl.lua`), the module's commands as a
-//! function library, for servers that cannot load modules (managed Redis and Valkey).
-//!
-//! Same replies, same stored bytes, so the module's decider logic is reused as is: every
+//! The Lua twin (`lua/rl.lua`): the module's commands as a function library, for servers
+//! that cannot load modules (managed Redis and Valkey). Same replies, same stored bytes, so
+//! the [`ServerDecider`](super::ServerDecider)'s logic is reused as is: every
 //! `RL.<ALG> key args...` it builds is sent as `FCALL rl 1 key RL.<ALG> args...` (and
-//! `RL.ALL n keys... rest` as `FCALL rl n keys... RL.ALL rest`). On a server that does not
-//! have the library yet (`Function not found`), it is loaded there (`FUNCTION LOAD REPLACE`)
-//! and the call is retried once. Where `FUNCTION` is refused (renamed, ACL), the same file
-//! runs as a script: `EVALSHA`, loaded with `SCRIPT LOAD` on `NOSCRIPT` and retried once.
+//! `RL.ALL n keys... rest` as `FCALL rl n keys... RL.ALL rest`), or as `EVALSHA` of the same
+//! file where `FUNCTION` is refused (the wire decides which, see `wire.rs`).
 
-use std::sync::Arc;
+use std::sync::OnceLock;
 
-use super::module::ModuleDecider;
-use super::twin::Twin;
-pub use super::twin::{check_range, script_source, FUNCTION, LIBRARY};
-use super::{Check, Decided, Decider, Items};
-use crate::decision::{Decision, Grant, MultiDecision};
-use crate::transport::Transport;
+use redis::Cmd;
+
+use crate::error::{Error, Result};
 use redis_rl_core::AnyParams;
 
-/// Decisions through the Lua twin: the [`ModuleDecider`]'s logic (RL.ALL per slot, refunds
-/// across slots) with every command sent to the twin.
-#[derive(Debug)]
-pub struct LuaDecider {
-    inner: ModuleDecider,
+/// The library's source: `FUNCTION LOAD` it as is, or run it as a script with its first line
+/// replaced by `#!lua` ([`script_source`]).
+pub const LIBRARY: &str = include_str!("../../../lua/rl.lua");
+
+/// The function the library registers.
+pub const FUNCTION: &str = "rl";
+
+/// The same file as a script (`EVAL`/`SCRIPT LOAD`): the library's shebang names it, which
+/// a script may not.
+pub fn script_source() -> &'static str {
+    static SCRIPT: OnceLock<String> = OnceLock::new();
+    SCRIPT.get_or_init(|| {
+        let body = LIBRARY.split_once('\n').map_or(LIBRARY, |(_, rest)| rest);
+        format!("#!lua\n{body}")
+    })
 }
 
-impl LuaDecider {
-    /// The twin over `transport`.
-    pub fn new(transport: Arc<Transport>) -> Self {
-        Self {
-            inner: ModuleDecider::through_twin(transport, Arc::new(Twin::default())),
-        }
+/// Largest wait (ms) the twin replies exactly: 2^53 - 1 less two maximal durations.
+const EXACT_WAIT_MS: u128 = (1 << 53) - 1 - 2 * 1_000_000_000_000;
+
+/// The twin refuses policies whose waits it could not reply exactly (README, "Without the
+/// module"); say so before calling.
+pub fn check_range(params: &AnyParams) -> Result<()> {
+    // The longest wait any call can get is the time to refill the whole quota (a window
+    // algorithm's is at most its window, far below the bound).
+    let (_, refill_ms) = params.quota();
+    if u128::from(refill_ms) > EXACT_WAIT_MS {
+        return Err(Error::Config(format!(
+            "{} {:?}: a full refill or burst over 2^53 ms is beyond the exact range of the Lua twin; use the module",
+            params.kind().command(),
+            crate::command::args(params)
+        )));
     }
+    Ok(())
 }
 
-impl Decider for LuaDecider {
-    fn check<'a>(&'a self, call: Check<'a>) -> Decided<'a, Decision> {
-        Box::pin(async move {
-            check_range(call.algorithm)?;
-            self.inner.check(call).await
-        })
-    }
+/// Arguments as bytes.
+type Words = Vec<Vec<u8>>;
 
-    fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
-        Box::pin(async move {
-            for (_, algorithm) in items {
-                check_range(algorithm)?;
-            }
-            self.inner.check_all(items, cost).await
+/// `RL.X key args...` / `RL.ALL n keys... rest` -> (keys, [RL.X, args...]).
+pub(super) fn split(cmd: &Cmd) -> Option<(Words, Words)> {
+    let args: Vec<Vec<u8>> = cmd
+        .args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(bytes) => Some(bytes.to_vec()),
+            redis::Arg::Cursor => None,
         })
-    }
+        .collect::<Option<_>>()?;
+    let (name, rest) = args.split_first()?;
+    let (numkeys, rest) = if name.eq_ignore_ascii_case(b"RL.ALL") {
+        let (n, after) = rest.split_first()?;
+        (std::str::from_utf8(n).ok()?.parse().ok()?, after)
+    } else {
+        (1, rest)
+    };
+    let (keys, tail) = rest.split_at_checked(numkeys)?;
+    let mut argv = vec![name.clone()];
+    argv.extend_from_slice(tail);
+    Some((keys.to_vec(), argv))
+}
 
-    fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant> {
-        Box::pin(async move {
-            check_range(call.algorithm)?;
-            self.inner.take_upto(call).await
-        })
-    }
-
-    fn refund<'a>(
-        &'a self,
-        key: &'a str,
-        algorithm: &'a AnyParams,
-        amount: u64,
-    ) -> Decided<'a, u64> {
-        Box::pin(async move {
-            check_range(algorithm)?;
-            self.inner.refund(key, algorithm, amount).await
-        })
+/// A server error's text, lower case (empty for other errors).
+pub(super) fn message(e: &Error) -> String {
+    match e {
+        Error::Redis(r) => r.to_string().to_ascii_lowercase(),
+        _ => String::new(),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::twin::split;
     use super::*;
     use crate::command;
     use crate::policy::Policy;

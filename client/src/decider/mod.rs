@@ -1,43 +1,50 @@
 //! The layer that asks Redis for decisions: the seam between "how a decision is made on the
-//! server" and everything around it (deny cache, failure modes, shadow policies).
+//! server" and everything around it (deny cache, failure modes, leases, shadow policies).
 //!
 //! The layers, each wrapping the next and depending only on the ones below it:
 //!
 //! ```text
-//! Limiter (facade: shadow policies, stats)
-//!   └ Failover        failure modes: open, closed, local fallback (crate::failover)
-//!      └ DenyCached   hot-key deny cache (crate::deny_cache)
-//!         └ dyn Decider   decisions from Redis: AutoDecider picks ModuleDecider (module
-//!                         commands) or LuaDecider (the same commands run by lua/rl.lua)
-//!            └ Transport  timeout, circuit breaker, capabilities (crate::transport)
-//!               └ dyn Backend  standalone or cluster connection (crate::backend)
+//! Limiter (facade: builds the stack, delegates to it, gathers the counters)
+//!   └ Shadow          shadow policies decided apart, never denying (crate::shadow)
+//!      └ Leased        hot keys served from leases taken with UPTO (crate::lease)
+//!         └ Failover      failure modes: open, closed, local fallback (crate::failover)
+//!            └ DenyCached    hot-key deny cache (crate::deny_cache)
+//!               └ dyn Decider   decisions from Redis: a ServerDecider, the module's commands
+//!                               sent as commands or to the Lua twin (lua/rl.lua) as a
+//!                               function or a script (the wire, crate::decider::wire)
+//!                  └ Transport     timeout, circuit breaker, capabilities (crate::transport)
+//!                     └ dyn Backend   standalone or cluster connection (crate::backend)
 //! ```
 //!
-//! A [`Decider`] returns Redis's answer or an [`Error`]; it never decides by itself when
-//! Redis cannot answer (that is [`Failover`](crate::failover::Failover)'s job) and never
-//! caches (that is [`DenyCached`](crate::deny_cache::DenyCached)'s).
+//! The three top layers decide by [`Policy`](crate::Policy) and never fail; a [`Decider`]
+//! knows only the algorithm and its parameters, and returns Redis's answer or an [`Error`]:
+//! it never decides by itself when Redis cannot answer (that is
+//! [`Failover`](crate::failover::Failover)'s job) and never caches (that is
+//! [`DenyCached`](crate::deny_cache::DenyCached)'s).
 //!
 //! # Adding a decider
 //!
-//! [`ModuleDecider`] speaks the module's commands (`RL.<ALG>`, `RL.ALL`, `RL.REFUND`).
-//! Another way of deciding on the server, such as Lua scripts for a server without the
-//! module, is a second implementation of [`Decider`] over the same [`Transport`]: it
-//! sends its commands with [`Transport::call`] (so they are timed out, counted and seen by
-//! the breaker), returns decisions with `source: Redis`, and keeps the all-or-nothing
-//! contract of [`Decider::check_all`]. [`Decider::take_upto`] and [`Decider::refund`] are
-//! the partial grant (`COST n UPTO`) and the give-back that leases are built from. The limiter holds it as a `Box<dyn Decider>`, so
-//! nothing above this layer changes.
+//! [`ServerDecider`] speaks the module's commands (`RL.<ALG>`, `RL.ALL`, `RL.REFUND`), over
+//! whichever wire reaches the server. Another way of deciding is a second implementation of
+//! [`Decider`] over the same [`Transport`](crate::transport::Transport): it sends its
+//! commands with [`Transport::call`](crate::transport::Transport::call) (so they are timed
+//! out, counted and seen by the breaker), returns decisions with `source: Redis`, and keeps
+//! the all-or-nothing contract of [`Decider::check_all`]. [`Decider::take_upto`] and
+//! [`Decider::refund`] are the partial grant (`COST n UPTO`) and the give-back that leases
+//! are built from. The limiter holds it as a `Box<dyn Decider>`, so nothing above this layer
+//! changes.
+//!
+//! [`Error`]: crate::Error
 
-mod auto;
 pub mod lua;
-mod module;
-mod twin;
+mod server;
+mod wire;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-pub use auto::{AutoDecider, Engine};
-pub use lua::LuaDecider;
-pub use module::ModuleDecider;
+pub use server::ServerDecider;
+pub use wire::Engine;
 
 use crate::backend::BoxFuture;
 use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
@@ -56,6 +63,17 @@ pub struct Check<'a> {
     pub cost: u64,
     /// Take nothing, only say what taking would answer (`PEEK`).
     pub peek: bool,
+}
+
+/// Units of `key` taken earlier, to give back (`RL.REFUND`).
+#[derive(Clone, Copy, Debug)]
+pub struct Refund<'a> {
+    /// The key.
+    pub key: &'a str,
+    /// Its algorithm and parameters.
+    pub algorithm: &'a AnyParams,
+    /// Units to give back.
+    pub amount: u64,
 }
 
 /// What a [`Decider`] answers, later: a decision or why Redis could not give one.
@@ -79,61 +97,35 @@ pub trait Decider: Send + Sync + 'static {
     /// must take `UPTO` (every rate limiter but the log).
     fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant>;
 
-    /// Gives back up to `amount` units of `key` taken earlier (`RL.REFUND`); the units
-    /// given back.
-    fn refund<'a>(
-        &'a self,
-        key: &'a str,
-        algorithm: &'a AnyParams,
-        amount: u64,
-    ) -> Decided<'a, u64>;
+    /// Gives back up to `units.amount` units taken earlier (`RL.REFUND`); the units given
+    /// back.
+    fn refund<'a>(&'a self, units: Refund<'a>) -> Decided<'a, u64>;
 }
 
-impl<D: Decider + ?Sized> Decider for Box<D> {
-    fn check<'a>(&'a self, call: Check<'a>) -> Decided<'a, Decision> {
-        (**self).check(call)
-    }
+/// A pointer to a decider decides as the decider it points to.
+macro_rules! forward_decider {
+    ($($pointer:ident),*) => {$(
+        impl<D: Decider + ?Sized> Decider for $pointer<D> {
+            fn check<'a>(&'a self, call: Check<'a>) -> Decided<'a, Decision> {
+                (**self).check(call)
+            }
 
-    fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
-        (**self).check_all(items, cost)
-    }
+            fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
+                (**self).check_all(items, cost)
+            }
 
-    fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant> {
-        (**self).take_upto(call)
-    }
+            fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant> {
+                (**self).take_upto(call)
+            }
 
-    fn refund<'a>(
-        &'a self,
-        key: &'a str,
-        algorithm: &'a AnyParams,
-        amount: u64,
-    ) -> Decided<'a, u64> {
-        (**self).refund(key, algorithm, amount)
-    }
+            fn refund<'a>(&'a self, units: Refund<'a>) -> Decided<'a, u64> {
+                (**self).refund(units)
+            }
+        }
+    )*};
 }
 
-impl<D: Decider + ?Sized> Decider for std::sync::Arc<D> {
-    fn check<'a>(&'a self, call: Check<'a>) -> Decided<'a, Decision> {
-        (**self).check(call)
-    }
-
-    fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
-        (**self).check_all(items, cost)
-    }
-
-    fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant> {
-        (**self).take_upto(call)
-    }
-
-    fn refund<'a>(
-        &'a self,
-        key: &'a str,
-        algorithm: &'a AnyParams,
-        amount: u64,
-    ) -> Decided<'a, u64> {
-        (**self).refund(key, algorithm, amount)
-    }
-}
+forward_decider!(Box, Arc);
 
 /// A decision for a key that was not checked (another key decided first): its limit, with
 /// nothing known about its count (`Source::Unchecked`: not a decision of Redis).
@@ -146,5 +138,23 @@ pub(crate) fn unknown(algorithm: &AnyParams) -> Decision {
         reset_after: Duration::ZERO,
         source: Source::Unchecked,
         shadow: false,
+    }
+}
+
+/// The decisions of a request denied by `decision` at `index` before the other keys were
+/// asked: theirs are [`unknown`].
+pub(crate) fn denied_at<T>(
+    items: &[T],
+    algorithm: impl Fn(&T) -> &AnyParams,
+    index: usize,
+    decision: Decision,
+) -> MultiDecision {
+    let mut decisions: Vec<Decision> = items.iter().map(|i| unknown(algorithm(i))).collect();
+    if let Some(slot) = decisions.get_mut(index) {
+        *slot = decision;
+    }
+    MultiDecision {
+        denied: Some(index),
+        decisions,
     }
 }

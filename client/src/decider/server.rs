@@ -1,63 +1,79 @@
-//! Decisions through the module's commands: `RL.<ALG>` for one key, one `RL.ALL` per hash
-//! slot for several, `RL.REFUND` to give back what earlier slots took.
+//! Decisions made on the server by the module's commands: `RL.<ALG>` for one key, one
+//! `RL.ALL` per hash slot for several, `RL.REFUND` to give back what earlier slots took; sent
+//! over the wire the server accepts (the module's commands, or the Lua twin as a function or
+//! a script, see `wire.rs`).
 
 use std::sync::Arc;
 
 use futures_util::future::join_all;
+use redis::{Cmd, Value};
 
-use super::twin::Twin;
-use super::{unknown, Check, Decided, Decider, Items};
+use super::lua::check_range;
+use super::wire::{Engine, Route, Wire};
+use super::{unknown, Check, Decided, Decider, Items, Refund};
 use crate::command;
 use crate::decision::{self, Decision, Grant, MultiDecision};
 use crate::error::{Error, Result};
 use crate::transport::{is_unknown_command, Capabilities, Transport};
 use redis_rl_core::AnyParams;
 
-/// The module's commands over a [`Transport`].
+/// The module's commands over a [`Transport`], on the wire [`Engine`] picks.
 ///
 /// `check_all`: with `RL.ALL` on the server, one call per hash slot (one in all on a
 /// standalone server, atomic); across slots, every slot at once (concurrently: one round
 /// trip of latency), refunding (`RL.REFUND`) the slots that took their units when another
 /// one denies or fails. Without `RL.ALL`: every key is
 /// peeked first (nothing taken if one denies), then taken; a denial racing in between is
-/// compensated with `RL.REFUND` when the server has it.
+/// compensated with `RL.REFUND` when the server has it. The Lua twin has both.
 #[derive(Debug)]
-pub struct ModuleDecider {
+pub struct ServerDecider {
     transport: Arc<Transport>,
-    /// Sends the same commands to the Lua twin instead (see [`super::LuaDecider`]).
-    twin: Option<Arc<Twin>>,
+    wire: Wire,
 }
 
 type Item<'a> = (&'a str, &'a AnyParams);
 
-impl ModuleDecider {
-    /// Module commands over `transport`.
-    pub fn new(transport: Arc<Transport>) -> Self {
+impl ServerDecider {
+    /// Decisions over `transport`, by the module's commands or the Lua twin as `engine` says.
+    pub fn new(transport: Arc<Transport>, engine: Engine) -> Self {
         Self {
             transport,
-            twin: None,
+            wire: Wire::new(engine),
         }
     }
 
-    /// The same logic with every command run by the Lua twin.
-    pub(crate) fn through_twin(transport: Arc<Transport>, twin: Arc<Twin>) -> Self {
-        Self {
-            transport,
-            twin: Some(twin),
-        }
+    /// The engine in use: asks the server on first use (an error leaves it unknown, so the
+    /// next call asks again).
+    pub async fn engine(&self) -> Result<Engine> {
+        Ok(match self.wire.route(&self.transport).await? {
+            Route::Command => Engine::Module,
+            Route::Function | Route::Script => Engine::Lua,
+        })
     }
 
-    /// Sends one of the module's commands (to the twin when there is one).
-    async fn send(&self, cmd: &redis::Cmd, slot: Option<u16>) -> Result<redis::Value> {
-        match &self.twin {
-            Some(twin) => twin.call(&self.transport, cmd, slot).await,
-            None => self.transport.call(cmd, slot).await,
+    /// The route for calls on `algorithms`: the twin refuses policies whose waits it could
+    /// not reply exactly, before any call.
+    async fn route<'p>(
+        &self,
+        algorithms: impl IntoIterator<Item = &'p AnyParams>,
+    ) -> Result<Route> {
+        let route = self.wire.route(&self.transport).await?;
+        if route != Route::Command {
+            for algorithm in algorithms {
+                check_range(algorithm)?;
+            }
         }
+        Ok(route)
+    }
+
+    /// Sends one of the module's commands by `route`.
+    async fn send(&self, route: Route, cmd: &Cmd, slot: Option<u16>) -> Result<Value> {
+        self.wire.send(&self.transport, route, cmd, slot).await
     }
 
     /// What the server offers: the twin has RL.ALL and RL.REFUND.
-    async fn capabilities(&self) -> Result<Capabilities> {
-        if self.twin.is_some() {
+    async fn capabilities(&self, route: Route) -> Result<Capabilities> {
+        if route != Route::Command {
             return Ok(Capabilities {
                 rl_all: true,
                 rl_refund: true,
@@ -66,16 +82,17 @@ impl ModuleDecider {
         self.transport.capabilities().await
     }
 
-    async fn one(
-        &self,
-        key: &str,
-        algorithm: &AnyParams,
-        cost: u64,
-        peek: bool,
-    ) -> Result<Decision> {
-        let cmd = command::single(key, algorithm, cost, peek);
-        let v = self.send(&cmd, self.transport.slot_of(key)).await?;
-        decision::parse_single(algorithm.kind().command(), &v)
+    async fn one(&self, call: Check<'_>) -> Result<Decision> {
+        let route = self.route([call.algorithm]).await?;
+        self.single(route, call).await
+    }
+
+    async fn single(&self, route: Route, call: Check<'_>) -> Result<Decision> {
+        let cmd = command::single(call.key, call.algorithm, call.cost, call.peek);
+        let v = self
+            .send(route, &cmd, self.transport.slot_of(call.key))
+            .await?;
+        decision::parse_single(call.algorithm.kind().command(), &v)
     }
 
     async fn upto(&self, call: Check<'_>) -> Result<Grant> {
@@ -85,23 +102,30 @@ impl ModuleDecider {
                 call.algorithm.kind().command()
             )));
         }
+        let route = self.route([call.algorithm]).await?;
         let cmd = command::upto(call.key, call.algorithm, call.cost, call.peek);
-        let v = self.send(&cmd, self.transport.slot_of(call.key)).await?;
+        let v = self
+            .send(route, &cmd, self.transport.slot_of(call.key))
+            .await?;
         decision::parse_upto(call.algorithm.kind().command(), &v)
     }
 
-    async fn give_back(&self, key: &str, algorithm: &AnyParams, amount: u64) -> Result<u64> {
-        let cmd = command::refund(key, algorithm, amount);
-        let v = self.send(&cmd, self.transport.slot_of(key)).await?;
+    async fn give_back(&self, units: Refund<'_>) -> Result<u64> {
+        let route = self.route([units.algorithm]).await?;
+        let cmd = command::refund(units.key, units.algorithm, units.amount);
+        let v = self
+            .send(route, &cmd, self.transport.slot_of(units.key))
+            .await?;
         decision::parse_refund(&v)
     }
 
     async fn all(&self, items: &[Item<'_>], cost: u64) -> Result<MultiDecision> {
-        let caps = self.capabilities().await?;
+        let route = self.route(items.iter().map(|(_, a)| *a)).await?;
+        let caps = self.capabilities(route).await?;
         if caps.rl_all {
-            self.rl_all(items, cost, caps).await
+            self.rl_all(route, items, cost, caps).await
         } else {
-            self.peek_then_take(items, cost, caps).await
+            self.peek_then_take(route, items, cost, caps).await
         }
     }
 
@@ -113,6 +137,7 @@ impl ModuleDecider {
     /// and refunding what was not taken would give units away.
     async fn rl_all(
         &self,
+        route: Route,
         items: &[Item<'_>],
         cost: u64,
         caps: Capabilities,
@@ -125,7 +150,7 @@ impl ModuleDecider {
                 .filter_map(|&i| items.get(i).copied())
                 .collect();
             let cmd = command::all(&group, cost, false);
-            let v = self.send(&cmd, *slot).await?;
+            let v = self.send(route, &cmd, *slot).await?;
             decision::parse_all(&v, group.len())
         });
         let outcomes = join_all(calls).await;
@@ -161,7 +186,7 @@ impl ModuleDecider {
                 decisions,
             });
         }
-        self.refund(items, &taken, cost, caps).await;
+        self.refund(route, items, &taken, cost, caps).await;
         match (denied, error) {
             (None, Some(e)) => Err(e),
             (denied, _) => Ok(MultiDecision { denied, decisions }),
@@ -172,24 +197,25 @@ impl ModuleDecider {
     /// then take every key; refund on a racing denial.
     async fn peek_then_take(
         &self,
+        route: Route,
         items: &[Item<'_>],
         cost: u64,
         caps: Capabilities,
     ) -> Result<MultiDecision> {
-        let peeks = self.singles(items, cost, true).await?;
+        let peeks = self.singles(route, items, cost, true).await?;
         if let Some(i) = peeks.iter().position(|d| d.is_denied()) {
             return Ok(MultiDecision {
                 denied: Some(i),
                 decisions: peeks,
             });
         }
-        let taken = self.singles(items, cost, false).await?;
+        let taken = self.singles(route, items, cost, false).await?;
         let denied = taken.iter().position(|d| d.is_denied());
         if denied.is_some() {
             let allowed: Vec<usize> = (0..taken.len())
                 .filter(|&j| taken.get(j).is_some_and(|d| !d.is_denied()))
                 .collect();
-            self.refund(items, &allowed, cost, caps).await;
+            self.refund(route, items, &allowed, cost, caps).await;
         }
         Ok(MultiDecision {
             denied,
@@ -197,15 +223,34 @@ impl ModuleDecider {
         })
     }
 
-    async fn singles(&self, items: &[Item<'_>], cost: u64, peek: bool) -> Result<Vec<Decision>> {
-        let calls = items
-            .iter()
-            .map(|(key, algorithm)| self.one(key, algorithm, cost, peek));
+    async fn singles(
+        &self,
+        route: Route,
+        items: &[Item<'_>],
+        cost: u64,
+        peek: bool,
+    ) -> Result<Vec<Decision>> {
+        let calls = items.iter().map(|&(key, algorithm)| {
+            let call = Check {
+                key,
+                algorithm,
+                cost,
+                peek,
+            };
+            self.single(route, call)
+        });
         join_all(calls).await.into_iter().collect()
     }
 
     /// Gives back `cost` on the keys at `indexes`, best effort (errors are logged).
-    async fn refund(&self, items: &[Item<'_>], indexes: &[usize], cost: u64, caps: Capabilities) {
+    async fn refund(
+        &self,
+        route: Route,
+        items: &[Item<'_>],
+        indexes: &[usize],
+        cost: u64,
+        caps: Capabilities,
+    ) {
         if indexes.is_empty() || cost == 0 {
             return;
         }
@@ -222,7 +267,7 @@ impl ModuleDecider {
                 .filter_map(|&i| items.get(i))
                 .map(|(key, algorithm)| async move {
                     let cmd = command::refund(key, algorithm, cost);
-                    if let Err(e) = self.send(&cmd, self.transport.slot_of(key)).await {
+                    if let Err(e) = self.send(route, &cmd, self.transport.slot_of(key)).await {
                         self.transport.log_error("RL.REFUND", &e);
                     }
                 });
@@ -230,9 +275,9 @@ impl ModuleDecider {
     }
 }
 
-impl Decider for ModuleDecider {
+impl Decider for ServerDecider {
     fn check<'a>(&'a self, call: Check<'a>) -> Decided<'a, Decision> {
-        Box::pin(self.one(call.key, call.algorithm, call.cost, call.peek))
+        Box::pin(self.one(call))
     }
 
     fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
@@ -243,13 +288,8 @@ impl Decider for ModuleDecider {
         Box::pin(self.upto(call))
     }
 
-    fn refund<'a>(
-        &'a self,
-        key: &'a str,
-        algorithm: &'a AnyParams,
-        amount: u64,
-    ) -> Decided<'a, u64> {
-        Box::pin(self.give_back(key, algorithm, amount))
+    fn refund<'a>(&'a self, units: Refund<'a>) -> Decided<'a, u64> {
+        Box::pin(self.give_back(units))
     }
 }
 

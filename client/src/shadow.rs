@@ -1,0 +1,120 @@
+//! Shadow policies ([`Policy::shadow`]): checked and reported like the others (their
+//! decisions say `shadow: true`), never denying a request. In a multi-key check they are
+//! decided apart from the enforced keys, at the same time, so a shadow denial neither
+//! denies the request nor keeps the enforced keys from taking their units.
+
+use futures_util::future::join_all;
+
+use crate::backend::BoxFuture;
+use crate::decider::{unknown, Decider};
+use crate::decision::{Decision, MultiDecision};
+use crate::policy::Policy;
+use crate::stack::{Keys, Layer};
+
+/// The layer that splits shadow policies from enforced ones.
+#[derive(Debug)]
+pub(crate) struct Shadow<L> {
+    inner: L,
+}
+
+impl<L: Layer> Shadow<L> {
+    pub(crate) fn new(inner: L) -> Self {
+        Self { inner }
+    }
+
+    /// The layer below.
+    pub(crate) fn inner(&self) -> &L {
+        &self.inner
+    }
+}
+
+impl<L: Layer> Layer for Shadow<L> {
+    fn decide<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        cost: u64,
+        peek: bool,
+    ) -> BoxFuture<'a, Decision> {
+        Box::pin(self.decide_one(key, policy, cost, peek))
+    }
+
+    fn decide_all<'a>(&'a self, items: Keys<'a>, cost: u64) -> BoxFuture<'a, MultiDecision> {
+        Box::pin(self.decide_many(items, cost))
+    }
+
+    fn decider(&self) -> &dyn Decider {
+        self.inner.decider()
+    }
+}
+
+impl<L: Layer> Shadow<L> {
+    async fn decide_one(&self, key: &str, policy: &Policy, cost: u64, peek: bool) -> Decision {
+        let mut d = self.inner.decide(key, policy, cost, peek).await;
+        d.shadow = policy.is_shadow();
+        d
+    }
+
+    async fn decide_many(&self, items: Keys<'_>, cost: u64) -> MultiDecision {
+        let (shadow, enforced): (Vec<usize>, Vec<usize>) =
+            (0..items.len()).partition(|&i| items.get(i).is_some_and(|(_, p)| p.is_shadow()));
+        let pick = |i: &usize| items.get(*i).copied();
+        let enforced_items: Vec<(&str, &Policy)> = enforced.iter().filter_map(pick).collect();
+        let shadow_checks = shadow
+            .iter()
+            .filter_map(pick)
+            .map(|(k, p)| self.decide(k, p, cost, false));
+        let (enforced_result, shadow_results) = tokio::join!(
+            self.inner.decide_all(&enforced_items, cost),
+            join_all(shadow_checks)
+        );
+        let mut decisions: Vec<Decision> = items.iter().map(|(_, p)| unknown(p.params())).collect();
+        let placed = enforced
+            .iter()
+            .zip(enforced_result.decisions)
+            .chain(shadow.iter().zip(shadow_results));
+        for (&i, d) in placed {
+            if let Some(slot) = decisions.get_mut(i) {
+                *slot = d;
+            }
+        }
+        MultiDecision {
+            denied: enforced_result
+                .denied
+                .and_then(|j| enforced.get(j).copied()),
+            decisions,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use crate::policy::Policy;
+    use crate::testing::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shadow_policy_records_but_never_denies() {
+        let mock = Mock::new(false, |w| match w[0].as_str() {
+            "COMMAND" => caps(true),
+            "RL.ALL" => Value::Array(vec![
+                Value::Int(1),
+                Value::Int(0),
+                Value::Array(vec![ints(&[10, 5, 0, 10])]),
+            ]),
+            _ => deny(900),
+        });
+        let l = limiter(&mock);
+        let enforced = Policy::sliding(10, 1_000).unwrap();
+        let shadow = Policy::sliding(1, 1_000).unwrap().shadow(true);
+        let md = l.check_all(&[("a", enforced), ("s", shadow)]).await;
+        assert!(md.allows());
+        assert!(md.decisions[1].shadow);
+        assert!(md.decisions[1].is_denied());
+        assert!(md.decisions[1].allows());
+        assert_eq!(md.retry_after(), None);
+        let single = l.check("s", &shadow).await;
+        assert!(single.allows() && single.is_denied());
+    }
+}
