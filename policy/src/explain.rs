@@ -26,7 +26,7 @@ fn spec_text(s: &LimitSpec) -> String {
         "{}/{} {}",
         s.limit,
         window_label(s.window_ms),
-        s.algorithm.name()
+        s.algorithm.config_name()
     );
     if let Some(b) = s.burst {
         let _ = write!(t, " burst {b}");

@@ -47,12 +47,14 @@ pub use identity::{
     api_key, canonical_net, client_ip, client_network, is_key_text, request_id, tenant_id, KeyError,
 };
 pub use limit::{
-    nominal_ms, parse_limit, parse_limit_per, window_label, AlgorithmKind, FailureModeName,
-    InvalidLimit, LimitSpec, Per, LOCAL_LOG_MAX,
+    nominal_ms, parse_limit, parse_limit_per, window_label, FailureModeName, InvalidLimit,
+    LimitSpec, Per,
 };
 pub use load::{ConfigError, FieldError};
 pub use path::{normalize_path, Template};
 pub use rate::{Rate, RateOverride, Window};
+/// The algorithm a configuration names (`algorithm = "sliding"`): the core's registry's.
+pub use redis_rl_core::Kind;
 pub use render::{
     bad_request, ceil_secs, forbidden, policy_field, render, reported_index, Outcome, Rendered,
     Response, Verdict,

@@ -1,59 +1,11 @@
-//! One window of a rate: the limit-string parser, the algorithm and failure-mode names, and
-//! a window validated against the server's ranges.
+//! One window of a rate: the limit-string parser, the failure-mode names, and a window
+//! validated against the server's ranges (the algorithm is the core's [`Kind`]).
 
 use std::fmt;
 
 use redis_rl_core::calendar::{self, Calendar, Period};
-use redis_rl_core::limits::Range;
-use redis_rl_core::{AnyParams, Kind, ParamError};
+use redis_rl_core::{AnyParams, ConfigRate, Kind, ParamError, RateField};
 use serde::Deserialize;
-
-/// The algorithm named in configuration.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, Hash)]
-#[serde(rename_all = "snake_case")]
-pub enum AlgorithmKind {
-    /// Token bucket: `limit` tokens (or `burst`), refilled at `limit` per window.
-    #[default]
-    TokenBucket,
-    /// Sliding window (weighted counters).
-    Sliding,
-    /// Fixed window.
-    Fixed,
-    /// GCRA: `limit` per window, with an optional `burst`.
-    Gcra,
-    /// Exact sliding log (`limit` at most 10000).
-    Log,
-    /// Calendar quota: what a calendar limit (`"1000/month"`) runs as; it needs one.
-    Quota,
-}
-
-impl AlgorithmKind {
-    /// The name configuration uses (`token_bucket`, `sliding`, ...).
-    pub const fn name(self) -> &'static str {
-        match self {
-            AlgorithmKind::TokenBucket => "token_bucket",
-            AlgorithmKind::Sliding => "sliding",
-            AlgorithmKind::Fixed => "fixed",
-            AlgorithmKind::Gcra => "gcra",
-            AlgorithmKind::Log => "log",
-            AlgorithmKind::Quota => "quota",
-        }
-    }
-
-    /// The algorithm by its configuration name.
-    pub fn from_name(name: &str) -> Option<Self> {
-        [
-            AlgorithmKind::TokenBucket,
-            AlgorithmKind::Sliding,
-            AlgorithmKind::Fixed,
-            AlgorithmKind::Gcra,
-            AlgorithmKind::Log,
-            AlgorithmKind::Quota,
-        ]
-        .into_iter()
-        .find(|k| k.name() == name)
-    }
-}
 
 /// The failure mode named in configuration (the instance count is set once, globally).
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Hash)]
@@ -185,12 +137,7 @@ pub fn parse_limit_per(text: &str) -> Result<(u64, Per), String> {
 /// The usual length of a calendar period, in milliseconds (months of 30 days, years of
 /// 365): what `RateLimit-Policy` shows as its window (the reply's reset is exact).
 pub const fn nominal_ms(period: Period) -> u64 {
-    match period {
-        Period::Day => 86_400_000,
-        Period::Week => 7 * 86_400_000,
-        Period::Month => 30 * 86_400_000,
-        Period::Year => 365 * 86_400_000,
-    }
+    period.usual_ms()
 }
 
 /// A window in the shortest exact unit, as it appears in policy names and keys (`1s`,
@@ -209,20 +156,23 @@ pub fn window_label(window_ms: u64) -> String {
     format!("{window_ms}ms")
 }
 
-/// One validated window: `limit` units per `window_ms` under `algorithm`.
+/// One validated window: `limit` units per `window_ms` under `algorithm`, and the core's
+/// parameters they make (every per-algorithm fact comes from the core's registry: which
+/// parameter a configured limit, window and burst feed, their ranges, the quota shown).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LimitSpec {
     /// The algorithm.
-    pub algorithm: AlgorithmKind,
+    pub algorithm: Kind,
     /// Units per window.
     pub limit: u64,
     /// The window in milliseconds.
     pub window_ms: u64,
     /// Token bucket capacity or GCRA burst (`None`: `limit`).
     pub burst: Option<u64>,
-    /// The calendar of a quota (algorithm [`AlgorithmKind::Quota`]; `window_ms` is then
-    /// the period's [`nominal_ms`]).
+    /// The calendar of a calendar quota (`window_ms` is then the period's [`nominal_ms`]).
     pub calendar: Option<Calendar>,
+    /// The core's parameters.
+    params: AnyParams,
 }
 
 /// Why a window cannot be enforced: a number outside the server's range.
@@ -238,97 +188,86 @@ impl fmt::Display for InvalidLimit {
 impl std::error::Error for InvalidLimit {}
 
 impl LimitSpec {
-    /// Checks the numbers with the ranges the core's registry declares, naming `limit` and
-    /// `window_ms` as configuration writes them (a token bucket would say `refill_tokens`).
+    /// `limit` per `window_ms` under `algorithm`, checked with the ranges the core's
+    /// registry declares, naming `limit` and `window_ms` as configuration writes them (a
+    /// token bucket would say `refill_tokens`). An algorithm that counts per calendar period
+    /// takes a calendar limit instead ([`LimitSpec::calendar_quota`]).
     pub fn new(
-        algorithm: AlgorithmKind,
+        algorithm: Kind,
         limit: u64,
         window_ms: u64,
         burst: Option<u64>,
     ) -> Result<Self, InvalidLimit> {
-        let spec = Self {
+        if algorithm.rate_fields().contains(&RateField::Period) {
+            // Counts per calendar period: only a calendar limit makes one.
+            return Err(InvalidLimit(calendar::PERIOD.error()));
+        }
+        let rate = ConfigRate {
+            limit,
+            window_ms,
+            burst,
+        };
+        let params = match AnyParams::from_rate(algorithm, &rate) {
+            Some(params) => params.map_err(InvalidLimit)?,
+            None => return Err(InvalidLimit(not_a_rate_limiter())),
+        };
+        Ok(Self {
             algorithm,
             limit,
             window_ms,
             burst,
             calendar: None,
-        };
-        if algorithm == AlgorithmKind::Quota {
-            // A quota counts per calendar period: only a calendar limit makes one.
-            return Err(InvalidLimit(calendar::PERIOD.error()));
-        }
-        spec.validated()
+            params,
+        })
     }
 
-    /// A calendar quota: `limit` units per period of `calendar`.
+    /// A calendar quota: `limit` units per period of `calendar`, under the rate limiter that
+    /// counts per calendar period.
     pub fn calendar_quota(limit: u64, calendar: Calendar) -> Result<Self, InvalidLimit> {
-        Self {
-            algorithm: AlgorithmKind::Quota,
+        let algorithm = Kind::LIMITERS
+            .iter()
+            .copied()
+            .find(|k| k.rate_fields().contains(&RateField::Period))
+            .ok_or(InvalidLimit(not_a_rate_limiter()))?;
+        let tz = calendar.offset_min() + calendar::MAX_OFFSET_MIN;
+        let field = |f: &RateField| match f {
+            RateField::Limit => Some(limit),
+            RateField::Period => Some(calendar.period().code()),
+            RateField::Tz => u64::try_from(tz).ok(),
+            RateField::Anchor => Some(calendar.anchor()),
+            RateField::WindowMs | RateField::BurstOrLimit | RateField::Burst => None,
+        };
+        let fields = algorithm.rate_fields();
+        let positional = algorithm.params().len().min(fields.len());
+        let (values, options) = fields.split_at(positional);
+        let values: Vec<u64> = values.iter().map(|f| field(f).unwrap_or(0)).collect();
+        let options: Vec<Option<u64>> = options.iter().map(field).collect();
+        let params = AnyParams::from_numbers(algorithm, &values, &options)
+            .ok_or(InvalidLimit(not_a_rate_limiter()))?
+            .map_err(InvalidLimit)?;
+        Ok(Self {
+            algorithm,
             limit,
             window_ms: nominal_ms(calendar.period()),
             burst: None,
             calendar: Some(calendar),
-        }
-        .validated()
+            params,
+        })
     }
 
-    fn validated(self) -> Result<Self, InvalidLimit> {
-        let spec = self;
-        let (algorithm, limit, window_ms) = (spec.algorithm, spec.limit, spec.window_ms);
-        let (kind, values, options) = spec.registry_numbers();
-        let (limit_param, window_param) = match algorithm {
-            AlgorithmKind::TokenBucket => ("refill_tokens", "refill_ms"),
-            AlgorithmKind::Gcra => ("limit", "period_ms"),
-            _ => ("limit", "window_ms"),
-        };
-        for (name, param, value) in [
-            ("limit", limit_param, limit),
-            ("window_ms", window_param, window_ms),
-        ] {
-            if let Some(range) = kind.params().iter().find(|r| r.name == param) {
-                Range { name, ..*range }
-                    .check(value)
-                    .map_err(InvalidLimit)?;
-            }
-        }
-        AnyParams::new(kind.spec_name().as_bytes(), &values, &options)
-            .unwrap_or(Err(ParamError {
-                name: "algorithm",
-                min: 0,
-                max: 0,
-                spelling: redis_rl_core::limits::Spelling::Integer,
-            }))
-            .map_err(InvalidLimit)?;
-        Ok(spec)
+    /// The core's parameters of this window.
+    pub const fn params(&self) -> AnyParams {
+        self.params
     }
 
     /// The core's algorithm and its numbers in the registry's order (positional, options).
     pub fn registry_numbers(&self) -> (Kind, Vec<u64>, Vec<Option<u64>>) {
-        let (limit, window_ms) = (self.limit, self.window_ms);
-        match self.algorithm {
-            AlgorithmKind::TokenBucket => (
-                Kind::TokenBucket,
-                vec![self.burst.unwrap_or(limit), limit, window_ms],
-                vec![],
-            ),
-            AlgorithmKind::Sliding => (Kind::SlidingWindow, vec![limit, window_ms], vec![]),
-            AlgorithmKind::Fixed => (Kind::FixedWindow, vec![limit, window_ms], vec![]),
-            AlgorithmKind::Gcra => (Kind::Gcra, vec![limit, window_ms], vec![self.burst]),
-            AlgorithmKind::Log => (Kind::SlidingLog, vec![limit, window_ms], vec![]),
-            AlgorithmKind::Quota => {
-                let Some(cal) = self.calendar else {
-                    // No calendar (a spec not built by `quota`): a period the core refuses.
-                    return (Kind::Quota, vec![limit, 0], vec![None, None]);
-                };
-                // The core's numbers: the period's code, TZ as `minutes + 1439`.
-                let tz = u64::try_from(cal.offset_min() + calendar::MAX_OFFSET_MIN).ok();
-                (
-                    Kind::Quota,
-                    vec![limit, cal.period().code()],
-                    vec![tz, Some(cal.anchor())],
-                )
-            }
-        }
+        let numbers = self.params.numbers();
+        (
+            self.algorithm,
+            numbers.values().to_vec(),
+            numbers.options().to_vec(),
+        )
     }
 
     /// How this window appears in plan names and keys: [`window_label`] of a window, the
@@ -348,31 +287,26 @@ impl LimitSpec {
     /// The quota a client sees (`q` of `RateLimit-Policy`): a bucket's capacity, else
     /// the limit.
     pub fn quota(&self) -> u64 {
-        match self.algorithm {
-            AlgorithmKind::TokenBucket | AlgorithmKind::Gcra => self.burst.unwrap_or(self.limit),
-            _ => self.limit,
-        }
+        self.params.quota().0
     }
 
     /// The window over which the quota applies (`w`, in ms): a bucket's time to refill from
-    /// empty, else the window.
+    /// empty, a calendar period's usual length, else the window.
     pub fn quota_window_ms(&self) -> u64 {
-        match self.algorithm {
-            AlgorithmKind::Quota => self.window_ms,
-            AlgorithmKind::TokenBucket | AlgorithmKind::Gcra => {
-                let ms = u128::from(self.quota()) * u128::from(self.window_ms)
-                    / u128::from(self.limit.max(1));
-                u64::try_from(ms).unwrap_or(u64::MAX)
-            }
-            _ => self.window_ms,
-        }
+        self.params.quota().1
     }
 }
 
-/// The largest share of a LOG limit the local fallback keeps as an exact log (entries per
-/// key); above it the share runs as a sliding window of the same limit and window, so a
-/// fallback's memory stays bounded. Every front end's fallback follows this one number.
-pub const LOCAL_LOG_MAX: u64 = 64;
+/// The error of an algorithm that is not a rate limiter (a configuration cannot name one:
+/// [`Kind`]'s names are the rate limiters').
+fn not_a_rate_limiter() -> ParamError {
+    ParamError {
+        name: "algorithm",
+        min: 0,
+        max: 0,
+        spelling: redis_rl_core::limits::Spelling::Integer,
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -417,19 +351,19 @@ mod tests {
 
     #[test]
     fn windows_are_checked_with_the_servers_ranges() {
-        let err = LimitSpec::new(AlgorithmKind::Log, 10_001, 1_000, None).unwrap_err();
+        let err = LimitSpec::new(Kind::SlidingLog, 10_001, 1_000, None).unwrap_err();
         assert_eq!(
             err.to_string(),
             "invalid policy: limit must be an integer between 1 and 10000"
         );
-        let err = LimitSpec::new(AlgorithmKind::TokenBucket, 1, 0, None).unwrap_err();
+        let err = LimitSpec::new(Kind::TokenBucket, 1, 0, None).unwrap_err();
         assert_eq!(
             err.to_string(),
             "invalid policy: window_ms must be an integer between 1 and 1000000000000"
         );
-        let err = LimitSpec::new(AlgorithmKind::TokenBucket, 1, 1, Some(0)).unwrap_err();
+        let err = LimitSpec::new(Kind::TokenBucket, 1, 1, Some(0)).unwrap_err();
         assert!(err.to_string().contains("capacity"), "{err}");
-        let g = LimitSpec::new(AlgorithmKind::Gcra, 10, 1_000, Some(5)).unwrap();
+        let g = LimitSpec::new(Kind::Gcra, 10, 1_000, Some(5)).unwrap();
         assert_eq!((g.quota(), g.quota_window_ms()), (5, 500));
     }
 }

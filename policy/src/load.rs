@@ -401,10 +401,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.tiers["free"].rate.windows.len(), 2);
-        assert_eq!(
-            c.ip.specs().unwrap()[1].algorithm,
-            crate::AlgorithmKind::Fixed
-        );
+        assert_eq!(c.ip.specs().unwrap()[1].algorithm, crate::Kind::FixedWindow);
         let g = c.tier_rate("free", Dimension::Global).unwrap().unwrap();
         assert_eq!(g.specs().unwrap().len(), 2);
     }

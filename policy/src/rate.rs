@@ -8,7 +8,8 @@ use serde::{Deserialize, Deserializer};
 
 use redis_rl_core::calendar::{Calendar, Period};
 
-use crate::limit::{nominal_ms, parse_limit_per, AlgorithmKind, FailureModeName, LimitSpec, Per};
+use crate::limit::{nominal_ms, parse_limit_per, FailureModeName, LimitSpec, Per};
+use redis_rl_core::Kind;
 
 /// One window as written: `limit` units per `window_ms`, with an optional algorithm and
 /// burst of its own (else the rate's).
@@ -19,7 +20,7 @@ pub struct Window {
     /// The window in milliseconds.
     pub window_ms: u64,
     /// This window's algorithm (default: the rate's).
-    pub algorithm: Option<AlgorithmKind>,
+    pub algorithm: Option<Kind>,
     /// This window's burst (default: the rate's, with one window).
     pub burst: Option<u64>,
     /// A calendar period instead of a window (`"1000/month"`): a quota per period, in the
@@ -55,7 +56,7 @@ struct WindowTable {
     limit: u64,
     window_ms: u64,
     #[serde(default)]
-    algorithm: Option<AlgorithmKind>,
+    algorithm: Option<Kind>,
     #[serde(default)]
     burst: Option<u64>,
 }
@@ -96,7 +97,7 @@ pub struct Rate {
     /// Every window (at least one; distinct lengths).
     pub windows: Vec<Window>,
     /// The algorithm of windows without their own (default token bucket).
-    pub algorithm: AlgorithmKind,
+    pub algorithm: Kind,
     /// Burst: token bucket capacity or GCRA burst (default `limit`; one window only).
     pub burst: Option<u64>,
     /// Decide and record, but never deny.
@@ -119,7 +120,7 @@ impl Rate {
     pub fn of(window: Window) -> Rate {
         Rate {
             windows: vec![window],
-            algorithm: AlgorithmKind::TokenBucket,
+            algorithm: Kind::TokenBucket,
             burst: None,
             shadow: false,
             failure_mode: None,
@@ -129,7 +130,7 @@ impl Rate {
     }
 
     /// The same rate with another algorithm.
-    pub fn with_algorithm(mut self, algorithm: AlgorithmKind) -> Rate {
+    pub fn with_algorithm(mut self, algorithm: Kind) -> Rate {
         self.algorithm = algorithm;
         self
     }
@@ -206,7 +207,7 @@ pub struct RateOverride {
     /// Every window: replaces the base's.
     pub limits: Option<Vec<Window>>,
     /// The algorithm.
-    pub algorithm: Option<AlgorithmKind>,
+    pub algorithm: Option<Kind>,
     /// Burst: token bucket capacity or GCRA burst.
     pub burst: Option<u64>,
     /// Decide and record, but never deny.
@@ -255,7 +256,7 @@ impl RateOverride {
 
     /// The rate these fields describe on their own (`limit` or `limits` required; the
     /// window defaults to a minute).
-    pub fn standalone(&self, default_algorithm: AlgorithmKind) -> Result<Rate, String> {
+    pub fn standalone(&self, default_algorithm: Kind) -> Result<Rate, String> {
         if self.limits.is_none() && self.limit.is_none() {
             return Err("missing `limit` or `limits`".to_string());
         }
@@ -287,7 +288,7 @@ mod tests {
             "[r]\nlimits = [\"10/second\", { limit = 5, window_ms = 250, algorithm = \"gcra\", burst = 2 }]",
         )
         .unwrap();
-        let rate = o.standalone(AlgorithmKind::Sliding).unwrap();
+        let rate = o.standalone(Kind::SlidingWindow).unwrap();
         assert_eq!(
             rate.windows,
             [
@@ -295,15 +296,15 @@ mod tests {
                 Window {
                     limit: 5,
                     window_ms: 250,
-                    algorithm: Some(AlgorithmKind::Gcra),
+                    algorithm: Some(Kind::Gcra),
                     burst: Some(2),
                     period: None,
                 }
             ]
         );
         let specs = rate.specs().unwrap();
-        assert_eq!(specs[0].algorithm, AlgorithmKind::Sliding);
-        assert_eq!(specs[1].algorithm, AlgorithmKind::Gcra);
+        assert_eq!(specs[0].algorithm, Kind::SlidingWindow);
+        assert_eq!(specs[1].algorithm, Kind::Gcra);
     }
 
     #[test]
@@ -312,13 +313,13 @@ mod tests {
             "[r]\nlimits = [\"1000/month\", \"100/week\", \"10/second\"]\nquota_tz = 330\nquota_anchor = 31",
         )
         .unwrap();
-        let rate = o.standalone(AlgorithmKind::Sliding).unwrap();
+        let rate = o.standalone(Kind::SlidingWindow).unwrap();
         assert_eq!(rate.windows[0], Window::calendar(1_000, Period::Month));
         let specs = rate.specs().unwrap();
         let labels: Vec<String> = specs.iter().map(LimitSpec::label).collect();
         assert_eq!(labels, ["1mo", "1w", "1s"]);
         let month = specs[0];
-        assert_eq!(month.algorithm, AlgorithmKind::Quota);
+        assert_eq!(month.algorithm, Kind::Quota);
         assert_eq!(month.calendar, Calendar::new(Period::Month, 330, 31).ok());
         // The anchor is the month's; a week starts on Monday.
         assert_eq!(specs[1].calendar, Calendar::new(Period::Week, 330, 1).ok());
@@ -330,13 +331,9 @@ mod tests {
                 vec![Some(1_769), Some(31)]
             )
         );
-        assert_eq!(specs[2].algorithm, AlgorithmKind::Sliding);
+        assert_eq!(specs[2].algorithm, Kind::SlidingWindow);
         let year = parse("[r]\nlimits = [\"5/year\"]").unwrap();
-        let spec = year
-            .standalone(AlgorithmKind::TokenBucket)
-            .unwrap()
-            .specs()
-            .unwrap()[0];
+        let spec = year.standalone(Kind::TokenBucket).unwrap().specs().unwrap()[0];
         assert_eq!(spec.calendar, Calendar::new(Period::Year, 0, 1).ok());
     }
 
@@ -374,7 +371,7 @@ mod tests {
             ),
         ] {
             let err = parse(&format!("[r]\n{text}"))
-                .and_then(|o| o.standalone(AlgorithmKind::Sliding))
+                .and_then(|o| o.standalone(Kind::SlidingWindow))
                 .and_then(|r| r.specs().map(|_| ()))
                 .unwrap_err();
             assert!(err.contains(expected), "{text}: {err}");
@@ -385,11 +382,11 @@ mod tests {
 
     #[test]
     fn overrides_keep_what_they_do_not_name() {
-        let base = Rate::per_minute(100).with_algorithm(AlgorithmKind::Sliding);
+        let base = Rate::per_minute(100).with_algorithm(Kind::SlidingWindow);
         let o = parse("[r]\nlimit = 7").unwrap();
         assert_eq!(
             o.apply(&base).unwrap(),
-            Rate::per_minute(7).with_algorithm(AlgorithmKind::Sliding)
+            Rate::per_minute(7).with_algorithm(Kind::SlidingWindow)
         );
         let several = parse("[r]\nlimits = [\"1/second\", \"9/day\"]").unwrap();
         let two = several.apply(&base).unwrap();
@@ -415,20 +412,20 @@ mod tests {
             .contains("either"));
         let same = parse("[r]\nlimits = [\"1/second\", \"5/1000ms\"]").unwrap();
         assert!(same
-            .standalone(AlgorithmKind::Sliding)
+            .standalone(Kind::SlidingWindow)
             .unwrap()
             .specs()
             .unwrap_err()
             .contains("same window"));
         let burst = parse("[r]\nburst = 3\nlimits = [\"1/second\", \"5/minute\"]").unwrap();
         assert!(burst
-            .standalone(AlgorithmKind::TokenBucket)
+            .standalone(Kind::TokenBucket)
             .unwrap()
             .specs()
             .unwrap_err()
             .contains("per window"));
         assert!(RateOverride::default()
-            .standalone(AlgorithmKind::Sliding)
+            .standalone(Kind::SlidingWindow)
             .unwrap_err()
             .contains("missing"));
     }

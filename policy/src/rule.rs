@@ -6,9 +6,10 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::limit::{AlgorithmKind, FailureModeName, LimitSpec};
+use crate::limit::{FailureModeName, LimitSpec};
 use crate::path::Template;
 use crate::rate::{Rate, RateOverride, Window};
+use redis_rl_core::Kind;
 
 /// What a rule counts together: the parts of its key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -110,7 +111,7 @@ struct RawRule {
     limit: Option<u64>,
     window_ms: Option<u64>,
     limits: Option<Vec<Window>>,
-    algorithm: Option<AlgorithmKind>,
+    algorithm: Option<Kind>,
     burst: Option<u64>,
     shadow: Option<bool>,
     failure_mode: Option<FailureModeName>,
@@ -187,7 +188,7 @@ impl Rule {
             quota_tz: raw.quota_tz,
             quota_anchor: raw.quota_anchor,
         };
-        let rate = over.standalone(AlgorithmKind::Sliding)?;
+        let rate = over.standalone(Kind::SlidingWindow)?;
         let specs = rate.specs()?;
         Ok(Rule {
             name: raw.name,

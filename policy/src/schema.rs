@@ -7,9 +7,10 @@ use std::num::NonZeroU32;
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
-use crate::limit::{AlgorithmKind, FailureModeName};
+use crate::limit::FailureModeName;
 use crate::rate::{Rate, RateOverride, Window};
 use crate::rule::Rule;
+use redis_rl_core::Kind;
 
 /// A dimension a request is limited on.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -215,7 +216,7 @@ struct RawTier {
     limit: Option<u64>,
     window_ms: Option<u64>,
     limits: Option<Vec<Window>>,
-    algorithm: Option<AlgorithmKind>,
+    algorithm: Option<Kind>,
     burst: Option<u64>,
     shadow: Option<bool>,
     failure_mode: Option<FailureModeName>,
@@ -241,7 +242,7 @@ impl<'de> Deserialize<'de> for TierLimits {
             quota_anchor: raw.quota_anchor,
         };
         let rate = over
-            .standalone(AlgorithmKind::TokenBucket)
+            .standalone(Kind::TokenBucket)
             .and_then(|r| r.specs().map(|_| r))
             .map_err(serde::de::Error::custom)?;
         Ok(TierLimits {
@@ -331,15 +332,15 @@ pub fn default_tiers() -> BTreeMap<String, TierLimits> {
 }
 /// The design's IP limit: 100/min, sliding window.
 pub fn default_ip() -> Rate {
-    Rate::per_minute(100).with_algorithm(AlgorithmKind::Sliding)
+    Rate::per_minute(100).with_algorithm(Kind::SlidingWindow)
 }
 /// The design's endpoint limit: 100/min, sliding window.
 pub fn default_endpoint() -> Rate {
-    Rate::per_minute(100).with_algorithm(AlgorithmKind::Sliding)
+    Rate::per_minute(100).with_algorithm(Kind::SlidingWindow)
 }
 /// The design's global limit: 100000/min, sliding window.
 pub fn default_global() -> Rate {
-    Rate::per_minute(100_000).with_algorithm(AlgorithmKind::Sliding)
+    Rate::per_minute(100_000).with_algorithm(Kind::SlidingWindow)
 }
 fn default_api_key_header() -> String {
     "X-API-Key".to_string()

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use redis_rl_policy::{
-    AccessConfig, AlgorithmKind, Config as RateLimitConfig, Dimension, FailureModeName,
-    FleetSettings, LeaseSettings, LimitSpec, Rate, RateOverride, Rule, TierLimits, Window,
+    AccessConfig, Config as RateLimitConfig, Dimension, FailureModeName, FleetSettings,
+    LeaseSettings, LimitSpec, Rate, RateOverride, Rule, TierLimits, Window,
 };
 
 use crate::error::{Error, Result};
@@ -77,13 +77,10 @@ pub fn mode(name: FailureModeName, instances: NonZeroU32) -> FailureMode {
     FailureMode::named(name, instances)
 }
 
-/// The core's parameters of a window the engine validated (its numbers in the registry's
-/// order, checked by the core).
+/// The core's parameters of a window the engine validated (the engine builds them with the
+/// core, so this cannot fail; the `Result` is kept for callers written against it).
 pub fn params_of(spec: &LimitSpec) -> Result<AnyParams> {
-    let (kind, values, options) = spec.registry_numbers();
-    AnyParams::from_numbers(kind, &values, &options)
-        .ok_or_else(|| Error::Config(format!("{} is not a rate limiter", kind.config_name())))?
-        .map_err(|e| Error::Config(format!("invalid policy: {e}")))
+    Ok(spec.params())
 }
 
 /// The limiter's policy of one plan item: its window, failure mode (its own, else
@@ -155,13 +152,13 @@ mod tests {
 
     #[test]
     fn every_window_becomes_a_policy() {
-        for kind in [
-            AlgorithmKind::TokenBucket,
-            AlgorithmKind::Sliding,
-            AlgorithmKind::Fixed,
-            AlgorithmKind::Gcra,
-            AlgorithmKind::Log,
-        ] {
+        for &kind in crate::Kind::LIMITERS {
+            if kind
+                .rate_fields()
+                .contains(&redis_rl_core::RateField::Period)
+            {
+                continue; // a calendar quota, below
+            }
             let spec = LimitSpec::new(kind, 10, 1_000, None).unwrap();
             let p = Policy::new(params_of(&spec).unwrap());
             assert_eq!(p.limit(), spec.quota(), "{kind:?}");

@@ -84,9 +84,9 @@ mod trace;
 #[cfg(feature = "axum")]
 pub use self::axum::{refusal, AxumRequestInfo};
 pub use config::{
-    mode, params_of, policy_of, AccessConfig, AlgorithmKind, Dimension, FailureModeName,
-    FleetSettings, LeaseSettings, LimitSpec, Rate, RateLimitConfig, RateLimitConfigExt,
-    RateOverride, Rule, TierLimits, Window,
+    mode, params_of, policy_of, AccessConfig, Dimension, FailureModeName, FleetSettings,
+    LeaseSettings, LimitSpec, Rate, RateLimitConfig, RateLimitConfigExt, RateOverride, Rule,
+    TierLimits, Window,
 };
 pub use extract::{client_network, request_id, tenant_id, API_KEY, REQUEST_ID};
 pub use headers::{to_response, write_headers};

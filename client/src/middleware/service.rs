@@ -293,9 +293,10 @@ mod tests {
 
     use super::*;
     use crate::backend::Backend;
-    use crate::middleware::{AlgorithmKind, FailureModeName, Rate, RateOverride, Window};
     use crate::middleware::{Dimension, RateLimitConfig, RateLimitLayer};
+    use crate::middleware::{FailureModeName, Rate, RateOverride, Window};
     use crate::tier::StaticTiers;
+    use crate::Kind;
     use crate::Limiter;
 
     /// Redis is down for these tests: every decision is the local fallback's, which runs
@@ -542,8 +543,7 @@ mod tests {
     #[tokio::test]
     async fn tiers_override_every_dimension_for_their_keys() {
         let mut config = RateLimitConfig::default();
-        config.endpoint =
-            Rate::of(Window::new(2, 3_600_000)).with_algorithm(AlgorithmKind::Sliding);
+        config.endpoint = Rate::of(Window::new(2, 3_600_000)).with_algorithm(Kind::SlidingWindow);
         let pro = config.tiers.remove("pro").unwrap().with_override(
             Dimension::Endpoint,
             RateOverride {

@@ -231,7 +231,7 @@ async fn a_monthly_quota_from_the_configuration_refuses_until_the_next_period() 
         quota_tz: Some(-300),
         ..Default::default()
     }
-    .standalone(redis_rl_client::middleware::AlgorithmKind::Sliding)
+    .standalone(redis_rl_client::Kind::SlidingWindow)
     .unwrap();
     let (app, _) = app(&server, config);
     for _ in 0..2 {
