@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::fallback::LocalLimiter;
 use crate::fleet::FleetView;
 use crate::policy::{FailureMode, Policy};
-use crate::stack::{Keys, Layer};
+use crate::stack::{Ask, Keys, Layer};
 use crate::transport::Transport;
 use redis_rl_core::AnyParams;
 
@@ -179,14 +179,8 @@ impl<D: Decider> Failover<D> {
 }
 
 impl<D: Decider> Layer for Failover<D> {
-    fn decide<'a>(
-        &'a self,
-        key: &'a str,
-        policy: &'a Policy,
-        cost: u64,
-        peek: bool,
-    ) -> BoxFuture<'a, Decision> {
-        Box::pin(self.check(key, policy, cost, peek))
+    fn decide<'a>(&'a self, ask: Ask<'a>) -> BoxFuture<'a, Decision> {
+        Box::pin(self.check(ask.key, ask.policy, ask.cost, ask.peek))
     }
 
     fn decide_all<'a>(&'a self, items: Keys<'a>, cost: u64) -> BoxFuture<'a, MultiDecision> {

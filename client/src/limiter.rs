@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::fleet::{FleetConfig, FleetView, Membership};
 use crate::lease::LeaseStats;
 use crate::policy::Policy;
-use crate::stack::{Layer, Stack};
+use crate::stack::{Ask, Layer, Stack};
 use crate::transport::Transport;
 
 mod builder;
@@ -94,12 +94,22 @@ impl Limiter {
     /// Takes `cost` units for `key` (0: look without taking). A hot policy's units come
     /// from this instance's lease of the key ([`crate::lease`]).
     pub async fn check_n(&self, key: &str, policy: &Policy, cost: u64) -> Decision {
-        self.inner.stack.decide(key, policy, cost, false).await
+        self.decide(key, policy, cost, false).await
     }
 
     /// Says what taking `cost` units would answer, taking nothing (`PEEK`).
     pub async fn peek(&self, key: &str, policy: &Policy, cost: u64) -> Decision {
-        self.inner.stack.decide(key, policy, cost, true).await
+        self.decide(key, policy, cost, true).await
+    }
+
+    async fn decide(&self, key: &str, policy: &Policy, cost: u64, peek: bool) -> Decision {
+        let ask = Ask {
+            key,
+            policy,
+            cost,
+            peek,
+        };
+        self.inner.stack.decide(ask).await
     }
 
     /// Takes one unit on every key, all or nothing; see [`Limiter::check_all_n`].

@@ -5,11 +5,10 @@
 
 use futures_util::future::join_all;
 
-use crate::backend::BoxFuture;
-use crate::decider::{unknown, Decider};
+use crate::decider::unknown;
 use crate::decision::{Decision, MultiDecision};
 use crate::policy::Policy;
-use crate::stack::{Keys, Layer};
+use crate::stack::{layer_over, Ask, Keys, Layer};
 
 /// The layer that splits shadow policies from enforced ones.
 #[derive(Debug)]
@@ -28,30 +27,12 @@ impl<L: Layer> Shadow<L> {
     }
 }
 
-impl<L: Layer> Layer for Shadow<L> {
-    fn decide<'a>(
-        &'a self,
-        key: &'a str,
-        policy: &'a Policy,
-        cost: u64,
-        peek: bool,
-    ) -> BoxFuture<'a, Decision> {
-        Box::pin(self.decide_one(key, policy, cost, peek))
-    }
-
-    fn decide_all<'a>(&'a self, items: Keys<'a>, cost: u64) -> BoxFuture<'a, MultiDecision> {
-        Box::pin(self.decide_many(items, cost))
-    }
-
-    fn decider(&self) -> &dyn Decider {
-        self.inner.decider()
-    }
-}
+layer_over!(Shadow);
 
 impl<L: Layer> Shadow<L> {
-    async fn decide_one(&self, key: &str, policy: &Policy, cost: u64, peek: bool) -> Decision {
-        let mut d = self.inner.decide(key, policy, cost, peek).await;
-        d.shadow = policy.is_shadow();
+    async fn decide_one(&self, ask: Ask<'_>) -> Decision {
+        let mut d = self.inner.decide(ask).await;
+        d.shadow = ask.policy.is_shadow();
         d
     }
 
@@ -60,10 +41,14 @@ impl<L: Layer> Shadow<L> {
             (0..items.len()).partition(|&i| items.get(i).is_some_and(|(_, p)| p.is_shadow()));
         let pick = |i: &usize| items.get(*i).copied();
         let enforced_items: Vec<(&str, &Policy)> = enforced.iter().filter_map(pick).collect();
-        let shadow_checks = shadow
-            .iter()
-            .filter_map(pick)
-            .map(|(k, p)| self.decide(k, p, cost, false));
+        let shadow_checks = shadow.iter().filter_map(pick).map(|(key, policy)| {
+            self.decide_one(Ask {
+                key,
+                policy,
+                cost,
+                peek: false,
+            })
+        });
         let (enforced_result, shadow_results) = tokio::join!(
             self.inner.decide_all(&enforced_items, cost),
             join_all(shadow_checks)

@@ -18,16 +18,22 @@ use crate::shadow::Shadow;
 /// Keys with their policies, checked together.
 pub(crate) type Keys<'a> = &'a [(&'a str, &'a Policy)];
 
-/// A layer of the limiter: decides by policy, never fails.
+/// One key's call: take `cost` units of `key` under `policy` (with `peek`: only say what
+/// taking them would answer).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ask<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) policy: &'a Policy,
+    pub(crate) cost: u64,
+    pub(crate) peek: bool,
+}
+
+/// A layer of the limiter: decides by policy, never fails. The futures are boxed, as the
+/// [`Decider`]'s are: a generic `impl Future` here leaves the middleware's future unable to
+/// prove it is `Send` for every lifetime (a limitation of the compiler's auto-trait check).
 pub(crate) trait Layer: Send + Sync + 'static {
-    /// Takes `cost` units of `key` (with `peek`: says what taking them would answer).
-    fn decide<'a>(
-        &'a self,
-        key: &'a str,
-        policy: &'a Policy,
-        cost: u64,
-        peek: bool,
-    ) -> BoxFuture<'a, Decision>;
+    /// One key.
+    fn decide<'a>(&'a self, ask: Ask<'a>) -> BoxFuture<'a, Decision>;
 
     /// Takes `cost` units on every key that enforces its policy if each of them allows it,
     /// else nothing.
@@ -43,3 +49,33 @@ pub(crate) type Cached = Arc<DenyCached<Box<dyn Decider>>>;
 
 /// The whole stack, top first.
 pub(crate) type Stack = Shadow<Leased<Failover<Cached>>>;
+
+/// Implements [`Layer`] for a layer over another (`inner: L`) from its inherent
+/// `async fn decide_one(&self, Ask)` and `async fn decide_many(&self, Keys, u64)`; partial
+/// grants and refunds go to the decider under it.
+macro_rules! layer_over {
+    ($layer:ident) => {
+        impl<L: $crate::stack::Layer> $crate::stack::Layer for $layer<L> {
+            fn decide<'a>(
+                &'a self,
+                ask: $crate::stack::Ask<'a>,
+            ) -> $crate::backend::BoxFuture<'a, $crate::decision::Decision> {
+                Box::pin(self.decide_one(ask))
+            }
+
+            fn decide_all<'a>(
+                &'a self,
+                items: $crate::stack::Keys<'a>,
+                cost: u64,
+            ) -> $crate::backend::BoxFuture<'a, $crate::decision::MultiDecision> {
+                Box::pin(self.decide_many(items, cost))
+            }
+
+            fn decider(&self) -> &dyn $crate::decider::Decider {
+                self.inner.decider()
+            }
+        }
+    };
+}
+
+pub(crate) use layer_over;

@@ -82,6 +82,11 @@ impl ServerDecider {
         self.transport.capabilities().await
     }
 
+    /// Sends `cmd`, a call on `key`, to the key's slot.
+    async fn send_on(&self, route: Route, key: &str, cmd: &Cmd) -> Result<Value> {
+        self.send(route, cmd, self.transport.slot_of(key)).await
+    }
+
     async fn one(&self, call: Check<'_>) -> Result<Decision> {
         let route = self.route([call.algorithm]).await?;
         self.single(route, call).await
@@ -89,34 +94,26 @@ impl ServerDecider {
 
     async fn single(&self, route: Route, call: Check<'_>) -> Result<Decision> {
         let cmd = command::single(call.key, call.algorithm, call.cost, call.peek);
-        let v = self
-            .send(route, &cmd, self.transport.slot_of(call.key))
-            .await?;
+        let v = self.send_on(route, call.key, &cmd).await?;
         decision::parse_single(call.algorithm.kind().command(), &v)
     }
 
     async fn upto(&self, call: Check<'_>) -> Result<Grant> {
+        let command = call.algorithm.kind().command();
         if !call.algorithm.kind().upto() {
             return Err(Error::Config(format!(
-                "{} takes no UPTO (partial grants): use another algorithm",
-                call.algorithm.kind().command()
+                "{command} takes no UPTO (partial grants): use another algorithm"
             )));
         }
         let route = self.route([call.algorithm]).await?;
         let cmd = command::upto(call.key, call.algorithm, call.cost, call.peek);
-        let v = self
-            .send(route, &cmd, self.transport.slot_of(call.key))
-            .await?;
-        decision::parse_upto(call.algorithm.kind().command(), &v)
+        decision::parse_upto(command, &self.send_on(route, call.key, &cmd).await?)
     }
 
     async fn give_back(&self, units: Refund<'_>) -> Result<u64> {
         let route = self.route([units.algorithm]).await?;
         let cmd = command::refund(units.key, units.algorithm, units.amount);
-        let v = self
-            .send(route, &cmd, self.transport.slot_of(units.key))
-            .await?;
-        decision::parse_refund(&v)
+        decision::parse_refund(&self.send_on(route, units.key, &cmd).await?)
     }
 
     async fn all(&self, items: &[Item<'_>], cost: u64) -> Result<MultiDecision> {
@@ -267,7 +264,7 @@ impl ServerDecider {
                 .filter_map(|&i| items.get(i))
                 .map(|(key, algorithm)| async move {
                     let cmd = command::refund(key, algorithm, cost);
-                    if let Err(e) = self.send(route, &cmd, self.transport.slot_of(key)).await {
+                    if let Err(e) = self.send_on(route, key, &cmd).await {
                         self.transport.log_error("RL.REFUND", &e);
                     }
                 });

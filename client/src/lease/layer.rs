@@ -3,11 +3,10 @@
 //! table full) goes to the layer below.
 
 use super::table::{leasable, Leases, Reserve};
-use crate::backend::BoxFuture;
-use crate::decider::{denied_at, Decider};
+use crate::decider::denied_at;
 use crate::decision::{Decision, MultiDecision};
 use crate::policy::Policy;
-use crate::stack::{Keys, Layer};
+use crate::stack::{layer_over, Ask, Keys, Layer};
 
 /// Hot keys served from leases over the layer `inner`.
 #[derive(Debug)]
@@ -32,35 +31,17 @@ impl<L: Layer> Leased<L> {
     }
 }
 
-impl<L: Layer> Layer for Leased<L> {
-    fn decide<'a>(
-        &'a self,
-        key: &'a str,
-        policy: &'a Policy,
-        cost: u64,
-        peek: bool,
-    ) -> BoxFuture<'a, Decision> {
-        Box::pin(self.decide_one(key, policy, cost, peek))
-    }
-
-    fn decide_all<'a>(&'a self, items: Keys<'a>, cost: u64) -> BoxFuture<'a, MultiDecision> {
-        Box::pin(self.decide_many(items, cost))
-    }
-
-    fn decider(&self) -> &dyn Decider {
-        self.inner.decider()
-    }
-}
+layer_over!(Leased);
 
 impl<L: Layer> Leased<L> {
-    async fn decide_one(&self, key: &str, policy: &Policy, cost: u64, peek: bool) -> Decision {
-        if !peek && leasable(policy, cost) {
-            match self.leases.reserve(key, policy, cost).await {
+    async fn decide_one(&self, ask: Ask<'_>) -> Decision {
+        if !ask.peek && leasable(ask.policy, ask.cost) {
+            match self.leases.reserve(ask.key, ask.policy, ask.cost).await {
                 Reserve::Reserved(_, d) | Reserve::Denied(d) => return d,
                 Reserve::Ordinary => {}
             }
         }
-        self.inner.decide(key, policy, cost, peek).await
+        self.inner.decide(ask).await
     }
 
     /// All or nothing: hot keys' units reserved from their leases first, then the other
