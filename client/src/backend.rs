@@ -59,6 +59,23 @@ pub trait Backend: Send + Sync + 'static {
     }
 }
 
+/// A server that is never reachable: every call fails as a refused connection. For tests of
+/// what a limiter does without Redis (its failure modes, the local fallback), and for a
+/// limiter that must only ever decide locally.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Unreachable;
+
+impl Backend for Unreachable {
+    fn query<'a>(&'a self, _: &'a Cmd, _: Option<u16>) -> BoxFuture<'a, RedisResult<Value>> {
+        Box::pin(async { Err(refused()) })
+    }
+}
+
+/// The error of a connection the server refused.
+pub(crate) fn refused() -> redis::RedisError {
+    std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "down").into()
+}
+
 /// A standalone server (or a proxy that looks like one), through the `redis` crate's
 /// connection manager: one multiplexed connection, reconnected in the background after
 /// an I/O error. The first connection is made on the first call, so a gateway that starts

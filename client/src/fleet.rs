@@ -26,7 +26,7 @@ use redis::Value;
 use std::num::NonZeroU32;
 
 use crate::error::{Error, Result};
-use crate::transport::{is_unknown_command, Transport};
+use crate::transport::{is_unknown_command, wall_ms, Transport};
 
 /// The most members one fleet key counts (`RL.CONCURRENCY`'s largest `limit`).
 pub const MAX_MEMBERS: u64 = 10_000;
@@ -299,16 +299,6 @@ fn forged(last_expiry_ms: u64, now_ms: u64, ttl: Duration) -> bool {
         .saturating_add(millis(ttl))
         .saturating_add(millis(margin));
     last_expiry_ms > latest
-}
-
-fn wall_ms() -> u64 {
-    u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(u64::MAX)
 }
 
 /// One heartbeat: renew, read the size, and check that no lease outlives the fleet's ttl.

@@ -81,7 +81,7 @@ pub mod tier;
 mod toml_file;
 pub mod transport;
 
-pub use backend::{Backend, Cluster, Standalone, TlsFiles};
+pub use backend::{Backend, Cluster, Standalone, TlsFiles, Unreachable};
 pub use breaker::{Breaker, BreakerConfig, BreakerState, BreakerStats};
 pub use decider::Engine;
 pub use decision::{Decision, Grant, MultiDecision, Source, Verdict};

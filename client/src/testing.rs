@@ -95,9 +95,7 @@ impl Backend for Mock {
                     }
                     v => Ok(v),
                 },
-                DOWN => {
-                    Err(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "down").into())
-                }
+                DOWN => Err(crate::backend::refused()),
                 _ => std::future::pending().await,
             }
         })

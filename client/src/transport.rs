@@ -205,7 +205,7 @@ impl Transport {
     /// Refusals are configuration errors someone must fix: logged at error level, once per
     /// ten seconds.
     fn log_refusal(&self, cmd: &Cmd, error: &Error) {
-        let now_ms = now_ms();
+        let now_ms = wall_ms();
         let last = self.last_error_log_ms.load(Ordering::Relaxed);
         if now_ms.saturating_sub(last) < 10_000
             || self
@@ -295,7 +295,7 @@ impl Transport {
             // Logged at error level where it happened (`call`).
             return;
         }
-        let now_ms = now_ms();
+        let now_ms = wall_ms();
         let last = self.last_error_log_ms.load(Ordering::Relaxed);
         if now_ms.saturating_sub(last) < 1_000 {
             tracing::debug!(command, error = %error, "redis call failed");
@@ -315,7 +315,9 @@ impl Transport {
     }
 }
 
-fn now_ms() -> u64 {
+/// This host's wall clock in ms since the epoch (for rate-limiting logs, and comparing with
+/// the server's expiries).
+pub(crate) fn wall_ms() -> u64 {
     u64::try_from(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

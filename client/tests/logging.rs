@@ -12,26 +12,11 @@ use axum::extract::{ConnectInfo, Request};
 use axum::routing::get;
 use axum::Router;
 use http::StatusCode;
-use redis_rl_client::backend::BoxFuture;
+use redis_rl_client::backend::Unreachable;
 use redis_rl_client::middleware::Rate;
 use redis_rl_client::middleware::{tenant_id, RateLimitConfig, RateLimitLayer};
-use redis_rl_client::{Backend, Limiter, StaticTiers};
+use redis_rl_client::{Limiter, StaticTiers};
 use tower::ServiceExt;
-
-/// Redis down: decisions come from the local fallback, so no server is needed.
-struct Down;
-
-impl Backend for Down {
-    fn query<'a>(
-        &'a self,
-        _: &'a redis::Cmd,
-        _: Option<u16>,
-    ) -> BoxFuture<'a, redis::RedisResult<redis::Value>> {
-        Box::pin(async {
-            Err(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "down").into())
-        })
-    }
-}
 
 #[derive(Clone, Default)]
 struct Logs(Arc<Mutex<Vec<u8>>>);
@@ -74,7 +59,8 @@ async fn every_log_line_carries_request_id_tenant_and_dimension() {
     config
         .tiers
         .insert("free".into(), Rate::per_minute(1).into());
-    let limiter = Limiter::builder().backend(Arc::new(Down));
+    // Redis down: decisions come from the local fallback, so no server is needed.
+    let limiter = Limiter::builder().backend(Arc::new(Unreachable));
     let layer = RateLimitLayer::new(limiter, config, Arc::new(StaticTiers::new())).unwrap();
     let app = Router::new()
         .route(

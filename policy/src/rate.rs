@@ -220,6 +220,55 @@ pub struct RateOverride {
     pub quota_anchor: Option<u64>,
 }
 
+/// Declares the raw (deserialized) form of a configuration table that takes a rate's fields,
+/// those of [`RateOverride`], between its own (`{ before } { after }`, in the order serde
+/// lists them in errors), with `fn rate(&mut self) -> RateOverride` taking them out. Tiers and
+/// rules are such tables; the list of a rate's fields is then written once.
+macro_rules! table_with_rate {
+    (
+        $(#[$meta:meta])*
+        struct $name:ident {
+            $($(#[$before_meta:meta])* $before:ident: $before_ty:ty,)*
+        } {
+            $($(#[$after_meta:meta])* $after:ident: $after_ty:ty,)*
+        }
+    ) => {
+        $(#[$meta])*
+        struct $name {
+            $($(#[$before_meta])* $before: $before_ty,)*
+            limit: Option<u64>,
+            window_ms: Option<u64>,
+            limits: Option<Vec<$crate::rate::Window>>,
+            algorithm: Option<redis_rl_core::Kind>,
+            burst: Option<u64>,
+            shadow: Option<bool>,
+            failure_mode: Option<$crate::limit::FailureModeName>,
+            quota_tz: Option<i64>,
+            quota_anchor: Option<u64>,
+            $($(#[$after_meta])* $after: $after_ty,)*
+        }
+
+        impl $name {
+            /// The rate's fields (taken out).
+            fn rate(&mut self) -> $crate::rate::RateOverride {
+                $crate::rate::RateOverride {
+                    limit: self.limit,
+                    window_ms: self.window_ms,
+                    limits: self.limits.take(),
+                    algorithm: self.algorithm,
+                    burst: self.burst,
+                    shadow: self.shadow,
+                    failure_mode: self.failure_mode,
+                    quota_tz: self.quota_tz,
+                    quota_anchor: self.quota_anchor,
+                }
+            }
+        }
+    };
+}
+
+pub(crate) use table_with_rate;
+
 impl RateOverride {
     /// `base` with the fields given here replaced.
     pub fn apply(&self, base: &Rate) -> Result<Rate, String> {

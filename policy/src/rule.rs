@@ -6,9 +6,9 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::limit::{FailureModeName, LimitSpec};
+use crate::limit::LimitSpec;
 use crate::path::Template;
-use crate::rate::{Rate, RateOverride, Window};
+use crate::rate::{table_with_rate, Rate};
 use redis_rl_core::Kind;
 
 /// What a rule counts together: the parts of its key.
@@ -93,30 +93,23 @@ pub(crate) fn is_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRule {
-    name: String,
-    #[serde(default)]
-    paths: Vec<String>,
-    #[serde(default)]
-    methods: Vec<String>,
-    #[serde(default)]
-    hosts: Vec<String>,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    #[serde(default)]
-    tiers: Vec<String>,
-    key: Vec<KeyPart>,
-    limit: Option<u64>,
-    window_ms: Option<u64>,
-    limits: Option<Vec<Window>>,
-    algorithm: Option<Kind>,
-    burst: Option<u64>,
-    shadow: Option<bool>,
-    failure_mode: Option<FailureModeName>,
-    quota_tz: Option<i64>,
-    quota_anchor: Option<u64>,
+table_with_rate! {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RawRule {
+        name: String,
+        #[serde(default)]
+        paths: Vec<String>,
+        #[serde(default)]
+        methods: Vec<String>,
+        #[serde(default)]
+        hosts: Vec<String>,
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+        #[serde(default)]
+        tiers: Vec<String>,
+        key: Vec<KeyPart>,
+    } {}
 }
 
 /// One `[[rules]]` entry, checked on its own (its tiers are checked against the tiers of
@@ -144,7 +137,7 @@ pub struct Rule {
 }
 
 impl Rule {
-    fn from_raw(raw: RawRule) -> Result<Self, String> {
+    fn from_raw(mut raw: RawRule) -> Result<Self, String> {
         if !is_name(&raw.name) {
             return Err(format!("name {:?}: 1 to 64 of A-Z a-z 0-9 _ - .", raw.name));
         }
@@ -177,18 +170,7 @@ impl Rule {
         if raw.key.is_empty() {
             return Err("key: name at least one part (\"global\" for one count)".to_string());
         }
-        let over = RateOverride {
-            limit: raw.limit,
-            window_ms: raw.window_ms,
-            limits: raw.limits,
-            algorithm: raw.algorithm,
-            burst: raw.burst,
-            shadow: raw.shadow,
-            failure_mode: raw.failure_mode,
-            quota_tz: raw.quota_tz,
-            quota_anchor: raw.quota_anchor,
-        };
-        let rate = over.standalone(Kind::SlidingWindow)?;
+        let rate = raw.rate().standalone(Kind::SlidingWindow)?;
         let specs = rate.specs()?;
         Ok(Rule {
             name: raw.name,

@@ -8,7 +8,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
 use crate::limit::FailureModeName;
-use crate::rate::{Rate, RateOverride, Window};
+use crate::rate::{table_with_rate, Rate, RateOverride};
 use crate::rule::Rule;
 use redis_rl_core::Kind;
 
@@ -210,38 +210,21 @@ pub struct TierLimits {
     pub global: Option<RateOverride>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTier {
-    limit: Option<u64>,
-    window_ms: Option<u64>,
-    limits: Option<Vec<Window>>,
-    algorithm: Option<Kind>,
-    burst: Option<u64>,
-    shadow: Option<bool>,
-    failure_mode: Option<FailureModeName>,
-    quota_tz: Option<i64>,
-    quota_anchor: Option<u64>,
-    ip: Option<RateOverride>,
-    endpoint: Option<RateOverride>,
-    global: Option<RateOverride>,
+table_with_rate! {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RawTier {} {
+        ip: Option<RateOverride>,
+        endpoint: Option<RateOverride>,
+        global: Option<RateOverride>,
+    }
 }
 
 impl<'de> Deserialize<'de> for TierLimits {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = RawTier::deserialize(d)?;
-        let over = RateOverride {
-            limit: raw.limit,
-            window_ms: raw.window_ms,
-            limits: raw.limits,
-            algorithm: raw.algorithm,
-            burst: raw.burst,
-            shadow: raw.shadow,
-            failure_mode: raw.failure_mode,
-            quota_tz: raw.quota_tz,
-            quota_anchor: raw.quota_anchor,
-        };
-        let rate = over
+        let mut raw = RawTier::deserialize(d)?;
+        let rate = raw
+            .rate()
             .standalone(Kind::TokenBucket)
             .and_then(|r| r.specs().map(|_| r))
             .map_err(serde::de::Error::custom)?;

@@ -323,6 +323,16 @@ mod tests {
         })
     }
 
+    /// Tiers from `rl:tiers` on `mock`, cached for a minute, at most `capacity` keys.
+    fn tiers_on(mock: &Arc<Mock>, capacity: usize) -> RedisHashTiers {
+        RedisHashTiers::new(
+            limiter(mock),
+            "rl:tiers",
+            Duration::from_secs(60),
+            NonZeroUsize::new(capacity).unwrap(),
+        )
+    }
+
     fn count(mock: &Mock, name: &str) -> usize {
         mock.names().iter().filter(|n| *n == name).count()
     }
@@ -330,12 +340,7 @@ mod tests {
     #[tokio::test]
     async fn random_keys_cost_no_round_trip_once_the_snapshot_is_taken() {
         let mock = hash_mock();
-        let tiers = RedisHashTiers::new(
-            limiter(&mock),
-            "rl:tiers",
-            Duration::from_secs(60),
-            NonZeroUsize::new(16).unwrap(),
-        );
+        let tiers = tiers_on(&mock, 16);
         assert_eq!(tiers.refresh().await.unwrap(), 2);
         assert_eq!(count(&mock, "HSCAN"), 2);
         for i in 0..1_000 {
@@ -354,13 +359,7 @@ mod tests {
     #[tokio::test]
     async fn without_a_snapshot_unknown_keys_are_cached_negatively_and_bounded() {
         let mock = hash_mock();
-        let tiers = RedisHashTiers::new(
-            limiter(&mock),
-            "rl:tiers",
-            Duration::from_secs(60),
-            NonZeroUsize::new(4).unwrap(),
-        )
-        .snapshot_max_keys(0);
+        let tiers = tiers_on(&mock, 4).snapshot_max_keys(0);
         assert_eq!(tiers.tier("pro-key").await.as_deref(), Some("pro"));
         for _ in 0..10 {
             for k in ["a", "b", "c", "d"] {
@@ -382,13 +381,7 @@ mod tests {
     #[tokio::test]
     async fn a_hash_over_the_limit_gets_no_snapshot() {
         let mock = hash_mock();
-        let tiers = RedisHashTiers::new(
-            limiter(&mock),
-            "rl:tiers",
-            Duration::from_secs(60),
-            NonZeroUsize::new(4).unwrap(),
-        )
-        .snapshot_max_keys(1);
+        let tiers = tiers_on(&mock, 4).snapshot_max_keys(1);
         assert!(tiers.refresh().await.is_err());
         assert_eq!(tiers.stats().snapshot_keys, 0);
         assert_eq!(tiers.tier("x").await, None);
