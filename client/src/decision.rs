@@ -271,10 +271,7 @@ pub(crate) fn parse_all(v: &Value, n: usize) -> Result<(Option<usize>, Vec<Decis
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ints(v: &[i64]) -> Value {
-        Value::Array(v.iter().map(|i| Value::Int(*i)).collect())
-    }
+    use crate::testing::{all_reply, ints};
 
     #[test]
     fn single_reply_table() {
@@ -322,11 +319,7 @@ mod tests {
 
     #[test]
     fn all_reply_gives_first_denier_and_every_key() {
-        let reply = Value::Array(vec![
-            Value::Int(0),
-            Value::Int(2),
-            Value::Array(vec![ints(&[10, 5, 0, 100]), ints(&[3, 0, 700, 900])]),
-        ]);
+        let reply = all_reply(2, vec![ints(&[10, 5, 0, 100]), ints(&[3, 0, 700, 900])]);
         let (denied, ds) = parse_all(&reply, 2).unwrap();
         assert_eq!(denied, Some(1));
         assert_eq!(ds[0].verdict, Verdict::Allowed);
@@ -341,11 +334,7 @@ mod tests {
         };
         assert_eq!(m.retry_after(), Some(Duration::from_millis(700)));
         assert!(parse_all(&reply, 3).is_err(), "key count must match");
-        let bad_index = Value::Array(vec![
-            Value::Int(0),
-            Value::Int(9),
-            Value::Array(vec![ints(&[1, 0, 5, 5])]),
-        ]);
+        let bad_index = all_reply(9, vec![ints(&[1, 0, 5, 5])]);
         assert!(parse_all(&bad_index, 1).is_err());
     }
 }

@@ -74,8 +74,6 @@ impl<L: Layer> Shadow<L> {
 
 #[cfg(test)]
 mod tests {
-    use redis::Value;
-
     use crate::policy::Policy;
     use crate::testing::*;
 
@@ -83,11 +81,7 @@ mod tests {
     async fn a_shadow_policy_records_but_never_denies() {
         let mock = Mock::new(false, |w| match w[0].as_str() {
             "COMMAND" => caps(true),
-            "RL.ALL" => Value::Array(vec![
-                Value::Int(1),
-                Value::Int(0),
-                Value::Array(vec![ints(&[10, 5, 0, 10])]),
-            ]),
+            "RL.ALL" => all_reply(0, vec![ints(&[10, 5, 0, 10])]),
             _ => deny(900),
         });
         let l = limiter(&mock);

@@ -118,6 +118,15 @@ pub(crate) fn deny(retry_ms: i64) -> Value {
     ints(&[0, 10, 0, retry_ms, 1_000])
 }
 
+/// An RL.ALL reply: `denied` is the 1-based index of the denying key (0: all allowed).
+pub(crate) fn all_reply(denied: i64, decisions: Vec<Value>) -> Value {
+    Value::Array(vec![
+        Value::Int(i64::from(denied == 0)),
+        Value::Int(denied),
+        Value::Array(decisions),
+    ])
+}
+
 pub(crate) fn caps(all: bool) -> Value {
     let entry = |on: bool| if on { Value::Array(vec![]) } else { Value::Nil };
     Value::Array(vec![entry(all), entry(all)])

@@ -303,11 +303,7 @@ mod tests {
     async fn check_all_sends_one_rl_all_on_a_standalone_server() {
         let mock = Mock::new(false, |w| match w[0].as_str() {
             "COMMAND" => caps(true),
-            "RL.ALL" => Value::Array(vec![
-                Value::Int(1),
-                Value::Int(0),
-                Value::Array(vec![ints(&[2, 1, 0, 500]), ints(&[5, 3, 0, 100])]),
-            ]),
+            "RL.ALL" => all_reply(0, vec![ints(&[2, 1, 0, 500]), ints(&[5, 3, 0, 100])]),
             _ => Value::Nil,
         });
         let l = limiter(&mock);
@@ -349,16 +345,10 @@ mod tests {
         let mock = Mock::new(true, |w| match w[0].as_str() {
             "COMMAND" => caps(true),
             // The group holding the ip key denies.
-            "RL.ALL" if w.iter().any(|a| a.starts_with("rl:{ip")) => Value::Array(vec![
-                Value::Int(0),
-                Value::Int(1),
-                Value::Array(vec![ints(&[100, 0, 2_500, 60_000])]),
-            ]),
-            "RL.ALL" => Value::Array(vec![
-                Value::Int(1),
-                Value::Int(0),
-                Value::Array(vec![ints(&[10, 9, 0, 1]); w[1].parse().unwrap()]),
-            ]),
+            "RL.ALL" if w.iter().any(|a| a.starts_with("rl:{ip")) => {
+                all_reply(1, vec![ints(&[100, 0, 2_500, 60_000])])
+            }
+            "RL.ALL" => all_reply(0, vec![ints(&[10, 9, 0, 1]); w[1].parse().unwrap()]),
             "RL.REFUND" => ints(&[1, 10, 10, 0, 0]),
             _ => Value::Nil,
         });
@@ -428,11 +418,7 @@ mod tests {
     async fn slots_are_asked_concurrently() {
         let mock = Mock::new(true, |w| match w[0].as_str() {
             "COMMAND" => caps(true),
-            _ => Value::Array(vec![
-                Value::Int(1),
-                Value::Int(0),
-                Value::Array(vec![ints(&[10, 9, 0, 1])]),
-            ]),
+            _ => all_reply(0, vec![ints(&[10, 9, 0, 1])]),
         });
         mock.delay(Duration::from_millis(10));
         let l = limiter(&mock);
@@ -451,16 +437,8 @@ mod tests {
         let mock = Mock::new(true, |w| match w[0].as_str() {
             "COMMAND" => caps(true),
             "RL.ALL" if w[2] == "rl:{b}" => Value::SimpleString("-ERR boom".into()),
-            "RL.ALL" if w[2] == "rl:{c}" => Value::Array(vec![
-                Value::Int(0),
-                Value::Int(1),
-                Value::Array(vec![ints(&[10, 0, 300, 1])]),
-            ]),
-            "RL.ALL" => Value::Array(vec![
-                Value::Int(1),
-                Value::Int(0),
-                Value::Array(vec![ints(&[10, 9, 0, 1])]),
-            ]),
+            "RL.ALL" if w[2] == "rl:{c}" => all_reply(1, vec![ints(&[10, 0, 300, 1])]),
+            "RL.ALL" => all_reply(0, vec![ints(&[10, 9, 0, 1])]),
             _ => ints(&[1, 10, 10, 0, 0]),
         });
         let l = limiter(&mock);

@@ -22,11 +22,7 @@ fn server(w: &[String]) -> Value {
             ints(&[1, 100_000, 50_000, 0, 60_000, cost(w)])
         }
         "RL.REFUND" => ints(&[cost(w), 100_000, 50_000, 0, 60_000]),
-        "RL.ALL" => Value::Array(vec![
-            Value::Int(0),
-            Value::Int(1),
-            Value::Array(vec![ints(&[1, 0, 900, 60_000])]),
-        ]),
+        "RL.ALL" => all_reply(1, vec![ints(&[1, 0, 900, 60_000])]),
         _ => allow(),
     }
 }
