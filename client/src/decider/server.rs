@@ -33,6 +33,13 @@ pub struct ServerDecider {
 
 type Item<'a> = (&'a str, &'a AnyParams);
 
+/// How a multi-key call reaches the server, and what the server offers there.
+#[derive(Clone, Copy, Debug)]
+struct Reach {
+    route: Route,
+    caps: Capabilities,
+}
+
 impl ServerDecider {
     /// Decisions over `transport`, by the module's commands or the Lua twin as `engine` says.
     pub fn new(transport: Arc<Transport>, engine: Engine) -> Self {
@@ -118,11 +125,14 @@ impl ServerDecider {
 
     async fn all(&self, items: &[Item<'_>], cost: u64) -> Result<MultiDecision> {
         let route = self.route(items.iter().map(|(_, a)| *a)).await?;
-        let caps = self.capabilities(route).await?;
-        if caps.rl_all {
-            self.rl_all(route, items, cost, caps).await
+        let reach = Reach {
+            route,
+            caps: self.capabilities(route).await?,
+        };
+        if reach.caps.rl_all {
+            self.rl_all(reach, items, cost).await
         } else {
-            self.peek_then_take(route, items, cost, caps).await
+            self.peek_then_take(reach, items, cost).await
         }
     }
 
@@ -132,13 +142,7 @@ impl ServerDecider {
     /// denying group in request order is reported); with failures only, the first error is
     /// returned. A group that failed is not refunded: whether it took anything is unknown,
     /// and refunding what was not taken would give units away.
-    async fn rl_all(
-        &self,
-        route: Route,
-        items: &[Item<'_>],
-        cost: u64,
-        caps: Capabilities,
-    ) -> Result<MultiDecision> {
+    async fn rl_all(&self, reach: Reach, items: &[Item<'_>], cost: u64) -> Result<MultiDecision> {
         let keys: Vec<&str> = items.iter().map(|(k, _)| *k).collect();
         let groups = command::slot_groups(&keys, self.transport.is_cluster());
         let calls = groups.iter().map(|(slot, members)| async move {
@@ -147,7 +151,7 @@ impl ServerDecider {
                 .filter_map(|&i| items.get(i).copied())
                 .collect();
             let cmd = command::all(&group, cost, false);
-            let v = self.send(route, &cmd, *slot).await?;
+            let v = self.send(reach.route, &cmd, *slot).await?;
             decision::parse_all(&v, group.len())
         });
         let outcomes = join_all(calls).await;
@@ -183,7 +187,7 @@ impl ServerDecider {
                 decisions,
             });
         }
-        self.refund(route, items, &taken, cost, caps).await;
+        self.refund(reach, items, &taken, cost).await;
         match (denied, error) {
             (None, Some(e)) => Err(e),
             (denied, _) => Ok(MultiDecision { denied, decisions }),
@@ -194,25 +198,24 @@ impl ServerDecider {
     /// then take every key; refund on a racing denial.
     async fn peek_then_take(
         &self,
-        route: Route,
+        reach: Reach,
         items: &[Item<'_>],
         cost: u64,
-        caps: Capabilities,
     ) -> Result<MultiDecision> {
-        let peeks = self.singles(route, items, cost, true).await?;
+        let peeks = self.singles(reach.route, items, cost, true).await?;
         if let Some(i) = peeks.iter().position(|d| d.is_denied()) {
             return Ok(MultiDecision {
                 denied: Some(i),
                 decisions: peeks,
             });
         }
-        let taken = self.singles(route, items, cost, false).await?;
+        let taken = self.singles(reach.route, items, cost, false).await?;
         let denied = taken.iter().position(|d| d.is_denied());
         if denied.is_some() {
             let allowed: Vec<usize> = (0..taken.len())
                 .filter(|&j| taken.get(j).is_some_and(|d| !d.is_denied()))
                 .collect();
-            self.refund(route, items, &allowed, cost, caps).await;
+            self.refund(reach, items, &allowed, cost).await;
         }
         Ok(MultiDecision {
             denied,
@@ -240,18 +243,11 @@ impl ServerDecider {
     }
 
     /// Gives back `cost` on the keys at `indexes`, best effort (errors are logged).
-    async fn refund(
-        &self,
-        route: Route,
-        items: &[Item<'_>],
-        indexes: &[usize],
-        cost: u64,
-        caps: Capabilities,
-    ) {
+    async fn refund(&self, reach: Reach, items: &[Item<'_>], indexes: &[usize], cost: u64) {
         if indexes.is_empty() || cost == 0 {
             return;
         }
-        if !caps.rl_refund {
+        if !reach.caps.rl_refund {
             tracing::debug!(
                 keys = indexes.len(),
                 "server has no RL.REFUND: units taken on other slots stay taken"
@@ -264,7 +260,7 @@ impl ServerDecider {
                 .filter_map(|&i| items.get(i))
                 .map(|(key, algorithm)| async move {
                     let cmd = command::refund(key, algorithm, cost);
-                    if let Err(e) = self.send_on(route, key, &cmd).await {
+                    if let Err(e) = self.send_on(reach.route, key, &cmd).await {
                         self.transport.log_error("RL.REFUND", &e);
                     }
                 });
