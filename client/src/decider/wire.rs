@@ -222,3 +222,74 @@ impl Wire {
         Ok(sha)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use redis::Value;
+
+    use super::Engine;
+    use crate::decision::Source;
+    use crate::policy::Policy;
+    use crate::testing::*;
+    use crate::Limiter;
+
+    fn auto(mock: &Arc<Mock>) -> Limiter {
+        Limiter::builder()
+            .engine(Engine::Auto)
+            .backend(mock.clone())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_the_module_the_twin_runs_as_a_function_else_as_a_script() {
+        let mock = Mock::new(false, |w| match w[0].as_str() {
+            "COMMAND" => Value::Array(vec![Value::Nil]),
+            "FCALL" => Value::SimpleString("-ERR unknown command 'FCALL'".into()),
+            "SCRIPT" => Value::BulkString(b"0123abcd".to_vec()),
+            "EVALSHA" => allow(),
+            _ => Value::Nil,
+        });
+        let l = auto(&mock);
+        let p = Policy::sliding(10, 1_000).unwrap();
+        let d = l.check("k", &p).await;
+        assert_eq!((d.allows(), d.source), (true, Source::Redis));
+        assert_eq!(mock.names(), ["COMMAND", "FCALL", "SCRIPT", "EVALSHA"]);
+        assert_eq!(
+            mock.commands()[3],
+            ["EVALSHA", "0123abcd", "1", "k", "RL.SLIDING", "10", "1000"]
+        );
+        mock.clear();
+        l.check("k", &p).await;
+        assert_eq!(mock.names(), ["EVALSHA"], "the wire is chosen once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_module_that_disappears_is_looked_for_again() {
+        let loaded = Arc::new(AtomicBool::new(true));
+        let on = loaded.clone();
+        let mock = Mock::new(false, move |w| {
+            let module = on.load(Ordering::SeqCst);
+            match w[0].as_str() {
+                "COMMAND" if module => Value::Array(vec![Value::Array(vec![])]),
+                "COMMAND" => Value::Array(vec![Value::Nil]),
+                "RL.SLIDING" if module => allow(),
+                "RL.SLIDING" => Value::SimpleString("-ERR unknown command 'RL.SLIDING'".into()),
+                "FCALL" => deny(300),
+                _ => Value::Nil,
+            }
+        });
+        let l = auto(&mock);
+        let p = Policy::sliding(10, 1_000).unwrap();
+        assert!(l.check("k", &p).await.allows());
+        loaded.store(false, Ordering::SeqCst);
+        l.check("k", &p).await; // refused: decided by the failure mode, the wire forgotten
+        let d = l.check("k", &p).await;
+        assert_eq!((d.is_denied(), d.source), (true, Source::Redis));
+        assert_eq!(
+            mock.names(),
+            ["COMMAND", "RL.SLIDING", "RL.SLIDING", "COMMAND", "FCALL"]
+        );
+    }
+}
