@@ -110,7 +110,7 @@ impl LimiterBuilder {
         self
     }
 
-    /// Lease settings for hot policies ([`Policy::hot`]; default: 250 ms lifetime, 200 ms
+    /// Lease settings for hot policies ([`Policy::hot`](crate::Policy::hot); default: 250 ms lifetime, 200 ms
     /// of demand, the fleet's leases of a key holding at most 10% of its limit).
     pub fn leases(mut self, config: LeaseConfig) -> Self {
         self.leases = config;

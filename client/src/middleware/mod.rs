@@ -38,7 +38,7 @@
 //! one gets draft-ietf-httpapi-ratelimit-headers-11's `RateLimit-Policy` (every enforced
 //! policy) and `RateLimit` (the most restrictive: the denying one, else the fewest units
 //! left), with `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` equal to
-//! its `q`, `r` and `t` ([`Reported::reset_secs`]). A denied request gets 429 with
+//! its `q`, `r` and `t` (the policy engine's `render`). A denied request gets 429 with
 //! `Retry-After` (the true wait, whole seconds rounded up: the same as `t`) and an
 //! `application/problem+json` body naming the dimension and the request id; a dimension
 //! that fails closed while Redis is down gives 503 instead, without quota fields.
