@@ -9,18 +9,29 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 
 use crate::breaker::{BreakerState, BreakerStats};
+use crate::decider::Decider;
 use crate::decider::{Check, Refund};
 use crate::decision::{Decision, Grant, MultiDecision};
+use crate::deny_cache::DenyCached;
 use crate::error::Result;
+use crate::failover::Failover;
 use crate::fleet::{FleetConfig, FleetView, Membership};
 use crate::lease::LeaseStats;
+use crate::lease::Leased;
 use crate::policy::Policy;
-use crate::stack::{Ask, Layer, Stack};
+use crate::shadow::Shadow;
+use crate::stack::{Ask, Layer};
 use crate::transport::Transport;
 
 mod builder;
 
 pub use builder::LimiterBuilder;
+
+/// The deny cache over the server's decider: what failure modes and leases both ask.
+type Cached = Arc<DenyCached<Box<dyn Decider>>>;
+
+/// The whole stack of layers, top first.
+type Stack = Shadow<Leased<Failover<Cached>>>;
 
 /// Default timeout of one call to Redis.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);

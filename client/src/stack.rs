@@ -1,19 +1,14 @@
-//! The limiter's stack of policy layers: shadow policies, leases of hot keys and failure
-//! modes, each wrapping the next over the [`Decider`]s (the diagram is in
-//! [`crate::decider`]). They decide by [`Policy`] (its flags say which layer acts) and never
-//! fail: at the bottom, [`Failover`] turns "Redis could not answer" into each policy's
-//! failure mode.
-
-use std::sync::Arc;
+//! The contract of the limiter's policy layers: shadow policies, leases of hot keys and
+//! failure modes, each wrapping the next over the [`Decider`]s (the diagram is in
+//! [`crate::decider`]; the limiter assembles the stack). The layers depend on this module,
+//! never the reverse. They decide by [`Policy`] (its flags say which layer acts) and never
+//! fail: at the bottom, [`Failover`](crate::failover::Failover) turns "Redis could not
+//! answer" into each policy's failure mode.
 
 use crate::backend::BoxFuture;
 use crate::decider::Decider;
 use crate::decision::{Decision, MultiDecision};
-use crate::deny_cache::DenyCached;
-use crate::failover::Failover;
-use crate::lease::Leased;
 use crate::policy::Policy;
-use crate::shadow::Shadow;
 
 /// Keys with their policies, checked together.
 pub(crate) type Keys<'a> = &'a [(&'a str, &'a Policy)];
@@ -43,12 +38,6 @@ pub(crate) trait Layer: Send + Sync + 'static {
     /// callers pick their own fallback).
     fn decider(&self) -> &dyn Decider;
 }
-
-/// The deny cache over the server's decider: what failure modes and leases both ask.
-pub(crate) type Cached = Arc<DenyCached<Box<dyn Decider>>>;
-
-/// The whole stack, top first.
-pub(crate) type Stack = Shadow<Leased<Failover<Cached>>>;
 
 /// Implements [`Layer`] for a layer over another (`inner: L`) from its inherent
 /// `async fn decide_one(&self, Ask)` and `async fn decide_many(&self, Keys, u64)`; partial

@@ -5,7 +5,7 @@ use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{Inner, Limiter, DEFAULT_TIMEOUT};
+use super::{Cached, Inner, Limiter, Stack, DEFAULT_TIMEOUT};
 use crate::backend::{Backend, Cluster, Standalone, TlsFiles};
 use crate::breaker::BreakerConfig;
 use crate::decider::{Decider, Engine, ServerDecider};
@@ -16,7 +16,6 @@ use crate::fallback::LocalLimiter;
 use crate::fleet::FleetView;
 use crate::lease::{LeaseConfig, Leased, Leases};
 use crate::shadow::Shadow;
-use crate::stack::{Cached, Stack};
 use crate::transport::Transport;
 
 /// Builds a [`Limiter`].
