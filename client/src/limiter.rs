@@ -9,15 +9,13 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 
 use crate::breaker::{BreakerState, BreakerStats};
-use crate::decider::Decider;
-use crate::decider::{Check, Refund};
+use crate::decider::{Check, Decider, Refund};
 use crate::decision::{Decision, Grant, MultiDecision};
 use crate::deny_cache::DenyCached;
 use crate::error::Result;
 use crate::failover::Failover;
 use crate::fleet::{FleetConfig, FleetView, Membership};
-use crate::lease::LeaseStats;
-use crate::lease::Leased;
+use crate::lease::{LeaseStats, Leased};
 use crate::policy::Policy;
 use crate::shadow::Shadow;
 use crate::stack::{Ask, Layer};
