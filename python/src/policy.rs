@@ -142,7 +142,7 @@ impl PlanResult {
             .map(|i| {
                 (
                     i.key.clone(),
-                    i.spec.algorithm.name(),
+                    i.spec.algorithm.config_name(),
                     i.spec.limit,
                     i.spec.window_ms,
                     i.spec.burst,
