@@ -66,6 +66,11 @@ pub const NOT_DECIMAL_INTEGERS: &[&str] = &[
     "18446744073709551616", // u64::MAX + 1
     "18446744073709551615", // u64::MAX
     "99999999999999999999999",
+    "ten",
+    "1.0",
+    "1,000",
+    "9223372036854775808", // i64::MAX + 1
+    "-9223372036854775808",
 ];
 
 /// Runs `args` (the key is `args[1]`), which must fail with exactly `expected`, and checks

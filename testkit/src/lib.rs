@@ -24,6 +24,7 @@
 pub mod checks;
 pub mod cluster;
 pub mod cmd;
+pub mod conformance;
 pub mod ops;
 pub mod ports;
 pub mod rng;

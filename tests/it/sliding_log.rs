@@ -1,7 +1,7 @@
 //! RL.LOG against a real server: every reply field, exact `retry_after_ms`, PEEK, COST,
-//! TTL, the stored layout, expired entries dropped on write, foreign data, the bad-input
-//! table, 32 clients at once, replication, and the bytes per entry (printed for the README:
-//! run with `--nocapture`).
+//! TTL, the stored layout, expired entries dropped on write, damaged values, and the bytes
+//! per entry (printed for the README: run with `--nocapture`). What every command shares
+//! is in `conformance.rs`.
 //!
 //! Most tests use the largest window (10^12 ms), so nothing leaves the window during a test,
 //! and check time-dependent fields against the server's own clock (`TIME` before and after
@@ -15,12 +15,6 @@ use std::time::Duration;
 const WIDE: u64 = 1_000_000_000_000;
 const WIDE_S: &str = "1000000000000";
 const WIDE_US: u128 = WIDE as u128 * 1000;
-
-const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-const NOT_OURS: &str = "ERR key holds a value that is not a redis-rl limiter";
-const LIMIT: &str = "ERR limit must be an integer between 1 and 10000";
-const WINDOW_MS: &str = "ERR window_ms must be an integer between 1 and 1000000000000";
-const COST: &str = "ERR cost must be an integer between 0 and 1000000000000000";
 
 fn log(c: &mut redis::Connection, key: &str, params: &[&str]) -> Vec<i64> {
     let mut args = vec!["RL.LOG", key];
@@ -290,29 +284,17 @@ fn the_stored_value_is_the_documented_layout() {
     assert_eq!(log(&mut c, "old", &["7", "1", "COST", "0"])[..3], [1, 7, 7]);
 }
 
+/// Values with the log's header that it cannot read: a zero window, a truncated entry,
+/// another format version (the refusals every command shares are in `conformance.rs`).
 #[test]
-fn foreign_data_is_refused_and_left_untouched() {
+fn damaged_and_future_logs_are_refused_and_left_untouched() {
     let server = Server::start();
     let mut c = server.client();
-    query::<i64>(&mut c, &["RPUSH", "list", "a"]);
-    query::<()>(&mut c, &["SET", "text", "hello", "PX", "600000"]);
-    ints(&mut c, &["RL.TOKENBUCKET", "tb", "10", "10", "1000"]);
-    ints(&mut c, &["RL.SLIDING", "sw", "10", "1000"]);
     set_bytes(&mut c, "zero-window", b"\0RL\x01L\x00");
     set_bytes(&mut c, "truncated", b"\0RL\x01L\xe8\x07\x80");
     set_bytes(&mut c, "v2", b"\0RL\x02L\xe8\x07");
     let corrupt = "ERR key holds a corrupt redis-rl sliding window log limiter";
     for (key, expected) in [
-        ("list", WRONGTYPE),
-        ("text", NOT_OURS),
-        (
-            "tb",
-            "ERR key holds a token bucket limiter, not a sliding window log limiter",
-        ),
-        (
-            "sw",
-            "ERR key holds a sliding window limiter, not a sliding window log limiter",
-        ),
         ("zero-window", corrupt),
         ("truncated", corrupt),
         (
@@ -320,214 +302,12 @@ fn foreign_data_is_refused_and_left_untouched() {
             "ERR key holds a redis-rl limiter in format version 2, this module reads version 1",
         ),
     ] {
-        let before = frozen(&mut c, key);
         for options in [&[][..], &["PEEK"], &["COST", "0"], &["COST", "11"]] {
             let mut args = vec!["RL.LOG", key, "10", "1000"];
             args.extend_from_slice(options);
-            assert_eq!(error(&mut c, &args), expected, "{args:?}");
+            refused_untouched(&mut c, &args, expected);
         }
-        assert_eq!(frozen(&mut c, key), before, "{key} changed");
     }
-    // And the other commands refuse a log.
-    log(&mut c, "log", &["10", "1000"]);
-    let before = frozen(&mut c, "log");
-    assert_eq!(
-        error(&mut c, &["RL.SLIDING", "log", "10", "1000"]),
-        "ERR key holds a sliding window log limiter, not a sliding window limiter"
-    );
-    assert_eq!(
-        error(&mut c, &["RL.TOKENBUCKET", "log", "10", "10", "1000"]),
-        "ERR key holds a sliding window log limiter, not a token bucket limiter"
-    );
-    assert_eq!(frozen(&mut c, "log"), before);
-}
-
-/// Not a decimal integer at all, or far outside every range.
-const NOT_INTEGERS: &[&str] = &[
-    "",
-    "abc",
-    "1.5",
-    "1e3",
-    "0x10",
-    "-1",
-    "+1",
-    " 1",
-    "1 ",
-    "1_000",
-    "\u{0663}",
-    "18446744073709551616",
-    "18446744073709551615",
-];
-
-#[test]
-fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
-    let server = Server::start();
-    let mut c = server.client();
-    assert_eq!(log(&mut c, "k", &["10", WIDE_S, "COST", "3"])[0], 1);
-    let unknown =
-        |shown: &str| format!("ERR unknown option '{shown}', expected COST n, FORCE or PEEK");
-    let mut cases: Vec<(Vec<String>, String)> = Vec::new();
-    let with = |i: usize, v: &str| {
-        let mut args = vec!["10".to_string(), WIDE_S.to_string()];
-        args[i] = v.to_string();
-        args
-    };
-    for v in NOT_INTEGERS.iter().chain(&["0", "10001"]) {
-        cases.push((with(0, v), LIMIT.into()));
-    }
-    for v in NOT_INTEGERS.iter().chain(&["0", "1000000000001"]) {
-        cases.push((with(1, v), WINDOW_MS.into()));
-    }
-    for v in NOT_INTEGERS.iter().chain(&["1000000000000001"]) {
-        let mut args = with(0, "10");
-        args.extend(["COST".to_string(), v.to_string()]);
-        cases.push((args, COST.into()));
-    }
-    let options: &[(&[&str], String)] = &[
-        (&["FOO"], unknown("FOO")),
-        (&["PEEKS"], unknown("PEEKS")),
-        (&["ACQUIRE", "id"], unknown("ACQUIRE")),
-        (
-            &["COST"],
-            format!("ERR option COST needs a value: {}", &COST[4..]),
-        ),
-        (
-            &["COST", "1", "COST", "1"],
-            "ERR option COST given more than once".into(),
-        ),
-        (
-            &["PEEK", "peek"],
-            "ERR option PEEK given more than once".into(),
-        ),
-    ];
-    for (opts, expected) in options {
-        let mut args = with(0, "10");
-        args.extend(opts.iter().map(|s| s.to_string()));
-        cases.push((args, expected.clone()));
-    }
-    // Arguments are checked in order, before the key is read.
-    cases.push((vec!["0".into(), "0".into(), "FOO".into()], LIMIT.into()));
-    cases.push((
-        vec!["10".into(), "0".into(), "FOO".into()],
-        WINDOW_MS.into(),
-    ));
-
-    query::<i64>(&mut c, &["RPUSH", "list", "a"]);
-    for key in ["k", "missing", "list"] {
-        let before = frozen(&mut c, key);
-        for (args, expected) in &cases {
-            let mut full = vec!["RL.LOG", key];
-            full.extend(args.iter().map(String::as_str));
-            assert_eq!(&error(&mut c, &full), expected, "{full:?}");
-        }
-        for args in [&[][..], &["k"], &["k", "10"]] {
-            let mut full = vec!["RL.LOG"];
-            full.extend_from_slice(args);
-            assert_eq!(
-                error(&mut c, &full),
-                "ERR wrong number of arguments for 'RL.LOG' command"
-            );
-        }
-        assert_eq!(frozen(&mut c, key), before, "{key} changed");
-    }
-    // The edges of every range are accepted.
-    for params in [
-        &["1", "1"][..],
-        &["10000", WIDE_S],
-        &["10", WIDE_S, "COST", "0"],
-        &["10", WIDE_S, "COST", "1000000000000000"],
-        &["10", WIDE_S, "peek", "cost", "2"],
-    ] {
-        assert_eq!(log(&mut c, "edge", params).len(), 5, "{params:?}");
-    }
-}
-
-#[test]
-fn thirty_two_clients_admit_exactly_the_limit() {
-    let server = Server::start();
-    let replies = hammer_with(&server, 32, |_, c| {
-        let mut seen = Vec::new();
-        loop {
-            let r = log(c, "k", &["500", WIDE_S]);
-            let allowed = r[0] == 1;
-            seen.push(r);
-            if !allowed {
-                return seen;
-            }
-        }
-    });
-    let mut remaining: Vec<i64> = replies.iter().filter(|r| r[0] == 1).map(|r| r[2]).collect();
-    remaining.sort_unstable();
-    assert_eq!(remaining, (0..500).collect::<Vec<_>>());
-    for r in replies.iter().filter(|r| r[0] == 0) {
-        assert_eq!(r[..3], [0, 500, 0]);
-        assert!(r[3] > 0);
-    }
-    let mut c = server.client();
-    let (_, entries) = decode(&get_bytes(&mut c, "k"));
-    assert_eq!(entries.iter().map(|e| e.1).sum::<u64>(), 500);
-    assert!(entries.len() <= 500);
-}
-
-#[test]
-fn thirty_two_clients_with_mixed_costs_form_one_chain() {
-    let server = Server::start();
-    let replies = hammer_with(&server, 32, |i, c| {
-        (0..20)
-            .map(|n| {
-                let cost = ((i + n) % 4 + 1) as i64;
-                (
-                    cost,
-                    log(c, "k", &["500", WIDE_S, "COST", &cost.to_string()]),
-                )
-            })
-            .collect()
-    });
-    let mut admitted: Vec<(i64, i64)> = replies
-        .iter()
-        .filter(|(_, r)| r[0] == 1)
-        .map(|(cost, r)| (r[2], *cost))
-        .collect();
-    admitted.sort_unstable_by(|a, b| b.cmp(a));
-    let mut level = 500;
-    for (remaining, cost) in &admitted {
-        assert_eq!(*remaining, level - cost, "chain broken at {level}");
-        level = *remaining;
-    }
-    for (cost, r) in replies.iter().filter(|(_, r)| r[0] == 0) {
-        assert!(r[2] < *cost, "denied {cost} with {r:?}");
-    }
-    let mut c = server.client();
-    assert_eq!(log(&mut c, "k", &["500", WIDE_S, "COST", "0"])[2], level);
-}
-
-#[test]
-fn a_replica_holds_the_same_bytes_and_absolute_expiry() {
-    let master = Server::start_with(&MASTER_ARGS);
-    let replica = Server::start_replica_of(&master);
-    let (mut m, mut r) = (master.client(), replica.client());
-    for (key, params) in [
-        ("a", &["3", "60000"][..]),
-        ("a", &["3", "60000", "COST", "2"]),
-        ("a", &["3", "60000"]),
-        ("a", &["3", "120000", "PEEK"]),
-        ("b", &["100", WIDE_S, "COST", "7"]),
-        ("peek", &["100", WIDE_S, "PEEK"]),
-    ] {
-        log(&mut m, key, params);
-    }
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    for _ in 0..3 {
-        pipe.add_command(command(&["RL.LOG", "multi", "2", "60000"]));
-    }
-    let replies: Vec<Vec<i64>> = pipe.query(&mut m).expect("MULTI");
-    assert_eq!(replies.iter().map(|r| r[0]).collect::<Vec<_>>(), [1, 1, 0]);
-    assert_eq!(query::<i64>(&mut m, &["WAIT", "1", "5000"]), 1);
-    for key in ["a", "b", "multi"] {
-        assert_eq!(frozen(&mut r, key), frozen(&mut m, key), "{key}");
-    }
-    assert_eq!(query::<i64>(&mut r, &["EXISTS", "peek"]), 0);
 }
 
 /// MEMORY USAGE and STRLEN of logs with N entries, for the README.

@@ -1,5 +1,5 @@
 //! RL.SLIDING against a real server: every reply field, the previous window's weight, PEEK,
-//! COST, TTL and expiry, waiting `retry_after_ms`, and both windows in one plain string key.
+//! COST, TTL and expiry, waiting `retry_after_ms` (the key as a plain string: `conformance.rs`).
 //!
 //! Windows are aligned to multiples of `window_ms` since the epoch. Most tests use the
 //! largest window (10^12 ms: the current one runs from 2001 to 2033), so no window boundary
@@ -351,47 +351,6 @@ fn waiting_retry_after_is_enough() {
         }
         assert!(denials > 0, "case {i}: never saw a denial");
     }
-}
-
-#[test]
-fn a_limiter_key_is_one_plain_string() {
-    let server = Server::start();
-    let mut c = server.client();
-    let p = ["10", WIDE_S];
-    sw(&mut c, "k", &[&p[..], &["COST", "4"]].concat());
-    sw(&mut c, "k", &p);
-    assert_eq!(
-        query::<i64>(&mut c, &["DBSIZE"]),
-        1,
-        "both windows in one key"
-    );
-    assert_eq!(query::<String>(&mut c, &["TYPE", "k"]), "string");
-    let value: Vec<u8> = query(&mut c, &["GET", "k"]);
-    assert!(value.len() <= 30, "{value:?}");
-    assert_eq!(&value[..5], b"\0RL\x02S");
-    let peek =
-        |c: &mut redis::Connection, key: &str| sw(c, key, &[&p[..], &["COST", "0"]].concat())[2];
-
-    let (dump, expire_at) = frozen(&mut c, "k");
-    let dump = dump.unwrap();
-    redis::cmd("RESTORE")
-        .arg("copy")
-        .arg(expire_at)
-        .arg(&dump)
-        .arg("ABSTTL")
-        .query::<()>(&mut c)
-        .expect("RESTORE");
-    assert_eq!(frozen(&mut c, "copy"), (Some(dump), expire_at));
-    assert_eq!(peek(&mut c, "copy"), 5);
-    assert_eq!(sw(&mut c, "copy", &p)[2], 4);
-    assert_eq!(peek(&mut c, "k"), 5, "the original is independent");
-
-    assert_eq!(query::<i64>(&mut c, &["EXPIRE", "k", "100000"]), 1);
-    assert!(query::<i64>(&mut c, &["PTTL", "k"]) > 99_000_000);
-    assert_eq!(peek(&mut c, "k"), 5);
-
-    assert_eq!(query::<i64>(&mut c, &["DEL", "k"]), 1);
-    assert_eq!(peek(&mut c, "k"), 10);
 }
 
 #[test]

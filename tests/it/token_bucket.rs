@@ -1,11 +1,12 @@
 //! RL.TOKENBUCKET against a real server: every reply field, PEEK, COST, the seed's tiers,
-//! TTL and expiry, waiting `retry_after_ms`, and the key as a plain Redis string.
+//! TTL and expiry, waiting `retry_after_ms` (the key as a plain string: `conformance.rs`).
 //!
 //! Exact figures come from fresh keys (a missing key is a full bucket, whatever the time) or
 //! from buckets that refill too slowly to gain a whole token during a test
 //! (`refill_ms` = 10^9); time-dependent fields are checked against the server's own clock
 //! (`TIME` before and after the call), never against the test's timing.
 
+use redis_rl_testkit::conformance::fresh_cases;
 use redis_rl_testkit::*;
 use std::time::Duration;
 
@@ -75,11 +76,7 @@ fn a_fresh_bucket_replies_every_field_exactly() {
             true,
         ),
     ];
-    for (i, (params, reply, written)) in cases.iter().enumerate() {
-        let key = format!("fresh:{i}");
-        assert_eq!(tb(&mut c, &key, params), reply.to_vec(), "{params:?}");
-        assert_eq!(exists(&mut c, &key), *written, "{params:?} key written");
-    }
+    fresh_cases(&mut c, "RL.TOKENBUCKET", cases);
 }
 
 #[test]
@@ -370,49 +367,6 @@ fn waiting_retry_after_is_enough() {
         }
         assert!(denials > 0, "case {i}: never saw a denial");
     }
-}
-
-#[test]
-fn a_limiter_key_is_a_plain_string() {
-    let server = Server::start();
-    let mut c = server.client();
-    let p = ["10", "10", SLOW];
-    tb(&mut c, "k", &[&p[..], &["COST", "4"]].concat());
-    assert_eq!(query::<String>(&mut c, &["TYPE", "k"]), "string");
-    let value: Vec<u8> = query(&mut c, &["GET", "k"]);
-    assert!(value.len() <= 30, "{value:?}");
-    assert_eq!(&value[..5], b"\0RL\x02T");
-    let peek =
-        |c: &mut redis::Connection, key: &str| tb(c, key, &[&p[..], &["COST", "0"]].concat())[2];
-
-    // DUMP / RESTORE (with the absolute expiry) gives an identical, working limiter.
-    let (dump, expire_at) = frozen(&mut c, "k");
-    let dump = dump.unwrap();
-    redis::cmd("RESTORE")
-        .arg("copy")
-        .arg(expire_at)
-        .arg(&dump)
-        .arg("ABSTTL")
-        .query::<()>(&mut c)
-        .expect("RESTORE");
-    assert_eq!(frozen(&mut c, "copy"), (Some(dump), expire_at));
-    assert_eq!(peek(&mut c, "copy"), 6);
-    assert_eq!(tb(&mut c, "copy", &p)[2], 5);
-    assert_eq!(peek(&mut c, "k"), 6, "the original is independent");
-
-    // EXPIRE and PERSIST change only the expiry; the limiter reads the same state.
-    assert_eq!(query::<i64>(&mut c, &["EXPIRE", "k", "100000"]), 1);
-    assert!(query::<i64>(&mut c, &["PTTL", "k"]) > 99_000_000);
-    assert_eq!(peek(&mut c, "k"), 6);
-    assert_eq!(query::<i64>(&mut c, &["PERSIST", "k"]), 1);
-    assert_eq!(peek(&mut c, "k"), 6);
-    // The next write sets the expiry again.
-    tb(&mut c, "k", &p);
-    assert!(query::<i64>(&mut c, &["PTTL", "k"]) > 0);
-
-    // DEL: back to a full bucket.
-    assert_eq!(query::<i64>(&mut c, &["DEL", "k"]), 1);
-    assert_eq!(peek(&mut c, "k"), 10);
 }
 
 #[test]

@@ -1,0 +1,661 @@
+//! The conformance suite: what every algorithm's command must do, read from the core's
+//! registry ([`Kind::ALL`]) instead of written out per algorithm. `tests/it/conformance.rs`
+//! runs each check for every kind, so a new algorithm is held to them from its registry line
+//! on; an algorithm's own file keeps only what is particular to it (its arithmetic, its
+//! stored layout).
+//!
+//! The checks: a key of one algorithm is refused by every other command, as are other
+//! types, foreign strings and damaged values ([`wrong_type_matrix`]); every bad value of
+//! every parameter and option, unknown and repeated options, the arity, all refused with
+//! the documented text and nothing changed ([`bad_arguments`]); the edges of every range
+//! accepted ([`edges_accepted`]); a fresh key's reply, PEEK, a zero cost and a cost that
+//! can never pass ([`fresh_reply`]); the stored value a plain string with the documented
+//! header that DUMP/RESTORE copies ([`plain_string`]); a replica with the same bytes and
+//! expiry ([`replica_matches`]); and many clients on one key admitting exactly the budget
+//! ([`clients_admit_exactly_the_budget`]).
+
+use crate::checks::{refused_untouched, NOT_DECIMAL_INTEGERS};
+use crate::cmd::{error, frozen, hammer_with, info_field, ints, query};
+use crate::server::{Server, MASTER_ARGS};
+use redis_rl_core::limits::{Range, Spelling, COST, MAX_DURATION_MS};
+use redis_rl_core::Kind;
+
+/// The budget of [`call`]'s parameters in the checks that do not choose one.
+pub const BUDGET: u64 = 10;
+
+/// A call of `kind` on `key` that admits `budget` units and refills none during a test:
+/// every count parameter is `budget`, every duration the longest allowed, a word parameter
+/// (a calendar period) its last word, an offset zero; `extra` (options) follows.
+/// RL.CONCURRENCY acquires a lease named `id` (the rate limiters ignore it).
+pub fn call(kind: Kind, key: &str, budget: u64, id: &str, extra: &[&str]) -> Vec<String> {
+    let params: Vec<String> = kind.params().iter().map(|r| typical(r, budget)).collect();
+    call_with(kind, key, &params, id, extra)
+}
+
+/// A call of `kind` on `key` with these positional parameters, then the operation words
+/// the command needs (RL.CONCURRENCY's `ACQUIRE id`), then `extra`.
+pub fn call_with(
+    kind: Kind,
+    key: &str,
+    params: &[String],
+    id: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args = vec![kind.command().to_string(), key.to_string()];
+    args.extend(params.iter().cloned());
+    args.extend(operation(kind, id));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// The words between the parameters and the options: RL.CONCURRENCY names what it does
+/// with a lease; the rate limiters need none.
+fn operation(kind: Kind, id: &str) -> Vec<String> {
+    match kind {
+        Kind::Concurrency => vec!["ACQUIRE".into(), id.into()],
+        _ => Vec::new(),
+    }
+}
+
+/// The value [`call`] gives a parameter.
+fn typical(range: &Range, budget: u64) -> String {
+    match range.spelling {
+        Spelling::Integer if range.max == MAX_DURATION_MS => range.max.to_string(),
+        Spelling::Integer => budget.clamp(range.min, range.max).to_string(),
+        Spelling::Offset(bias) => range.show(bias),
+        Spelling::Words(words) => words.last().copied().unwrap_or_default().to_string(),
+    }
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// Runs a call and returns its reply.
+pub fn run(c: &mut redis::Connection, args: &[String]) -> Vec<i64> {
+    ints(c, &strs(args))
+}
+
+/// Values of `range` that are refused with its range error, as the user could write them.
+pub fn bad_values(range: &Range) -> Vec<String> {
+    let mut bad: Vec<String> = match range.spelling {
+        Spelling::Integer => {
+            let mut v: Vec<String> = NOT_DECIMAL_INTEGERS.iter().map(|s| s.to_string()).collect();
+            if range.min > 0 {
+                v.push((range.min - 1).to_string());
+            }
+            v
+        }
+        Spelling::Offset(bias) => {
+            let below = i128::from(range.min) - 1 - i128::from(bias);
+            ["", "abc", "1.5", "+5", "--5", "-", "99999999999999999999"]
+                .iter()
+                .map(|s| s.to_string())
+                .chain([below.to_string()])
+                .collect()
+        }
+        Spelling::Words(words) => {
+            let first = words.first().copied().unwrap_or("X");
+            vec!["".into(), "x".into(), "1".into(), format!("{first}S")]
+        }
+    };
+    if range.max < u64::MAX {
+        bad.push(range.show(range.max + 1));
+    }
+    bad
+}
+
+/// What the command's unknown-option error lists: the algorithm's options, `COST n`,
+/// `UPTO` where partial grants exist, `FORCE`, and `PEEK` (RL.CONCURRENCY: only `PEEK`).
+pub fn accepted(kind: Kind) -> String {
+    let mut words: Vec<String> = kind
+        .options()
+        .iter()
+        .map(|o| format!("{} {}", o.token, o.value))
+        .collect();
+    if kind.is_limiter() {
+        words.push("COST n".into());
+        if kind.upto() {
+            words.push("UPTO".into());
+        }
+        words.push("FORCE".into());
+    }
+    let last = "PEEK".to_string();
+    if words.is_empty() {
+        return last;
+    }
+    format!("{} or {last}", words.join(", "))
+}
+
+fn unknown(kind: Kind, shown: &str) -> String {
+    format!("ERR unknown option '{shown}', expected {}", accepted(kind))
+}
+
+/// Every refused argument list of `kind` after the key, with its error text.
+pub fn bad_argument_table(kind: Kind) -> Vec<(Vec<String>, String)> {
+    let params = kind.params();
+    let good: Vec<String> = params.iter().map(|r| typical(r, BUDGET)).collect();
+    let with = |i: usize, v: &str| {
+        let mut p = good.clone();
+        p[i] = v.to_string();
+        p
+    };
+    let tail = |p: Vec<String>, extra: &[&str]| {
+        let mut args = p;
+        args.extend(operation(kind, "id"));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let mut table = Vec::new();
+    for (i, range) in params.iter().enumerate() {
+        for bad in bad_values(range) {
+            table.push((tail(with(i, &bad), &[]), format!("ERR {}", range.error())));
+        }
+    }
+    // Arguments are checked in order: the first bad one is reported.
+    let all_bad: Vec<String> = params.iter().map(|r| bad_values(r)[1].clone()).collect();
+    if let Some(first) = params.first() {
+        table.push((tail(all_bad, &["FOO"]), format!("ERR {}", first.error())));
+    }
+    let mut options: Vec<(&str, Range)> =
+        kind.options().iter().map(|o| (o.token, o.range)).collect();
+    if kind.is_limiter() {
+        options.push(("COST", COST));
+    }
+    for (token, range) in &options {
+        let lower = token.to_ascii_lowercase();
+        let err = format!("ERR {}", range.error());
+        for bad in bad_values(range) {
+            table.push((tail(good.clone(), &[token, &bad]), err.clone()));
+        }
+        let missing = format!("ERR option {token} needs a value: {}", range.error());
+        let v = range.show(range.min);
+        for (extra, text) in [
+            (vec![*token], missing.clone()),
+            (vec!["PEEK", &lower], missing),
+            (vec![*token, "PEEK"], err),
+            (
+                vec![*token, &v, &lower, &v],
+                format!("ERR option {token} given more than once"),
+            ),
+        ] {
+            table.push((tail(good.clone(), &extra), text));
+        }
+        let plural = format!("{token}S");
+        table.push((tail(good.clone(), &[&plural, "1"]), unknown(kind, &plural)));
+        table.push((
+            tail(good.clone(), &[token, &v, "PEEK", "EXTRA"]),
+            unknown(kind, "EXTRA"),
+        ));
+    }
+    for (extra, text) in option_table(kind) {
+        table.push((tail(good.clone(), &strs(&extra)), text));
+    }
+    if !kind.upto() {
+        table.push((tail(good.clone(), &["UPTO"]), unknown(kind, "UPTO")));
+    }
+    if kind.is_limiter() {
+        // Another command's operation words are options this one does not have.
+        table.push((
+            tail(good.clone(), &["ACQUIRE", "id"]),
+            unknown(kind, "ACQUIRE"),
+        ));
+    } else {
+        table.push((tail(good.clone(), &["COST", "1"]), unknown(kind, "COST")));
+    }
+    table
+}
+
+/// Unknown, repeated, incomplete and misordered options after valid parameters, and their
+/// texts: those of every command, then of the rate limiters (`COST`, `FORCE`), then of
+/// those with `UPTO`.
+fn option_table(kind: Kind) -> Vec<(Vec<String>, String)> {
+    let unknown = |shown: &str| unknown(kind, shown);
+    let peek_twice = "ERR option PEEK given more than once".to_string();
+    let forty = "X".repeat(40);
+    let long = "X".repeat(41);
+    let mut rows: Vec<(Vec<&str>, String)> = vec![
+        (vec!["FOO"], unknown("FOO")),
+        (vec!["PEEKS"], unknown("PEEKS")),
+        (vec![""], unknown("")),
+        (vec!["1"], unknown("1")),
+        (vec![&forty], unknown(&forty)),
+        (vec![&long], unknown(&format!("{forty}..."))),
+        (vec!["PEEK", "PEEK"], peek_twice.clone()),
+        (vec!["peek", "PEEK"], peek_twice.clone()),
+        (vec!["PEEK", "FOO"], unknown("FOO")),
+    ];
+    let cost_missing = format!("ERR option COST needs a value: {}", COST.error());
+    let cost = format!("ERR {}", COST.error());
+    let cost_twice = "ERR option COST given more than once".to_string();
+    let force_twice = "ERR option FORCE given more than once".to_string();
+    let upto_twice = "ERR option UPTO given more than once".to_string();
+    let exclusive = "ERR options UPTO and FORCE cannot be combined".to_string();
+    if kind.is_limiter() {
+        rows.extend([
+            (vec!["COSTS", "1"], unknown("COSTS")),
+            (vec!["cost"], cost_missing.clone()),
+            (vec!["COST", "1", "cost", "2"], cost_twice.clone()),
+            (vec!["COST", "1", "PEEK", "COST"], cost_twice),
+            (vec!["PEEK", "COST", "1", "PEEK"], peek_twice),
+            (vec!["FOO", "COST"], unknown("FOO")),
+            (vec!["COST", "x", "FOO"], cost.clone()),
+            (vec!["FORCES"], unknown("FORCES")),
+            (vec!["FORCE", "1"], unknown("1")),
+            (vec!["FORCE", "FORCE"], force_twice.clone()),
+            (vec!["force", "COST", "2", "Force"], force_twice),
+            (vec!["FORCE", "COST", "x"], cost.clone()),
+        ]);
+    }
+    if kind.upto() {
+        rows.extend([
+            (vec!["UPTOS"], unknown("UPTOS")),
+            (vec!["UP", "TO"], unknown("UP")),
+            (vec!["UPTO", "5"], unknown("5")),
+            (vec!["COST", "UPTO"], cost.clone()),
+            (vec!["UPTO", "COST"], cost_missing),
+            (vec!["UPTO", "UPTO"], upto_twice.clone()),
+            (vec!["upto", "COST", "2", "Upto"], upto_twice.clone()),
+            (vec!["UPTO", "PEEK", "UPTO"], upto_twice),
+            (vec!["UPTO", "COST", "1000000000000001"], cost),
+            (vec!["FORCE", "UPTO"], exclusive.clone()),
+            (vec!["UPTO", "COST", "3", "FORCE"], exclusive),
+        ]);
+    }
+    rows.into_iter()
+        .map(|(extra, text)| (extra.iter().map(|s| s.to_string()).collect(), text))
+        .collect()
+}
+
+/// Options a command accepts in any order and case (each call made a PEEK): its own
+/// options at their smallest value, then `COST`, `FORCE` and `UPTO` where it has them.
+fn accepted_options(kind: Kind) -> Vec<Vec<String>> {
+    let mut rows: Vec<Vec<String>> = vec![vec!["PEEK".into()], vec!["peek".into()]];
+    for opt in kind.options() {
+        let v = opt.range.show(opt.range.min);
+        rows.push(vec![
+            opt.token.to_ascii_lowercase(),
+            v.clone(),
+            "Peek".into(),
+        ]);
+        rows.push(vec!["PEEK".into(), opt.token.into(), v]);
+    }
+    let mut words: Vec<&[&str]> = Vec::new();
+    if kind.is_limiter() {
+        words.extend([
+            &["PEEK", "COST", "2"][..],
+            &["Cost", "2", "pEeK"],
+            &["COST", "0", "PEEK"],
+            &["FORCE", "PEEK"],
+            &["COST", "1000000000000000", "force", "PEEK"],
+        ]);
+    }
+    if kind.upto() {
+        words.extend([
+            &["UPTO", "PEEK"][..],
+            &["COST", "5", "UPTO", "PEEK"],
+            &["upto", "peek", "cost", "0"],
+            &["UPTO", "COST", "1000000000000000", "PEEK"],
+        ]);
+    }
+    rows.extend(
+        words
+            .iter()
+            .map(|w| w.iter().map(|s| s.to_string()).collect()),
+    );
+    rows
+}
+
+/// Every entry of [`bad_argument_table`] refused with its text, on a key of `kind`, on a
+/// missing key and on a list (the arguments are checked before the key is read), nothing
+/// written (not even a dirty counter); too few arguments are the server's arity error.
+pub fn bad_arguments(c: &mut redis::Connection, kind: Kind) {
+    let key = format!("bad:{}", kind.config_name());
+    run(c, &call(kind, &key, BUDGET, "held", &[]));
+    query::<i64>(c, &["RPUSH", "bad:list", "x"]);
+    let dirty = info_field(c, "persistence", "rdb_changes_since_last_save");
+    for (args, text) in bad_argument_table(kind) {
+        for key in [key.as_str(), "missing", "bad:list"] {
+            let mut full = vec![kind.command(), key];
+            full.extend(strs(&args));
+            refused_untouched(c, &full, &text);
+        }
+    }
+    let arity = format!(
+        "ERR wrong number of arguments for '{}' command",
+        kind.command()
+    );
+    assert_eq!(error(c, &[kind.command()]), arity);
+    let lower = kind.command().to_ascii_lowercase();
+    let mut short = vec![lower, key.clone()];
+    let params = kind.params();
+    for range in params
+        .get(..params.len().saturating_sub(1))
+        .unwrap_or_default()
+    {
+        refused_untouched(c, &strs(&short), &arity);
+        short.push(typical(range, BUDGET));
+    }
+    refused_untouched(c, &strs(&short), &arity);
+    assert_eq!(
+        info_field(c, "persistence", "rdb_changes_since_last_save"),
+        dirty,
+        "{kind:?}"
+    );
+}
+
+/// The smallest and largest value of every parameter, and of every option (with some value
+/// of a word parameter: a calendar quota's anchor day depends on its period), are accepted.
+pub fn edges_accepted(c: &mut redis::Connection, kind: Kind) {
+    let key = format!("edge:{}", kind.config_name());
+    let params = kind.params();
+    for pick in [|r: &Range| r.min, |r: &Range| r.max] {
+        let p: Vec<String> = params.iter().map(|r| r.show(pick(r))).collect();
+        let reply = run(c, &call_with(kind, &key, &p, "id", &["PEEK"]));
+        assert_eq!(reply.len(), 5, "{kind:?} {p:?}");
+    }
+    let words = |r: &Range| match r.spelling {
+        Spelling::Words(w) => w.iter().map(|s| s.to_string()).collect(),
+        _ => vec![typical(r, BUDGET)],
+    };
+    let choices: Vec<Vec<String>> = params.iter().map(words).collect();
+    for opt in kind.options() {
+        for value in [opt.range.min, opt.range.max] {
+            let shown = opt.range.show(value);
+            let accepted = (0..choices.iter().map(Vec::len).max().unwrap_or(1)).any(|i| {
+                let p: Vec<String> = choices
+                    .iter()
+                    .map(|c| c[i.min(c.len() - 1)].clone())
+                    .collect();
+                let args = call_with(kind, &key, &p, "id", &[opt.token, &shown, "PEEK"]);
+                crate::cmd::command(&strs(&args))
+                    .query::<Vec<i64>>(c)
+                    .is_ok()
+            });
+            assert!(
+                accepted,
+                "{kind:?} {} {shown} refused with every period",
+                opt.token
+            );
+        }
+    }
+    for extra in accepted_options(kind) {
+        let reply = run(c, &call(kind, &key, BUDGET, "id", &strs(&extra)));
+        let upto = extra.iter().any(|w| w.eq_ignore_ascii_case("UPTO"));
+        assert_eq!(reply.len(), if upto { 6 } else { 5 }, "{kind:?} {extra:?}");
+    }
+    assert_eq!(
+        query::<i64>(c, &["EXISTS", &key]),
+        0,
+        "{kind:?}: PEEK wrote"
+    );
+}
+
+/// A fresh key: the first call admits one unit of [`BUDGET`] and writes the key; PEEK,
+/// a zero cost and a cost above the budget (never, `retry_after` -1) reply the same
+/// figures but write nothing; a call the budget cannot take is denied and writes nothing.
+pub fn fresh_reply(c: &mut redis::Connection, kind: Kind) {
+    let b = BUDGET as i64;
+    let key = |what: &str| format!("fresh:{}:{what}", kind.config_name());
+    let exists = |c: &mut redis::Connection, k: &str| query::<i64>(c, &["EXISTS", k]) == 1;
+    let r = run(c, &call(kind, &key("peek"), BUDGET, "a", &["PEEK"]));
+    assert_eq!(r[..4], [1, b, b - 1, 0], "{kind:?} PEEK");
+    assert!(!exists(c, &key("peek")), "{kind:?}: PEEK wrote");
+    if kind.is_limiter() {
+        let r = run(c, &call(kind, &key("zero"), BUDGET, "a", &["COST", "0"]));
+        assert_eq!(r[..4], [1, b, b, 0], "{kind:?} COST 0");
+        let over = (BUDGET + 1).to_string();
+        let r = run(c, &call(kind, &key("never"), BUDGET, "a", &["COST", &over]));
+        assert_eq!(r[..4], [0, b, b, -1], "{kind:?} COST above the budget");
+        assert!(
+            !exists(c, &key("zero")) && !exists(c, &key("never")),
+            "{kind:?} wrote"
+        );
+    }
+    let k = key("used");
+    let first = run(c, &call(kind, &k, BUDGET, "first", &[]));
+    assert_eq!(first[..4], [1, b, b - 1, 0], "{kind:?}");
+    assert!(first[4] >= 0, "{kind:?} {first:?}");
+    assert!(exists(c, &k), "{kind:?}: the call wrote nothing");
+    for i in 1..BUDGET {
+        let r = run(c, &call(kind, &k, BUDGET, &format!("id{i}"), &[]));
+        assert_eq!(r[..3], [1, b, b - 1 - i as i64], "{kind:?} call {i}");
+    }
+    let before = frozen(c, &k);
+    let denied = run(c, &call(kind, &k, BUDGET, "one-more", &[]));
+    assert_eq!(denied[..3], [0, b, 0], "{kind:?}");
+    assert!(
+        denied[3] > 0,
+        "{kind:?}: a denial says how long to wait: {denied:?}"
+    );
+    assert_eq!(frozen(c, &k), before, "{kind:?}: a denial wrote");
+}
+
+/// A key of every kind, a list, a foreign string and a damaged value of every kind: each
+/// command refuses every key but its own, with the text naming both algorithms, with or
+/// without PEEK, and nothing changes.
+pub fn wrong_type_matrix(c: &mut redis::Connection) {
+    query::<()>(c, &["RPUSH", "list", "x"]);
+    query::<()>(c, &["SET", "text", "hello", "PX", "600000"]);
+    let key = |k: Kind| format!("of:{}", k.config_name());
+    for &kind in Kind::ALL {
+        run(c, &call(kind, &key(kind), BUDGET, "held", &[]));
+        let mut value: Vec<u8> = query(c, &["GET", &key(kind)]);
+        value.pop();
+        let damaged = format!("damaged:{}", kind.config_name());
+        crate::cmd::command::<&[u8]>(&[b"SET", damaged.as_bytes(), &value])
+            .query::<()>(c)
+            .expect("SET");
+    }
+    let wrongtype = "WRONGTYPE Operation against a key holding the wrong kind of value";
+    let not_ours = "ERR key holds a value that is not a redis-rl limiter";
+    for &command in Kind::ALL {
+        let mut cases = vec![
+            ("list".to_string(), wrongtype.to_string()),
+            ("text".into(), not_ours.into()),
+            (
+                format!("damaged:{}", command.config_name()),
+                format!(
+                    "ERR key holds a corrupt redis-rl {} limiter",
+                    command.name()
+                ),
+            ),
+        ];
+        for &stored in Kind::ALL.iter().filter(|k| **k != command) {
+            let text = format!(
+                "ERR key holds a {} limiter, not a {} limiter",
+                stored.name(),
+                command.name()
+            );
+            cases.push((key(stored), text));
+        }
+        for (k, text) in &cases {
+            for extra in [&[][..], &["PEEK"]] {
+                refused_untouched(c, &strs(&call(command, k, BUDGET, "x", extra)), text);
+            }
+        }
+    }
+}
+
+/// The stored value is one plain string with the `\0RL`, version, tag header; DUMP and
+/// RESTORE copy it (expiry included) into an independent limiter; a DEL is a fresh start.
+pub fn plain_string(c: &mut redis::Connection, kind: Kind) {
+    let k = format!("plain:{}", kind.config_name());
+    let copy = format!("copy:{}", kind.config_name());
+    run(c, &call(kind, &k, BUDGET, "a", &[]));
+    assert_eq!(query::<String>(c, &["TYPE", &k]), "string", "{kind:?}");
+    let value: Vec<u8> = query(c, &["GET", &k]);
+    assert_eq!(&value[..3], b"\0RL", "{kind:?}");
+    assert_eq!(value[4], kind.tag(), "{kind:?}");
+    let (dump, expire_at) = frozen(c, &k);
+    let dump = dump.expect("the key");
+    redis::cmd("RESTORE")
+        .arg(&copy)
+        .arg(expire_at)
+        .arg(&dump)
+        .arg("ABSTTL")
+        .query::<()>(c)
+        .expect("RESTORE");
+    assert_eq!(frozen(c, &copy), (Some(dump), expire_at), "{kind:?}");
+    let remaining = |c: &mut redis::Connection, key: &str, id: &str| {
+        run(c, &call(kind, key, BUDGET, id, &["PEEK"]))[2]
+    };
+    let b = BUDGET as i64;
+    assert_eq!(
+        remaining(c, &copy, "b"),
+        b - 2,
+        "{kind:?}: the copy holds the use"
+    );
+    run(c, &call(kind, &copy, BUDGET, "b", &[]));
+    assert_eq!(
+        remaining(c, &k, "b"),
+        b - 2,
+        "{kind:?}: the original is independent"
+    );
+    // EXPIRE and PERSIST change only the expiry; the next write sets it again.
+    assert_eq!(query::<i64>(c, &["EXPIRE", &k, "100000"]), 1);
+    assert_eq!(remaining(c, &k, "b"), b - 2, "{kind:?} after EXPIRE");
+    assert_eq!(query::<i64>(c, &["PERSIST", &k]), 1);
+    assert_eq!(remaining(c, &k, "b"), b - 2, "{kind:?} after PERSIST");
+    run(c, &call(kind, &k, BUDGET, "b", &[]));
+    assert!(
+        query::<i64>(c, &["PTTL", &k]) > 0,
+        "{kind:?}: a write sets the expiry"
+    );
+    query::<i64>(c, &["DEL", &k]);
+    assert_eq!(
+        remaining(c, &k, "b"),
+        b - 1,
+        "{kind:?}: a deleted key starts afresh"
+    );
+}
+
+/// Runs `command key params...` on a fresh key per case and checks the whole reply and
+/// whether the call wrote the key: `(params, reply, written)`.
+pub fn fresh_cases(c: &mut redis::Connection, command: &str, cases: &[(&[&str], [i64; 5], bool)]) {
+    for (i, (params, reply, written)) in cases.iter().enumerate() {
+        let key = format!("fresh:{command}:{i}");
+        let mut args = vec![command, key.as_str()];
+        args.extend_from_slice(params);
+        assert_eq!(ints(c, &args), reply.to_vec(), "{args:?}");
+        let exists = query::<i64>(c, &["EXISTS", &key]) == 1;
+        assert_eq!(exists, *written, "{args:?}: key written");
+    }
+}
+
+/// Writes on a master (plain calls, a PEEK, three calls in one MULTI of which the last is
+/// denied) reach its replica as the same bytes with the same absolute expiry; a PEEK's key
+/// is on neither.
+pub fn replica_matches(kind: Kind) {
+    let master = Server::start_with(&MASTER_ARGS);
+    let replica = Server::start_replica_of(&master);
+    let (mut m, mut r) = (master.client(), replica.client());
+    run(&mut m, &call(kind, "a", BUDGET, "x", &[]));
+    run(&mut m, &call(kind, "a", BUDGET, "y", &[]));
+    run(&mut m, &call(kind, "peek", BUDGET, "x", &["PEEK"]));
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for id in ["x", "y", "z"] {
+        pipe.add_command(crate::cmd::command(&strs(&call(kind, "multi", 2, id, &[]))));
+    }
+    let replies: Vec<Vec<i64>> = pipe.query(&mut m).expect("MULTI");
+    assert_eq!(
+        replies.iter().map(|r| r[0]).collect::<Vec<_>>(),
+        [1, 1, 0],
+        "{kind:?}"
+    );
+    assert_eq!(query::<i64>(&mut m, &["WAIT", "1", "5000"]), 1);
+    for key in ["a", "multi"] {
+        assert_eq!(frozen(&mut r, key), frozen(&mut m, key), "{kind:?} {key}");
+    }
+    assert_eq!(query::<i64>(&mut r, &["EXISTS", "peek"]), 0, "{kind:?}");
+}
+
+/// 32 clients call one key until each is denied: the admitted calls saw every `remaining`
+/// from `budget - 1` down to 0 exactly once (no update lost, none admitted twice), and
+/// every denial reports an empty budget.
+pub fn clients_admit_exactly_the_budget(kind: Kind, budget: u64) {
+    let server = clients_admit_exactly(|id| call(kind, "k", budget, id, &[]), budget);
+    if kind.is_limiter() {
+        let check = run(
+            &mut server.client(),
+            &call(kind, "k", budget, "id", &["COST", "0"]),
+        );
+        assert_eq!(check[..3], [1, budget as i64, 0], "{kind:?}: spent");
+    }
+}
+
+/// [`clients_admit_exactly_the_budget`] for any call: `args(id)` is the call of one client
+/// (`id` unique per call), `budget` the units it admits in all. Returns the server.
+pub fn clients_admit_exactly(args: impl Fn(&str) -> Vec<String> + Sync, budget: u64) -> Server {
+    let server = Server::start();
+    let replies = hammer_with(&server, 32, |client, c| {
+        let mut seen = Vec::new();
+        for i in 0.. {
+            let r = run(c, &args(&format!("{client}:{i}")));
+            let allowed = r[0] == 1;
+            seen.push(r);
+            if !allowed {
+                break;
+            }
+        }
+        seen
+    });
+    let b = budget as i64;
+    let mut remaining: Vec<i64> = replies.iter().filter(|r| r[0] == 1).map(|r| r[2]).collect();
+    remaining.sort_unstable();
+    assert_eq!(remaining, (0..b).collect::<Vec<_>>(), "{:?}", args("id"));
+    assert!(
+        replies
+            .iter()
+            .filter(|r| r[0] == 0)
+            .all(|r| r[..3] == [0, b, 0] && r[3] > 0),
+        "{:?}",
+        args("id")
+    );
+    server
+}
+
+/// 32 clients take 1 to 4 units at a time, 20 calls each, from a rate limiter of `kind`
+/// with `budget` and no refill: sorted by `remaining`, the admitted calls form one chain
+/// from `budget` down, each step exactly its cost (no update lost or doubled), ending at
+/// what a zero-cost check then reports; every denial asked for more than was left.
+pub fn mixed_costs_form_one_chain(kind: Kind, budget: u64) {
+    let server = Server::start();
+    let replies = hammer_with(&server, 32, |i, c| {
+        (0..20)
+            .map(|n| {
+                let cost = ((i + n) % 4 + 1) as i64;
+                let args = call(kind, "k", budget, "id", &["COST", &cost.to_string()]);
+                (cost, run(c, &args))
+            })
+            .collect()
+    });
+    let mut admitted: Vec<(i64, i64)> = replies
+        .iter()
+        .filter(|(_, r)| r[0] == 1)
+        .map(|(cost, r)| (r[2], *cost))
+        .collect();
+    admitted.sort_unstable_by(|a, b| b.cmp(a));
+    let b = budget as i64;
+    let mut level = b;
+    for (remaining, cost) in &admitted {
+        assert_eq!(
+            *remaining,
+            level - cost,
+            "{kind:?}: chain broken at {level}"
+        );
+        level = *remaining;
+    }
+    for (cost, r) in replies.iter().filter(|(_, r)| r[0] == 0) {
+        assert!(r[2] < *cost, "{kind:?}: denied {cost} with {r:?}");
+    }
+    let check = run(
+        &mut server.client(),
+        &call(kind, "k", budget, "id", &["COST", "0"]),
+    );
+    assert_eq!(check[..3], [1, b, level], "{kind:?}");
+    // 32 x 20 calls of 2.5 units on average is over three times the budget: all but a few
+    // units are spent.
+    assert!(level < 4, "{kind:?}: {level} left");
+}
