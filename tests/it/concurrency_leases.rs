@@ -12,10 +12,6 @@ use redis_rl_testkit::*;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-const LONG: u64 = 1_000_000_000_000;
-const LONG_S: &str = "1000000000000";
-const LONG_US: u128 = LONG as u128 * 1000;
-
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 const NOT_OURS: &str = "ERR key holds a value that is not a redis-rl limiter";
 const LIMIT: &str = "ERR limit must be an integer between 1 and 10000";
@@ -32,21 +28,8 @@ fn release(c: &mut redis::Connection, key: &str, id: &str) -> i64 {
     query(c, &["RL.CONCURRENCY", key, "RELEASE", id])
 }
 
-/// Whole ms from `now_us` until `at_us`, rounded up (as every wait in a reply).
-fn ms_until(at_us: u128, now_us: u128) -> i64 {
-    i64::try_from(at_us.saturating_sub(now_us).div_ceil(1000)).unwrap()
-}
-
 fn now_us(c: &mut redis::Connection) -> u128 {
     u128::from(server_time_us(c))
-}
-
-fn exists(c: &mut redis::Connection, key: &str) -> bool {
-    query::<i64>(c, &["EXISTS", key]) == 1
-}
-
-fn get_bytes(c: &mut redis::Connection, key: &str) -> Vec<u8> {
-    redis::cmd("GET").arg(key).query(c).expect("GET")
 }
 
 fn u16_at(bytes: &[u8], at: usize) -> u16 {
@@ -86,25 +69,25 @@ fn acquire_renew_and_release_reply_every_field() {
     let server = Server::start();
     let mut c = server.client();
     let t0 = now_us(&mut c);
-    assert_eq!(acquire(&mut c, "k", "2", LONG_S, "a"), [1, 2, 1, 0, 0]);
+    assert_eq!(acquire(&mut c, "k", "2", LONGEST, "a"), [1, 2, 1, 0, 0]);
     let t1 = now_us(&mut c);
-    assert_eq!(acquire(&mut c, "k", "2", LONG_S, "b"), [1, 2, 0, 0, 0]);
+    assert_eq!(acquire(&mut c, "k", "2", LONGEST, "b"), [1, 2, 0, 0, 0]);
 
     let before = frozen(&mut c, "k");
     let (u0, d, u1) = (
         now_us(&mut c),
-        acquire(&mut c, "k", "2", LONG_S, "c"),
+        acquire(&mut c, "k", "2", LONGEST, "c"),
         now_us(&mut c),
     );
     assert_eq!(d[..3], [0, 2, 0]);
     assert_eq!(d[4], 0);
     // Until "a", the oldest lease, expires.
-    let range = ms_until(t0 + LONG_US, u1)..=ms_until(t1 + LONG_US, u0);
+    let range = ms_until(t0 + LONGEST_US, u1)..=ms_until(t1 + LONGEST_US, u0);
     assert!(range.contains(&d[3]), "retry {d:?} not in {range:?}");
     assert_eq!(frozen(&mut c, "k"), before, "a denial wrote nothing");
 
     // Renewing a held lease needs no free slot; "b" is now the oldest.
-    assert_eq!(acquire(&mut c, "k", "2", LONG_S, "a"), [1, 2, 0, 0, 0]);
+    assert_eq!(acquire(&mut c, "k", "2", LONGEST, "a"), [1, 2, 0, 0, 0]);
     let ids: Vec<Vec<u8>> = decode(&get_bytes(&mut c, "k"))
         .into_iter()
         .map(|l| l.0)
@@ -114,7 +97,7 @@ fn acquire_renew_and_release_reply_every_field() {
     assert_eq!(release(&mut c, "k", "a"), 1);
     assert_eq!(release(&mut c, "k", "a"), 0);
     assert_eq!(release(&mut c, "k", "nobody"), 0);
-    assert_eq!(acquire(&mut c, "k", "2", LONG_S, "c"), [1, 2, 0, 0, 0]);
+    assert_eq!(acquire(&mut c, "k", "2", LONGEST, "c"), [1, 2, 0, 0, 0]);
     assert_eq!(release(&mut c, "k", "b"), 1);
     assert!(exists(&mut c, "k"));
     // The last lease released deletes the key: no lease held is no key.
@@ -132,13 +115,13 @@ fn peek_replies_like_the_real_acquire_and_writes_nothing() {
     let peek = |c: &mut redis::Connection, id: &str| {
         ints(
             c,
-            &["RL.CONCURRENCY", "k", "2", LONG_S, "ACQUIRE", id, "PEEK"],
+            &["RL.CONCURRENCY", "k", "2", LONGEST, "ACQUIRE", id, "PEEK"],
         )
     };
     assert_eq!(peek(&mut c, "a"), [1, 2, 1, 0, 0]);
     assert!(!exists(&mut c, "k"), "a PEEK created the key");
 
-    acquire(&mut c, "k", "2", LONG_S, "a");
+    acquire(&mut c, "k", "2", LONGEST, "a");
     // A free slot (b would take the last one), then a renewal of the held lease (a keeps its
     // one slot): allowed, but nothing taken or renewed.
     for (id, remaining) in [("b", 0), ("a", 1)] {
@@ -146,11 +129,11 @@ fn peek_replies_like_the_real_acquire_and_writes_nothing() {
         assert_eq!(peek(&mut c, id), [1, 2, remaining, 0, 0], "{id}");
         assert_eq!(frozen(&mut c, "k"), before, "PEEK {id} wrote");
     }
-    acquire(&mut c, "k", "2", LONG_S, "b");
+    acquire(&mut c, "k", "2", LONGEST, "b");
     let before = frozen(&mut c, "k");
     let peeked = peek(&mut c, "c");
     assert_eq!(frozen(&mut c, "k"), before, "PEEK c wrote");
-    let real = acquire(&mut c, "k", "2", LONG_S, "c");
+    let real = acquire(&mut c, "k", "2", LONGEST, "c");
     assert_eq!(peeked[..3], [0, 2, 0]);
     assert_eq!(real[..3], peeked[..3]);
     // The wait until the oldest lease expires can only have shrunk in between.
@@ -161,7 +144,7 @@ fn peek_replies_like_the_real_acquire_and_writes_nothing() {
     // Options in any case.
     let r = ints(
         &mut c,
-        &["RL.CONCURRENCY", "k", "3", LONG_S, "acquire", "c", "peek"],
+        &["RL.CONCURRENCY", "k", "3", LONGEST, "acquire", "c", "peek"],
     );
     assert_eq!(r, [1, 3, 0, 0, 0]);
     assert_eq!(frozen(&mut c, "k"), before);
@@ -172,14 +155,14 @@ fn lowering_the_limit_keeps_holders_and_waits_for_enough_expiries() {
     let server = Server::start();
     let mut c = server.client();
     for id in ["a", "b", "c"] {
-        assert_eq!(acquire(&mut c, "k", "3", LONG_S, id)[0], 1);
+        assert_eq!(acquire(&mut c, "k", "3", LONGEST, id)[0], 1);
     }
-    let d = acquire(&mut c, "k", "1", LONG_S, "d");
+    let d = acquire(&mut c, "k", "1", LONGEST, "d");
     assert_eq!(d[..3], [0, 1, 0]);
     assert!(d[3] > 0);
     // A holder may renew even over the new limit.
-    assert_eq!(acquire(&mut c, "k", "1", LONG_S, "c"), [1, 1, 0, 0, 0]);
-    assert_eq!(acquire(&mut c, "k", "5", LONG_S, "d"), [1, 5, 1, 0, 0]);
+    assert_eq!(acquire(&mut c, "k", "1", LONGEST, "c"), [1, 1, 0, 0, 0]);
+    assert_eq!(acquire(&mut c, "k", "5", LONGEST, "d"), [1, 5, 1, 0, 0]);
 }
 
 #[test]
@@ -263,7 +246,7 @@ fn ids_are_arbitrary_bytes_up_to_256() {
         redis::cmd("RL.CONCURRENCY")
             .arg("k")
             .arg("10")
-            .arg(LONG_S)
+            .arg(LONGEST)
             .arg("ACQUIRE")
             .arg(id)
             .query(c)
@@ -388,7 +371,7 @@ fn release_refuses_foreign_data_untouched() {
 fn bad_operations_and_ids_are_refused_with_their_text_and_change_nothing() {
     let server = Server::start();
     let mut c = server.client();
-    acquire(&mut c, "k", "10", LONG_S, "held");
+    acquire(&mut c, "k", "10", LONGEST, "held");
     query::<i64>(&mut c, &["RPUSH", "list", "a"]);
     let owned = |args: &[&str]| args.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let mut cases: Vec<(Vec<String>, &str)> = Vec::new();
@@ -437,7 +420,7 @@ fn bad_operations_and_ids_are_refused_with_their_text_and_change_nothing() {
     // Any case for the operation is accepted.
     let r = ints(
         &mut c,
-        &["RL.CONCURRENCY", "edge2", "10000", LONG_S, "acquire", "a"],
+        &["RL.CONCURRENCY", "edge2", "10000", LONGEST, "acquire", "a"],
     );
     assert_eq!(r, [1, 10000, 9999, 0, 0]);
     assert_eq!(
@@ -451,7 +434,7 @@ fn thirty_two_clients_never_hold_more_than_the_limit() {
     let server = Server::start();
     // First round: everyone asks once, nobody releases: exactly the limit gets a lease.
     let first = hammer_with(&server, 32, |i, c| {
-        vec![acquire(c, "once", "10", LONG_S, &format!("w{i}"))]
+        vec![acquire(c, "once", "10", LONGEST, &format!("w{i}"))]
     });
     let mut remaining: Vec<i64> = first.iter().filter(|r| r[0] == 1).map(|r| r[2]).collect();
     remaining.sort_unstable();
@@ -471,7 +454,7 @@ fn thirty_two_clients_never_hold_more_than_the_limit() {
         let mut granted = 0;
         let mut released = 0;
         for _ in 0..40 {
-            if acquire(c, "k", "5", LONG_S, &id)[0] == 1 {
+            if acquire(c, "k", "5", LONGEST, &id)[0] == 1 {
                 granted += 1;
                 let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
@@ -541,7 +524,7 @@ fn a_call_replicates_the_records_it_changes_not_the_whole_value() {
             "RL.CONCURRENCY",
             "k",
             "2000",
-            LONG_S,
+            LONGEST,
             "ACQUIRE",
             &id(i),
         ]));
@@ -559,7 +542,7 @@ fn a_call_replicates_the_records_it_changes_not_the_whole_value() {
                 "RL.CONCURRENCY",
                 "k",
                 "2000",
-                LONG_S,
+                LONGEST,
                 "ACQUIRE",
                 &id(i * 31 % 1_000),
             ]
@@ -569,7 +552,7 @@ fn a_call_replicates_the_records_it_changes_not_the_whole_value() {
                 "RL.CONCURRENCY",
                 "k",
                 "2000",
-                LONG_S,
+                LONGEST,
                 "ACQUIRE",
                 &id(5_000 + i),
             ]

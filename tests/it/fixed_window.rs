@@ -9,18 +9,8 @@
 use redis_rl_testkit::*;
 use std::time::Duration;
 
-/// A window so long that the current one outlasts the test: [10^12, 2 x 10^12) ms.
-const LONG: &str = "1000000000000";
-const LONG_MS: u64 = 1_000_000_000_000;
-
 fn fixed(c: &mut redis::Connection, key: &str, params: &[&str]) -> Vec<i64> {
-    let mut args = vec!["RL.FIXED", key];
-    args.extend_from_slice(params);
-    ints(c, &args)
-}
-
-fn exists(c: &mut redis::Connection, key: &str) -> bool {
-    query::<i64>(c, &["EXISTS", key]) == 1
+    call_on(c, "RL.FIXED", key, params)
 }
 
 /// Runs `f` and returns its result with the range of `end_ms - now_ms` over the call, by
@@ -39,7 +29,7 @@ fn timed<T>(
 }
 
 fn long_window_end(c: &mut redis::Connection) -> u64 {
-    (server_time_us(c) / 1000 / LONG_MS + 1) * LONG_MS
+    (server_time_us(c) / 1000 / LONGEST_MS + 1) * LONGEST_MS
 }
 
 #[test]
@@ -49,19 +39,24 @@ fn a_fresh_key_replies_every_field() {
     let end = long_window_end(&mut c);
     // (params, reply without reset_after, reset_after is "until the window ends", written)
     let cases: &[(&[&str], [i64; 4], bool, bool)] = &[
-        (&["10", LONG], [1, 10, 9, 0], true, true),
-        (&["10", LONG, "COST", "10"], [1, 10, 0, 0], true, true),
-        (&["10", LONG, "COST", "0"], [1, 10, 10, 0], false, false),
-        (&["10", LONG, "COST", "11"], [0, 10, 10, -1], false, false),
-        (&["10", LONG, "PEEK"], [1, 10, 9, 0], true, false),
+        (&["10", LONGEST], [1, 10, 9, 0], true, true),
+        (&["10", LONGEST, "COST", "10"], [1, 10, 0, 0], true, true),
+        (&["10", LONGEST, "COST", "0"], [1, 10, 10, 0], false, false),
         (
-            &["10", LONG, "COST", "11", "PEEK"],
+            &["10", LONGEST, "COST", "11"],
+            [0, 10, 10, -1],
+            false,
+            false,
+        ),
+        (&["10", LONGEST, "PEEK"], [1, 10, 9, 0], true, false),
+        (
+            &["10", LONGEST, "COST", "11", "PEEK"],
             [0, 10, 10, -1],
             false,
             false,
         ),
         (
-            &["1000000000000000", LONG, "COST", "1000000000000000"],
+            &["1000000000000000", LONGEST, "COST", "1000000000000000"],
             [1, 1_000_000_000_000_000, 0, 0],
             true,
             true,
@@ -86,29 +81,32 @@ fn a_full_window_denies_until_the_next_one_and_writes_nothing() {
     let mut c = server.client();
     let end = long_window_end(&mut c);
     assert_eq!(
-        fixed(&mut c, "k", &["10", LONG, "COST", "7"])[..4],
+        fixed(&mut c, "k", &["10", LONGEST, "COST", "7"])[..4],
         [1, 10, 3, 0]
     );
     assert_eq!(
-        fixed(&mut c, "k", &["10", LONG, "COST", "3"])[..4],
+        fixed(&mut c, "k", &["10", LONGEST, "COST", "3"])[..4],
         [1, 10, 0, 0]
     );
     let before = frozen(&mut c, "k");
     // Denied: the wait is until the window ends, which is also when it resets.
-    let (denied, until_end) = timed(&mut c, end, |c| fixed(c, "k", &["10", LONG]));
+    let (denied, until_end) = timed(&mut c, end, |c| fixed(c, "k", &["10", LONGEST]));
     assert_eq!(denied[..3], [0, 10, 0]);
     assert!(until_end.contains(&denied[3]), "{denied:?}");
     assert_eq!(denied[3], denied[4], "{denied:?}");
     // Never, a check, a PEEK: replies, but nothing written.
     assert_eq!(
-        fixed(&mut c, "k", &["10", LONG, "COST", "11"])[..4],
+        fixed(&mut c, "k", &["10", LONGEST, "COST", "11"])[..4],
         [0, 10, 0, -1]
     );
     assert_eq!(
-        fixed(&mut c, "k", &["10", LONG, "COST", "0"])[..4],
+        fixed(&mut c, "k", &["10", LONGEST, "COST", "0"])[..4],
         [1, 10, 0, 0]
     );
-    assert_eq!(fixed(&mut c, "k", &["10", LONG, "PEEK"])[..3], [0, 10, 0]);
+    assert_eq!(
+        fixed(&mut c, "k", &["10", LONGEST, "PEEK"])[..3],
+        [0, 10, 0]
+    );
     assert_eq!(
         frozen(&mut c, "k"),
         before,
@@ -116,7 +114,7 @@ fn a_full_window_denies_until_the_next_one_and_writes_nothing() {
     );
     // A higher limit applies to the same count at once.
     assert_eq!(
-        fixed(&mut c, "k", &["12", LONG, "COST", "2"])[..4],
+        fixed(&mut c, "k", &["12", LONGEST, "COST", "2"])[..4],
         [1, 12, 0, 0]
     );
 }
@@ -126,7 +124,7 @@ fn the_key_expires_when_its_window_ends_plus_one_second() {
     let server = Server::start();
     let mut c = server.client();
     let end = long_window_end(&mut c);
-    fixed(&mut c, "k", &["10", LONG]);
+    fixed(&mut c, "k", &["10", LONGEST]);
     // The expiry is absolute: the window's end (rounded up by at most 1 ms) plus 1 s slack.
     let (_, expiry) = frozen(&mut c, "k");
     let slack_end = (end + 1000) as i64;

@@ -15,13 +15,7 @@ const SLOW: &str = "1000000000000";
 const T: i64 = 100_000_000_000;
 
 fn gcra(c: &mut redis::Connection, key: &str, params: &[&str]) -> Vec<i64> {
-    let mut args = vec!["RL.GCRA", key];
-    args.extend_from_slice(params);
-    ints(c, &args)
-}
-
-fn exists(c: &mut redis::Connection, key: &str) -> bool {
-    query::<i64>(c, &["EXISTS", key]) == 1
+    call_on(c, "RL.GCRA", key, params)
 }
 
 #[test]

@@ -11,40 +11,12 @@
 use redis_rl_testkit::*;
 use std::time::Duration;
 
-/// The largest window, in ms and µs.
-const WIDE: u64 = 1_000_000_000_000;
-const WIDE_S: &str = "1000000000000";
-const WIDE_US: u128 = WIDE as u128 * 1000;
-
 fn log(c: &mut redis::Connection, key: &str, params: &[&str]) -> Vec<i64> {
-    let mut args = vec!["RL.LOG", key];
-    args.extend_from_slice(params);
-    ints(c, &args)
+    call_on(c, "RL.LOG", key, params)
 }
 
-/// One call, with the server time (µs) just before and after it.
 fn timed(c: &mut redis::Connection, key: &str, params: &[&str]) -> (Vec<i64>, u128, u128) {
-    let t0 = server_time_us(c);
-    let reply = log(c, key, params);
-    let t1 = server_time_us(c);
-    (reply, u128::from(t0), u128::from(t1))
-}
-
-/// Whole ms from `now_us` until `at_us`, rounded up (as every wait in a reply).
-fn ms_until(at_us: u128, now_us: u128) -> i64 {
-    i64::try_from(at_us.saturating_sub(now_us).div_ceil(1000)).unwrap()
-}
-
-fn set_bytes(c: &mut redis::Connection, key: &str, value: &[u8]) {
-    redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .query::<()>(c)
-        .expect("SET");
-}
-
-fn get_bytes(c: &mut redis::Connection, key: &str) -> Vec<u8> {
-    redis::cmd("GET").arg(key).query(c).expect("GET")
+    timed_call(c, "RL.LOG", key, params)
 }
 
 fn varint(mut v: u64, out: &mut Vec<u8>) {
@@ -118,13 +90,13 @@ fn a_fresh_log_replies_every_field() {
     // (params, allowed, remaining, retry_after, reset_after is the window?, written)
     type Case = (&'static [&'static str], i64, i64, i64, bool, bool);
     let cases: &[Case] = &[
-        (&["10", WIDE_S], 1, 9, 0, true, true),
-        (&["10", WIDE_S, "COST", "10"], 1, 0, 0, true, true),
-        (&["10", WIDE_S, "COST", "0"], 1, 10, 0, false, false),
-        (&["10", WIDE_S, "COST", "11"], 0, 10, -1, false, false),
-        (&["10", WIDE_S, "PEEK"], 1, 9, 0, true, false),
-        (&["10", WIDE_S, "COST", "3", "PEEK"], 1, 7, 0, true, false),
-        (&["10000", WIDE_S, "COST", "10000"], 1, 0, 0, true, true),
+        (&["10", LONGEST], 1, 9, 0, true, true),
+        (&["10", LONGEST, "COST", "10"], 1, 0, 0, true, true),
+        (&["10", LONGEST, "COST", "0"], 1, 10, 0, false, false),
+        (&["10", LONGEST, "COST", "11"], 0, 10, -1, false, false),
+        (&["10", LONGEST, "PEEK"], 1, 9, 0, true, false),
+        (&["10", LONGEST, "COST", "3", "PEEK"], 1, 7, 0, true, false),
+        (&["10000", LONGEST, "COST", "10000"], 1, 0, 0, true, true),
         (&["1", "1"], 1, 0, 0, true, true),
     ];
     for (i, &(params, allowed, remaining, retry, busy, written)) in cases.iter().enumerate() {
@@ -146,32 +118,32 @@ fn a_fresh_log_replies_every_field() {
 fn a_denial_waits_exactly_for_the_oldest_units_it_needs() {
     let server = Server::start();
     let mut c = server.client();
-    let (a, a0, a1) = timed(&mut c, "k", &["5", WIDE_S, "COST", "2"]);
-    assert_eq!(a, [1, 5, 3, 0, WIDE as i64]);
-    let (b, b0, b1) = timed(&mut c, "k", &["5", WIDE_S, "COST", "3"]);
-    assert_eq!(b, [1, 5, 0, 0, WIDE as i64]);
+    let (a, a0, a1) = timed(&mut c, "k", &["5", LONGEST, "COST", "2"]);
+    assert_eq!(a, [1, 5, 3, 0, LONGEST_MS as i64]);
+    let (b, b0, b1) = timed(&mut c, "k", &["5", LONGEST, "COST", "3"]);
+    assert_eq!(b, [1, 5, 0, 0, LONGEST_MS as i64]);
 
     let before = frozen(&mut c, "k");
     // One unit: the two taken first must leave.
-    let (d, t0, t1) = timed(&mut c, "k", &["5", WIDE_S]);
+    let (d, t0, t1) = timed(&mut c, "k", &["5", LONGEST]);
     assert_eq!(d[..3], [0, 5, 0]);
-    let range = ms_until(a0 + WIDE_US, t1)..=ms_until(a1 + WIDE_US, t0);
+    let range = ms_until(a0 + LONGEST_US, t1)..=ms_until(a1 + LONGEST_US, t0);
     assert!(range.contains(&d[3]), "retry {d:?} not in {range:?}");
-    let idle = ms_until(b0 + WIDE_US, t1)..=ms_until(b1 + WIDE_US, t0);
+    let idle = ms_until(b0 + LONGEST_US, t1)..=ms_until(b1 + LONGEST_US, t0);
     assert!(idle.contains(&d[4]), "reset {d:?} not in {idle:?}");
     // Three units: the second call's units must leave too.
-    let (d, t0, t1) = timed(&mut c, "k", &["5", WIDE_S, "COST", "3"]);
-    let range = ms_until(b0 + WIDE_US, t1)..=ms_until(b1 + WIDE_US, t0);
+    let (d, t0, t1) = timed(&mut c, "k", &["5", LONGEST, "COST", "3"]);
+    let range = ms_until(b0 + LONGEST_US, t1)..=ms_until(b1 + LONGEST_US, t0);
     assert!(range.contains(&d[3]), "retry {d:?} not in {range:?}");
     assert_eq!(
-        log(&mut c, "k", &["5", WIDE_S, "COST", "6"])[..4],
+        log(&mut c, "k", &["5", LONGEST, "COST", "6"])[..4],
         [0, 5, 0, -1]
     );
-    let peek = log(&mut c, "k", &["5", WIDE_S, "PEEK"]);
+    let peek = log(&mut c, "k", &["5", LONGEST, "PEEK"]);
     assert_eq!(peek[..3], [0, 5, 0]);
     assert!(peek[3] > 0);
     assert_eq!(
-        log(&mut c, "k", &["5", WIDE_S, "COST", "0"])[..4],
+        log(&mut c, "k", &["5", LONGEST, "COST", "0"])[..4],
         [1, 5, 0, 0]
     );
     assert_eq!(
@@ -182,7 +154,7 @@ fn a_denial_waits_exactly_for_the_oldest_units_it_needs() {
 
     // A larger limit judges the same instants: 2 more fit.
     assert_eq!(
-        log(&mut c, "k", &["7", WIDE_S, "COST", "2"])[..4],
+        log(&mut c, "k", &["7", LONGEST, "COST", "2"])[..4],
         [1, 7, 0, 0]
     );
     assert_eq!(decode(&get_bytes(&mut c, "k")).1.len(), 3);
@@ -273,10 +245,10 @@ fn the_stored_value_is_the_documented_layout() {
     set_bytes(
         &mut c,
         "hand",
-        &encode(WIDE, &[(now - 10, 3), (now - 5, 1)]),
+        &encode(LONGEST_MS, &[(now - 10, 3), (now - 5, 1)]),
     );
     assert_eq!(
-        log(&mut c, "hand", &["10", WIDE_S, "COST", "0"])[..3],
+        log(&mut c, "hand", &["10", LONGEST, "COST", "0"])[..3],
         [1, 10, 6]
     );
     // Units taken more than a window ago no longer count.
@@ -344,7 +316,7 @@ fn bytes_per_entry_measured() {
     for n in [1u64, 10, 100, 1_000, 10_000] {
         let key = format!("seq:{n}");
         for _ in 0..n.min(1_000) {
-            log(&mut c, &key, &["10000", WIDE_S]);
+            log(&mut c, &key, &["10000", LONGEST]);
         }
         if n > 1_000 {
             // Round trips for the first 1000, then pipelines for speed.
@@ -353,7 +325,7 @@ fn bytes_per_entry_measured() {
                 let batch = left.min(1_000);
                 let mut pipe = redis::pipe();
                 for _ in 0..batch {
-                    pipe.add_command(command(&["RL.LOG", &key, "10000", WIDE_S]));
+                    pipe.add_command(command(&["RL.LOG", &key, "10000", LONGEST]));
                 }
                 let _: Vec<Vec<i64>> = pipe.query(&mut c).expect("pipeline");
                 left -= batch;
@@ -365,7 +337,7 @@ fn bytes_per_entry_measured() {
         let key = format!("pipe:{n}");
         let mut pipe = redis::pipe();
         for _ in 0..n {
-            pipe.add_command(command(&["RL.LOG", &key, "10000", WIDE_S]));
+            pipe.add_command(command(&["RL.LOG", &key, "10000", LONGEST]));
         }
         let _: Vec<Vec<i64>> = pipe.query(&mut c).expect("pipeline");
         report(&mut c, "RL.LOG calls, pipelined", &key, n);
@@ -376,9 +348,9 @@ fn bytes_per_entry_measured() {
         let n = 10_000u64;
         let entries: Vec<(u64, u64)> = (0..n).map(|i| (now - (n - i) * spacing_us, 1)).collect();
         let key = format!("spaced:{spacing_us}");
-        set_bytes(&mut c, &key, &encode(WIDE, &entries));
+        set_bytes(&mut c, &key, &encode(LONGEST_MS, &entries));
         // The module reads it as a full log.
-        assert_eq!(log(&mut c, &key, &["10000", WIDE_S, "COST", "0"])[2], 0);
+        assert_eq!(log(&mut c, &key, &["10000", LONGEST, "COST", "0"])[2], 0);
         let what = format!("steady, one every {} ms", spacing_us / 1000);
         report(&mut c, &what, &key, n);
     }
@@ -411,30 +383,30 @@ fn bytes_per_entry_measured() {
     let now = server_time_us(&mut c);
     for n in [100u64, 1_000, 9_000] {
         let entries: Vec<(u64, u64)> = (0..n).map(|i| (now - n + i, 1)).collect();
-        set_bytes(&mut c, &format!("log:{n}"), &encode(WIDE, &entries));
+        set_bytes(&mut c, &format!("log:{n}"), &encode(LONGEST_MS, &entries));
     }
     println!("\nserver CPU time per call (INFO commandstats, 1000 calls; noisy, not asserted):");
     for (what, args) in [
-        ("RL.SLIDING", &["RL.SLIDING", "sw", "10000", WIDE_S][..]),
+        ("RL.SLIDING", &["RL.SLIDING", "sw", "10000", LONGEST][..]),
         (
             "RL.LOG, 100 entries, PEEK",
-            &["RL.LOG", "log:100", "10000", WIDE_S, "PEEK"],
+            &["RL.LOG", "log:100", "10000", LONGEST, "PEEK"],
         ),
         (
             "RL.LOG, 1000 entries, PEEK",
-            &["RL.LOG", "log:1000", "10000", WIDE_S, "PEEK"],
+            &["RL.LOG", "log:1000", "10000", LONGEST, "PEEK"],
         ),
         (
             "RL.LOG, 9000 entries, PEEK",
-            &["RL.LOG", "log:9000", "10000", WIDE_S, "PEEK"],
+            &["RL.LOG", "log:9000", "10000", LONGEST, "PEEK"],
         ),
         (
             "RL.LOG, 9000 to 10000 entries, allowed",
-            &["RL.LOG", "log:9000", "10000", WIDE_S],
+            &["RL.LOG", "log:9000", "10000", LONGEST],
         ),
         (
             "RL.LOG, 10000 entries, denied",
-            &["RL.LOG", "log:9000", "10000", WIDE_S],
+            &["RL.LOG", "log:9000", "10000", LONGEST],
         ),
     ] {
         println!("{what:<40} {:>8.1} us", per_call_us(&mut c, args));

@@ -18,13 +18,7 @@ const SLOW: &str = "1000000000";
 const DIRTY: &str = "rdb_changes_since_last_save";
 
 fn tb(conn: &mut redis::Connection, key: &str, params: &[&str]) -> Vec<i64> {
-    let mut args = vec!["RL.TOKENBUCKET", key];
-    args.extend_from_slice(params);
-    ints(conn, &args)
-}
-
-fn exists(conn: &mut redis::Connection, key: &str) -> bool {
-    query::<i64>(conn, &["EXISTS", key]) == 1
+    call_on(conn, "RL.TOKENBUCKET", key, params)
 }
 
 #[test]
