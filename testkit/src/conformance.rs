@@ -659,3 +659,45 @@ pub fn mixed_costs_form_one_chain(kind: Kind, budget: u64) {
     // units are spent.
     assert!(level < 4, "{kind:?}: {level} left");
 }
+
+/// Waiting the `retry_after_ms` of a denial is enough: on fresh keys (`key:attempt`),
+/// `fill` takes what the limiter holds, `ask` is then denied, and after sleeping its
+/// `retry_after_ms` the same `ask` passes. An attempt in which `ask` passed at once (the
+/// machine stalled long enough for units to come back) is tried again; two denials
+/// waited out end the check, and at least one must have happened.
+pub fn waiting_retry_after_is_enough(
+    c: &mut redis::Connection,
+    key: &str,
+    fill: &[&str],
+    ask: &[&str],
+) {
+    let with_key = |args: &[&str], key: &str| {
+        let mut full = args.to_vec();
+        full.insert(1, key);
+        full.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let mut denials = 0;
+    for attempt in 0..20 {
+        if denials == 2 {
+            break;
+        }
+        let key = format!("{key}:{attempt}");
+        run(c, &with_key(fill, &key));
+        let denied = run(c, &with_key(ask, &key));
+        if denied[0] == 1 {
+            continue;
+        }
+        denials += 1;
+        let retry = denied[3];
+        assert!(retry > 0, "{ask:?}: {denied:?}");
+        // The denial was decided no later than now: after retry_after more, the server's
+        // clock is past the moment the units come back.
+        std::thread::sleep(std::time::Duration::from_millis(retry as u64));
+        let again = run(c, &with_key(ask, &key));
+        assert_eq!(
+            again[0], 1,
+            "{ask:?}: still denied {retry} ms later: {again:?}"
+        );
+    }
+    assert!(denials > 0, "{ask:?}: never saw a denial");
+}

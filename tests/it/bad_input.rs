@@ -141,6 +141,9 @@ fn upto_is_refused_where_it_is_not_an_option() {
     let unknown = |expected: &str| format!("ERR unknown option 'UPTO', expected {expected}");
     for key in ["log", "sw", "missing"] {
         let before = frozen(&mut c, key);
+        let refund = ["RL.REFUND", key, "SLIDING", "10", "1000"];
+        let cost_then_upto = [&refund[..], &["COST", "1", "UPTO"]].concat();
+        let upto_then_cost = [&refund[..], &["UPTO", "COST", "1"]].concat();
         for (args, expected) in [
             (
                 vec!["RL.LOG", key, "10", "1000", "UPTO"],
@@ -157,29 +160,11 @@ fn upto_is_refused_where_it_is_not_an_option() {
                 unknown("COST n, FORCE or PEEK"),
             ),
             (
-                vec![
-                    "RL.REFUND",
-                    key,
-                    "SLIDING",
-                    "10",
-                    "1000",
-                    "COST",
-                    "1",
-                    "UPTO",
-                ],
+                cost_then_upto.to_vec(),
                 "ERR option COST given more than once".to_string(),
             ),
             (
-                vec![
-                    "RL.REFUND",
-                    key,
-                    "SLIDING",
-                    "10",
-                    "1000",
-                    "UPTO",
-                    "COST",
-                    "1",
-                ],
+                upto_then_cost.to_vec(),
                 "ERR unknown option 'UPTO', expected COST n".to_string(),
             ),
             (

@@ -8,6 +8,7 @@
 //! expiry tests use leases of a few milliseconds and poll with a deadline; none asserts how
 //! long anything took.
 
+use redis_rl_testkit::conformance::waiting_retry_after_is_enough;
 use redis_rl_testkit::*;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
@@ -198,21 +199,14 @@ fn an_unreleased_lease_expires_by_itself() {
 }
 
 #[test]
-fn waiting_retry_after_is_enough() {
+fn waiting_retry_after_suffices() {
     let server = Server::start();
-    let mut c = server.client();
-    for round in 0..5 {
-        let key = format!("k{round}");
-        assert_eq!(acquire(&mut c, &key, "1", "40", "a")[0], 1);
-        let d = acquire(&mut c, &key, "1", "40", "b");
-        if d[0] == 1 {
-            continue; // this machine was slower than the lease: nothing to wait for
-        }
-        // The denial was decided no later than now: after retry_after more, the lease has
-        // expired on the server's clock.
-        std::thread::sleep(Duration::from_millis(d[3] as u64));
-        assert_eq!(acquire(&mut c, &key, "1", "40", "b")[0], 1, "round {round}");
-    }
+    waiting_retry_after_is_enough(
+        &mut server.client(),
+        "k",
+        &["RL.CONCURRENCY", "1", "40", "ACQUIRE", "a"],
+        &["RL.CONCURRENCY", "1", "40", "ACQUIRE", "b"],
+    );
 }
 
 #[test]

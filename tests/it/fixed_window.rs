@@ -6,6 +6,7 @@
 //! ends during a test); the time-dependent `reset_after_ms` is checked against the server's
 //! own clock (`TIME` before and after the call).
 
+use redis_rl_testkit::conformance::waiting_retry_after_is_enough;
 use redis_rl_testkit::*;
 use std::time::Duration;
 
@@ -148,27 +149,10 @@ fn the_key_expires_when_its_window_ends_plus_one_second() {
 }
 
 #[test]
-fn waiting_retry_after_is_enough() {
+fn waiting_retry_after_suffices() {
     let server = Server::start();
-    let mut c = server.client();
-    for _ in 0..3 {
-        let full = fixed(&mut c, "k", &["3", "200", "COST", "3"]);
-        if full[0] == 0 {
-            continue; // the window still held an earlier round's units
-        }
-        let denied = fixed(&mut c, "k", &["3", "200"]);
-        if denied[0] == 1 {
-            continue; // a new window began between the two calls
-        }
-        assert!(denied[3] >= 1 && denied[3] <= 200, "{denied:?}");
-        std::thread::sleep(Duration::from_millis(denied[3] as u64));
-        assert_eq!(
-            fixed(&mut c, "k", &["3", "200", "COST", "3"])[..3],
-            [1, 3, 0]
-        );
-        return;
-    }
-    panic!("never saw a denial");
+    let fill = ["RL.FIXED", "3", "200", "COST", "3"];
+    waiting_retry_after_is_enough(&mut server.client(), "k", &fill, &fill);
 }
 
 /// The fixed window's known weakness, with numbers: `limit` units just before a window

@@ -146,29 +146,16 @@ fn the_anchor_day_is_for_months_only() {
     }
 }
 
+/// A monthly quota of 10 from the 15th, at UTC-5, as an RL.ALL and RL.REFUND spec.
+const PLAN: [&str; 7] = ["QUOTA", "10", "MONTH", "ANCHOR", "15", "TZ", "-300"];
+
 #[test]
 fn quota_specs_in_rl_all_and_rl_refund() {
     let server = Server::start();
     let mut c = server.client();
     let all = |c: &mut redis::Connection, rest: &[&str]| -> Vec<redis::Value> {
-        let mut args = vec![
-            "RL.ALL",
-            "2",
-            "plan",
-            "burst",
-            "QUOTA",
-            "10",
-            "MONTH",
-            "ANCHOR",
-            "15",
-            "TZ",
-            "-300",
-            "TOKENBUCKET",
-            "100",
-            "1",
-            "1000000000",
-        ];
-        args.extend_from_slice(rest);
+        let bucket = ["TOKENBUCKET", "100", "1", "1000000000"];
+        let args = [&["RL.ALL", "2", "plan", "burst"][..], &PLAN, &bucket, rest].concat();
         query(c, &args)
     };
     let allowed = |v: &[redis::Value]| v.first() == Some(&redis::Value::Int(1));
@@ -179,21 +166,11 @@ fn quota_specs_in_rl_all_and_rl_refund() {
     );
     assert!(allowed(&all(&mut c, &["COST", "4"])));
     // A refund gives units of the current period back.
-    let refund = ints(
+    let refund = call_on(
         &mut c,
-        &[
-            "RL.REFUND",
-            "plan",
-            "QUOTA",
-            "10",
-            "MONTH",
-            "ANCHOR",
-            "15",
-            "TZ",
-            "-300",
-            "COST",
-            "3",
-        ],
+        "RL.REFUND",
+        "plan",
+        &[&PLAN[..], &["COST", "3"]].concat(),
     );
     assert_eq!(&refund[..3], &[3, 10, 3]);
     // FORCE takes the cost on both, over the quota.

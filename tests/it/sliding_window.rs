@@ -6,6 +6,7 @@
 //! passes during a test, and check the time-dependent fields against the server's own clock
 //! (`TIME` before and after the call).
 
+use redis_rl_testkit::conformance::waiting_retry_after_is_enough;
 use redis_rl_testkit::*;
 use std::time::Duration;
 
@@ -294,7 +295,7 @@ fn a_key_that_expired_is_the_idle_state() {
 }
 
 #[test]
-fn waiting_retry_after_is_enough() {
+fn waiting_retry_after_suffices() {
     let server = Server::start();
     let mut c = server.client();
     // (limit, window_ms, cost)
@@ -305,28 +306,9 @@ fn waiting_retry_after_is_enough() {
         ("10", "7", "2"),
     ];
     for (i, (limit, window, cost)) in cases.into_iter().enumerate() {
-        let mut denials = 0;
-        for attempt in 0..20 {
-            if denials == 2 {
-                break;
-            }
-            let key = format!("k{i}:{attempt}");
-            sw(&mut c, &key, &[limit, window, "COST", limit]);
-            let denied = sw(&mut c, &key, &[limit, window, "COST", cost]);
-            if denied[0] == 1 {
-                continue; // the machine stalled long enough to decay: try again
-            }
-            denials += 1;
-            let retry = denied[3];
-            assert!(retry > 0, "{denied:?}");
-            std::thread::sleep(Duration::from_millis(retry as u64));
-            let again = sw(&mut c, &key, &[limit, window, "COST", cost]);
-            assert_eq!(
-                again[0], 1,
-                "case {i}: denied with retry_after {retry}, still denied after waiting: {again:?}"
-            );
-        }
-        assert!(denials > 0, "case {i}: never saw a denial");
+        let fill = ["RL.SLIDING", limit, window, "COST", limit];
+        let ask = ["RL.SLIDING", limit, window, "COST", cost];
+        waiting_retry_after_is_enough(&mut c, &format!("k{i}"), &fill, &ask);
     }
 }
 
