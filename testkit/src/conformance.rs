@@ -701,3 +701,39 @@ pub fn waiting_retry_after_is_enough(
     }
     assert!(denials > 0, "{ask:?}: never saw a denial");
 }
+
+/// [`waiting_retry_after_is_enough`] for every kind whose durations are plain
+/// milliseconds (not a calendar quota's period): a budget of one unit per 40 ms, taken by
+/// one call (or lease), so that the next is denied until it comes back.
+pub fn waiting_retry_after_is_enough_for(c: &mut redis::Connection, kind: Kind) -> bool {
+    let params = kind.params();
+    if params
+        .iter()
+        .any(|r| !matches!(r.spelling, Spelling::Integer))
+    {
+        return false;
+    }
+    let short: Vec<String> = params
+        .iter()
+        .map(|r| {
+            if r.max == MAX_DURATION_MS {
+                "40".into()
+            } else {
+                "1".into()
+            }
+        })
+        .collect();
+    let args = |id: &str| call_with(kind, "", &short, id, &[]);
+    let (fill, ask) = (args("fill"), args("ask"));
+    let without_key = |a: &[String]| -> Vec<String> {
+        a.iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 1)
+            .map(|(_, w)| w.clone())
+            .collect()
+    };
+    let (fill, ask) = (without_key(&fill), without_key(&ask));
+    let key = format!("wait:{}", kind.config_name());
+    waiting_retry_after_is_enough(c, &key, &strs(&fill), &strs(&ask));
+    true
+}

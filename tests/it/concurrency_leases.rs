@@ -8,7 +8,6 @@
 //! expiry tests use leases of a few milliseconds and poll with a deadline; none asserts how
 //! long anything took.
 
-use redis_rl_testkit::conformance::waiting_retry_after_is_enough;
 use redis_rl_testkit::*;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
@@ -196,17 +195,6 @@ fn an_unreleased_lease_expires_by_itself() {
     assert_eq!(r[0], 1);
     assert_eq!(acquire(&mut c, "k2", "1", "60000", "w")[0], 1);
     println!("{denials} denials before the lease expired");
-}
-
-#[test]
-fn waiting_retry_after_suffices() {
-    let server = Server::start();
-    waiting_retry_after_is_enough(
-        &mut server.client(),
-        "k",
-        &["RL.CONCURRENCY", "1", "40", "ACQUIRE", "a"],
-        &["RL.CONCURRENCY", "1", "40", "ACQUIRE", "b"],
-    );
 }
 
 #[test]

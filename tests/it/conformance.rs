@@ -69,3 +69,17 @@ fn thirty_two_clients_with_mixed_costs_form_one_chain() {
         mixed_costs_form_one_chain(kind, 500);
     }
 }
+
+#[test]
+fn waiting_retry_after_is_enough() {
+    let server = Server::start();
+    let mut c = server.client();
+    let checked = Kind::ALL
+        .iter()
+        .filter(|&&kind| waiting_retry_after_is_enough_for(&mut c, kind))
+        .count();
+    assert!(
+        checked >= Kind::ALL.len() - 1,
+        "only {checked} kinds checked"
+    );
+}

@@ -6,7 +6,6 @@
 //! ends during a test); the time-dependent `reset_after_ms` is checked against the server's
 //! own clock (`TIME` before and after the call).
 
-use redis_rl_testkit::conformance::waiting_retry_after_is_enough;
 use redis_rl_testkit::*;
 use std::time::Duration;
 
@@ -146,13 +145,6 @@ fn the_key_expires_when_its_window_ends_plus_one_second() {
     wait_until("the key to expire", Duration::from_secs(10), || {
         !exists(&mut c, "short")
     });
-}
-
-#[test]
-fn waiting_retry_after_suffices() {
-    let server = Server::start();
-    let fill = ["RL.FIXED", "3", "200", "COST", "3"];
-    waiting_retry_after_is_enough(&mut server.client(), "k", &fill, &fill);
 }
 
 /// The fixed window's known weakness, with numbers: `limit` units just before a window

@@ -6,9 +6,7 @@
 //! or from rates so slow (10 per 10^12 ms: one unit every 10^11 ms) that nothing accrues
 //! during a test.
 
-use redis_rl_testkit::conformance::{
-    clients_admit_exactly, fresh_cases, waiting_retry_after_is_enough,
-};
+use redis_rl_testkit::conformance::{clients_admit_exactly, fresh_cases};
 use redis_rl_testkit::*;
 use std::time::Duration;
 
@@ -138,13 +136,6 @@ fn the_key_expires_once_idle_plus_one_second() {
     wait_until("the key to expire", Duration::from_secs(10), || {
         !exists(&mut c, "k")
     });
-}
-
-#[test]
-fn waiting_retry_after_suffices() {
-    let server = Server::start();
-    let p = ["RL.GCRA", "1", "200", "BURST", "1"];
-    waiting_retry_after_is_enough(&mut server.client(), "k", &p, &p);
 }
 
 /// The conformance suite's 32 clients with a BURST: the burst, not the rate, is what

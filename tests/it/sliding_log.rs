@@ -8,7 +8,6 @@
 //! each call). Tests that need entries to expire use windows of a few milliseconds and poll
 //! with a deadline; none asserts how long anything took.
 
-use redis_rl_testkit::conformance::waiting_retry_after_is_enough;
 use redis_rl_testkit::*;
 use std::time::Duration;
 
@@ -159,17 +158,6 @@ fn a_denial_waits_exactly_for_the_oldest_units_it_needs() {
         [1, 7, 0, 0]
     );
     assert_eq!(decode(&get_bytes(&mut c, "k")).1.len(), 3);
-}
-
-#[test]
-fn waiting_retry_after_suffices() {
-    let server = Server::start();
-    waiting_retry_after_is_enough(
-        &mut server.client(),
-        "k",
-        &["RL.LOG", "2", "40", "COST", "2"],
-        &["RL.LOG", "2", "40"],
-    );
 }
 
 #[test]
