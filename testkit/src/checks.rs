@@ -80,3 +80,16 @@ pub fn refused_untouched(conn: &mut redis::Connection, args: &[&str], expected: 
     assert_eq!(error(conn, args), expected, "{args:?}");
     assert_eq!(frozen(conn, args[1]), before, "{args:?} changed the key");
 }
+
+/// Runs `calls` and checks that they left `key` as it was (bytes and absolute expiry, or
+/// missing): what a denial, a PEEK or a zero-cost check must do. Returns what `calls` did.
+pub fn writes_nothing<T>(
+    conn: &mut redis::Connection,
+    key: &str,
+    calls: impl FnOnce(&mut redis::Connection) -> T,
+) -> T {
+    let before = frozen(conn, key);
+    let out = calls(conn);
+    assert_eq!(frozen(conn, key), before, "{key} was written");
+    out
+}

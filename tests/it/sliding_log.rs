@@ -123,34 +123,28 @@ fn a_denial_waits_exactly_for_the_oldest_units_it_needs() {
     let (b, b0, b1) = timed(&mut c, "k", &["5", LONGEST, "COST", "3"]);
     assert_eq!(b, [1, 5, 0, 0, LONGEST_MS as i64]);
 
-    let before = frozen(&mut c, "k");
-    // One unit: the two taken first must leave.
-    let (d, t0, t1) = timed(&mut c, "k", &["5", LONGEST]);
-    assert_eq!(d[..3], [0, 5, 0]);
-    let range = ms_until(a0 + LONGEST_US, t1)..=ms_until(a1 + LONGEST_US, t0);
-    assert!(range.contains(&d[3]), "retry {d:?} not in {range:?}");
-    let idle = ms_until(b0 + LONGEST_US, t1)..=ms_until(b1 + LONGEST_US, t0);
-    assert!(idle.contains(&d[4]), "reset {d:?} not in {idle:?}");
-    // Three units: the second call's units must leave too.
-    let (d, t0, t1) = timed(&mut c, "k", &["5", LONGEST, "COST", "3"]);
-    let range = ms_until(b0 + LONGEST_US, t1)..=ms_until(b1 + LONGEST_US, t0);
-    assert!(range.contains(&d[3]), "retry {d:?} not in {range:?}");
-    assert_eq!(
-        log(&mut c, "k", &["5", LONGEST, "COST", "6"])[..4],
-        [0, 5, 0, -1]
-    );
-    let peek = log(&mut c, "k", &["5", LONGEST, "PEEK"]);
-    assert_eq!(peek[..3], [0, 5, 0]);
-    assert!(peek[3] > 0);
-    assert_eq!(
-        log(&mut c, "k", &["5", LONGEST, "COST", "0"])[..4],
-        [1, 5, 0, 0]
-    );
-    assert_eq!(
-        frozen(&mut c, "k"),
-        before,
-        "denials and checks wrote nothing"
-    );
+    // Denials and checks write nothing.
+    writes_nothing(&mut c, "k", |c| {
+        // One unit: the two taken first must leave.
+        let (d, t0, t1) = timed(c, "k", &["5", LONGEST]);
+        assert_eq!(d[..3], [0, 5, 0]);
+        let range = ms_until(a0 + LONGEST_US, t1)..=ms_until(a1 + LONGEST_US, t0);
+        assert!(range.contains(&d[3]), "retry {d:?} not in {range:?}");
+        let idle = ms_until(b0 + LONGEST_US, t1)..=ms_until(b1 + LONGEST_US, t0);
+        assert!(idle.contains(&d[4]), "reset {d:?} not in {idle:?}");
+        // Three units: the second call's units must leave too.
+        let (d, t0, t1) = timed(c, "k", &["5", LONGEST, "COST", "3"]);
+        let range = ms_until(b0 + LONGEST_US, t1)..=ms_until(b1 + LONGEST_US, t0);
+        assert!(range.contains(&d[3]), "retry {d:?} not in {range:?}");
+        assert_eq!(
+            log(c, "k", &["5", LONGEST, "COST", "6"])[..4],
+            [0, 5, 0, -1]
+        );
+        let peek = log(c, "k", &["5", LONGEST, "PEEK"]);
+        assert_eq!(peek[..3], [0, 5, 0]);
+        assert!(peek[3] > 0);
+        assert_eq!(log(c, "k", &["5", LONGEST, "COST", "0"])[..4], [1, 5, 0, 0]);
+    });
 
     // A larger limit judges the same instants: 2 more fit.
     assert_eq!(
