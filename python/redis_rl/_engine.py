@@ -18,7 +18,7 @@ from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple, Union
 
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from redis_rl._core import LUA_TWIN, LocalStore, check_cost
@@ -149,6 +149,64 @@ class LuaTwin:
         if name.startswith("RL."):
             return (1, command[1], name, *command[2:])
         return None
+
+
+    def calls(self, command: Command) -> "TwinCalls":
+        """The calls that run ``command``, for a driver to execute one by one."""
+        return TwinCalls(self._steps(command))
+
+    def _steps(self, command: Command) -> Generator[Command, Any, Any]:
+        # The command as it is while the module answers; from its first "unknown command"
+        # on, the twin: FCALL (the library loaded on "function not found"), or where
+        # FUNCTION is refused, EVALSHA (the script loaded on NOSCRIPT).
+        if not self.active:
+            try:
+                return (yield command)
+            except ResponseError as e:
+                if not self.switch(command, e):
+                    raise
+        args = self.arguments(command)
+        if args is None:
+            return (yield command)
+        if self.use_function:
+            try:
+                return (yield ("FCALL", "rl", *args))
+            except ResponseError as e:
+                if not is_function_missing(e):
+                    raise
+            try:
+                yield ("FUNCTION", "LOAD", "REPLACE", self.library)
+            except ResponseError:
+                self.use_function = False  # FUNCTION refused (ACL, managed service): a script
+            else:
+                return (yield ("FCALL", "rl", *args))
+        try:
+            return (yield ("EVALSHA", self.sha, *args))
+        except NoScriptError:
+            yield ("SCRIPT", "LOAD", self.script)
+            return (yield ("EVALSHA", self.sha, *args))
+
+
+class TwinCalls:
+    """The calls one command takes (see ``LuaTwin.calls``): run ``command``, ``feed`` its
+    reply or its ``ResponseError`` back, until ``feed`` returns False; ``value`` is then the
+    command's reply. An error the chain does not expect is raised by ``feed``."""
+
+    def __init__(self, steps: Generator[Command, Any, Any]) -> None:
+        self._steps = steps
+        self.command: Command = next(steps)
+        self.value: Any = None
+
+    def feed(self, value: Any, error: Optional[ResponseError]) -> bool:
+        try:
+            if error is not None:
+                self.command = self._steps.throw(error)
+            else:
+                self.command = self._steps.send(value)
+        except StopIteration as done:
+            self.value = done.value
+            return False
+        return True
 
 
 def is_function_missing(error: BaseException) -> bool:

@@ -8,9 +8,9 @@ from typing import Any, Dict, Optional, Sequence, Tuple, cast
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
-from redis_rl._engine import Engine, Failed, LimiterStats, Ok, Op, Result, is_function_missing
+from redis_rl._engine import Engine, Failed, LimiterStats, Ok, Op, Result
 from redis_rl.breaker import BreakerConfig, BreakerState
 from redis_rl.decision import Decision, Grant, MultiDecision
 from redis_rl.policy import Policy
@@ -148,34 +148,14 @@ class Limiter:
         return Ok(value)
 
     async def _send(self, command: Tuple[Any, ...]) -> Any:
-        twin = self._engine.twin
-        if not twin.active:
+        calls = self._engine.twin.calls(command)
+        while True:
             try:
-                return await self.client.execute_command(*command)
+                value, error = await self.client.execute_command(*calls.command), None
             except ResponseError as e:
-                if not twin.switch(command, e):
-                    raise
-        args = twin.arguments(command)
-        if args is None:
-            return await self.client.execute_command(*command)
-        run = self.client.execute_command
-        if twin.use_function:
-            try:
-                return await run("FCALL", "rl", *args)
-            except ResponseError as e:
-                if not is_function_missing(e):
-                    raise
-            try:
-                await run("FUNCTION", "LOAD", "REPLACE", twin.library)
-            except ResponseError:
-                twin.use_function = False  # FUNCTION refused (ACL, managed service): a script
-            else:
-                return await run("FCALL", "rl", *args)
-        try:
-            return await run("EVALSHA", twin.sha, *args)
-        except NoScriptError:
-            await run("SCRIPT", "LOAD", twin.script)
-            return await run("EVALSHA", twin.sha, *args)
+                value, error = None, e
+            if not calls.feed(value, error):
+                return calls.value
 
     async def ping(self) -> bool:
         """Pings Redis directly (not through the breaker), within the timeout."""
