@@ -49,14 +49,38 @@ impl Gateway {
         Self::launch(args, false, None).await
     }
 
+    /// A proxy in front of `upstream` with `server` as its Redis, then `extra`.
+    async fn proxy(server: &Server, upstream: &str, extra: &[&str]) -> Gateway {
+        let url = server.url();
+        let args = [&["--redis", &url, "--upstream", upstream][..], extra].concat();
+        Self::start(&args).await
+    }
+
     /// [`start`](Self::start), with an admin listener on a free port when `admin`, and the
     /// log written to `log` (else discarded).
     async fn launch(args: &[&str], admin: bool, log: Option<&Path>) -> Gateway {
+        Self::launch_under(&[], args, admin, log).await
+    }
+
+    /// [`launch`](Self::launch) as the arguments of `wrapper` (`prlimit ... --`): the
+    /// gateway's path follows the wrapper's words; none, the gateway runs itself.
+    async fn launch_under(
+        wrapper: &[&str],
+        args: &[&str],
+        admin: bool,
+        log: Option<&Path>,
+    ) -> Gateway {
+        let gateway = env!("CARGO_BIN_EXE_rl-gateway");
+        let (program, wrapped) = match wrapper.split_first() {
+            Some((program, words)) => (*program, [words, &[gateway]].concat()),
+            None => (gateway, Vec::new()),
+        };
         for _ in 0..5 {
             let port = free_port();
             let admin = admin.then(free_port);
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-gateway"));
-            cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--log", "warn"])
+            let mut cmd = Command::new(program);
+            cmd.args(&wrapped)
+                .args(["--listen", &format!("127.0.0.1:{port}"), "--log", "warn"])
                 .args(["--timeout-ms", "5000"])
                 .args(args)
                 .stdout(Stdio::null());
@@ -109,6 +133,16 @@ impl Gateway {
             .success();
         assert!(ok, "kill -HUP");
     }
+}
+
+/// Writes `toml` as `gateway.toml` in a directory of this test (named by the server's port)
+/// and returns its path.
+fn config_file(server: &Server, toml: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("rl-gw-test-{}", server.port));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("gateway.toml");
+    std::fs::write(&config, toml).unwrap();
+    config
 }
 
 /// GET `http://127.0.0.1:{port}{path}` on a new connection.
@@ -190,14 +224,10 @@ async fn limits_by_tier_and_endpoint_with_headers_health_and_metrics() {
         &mut server.client(),
         &["HSET", "rl:tiers", "pro-key", "pro"],
     );
-    let dir = std::env::temp_dir().join(format!("rl-gw-test-{}", server.port));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("gateway.toml");
-    std::fs::write(
-        &config,
+    let config = config_file(
+        &server,
         "dimensions = [\"api_key\", \"endpoint\"]\n[endpoint]\nlimit = 3\n",
-    )
-    .unwrap();
+    );
     let gw = Gateway::start(&[
         "--redis",
         &server.url(),
@@ -275,7 +305,7 @@ async fn limits_by_tier_and_endpoint_with_headers_health_and_metrics() {
     for _ in 0..5 {
         assert_eq!(gw.get("/healthz", &[]).await.unwrap().0, 200);
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(config.parent().unwrap());
 }
 
 #[tokio::test]
@@ -341,12 +371,11 @@ async fn forwards_allowed_requests_to_the_upstream() {
         }),
     );
     tokio::spawn(async move { axum::serve(upstream, app).await.unwrap() });
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--upstream",
+    let gw = Gateway::proxy(
+        &server,
         &format!("http://127.0.0.1:{upstream_port}/base"),
-    ])
+        &[],
+    )
     .await;
     // The caller's trace goes on, with the gateway as the parent span.
     let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -413,14 +442,10 @@ async fn forwards_allowed_requests_to_the_upstream() {
 #[tokio::test]
 async fn works_unchanged_on_a_server_without_the_module() {
     let server = Server::start_plain(&[]);
-    let dir = std::env::temp_dir().join(format!("rl-gw-test-{}", server.port));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("gateway.toml");
-    std::fs::write(
-        &config,
+    let config = config_file(
+        &server,
         "dimensions = [\"api_key\", \"endpoint\"]\n[endpoint]\nlimit = 3\n",
-    )
-    .unwrap();
+    );
     let gw = Gateway::start(&[
         "--redis",
         &server.url(),

@@ -101,16 +101,16 @@ async fn a_body_that_does_not_arrive_closes_the_connection() {
     let server = Server::start();
     let app = Router::new().route("/{*rest}", post(|body: String| async move { body }));
     let up = Upstream::plain(app).await;
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--upstream",
-        &format!("http://127.0.0.1:{}", up.port),
-        "--upstream-timeout-ms",
-        "120000",
-        "--body-timeout-ms",
-        "300",
-    ])
+    let gw = Gateway::proxy(
+        &server,
+        &up.url(),
+        &[
+            "--upstream-timeout-ms",
+            "120000",
+            "--body-timeout-ms",
+            "300",
+        ],
+    )
     .await;
     let mut s = connect(gw.port).await;
     s.write_all(b"POST /api/search HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab")
@@ -132,33 +132,8 @@ async fn a_body_that_does_not_arrive_closes_the_connection() {
 
 /// The gateway under `prlimit --nofile=N`, as [`Gateway::launch`] starts it.
 async fn launch_with_file_limit(nofile: u32, args: &[&str], admin: bool) -> Gateway {
-    for _ in 0..5 {
-        let port = free_port();
-        let admin = admin.then(free_port);
-        let mut cmd = Command::new("prlimit");
-        cmd.arg(format!("--nofile={nofile}:{nofile}"))
-            .arg("--")
-            .arg(env!("CARGO_BIN_EXE_rl-gateway"))
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--log", "warn"])
-            .args(["--timeout-ms", "5000"])
-            .args(args)
-            .stdout(Stdio::null());
-        if let Some(a) = admin {
-            cmd.args(["--admin-listen", &format!("127.0.0.1:{a}")]);
-        }
-        let child = cmd.spawn().expect("start prlimit rl-gateway");
-        let mut gw = Gateway { child, port, admin };
-        let mut exited = false;
-        eventually("the gateway answers /healthz", async || {
-            exited = matches!(gw.child.try_wait(), Ok(Some(_)));
-            exited || gw.ops("/healthz").await.is_some()
-        })
-        .await;
-        if !exited {
-            return gw;
-        }
-    }
-    panic!("rl-gateway did not start on any of 5 free ports");
+    let limit = format!("--nofile={nofile}:{nofile}");
+    Gateway::launch_under(&["prlimit", &limit, "--"], args, admin, None).await
 }
 
 /// `GET /healthz` on `port` answered 200 within a few seconds (None: no answer).
@@ -433,13 +408,7 @@ async fn clients_get_http_1_1_whatever_the_upstream_speaks() {
             });
         }
     });
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--upstream",
-        &format!("http://127.0.0.1:{port}"),
-    ])
-    .await;
+    let gw = Gateway::proxy(&server, &format!("http://127.0.0.1:{port}"), &[]).await;
     let mut s = connect(gw.port).await;
     for _ in 0..2 {
         s.write_all(b"GET /api/search HTTP/1.1\r\nHost: x\r\n\r\n")
