@@ -49,11 +49,15 @@ impl Gateway {
         Self::launch(args, false, None).await
     }
 
+    /// [`start`](Self::start) with `server` as its Redis, then `extra`.
+    async fn serve(server: &Server, extra: &[&str]) -> Gateway {
+        let url = server.url();
+        Self::start(&[&["--redis", &url][..], extra].concat()).await
+    }
+
     /// A proxy in front of `upstream` with `server` as its Redis, then `extra`.
     async fn proxy(server: &Server, upstream: &str, extra: &[&str]) -> Gateway {
-        let url = server.url();
-        let args = [&["--redis", &url, "--upstream", upstream][..], extra].concat();
-        Self::start(&args).await
+        Self::serve(server, &[&["--upstream", upstream][..], extra].concat()).await
     }
 
     /// [`start`](Self::start), with an admin listener on a free port when `admin`, and the
@@ -134,6 +138,10 @@ impl Gateway {
         assert!(ok, "kill -HUP");
     }
 }
+
+/// A limit of 3 per API key and endpoint.
+const PER_KEY_AND_ENDPOINT: &str =
+    "dimensions = [\"api_key\", \"endpoint\"]\n[endpoint]\nlimit = 3\n";
 
 /// Writes `toml` as `gateway.toml` in a directory of this test (named by the server's port)
 /// and returns its path.
@@ -224,17 +232,8 @@ async fn limits_by_tier_and_endpoint_with_headers_health_and_metrics() {
         &mut server.client(),
         &["HSET", "rl:tiers", "pro-key", "pro"],
     );
-    let config = config_file(
-        &server,
-        "dimensions = [\"api_key\", \"endpoint\"]\n[endpoint]\nlimit = 3\n",
-    );
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--config",
-        config.to_str().unwrap(),
-    ])
-    .await;
+    let config = config_file(&server, PER_KEY_AND_ENDPOINT);
+    let gw = Gateway::serve(&server, &["--config", config.to_str().unwrap()]).await;
 
     let (status, h, body) = gw
         .get(
@@ -311,16 +310,17 @@ async fn limits_by_tier_and_endpoint_with_headers_health_and_metrics() {
 #[tokio::test]
 async fn fail_open_serves_through_an_outage_and_the_breaker_recovers() {
     let mut server = Server::start();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--failure-mode",
-        "open",
-        "--breaker-failures",
-        "2",
-        "--breaker-open-ms",
-        "100",
-    ])
+    let gw = Gateway::serve(
+        &server,
+        &[
+            "--failure-mode",
+            "open",
+            "--breaker-failures",
+            "2",
+            "--breaker-open-ms",
+            "100",
+        ],
+    )
     .await;
     assert_eq!(gw.get("/api/search", &[]).await.unwrap().0, 200);
     server.kill();
@@ -442,18 +442,16 @@ async fn forwards_allowed_requests_to_the_upstream() {
 #[tokio::test]
 async fn works_unchanged_on_a_server_without_the_module() {
     let server = Server::start_plain(&[]);
-    let config = config_file(
+    let config = config_file(&server, PER_KEY_AND_ENDPOINT);
+    let gw = Gateway::serve(
         &server,
-        "dimensions = [\"api_key\", \"endpoint\"]\n[endpoint]\nlimit = 3\n",
-    );
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--config",
-        config.to_str().unwrap(),
-        "--failure-mode",
-        "closed",
-    ])
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--failure-mode",
+            "closed",
+        ],
+    )
     .await;
     for i in 1..=3 {
         let (status, h, body) = gw
@@ -507,14 +505,15 @@ deny_api_keys = ["revoked-tok"]
 "#,
     )
     .unwrap();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--config",
-        config.to_str().unwrap(),
-        "--failure-mode",
-        "closed",
-    ])
+    let gw = Gateway::serve(
+        &server,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--failure-mode",
+            "closed",
+        ],
+    )
     .await;
     let bearer = |t: &str| format!("Bearer {t}");
     let admitted = async |token: &str, path: &str| {

@@ -44,14 +44,10 @@ async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
 #[tokio::test]
 async fn slow_headers_and_idle_connections_are_closed() {
     let server = Server::start();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--header-timeout-ms",
-        "300",
-        "--idle-timeout-ms",
-        "300",
-    ])
+    let gw = Gateway::serve(
+        &server,
+        &["--header-timeout-ms", "300", "--idle-timeout-ms", "300"],
+    )
     .await;
     // A header line every 100 ms: the head never completes.
     let mut slow = connect(gw.port).await;
@@ -274,13 +270,7 @@ async fn config_paths_that_are_not_regular_files_are_refused_without_reading() {
     let dir = temp_dir("fifo", server.port);
     let config = dir.join("gateway.toml");
     std::fs::write(&config, "dimensions = [\"ip\"]\n").unwrap();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--config",
-        config.to_str().unwrap(),
-    ])
-    .await;
+    let gw = Gateway::serve(&server, &["--config", config.to_str().unwrap()]).await;
     std::fs::remove_file(&config).unwrap();
     assert!(Command::new("mkfifo")
         .arg(&config)
@@ -310,13 +300,7 @@ async fn a_fleet_ttl_the_server_refuses_is_refused_at_start_and_reload() {
 
     let config = dir.join("gateway.toml");
     std::fs::write(&config, "[fleet]\nttl_ms = 3000\n").unwrap();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--config",
-        config.to_str().unwrap(),
-    ])
-    .await;
+    let gw = Gateway::serve(&server, &["--config", config.to_str().unwrap()]).await;
     std::fs::copy(&bad, &config).unwrap();
     gw.hangup();
     eventually("the reload is refused", async || {
@@ -350,13 +334,7 @@ async fn members_with_leases_longer_than_the_ttl_are_not_counted() {
     let dir = temp_dir("fleet-forged", server.port);
     let config = dir.join("gateway.toml");
     std::fs::write(&config, "[fleet]\nheartbeat_ms = 100\nttl_ms = 1000\n").unwrap();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--config",
-        config.to_str().unwrap(),
-    ])
-    .await;
+    let gw = Gateway::serve(&server, &["--config", config.to_str().unwrap()]).await;
     eventually("fleet size 1", async || {
         gw.health().await["stats"]["fleet_size"] == 1
     })
@@ -432,7 +410,7 @@ async fn clients_get_http_1_1_whatever_the_upstream_speaks() {
 #[tokio::test]
 async fn healthz_is_degraded_when_the_configured_module_is_missing() {
     let server = Server::start_plain(&[]);
-    let gw = Gateway::start(&["--redis", &server.url(), "--engine", "module"]).await;
+    let gw = Gateway::serve(&server, &["--engine", "module"]).await;
     let (status, _, _) = gw.get("/api/search", &[]).await.unwrap();
     assert_eq!(status, 200, "decided by the failure mode (local)");
     let h = gw.health().await;
@@ -442,7 +420,7 @@ async fn healthz_is_degraded_when_the_configured_module_is_missing() {
     assert!(h["reasons"].to_string().contains("module missing"), "{h}");
     // The same server with the twin allowed: ok.
     drop(gw);
-    let auto = Gateway::start(&["--redis", &server.url()]).await;
+    let auto = Gateway::serve(&server, &[]).await;
     auto.get("/api/search", &[]).await.unwrap();
     let h = auto.health().await;
     assert_eq!(h["status"], "ok", "{h}");

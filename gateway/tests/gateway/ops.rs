@@ -49,7 +49,7 @@ async fn healthz_is_503_while_closed_mode_would_refuse_and_200_otherwise() {
     let (_, _, body) = closed.get("/metrics", &[]).await.unwrap();
     assert!(!body.contains("# TYPE"), "{body}");
 
-    let local = Gateway::start(&["--redis", &server.url(), "--failure-mode", "local"]).await;
+    let local = Gateway::serve(&server, &["--failure-mode", "local"]).await;
     server.kill();
     let (status, _, body) = closed.ops("/healthz").await.unwrap();
     assert_eq!(status, 503, "{body}");
