@@ -14,7 +14,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar, Dict, Generator, List, Optional, Sequence, Tuple, Union
 
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -553,3 +553,54 @@ def all_command(pairs: Sequence[Tuple[str, Policy]], cost: int) -> Command:
 def refund_command(key: str, policy: Policy, cost: int) -> Command:
     """``RL.REFUND key spec COST n``."""
     return ("RL.REFUND", key, policy.spec_name, *policy.spec(), "COST", cost)
+
+
+DEFAULT_TIMEOUT = 0.05
+"""Seconds one call to Redis may take (50 ms, as the Rust client)."""
+
+
+class Front:
+    """What the async and the blocking limiter share: the client, the timeout per call and
+    the engine; each adds the calls that execute the engine's commands."""
+
+    _cluster_type: ClassVar[type]
+    """The client class of a Redis Cluster for this front (asyncio's or redis-py's)."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        breaker: BreakerConfig = BreakerConfig(),
+        deny_cache: int = 10_000,
+        local_capacity: int = 100_000,
+        rl_all: Optional[bool] = None,
+        lua: bool = True,
+    ) -> None:
+        """``client``: a ``Redis`` or ``RedisCluster`` (of ``redis.asyncio`` for the async
+        limiter). ``timeout``: seconds per call. ``deny_cache``: keys remembered by the
+        hot-key deny cache (0: off). ``local_capacity``: keys held by the local fallback.
+        ``rl_all``: force (True) or avoid (False) RL.ALL for ``check_all`` instead of
+        finding out on first use. ``lua``: on a server without the module, run its Lua twin
+        (``lua/rl.lua``: ``FCALL rl`` after ``FUNCTION LOAD``, else ``EVALSHA``) from the
+        first ``unknown command`` on."""
+        if not timeout > 0:
+            raise ValueError("timeout must be positive")
+        self.client = client
+        self.timeout = timeout
+        self._engine = Engine(
+            cluster=isinstance(client, self._cluster_type),
+            breaker=breaker,
+            deny_cache=deny_cache,
+            local_capacity=local_capacity,
+            rl_all=rl_all,
+            lua=lua,
+        )
+
+    @property
+    def breaker_state(self) -> BreakerState:
+        return self._engine.breaker_state
+
+    def stats(self) -> LimiterStats:
+        """Redis calls, errors and decisions by source since start."""
+        return self._engine.stats()

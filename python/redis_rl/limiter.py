@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, Sequence, Tuple, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from redis.exceptions import ResponseError
 
-from redis_rl._engine import Engine, Failed, LimiterStats, Ok, Op, Result
-from redis_rl.breaker import BreakerConfig, BreakerState
+from redis_rl._engine import DEFAULT_TIMEOUT, Failed, Front, Ok, Op, Result
 from redis_rl.decision import Decision, Grant, MultiDecision
 from redis_rl.policy import Policy
 
 __all__ = ["Limiter", "DEFAULT_TIMEOUT"]
-
-DEFAULT_TIMEOUT = 0.05
-"""Seconds one call to Redis may take (50 ms, as the Rust client)."""
-
 
 def _no_retry_kwargs() -> Dict[str, Any]:
     # The breaker does the waiting: redis-py's own retries would stall every call of an
@@ -30,7 +25,7 @@ def _no_retry_kwargs() -> Dict[str, Any]:
     return {"retry": Retry(NoBackoff(), 0)}
 
 
-class Limiter:
+class Limiter(Front):
     """Rate limiting on the redis-rl module, for asyncio.
 
     ``check`` and ``check_all`` never raise for Redis trouble: every call has a timeout,
@@ -46,35 +41,7 @@ class Limiter:
         if not d.allowed: ...  # 429 after d.retry_after_ms
     """
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        breaker: BreakerConfig = BreakerConfig(),
-        deny_cache: int = 10_000,
-        local_capacity: int = 100_000,
-        rl_all: Optional[bool] = None,
-        lua: bool = True,
-    ) -> None:
-        """``client``: a ``redis.asyncio.Redis`` or ``RedisCluster``. ``timeout``: seconds per
-        call. ``deny_cache``: keys remembered by the hot-key deny cache (0: off).
-        ``local_capacity``: keys held by the local fallback. ``rl_all``: force (True) or
-        avoid (False) RL.ALL for ``check_all`` instead of finding out on first use.
-        ``lua``: on a server without the module, run its Lua twin (``lua/rl.lua``: ``FCALL rl``
-        after ``FUNCTION LOAD``, else ``EVALSHA``) from the first ``unknown command`` on."""
-        if not timeout > 0:
-            raise ValueError("timeout must be positive")
-        self.client = client
-        self.timeout = timeout
-        self._engine = Engine(
-            cluster=isinstance(client, RedisCluster),
-            breaker=breaker,
-            deny_cache=deny_cache,
-            local_capacity=local_capacity,
-            rl_all=rl_all,
-            lua=lua,
-        )
+    _cluster_type = RedisCluster
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, **kwargs: Any) -> "Limiter":
@@ -164,14 +131,6 @@ class Limiter:
         except Exception:  # noqa: BLE001
             return False
         return True
-
-    @property
-    def breaker_state(self) -> BreakerState:
-        return self._engine.breaker_state
-
-    def stats(self) -> LimiterStats:
-        """Redis calls, errors and decisions by source since start."""
-        return self._engine.stats()
 
     async def aclose(self) -> None:
         """Closes the client."""

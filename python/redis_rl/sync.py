@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple, cast
+from typing import Any, Sequence, Tuple, cast
 
 import redis
 from redis.cluster import RedisCluster
 
 from redis.exceptions import ResponseError
 
-from redis_rl._engine import Engine, Failed, LimiterStats, Ok, Op, Result
-from redis_rl.breaker import BreakerConfig, BreakerState
+from redis_rl._engine import DEFAULT_TIMEOUT, Failed, Front, Ok, Op, Result
 from redis_rl.decision import Decision, Grant, MultiDecision
-from redis_rl.limiter import DEFAULT_TIMEOUT
 from redis_rl.policy import Policy
 
 __all__ = ["SyncLimiter", "Limiter"]
 
 
-class SyncLimiter:
+class SyncLimiter(Front):
     """The same limiter as ``redis_rl.Limiter``, for blocking code and threads.
 
     A blocking call cannot be cut short from outside, so the timeout is the client's
@@ -26,29 +24,7 @@ class SyncLimiter:
     should have one (and no retries), or a hung Redis blocks the caller.
     """
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        breaker: BreakerConfig = BreakerConfig(),
-        deny_cache: int = 10_000,
-        local_capacity: int = 100_000,
-        rl_all: Optional[bool] = None,
-        lua: bool = True,
-    ) -> None:
-        if not timeout > 0:
-            raise ValueError("timeout must be positive")
-        self.client = client
-        self.timeout = timeout
-        self._engine = Engine(
-            cluster=isinstance(client, RedisCluster),
-            breaker=breaker,
-            deny_cache=deny_cache,
-            local_capacity=local_capacity,
-            rl_all=rl_all,
-            lua=lua,
-        )
+    _cluster_type = RedisCluster
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, **kwargs: Any) -> "SyncLimiter":
@@ -132,13 +108,6 @@ class SyncLimiter:
         except Exception:  # noqa: BLE001
             return False
         return True
-
-    @property
-    def breaker_state(self) -> BreakerState:
-        return self._engine.breaker_state
-
-    def stats(self) -> LimiterStats:
-        return self._engine.stats()
 
     def close(self) -> None:
         self.client.close()
