@@ -6,6 +6,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use redis_rl_testkit::{eventually, free_port, query, Server};
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -55,6 +56,12 @@ impl Gateway {
         Self::start(&[&["--redis", &url][..], extra].concat()).await
     }
 
+    /// [`serve`](Self::serve) with the configuration file `config`, then `extra`.
+    async fn configured(server: &Server, config: &Path, extra: &[&str]) -> Gateway {
+        let path = config.to_str().unwrap();
+        Self::serve(server, &[&["--config", path][..], extra].concat()).await
+    }
+
     /// A proxy in front of `upstream` with `server` as its Redis, then `extra`.
     async fn proxy(server: &Server, upstream: &str, extra: &[&str]) -> Gateway {
         Self::serve(server, &[&["--upstream", upstream][..], extra].concat()).await
@@ -62,15 +69,15 @@ impl Gateway {
 
     /// [`start`](Self::start), with an admin listener on a free port when `admin`, and the
     /// log written to `log` (else discarded).
-    async fn launch(args: &[&str], admin: bool, log: Option<&Path>) -> Gateway {
+    async fn launch<A: AsRef<OsStr>>(args: &[A], admin: bool, log: Option<&Path>) -> Gateway {
         Self::launch_under(&[], args, admin, log).await
     }
 
     /// [`launch`](Self::launch) as the arguments of `wrapper` (`prlimit ... --`): the
     /// gateway's path follows the wrapper's words; none, the gateway runs itself.
-    async fn launch_under(
+    async fn launch_under<A: AsRef<OsStr>>(
         wrapper: &[&str],
-        args: &[&str],
+        args: &[A],
         admin: bool,
         log: Option<&Path>,
     ) -> Gateway {
@@ -137,6 +144,22 @@ impl Gateway {
             .success();
         assert!(ok, "kill -HUP");
     }
+}
+
+/// The arguments of a proxy in front of `up`, with `server` as its Redis and `config` as its
+/// configuration file.
+fn proxy_args(server: &Server, up: &upstream::Upstream, config: &Path) -> Vec<String> {
+    let config = config.to_str().unwrap();
+    [
+        "--redis",
+        &server.url(),
+        "--upstream",
+        &up.url(),
+        "--config",
+        config,
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// A limit of 3 per API key and endpoint.
@@ -443,16 +466,7 @@ async fn forwards_allowed_requests_to_the_upstream() {
 async fn works_unchanged_on_a_server_without_the_module() {
     let server = Server::start_plain(&[]);
     let config = config_file(&server, PER_KEY_AND_ENDPOINT);
-    let gw = Gateway::serve(
-        &server,
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--failure-mode",
-            "closed",
-        ],
-    )
-    .await;
+    let gw = Gateway::configured(&server, &config, &["--failure-mode", "closed"]).await;
     for i in 1..=3 {
         let (status, h, body) = gw
             .get(&format!("/api/items/{i}"), &[("x-api-key", "k")])
@@ -505,16 +519,7 @@ deny_api_keys = ["revoked-tok"]
 "#,
     )
     .unwrap();
-    let gw = Gateway::serve(
-        &server,
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--failure-mode",
-            "closed",
-        ],
-    )
-    .await;
+    let gw = Gateway::configured(&server, &config, &["--failure-mode", "closed"]).await;
     let bearer = |t: &str| format!("Bearer {t}");
     let admitted = async |token: &str, path: &str| {
         let mut ok = 0;

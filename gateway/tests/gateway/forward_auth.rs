@@ -15,14 +15,10 @@ use super::{get_from, Gateway};
 async fn start(server: &Server, config: &Path) -> (Gateway, u16) {
     for _ in 0..5 {
         let auth = free_port();
-        let gw = Gateway::serve(
+        let gw = Gateway::configured(
             server,
-            &[
-                "--config",
-                config.to_str().unwrap(),
-                "--auth-listen",
-                &format!("127.0.0.1:{auth}"),
-            ],
+            config,
+            &["--auth-listen", &format!("127.0.0.1:{auth}")],
         )
         .await;
         let mut up = false;

@@ -127,11 +127,10 @@ async fn rules_windows_identity_and_paths_through_the_gateway() {
     let dir = temp_dir("rules", server.port);
     let path = dir.join("gateway.toml");
     std::fs::write(&path, config(&prefix)).unwrap();
-    let gw = Gateway::serve(
+    let gw = Gateway::configured(
         &server,
+        &path,
         &[
-            "--config",
-            path.to_str().unwrap(),
             "--tier-hash",
             &format!("{prefix}:tiers"),
             "--upstream",
