@@ -14,7 +14,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, Generator, List, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar, Dict, Generator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -559,11 +559,14 @@ DEFAULT_TIMEOUT = 0.05
 """Seconds one call to Redis may take (50 ms, as the Rust client)."""
 
 
+F = TypeVar("F", bound="Front")
+
+
 class Front:
     """What the async and the blocking limiter share: the client, the timeout per call and
     the engine; each adds the calls that execute the engine's commands."""
 
-    _cluster_type: ClassVar[type]
+    _cluster_type: ClassVar[Any]
     """The client class of a Redis Cluster for this front (asyncio's or redis-py's)."""
 
     def __init__(
@@ -596,6 +599,23 @@ class Front:
             rl_all=rl_all,
             lua=lua,
         )
+
+    @classmethod
+    def from_url(cls: type[F], url: str, *, cluster: bool = False, **kwargs: Any) -> F:
+        """A limiter with its own client for ``url`` (nothing connects until the first call),
+        socket timeouts set to ``timeout`` and redis-py's retries off (the breaker does the
+        waiting: redis-py's own retries would stall every call of an outage for their
+        backoff, as the Rust client's game day found)."""
+        timeout = kwargs.get("timeout", DEFAULT_TIMEOUT)
+        opts: Dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        if cluster:
+            return cls(cls._cluster_type.from_url(url, **opts), **kwargs)
+        return cls(cls._standalone(url, opts), **kwargs)
+
+    @staticmethod
+    def _standalone(url: str, opts: Dict[str, Any]) -> Any:
+        """A client of one server for ``url`` with ``opts`` and no retries."""
+        raise NotImplementedError
 
     @property
     def breaker_state(self) -> BreakerState:

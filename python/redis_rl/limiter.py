@@ -16,15 +16,6 @@ from redis_rl.policy import Policy
 
 __all__ = ["Limiter", "DEFAULT_TIMEOUT"]
 
-def _no_retry_kwargs() -> Dict[str, Any]:
-    # The breaker does the waiting: redis-py's own retries would stall every call of an
-    # outage for their backoff (the Rust client's game day found exactly that).
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-
-    return {"retry": Retry(NoBackoff(), 0)}
-
-
 class Limiter(Front):
     """Rate limiting on the redis-rl module, for asyncio.
 
@@ -43,18 +34,12 @@ class Limiter(Front):
 
     _cluster_type = RedisCluster
 
-    @classmethod
-    def from_url(cls, url: str, *, cluster: bool = False, **kwargs: Any) -> "Limiter":
-        """A limiter with its own client for ``url`` (nothing connects until the first call),
-        socket timeouts set to ``timeout`` and redis-py's retries off."""
-        timeout = kwargs.get("timeout", DEFAULT_TIMEOUT)
-        opts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
-        client: Any
-        if cluster:
-            client = RedisCluster.from_url(url, **opts)
-        else:
-            client = aioredis.from_url(url, **opts, **_no_retry_kwargs())
-        return cls(client, **kwargs)
+    @staticmethod
+    def _standalone(url: str, opts: Dict[str, Any]) -> Any:
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        return aioredis.from_url(url, retry=Retry(NoBackoff(), 0), **opts)
 
     async def check(self, key: str, policy: Policy, cost: int = 1) -> Decision:
         """Takes ``cost`` units (0: look without taking) for ``key``."""

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence, Tuple, cast
+from typing import Any, Dict, Sequence, Tuple, cast
 
 import redis
 from redis.cluster import RedisCluster
 
 from redis.exceptions import ResponseError
 
-from redis_rl._engine import DEFAULT_TIMEOUT, Failed, Front, Ok, Op, Result
+from redis_rl._engine import Failed, Front, Ok, Op, Result
 from redis_rl.decision import Decision, Grant, MultiDecision
 from redis_rl.policy import Policy
 
@@ -26,21 +26,12 @@ class SyncLimiter(Front):
 
     _cluster_type = RedisCluster
 
-    @classmethod
-    def from_url(cls, url: str, *, cluster: bool = False, **kwargs: Any) -> "SyncLimiter":
-        """A limiter with its own client for ``url``: socket timeouts of ``timeout``, no
-        redis-py retries (the breaker does the waiting)."""
+    @staticmethod
+    def _standalone(url: str, opts: Dict[str, Any]) -> Any:
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        timeout = kwargs.get("timeout", DEFAULT_TIMEOUT)
-        opts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
-        client: Any
-        if cluster:
-            client = RedisCluster.from_url(url, **opts)
-        else:
-            client = redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **opts)
-        return cls(client, **kwargs)
+        return redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **opts)
 
     def check(self, key: str, policy: Policy, cost: int = 1) -> Decision:
         """Takes ``cost`` units (0: look without taking) for ``key``."""

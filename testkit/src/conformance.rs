@@ -391,9 +391,10 @@ pub fn edges_accepted(c: &mut redis::Connection, kind: Kind) {
     );
 }
 
-/// A fresh key: the first call admits one unit of [`BUDGET`] and writes the key; PEEK,
-/// a zero cost and a cost above the budget (never, `retry_after` -1) reply the same
-/// figures but write nothing; a call the budget cannot take is denied and writes nothing.
+/// A fresh key: the first call admits one unit of [`BUDGET`] and writes the key, as does a
+/// cost of the whole budget; PEEK (of one unit or three), a zero cost and a cost above the
+/// budget (never, `retry_after` -1) reply the figures of the call but write nothing; a call
+/// the budget cannot take is denied and writes nothing.
 pub fn fresh_reply(c: &mut redis::Connection, kind: Kind) {
     let b = BUDGET as i64;
     let key = |what: &str| format!("fresh:{}:{what}", kind.config_name());
@@ -407,9 +408,22 @@ pub fn fresh_reply(c: &mut redis::Connection, kind: Kind) {
         let over = (BUDGET + 1).to_string();
         let r = run(c, &call(kind, &key("never"), BUDGET, "a", &["COST", &over]));
         assert_eq!(r[..4], [0, b, b, -1], "{kind:?} COST above the budget");
+        let r = run(
+            c,
+            &call(kind, &key("peek3"), BUDGET, "a", &["COST", "3", "PEEK"]),
+        );
+        assert_eq!(r[..4], [1, b, b - 3, 0], "{kind:?} COST 3 PEEK");
+        for what in ["zero", "never", "peek3"] {
+            assert!(!exists(c, &key(what)), "{kind:?} {what} wrote");
+        }
+        let r = run(
+            c,
+            &call(kind, &key("all"), BUDGET, "a", &["COST", &b.to_string()]),
+        );
+        assert_eq!(r[..4], [1, b, 0, 0], "{kind:?} COST of the whole budget");
         assert!(
-            !exists(c, &key("zero")) && !exists(c, &key("never")),
-            "{kind:?} wrote"
+            exists(c, &key("all")),
+            "{kind:?}: the whole budget taken wrote nothing"
         );
     }
     let k = key("used");
