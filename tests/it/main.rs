@@ -28,6 +28,8 @@ mod harness;
 mod hostile_input;
 mod luatwin;
 mod luatwin_commands;
+mod luatwin_errors;
+mod luatwin_model;
 mod operations_memory;
 mod operations_module;
 mod operations_persistence;
