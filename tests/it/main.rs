@@ -26,6 +26,8 @@ mod gcra;
 mod hardening;
 mod harness;
 mod hostile_input;
+mod hostile_sizes;
+mod hostile_values;
 mod luatwin;
 mod luatwin_commands;
 mod luatwin_errors;
