@@ -23,6 +23,7 @@ mod fixed_window;
 mod force;
 mod foreign_data;
 mod gcra;
+mod golden;
 mod hardening;
 mod harness;
 mod hostile_input;
