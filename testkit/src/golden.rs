@@ -114,7 +114,7 @@ fn scalar(word: &str) -> Expected {
 }
 
 /// The items of an array whose `[` was read, up to its `]`.
-fn array<'a>(tokens: &mut dyn Iterator<Item = &'a str>) -> Expected {
+fn array(tokens: &mut dyn Iterator<Item = &str>) -> Expected {
     let mut items = Vec::new();
     loop {
         match tokens.next() {
