@@ -199,38 +199,9 @@ impl Spec {
         }
     }
 
-    pub(crate) fn check(
-        &self,
-        state: Option<&AnyState>,
-        now: u64,
-        cost: u64,
-    ) -> (Decision, Option<AnyState>) {
-        self.any().check(state.cloned(), Micros(now), cost)
-    }
-
     /// Whether its command takes `UPTO`.
     pub(crate) fn takes_upto(&self) -> bool {
         self.any().kind().upto()
-    }
-
-    /// A partial grant (`UPTO`): the decision, the state to write and the units granted.
-    pub(crate) fn upto(
-        &self,
-        state: Option<&AnyState>,
-        now: u64,
-        cost: u64,
-    ) -> (Decision, Option<AnyState>, u64) {
-        let (d, granted, next) = self.any().upto(state.cloned(), Micros(now), cost);
-        (d, next, granted)
-    }
-
-    pub(crate) fn refund(
-        &self,
-        state: Option<&AnyState>,
-        now: u64,
-        amount: u64,
-    ) -> (u64, Option<AnyState>) {
-        self.any().refund(state.cloned(), Micros(now), amount)
     }
 }
 
@@ -239,17 +210,17 @@ impl Spec {
 /// all below 2^53 (what the twin packs with the server's `struct` library), else version 2
 /// (varints, a window as its index); version 1 varints for a log.
 pub(crate) fn encode(state: &AnyState) -> Vec<u8> {
-    pub(crate) fn varint(out: &mut Vec<u8>, v: u64) {
+    fn varint(out: &mut Vec<u8>, v: u64) {
         wide(out, u128::from(v));
     }
-    pub(crate) fn wide(out: &mut Vec<u8>, mut v: u128) {
+    fn wide(out: &mut Vec<u8>, mut v: u128) {
         while v >= 0x80 {
             out.push((v & 0x7f) as u8 | 0x80);
             v >>= 7;
         }
         out.push(v as u8);
     }
-    pub(crate) fn fixed(tag: u8, fields: &[u128], widths: &[usize]) -> Vec<u8> {
+    fn fixed(tag: u8, fields: &[u128], widths: &[usize]) -> Vec<u8> {
         let mut out = vec![0, b'R', b'L', 1, tag];
         for (v, w) in fields.iter().zip(widths) {
             out.extend_from_slice(&v.to_le_bytes()[..*w]);
@@ -479,12 +450,12 @@ pub(crate) fn model(op: &Op, specs: &[Spec], states: &[Option<AnyState>], now: u
             peek,
             upto,
         } => {
-            let state = states[*key].as_ref();
+            let (state, now) = (states[*key].clone(), Micros(now));
             let (d, new, granted) = if *upto {
-                let (d, new, granted) = specs[*key].upto(state, now, *cost);
+                let (d, granted, new) = specs[*key].any().upto(state, now, *cost);
                 (d, new, Some(granted))
             } else {
-                let (d, new) = specs[*key].check(state, now, *cost);
+                let (d, new) = specs[*key].any().check(state, now, *cost);
                 (d, new, None)
             };
             let writes = match (new, peek) {
@@ -500,8 +471,9 @@ pub(crate) fn model(op: &Op, specs: &[Spec], states: &[Option<AnyState>], now: u
         }
         Op::Refund { key, amount } => {
             let spec = &specs[*key];
-            let (n, new) = spec.refund(states[*key].as_ref(), now, *amount);
-            let view = spec.check(new.as_ref().or(states[*key].as_ref()), now, 0).0;
+            let (state, now) = (states[*key].clone(), Micros(now));
+            let (n, new) = spec.any().refund(state.clone(), now, *amount);
+            let view = spec.any().check(new.clone().or(state), now, 0).0;
             let f = fields(&view);
             let writes = new
                 .map(|s| vec![(*key, s, expiry(&view))])
@@ -514,14 +486,14 @@ pub(crate) fn model(op: &Op, specs: &[Spec], states: &[Option<AnyState>], now: u
         Op::All { keys, cost, peek } => {
             let evaluated: Vec<_> = keys
                 .iter()
-                .map(|&k| specs[k].check(states[k].as_ref(), now, *cost))
+                .map(|&k| specs[k].any().check(states[k].clone(), Micros(now), *cost))
                 .collect();
             let denied = evaluated.iter().position(|(d, _)| !d.is_allowed());
             let mut per = Vec::new();
             let mut writes = Vec::new();
             for (&k, (d, new)) in keys.iter().zip(&evaluated) {
                 let shown = if denied.is_some() && d.is_allowed() {
-                    specs[k].check(states[k].as_ref(), now, 0).0
+                    specs[k].any().check(states[k].clone(), Micros(now), 0).0
                 } else {
                     *d
                 };
