@@ -330,14 +330,18 @@ pub(crate) fn all_reply(v: &Value) -> (i64, i64, Vec<Vec<i64>>) {
 }
 
 /// One operation of a random sequence.
+/// One call of a single-key command.
+#[derive(Clone, Debug)]
+pub(crate) struct Check {
+    key: usize,
+    cost: u64,
+    peek: bool,
+    upto: bool,
+}
+
 #[derive(Clone, Debug)]
 pub(crate) enum Op {
-    Check {
-        key: usize,
-        cost: u64,
-        peek: bool,
-        upto: bool,
-    },
+    Check(Check),
     Refund {
         key: usize,
         amount: u64,
@@ -380,12 +384,12 @@ impl Op {
                 // With UPTO a cost above the limit is an ordinary request for "as many as can be".
                 let limit = specs[key].limit();
                 let cost = cost_for(r, if upto { limit.saturating_mul(3) } else { limit });
-                Op::Check {
+                Op::Check(Check {
                     key,
                     cost,
                     peek: r.percent(15),
                     upto,
-                }
+                })
             }
         }
     }
@@ -403,18 +407,13 @@ impl Op {
             o
         };
         match self {
-            Op::Check {
-                key,
-                cost,
-                peek,
-                upto,
-            } => {
-                let (name, mut args) = specs[*key].command();
-                args.extend(opts(*cost, *peek));
-                if *upto {
+            Op::Check(c) => {
+                let (name, mut args) = specs[c.key].command();
+                args.extend(opts(c.cost, c.peek));
+                if c.upto {
                     args.push("UPTO".to_string());
                 }
-                (name, vec![*key], args)
+                (name, vec![c.key], args)
             }
             Op::Refund { key, amount } => {
                 let mut args = specs[*key].words();
@@ -444,12 +443,12 @@ pub(crate) fn model(op: &Op, specs: &[Spec], states: &[Option<AnyState>], now: u
     let slack = Millis(1000);
     let expiry = |d: &Decision| expire_at(Micros(now), d.reset_after, slack);
     match op {
-        Op::Check {
+        Op::Check(Check {
             key,
             cost,
             peek,
             upto,
-        } => {
+        }) => {
             let (state, now) = (states[*key].clone(), Micros(now));
             let (d, new, granted) = if *upto {
                 let (d, granted, new) = specs[*key].any().upto(state, now, *cost);
