@@ -94,6 +94,76 @@ macro_rules! __registry_emit {
     };
 }
 
+/// One operation on a rate limiter's state, written once for every algorithm: the
+/// generated dispatch of [`AnyParams`] picks the algorithm, the step runs it.
+trait Step {
+    /// What the operation tells the caller besides the new state.
+    type Out;
+    /// Runs the operation with algorithm `A`.
+    fn run<A: RateLimiter>(
+        self,
+        state: Option<A::State>,
+        params: &A::Params,
+    ) -> (Self::Out, Option<A::State>);
+}
+
+/// [`RateLimiter::check`], or [`RateLimiter::force`] with `force`.
+struct Check {
+    now: Micros,
+    cost: u64,
+    force: bool,
+}
+
+impl Step for Check {
+    type Out = Decision;
+    fn run<A: RateLimiter>(
+        self,
+        state: Option<A::State>,
+        params: &A::Params,
+    ) -> (Decision, Option<A::State>) {
+        if self.force {
+            A::force(state, self.now, params, self.cost)
+        } else {
+            A::check(state, self.now, params, self.cost)
+        }
+    }
+}
+
+/// [`upto`]: the decision and the units granted.
+struct UpTo {
+    now: Micros,
+    cost: u64,
+}
+
+impl Step for UpTo {
+    type Out = (Decision, u64);
+    fn run<A: RateLimiter>(
+        self,
+        state: Option<A::State>,
+        params: &A::Params,
+    ) -> ((Decision, u64), Option<A::State>) {
+        let (decision, granted, next) = upto::<A>(state, self.now, params, self.cost);
+        ((decision, granted), next)
+    }
+}
+
+/// [`RateLimiter::refund`]: the units given back.
+struct Refund {
+    now: Micros,
+    amount: u64,
+}
+
+impl Step for Refund {
+    type Out = u64;
+    fn run<A: RateLimiter>(
+        self,
+        state: Option<A::State>,
+        params: &A::Params,
+    ) -> (u64, Option<A::State>) {
+        A::refund(state, self.now, params, self.amount)
+    }
+}
+
 /// Generates [`Kind`], [`AnyParams`], [`AnyState`] and their dispatch from the list.
 macro_rules! generate {
     (
@@ -321,73 +391,59 @@ macro_rules! generate {
                 }
             }
 
-            /// [`RateLimiter::check`] of this algorithm. A state of another algorithm (the
-            /// limiter was redefined) counts as no state: the limiter starts afresh.
+            /// Runs `step` with this algorithm's parameters and its state (a state of
+            /// another algorithm, left by a redefined limiter, counts as no state: the
+            /// limiter starts afresh); returns what `step` decided and the state to store.
+            fn step<S: Step>(&self, state: Option<AnyState>, step: S) -> (S::Out, Option<AnyState>) {
+                match self {
+                    $(AnyParams::$l(p) => {
+                        let state = match state { Some(AnyState::$l(s)) => Some(s), _ => None };
+                        let (out, next) = step.run::<$lt>(state, p);
+                        (out, next.map(AnyState::$l))
+                    })*
+                }
+            }
+
+            /// [`RateLimiter::check`] of this algorithm.
             pub fn check(
                 &self,
                 state: Option<AnyState>,
                 now: Micros,
                 cost: u64,
             ) -> (Decision, Option<AnyState>) {
-                match self {
-                    $(AnyParams::$l(p) => {
-                        let state = match state { Some(AnyState::$l(s)) => Some(s), _ => None };
-                        let (d, next) = <$lt as RateLimiter>::check(state, now, p, cost);
-                        (d, next.map(AnyState::$l))
-                    })*
-                }
+                self.step(state, Check { now, cost, force: false })
             }
 
-            /// [`RateLimiter::force`] of this algorithm (a state of another algorithm
-            /// counts as no state).
+            /// [`RateLimiter::force`] of this algorithm.
             pub fn force(
                 &self,
                 state: Option<AnyState>,
                 now: Micros,
                 cost: u64,
             ) -> (Decision, Option<AnyState>) {
-                match self {
-                    $(AnyParams::$l(p) => {
-                        let state = match state { Some(AnyState::$l(s)) => Some(s), _ => None };
-                        let (d, next) = <$lt as RateLimiter>::force(state, now, p, cost);
-                        (d, next.map(AnyState::$l))
-                    })*
-                }
+                self.step(state, Check { now, cost, force: true })
             }
 
             /// A partial grant ([`upto`]) of this algorithm: the decision, the units
-            /// granted and the state to store (a state of another algorithm counts as no
-            /// state).
+            /// granted and the state to store.
             pub fn upto(
                 &self,
                 state: Option<AnyState>,
                 now: Micros,
                 cost: u64,
             ) -> (Decision, u64, Option<AnyState>) {
-                match self {
-                    $(AnyParams::$l(p) => {
-                        let state = match state { Some(AnyState::$l(s)) => Some(s), _ => None };
-                        let (d, granted, next) = upto::<$lt>(state, now, p, cost);
-                        (d, granted, next.map(AnyState::$l))
-                    })*
-                }
+                let ((decision, granted), next) = self.step(state, UpTo { now, cost });
+                (decision, granted, next)
             }
 
-            /// [`RateLimiter::refund`] of this algorithm (a state of another algorithm
-            /// counts as no state).
+            /// [`RateLimiter::refund`] of this algorithm.
             pub fn refund(
                 &self,
                 state: Option<AnyState>,
                 now: Micros,
                 amount: u64,
             ) -> (u64, Option<AnyState>) {
-                match self {
-                    $(AnyParams::$l(p) => {
-                        let state = match state { Some(AnyState::$l(s)) => Some(s), _ => None };
-                        let (n, next) = <$lt as RateLimiter>::refund(state, now, p, amount);
-                        (n, next.map(AnyState::$l))
-                    })*
-                }
+                self.step(state, Refund { now, amount })
             }
         }
 

@@ -146,9 +146,8 @@ pub fn check(
     params: &TokenBucketParams,
     cost: u64,
 ) -> (Decision, Option<TokenBucketState>) {
-    let (level, as_of) = level_at(state, now, params);
+    let (level, as_of, full) = level_at(state, now, params);
     let unit = params.units_per_token();
-    let full = params.full_level();
     let rate = u128::from(params.refill_tokens);
     // Waits are measured from `as_of`; when the clock stepped back it is later than `now`.
     let lag = u128::from(as_of.0 - now.0);
@@ -205,8 +204,8 @@ pub fn force(
     params: &TokenBucketParams,
     cost: u64,
 ) -> (Decision, Option<TokenBucketState>) {
-    let (level, as_of) = level_at(state, now, params);
     let need = u128::from(cost) * params.units_per_token();
+    let (level, as_of, full) = level_at(state, now, params);
     if level >= need {
         return check(state, now, params, cost);
     }
@@ -216,9 +215,9 @@ pub fn force(
     let rate = u128::from(params.refill_tokens);
     let wait_us = deficit.div_ceil(rate);
     let paid_at = u64::try_from(u128::from(as_of.0) + wait_us).unwrap_or(u64::MAX);
-    let left = (wait_us * rate - deficit).min(params.full_level());
+    let left = (wait_us * rate - deficit).min(full);
     let until_full = ceil_millis_of(
-        u128::from(paid_at - now.0) * rate + (params.full_level() - left),
+        u128::from(paid_at - now.0) * rate + (full - left),
         params.refill_tokens,
     );
     let decision = Decision {
@@ -245,9 +244,8 @@ pub fn refund(
     params: &TokenBucketParams,
     amount: u64,
 ) -> (u64, Option<TokenBucketState>) {
-    let (level, as_of) = level_at(state, now, params);
+    let (level, as_of, full) = level_at(state, now, params);
     let unit = params.units_per_token();
-    let full = params.full_level();
     // A partly refilled token counts as room for one: the refund then fills up to capacity.
     let refunded = ((full - level).div_ceil(unit)).min(u128::from(amount));
     if refunded == 0 {
@@ -261,16 +259,17 @@ pub fn refund(
     (u64::try_from(refunded).unwrap_or(0), Some(new_state))
 }
 
-/// The bucket's level at `now` in the units of `params`, and the instant it is computed for
-/// (`now`, or the stored instant if the clock has stepped back since).
+/// The bucket's level at `now` in the units of `params`, the instant it is computed for
+/// (`now`, or the stored instant if the clock has stepped back since), and the level of a
+/// full bucket.
 fn level_at(
     state: Option<TokenBucketState>,
     now: Micros,
     params: &TokenBucketParams,
-) -> (u128, Micros) {
+) -> (u128, Micros, u128) {
     let full = params.full_level();
     let Some(stored) = state else {
-        return (full, now);
+        return (full, now, full);
     };
     let stored_level = if stored.refill_ms == params.refill_ms {
         stored.level
@@ -284,7 +283,7 @@ fn level_at(
     let as_of = now.max(stored.updated_at);
     let elapsed = u128::from(as_of.0 - stored.updated_at.0);
     let refilled = stored_level.saturating_add(u128::from(params.refill_tokens) * elapsed);
-    (refilled.min(full), as_of)
+    (refilled.min(full), as_of, full)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use redis_rl_testkit::{eventually, free_port, query, Server};
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -49,14 +50,48 @@ impl Gateway {
         Self::launch(args, false, None).await
     }
 
+    /// [`start`](Self::start) with `server` as its Redis, then `extra`.
+    async fn serve(server: &Server, extra: &[&str]) -> Gateway {
+        let url = server.url();
+        Self::start(&[&["--redis", &url][..], extra].concat()).await
+    }
+
+    /// [`serve`](Self::serve) with the configuration file `config`, then `extra`.
+    async fn configured(server: &Server, config: &Path, extra: &[&str]) -> Gateway {
+        let path = config.to_str().unwrap();
+        Self::serve(server, &[&["--config", path][..], extra].concat()).await
+    }
+
+    /// A proxy in front of `upstream` with `server` as its Redis, then `extra`.
+    async fn proxy(server: &Server, upstream: &str, extra: &[&str]) -> Gateway {
+        Self::serve(server, &[&["--upstream", upstream][..], extra].concat()).await
+    }
+
     /// [`start`](Self::start), with an admin listener on a free port when `admin`, and the
     /// log written to `log` (else discarded).
-    async fn launch(args: &[&str], admin: bool, log: Option<&Path>) -> Gateway {
+    async fn launch<A: AsRef<OsStr>>(args: &[A], admin: bool, log: Option<&Path>) -> Gateway {
+        Self::launch_under(&[], args, admin, log).await
+    }
+
+    /// [`launch`](Self::launch) as the arguments of `wrapper` (`prlimit ... --`): the
+    /// gateway's path follows the wrapper's words; none, the gateway runs itself.
+    async fn launch_under<A: AsRef<OsStr>>(
+        wrapper: &[&str],
+        args: &[A],
+        admin: bool,
+        log: Option<&Path>,
+    ) -> Gateway {
+        let gateway = env!("CARGO_BIN_EXE_rl-gateway");
+        let (program, wrapped) = match wrapper.split_first() {
+            Some((program, words)) => (*program, [words, &[gateway]].concat()),
+            None => (gateway, Vec::new()),
+        };
         for _ in 0..5 {
             let port = free_port();
             let admin = admin.then(free_port);
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-gateway"));
-            cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--log", "warn"])
+            let mut cmd = Command::new(program);
+            cmd.args(&wrapped)
+                .args(["--listen", &format!("127.0.0.1:{port}"), "--log", "warn"])
                 .args(["--timeout-ms", "5000"])
                 .args(args)
                 .stdout(Stdio::null());
@@ -109,6 +144,36 @@ impl Gateway {
             .success();
         assert!(ok, "kill -HUP");
     }
+}
+
+/// The arguments of a proxy in front of `up`, with `server` as its Redis and `config` as its
+/// configuration file.
+fn proxy_args(server: &Server, up: &upstream::Upstream, config: &Path) -> Vec<String> {
+    let config = config.to_str().unwrap();
+    [
+        "--redis",
+        &server.url(),
+        "--upstream",
+        &up.url(),
+        "--config",
+        config,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// A limit of 3 per API key and endpoint.
+const PER_KEY_AND_ENDPOINT: &str =
+    "dimensions = [\"api_key\", \"endpoint\"]\n[endpoint]\nlimit = 3\n";
+
+/// Writes `toml` as `gateway.toml` in a directory of this test (named by the server's port)
+/// and returns its path.
+fn config_file(server: &Server, toml: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("rl-gw-test-{}", server.port));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("gateway.toml");
+    std::fs::write(&config, toml).unwrap();
+    config
 }
 
 /// GET `http://127.0.0.1:{port}{path}` on a new connection.
@@ -190,21 +255,8 @@ async fn limits_by_tier_and_endpoint_with_headers_health_and_metrics() {
         &mut server.client(),
         &["HSET", "rl:tiers", "pro-key", "pro"],
     );
-    let dir = std::env::temp_dir().join(format!("rl-gw-test-{}", server.port));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("gateway.toml");
-    std::fs::write(
-        &config,
-        "dimensions = [\"api_key\", \"endpoint\"]\n[endpoint]\nlimit = 3\n",
-    )
-    .unwrap();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--config",
-        config.to_str().unwrap(),
-    ])
-    .await;
+    let config = config_file(&server, PER_KEY_AND_ENDPOINT);
+    let gw = Gateway::serve(&server, &["--config", config.to_str().unwrap()]).await;
 
     let (status, h, body) = gw
         .get(
@@ -275,22 +327,23 @@ async fn limits_by_tier_and_endpoint_with_headers_health_and_metrics() {
     for _ in 0..5 {
         assert_eq!(gw.get("/healthz", &[]).await.unwrap().0, 200);
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(config.parent().unwrap());
 }
 
 #[tokio::test]
 async fn fail_open_serves_through_an_outage_and_the_breaker_recovers() {
     let mut server = Server::start();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--failure-mode",
-        "open",
-        "--breaker-failures",
-        "2",
-        "--breaker-open-ms",
-        "100",
-    ])
+    let gw = Gateway::serve(
+        &server,
+        &[
+            "--failure-mode",
+            "open",
+            "--breaker-failures",
+            "2",
+            "--breaker-open-ms",
+            "100",
+        ],
+    )
     .await;
     assert_eq!(gw.get("/api/search", &[]).await.unwrap().0, 200);
     server.kill();
@@ -341,12 +394,11 @@ async fn forwards_allowed_requests_to_the_upstream() {
         }),
     );
     tokio::spawn(async move { axum::serve(upstream, app).await.unwrap() });
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--upstream",
+    let gw = Gateway::proxy(
+        &server,
         &format!("http://127.0.0.1:{upstream_port}/base"),
-    ])
+        &[],
+    )
     .await;
     // The caller's trace goes on, with the gateway as the parent span.
     let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -413,23 +465,8 @@ async fn forwards_allowed_requests_to_the_upstream() {
 #[tokio::test]
 async fn works_unchanged_on_a_server_without_the_module() {
     let server = Server::start_plain(&[]);
-    let dir = std::env::temp_dir().join(format!("rl-gw-test-{}", server.port));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("gateway.toml");
-    std::fs::write(
-        &config,
-        "dimensions = [\"api_key\", \"endpoint\"]\n[endpoint]\nlimit = 3\n",
-    )
-    .unwrap();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--config",
-        config.to_str().unwrap(),
-        "--failure-mode",
-        "closed",
-    ])
-    .await;
+    let config = config_file(&server, PER_KEY_AND_ENDPOINT);
+    let gw = Gateway::configured(&server, &config, &["--failure-mode", "closed"]).await;
     for i in 1..=3 {
         let (status, h, body) = gw
             .get(&format!("/api/items/{i}"), &[("x-api-key", "k")])
@@ -482,15 +519,7 @@ deny_api_keys = ["revoked-tok"]
 "#,
     )
     .unwrap();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--config",
-        config.to_str().unwrap(),
-        "--failure-mode",
-        "closed",
-    ])
-    .await;
+    let gw = Gateway::configured(&server, &config, &["--failure-mode", "closed"]).await;
     let bearer = |t: &str| format!("Bearer {t}");
     let admitted = async |token: &str, path: &str| {
         let mut ok = 0;

@@ -185,8 +185,8 @@ async fn pace(
         let k = key(&mut rng);
         let ip = ips.sample(&mut rng);
         let route = routes.sample(&mut rng);
-        let gw = rng.below(n_targets);
-        let n = rng.below(1000);
+        let gw = rng.below(u64::from(n_targets));
+        let n = u32::try_from(rng.below(1000)).unwrap_or(0);
         let rec = Rec {
             t_us: unix_us(),
             lat_us: 0,

@@ -33,32 +33,8 @@ pub fn ip(j: u32) -> String {
     format!("10.{}.{}.{}", (j >> 16) & 255, (j >> 8) & 255, j & 255)
 }
 
-/// splitmix64: a seeded generator, so a run can be replayed.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `0..n` (0 when `n` is 0).
-    pub fn below(&mut self, n: u32) -> u32 {
-        u32::try_from(self.next_u64() % u64::from(n.max(1))).unwrap_or(0)
-    }
-}
+/// The workspace's seeded generator (splitmix64), so a run can be replayed.
+pub use redis_rl_testkit::Rng;
 
 /// A discrete distribution over `0..n` by cumulative weights (Zipf ranks, route weights).
 pub struct Discrete {

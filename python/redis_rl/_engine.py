@@ -14,11 +14,11 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar, Dict, Generator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from redis_rl._core import LUA_TWIN, LocalStore, check_cost
@@ -149,6 +149,64 @@ class LuaTwin:
         if name.startswith("RL."):
             return (1, command[1], name, *command[2:])
         return None
+
+
+    def calls(self, command: Command) -> "TwinCalls":
+        """The calls that run ``command``, for a driver to execute one by one."""
+        return TwinCalls(self._steps(command))
+
+    def _steps(self, command: Command) -> Generator[Command, Any, Any]:
+        # The command as it is while the module answers; from its first "unknown command"
+        # on, the twin: FCALL (the library loaded on "function not found"), or where
+        # FUNCTION is refused, EVALSHA (the script loaded on NOSCRIPT).
+        if not self.active:
+            try:
+                return (yield command)
+            except ResponseError as e:
+                if not self.switch(command, e):
+                    raise
+        args = self.arguments(command)
+        if args is None:
+            return (yield command)
+        if self.use_function:
+            try:
+                return (yield ("FCALL", "rl", *args))
+            except ResponseError as e:
+                if not is_function_missing(e):
+                    raise
+            try:
+                yield ("FUNCTION", "LOAD", "REPLACE", self.library)
+            except ResponseError:
+                self.use_function = False  # FUNCTION refused (ACL, managed service): a script
+            else:
+                return (yield ("FCALL", "rl", *args))
+        try:
+            return (yield ("EVALSHA", self.sha, *args))
+        except NoScriptError:
+            yield ("SCRIPT", "LOAD", self.script)
+            return (yield ("EVALSHA", self.sha, *args))
+
+
+class TwinCalls:
+    """The calls one command takes (see ``LuaTwin.calls``): run ``command``, ``feed`` its
+    reply or its ``ResponseError`` back, until ``feed`` returns False; ``value`` is then the
+    command's reply. An error the chain does not expect is raised by ``feed``."""
+
+    def __init__(self, steps: Generator[Command, Any, Any]) -> None:
+        self._steps = steps
+        self.command: Command = next(steps)
+        self.value: Any = None
+
+    def feed(self, value: Any, error: Optional[ResponseError]) -> bool:
+        try:
+            if error is not None:
+                self.command = self._steps.throw(error)
+            else:
+                self.command = self._steps.send(value)
+        except StopIteration as done:
+            self.value = done.value
+            return False
+        return True
 
 
 def is_function_missing(error: BaseException) -> bool:
@@ -495,3 +553,74 @@ def all_command(pairs: Sequence[Tuple[str, Policy]], cost: int) -> Command:
 def refund_command(key: str, policy: Policy, cost: int) -> Command:
     """``RL.REFUND key spec COST n``."""
     return ("RL.REFUND", key, policy.spec_name, *policy.spec(), "COST", cost)
+
+
+DEFAULT_TIMEOUT = 0.05
+"""Seconds one call to Redis may take (50 ms, as the Rust client)."""
+
+
+F = TypeVar("F", bound="Front")
+
+
+class Front:
+    """What the async and the blocking limiter share: the client, the timeout per call and
+    the engine; each adds the calls that execute the engine's commands."""
+
+    _cluster_type: ClassVar[Any]
+    """The client class of a Redis Cluster for this front (asyncio's or redis-py's)."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        breaker: BreakerConfig = BreakerConfig(),
+        deny_cache: int = 10_000,
+        local_capacity: int = 100_000,
+        rl_all: Optional[bool] = None,
+        lua: bool = True,
+    ) -> None:
+        """``client``: a ``Redis`` or ``RedisCluster`` (of ``redis.asyncio`` for the async
+        limiter). ``timeout``: seconds per call. ``deny_cache``: keys remembered by the
+        hot-key deny cache (0: off). ``local_capacity``: keys held by the local fallback.
+        ``rl_all``: force (True) or avoid (False) RL.ALL for ``check_all`` instead of
+        finding out on first use. ``lua``: on a server without the module, run its Lua twin
+        (``lua/rl.lua``: ``FCALL rl`` after ``FUNCTION LOAD``, else ``EVALSHA``) from the
+        first ``unknown command`` on."""
+        if not timeout > 0:
+            raise ValueError("timeout must be positive")
+        self.client = client
+        self.timeout = timeout
+        self._engine = Engine(
+            cluster=isinstance(client, self._cluster_type),
+            breaker=breaker,
+            deny_cache=deny_cache,
+            local_capacity=local_capacity,
+            rl_all=rl_all,
+            lua=lua,
+        )
+
+    @classmethod
+    def from_url(cls: type[F], url: str, *, cluster: bool = False, **kwargs: Any) -> F:
+        """A limiter with its own client for ``url`` (nothing connects until the first call),
+        socket timeouts set to ``timeout`` and redis-py's retries off (the breaker does the
+        waiting: redis-py's own retries would stall every call of an outage for their
+        backoff, as the Rust client's game day found)."""
+        timeout = kwargs.get("timeout", DEFAULT_TIMEOUT)
+        opts: Dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        if cluster:
+            return cls(cls._cluster_type.from_url(url, **opts), **kwargs)
+        return cls(cls._standalone(url, opts), **kwargs)
+
+    @staticmethod
+    def _standalone(url: str, opts: Dict[str, Any]) -> Any:
+        """A client of one server for ``url`` with ``opts`` and no retries."""
+        raise NotImplementedError
+
+    @property
+    def breaker_state(self) -> BreakerState:
+        return self._engine.breaker_state
+
+    def stats(self) -> LimiterStats:
+        """Redis calls, errors and decisions by source since start."""
+        return self._engine.stats()

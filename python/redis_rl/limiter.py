@@ -3,34 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, Sequence, Tuple, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
-from redis_rl._engine import Engine, Failed, LimiterStats, Ok, Op, Result, is_function_missing
-from redis_rl.breaker import BreakerConfig, BreakerState
+from redis_rl._engine import DEFAULT_TIMEOUT, Failed, Front, Ok, Op, Result
 from redis_rl.decision import Decision, Grant, MultiDecision
 from redis_rl.policy import Policy
 
 __all__ = ["Limiter", "DEFAULT_TIMEOUT"]
 
-DEFAULT_TIMEOUT = 0.05
-"""Seconds one call to Redis may take (50 ms, as the Rust client)."""
-
-
-def _no_retry_kwargs() -> Dict[str, Any]:
-    # The breaker does the waiting: redis-py's own retries would stall every call of an
-    # outage for their backoff (the Rust client's game day found exactly that).
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-
-    return {"retry": Retry(NoBackoff(), 0)}
-
-
-class Limiter:
+class Limiter(Front):
     """Rate limiting on the redis-rl module, for asyncio.
 
     ``check`` and ``check_all`` never raise for Redis trouble: every call has a timeout,
@@ -46,48 +32,14 @@ class Limiter:
         if not d.allowed: ...  # 429 after d.retry_after_ms
     """
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        breaker: BreakerConfig = BreakerConfig(),
-        deny_cache: int = 10_000,
-        local_capacity: int = 100_000,
-        rl_all: Optional[bool] = None,
-        lua: bool = True,
-    ) -> None:
-        """``client``: a ``redis.asyncio.Redis`` or ``RedisCluster``. ``timeout``: seconds per
-        call. ``deny_cache``: keys remembered by the hot-key deny cache (0: off).
-        ``local_capacity``: keys held by the local fallback. ``rl_all``: force (True) or
-        avoid (False) RL.ALL for ``check_all`` instead of finding out on first use.
-        ``lua``: on a server without the module, run its Lua twin (``lua/rl.lua``: ``FCALL rl``
-        after ``FUNCTION LOAD``, else ``EVALSHA``) from the first ``unknown command`` on."""
-        if not timeout > 0:
-            raise ValueError("timeout must be positive")
-        self.client = client
-        self.timeout = timeout
-        self._engine = Engine(
-            cluster=isinstance(client, RedisCluster),
-            breaker=breaker,
-            deny_cache=deny_cache,
-            local_capacity=local_capacity,
-            rl_all=rl_all,
-            lua=lua,
-        )
+    _cluster_type = RedisCluster
 
-    @classmethod
-    def from_url(cls, url: str, *, cluster: bool = False, **kwargs: Any) -> "Limiter":
-        """A limiter with its own client for ``url`` (nothing connects until the first call),
-        socket timeouts set to ``timeout`` and redis-py's retries off."""
-        timeout = kwargs.get("timeout", DEFAULT_TIMEOUT)
-        opts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
-        client: Any
-        if cluster:
-            client = RedisCluster.from_url(url, **opts)
-        else:
-            client = aioredis.from_url(url, **opts, **_no_retry_kwargs())
-        return cls(client, **kwargs)
+    @staticmethod
+    def _standalone(url: str, opts: Dict[str, Any]) -> Any:
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        return aioredis.from_url(url, retry=Retry(NoBackoff(), 0), **opts)
 
     async def check(self, key: str, policy: Policy, cost: int = 1) -> Decision:
         """Takes ``cost`` units (0: look without taking) for ``key``."""
@@ -148,34 +100,14 @@ class Limiter:
         return Ok(value)
 
     async def _send(self, command: Tuple[Any, ...]) -> Any:
-        twin = self._engine.twin
-        if not twin.active:
+        calls = self._engine.twin.calls(command)
+        while True:
             try:
-                return await self.client.execute_command(*command)
+                value, error = await self.client.execute_command(*calls.command), None
             except ResponseError as e:
-                if not twin.switch(command, e):
-                    raise
-        args = twin.arguments(command)
-        if args is None:
-            return await self.client.execute_command(*command)
-        run = self.client.execute_command
-        if twin.use_function:
-            try:
-                return await run("FCALL", "rl", *args)
-            except ResponseError as e:
-                if not is_function_missing(e):
-                    raise
-            try:
-                await run("FUNCTION", "LOAD", "REPLACE", twin.library)
-            except ResponseError:
-                twin.use_function = False  # FUNCTION refused (ACL, managed service): a script
-            else:
-                return await run("FCALL", "rl", *args)
-        try:
-            return await run("EVALSHA", twin.sha, *args)
-        except NoScriptError:
-            await run("SCRIPT", "LOAD", twin.script)
-            return await run("EVALSHA", twin.sha, *args)
+                value, error = None, e
+            if not calls.feed(value, error):
+                return calls.value
 
     async def ping(self) -> bool:
         """Pings Redis directly (not through the breaker), within the timeout."""
@@ -184,14 +116,6 @@ class Limiter:
         except Exception:  # noqa: BLE001
             return False
         return True
-
-    @property
-    def breaker_state(self) -> BreakerState:
-        return self._engine.breaker_state
-
-    def stats(self) -> LimiterStats:
-        """Redis calls, errors and decisions by source since start."""
-        return self._engine.stats()
 
     async def aclose(self) -> None:
         """Closes the client."""

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, Sequence, Tuple, cast
 
 import redis
 from redis.cluster import RedisCluster
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
-from redis_rl._engine import Engine, Failed, LimiterStats, Ok, Op, Result, is_function_missing
-from redis_rl.breaker import BreakerConfig, BreakerState
+from redis_rl._engine import Failed, Front, Ok, Op, Result
 from redis_rl.decision import Decision, Grant, MultiDecision
-from redis_rl.limiter import DEFAULT_TIMEOUT
 from redis_rl.policy import Policy
 
 __all__ = ["SyncLimiter", "Limiter"]
 
 
-class SyncLimiter:
+class SyncLimiter(Front):
     """The same limiter as ``redis_rl.Limiter``, for blocking code and threads.
 
     A blocking call cannot be cut short from outside, so the timeout is the client's
@@ -26,45 +24,14 @@ class SyncLimiter:
     should have one (and no retries), or a hung Redis blocks the caller.
     """
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        breaker: BreakerConfig = BreakerConfig(),
-        deny_cache: int = 10_000,
-        local_capacity: int = 100_000,
-        rl_all: Optional[bool] = None,
-        lua: bool = True,
-    ) -> None:
-        if not timeout > 0:
-            raise ValueError("timeout must be positive")
-        self.client = client
-        self.timeout = timeout
-        self._engine = Engine(
-            cluster=isinstance(client, RedisCluster),
-            breaker=breaker,
-            deny_cache=deny_cache,
-            local_capacity=local_capacity,
-            rl_all=rl_all,
-            lua=lua,
-        )
+    _cluster_type = RedisCluster
 
-    @classmethod
-    def from_url(cls, url: str, *, cluster: bool = False, **kwargs: Any) -> "SyncLimiter":
-        """A limiter with its own client for ``url``: socket timeouts of ``timeout``, no
-        redis-py retries (the breaker does the waiting)."""
+    @staticmethod
+    def _standalone(url: str, opts: Dict[str, Any]) -> Any:
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        timeout = kwargs.get("timeout", DEFAULT_TIMEOUT)
-        opts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
-        client: Any
-        if cluster:
-            client = RedisCluster.from_url(url, **opts)
-        else:
-            client = redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **opts)
-        return cls(client, **kwargs)
+        return redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **opts)
 
     def check(self, key: str, policy: Policy, cost: int = 1) -> Decision:
         """Takes ``cost`` units (0: look without taking) for ``key``."""
@@ -116,34 +83,14 @@ class SyncLimiter:
         return Ok(value)
 
     def _send(self, command: Tuple[Any, ...]) -> Any:
-        twin = self._engine.twin
-        if not twin.active:
+        calls = self._engine.twin.calls(command)
+        while True:
             try:
-                return self.client.execute_command(*command)
+                value, error = self.client.execute_command(*calls.command), None
             except ResponseError as e:
-                if not twin.switch(command, e):
-                    raise
-        args = twin.arguments(command)
-        if args is None:
-            return self.client.execute_command(*command)
-        run = self.client.execute_command
-        if twin.use_function:
-            try:
-                return run("FCALL", "rl", *args)
-            except ResponseError as e:
-                if not is_function_missing(e):
-                    raise
-            try:
-                run("FUNCTION", "LOAD", "REPLACE", twin.library)
-            except ResponseError:
-                twin.use_function = False  # FUNCTION refused (ACL, managed service): a script
-            else:
-                return run("FCALL", "rl", *args)
-        try:
-            return run("EVALSHA", twin.sha, *args)
-        except NoScriptError:
-            run("SCRIPT", "LOAD", twin.script)
-            return run("EVALSHA", twin.sha, *args)
+                value, error = None, e
+            if not calls.feed(value, error):
+                return calls.value
 
     def ping(self) -> bool:
         """Pings Redis directly (not through the breaker)."""
@@ -152,13 +99,6 @@ class SyncLimiter:
         except Exception:  # noqa: BLE001
             return False
         return True
-
-    @property
-    def breaker_state(self) -> BreakerState:
-        return self._engine.breaker_state
-
-    def stats(self) -> LimiterStats:
-        return self._engine.stats()
 
     def close(self) -> None:
         self.client.close()

@@ -121,6 +121,15 @@ pub struct Encoded {
 }
 
 impl Encoded {
+    /// No bytes yet.
+    pub(crate) const fn empty() -> Encoded {
+        Encoded {
+            buf: [0u8; MAX_LEN],
+            len: 0,
+            spill: Vec::new(),
+        }
+    }
+
     /// The bytes to store.
     pub fn as_bytes(&self) -> &[u8] {
         if self.spill.is_empty() {
@@ -182,19 +191,22 @@ pub trait Stored: Sized {
     /// The full stored value: header then fields.
     #[inline(always)]
     fn encode(&self) -> Encoded {
-        let mut out = Encoded {
-            buf: [0u8; MAX_LEN],
-            len: 0,
-            spill: Vec::new(),
-        };
-        if Self::COMPACT_BODY.is_some() {
-            out.len = self.write_compact(&mut out.buf);
-        } else {
-            let mut w = Writer { out: &mut out };
-            w.bytes(&MAGIC);
-            w.bytes(&[VERSION, Self::KIND.tag()]);
-            self.encode_body(&mut w);
+        if Self::COMPACT_BODY.is_none() {
+            return self.encode_fields();
         }
+        let mut out = Encoded::empty();
+        out.len = self.write_compact(&mut out.buf);
+        out
+    }
+
+    /// The value with its fields as [`Self::encode_body`] writes them (format version 1):
+    /// what a variable-length state stores, and what older modules wrote for the others.
+    #[inline(always)]
+    fn encode_fields(&self) -> Encoded {
+        let mut out = Encoded::empty();
+        let mut w = Writer { out: &mut out };
+        w.header(VERSION, Self::KIND);
+        self.encode_body(&mut w);
         out
     }
 
@@ -228,16 +240,7 @@ pub trait Stored: Sized {
     /// The value in format version 1 (what older modules wrote): tests of reading it.
     #[cfg(test)]
     fn encode_v1(&self) -> Encoded {
-        let mut out = Encoded {
-            buf: [0u8; MAX_LEN],
-            len: 0,
-            spill: Vec::new(),
-        };
-        let mut w = Writer { out: &mut out };
-        w.bytes(&MAGIC);
-        w.bytes(&[VERSION, Self::KIND.tag()]);
-        self.encode_body(&mut w);
-        out
+        self.encode_fields()
     }
 
     /// Reads a stored value, refusing anything that is not exactly our format.

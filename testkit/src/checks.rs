@@ -66,6 +66,11 @@ pub const NOT_DECIMAL_INTEGERS: &[&str] = &[
     "18446744073709551616", // u64::MAX + 1
     "18446744073709551615", // u64::MAX
     "99999999999999999999999",
+    "ten",
+    "1.0",
+    "1,000",
+    "9223372036854775808", // i64::MAX + 1
+    "-9223372036854775808",
 ];
 
 /// Runs `args` (the key is `args[1]`), which must fail with exactly `expected`, and checks
@@ -74,4 +79,17 @@ pub fn refused_untouched(conn: &mut redis::Connection, args: &[&str], expected: 
     let before = frozen(conn, args[1]);
     assert_eq!(error(conn, args), expected, "{args:?}");
     assert_eq!(frozen(conn, args[1]), before, "{args:?} changed the key");
+}
+
+/// Runs `calls` and checks that they left `key` as it was (bytes and absolute expiry, or
+/// missing): what a denial, a PEEK or a zero-cost check must do. Returns what `calls` did.
+pub fn writes_nothing<T>(
+    conn: &mut redis::Connection,
+    key: &str,
+    calls: impl FnOnce(&mut redis::Connection) -> T,
+) -> T {
+    let before = frozen(conn, key);
+    let out = calls(conn);
+    assert_eq!(frozen(conn, key), before, "{key} was written");
+    out
 }

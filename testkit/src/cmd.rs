@@ -130,3 +130,61 @@ pub fn hammer_with<T: Send>(
             .collect()
     })
 }
+
+/// The longest duration any parameter takes (10^12 ms, about 31.7 years; the current
+/// window of that length runs from 2001 to 2033): a window, period or lease that nothing
+/// leaves and nothing refills during a test.
+pub const LONGEST: &str = "1000000000000";
+/// [`LONGEST`] in ms.
+pub const LONGEST_MS: u64 = 1_000_000_000_000;
+/// [`LONGEST`] in µs, as the limiters compute.
+pub const LONGEST_US: u128 = LONGEST_MS as u128 * 1000;
+
+/// Runs `command key params...`, a limiter call, and returns its reply.
+pub fn call_on(c: &mut redis::Connection, command: &str, key: &str, params: &[&str]) -> Vec<i64> {
+    let mut args = vec![command, key];
+    args.extend_from_slice(params);
+    ints(c, &args)
+}
+
+/// [`call_on`], with the server time (µs) just before and after the call.
+pub fn timed_call(
+    c: &mut redis::Connection,
+    command: &str,
+    key: &str,
+    params: &[&str],
+) -> (Vec<i64>, u128, u128) {
+    let t0 = server_time_us(c);
+    let reply = call_on(c, command, key, params);
+    let t1 = server_time_us(c);
+    (reply, u128::from(t0), u128::from(t1))
+}
+
+/// Whole ms from `now_us` until `at_us`, rounded up (as every wait in a reply); 0 once
+/// `at_us` has passed.
+pub fn ms_until(at_us: u128, now_us: u128) -> i64 {
+    i64::try_from(at_us.saturating_sub(now_us).div_ceil(1000)).expect("a wait in i64")
+}
+
+/// Whether `key` exists.
+pub fn exists(c: &mut redis::Connection, key: &str) -> bool {
+    query::<i64>(c, &["EXISTS", key]) == 1
+}
+
+/// Sets `key` to raw bytes (a stored limiter as a test writes it), without expiry.
+pub fn set_bytes(c: &mut redis::Connection, key: &str, value: &[u8]) {
+    redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query::<()>(c)
+        .expect("SET");
+}
+
+/// The raw bytes of `key` (empty if missing).
+pub fn get_bytes(c: &mut redis::Connection, key: &str) -> Vec<u8> {
+    redis::cmd("GET")
+        .arg(key)
+        .query::<Option<Vec<u8>>>(c)
+        .expect("GET")
+        .unwrap_or_default()
+}

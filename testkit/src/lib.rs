@@ -17,6 +17,8 @@
 //! - [`rng`]: [`Rng`], seeded and reproducible (splitmix64).
 //! - [`tls`]: [`tls::TlsServer`], Debian's redis-server on a TLS port with ACL users (a
 //!   managed service's stand-in), and a throwaway CA.
+//! - [`conformance`]: the checks every algorithm's command must pass, read from the
+//!   registry; [`golden`]: the command files of `testdata/commands`.
 //! - [`ops`]: the operations tests' seeded random mix of RL.* calls and dataset snapshots.
 //!
 //! `use redis_rl_testkit::*;` brings in everything but [`ops`].
@@ -24,6 +26,8 @@
 pub mod checks;
 pub mod cluster;
 pub mod cmd;
+pub mod conformance;
+pub mod golden;
 pub mod ops;
 pub mod ports;
 pub mod rng;

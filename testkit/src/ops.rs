@@ -274,6 +274,15 @@ impl Mix {
         out
     }
 
+    /// The first calls of keys 0 to `per_kind - 1` of every kind: a dataset with keys of
+    /// every algorithm to start from.
+    pub fn first_calls(&self, per_kind: u64) -> Vec<Vec<String>> {
+        self.kinds
+            .iter()
+            .flat_map(|&kind| (0..per_kind).map(move |i| self.first_call(kind, i)))
+            .collect()
+    }
+
     /// Whether the server has `name`.
     pub fn includes(&self, name: &str) -> bool {
         self.has(name)

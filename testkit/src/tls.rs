@@ -20,11 +20,12 @@ pub const PASSWORD: &str = "secret";
 pub const NARROW_USER: &str = "narrow";
 
 /// A user with only what the limiter needs (`minimal`, password `minimal`): the ACL rules
-/// of docs/src/security.md, [`MODULE_RULES`] or [`TWIN_RULES`] as the server has the module.
+/// of docs/src/security.md, [`BASE_RULES`] and then [`MODULE_RULES`] or [`TWIN_RULES`] as
+/// the server has the module.
 pub const MINIMAL_USER: &str = "minimal";
 
-/// The rules the limiter's user needs with the module.
-pub const MODULE_RULES: &[&str] = &[
+/// The rules the limiter's user needs either way: its keys, connecting, the tier lookups.
+pub const BASE_RULES: &[&str] = &[
     "resetkeys",
     "~rl:*",
     "resetchannels",
@@ -36,6 +37,10 @@ pub const MODULE_RULES: &[&str] = &[
     "+command|info",
     "+hget",
     "+hscan",
+];
+
+/// The rules the limiter's user needs with the module, after [`BASE_RULES`].
+pub const MODULE_RULES: &[&str] = &[
     "+rl.tokenbucket",
     "+rl.sliding",
     "+rl.fixed",
@@ -48,19 +53,9 @@ pub const MODULE_RULES: &[&str] = &[
     "+rl.state",
 ];
 
-/// The rules the limiter's user needs without the module (the Lua twin).
+/// The rules the limiter's user needs without the module (the Lua twin), after
+/// [`BASE_RULES`].
 pub const TWIN_RULES: &[&str] = &[
-    "resetkeys",
-    "~rl:*",
-    "resetchannels",
-    "-@all",
-    "+ping",
-    "+hello",
-    "+auth",
-    "+client",
-    "+command|info",
-    "+hget",
-    "+hscan",
     "+fcall",
     "+function|load",
     "+function|list",
@@ -271,6 +266,7 @@ impl TlsServer {
                     "+@all",
                 ])
                 .args(["--user", MINIMAL_USER, "on", &format!(">{MINIMAL_USER}")])
+                .args(BASE_RULES)
                 .args(if module { MODULE_RULES } else { TWIN_RULES })
                 .args([
                     "--user",

@@ -134,33 +134,13 @@ fn refund_gives_units_back() {
         &mut c,
         &["RL.TOKENBUCKET", "tb", "10", "1", "600000", "COST", "6"],
     );
-    let r = ints(
-        &mut c,
-        &[
-            "RL.REFUND",
-            "tb",
-            "TOKENBUCKET",
-            "10",
-            "1",
-            "600000",
-            "COST",
-            "4",
-        ],
-    );
+    let refund = |c: &mut redis::Connection, cost: &str| {
+        let spec = ["TOKENBUCKET", "10", "1", "600000", "COST", cost];
+        call_on(c, "RL.REFUND", "tb", &spec)
+    };
+    let r = refund(&mut c, "4");
     assert_eq!(&r[..3], &[4, 10, 8]);
-    let r = ints(
-        &mut c,
-        &[
-            "RL.REFUND",
-            "tb",
-            "TOKENBUCKET",
-            "10",
-            "1",
-            "600000",
-            "COST",
-            "9",
-        ],
-    );
+    let r = refund(&mut c, "9");
     assert_eq!(&r[..3], &[2, 10, 10], "capped at capacity");
     // (Only the current window's units can be given back: a window of 10^12 ms, so that
     // none ends between the call and the refund.)

@@ -1,6 +1,6 @@
 //! RL.FIXED against a real server: every reply field, PEEK, COST, TTL and expiry, waiting
-//! `retry_after_ms`, the 2x boundary burst with numbers, foreign and other-algorithm keys,
-//! the bad-input table, and 32 clients on one key.
+//! `retry_after_ms`, the 2x boundary burst with numbers (what every command shares, such as
+//! the bad-input table and the refusal of other keys, is in `conformance.rs`).
 //!
 //! Exact figures come from windows of 10^12 ms (the current one ends in 2033, so no window
 //! ends during a test); the time-dependent `reset_after_ms` is checked against the server's
@@ -9,22 +9,8 @@
 use redis_rl_testkit::*;
 use std::time::Duration;
 
-/// A window so long that the current one outlasts the test: [10^12, 2 x 10^12) ms.
-const LONG: &str = "1000000000000";
-const LONG_MS: u64 = 1_000_000_000_000;
-
-const LIMIT: &str = "ERR limit must be an integer between 1 and 1000000000000000";
-const WINDOW_MS: &str = "ERR window_ms must be an integer between 1 and 1000000000000";
-const COST: &str = "ERR cost must be an integer between 0 and 1000000000000000";
-
 fn fixed(c: &mut redis::Connection, key: &str, params: &[&str]) -> Vec<i64> {
-    let mut args = vec!["RL.FIXED", key];
-    args.extend_from_slice(params);
-    ints(c, &args)
-}
-
-fn exists(c: &mut redis::Connection, key: &str) -> bool {
-    query::<i64>(c, &["EXISTS", key]) == 1
+    call_on(c, "RL.FIXED", key, params)
 }
 
 /// Runs `f` and returns its result with the range of `end_ms - now_ms` over the call, by
@@ -43,7 +29,7 @@ fn timed<T>(
 }
 
 fn long_window_end(c: &mut redis::Connection) -> u64 {
-    (server_time_us(c) / 1000 / LONG_MS + 1) * LONG_MS
+    (server_time_us(c) / 1000 / LONGEST_MS + 1) * LONGEST_MS
 }
 
 #[test]
@@ -53,19 +39,24 @@ fn a_fresh_key_replies_every_field() {
     let end = long_window_end(&mut c);
     // (params, reply without reset_after, reset_after is "until the window ends", written)
     let cases: &[(&[&str], [i64; 4], bool, bool)] = &[
-        (&["10", LONG], [1, 10, 9, 0], true, true),
-        (&["10", LONG, "COST", "10"], [1, 10, 0, 0], true, true),
-        (&["10", LONG, "COST", "0"], [1, 10, 10, 0], false, false),
-        (&["10", LONG, "COST", "11"], [0, 10, 10, -1], false, false),
-        (&["10", LONG, "PEEK"], [1, 10, 9, 0], true, false),
+        (&["10", LONGEST], [1, 10, 9, 0], true, true),
+        (&["10", LONGEST, "COST", "10"], [1, 10, 0, 0], true, true),
+        (&["10", LONGEST, "COST", "0"], [1, 10, 10, 0], false, false),
         (
-            &["10", LONG, "COST", "11", "PEEK"],
+            &["10", LONGEST, "COST", "11"],
+            [0, 10, 10, -1],
+            false,
+            false,
+        ),
+        (&["10", LONGEST, "PEEK"], [1, 10, 9, 0], true, false),
+        (
+            &["10", LONGEST, "COST", "11", "PEEK"],
             [0, 10, 10, -1],
             false,
             false,
         ),
         (
-            &["1000000000000000", LONG, "COST", "1000000000000000"],
+            &["1000000000000000", LONGEST, "COST", "1000000000000000"],
             [1, 1_000_000_000_000_000, 0, 0],
             true,
             true,
@@ -90,29 +81,32 @@ fn a_full_window_denies_until_the_next_one_and_writes_nothing() {
     let mut c = server.client();
     let end = long_window_end(&mut c);
     assert_eq!(
-        fixed(&mut c, "k", &["10", LONG, "COST", "7"])[..4],
+        fixed(&mut c, "k", &["10", LONGEST, "COST", "7"])[..4],
         [1, 10, 3, 0]
     );
     assert_eq!(
-        fixed(&mut c, "k", &["10", LONG, "COST", "3"])[..4],
+        fixed(&mut c, "k", &["10", LONGEST, "COST", "3"])[..4],
         [1, 10, 0, 0]
     );
     let before = frozen(&mut c, "k");
     // Denied: the wait is until the window ends, which is also when it resets.
-    let (denied, until_end) = timed(&mut c, end, |c| fixed(c, "k", &["10", LONG]));
+    let (denied, until_end) = timed(&mut c, end, |c| fixed(c, "k", &["10", LONGEST]));
     assert_eq!(denied[..3], [0, 10, 0]);
     assert!(until_end.contains(&denied[3]), "{denied:?}");
     assert_eq!(denied[3], denied[4], "{denied:?}");
     // Never, a check, a PEEK: replies, but nothing written.
     assert_eq!(
-        fixed(&mut c, "k", &["10", LONG, "COST", "11"])[..4],
+        fixed(&mut c, "k", &["10", LONGEST, "COST", "11"])[..4],
         [0, 10, 0, -1]
     );
     assert_eq!(
-        fixed(&mut c, "k", &["10", LONG, "COST", "0"])[..4],
+        fixed(&mut c, "k", &["10", LONGEST, "COST", "0"])[..4],
         [1, 10, 0, 0]
     );
-    assert_eq!(fixed(&mut c, "k", &["10", LONG, "PEEK"])[..3], [0, 10, 0]);
+    assert_eq!(
+        fixed(&mut c, "k", &["10", LONGEST, "PEEK"])[..3],
+        [0, 10, 0]
+    );
     assert_eq!(
         frozen(&mut c, "k"),
         before,
@@ -120,7 +114,7 @@ fn a_full_window_denies_until_the_next_one_and_writes_nothing() {
     );
     // A higher limit applies to the same count at once.
     assert_eq!(
-        fixed(&mut c, "k", &["12", LONG, "COST", "2"])[..4],
+        fixed(&mut c, "k", &["12", LONGEST, "COST", "2"])[..4],
         [1, 12, 0, 0]
     );
 }
@@ -130,7 +124,7 @@ fn the_key_expires_when_its_window_ends_plus_one_second() {
     let server = Server::start();
     let mut c = server.client();
     let end = long_window_end(&mut c);
-    fixed(&mut c, "k", &["10", LONG]);
+    fixed(&mut c, "k", &["10", LONGEST]);
     // The expiry is absolute: the window's end (rounded up by at most 1 ms) plus 1 s slack.
     let (_, expiry) = frozen(&mut c, "k");
     let slack_end = (end + 1000) as i64;
@@ -151,30 +145,6 @@ fn the_key_expires_when_its_window_ends_plus_one_second() {
     wait_until("the key to expire", Duration::from_secs(10), || {
         !exists(&mut c, "short")
     });
-}
-
-#[test]
-fn waiting_retry_after_is_enough() {
-    let server = Server::start();
-    let mut c = server.client();
-    for _ in 0..3 {
-        let full = fixed(&mut c, "k", &["3", "200", "COST", "3"]);
-        if full[0] == 0 {
-            continue; // the window still held an earlier round's units
-        }
-        let denied = fixed(&mut c, "k", &["3", "200"]);
-        if denied[0] == 1 {
-            continue; // a new window began between the two calls
-        }
-        assert!(denied[3] >= 1 && denied[3] <= 200, "{denied:?}");
-        std::thread::sleep(Duration::from_millis(denied[3] as u64));
-        assert_eq!(
-            fixed(&mut c, "k", &["3", "200", "COST", "3"])[..3],
-            [1, 3, 0]
-        );
-        return;
-    }
-    panic!("never saw a denial");
 }
 
 /// The fixed window's known weakness, with numbers: `limit` units just before a window
@@ -227,155 +197,4 @@ fn the_boundary_burst_admits_twice_the_limit() {
         return;
     }
     panic!("never caught the end of a window");
-}
-
-#[test]
-fn other_types_foreign_values_and_other_limiters_are_refused_untouched() {
-    let server = Server::start();
-    let mut c = server.client();
-    query::<()>(&mut c, &["RPUSH", "list", "x"]);
-    query::<()>(&mut c, &["SET", "text", "hello", "PX", "100000"]);
-    ints(&mut c, &["RL.TOKENBUCKET", "bucket", "10", "10", "1000"]);
-    ints(&mut c, &["RL.GCRA", "gcra", "10", "1000"]);
-    fixed(&mut c, "fixed", &["10", LONG]);
-    let wrong = "WRONGTYPE Operation against a key holding the wrong kind of value";
-    let cases: &[(&[&str], &str)] = &[
-        (&["RL.FIXED", "list", "10", LONG], wrong),
-        (
-            &["RL.FIXED", "text", "10", LONG],
-            "ERR key holds a value that is not a redis-rl limiter",
-        ),
-        (
-            &["RL.FIXED", "bucket", "10", LONG],
-            "ERR key holds a token bucket limiter, not a fixed window limiter",
-        ),
-        (
-            &["RL.FIXED", "gcra", "10", LONG],
-            "ERR key holds a GCRA limiter, not a fixed window limiter",
-        ),
-        (
-            &["RL.TOKENBUCKET", "fixed", "10", "10", "1000"],
-            "ERR key holds a fixed window limiter, not a token bucket limiter",
-        ),
-        (
-            &["RL.SLIDING", "fixed", "10", "1000"],
-            "ERR key holds a fixed window limiter, not a sliding window limiter",
-        ),
-    ];
-    for (args, text) in cases {
-        refused_untouched(&mut c, args, text);
-    }
-    // A damaged value with our header.
-    let mut value: Vec<u8> = query(&mut c, &["GET", "fixed"]);
-    value.pop();
-    command::<&[u8]>(&[b"SET", b"damaged", &value])
-        .query::<()>(&mut c)
-        .unwrap();
-    refused_untouched(
-        &mut c,
-        &["RL.FIXED", "damaged", "10", LONG],
-        "ERR key holds a corrupt redis-rl fixed window limiter",
-    );
-}
-
-#[test]
-fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
-    let server = Server::start();
-    let mut c = server.client();
-    assert_eq!(fixed(&mut c, "k", &["10", LONG, "COST", "3"])[0], 1);
-    let dirty = info_field(&mut c, "persistence", "rdb_changes_since_last_save");
-    let unknown =
-        |shown: &str| format!("ERR unknown option '{shown}', expected COST n, UPTO, FORCE or PEEK");
-    let mut table: Vec<(Vec<String>, String)> = Vec::new();
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    for bad in NOT_DECIMAL_INTEGERS
-        .iter()
-        .chain(&["0", "1000000000000001"])
-    {
-        table.push((s(&[bad, LONG]), LIMIT.into()));
-        table.push((s(&["10", bad]), WINDOW_MS.into()));
-    }
-    table.push((s(&["10", "1000000000001"]), WINDOW_MS.into()));
-    for bad in NOT_DECIMAL_INTEGERS.iter().chain(&["1000000000000001"]) {
-        table.push((s(&["10", LONG, "COST", bad]), COST.into()));
-    }
-    let options: &[(&[&str], String)] = &[
-        (&["FOO"], unknown("FOO")),
-        (&["BURST", "2"], unknown("BURST")),
-        (&["COSTS", "1"], unknown("COSTS")),
-        (
-            &["COST"],
-            format!("ERR option COST needs a value: {}", &COST[4..]),
-        ),
-        (
-            &["COST", "1", "COST", "1"],
-            "ERR option COST given more than once".into(),
-        ),
-        (
-            &["PEEK", "peek"],
-            "ERR option PEEK given more than once".into(),
-        ),
-        (&["COST", "1", "PEEK", "EXTRA"], unknown("EXTRA")),
-        (
-            &["UPTO", "COST", "2", "upto"],
-            "ERR option UPTO given more than once".into(),
-        ),
-        (&["UPTO", "1"], unknown("1")),
-    ];
-    for (opts, text) in options {
-        let mut args = s(&["10", LONG]);
-        args.extend(s(opts));
-        table.push((args, text.clone()));
-    }
-    // Arguments are checked in order: the first bad one is reported.
-    table.push((s(&["0", "0", "COST", "x"]), LIMIT.into()));
-    table.push((s(&["10", "0", "FOO"]), WINDOW_MS.into()));
-    for (args, text) in &table {
-        for key in ["k", "missing"] {
-            let mut full = vec!["RL.FIXED", key];
-            full.extend(args.iter().map(String::as_str));
-            refused_untouched(&mut c, &full, text);
-        }
-    }
-    let arity = "ERR wrong number of arguments for 'RL.FIXED' command";
-    assert_eq!(error(&mut c, &["RL.FIXED"]), arity);
-    for args in [&["RL.FIXED", "k"][..], &["rl.fixed", "k", "10"]] {
-        refused_untouched(&mut c, args, arity);
-    }
-    assert_eq!(
-        info_field(&mut c, "persistence", "rdb_changes_since_last_save"),
-        dirty
-    );
-    // The edges of every range are accepted.
-    for params in [
-        &["1", "1", "PEEK"][..],
-        &["1000000000000000", "1000000000000", "PEEK"],
-        &["10", LONG, "COST", "0"],
-        &["10", LONG, "cost", "1000000000000000", "peek"],
-    ] {
-        assert_eq!(fixed(&mut c, "edge", params).len(), 5, "{params:?}");
-    }
-}
-
-#[test]
-fn thirty_two_clients_admit_exactly_the_limit() {
-    let server = Server::start();
-    let replies = hammer_with(&server, 32, |_, c| {
-        let mut seen = Vec::new();
-        loop {
-            let r = fixed(c, "k", &["500", LONG]);
-            let allowed = r[0] == 1;
-            seen.push(r);
-            if !allowed {
-                return seen;
-            }
-        }
-    });
-    let mut remaining: Vec<i64> = replies.iter().filter(|r| r[0] == 1).map(|r| r[2]).collect();
-    remaining.sort_unstable();
-    assert_eq!(remaining, (0..500).collect::<Vec<_>>());
-    assert!(replies
-        .iter()
-        .filter(|r| r[0] == 0)
-        .all(|r| r[..3] == [0, 500, 0]));
 }

@@ -1,11 +1,12 @@
 //! RL.GCRA against a real server: every reply field, BURST, PEEK, COST, TTL and expiry,
-//! waiting `retry_after_ms`, foreign and other-algorithm keys, the bad-input table, and 32
-//! clients on one key.
+//! waiting `retry_after_ms`, and 32 clients within a BURST (what every command shares,
+//! such as the bad-input table and the refusal of other keys, is in `conformance.rs`).
 //!
 //! Exact figures come from fresh keys (a missing key is an idle limiter, whatever the time)
 //! or from rates so slow (10 per 10^12 ms: one unit every 10^11 ms) that nothing accrues
 //! during a test.
 
+use redis_rl_testkit::conformance::{clients_admit_exactly, fresh_cases};
 use redis_rl_testkit::*;
 use std::time::Duration;
 
@@ -13,19 +14,8 @@ use std::time::Duration;
 const SLOW: &str = "1000000000000";
 const T: i64 = 100_000_000_000;
 
-const LIMIT: &str = "ERR limit must be an integer between 1 and 1000000000000000";
-const PERIOD_MS: &str = "ERR period_ms must be an integer between 1 and 1000000000000";
-const BURST: &str = "ERR burst must be an integer between 1 and 1000000000000000";
-const COST: &str = "ERR cost must be an integer between 0 and 1000000000000000";
-
 fn gcra(c: &mut redis::Connection, key: &str, params: &[&str]) -> Vec<i64> {
-    let mut args = vec!["RL.GCRA", key];
-    args.extend_from_slice(params);
-    ints(c, &args)
-}
-
-fn exists(c: &mut redis::Connection, key: &str) -> bool {
-    query::<i64>(c, &["EXISTS", key]) == 1
+    call_on(c, "RL.GCRA", key, params)
 }
 
 #[test]
@@ -83,11 +73,7 @@ fn a_fresh_key_replies_every_field_exactly() {
             true,
         ),
     ];
-    for (i, (params, reply, written)) in cases.iter().enumerate() {
-        let key = format!("fresh:{i}");
-        assert_eq!(gcra(&mut c, &key, params), reply.to_vec(), "{params:?}");
-        assert_eq!(exists(&mut c, &key), *written, "{params:?} key written");
-    }
+    fresh_cases(&mut c, "RL.GCRA", cases);
 }
 
 #[test]
@@ -152,204 +138,14 @@ fn the_key_expires_once_idle_plus_one_second() {
     });
 }
 
-#[test]
-fn waiting_retry_after_is_enough() {
-    let server = Server::start();
-    let mut c = server.client();
-    let p = ["1", "200", "BURST", "1"];
-    assert_eq!(gcra(&mut c, "k", &p)[..3], [1, 1, 0]);
-    let mut denials = 0;
-    for _ in 0..20 {
-        if denials == 5 {
-            break;
-        }
-        let denied = gcra(&mut c, "k", &p);
-        if denied[0] == 1 {
-            continue; // the machine stalled for a whole period: it took the unit, try again
-        }
-        denials += 1;
-        assert_eq!(denied[..3], [0, 1, 0]);
-        assert!(denied[3] >= 1 && denied[3] <= 200, "{denied:?}");
-        std::thread::sleep(Duration::from_millis(denied[3] as u64));
-        assert_eq!(gcra(&mut c, "k", &p)[..3], [1, 1, 0]);
-    }
-    assert!(denials > 0, "never saw a denial");
-}
-
-#[test]
-fn other_types_foreign_values_and_other_limiters_are_refused_untouched() {
-    let server = Server::start();
-    let mut c = server.client();
-    query::<()>(&mut c, &["SADD", "set", "x"]);
-    query::<()>(&mut c, &["SET", "text", "12345"]);
-    ints(&mut c, &["RL.SLIDING", "sliding", "10", "1000"]);
-    ints(&mut c, &["RL.FIXED", "fixed", "10", "1000"]);
-    gcra(&mut c, "gcra", &["10", SLOW]);
-    let cases: &[(&[&str], &str)] = &[
-        (
-            &["RL.GCRA", "set", "10", SLOW],
-            "WRONGTYPE Operation against a key holding the wrong kind of value",
-        ),
-        (
-            &["RL.GCRA", "text", "10", SLOW],
-            "ERR key holds a value that is not a redis-rl limiter",
-        ),
-        (
-            &["RL.GCRA", "sliding", "10", SLOW],
-            "ERR key holds a sliding window limiter, not a GCRA limiter",
-        ),
-        (
-            &["RL.GCRA", "fixed", "10", SLOW],
-            "ERR key holds a fixed window limiter, not a GCRA limiter",
-        ),
-        (
-            &["RL.TOKENBUCKET", "gcra", "10", "10", "1000"],
-            "ERR key holds a GCRA limiter, not a token bucket limiter",
-        ),
-        (
-            &["RL.FIXED", "gcra", "10", "1000"],
-            "ERR key holds a GCRA limiter, not a fixed window limiter",
-        ),
-    ];
-    for (args, text) in cases {
-        refused_untouched(&mut c, args, text);
-    }
-    let mut value: Vec<u8> = query(&mut c, &["GET", "gcra"]);
-    value.push(0);
-    command::<&[u8]>(&[b"SET", b"damaged", &value])
-        .query::<()>(&mut c)
-        .unwrap();
-    refused_untouched(
-        &mut c,
-        &["RL.GCRA", "damaged", "10", SLOW],
-        "ERR key holds a corrupt redis-rl GCRA limiter",
-    );
-}
-
-#[test]
-fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
-    let server = Server::start();
-    let mut c = server.client();
-    assert_eq!(gcra(&mut c, "k", &["10", SLOW, "COST", "3"])[0], 1);
-    let dirty = info_field(&mut c, "persistence", "rdb_changes_since_last_save");
-    let unknown = |shown: &str| {
-        format!("ERR unknown option '{shown}', expected BURST b, COST n, UPTO, FORCE or PEEK")
-    };
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    let mut table: Vec<(Vec<String>, String)> = Vec::new();
-    for bad in NOT_DECIMAL_INTEGERS
-        .iter()
-        .chain(&["0", "1000000000000001"])
-    {
-        table.push((s(&[bad, SLOW]), LIMIT.into()));
-        table.push((s(&["10", bad]), PERIOD_MS.into()));
-        table.push((s(&["10", SLOW, "BURST", bad]), BURST.into()));
-    }
-    table.push((s(&["10", "1000000000001"]), PERIOD_MS.into()));
-    for bad in NOT_DECIMAL_INTEGERS.iter().chain(&["1000000000000001"]) {
-        table.push((s(&["10", SLOW, "COST", bad]), COST.into()));
-    }
-    let options: &[(&[&str], String)] = &[
-        (&["FOO"], unknown("FOO")),
-        (&["BURSTS", "2"], unknown("BURSTS")),
-        (&["1"], unknown("1")),
-        (
-            &["BURST"],
-            format!("ERR option BURST needs a value: {}", &BURST[4..]),
-        ),
-        (
-            &["PEEK", "burst"],
-            format!("ERR option BURST needs a value: {}", &BURST[4..]),
-        ),
-        (&["BURST", "PEEK"], BURST.into()),
-        (
-            &["COST"],
-            format!("ERR option COST needs a value: {}", &COST[4..]),
-        ),
-        (
-            &["BURST", "1", "BURST", "1"],
-            "ERR option BURST given more than once".into(),
-        ),
-        (
-            &["BURST", "1", "burst", "2"],
-            "ERR option BURST given more than once".into(),
-        ),
-        (
-            &["COST", "1", "COST", "1"],
-            "ERR option COST given more than once".into(),
-        ),
-        (
-            &["PEEK", "PEEK"],
-            "ERR option PEEK given more than once".into(),
-        ),
-        (&["BURST", "2", "PEEK", "EXTRA"], unknown("EXTRA")),
-    ];
-    for (opts, text) in options {
-        let mut args = s(&["10", SLOW]);
-        args.extend(s(opts));
-        table.push((args, text.clone()));
-    }
-    // Arguments are checked in order: the first bad one is reported.
-    table.push((s(&["0", "0", "BURST", "0"]), LIMIT.into()));
-    table.push((s(&["10", "0", "BURST", "0"]), PERIOD_MS.into()));
-    table.push((s(&["10", "10", "BURST", "0", "FOO"]), BURST.into()));
-    for (args, text) in &table {
-        for key in ["k", "missing"] {
-            let mut full = vec!["RL.GCRA", key];
-            full.extend(args.iter().map(String::as_str));
-            refused_untouched(&mut c, &full, text);
-        }
-    }
-    let arity = "ERR wrong number of arguments for 'RL.GCRA' command";
-    assert_eq!(error(&mut c, &["RL.GCRA"]), arity);
-    for args in [&["RL.GCRA", "k"][..], &["rl.gcra", "k", "10"]] {
-        refused_untouched(&mut c, args, arity);
-    }
-    assert_eq!(
-        info_field(&mut c, "persistence", "rdb_changes_since_last_save"),
-        dirty
-    );
-    // The edges of every range are accepted, options in any order and case.
-    for params in [
-        &["1", "1", "BURST", "1", "PEEK"][..],
-        &[
-            "1000000000000000",
-            "1000000000000",
-            "BURST",
-            "1000000000000000",
-            "PEEK",
-        ],
-        &["10", SLOW, "peek", "cost", "1000000000000000", "burst", "3"],
-        &["10", SLOW, "COST", "0"],
-    ] {
-        assert_eq!(gcra(&mut c, "edge", params).len(), 5, "{params:?}");
-    }
-}
-
+/// The conformance suite's 32 clients with a BURST: the burst, not the rate, is what
+/// passes at once.
 #[test]
 fn thirty_two_clients_admit_exactly_the_burst() {
-    for (params, budget) in [
-        (&["500", "1000000000000"][..], 500),
-        (&["1", "1000000000", "BURST", "300"], 300),
-    ] {
-        let server = Server::start();
-        let replies = hammer_with(&server, 32, |_, c| {
-            let mut seen = Vec::new();
-            loop {
-                let r = gcra(c, "k", params);
-                let allowed = r[0] == 1;
-                seen.push(r);
-                if !allowed {
-                    return seen;
-                }
-            }
-        });
-        let mut remaining: Vec<i64> = replies.iter().filter(|r| r[0] == 1).map(|r| r[2]).collect();
-        remaining.sort_unstable();
-        assert_eq!(remaining, (0..budget).collect::<Vec<_>>(), "{params:?}");
-        assert!(replies
-            .iter()
-            .filter(|r| r[0] == 0)
-            .all(|r| r[..3] == [0, budget, 0] && r[3] > 0));
-    }
+    let args = |_: &str| -> Vec<String> {
+        ["RL.GCRA", "k", "1", "1000000000", "BURST", "300"]
+            .map(String::from)
+            .to_vec()
+    };
+    clients_admit_exactly(args, 300);
 }

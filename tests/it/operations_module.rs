@@ -166,15 +166,8 @@ fn calls_on(mix: &Mix, key: &str) -> Vec<Vec<String>> {
         calls.push(words(&["RL.ALL", "1", key, "SLIDING", "10", "1000"]));
     }
     if mix.includes("RL.REFUND") {
-        calls.push(words(&[
-            "RL.REFUND",
-            key,
-            "SLIDING",
-            "10",
-            "1000",
-            "COST",
-            "1",
-        ]));
+        let refund = ["RL.REFUND", key, "SLIDING", "10", "1000", "COST", "1"];
+        calls.push(words(&refund));
     }
     for name in ["RL.RESET", "RL.STATE"] {
         if mix.includes(name) {

@@ -18,13 +18,7 @@ type Dataset = BTreeMap<String, (Vec<u8>, i64)>;
 fn fill(server: &Server, calls: usize, seed: u64) -> Mix {
     let mut c = server.client();
     let mix = Mix::new(available(&mut c), KEYS_PER_KIND, false);
-    let first: Vec<Vec<String>> = mix
-        .kinds
-        .iter()
-        .flat_map(|&kind| (0..5).map(move |i| (kind, i)))
-        .map(|(kind, i)| mix.first_call(kind, i))
-        .collect();
-    send(&mut c, &first);
+    send(&mut c, &mix.first_calls(5));
     let mut rng = Rng::new(seed);
     let random: Vec<Vec<String>> = (0..calls).map(|_| mix.call(&mut rng)).collect();
     for batch in random.chunks(1000) {

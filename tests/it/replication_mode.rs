@@ -53,16 +53,6 @@ fn traffic(c: &mut redis::Connection, mix: &Mix, calls: usize, seed: u64) {
     let _: Vec<i64> = query(c, &["EVAL", script, "2", &keys[0], &keys[1]]);
 }
 
-fn first_calls(c: &mut redis::Connection, mix: &Mix) {
-    let first: Vec<Vec<String>> = mix
-        .kinds
-        .iter()
-        .flat_map(|&kind| (0..5).map(move |i| (kind, i)))
-        .map(|(kind, i)| mix.first_call(kind, i))
-        .collect();
-    send(c, &first);
-}
-
 /// Waits until `replica` has everything `master` sent, then compares their datasets.
 fn assert_replica_holds_the_masters_bytes(
     what: &str,
@@ -113,7 +103,7 @@ fn a_replica_holds_the_masters_bytes_through_full_sync_partial_resync_and_failov
     let mut m = master.client();
     let mix = Mix::new(available(&mut m), KEYS_PER_KIND, false);
     wait_for_mode(&mut m, "verbatim");
-    first_calls(&mut m, &mix);
+    send(&mut m, &mix.first_calls(5));
     traffic(&mut m, &mix, 1_000, 1);
     let dirty = info_int(&mut m, "persistence", "rdb_changes_since_last_save");
     assert!(dirty > 0, "verbatim writes count for save points");
@@ -160,7 +150,7 @@ fn the_aof_holds_the_masters_bytes_when_enabled_at_runtime_and_rewritten() {
     let mut c = first.client();
     let mix = Mix::new(available(&mut c), KEYS_PER_KIND, false);
     wait_for_mode(&mut c, "verbatim");
-    first_calls(&mut c, &mix);
+    send(&mut c, &mix.first_calls(5));
     traffic(&mut c, &mix, 1_000, 6);
 
     // CONFIG SET appendonly yes: effects at once (the AOF starts with a rewrite of the

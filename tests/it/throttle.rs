@@ -14,13 +14,7 @@ const PERIOD_S: &str = "ERR period_s must be an integer between 1 and 1000000000
 const QUANTITY: &str = "ERR quantity must be an integer between 0 and 1000000000000000";
 
 fn throttle(c: &mut redis::Connection, key: &str, params: &[&str]) -> Vec<i64> {
-    let mut args = vec!["RL.THROTTLE", key];
-    args.extend_from_slice(params);
-    ints(c, &args)
-}
-
-fn exists(c: &mut redis::Connection, key: &str) -> bool {
-    query::<i64>(c, &["EXISTS", key]) == 1
+    call_on(c, "RL.THROTTLE", key, params)
 }
 
 #[test]

@@ -1,11 +1,12 @@
 //! RL.TOKENBUCKET against a real server: every reply field, PEEK, COST, the seed's tiers,
-//! TTL and expiry, waiting `retry_after_ms`, and the key as a plain Redis string.
+//! TTL and expiry, waiting `retry_after_ms` (the key as a plain string: `conformance.rs`).
 //!
 //! Exact figures come from fresh keys (a missing key is a full bucket, whatever the time) or
 //! from buckets that refill too slowly to gain a whole token during a test
 //! (`refill_ms` = 10^9); time-dependent fields are checked against the server's own clock
 //! (`TIME` before and after the call), never against the test's timing.
 
+use redis_rl_testkit::conformance::{fresh_cases, waiting_retry_after_is_enough};
 use redis_rl_testkit::*;
 use std::time::Duration;
 
@@ -17,13 +18,7 @@ const SLOW: &str = "1000000000";
 const DIRTY: &str = "rdb_changes_since_last_save";
 
 fn tb(conn: &mut redis::Connection, key: &str, params: &[&str]) -> Vec<i64> {
-    let mut args = vec!["RL.TOKENBUCKET", key];
-    args.extend_from_slice(params);
-    ints(conn, &args)
-}
-
-fn exists(conn: &mut redis::Connection, key: &str) -> bool {
-    query::<i64>(conn, &["EXISTS", key]) == 1
+    call_on(conn, "RL.TOKENBUCKET", key, params)
 }
 
 #[test]
@@ -75,22 +70,19 @@ fn a_fresh_bucket_replies_every_field_exactly() {
             true,
         ),
     ];
-    for (i, (params, reply, written)) in cases.iter().enumerate() {
-        let key = format!("fresh:{i}");
-        assert_eq!(tb(&mut c, &key, params), reply.to_vec(), "{params:?}");
-        assert_eq!(exists(&mut c, &key), *written, "{params:?} key written");
-    }
+    fresh_cases(&mut c, "RL.TOKENBUCKET", cases);
+}
+
+/// A bucket of 10 refilled by one token every 10^8 ms, then `extra`.
+fn slow_bucket(extra: &[&'static str]) -> Vec<&'static str> {
+    [&["10", "10", SLOW][..], extra].concat()
 }
 
 #[test]
 fn a_used_bucket_reports_remaining_retry_after_and_reset_after() {
     let server = Server::start();
     let mut c = server.client();
-    let p = |extra: &[&'static str]| {
-        let mut v = vec!["10", "10", SLOW];
-        v.extend_from_slice(extra);
-        v
-    };
+    let p = slow_bucket;
     // One token every 10^8 ms: nothing whole accrues during the test, so the counts are exact.
     assert_eq!(
         tb(&mut c, "k", &p(&["COST", "3"])),
@@ -140,11 +132,7 @@ fn a_used_bucket_reports_remaining_retry_after_and_reset_after() {
 fn peek_replies_like_the_real_call_and_writes_nothing() {
     let server = Server::start();
     let mut c = server.client();
-    let p = |extra: &[&'static str]| {
-        let mut v = vec!["10", "10", SLOW];
-        v.extend_from_slice(extra);
-        v
-    };
+    let p = slow_bucket;
     // On a missing key: the reply of a first call, and still no key.
     assert_eq!(
         tb(&mut c, "k", &p(&["PEEK", "COST", "4"])),
@@ -336,7 +324,7 @@ fn a_key_that_expired_is_the_idle_state() {
 }
 
 #[test]
-fn waiting_retry_after_is_enough() {
+fn waiting_retry_after_suffices() {
     let server = Server::start();
     let mut c = server.client();
     // (capacity, refill_tokens, refill_ms, cost): a token every 30 ms, every 33.3 ms, every 5 ms.
@@ -347,72 +335,10 @@ fn waiting_retry_after_is_enough() {
         ("20", "1", "5", "7"),
     ];
     for (i, (capacity, refill, ms, cost)) in cases.into_iter().enumerate() {
-        let mut denials = 0;
-        for attempt in 0..20 {
-            if denials == 2 {
-                break;
-            }
-            let key = format!("k{i}:{attempt}");
-            tb(&mut c, &key, &[capacity, refill, ms, "COST", capacity]);
-            let denied = tb(&mut c, &key, &[capacity, refill, ms, "COST", cost]);
-            if denied[0] == 1 {
-                continue; // the machine stalled long enough to refill: try again
-            }
-            denials += 1;
-            let retry = denied[3];
-            assert!(retry > 0, "{denied:?}");
-            std::thread::sleep(Duration::from_millis(retry as u64));
-            let again = tb(&mut c, &key, &[capacity, refill, ms, "COST", cost]);
-            assert_eq!(
-                again[0], 1,
-                "case {i}: denied with retry_after {retry}, still denied after waiting: {again:?}"
-            );
-        }
-        assert!(denials > 0, "case {i}: never saw a denial");
+        let fill = ["RL.TOKENBUCKET", capacity, refill, ms, "COST", capacity];
+        let ask = ["RL.TOKENBUCKET", capacity, refill, ms, "COST", cost];
+        waiting_retry_after_is_enough(&mut c, &format!("k{i}"), &fill, &ask);
     }
-}
-
-#[test]
-fn a_limiter_key_is_a_plain_string() {
-    let server = Server::start();
-    let mut c = server.client();
-    let p = ["10", "10", SLOW];
-    tb(&mut c, "k", &[&p[..], &["COST", "4"]].concat());
-    assert_eq!(query::<String>(&mut c, &["TYPE", "k"]), "string");
-    let value: Vec<u8> = query(&mut c, &["GET", "k"]);
-    assert!(value.len() <= 30, "{value:?}");
-    assert_eq!(&value[..5], b"\0RL\x02T");
-    let peek =
-        |c: &mut redis::Connection, key: &str| tb(c, key, &[&p[..], &["COST", "0"]].concat())[2];
-
-    // DUMP / RESTORE (with the absolute expiry) gives an identical, working limiter.
-    let (dump, expire_at) = frozen(&mut c, "k");
-    let dump = dump.unwrap();
-    redis::cmd("RESTORE")
-        .arg("copy")
-        .arg(expire_at)
-        .arg(&dump)
-        .arg("ABSTTL")
-        .query::<()>(&mut c)
-        .expect("RESTORE");
-    assert_eq!(frozen(&mut c, "copy"), (Some(dump), expire_at));
-    assert_eq!(peek(&mut c, "copy"), 6);
-    assert_eq!(tb(&mut c, "copy", &p)[2], 5);
-    assert_eq!(peek(&mut c, "k"), 6, "the original is independent");
-
-    // EXPIRE and PERSIST change only the expiry; the limiter reads the same state.
-    assert_eq!(query::<i64>(&mut c, &["EXPIRE", "k", "100000"]), 1);
-    assert!(query::<i64>(&mut c, &["PTTL", "k"]) > 99_000_000);
-    assert_eq!(peek(&mut c, "k"), 6);
-    assert_eq!(query::<i64>(&mut c, &["PERSIST", "k"]), 1);
-    assert_eq!(peek(&mut c, "k"), 6);
-    // The next write sets the expiry again.
-    tb(&mut c, "k", &p);
-    assert!(query::<i64>(&mut c, &["PTTL", "k"]) > 0);
-
-    // DEL: back to a full bucket.
-    assert_eq!(query::<i64>(&mut c, &["DEL", "k"]), 1);
-    assert_eq!(peek(&mut c, "k"), 10);
 }
 
 #[test]

@@ -15,14 +15,11 @@ use super::{get_from, Gateway};
 async fn start(server: &Server, config: &Path) -> (Gateway, u16) {
     for _ in 0..5 {
         let auth = free_port();
-        let gw = Gateway::start(&[
-            "--redis",
-            &server.url(),
-            "--config",
-            config.to_str().unwrap(),
-            "--auth-listen",
-            &format!("127.0.0.1:{auth}"),
-        ])
+        let gw = Gateway::configured(
+            server,
+            config,
+            &["--auth-listen", &format!("127.0.0.1:{auth}")],
+        )
         .await;
         let mut up = false;
         eventually("forward auth answers", async || {

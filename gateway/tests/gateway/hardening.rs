@@ -44,14 +44,10 @@ async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
 #[tokio::test]
 async fn slow_headers_and_idle_connections_are_closed() {
     let server = Server::start();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--header-timeout-ms",
-        "300",
-        "--idle-timeout-ms",
-        "300",
-    ])
+    let gw = Gateway::serve(
+        &server,
+        &["--header-timeout-ms", "300", "--idle-timeout-ms", "300"],
+    )
     .await;
     // A header line every 100 ms: the head never completes.
     let mut slow = connect(gw.port).await;
@@ -101,16 +97,16 @@ async fn a_body_that_does_not_arrive_closes_the_connection() {
     let server = Server::start();
     let app = Router::new().route("/{*rest}", post(|body: String| async move { body }));
     let up = Upstream::plain(app).await;
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--upstream",
-        &format!("http://127.0.0.1:{}", up.port),
-        "--upstream-timeout-ms",
-        "120000",
-        "--body-timeout-ms",
-        "300",
-    ])
+    let gw = Gateway::proxy(
+        &server,
+        &up.url(),
+        &[
+            "--upstream-timeout-ms",
+            "120000",
+            "--body-timeout-ms",
+            "300",
+        ],
+    )
     .await;
     let mut s = connect(gw.port).await;
     s.write_all(b"POST /api/search HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab")
@@ -132,33 +128,8 @@ async fn a_body_that_does_not_arrive_closes_the_connection() {
 
 /// The gateway under `prlimit --nofile=N`, as [`Gateway::launch`] starts it.
 async fn launch_with_file_limit(nofile: u32, args: &[&str], admin: bool) -> Gateway {
-    for _ in 0..5 {
-        let port = free_port();
-        let admin = admin.then(free_port);
-        let mut cmd = Command::new("prlimit");
-        cmd.arg(format!("--nofile={nofile}:{nofile}"))
-            .arg("--")
-            .arg(env!("CARGO_BIN_EXE_rl-gateway"))
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--log", "warn"])
-            .args(["--timeout-ms", "5000"])
-            .args(args)
-            .stdout(Stdio::null());
-        if let Some(a) = admin {
-            cmd.args(["--admin-listen", &format!("127.0.0.1:{a}")]);
-        }
-        let child = cmd.spawn().expect("start prlimit rl-gateway");
-        let mut gw = Gateway { child, port, admin };
-        let mut exited = false;
-        eventually("the gateway answers /healthz", async || {
-            exited = matches!(gw.child.try_wait(), Ok(Some(_)));
-            exited || gw.ops("/healthz").await.is_some()
-        })
-        .await;
-        if !exited {
-            return gw;
-        }
-    }
-    panic!("rl-gateway did not start on any of 5 free ports");
+    let limit = format!("--nofile={nofile}:{nofile}");
+    Gateway::launch_under(&["prlimit", &limit, "--"], args, admin, None).await
 }
 
 /// `GET /healthz` on `port` answered 200 within a few seconds (None: no answer).
@@ -299,13 +270,7 @@ async fn config_paths_that_are_not_regular_files_are_refused_without_reading() {
     let dir = temp_dir("fifo", server.port);
     let config = dir.join("gateway.toml");
     std::fs::write(&config, "dimensions = [\"ip\"]\n").unwrap();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--config",
-        config.to_str().unwrap(),
-    ])
-    .await;
+    let gw = Gateway::serve(&server, &["--config", config.to_str().unwrap()]).await;
     std::fs::remove_file(&config).unwrap();
     assert!(Command::new("mkfifo")
         .arg(&config)
@@ -335,13 +300,7 @@ async fn a_fleet_ttl_the_server_refuses_is_refused_at_start_and_reload() {
 
     let config = dir.join("gateway.toml");
     std::fs::write(&config, "[fleet]\nttl_ms = 3000\n").unwrap();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--config",
-        config.to_str().unwrap(),
-    ])
-    .await;
+    let gw = Gateway::serve(&server, &["--config", config.to_str().unwrap()]).await;
     std::fs::copy(&bad, &config).unwrap();
     gw.hangup();
     eventually("the reload is refused", async || {
@@ -375,13 +334,7 @@ async fn members_with_leases_longer_than_the_ttl_are_not_counted() {
     let dir = temp_dir("fleet-forged", server.port);
     let config = dir.join("gateway.toml");
     std::fs::write(&config, "[fleet]\nheartbeat_ms = 100\nttl_ms = 1000\n").unwrap();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--config",
-        config.to_str().unwrap(),
-    ])
-    .await;
+    let gw = Gateway::serve(&server, &["--config", config.to_str().unwrap()]).await;
     eventually("fleet size 1", async || {
         gw.health().await["stats"]["fleet_size"] == 1
     })
@@ -433,13 +386,7 @@ async fn clients_get_http_1_1_whatever_the_upstream_speaks() {
             });
         }
     });
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--upstream",
-        &format!("http://127.0.0.1:{port}"),
-    ])
-    .await;
+    let gw = Gateway::proxy(&server, &format!("http://127.0.0.1:{port}"), &[]).await;
     let mut s = connect(gw.port).await;
     for _ in 0..2 {
         s.write_all(b"GET /api/search HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -463,7 +410,7 @@ async fn clients_get_http_1_1_whatever_the_upstream_speaks() {
 #[tokio::test]
 async fn healthz_is_degraded_when_the_configured_module_is_missing() {
     let server = Server::start_plain(&[]);
-    let gw = Gateway::start(&["--redis", &server.url(), "--engine", "module"]).await;
+    let gw = Gateway::serve(&server, &["--engine", "module"]).await;
     let (status, _, _) = gw.get("/api/search", &[]).await.unwrap();
     assert_eq!(status, 200, "decided by the failure mode (local)");
     let h = gw.health().await;
@@ -473,7 +420,7 @@ async fn healthz_is_degraded_when_the_configured_module_is_missing() {
     assert!(h["reasons"].to_string().contains("module missing"), "{h}");
     // The same server with the twin allowed: ok.
     drop(gw);
-    let auto = Gateway::start(&["--redis", &server.url()]).await;
+    let auto = Gateway::serve(&server, &[]).await;
     auto.get("/api/search", &[]).await.unwrap();
     let h = auto.health().await;
     assert_eq!(h["status"], "ok", "{h}");

@@ -8,7 +8,7 @@ use axum::Router;
 use redis_rl_testkit::{eventually, Server};
 
 use super::upstream::Upstream;
-use super::Gateway;
+use super::{proxy_args, Gateway};
 
 #[tokio::test]
 async fn healthz_is_503_while_closed_mode_would_refuse_and_200_otherwise() {
@@ -49,7 +49,7 @@ async fn healthz_is_503_while_closed_mode_would_refuse_and_200_otherwise() {
     let (_, _, body) = closed.get("/metrics", &[]).await.unwrap();
     assert!(!body.contains("# TYPE"), "{body}");
 
-    let local = Gateway::start(&["--redis", &server.url(), "--failure-mode", "local"]).await;
+    let local = Gateway::serve(&server, &["--failure-mode", "local"]).await;
     server.kill();
     let (status, _, body) = closed.ops("/healthz").await.unwrap();
     assert_eq!(status, 503, "{body}");
@@ -82,19 +82,7 @@ async fn metrics_describe_every_family_and_have_latency_histograms() {
     let up = Upstream::plain(app).await;
     let empty = std::env::temp_dir().join(format!("rl-gw-empty-{}.toml", server.port));
     std::fs::write(&empty, "").unwrap();
-    let gw = Gateway::launch(
-        &[
-            "--redis",
-            &server.url(),
-            "--upstream",
-            &format!("http://127.0.0.1:{}", up.port),
-            "--config",
-            empty.to_str().unwrap(),
-        ],
-        true,
-        None,
-    )
-    .await;
+    let gw = Gateway::launch(&proxy_args(&server, &up, &empty), true, None).await;
     for _ in 0..3 {
         assert_eq!(gw.get("/api/search", &[]).await.unwrap().0, 200);
     }

@@ -61,13 +61,7 @@ async fn text(resp: http::Response<hyper::body::Incoming>) -> (u16, HeaderMap, S
 async fn strips_hop_by_hop_headers_sets_forwarded_and_keeps_connections_alive() {
     let server = Server::start();
     let up = Upstream::plain(echo_app()).await;
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--upstream",
-        &format!("http://127.0.0.1:{}/base", up.port),
-    ])
-    .await;
+    let gw = Gateway::proxy(&server, &format!("http://127.0.0.1:{}/base", up.port), &[]).await;
 
     let mut conn = connect(gw.port).await;
     let requests = 6;
@@ -168,13 +162,7 @@ async fn streams_request_and_response_bodies_without_buffering_them() {
         }),
     );
     let up = Upstream::plain(app).await;
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--upstream",
-        &format!("http://127.0.0.1:{}", up.port),
-    ])
-    .await;
+    let gw = Gateway::proxy(&server, &up.url(), &[]).await;
     let mut conn = connect(gw.port).await;
     let (mut tx, body) = Channel::<Bytes, Infallible>::new(1);
     let req = http::Request::post("/echo")
@@ -219,15 +207,7 @@ async fn slow_or_unreachable_upstreams_get_504_and_502_problems() {
         }),
     );
     let up = Upstream::plain(app).await;
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--upstream",
-        &format!("http://127.0.0.1:{}", up.port),
-        "--upstream-timeout-ms",
-        "300",
-    ])
-    .await;
+    let gw = Gateway::proxy(&server, &up.url(), &["--upstream-timeout-ms", "300"]).await;
     let (status, h, body) = gw
         .get("/slow", &[("x-request-id", "slow-1")])
         .await
@@ -257,14 +237,11 @@ async fn slow_or_unreachable_upstreams_get_504_and_502_problems() {
             _ => break,
         }
     }
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--upstream",
+    let gw = Gateway::proxy(
+        &server,
         &format!("http://127.0.0.1:{full_port}"),
-        "--upstream-connect-timeout-ms",
-        "200",
-    ])
+        &["--upstream-connect-timeout-ms", "200"],
+    )
     .await;
     let (status, _, body) = gw.get("/x", &[]).await.unwrap();
     assert_eq!(status, 504, "{body}");
@@ -273,13 +250,7 @@ async fn slow_or_unreachable_upstreams_get_504_and_502_problems() {
     drop(full);
 
     let dead = super::free_port();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--upstream",
-        &format!("http://127.0.0.1:{dead}"),
-    ])
-    .await;
+    let gw = Gateway::proxy(&server, &format!("http://127.0.0.1:{dead}"), &[]).await;
     let (status, _, body) = gw.get("/x", &[]).await.unwrap();
     assert_eq!(status, 502, "{body}");
     assert!(body.contains("upstream unavailable"), "{body}");
@@ -290,14 +261,11 @@ async fn https_upstream_verified_against_the_given_ca() {
     let server = Server::start();
     let up = Upstream::tls(echo_app()).await;
     let tls = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tls");
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--upstream",
+    let gw = Gateway::proxy(
+        &server,
         &format!("https://127.0.0.1:{}/base", up.port),
-        "--upstream-ca",
-        &format!("{tls}/ca.pem"),
-    ])
+        &["--upstream-ca", &format!("{tls}/ca.pem")],
+    )
     .await;
     for i in 0..3 {
         let (status, h, body) = gw.get(&format!("/api/search?i={i}"), &[]).await.unwrap();
@@ -313,14 +281,11 @@ async fn https_upstream_verified_against_the_given_ca() {
     drop(gw);
 
     // A CA file that did not sign the upstream's certificate (the leaf itself): refused.
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--upstream",
+    let gw = Gateway::proxy(
+        &server,
         &format!("https://127.0.0.1:{}/base", up.port),
-        "--upstream-ca",
-        &format!("{tls}/upstream.pem"),
-    ])
+        &["--upstream-ca", &format!("{tls}/upstream.pem")],
+    )
     .await;
     let (status, _, body) = gw.get("/api/search", &[]).await.unwrap();
     assert_eq!(status, 502, "{body}");

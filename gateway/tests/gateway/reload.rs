@@ -10,7 +10,7 @@ use redis_rl_testkit::{eventually, Server};
 use tokio::sync::{mpsc, Notify};
 
 use super::upstream::Upstream;
-use super::Gateway;
+use super::{proxy_args, Gateway};
 
 #[tokio::test]
 async fn sighup_reloads_refuses_a_bad_file_and_drops_nothing_in_flight() {
@@ -41,14 +41,7 @@ async fn sighup_reloads_refuses_a_bad_file_and_drops_nothing_in_flight() {
     let limit = |n: u32| format!("dimensions = [\"endpoint\"]\n[endpoint]\nlimit = {n}\n");
     std::fs::write(&config, limit(3)).unwrap();
     let gw = Gateway::launch(
-        &[
-            "--redis",
-            &server.url(),
-            "--upstream",
-            &format!("http://127.0.0.1:{}", up.port),
-            "--config",
-            config.to_str().unwrap(),
-        ],
+        &proxy_args(&server, &up, &config),
         // The refused reload's error is on the admin listener only.
         true,
         Some(&log),

@@ -127,16 +127,16 @@ async fn rules_windows_identity_and_paths_through_the_gateway() {
     let dir = temp_dir("rules", server.port);
     let path = dir.join("gateway.toml");
     std::fs::write(&path, config(&prefix)).unwrap();
-    let gw = Gateway::start(&[
-        "--redis",
-        &server.url(),
-        "--config",
-        path.to_str().unwrap(),
-        "--tier-hash",
-        &format!("{prefix}:tiers"),
-        "--upstream",
-        &format!("http://127.0.0.1:{}", up.port),
-    ])
+    let gw = Gateway::configured(
+        &server,
+        &path,
+        &[
+            "--tier-hash",
+            &format!("{prefix}:tiers"),
+            "--upstream",
+            &format!("http://127.0.0.1:{}", up.port),
+        ],
+    )
     .await;
     let at =
         |method: &'static str, path: &'static str, headers: Vec<(&'static str, &'static str)>| {

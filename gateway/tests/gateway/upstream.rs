@@ -15,6 +15,11 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    /// Its plain HTTP URL, as `--upstream` takes it.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
     /// Serves `app` on a free loopback port until the test's runtime ends.
     pub async fn plain(app: Router) -> Upstream {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

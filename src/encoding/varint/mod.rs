@@ -8,7 +8,8 @@
 //! That code is easy to get subtly wrong, so `reference` keeps the byte-by-byte versions it
 //! replaced and `tests` checks the word versions against them at every length and offset.
 
-use super::{Encoded, MAX_LEN};
+use super::{Encoded, MAGIC, MAX_LEN};
+use redis_rl_core::Kind;
 
 /// Appends little-endian fields to an [`Encoded`] value.
 pub struct Writer<'a> {
@@ -39,6 +40,12 @@ impl Writer<'_> {
         }
     }
 
+    /// The header of a value: the magic bytes, the format `version` and `kind`'s tag.
+    pub(crate) fn header(&mut self, version: u8, kind: Kind) {
+        self.bytes(&MAGIC);
+        self.bytes(&[version, kind.tag()]);
+    }
+
     /// An unsigned LEB128 varint: 7 bits per byte, low bits first (1 byte below 128).
     pub(crate) fn varint(&mut self, mut v: u64) {
         let spill = &mut self.out.spill;
@@ -52,36 +59,16 @@ impl Writer<'_> {
             return;
         }
         let mut buf = [0u8; 10];
-        let mut len = 0;
-        for byte in buf.iter_mut() {
-            let low = u8::try_from(v & 0x7f).unwrap_or(0);
-            v >>= 7;
-            len += 1;
-            if v == 0 {
-                *byte = low;
-                break;
-            }
-            *byte = low | 0x80;
-        }
+        let len = leb128(u128::from(v), &mut buf);
         self.bytes(buf.get(..len).unwrap_or(&[]));
     }
 
     /// An unsigned LEB128 varint of up to 128 bits (at most 19 bytes): the reference
     /// [`Compact::varint128`] is tested against.
     #[cfg(test)]
-    pub(crate) fn varint128(&mut self, mut v: u128) {
+    pub(crate) fn varint128(&mut self, v: u128) {
         let mut buf = [0u8; 19];
-        let mut len = 0;
-        for byte in buf.iter_mut() {
-            let low = u8::try_from(v & 0x7f).unwrap_or(0);
-            v >>= 7;
-            len += 1;
-            if v == 0 {
-                *byte = low;
-                break;
-            }
-            *byte = low | 0x80;
-        }
+        let len = leb128(v, &mut buf);
         self.bytes(buf.get(..len).unwrap_or(&[]));
     }
 
@@ -92,6 +79,23 @@ impl Writer<'_> {
     pub(crate) fn u128(&mut self, v: u128) {
         self.bytes(&v.to_le_bytes());
     }
+}
+
+/// Writes `v` as an unsigned LEB128 varint at the start of `buf` and returns its length
+/// (`buf` holds at least the 10 bytes of a `u64`, or 19 of a `u128`).
+fn leb128(mut v: u128, buf: &mut [u8]) -> usize {
+    let mut len = 0;
+    for byte in buf.iter_mut() {
+        let low = u8::try_from(v & 0x7f).unwrap_or(0);
+        v >>= 7;
+        len += 1;
+        if v == 0 {
+            *byte = low;
+            break;
+        }
+        *byte = low | 0x80;
+    }
+    len
 }
 
 /// The continuation bits of a varint's bytes (all but the last byte have the high bit set).

@@ -4,19 +4,14 @@
 use proptest::prelude::*;
 
 use super::Writer;
-use crate::encoding::{Encoded, Stored, COMPACT_VERSION, HEADER_LEN, MAGIC, MAX_LEN, VERSION};
+use crate::encoding::{Encoded, Stored, COMPACT_VERSION, HEADER_LEN, MAGIC, VERSION};
 
 /// A compact value of `S` as the generic writer writes it: header, then what `fields`
 /// writes (the encoding before [`Compact`]).
 pub(crate) fn compact<S: Stored>(fields: impl FnOnce(&mut Writer<'_>)) -> Vec<u8> {
-    let mut out = Encoded {
-        buf: [0; MAX_LEN],
-        len: 0,
-        spill: Vec::new(),
-    };
+    let mut out = Encoded::empty();
     let mut w = Writer { out: &mut out };
-    w.bytes(&MAGIC);
-    w.bytes(&[COMPACT_VERSION, S::KIND.tag()]);
+    w.header(COMPACT_VERSION, S::KIND);
     fields(&mut w);
     out.as_bytes().to_vec()
 }

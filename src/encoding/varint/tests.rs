@@ -18,11 +18,7 @@ fn u128_varints_round_trip_in_their_shortest_form() {
         u128::MAX >> 2,
         u128::MAX,
     ] {
-        let mut out = Encoded {
-            buf: [0; MAX_LEN],
-            len: 0,
-            spill: Vec::new(),
-        };
+        let mut out = Encoded::empty();
         Writer { out: &mut out }.varint128(v);
         let bytes = out.as_bytes();
         let expected_len = (128 - v.leading_zeros()).div_ceil(7).max(1) as usize;
@@ -42,11 +38,7 @@ fn u128_varints_round_trip_in_their_shortest_form() {
 #[test]
 fn varints_round_trip_in_their_shortest_form() {
     for v in [0, 1, 127, 128, 16_383, 16_384, u64::MAX >> 1, u64::MAX] {
-        let mut out = Encoded {
-            buf: [0; MAX_LEN],
-            len: 0,
-            spill: Vec::new(),
-        };
+        let mut out = Encoded::empty();
         Writer { out: &mut out }.varint(v);
         let bytes = out.as_bytes();
         let expected_len = (64 - v.leading_zeros()).div_ceil(7).max(1) as usize;
@@ -66,11 +58,7 @@ fn varints_round_trip_in_their_shortest_form() {
 
 #[test]
 fn a_long_value_spills_to_the_heap_whole() {
-    let mut out = Encoded {
-        buf: [0; MAX_LEN],
-        len: 0,
-        spill: Vec::new(),
-    };
+    let mut out = Encoded::empty();
     let mut w = Writer { out: &mut out };
     for i in 0..100u64 {
         w.u64(i);
@@ -93,11 +81,7 @@ fn a_long_value_spills_to_the_heap_whole() {
 
 /// The bytes [`Compact`] writes for `values` after a header.
 fn compact_bytes(values: &[u128]) -> Vec<u8> {
-    let mut out = Encoded {
-        buf: [0; MAX_LEN],
-        len: 0,
-        spill: Vec::new(),
-    };
+    let mut out = Encoded::empty();
     let mut w = Compact {
         buf: &mut out.buf,
         len: HEADER_LEN,
@@ -125,11 +109,7 @@ fn compact_bytes_u64(values: &[u64]) -> Vec<u8> {
 
 /// The bytes the generic [`Writer`] writes for `values`.
 fn writer_bytes(values: &[u128]) -> Vec<u8> {
-    let mut out = Encoded {
-        buf: [0; MAX_LEN],
-        len: 0,
-        spill: Vec::new(),
-    };
+    let mut out = Encoded::empty();
     let mut w = Writer { out: &mut out };
     for &v in values {
         match u64::try_from(v) {
