@@ -23,6 +23,9 @@ use redis_rl_client::{BreakerConfig, LeaseConfig, Limiter, RedisHashTiers};
 
 use crate::cli::{Args, Mode};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
