@@ -95,6 +95,7 @@ impl Upstream {
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(60))
+            .http1_writev(false)
             .build(connector);
         Ok(Self {
             base: Arc::new(Base {
