@@ -312,14 +312,12 @@ fn set_forwarded(
         };
     }
     let Some(peer) = peer else { return };
-    append(
-        headers,
-        HeaderName::from_static("x-forwarded-for"),
-        &peer.to_string(),
-    );
+    // Formatted once: an address's Display is among the costlier steps of a request.
+    let address = peer.to_string();
+    append(headers, HeaderName::from_static("x-forwarded-for"), &address);
     let node = match peer {
-        IpAddr::V4(ip) => ip.to_string(),
-        IpAddr::V6(ip) => format!("\"[{ip}]\""),
+        IpAddr::V4(_) => address,
+        IpAddr::V6(_) => format!("\"[{address}]\""),
     };
     let mut element = format!("for={node};proto=http");
     if let Some(h) = host.as_ref().and_then(|h| h.to_str().ok()) {
