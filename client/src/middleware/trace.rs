@@ -81,10 +81,11 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Lowercase hex into one buffer (ids are built for every request: no allocation per byte).
 fn push_hex(out: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for &b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+        for nibble in [b >> 4, b & 0x0f] {
+            // from_digit gives lowercase; a nibble is always a hex digit.
+            out.push(char::from_digit(u32::from(nibble), 16).unwrap_or('0'));
+        }
     }
 }
 
