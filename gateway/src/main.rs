@@ -272,7 +272,7 @@ async fn run(args: Args) -> Result<(), String> {
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
-            if let Err(e) = rls.serve(path, stop).await {
+            if let Err(e) = rls.serve(path, limits, stop).await {
                 tracing::error!(error = %e, "rate limit service failed");
             }
         });

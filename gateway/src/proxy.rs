@@ -314,7 +314,11 @@ fn set_forwarded(
     let Some(peer) = peer else { return };
     // Formatted once: an address's Display is among the costlier steps of a request.
     let address = peer.to_string();
-    append(headers, HeaderName::from_static("x-forwarded-for"), &address);
+    append(
+        headers,
+        HeaderName::from_static("x-forwarded-for"),
+        &address,
+    );
     let node = match peer {
         IpAddr::V4(_) => address,
         IpAddr::V6(_) => format!("\"[{address}]\""),
