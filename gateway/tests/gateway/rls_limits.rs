@@ -76,6 +76,18 @@ async fn answered(port: u16) -> bool {
     )
 }
 
+/// A connection that sent the HTTP/2 preface and got the server's first frame (so it holds a
+/// slot), or None when the server closed it.
+async fn served(port: u16) -> Option<TcpStream> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    s.write_all(PREFACE).await.ok()?;
+    let mut buf = [0u8; 64];
+    match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+        Ok(Ok(n)) if n > 0 => Some(s),
+        _ => None,
+    }
+}
+
 /// Reads until the peer closes the connection (true), or `limit` passes (false): an upper
 /// bound only.
 async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
@@ -96,11 +108,19 @@ async fn connections_past_the_cap_are_closed_and_served_again_once_others_leave(
     let server = Server::start();
     let (gw, port) = start(&server, &["--max-connections", "2"]).await;
     assert!(answered(port).await);
-    let held = [
-        TcpStream::connect(("127.0.0.1", port)).await.unwrap(),
-        TcpStream::connect(("127.0.0.1", port)).await.unwrap(),
-    ];
-    // Both slots are held (the server has accepted them once a third is refused).
+    // Two connections the server serves (it answers their preface with its SETTINGS): the
+    // slot of the connection just used may not be free yet, so one may be refused at first.
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        if held.len() == 2 {
+            break;
+        }
+        if let Some(s) = served(port).await {
+            held.push(s);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(held.len(), 2, "two connections were not served");
     let mut refused = false;
     for _ in 0..50 {
         if !answered(port).await {
