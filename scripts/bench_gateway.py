@@ -5,7 +5,8 @@ CPUs of BG_SERVER_CPUS (default 0); the load (wrk, rl-loadgen rls) runs on BG_LO
 (default 1). Each round runs every scenario once, in turn, for BG_SECONDS with wrk's
 BG_CONNECTIONS connections (fixed load: the same connections for all); the table gives the
 median round and the range. Writes benches/GATEWAY.md (BG_ONLY=<part of a scenario name>
-runs only those scenarios and writes nothing: for profiling).
+runs only those scenarios and writes nothing: for profiling; BG_GATEWAY=<path> runs another
+build of rl-gateway, to compare two builds in turn).
 
 Scenarios: the upstream alone; nginx proxy_pass + limit_req; rl-gateway's proxy (one
 limit per client IP); nginx + auth_request to rl-gateway --auth-listen (the shipped
@@ -24,6 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
+import ports as port_alloc  # noqa: E402
 import procs  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,7 +35,7 @@ CONNECTIONS = int(os.environ.get("BG_CONNECTIONS", "32"))
 SERVER_CPUS = os.environ.get("BG_SERVER_CPUS", "0")
 LOAD_CPUS = os.environ.get("BG_LOAD_CPUS", "1")
 OUT = os.environ.get("BG_OUT", os.path.join(ROOT, "benches", "GATEWAY.md"))
-GATEWAY = os.path.join(ROOT, "target", "release", "rl-gateway")
+GATEWAY = os.environ.get("BG_GATEWAY", os.path.join(ROOT, "target", "release", "rl-gateway"))
 LOADGEN = os.path.join(ROOT, "target", "release", "rl-loadgen")
 MODULE = os.path.join(ROOT, "target", "release", "libredis_rl.so")
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -165,7 +167,7 @@ def main():
     workdir = tempfile.mkdtemp(prefix="rl-bench-gw-")
     started = []
     try:
-        ports = {k: procs.free_port() for k in
+        ports = {k: port_alloc.listen_port() for k in
                  ("redis", "up", "nginx_lr", "nginx_auth", "gw", "auth", "rls", "admin",
                   "gw2", "rls2", "admin2")}
         redis = subprocess.Popen(pinned(SERVER_CPUS, [

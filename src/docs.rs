@@ -103,6 +103,8 @@ const fn option(token: &'static str, name: &'static str) -> Arg {
 
 /// `COST n`, optional.
 pub const COST: Arg = option("COST", "cost");
+/// `COSTS n [n ...]` (RL.ALL: one cost per key), optional.
+pub const COSTS: Arg = int("costs").after("COSTS").multiple().optional();
 /// `UPTO`, optional.
 pub const UPTO: Arg = arg(
     "upto",

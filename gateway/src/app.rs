@@ -34,6 +34,8 @@ pub fn limited(
         }
     }
     let trusted: Arc<[IpNet]> = trusted.into();
+    // Shared, not cloned per request: the pooled client is a handful of reference counts.
+    let upstream = upstream.map(Arc::new);
     let handler = move |req: Request| {
         let upstream = upstream.clone();
         let trusted = trusted.clone();

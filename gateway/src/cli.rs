@@ -228,6 +228,13 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_AUTH_LISTEN")]
     pub auth_listen: Option<SocketAddr>,
 
+    /// Threads that serve the listeners; 0: one per CPU the process may run on. With one,
+    /// a single-threaded scheduler runs everything: tasks woken meanwhile wait behind the
+    /// ready ones, so Redis commands and socket writes of concurrent requests leave in
+    /// batches.
+    #[arg(long, env = "RL_GATEWAY_WORKERS", default_value_t = 0)]
+    pub workers: usize,
+
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, env = "RL_GATEWAY_LOG", default_value = "info")]
     pub log: tracing::Level,

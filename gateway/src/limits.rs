@@ -224,7 +224,8 @@ async fn connection(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
-        .keep_alive(true);
+        .keep_alive(true)
+        .writev(false);
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     let check_every =

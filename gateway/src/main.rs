@@ -23,12 +23,41 @@ use redis_rl_client::{BreakerConfig, LeaseConfig, Limiter, RedisHashTiers};
 
 use crate::cli::{Args, Mode};
 
-#[tokio::main]
-async fn main() -> ExitCode {
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(path) = &args.check_config {
         return check_config(path, &args.routes);
     }
+    let workers = match args.workers {
+        0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+        n => n,
+    };
+    // One worker: the current-thread scheduler. The multi-threaded one with one worker runs
+    // a task woken by another next (its LIFO slot), so each request's Redis command and
+    // each connection's write went out in a system call of its own.
+    let runtime = if workers == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+    };
+    match runtime {
+        Ok(rt) => rt.block_on(serve(args)),
+        Err(e) => {
+            eprintln!("rl-gateway: cannot start the runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: Args) -> ExitCode {
     tracing_subscriber::fmt()
         .with_max_level(args.log)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
@@ -243,7 +272,7 @@ async fn run(args: Args) -> Result<(), String> {
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
-            if let Err(e) = rls.serve(path, stop).await {
+            if let Err(e) = rls.serve(path, limits, stop).await {
                 tracing::error!(error = %e, "rate limit service failed");
             }
         });

@@ -95,6 +95,7 @@ impl Upstream {
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(60))
+            .http1_writev(false)
             .build(connector);
         Ok(Self {
             base: Arc::new(Base {
@@ -311,14 +312,16 @@ fn set_forwarded(
         };
     }
     let Some(peer) = peer else { return };
+    // Formatted once: an address's Display is among the costlier steps of a request.
+    let address = peer.to_string();
     append(
         headers,
         HeaderName::from_static("x-forwarded-for"),
-        &peer.to_string(),
+        &address,
     );
     let node = match peer {
-        IpAddr::V4(ip) => ip.to_string(),
-        IpAddr::V6(ip) => format!("\"[{ip}]\""),
+        IpAddr::V4(_) => address,
+        IpAddr::V6(_) => format!("\"[{address}]\""),
     };
     let mut element = format!("for={node};proto=http");
     if let Some(h) = host.as_ref().and_then(|h| h.to_str().ok()) {

@@ -27,6 +27,8 @@ mod redis_tls;
 mod reload;
 #[path = "gateway/rls.rs"]
 mod rls;
+#[path = "gateway/rls_limits.rs"]
+mod rls_limits;
 #[path = "gateway/rules.rs"]
 mod rules;
 #[path = "gateway/upstream.rs"]

@@ -1,5 +1,6 @@
-//! `RL.ALL numkeys key [key ...] spec [spec ...] [COST n] [FORCE] [PEEK]`: one request checked
-//! against several limiters at once, all or nothing (with `FORCE`, taken by every one).
+//! `RL.ALL numkeys key [key ...] spec [spec ...] [COSTS n [n ...]] [COST n] [FORCE] [PEEK]`: one
+//! request checked against several limiters at once, all or nothing (with `FORCE`, taken by
+//! every one); `COSTS` gives each key its own cost (one per key, in key order).
 //!
 //! Every key is read and decided first; only if every dimension allows the request are the
 //! new states written. A request denied by any dimension therefore consumes nothing anywhere.
@@ -18,7 +19,7 @@ use redis_rl_core::{AnyState, Decision};
 use super::spec::{self, Spec, SpecError};
 use super::{Command, Handled};
 use crate::args::{self, integer, ArgError, Options};
-use crate::docs::{int, key, string, Keys, Syntax, COST, FORCE, PEEK, WRITE_ACL};
+use crate::docs::{int, key, string, Keys, Syntax, COST, COSTS, FORCE, PEEK, WRITE_ACL};
 use crate::error::Error;
 use crate::store::LimiterKey;
 use crate::{clock, config, reply};
@@ -36,6 +37,7 @@ pub const COMMAND: Command = Command {
         int("numkeys"),
         key().multiple(),
         string("spec").multiple(),
+        COSTS,
         COST,
         FORCE,
         PEEK,
@@ -51,6 +53,8 @@ enum AllError {
     DuplicateKey(usize),
     Spec(usize, SpecError),
     Options(ArgError),
+    TooFewCosts { numkeys: usize },
+    CostAndCosts,
 }
 
 impl fmt::Display for AllError {
@@ -67,6 +71,10 @@ impl fmt::Display for AllError {
                 )
             }
             AllError::Spec(i, e) => write!(f, "spec {i}: {e}"),
+            AllError::TooFewCosts { numkeys } => {
+                write!(f, "COSTS needs one cost per key ({numkeys})")
+            }
+            AllError::CostAndCosts => write!(f, "COST and COSTS cannot be given together"),
         }
     }
 }
@@ -88,6 +96,8 @@ struct Dimension<'a> {
     name: &'a [u8],
     /// Its limiter.
     spec: Option<Spec>,
+    /// Its own cost (`COSTS`), else the call's.
+    cost: Option<u64>,
     /// The key, open from its read to its write, and what was decided for it.
     decided: Option<Decided<'a>>,
 }
@@ -158,7 +168,40 @@ fn parse<'a>(
     for (i, d) in dimensions.iter_mut().enumerate() {
         d.spec = Some(spec::parse(&mut rest).map_err(|e| AllError::Spec(i + 1, e))?);
     }
-    Options::parse(rest.as_slice()).map_err(AllError::Options)
+    let options = parse_costs(rest.as_slice(), dimensions)?;
+    Options::parse(options).map_err(AllError::Options)
+}
+
+/// `COSTS n1 ... nk` right after the specs: each key's own cost (within `rl.max-cost`), so
+/// that dimensions charged differently are still decided in one atomic call. Returns the
+/// options after it.
+fn parse_costs<'a>(
+    rest: &'a [RedisString],
+    dimensions: &mut [Dimension<'_>],
+) -> Result<&'a [RedisString], AllError> {
+    let Some((word, tail)) = rest.split_first() else {
+        return Ok(rest);
+    };
+    if !args::bytes(word).eq_ignore_ascii_case(b"COSTS") {
+        return Ok(rest);
+    }
+    let numkeys = dimensions.len();
+    let (costs, options) = tail
+        .split_at_checked(numkeys)
+        .ok_or(AllError::TooFewCosts { numkeys })?;
+    for (d, cost) in dimensions.iter_mut().zip(costs) {
+        let cost = integer(cost, config::cost_range())
+            .map_err(|e| AllError::Options(ArgError::Param(e)))?;
+        d.cost = Some(cost);
+    }
+    // A cost's value is a number, never the word: any COST here is the option.
+    if options
+        .iter()
+        .any(|a| args::bytes(a).eq_ignore_ascii_case(b"COST"))
+    {
+        return Err(AllError::CostAndCosts);
+    }
+    Ok(options)
 }
 
 /// Tells Redis where the keys are (`getkeys-api`), so cluster routing and ACLs see them.
@@ -205,7 +248,8 @@ fn decide<'a>(
     for (i, (d, name)) in dimensions.iter_mut().zip(keys).enumerate() {
         let Some(spec) = &d.spec else { continue };
         let key = LimiterKey::open(ctx, name);
-        let (decision, next) = spec::check(spec, &key, now, options.cost, options.force)?;
+        let cost = d.cost.unwrap_or(options.cost);
+        let (decision, next) = spec::check(spec, &key, now, cost, options.force)?;
         if denied.is_none() && !decision.is_allowed() {
             denied = Some(i);
         }

@@ -454,3 +454,54 @@ fn calls_of_sixteen_and_of_forty_keys_are_all_or_nothing_alike() {
         assert_eq!(before, after, "{n} keys: a denied call changed a key");
     }
 }
+
+#[test]
+fn costs_per_key_are_taken_together_or_not_at_all() {
+    let server = Server::start();
+    let mut c = server.client();
+    let call = |extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["RL.ALL", "2", "a", "b", "SLIDING", "10", WIDE]
+            .iter()
+            .chain(&["SLIDING", "10", WIDE])
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let left = |dims: &[Vec<i64>]| dims.iter().map(|d| d[1]).collect::<Vec<_>>();
+    let (allowed, denied, dims) = all(&mut c, &call(&["COSTS", "3", "5"]));
+    assert_eq!((allowed, denied, left(&dims)), (1, 0, vec![7, 5]));
+    // b has 5 left: a cost of 6 there refuses the request, and a's cost of 1 is not taken.
+    let before = (frozen(&mut c, "a"), frozen(&mut c, "b"));
+    let (allowed, denied, dims) = all(&mut c, &call(&["cOsTs", "1", "6"]));
+    assert_eq!((allowed, denied, left(&dims)), (0, 2, vec![7, 5]));
+    assert_eq!((frozen(&mut c, "a"), frozen(&mut c, "b")), before);
+    let (allowed, denied, dims) = all(&mut c, &call(&["COSTS", "1", "5", "PEEK"]));
+    assert_eq!((allowed, denied, left(&dims)), (1, 0, vec![6, 0]));
+    assert_eq!((frozen(&mut c, "a"), frozen(&mut c, "b")), before);
+    let (allowed, denied, dims) = all(&mut c, &call(&["COSTS", "1", "5"]));
+    assert_eq!((allowed, denied, left(&dims)), (1, 0, vec![6, 0]));
+
+    let before = (frozen(&mut c, "a"), frozen(&mut c, "b"));
+    for (extra, expected) in [
+        (&["COSTS", "1"][..], "ERR COSTS needs one cost per key (2)"),
+        (&["COSTS"][..], "ERR COSTS needs one cost per key (2)"),
+        (
+            &["COSTS", "1", "1", "COST", "2"][..],
+            "ERR COST and COSTS cannot be given together",
+        ),
+        (
+            &["PEEK", "COSTS", "1", "1"][..],
+            "ERR unknown option 'COSTS'",
+        ),
+    ] {
+        let args = call(extra);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let e = error(&mut c, &refs);
+        assert!(e.starts_with(expected), "{extra:?}: {e}");
+    }
+    let args = call(&["COSTS", "1", "x"]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert!(error(&mut c, &refs).contains("cost"));
+    assert_eq!((frozen(&mut c, "a"), frozen(&mut c, "b")), before);
+}

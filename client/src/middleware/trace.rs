@@ -62,17 +62,31 @@ impl TraceContext {
 
     /// The `traceparent` to send upstream: the same trace, this hop as the parent.
     pub fn traceparent(&self) -> String {
-        format!(
-            "00-{}-{}-{:02x}",
-            self.trace_id(),
-            self.span_id(),
-            self.flags
-        )
+        let mut out = String::with_capacity(55);
+        out.push_str("00-");
+        push_hex(&mut out, &self.trace_id);
+        out.push('-');
+        push_hex(&mut out, &self.span_id);
+        out.push('-');
+        push_hex(&mut out, &[self.flags]);
+        out
     }
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    let mut out = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    out
+}
+
+/// Lowercase hex into one buffer (ids are built for every request: no allocation per byte).
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    for &b in bytes {
+        for nibble in [b >> 4, b & 0x0f] {
+            // from_digit gives lowercase; a nibble is always a hex digit.
+            out.push(char::from_digit(u32::from(nibble), 16).unwrap_or('0'));
+        }
+    }
 }
 
 /// Parses `version-traceid-parentid-flags` as the specification asks of a receiver: version

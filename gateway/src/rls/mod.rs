@@ -8,6 +8,7 @@
 pub mod config;
 mod decide;
 mod headers;
+mod listener;
 mod lookup;
 mod plan;
 mod service;
@@ -20,6 +21,7 @@ use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use redis_rl_client::Limiter;
 
+use crate::limits::ListenerLimits;
 use crate::reload::Live;
 use config::RlsConfig;
 
@@ -70,10 +72,13 @@ impl Bound {
         self.listener.local_addr().ok()
     }
 
-    /// Serves until `stop`; reloads the configuration from `path` on each SIGHUP meanwhile.
+    /// Serves until `stop` within `limits` (the public listener's: connection cap, preface
+    /// and idle timeouts, and `body_timeout` for a whole call); reloads the configuration
+    /// from `path` on each SIGHUP meanwhile.
     pub async fn serve(
         self,
         path: PathBuf,
+        limits: ListenerLimits,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), String> {
         #[cfg(unix)]
@@ -84,9 +89,16 @@ impl Bound {
         reporter
             .set_serving::<RateLimitServiceServer<service::Rls>>()
             .await;
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(self.listener).with_nodelay(Some(true));
+        // TCP keepalive finds peers that vanished without a FIN; no HTTP/2 PING from the
+        // server (an answered PING would keep every connection from ever being idle).
+        let incoming = tonic::transport::server::TcpIncoming::from(self.listener)
+            .with_nodelay(Some(true))
+            .with_keepalive(Some(TCP_KEEPALIVE));
+        let incoming = listener::CappedIncoming::new(incoming, limits);
         tonic::transport::Server::builder()
+            .max_concurrent_streams(STREAMS_PER_CONNECTION)
+            .concurrency_limit_per_connection(STREAMS_PER_CONNECTION as usize)
+            .timeout(limits.body_timeout)
             .add_service(health)
             .add_service(RateLimitServiceServer::new(self.service))
             .serve_with_incoming_shutdown(incoming, stop)
@@ -94,6 +106,12 @@ impl Bound {
             .map_err(|e| format!("rate limit service: {e}"))
     }
 }
+
+/// Calls in flight on one connection (announced as HTTP/2's MAX_CONCURRENT_STREAMS, and
+/// enforced): Envoy sends every check of a worker over one or a few connections.
+const STREAMS_PER_CONNECTION: u32 = 1024;
+/// Idle time before TCP keepalive probes start.
+const TCP_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Re-reads the configuration on each SIGHUP: a file that does not load is logged and
 /// counted, and the running configuration stays.
