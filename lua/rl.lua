@@ -221,9 +221,16 @@ local function build()
     M.fail("ERR wrong number of arguments for '" .. name .. "' command")
   end
 
+  -- The server's time in us (TIME), its seconds converted once per second (a library keeps
+  -- them between calls).
+  local last_s, last_us
   function M.now_us()
-    local t = redis.call("TIME")
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local t = call("TIME")
+    local s = t[1]
+    if s ~= last_s then
+      last_s, last_us = s, s * 1000000
+    end
+    return last_us + t[2]
   end
 
   -- ------------------------------------------------------------------------------------------
@@ -832,6 +839,134 @@ local function build()
   end
 
   -- ------------------------------------------------------------------------------------------
+  -- lua/src/fast.lua
+  -- The fast path: the common call of a rate limiter (one key, its positional parameters, at
+  -- most the options its section takes, on a missing key or a version 1 value of the same
+  -- parameters whose numbers stay below 2^52) answered on plain numbers, with no intermediate
+  -- tables and the arguments parsed once per distinct text. Anything else (another option,
+  -- a bad argument, a value of version 2 or of other parameters, a number out of that range)
+  -- returns nil before any write, and the general path answers it: same replies, same bytes,
+  -- same expiries, the bignums and every error text there. The fast code calls the server
+  -- with redis.call (cheaper than redis.pcall); the entry point runs it under pcall, so an
+  -- error (WRONGTYPE on the read, a refused write) also leaves the call to the general path,
+  -- which reports it as the module does.
+
+  -- The command name as sent (exact case) -> function(keys, args) -> reply, or nil.
+  M.FAST = {}
+
+  -- 2^52: every quantity of a fast call stays below it, so sums of two stay exact.
+  local FAST_MAX = 4503599627370496
+  M.FAST_MAX = FAST_MAX
+
+  -- Parsed arguments by their text, so a limiter's usual call converts no digits: positional
+  -- parameters in a tree per command (one level per parameter), option values by text.
+  -- Bounded: emptied when they hold too many.
+  local TREES, VALUES, cached = {}, {}, 0
+  local CACHE_MAX = 1024
+
+  local function forget_if_full()
+    cached = cached + 1
+    if cached > CACHE_MAX then
+      for _, tree in ipairs(TREES) do
+        for k in pairs(tree) do
+          tree[k] = nil
+        end
+      end
+      VALUES, cached = {}, 0
+    end
+  end
+
+  -- A plain decimal integer of at most MAX_COUNT (digits only, as the module's `integer`),
+  -- or false.
+  local function plain(s)
+    if s == "" or find(s, "%D") then
+      return false
+    end
+    local n = tonumber(s)
+    return n <= M.MAX_COUNT and n
+  end
+
+  -- An option's value (COST, BURST, a quantity) as `plain`, cached.
+  function M.fast_value(s)
+    local n = VALUES[s]
+    if n == nil then
+      n = plain(s)
+      VALUES[s] = n
+      forget_if_full()
+    end
+    return n
+  end
+
+  -- The positional parameters args[2 .. count + 1] of a call, parsed (checked against
+  -- `ranges`, turned by `prepare(a, b, c)` into what the fast code needs, false when the
+  -- general path answers them) and kept in `tree`, one level per parameter, where the fast
+  -- code looks them up: tree[args[2]][args[3]]...
+  function M.fast_parse(tree, args, count, ranges, prepare)
+    local node = tree
+    for i = 2, count do
+      local next_node = node[args[i]]
+      if not next_node then
+        next_node = {}
+        node[args[i]] = next_node
+      end
+      node = next_node
+    end
+    local v, p = {}, true
+    for i = 1, count do
+      local n = plain(args[i + 1])
+      if not n or n < ranges[i][2] or n > ranges[i][3] then
+        p = false
+      end
+      v[i] = n
+    end
+    p = p and prepare(v[1], v[2], v[3]) or false
+    node[args[count + 1]] = p
+    forget_if_full()
+    return p
+  end
+
+  -- A new tree of parameters, for a command's fast code.
+  function M.fast_tree()
+    local tree = {}
+    TREES[#TREES + 1] = tree
+    return tree
+  end
+
+  -- For a read that is not a value of the expected length: true when the key is missing
+  -- (GETRANGE gave ""), else nil (the general path answers).
+  function M.fast_missing(key, v)
+    return v == "" and call("EXISTS", key) == 0 or nil
+  end
+
+  -- Redis before 7.2 formats a number given as a command argument with printf's %.17g
+  -- (costly); Valkey with a fast conversion of its own. `%d` text is cheaper than the first
+  -- and dearer than the second: the fast code sends text where this is true.
+  M.FAST_TEXT = (redis.REDIS_VERSION_NUM or 0) < 0x070200
+  M.FAST_SLACK = M.TTL_SLACK_MS
+
+  -- Exact quotients of integers below 2^52 (a / b rounds; one step corrects it).
+  function M.fdiv(a, b)
+    local q = floor(a / b)
+    if q * b > a then
+      return q - 1
+    end
+    return q
+  end
+
+  function M.cdiv(a, b)
+    local q = floor(a / b)
+    if q * b < a then
+      return q + 1
+    end
+    return q
+  end
+
+  -- Milliseconds, rounded up, of `lag` us plus the time `gap` takes at `rate` per us (rounded up).
+  function M.fast_wait(gap, rate, lag)
+    return M.cdiv(M.cdiv(gap, rate) + lag, 1000)
+  end
+
+  -- ------------------------------------------------------------------------------------------
   -- lua/src/token_bucket.lua
   -- Token bucket (core/src/token_bucket.rs): level in units of 1/(refill_ms x 1000) token.
 
@@ -969,6 +1104,86 @@ local function build()
       "tokens_at_update", M.bnum(M.bdiv(s.level, s.refill_ms * 1000)),
       "updated_at_ms", M.idiv(s.updated_at, 1000),
     }
+  end
+
+  -- The fast path (see fast.lua) of `RL.TOKENBUCKET key capacity refill_tokens refill_ms
+  -- [COST n]`: M.TB.check on numbers, for a full level (capacity x refill_ms x 1000) below
+  -- 2^52, in one function (a Lua call costs about as much as ten lines of arithmetic).
+  local function tb_prepare(capacity, rate, refill_ms)
+    local unit = refill_ms * 1000
+    local full = capacity * unit
+    return full < M.FAST_MAX and { capacity, rate, refill_ms, unit, full, M.MAX_COUNT * unit }
+  end
+  local TB_TREE, TB_RANGES = M.fast_tree(), M.KINDS.T.params
+  local TB_HEAD, TB_LEN, TB_FORMAT = sunpack("<I5", "\0RL\1T"), M.V1_LEN.T, "<I5I8I8I8I8"
+
+  M.FAST["RL.TOKENBUCKET"] = function(key, args)
+    local n, cost = #args, 1
+    if n == 6 and args[5] == "COST" then
+      cost = M.fast_value(args[6])
+    elseif n ~= 4 then
+      return nil
+    end
+    local node = TB_TREE[args[2]]
+    node = node and node[args[3]]
+    local p = node and node[args[4]]
+    if p == nil then
+      p = M.fast_parse(TB_TREE, args, 3, TB_RANGES, tb_prepare)
+    end
+    if not p or not cost then
+      return nil
+    end
+    local capacity, rate, refill_ms, unit, full = p[1], p[2], p[3], p[4], p[5]
+    local level, updated = full, nil
+    local v = call("GETRANGE", key, "0", "44")
+    if #v == TB_LEN then
+      local head, at_low, at_high, ms_low, ms_high, low, high, top = sunpack("<I5I6I2I6I2I6I2I8", v)
+      -- The stored instant below 2^52 us, the same refill_ms, a level below 2^52 and not
+      -- over the most (else the general path: rescaling, bignums, the corrupt error).
+      if head ~= TB_HEAD or at_high >= 16 or ms_high ~= 0 or ms_low ~= refill_ms or high >= 16 or top ~= 0 then
+        return nil
+      end
+      updated, level = at_low + at_high * 281474976710656, low + high * 281474976710656
+      if level > p[6] then
+        return nil
+      end
+    elseif not M.fast_missing(key, v) then
+      return nil
+    end
+    local now = M.now_us()
+    local as_of = now
+    if updated then
+      if updated > now then
+        as_of = updated
+      end
+      local added = rate * (as_of - updated) -- rounded only when far above what is missing
+      level = added >= full - level and full or level + added
+    end
+    local lag = as_of - now
+    local need = cost * unit
+    if cost > capacity or level < need then
+      local wait = M.fast_wait
+      return { 0, capacity, M.fdiv(level, unit), cost > capacity and -1 or wait(need - level, rate, lag),
+        wait(full - level, rate, lag) }
+    end
+    -- Allowed: the reset (M.fast_wait) computed here, on no call.
+    level = level - need
+    local gap = full - level
+    local w = gap / rate
+    w = w - w % 1
+    w = (w * rate < gap and w + 1 or w) + lag
+    local reset = w / 1000
+    reset = reset - reset % 1
+    reset = reset * 1000 < w and reset + 1 or reset
+    if cost > 0 then
+      local at = now / 1000
+      at = at - at % 1
+      at = (at * 1000 < now and at + 1 or at) + reset + M.FAST_SLACK
+      call("SET", key, spack(TB_FORMAT, TB_HEAD, as_of, refill_ms, level, 0), "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+    end
+    local left = level / unit
+    left = left - left % 1
+    return { 1, capacity, left * unit > level and left - 1 or left, 0, reset }
   end
 
   -- ------------------------------------------------------------------------------------------
@@ -2360,6 +2575,15 @@ local M
 -- One call: `keys` and `args` as FCALL (or EVALSHA) passes them.
 local function rl(keys, args)
   M = M or build()
+  -- The common call on its fast code (lua/src/fast.lua); nil, or an error of the server's
+  -- (before any write: WRONGTYPE), leaves it to the general path.
+  local fast = M.FAST[args[1]]
+  if fast and #keys == 1 then
+    local ok, reply = pcall(fast, keys[1], args)
+    if ok and reply then
+      return reply
+    end
+  end
   M.KEYS = keys
   local ok, result = pcall(M.main, args)
   if ok then

@@ -135,7 +135,14 @@ function M.arity(name)
   M.fail("ERR wrong number of arguments for '" .. name .. "' command")
 end
 
+-- The server's time in us (TIME), its seconds converted once per second (a library keeps
+-- them between calls).
+local last_s, last_us
 function M.now_us()
-  local t = redis.call("TIME")
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local t = call("TIME")
+  local s = t[1]
+  if s ~= last_s then
+    last_s, last_us = s, s * 1000000
+  end
+  return last_us + t[2]
 end

@@ -28,8 +28,7 @@ use redis_rl_core::{Decision, Micros, Millis, Outcome};
 use std::time::Instant;
 
 const SCRIPT: &str = include_str!("../../lua/rl.lua");
-const CLOCK: &str =
-    "local t = redis.call(\"TIME\")\n    return tonumber(t[1]) * 1000000 + tonumber(t[2])";
+const CLOCK: &str = "local t = call(\"TIME\")\n    local s = t[1]\n    if s ~= last_s then\n      last_s, last_us = s, s * 1000000\n    end\n    return last_us + t[2]";
 const ENTRY: &str = "  M = M or build()\n";
 
 /// The library with the clock replaced by the last argument (µs): for exact comparisons only.
