@@ -102,6 +102,15 @@ end
 M.FAST_TEXT = (redis.REDIS_VERSION_NUM or 0) < 0x070200
 M.FAST_SLACK = M.TTL_SLACK_MS
 
+-- SET's PXAT for a write at `now` (us) whose reply says `reset` ms: the instant rounded up
+-- to a millisecond, plus the reset and the slack, as M.write.
+function M.fast_expiry(now, reset)
+  local at = now / 1000
+  at = at - at % 1
+  at = (at * 1000 < now and at + 1 or at) + reset + M.TTL_SLACK_MS
+  return M.FAST_TEXT and fmt("%d", at) or at
+end
+
 -- Exact quotients of integers below 2^52 (a / b rounds; one step corrects it).
 function M.fdiv(a, b)
   local q = floor(a / b)

@@ -47,6 +47,8 @@ local function build()
   local byte, char, fmt, find, sub = string.byte, string.char, string.format, string.find, string.sub
   local call, pcall_redis = redis.call, redis.pcall
   local spack, sunpack = struct.pack, struct.unpack
+  -- The last second TIME gave (its text) and it in us: converted once per second.
+  local clock_s, clock_us
 
   -- @SECTIONS@
 

@@ -180,7 +180,11 @@ M.FAST["RL.TOKENBUCKET"] = function(key, args)
   elseif not M.fast_missing(key, v) then
     return nil
   end
-  local now = M.now_us()
+  local t = call("TIME")
+  if t[1] ~= clock_s then
+    clock_s, clock_us = t[1], t[1] * 1000000
+  end
+  local now = clock_us + t[2]
   local as_of = now
   if updated then
     if updated > now then

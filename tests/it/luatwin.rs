@@ -28,7 +28,7 @@ use redis_rl_core::{Decision, Micros, Millis, Outcome};
 use std::time::Instant;
 
 const SCRIPT: &str = include_str!("../../lua/rl.lua");
-const CLOCK: &str = "local t = call(\"TIME\")\n    local s = t[1]\n    if s ~= last_s then\n      last_s, last_us = s, s * 1000000\n    end\n    return last_us + t[2]";
+const CLOCK: &str = "call(\"TIME\")";
 const ENTRY: &str = "  M = M or build()\n";
 
 /// The library with the clock replaced by the last argument (µs): for exact comparisons only.
@@ -41,9 +41,14 @@ fn fixed_clock_library() -> String {
         SCRIPT.contains(ENTRY),
         "lua/rl.lua builds M as the test expects"
     );
-    SCRIPT.replacen(CLOCK, "return M.FIXED_NOW", 1).replacen(
+    // Every TIME call (the general path's and the fast code's) reads the test's clock.
+    SCRIPT.replace(CLOCK, "M.FIXED_TIME").replacen(
         ENTRY,
-        &format!("{ENTRY}  M.FIXED_NOW = tonumber(table.remove(args))\n"),
+        &format!(
+            "{ENTRY}  local fixed = tonumber(table.remove(args))\n  \
+             M.FIXED_TIME = {{ string.format(\"%d\", math.floor(fixed / 1000000)), \
+             string.format(\"%d\", fixed % 1000000) }}\n"
+        ),
         1,
     )
 }
@@ -355,7 +360,8 @@ impl Spec {
 
 /// The stored bytes the twin writes (README's format, which the module reads): version 1,
 /// 8-byte little-endian fields (16 for a u128), for the fixed-size states whose fields are
-/// all below 2^53 (what the twin packs with the server's `struct` library), else version 2
+/// all below 2^53 (what the twin packs with the server's `struct` library) and for a GCRA
+/// whatever its arrival time, else version 2
 /// (varints, a window as its index); version 1 varints for a log.
 fn encode(state: &State) -> Vec<u8> {
     fn varint(out: &mut Vec<u8>, v: u64) {
@@ -397,15 +403,9 @@ fn encode(state: &State) -> Vec<u8> {
             let f = [s.window_ms, s.window_start.0, s.count].map(u128::from);
             return fixed(b'F', &f, &[8; 3]);
         }
-        State::Gc(s) if s.tat < EXACT => {
+        State::Gc(s) => {
             let f = [s.tat, u128::from(s.limit), u128::from(s.period_ms)];
             return fixed(b'G', &f, &[16, 8, 8]);
-        }
-        State::Gc(s) => {
-            out.push(b'G');
-            wide(&mut out, s.tat);
-            varint(&mut out, s.limit);
-            varint(&mut out, s.period_ms);
         }
         State::Qu(s) => {
             out.push(b'Q');
