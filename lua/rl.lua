@@ -1437,6 +1437,81 @@ local function build()
     return { "window_ms", s.window_ms, "window_start_ms", s.window_start, "count", n }
   end
 
+  -- The fast path (see fast.lua) of `RL.FIXED key limit window_ms [COST n]`: M.FW.check on
+  -- numbers (all below 2^53 for every parameter).
+  local FW_HEAD, FW_LEN, FW_FORMAT = sunpack("<I5", "\0RL\1F"), M.V1_LEN.F, "<I5I8I8I8"
+  local FW_TREE, FW_RANGES = M.fast_tree(), M.KINDS.F.params
+  local function fw_prepare(limit, window_ms)
+    return { limit, window_ms }
+  end
+
+  M.FAST["RL.FIXED"] = function(key, args)
+    local n, cost = #args, 1
+    if n == 5 and args[4] == "COST" then
+      cost = M.fast_value(args[5])
+    elseif n ~= 3 then
+      return nil
+    end
+    local node = FW_TREE[args[2]]
+    local p = node and node[args[3]]
+    if p == nil then
+      p = M.fast_parse(FW_TREE, args, 2, FW_RANGES, fw_prepare)
+    end
+    if not p or not cost then
+      return nil
+    end
+    local limit, window_ms = p[1], p[2]
+    local v = call("GETRANGE", key, "0", "35")
+    local stored_ms, start, count
+    if #v == FW_LEN then
+      local head
+      head, stored_ms, start, count = sunpack(FW_FORMAT, v)
+      -- As M.FW.read checks it (else the general path names the corrupt value).
+      if head ~= FW_HEAD or stored_ms < 1 or stored_ms > M.MAX_DURATION_MS or start * 1000 > M.LATEST_US
+        or start % stored_ms ~= 0 or count > M.MAX_COUNT then
+        return nil
+      end
+    elseif not M.fast_missing(key, v) then
+      return nil
+    end
+    local t = call("TIME")
+    if t[1] ~= clock_s then
+      clock_s, clock_us = t[1], t[1] * 1000000
+    end
+    local now = clock_us + t[2]
+    local at = now / 1000
+    at = at - at % 1
+    local used = 0
+    if start then
+      if start > at then
+        at = start
+      end
+      if at < start + stored_ms then
+        used = count
+      end
+    end
+    start = at - at % window_ms
+    local until_end = (start + window_ms) * 1000 - now
+    if until_end > 0 then
+      local ms = until_end / 1000
+      ms = ms - ms % 1
+      until_end = ms * 1000 < until_end and ms + 1 or ms
+    else
+      until_end = 0
+    end
+    local after = used + cost
+    if cost > limit or after > limit then
+      return { 0, limit, limit > used and limit - used or 0, cost > limit and -1 or until_end, used > 0 and until_end or 0 }
+    end
+    if cost > 0 then
+      at = now / 1000
+      at = at - at % 1
+      at = (at * 1000 < now and at + 1 or at) + until_end + M.TTL_SLACK_MS
+      call("SET", key, spack(FW_FORMAT, FW_HEAD, window_ms, start, after), "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+    end
+    return { 1, limit, limit - after, 0, after > 0 and until_end or 0 }
+  end
+
   -- ------------------------------------------------------------------------------------------
   -- lua/src/gcra.lua
   -- GCRA (core/src/gcra.rs): the arrival time in ticks of 1/limit us.
