@@ -1353,6 +1353,135 @@ local function build()
     }
   end
 
+  -- The fast path (see fast.lua) of `RL.SLIDING key limit window_ms [COST n]`: M.SW.check on
+  -- numbers, for the same window as stored and a previous window's weight (previous x its
+  -- remaining us) below 2^52. The budget (limit x window us) may pass 2^53, so the code
+  -- compares counts instead: remaining = limit - current - ceil(weight / window).
+  local SW_HEAD, SW_LEN, SW_FORMAT = sunpack("<I5", "\0RL\1S"), M.V1_LEN.S, "<I5I8I8I8I8"
+  local SW_TREE, SW_RANGES = M.fast_tree(), M.KINDS.S.params
+  local function sw_prepare(limit, window_ms)
+    return { limit, window_ms, window_ms * 1000 }
+  end
+
+  -- The wait of a denial (M.sw_earliest_allowed, then since now, at least 1 ms), or nil for
+  -- the general path (a product past 2^52).
+  local function sw_retry(limit, w, start, at, previous, current, cost, now)
+    local earliest
+    local spare = limit - (current + cost)
+    if previous > 0 and spare >= 0 then
+      if spare >= previous then
+        earliest = at
+      elseif spare * w >= M.FAST_MAX then
+        return nil
+      else
+        local part = M.fdiv(spare * w, previous)
+        if part > 0 then
+          earliest = start + w - part
+          earliest = earliest > at and earliest or at
+        end
+      end
+    end
+    if not earliest then
+      earliest = start + w
+      if current > 0 and limit - cost < current then
+        if (limit - cost) * w >= M.FAST_MAX then
+          return nil
+        end
+        earliest = earliest + w - M.fdiv((limit - cost) * w, current)
+      end
+    end
+    local retry = earliest > now and M.cdiv(earliest - now, 1000) or 0
+    return retry > 1 and retry or 1
+  end
+
+  M.FAST["RL.SLIDING"] = function(key, args)
+    local n, cost = #args, 1
+    if n == 5 and args[4] == "COST" then
+      cost = M.fast_value(args[5])
+    elseif n ~= 3 then
+      return nil
+    end
+    local node = SW_TREE[args[2]]
+    local p = node and node[args[3]]
+    if p == nil then
+      p = M.fast_parse(SW_TREE, args, 2, SW_RANGES, sw_prepare)
+    end
+    if not p or not cost then
+      return nil
+    end
+    local limit, window_ms, w = p[1], p[2], p[3]
+    local v = call("GETRANGE", key, "0", "45")
+    local stored_ms, stored_start, previous, current
+    if #v == SW_LEN then
+      local head
+      head, stored_ms, stored_start, previous, current = sunpack(SW_FORMAT, v)
+      -- As M.SW.read checks it, and the same window (else the general path).
+      if head ~= SW_HEAD or stored_ms ~= window_ms or stored_start * 1000 > M.LATEST_US
+        or stored_start % stored_ms ~= 0 or previous > M.MAX_COUNT or current > M.MAX_COUNT then
+        return nil
+      end
+    elseif not M.fast_missing(key, v) then
+      return nil
+    end
+    local t = call("TIME")
+    if t[1] ~= clock_s then
+      clock_s, clock_us = t[1], t[1] * 1000000
+    end
+    local now = clock_us + t[2]
+    local at = now
+    local start
+    if stored_start then
+      stored_start = stored_start * 1000
+      if stored_start > at then
+        at = stored_start
+      end
+      start = at - at % w
+      local gone = start - stored_start
+      if gone == w then
+        previous, current = current, 0
+      elseif gone ~= 0 then
+        previous, current = 0, 0
+      end
+    else
+      start, previous, current = now - now % w, 0, 0
+    end
+    local weight = previous * (w - (at - start))
+    if weight >= M.FAST_MAX then
+      return nil
+    end
+    local carried = weight / w
+    carried = carried - carried % 1
+    carried = carried * w < weight and carried + 1 or carried
+    local allowed = cost <= limit and weight <= (limit - current - cost) * w
+    local retry = 0
+    if allowed then
+      current = current + cost
+    elseif cost > limit then
+      retry = -1
+    else
+      retry = sw_retry(limit, w, start, at, previous, current, cost, now)
+      if not retry then
+        return nil
+      end
+    end
+    local idle = current > 0 and start + 2 * w or previous > 0 and start + w or 0
+    local reset = 0
+    if idle > now then
+      reset = (idle - now) / 1000
+      reset = reset - reset % 1
+      reset = reset * 1000 < idle - now and reset + 1 or reset
+    end
+    if allowed and cost > 0 then
+      local pxat = now / 1000
+      pxat = pxat - pxat % 1
+      pxat = (pxat * 1000 < now and pxat + 1 or pxat) + reset + M.TTL_SLACK_MS
+      call("SET", key, spack(SW_FORMAT, SW_HEAD, window_ms, start / 1000, previous, current), "PXAT",
+        M.FAST_TEXT and fmt("%d", pxat) or pxat)
+    end
+    local remaining = limit - current - carried
+    return { allowed and 1 or 0, limit, remaining > 0 and remaining or 0, retry, reset }
+  end
+
   -- ------------------------------------------------------------------------------------------
   -- lua/src/fixed_window.lua
   -- Fixed window counter (core/src/fixed_window.rs).
