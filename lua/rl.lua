@@ -871,7 +871,10 @@ local function build()
           tree[k] = nil
         end
       end
-      VALUES, cached = {}, 0
+      for k in pairs(VALUES) do
+        VALUES[k] = nil
+      end
+      cached = 0
     end
   end
 
@@ -885,7 +888,9 @@ local function build()
     return n <= M.MAX_COUNT and n
   end
 
-  -- An option's value (COST, BURST, a quantity) as `plain`, cached.
+  -- An option's value (COST, BURST, a quantity) as `plain`, cached (the fast code may look
+  -- it up in M.FAST_VALUES first).
+  M.FAST_VALUES = VALUES
   function M.fast_value(s)
     local n = VALUES[s]
     if n == nil then
@@ -1818,6 +1823,7 @@ local function build()
     return p
   end
   local GC_TREE, TH_TREE, GC_RANGES = M.fast_tree(), M.fast_tree(), M.KINDS.G.params
+  local VALUES = M.FAST_VALUES
 
   -- `RL.GCRA key limit period_ms [BURST b] [COST n]` (options in either order) and
   -- `RL.THROTTLE key max_burst count period_s [quantity]`, in one function (a Lua call costs
@@ -1839,7 +1845,12 @@ local function build()
         p = M.fast_parse(TH_TREE, args, 3, M.THROTTLE, throttle_prepare)
       end
       burst = p and p[6]
-    else
+    elseif n == 5 and args[4] == "BURST" then
+      burst = VALUES[args[5]]
+      if burst == nil then
+        burst = M.fast_value(args[5])
+      end
+    elseif n ~= 3 then
       for i = 4, n, 2 do
         local word = args[i]
         if word == "BURST" and burst == nil and i < n then
@@ -1850,6 +1861,8 @@ local function build()
           return nil
         end
       end
+    end
+    if not throttle then
       local node = GC_TREE[args[2]]
       p = node and node[args[3]]
       if p == nil then

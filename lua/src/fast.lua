@@ -30,7 +30,10 @@ local function forget_if_full()
         tree[k] = nil
       end
     end
-    VALUES, cached = {}, 0
+    for k in pairs(VALUES) do
+      VALUES[k] = nil
+    end
+    cached = 0
   end
 end
 
@@ -44,7 +47,9 @@ local function plain(s)
   return n <= M.MAX_COUNT and n
 end
 
--- An option's value (COST, BURST, a quantity) as `plain`, cached.
+-- An option's value (COST, BURST, a quantity) as `plain`, cached (the fast code may look
+-- it up in M.FAST_VALUES first).
+M.FAST_VALUES = VALUES
 function M.fast_value(s)
   local n = VALUES[s]
   if n == nil then

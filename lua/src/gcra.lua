@@ -173,6 +173,7 @@ local function throttle_prepare(max_burst, count, period_s)
   return p
 end
 local GC_TREE, TH_TREE, GC_RANGES = M.fast_tree(), M.fast_tree(), M.KINDS.G.params
+local VALUES = M.FAST_VALUES
 
 -- `RL.GCRA key limit period_ms [BURST b] [COST n]` (options in either order) and
 -- `RL.THROTTLE key max_burst count period_s [quantity]`, in one function (a Lua call costs
@@ -194,7 +195,12 @@ local function gcra_fast(key, args)
       p = M.fast_parse(TH_TREE, args, 3, M.THROTTLE, throttle_prepare)
     end
     burst = p and p[6]
-  else
+  elseif n == 5 and args[4] == "BURST" then
+    burst = VALUES[args[5]]
+    if burst == nil then
+      burst = M.fast_value(args[5])
+    end
+  elseif n ~= 3 then
     for i = 4, n, 2 do
       local word = args[i]
       if word == "BURST" and burst == nil and i < n then
@@ -205,6 +211,8 @@ local function gcra_fast(key, args)
         return nil
       end
     end
+  end
+  if not throttle then
     local node = GC_TREE[args[2]]
     p = node and node[args[3]]
     if p == nil then
