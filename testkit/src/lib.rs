@@ -17,6 +17,8 @@
 //! - [`rng`]: [`Rng`], seeded and reproducible (splitmix64).
 //! - [`tls`]: [`tls::TlsServer`], Debian's redis-server on a TLS port with ACL users (a
 //!   managed service's stand-in), and a throwaway CA.
+//! - [`tls_cluster`]: [`tls_cluster::TlsCluster`], three such masters with the cluster bus
+//!   and replication over TLS.
 //! - [`ops`]: the operations tests' seeded random mix of RL.* calls and dataset snapshots.
 //!
 //! `use redis_rl_testkit::*;` brings in everything but [`ops`].
@@ -29,6 +31,7 @@ pub mod ports;
 pub mod rng;
 pub mod server;
 pub mod tls;
+pub mod tls_cluster;
 pub mod twin;
 
 pub use checks::*;
