@@ -739,25 +739,12 @@ local function build()
 
   -- A varint of up to 128 bits at `pos` (`bits`: 64 or 128): value (a bignum or a number),
   -- next position; nil when malformed (truncated, not in its shortest form, over `bits`).
-  -- Below 2^53 it is summed as a number; above, its 7-bit groups are packed into limbs.
+  -- Below 2^53 it is read as a number (read_varint); above, its 7-bit groups are packed
+  -- into limbs.
   local function read_bvarint(v, pos, bits)
-    local value, scale = 0, 1
-    for k = 0, 7 do
-      local b = byte(v, pos + k)
-      if not b then
-        return nil
-      end
-      if b < 128 then
-        if b == 0 and k > 0 then
-          return nil
-        end
-        if k < 7 or b < 16 then
-          return value + b * scale, pos + k + 1
-        end
-        break
-      end
-      value = value + (b - 128) * scale
-      scale = scale * 128
+    local value, nxt = read_varint(v, pos)
+    if value then
+      return value, nxt
     end
     local last = bits == 64 and 9 or 18
     local top = bits == 64 and 1 or 3
@@ -936,10 +923,38 @@ local function build()
     return tree
   end
 
-  -- For a read that is not a value of the expected length: true when the key is missing
-  -- (GETRANGE gave ""), else nil (the general path answers).
-  function M.fast_missing(key, v)
-    return v == "" and call("EXISTS", key) == 0 or nil
+  -- The key's first bytes (GETRANGE 0 `last`, a string constant; "" when the key is missing)
+  -- and the server's time in us (M.now_us, here in the same call); nil when the general
+  -- path must answer (an empty string).
+  function M.fast_read(key, last)
+    local v = call("GETRANGE", key, "0", last)
+    if v == "" and call("EXISTS", key) ~= 0 then
+      return nil
+    end
+    local t = call("TIME")
+    if t[1] ~= clock_s then
+      clock_s, clock_us = t[1], t[1] * 1000000
+    end
+    return v, clock_us + t[2]
+  end
+
+  -- The parameters (`prepare`d, from `tree`) and cost of `RL.X key a b [COST n]`, or nil.
+  function M.fast_pair_args(tree, ranges, prepare, args)
+    local n, cost = #args, 1
+    if n == 5 and args[4] == "COST" then
+      cost = VALUES[args[5]]
+      if cost == nil then
+        cost = M.fast_value(args[5])
+      end
+    elseif n ~= 3 then
+      return nil
+    end
+    local node = tree[args[2]]
+    local p = node and node[args[3]]
+    if p == nil then
+      p = M.fast_parse(tree, args, 2, ranges, prepare)
+    end
+    return p and cost and p, cost
   end
 
   -- Redis before 7.2 formats a number given as a command argument with printf's %.17g
@@ -1148,7 +1163,10 @@ local function build()
     end
     local capacity, rate, refill_ms, unit, full = p[1], p[2], p[3], p[4], p[5]
     local level, updated = full, nil
-    local v = call("GETRANGE", key, "0", "44")
+    local v, now = M.fast_read(key, "44")
+    if not v then
+      return nil
+    end
     if #v == TB_LEN then
       local head, at_low, at_high, ms_low, ms_high, low, high, top = sunpack("<I5I6I2I6I2I6I2I8", v)
       -- The stored instant below 2^52 us, the same refill_ms, a level below 2^52 and not
@@ -1160,14 +1178,9 @@ local function build()
       if level > p[6] then
         return nil
       end
-    elseif not M.fast_missing(key, v) then
+    elseif v ~= "" then
       return nil
     end
-    local t = call("TIME")
-    if t[1] ~= clock_s then
-      clock_s, clock_us = t[1], t[1] * 1000000
-    end
-    local now = clock_us + t[2]
     local as_of = now
     if updated then
       if updated > now then
@@ -1400,22 +1413,15 @@ local function build()
   end
 
   M.FAST["RL.SLIDING"] = function(key, args)
-    local n, cost = #args, 1
-    if n == 5 and args[4] == "COST" then
-      cost = M.fast_value(args[5])
-    elseif n ~= 3 then
-      return nil
-    end
-    local node = SW_TREE[args[2]]
-    local p = node and node[args[3]]
-    if p == nil then
-      p = M.fast_parse(SW_TREE, args, 2, SW_RANGES, sw_prepare)
-    end
-    if not p or not cost then
+    local p, cost = M.fast_pair_args(SW_TREE, SW_RANGES, sw_prepare, args)
+    if not p then
       return nil
     end
     local limit, window_ms, w = p[1], p[2], p[3]
-    local v = call("GETRANGE", key, "0", "45")
+    local v, now = M.fast_read(key, "45")
+    if not v then
+      return nil
+    end
     local stored_ms, stored_start, previous, current
     if #v == SW_LEN then
       local head
@@ -1425,14 +1431,9 @@ local function build()
         or stored_start % stored_ms ~= 0 or previous > M.MAX_COUNT or current > M.MAX_COUNT then
         return nil
       end
-    elseif not M.fast_missing(key, v) then
+    elseif v ~= "" then
       return nil
     end
-    local t = call("TIME")
-    if t[1] ~= clock_s then
-      clock_s, clock_us = t[1], t[1] * 1000000
-    end
-    local now = clock_us + t[2]
     local at = now
     local start
     if stored_start then
@@ -1531,26 +1532,28 @@ local function build()
     return at - M.imod(at, window_ms), n
   end
 
-  function M.FW.check(s, now, p, cost)
-    local start, n = M.fw_current(s, now, p.window_ms)
-    local end_us = (start + p.window_ms) * 1000
+  -- A count of `n` in a window ending at `end_us` (core/src/fixed_window.rs, which the
+  -- calendar quota shares): the decision for `cost` and the count to write (nil: none).
+  function M.window_count_check(limit, now, end_us, n, cost)
     local until_end = end_us > now and M.ceil_div(end_us - now, 1000) or 0
     local function decide(allowed, retry, after)
-      local remaining = p.limit > after and p.limit - after or 0
-      return M.decision(allowed, p.limit, remaining, retry, after > 0 and until_end or 0)
+      local remaining = limit > after and limit - after or 0
+      return M.decision(allowed, limit, remaining, retry, after > 0 and until_end or 0)
     end
-    if cost > p.limit then
+    if cost > limit then
       return decide(false, -1, n)
     end
     local after = n + cost
-    if after > p.limit then
+    if after > limit then
       return decide(false, until_end, n)
     end
-    local new
-    if cost > 0 then
-      new = { window_ms = p.window_ms, window_start = start, count = after }
-    end
-    return decide(true, 0, after), new
+    return decide(true, 0, after), cost > 0 and after or nil
+  end
+
+  function M.FW.check(s, now, p, cost)
+    local start, n = M.fw_current(s, now, p.window_ms)
+    local d, count = M.window_count_check(p.limit, now, (start + p.window_ms) * 1000, n, cost)
+    return d, count and { window_ms = p.window_ms, window_start = start, count = count }
   end
 
   function M.FW.refund(s, now, p, amount)
@@ -1580,22 +1583,15 @@ local function build()
   end
 
   M.FAST["RL.FIXED"] = function(key, args)
-    local n, cost = #args, 1
-    if n == 5 and args[4] == "COST" then
-      cost = M.fast_value(args[5])
-    elseif n ~= 3 then
-      return nil
-    end
-    local node = FW_TREE[args[2]]
-    local p = node and node[args[3]]
-    if p == nil then
-      p = M.fast_parse(FW_TREE, args, 2, FW_RANGES, fw_prepare)
-    end
-    if not p or not cost then
+    local p, cost = M.fast_pair_args(FW_TREE, FW_RANGES, fw_prepare, args)
+    if not p then
       return nil
     end
     local limit, window_ms = p[1], p[2]
-    local v = call("GETRANGE", key, "0", "35")
+    local v, now = M.fast_read(key, "35")
+    if not v then
+      return nil
+    end
     local stored_ms, start, count
     if #v == FW_LEN then
       local head
@@ -1605,14 +1601,9 @@ local function build()
         or start % stored_ms ~= 0 or count > M.MAX_COUNT then
         return nil
       end
-    elseif not M.fast_missing(key, v) then
+    elseif v ~= "" then
       return nil
     end
-    local t = call("TIME")
-    if t[1] ~= clock_s then
-      clock_s, clock_us = t[1], t[1] * 1000000
-    end
-    local now = clock_us + t[2]
     local at = now / 1000
     at = at - at % 1
     local used = 0
@@ -1784,11 +1775,7 @@ local function build()
     local p = M.GC.finish(M.gcra_params(count, period_s * 1000, max_burst + 1))
     local key = M.KEYS[1]
     local state = M.GC.read(key)
-    local t = call("TIME")
-    if t[1] ~= clock_s then
-      clock_s, clock_us = t[1], t[1] * 1000000
-    end
-    local now = clock_us + t[2]
+    local now = M.now_us()
     local d, new = M.GC.check(state, now, p, cost)
     M.check_exact(d)
     if new then
@@ -1881,7 +1868,10 @@ local function build()
     if span >= HALF_FAST then
       return nil
     end
-    local v = call("GETRANGE", key, "0", "44")
+    local v, now = M.fast_read(key, "44")
+    if not v then
+      return nil
+    end
     local low, high, top, stored_limit, stored_period
     if #v == GC_LEN then
       local head
@@ -1890,14 +1880,9 @@ local function build()
         or stored_period < 1 or stored_period > LONGEST then
         return nil
       end
-    elseif not M.fast_missing(key, v) then
+    elseif v ~= "" then
       return nil
     end
-    local t = call("TIME")
-    if t[1] ~= clock_s then
-      clock_s, clock_us = t[1], t[1] * 1000000
-    end
-    local now = clock_us + t[2]
     -- now x limit = x * 2^48 + y, y < 2^48.
     local nh = now / TWO26
     nh = nh - nh % 1
@@ -2336,24 +2321,8 @@ local function build()
 
   function M.QU.check(s, now, p, cost)
     local start, stop, n = M.QU.current(s, now, p)
-    local end_us = stop * 1000
-    local until_end = end_us > now and M.ceil_div(end_us - now, 1000) or 0
-    local function decide(allowed, retry, after)
-      local remaining = p.limit > after and p.limit - after or 0
-      return M.decision(allowed, p.limit, remaining, retry, after > 0 and until_end or 0)
-    end
-    if cost > p.limit then
-      return decide(false, -1, n)
-    end
-    local after = n + cost
-    if after > p.limit then
-      return decide(false, until_end, n)
-    end
-    local new
-    if cost > 0 then
-      new = { period_start = start, period_end = stop, count = after }
-    end
-    return decide(true, 0, after), new
+    local d, count = M.window_count_check(p.limit, now, stop * 1000, n, cost)
+    return d, count and { period_start = start, period_end = stop, count = count }
   end
 
   function M.QU.refund(s, now, p, amount)
@@ -2890,12 +2859,17 @@ local function build()
   -- RL.STATE key: the algorithm, the fields its view shows now, and the TTL (-1: none), as
   -- the module's map, here a flat array (what the module sends a RESP2 client); nil when the
   -- key is missing. Never writes.
-  function M.run_state(name, args)
+  -- RL.STATE's and RL.RESET's one key and its first bytes (nil: missing).
+  local function key_and_head(name, args)
     if #M.KEYS ~= 1 or #args ~= 1 then
       M.arity(name)
     end
     local key = M.KEYS[1]
-    local head = M.get_prefix(key, 4)
+    return key, M.get_prefix(key, 4)
+  end
+
+  function M.run_state(name, args)
+    local key, head = key_and_head(name, args)
     if not head then
       return false
     end
@@ -2914,11 +2888,7 @@ local function build()
   -- RL.RESET key: deletes a limiter whatever its algorithm or state (even corrupt or of a
   -- newer format: the way out of a key the module cannot read); 0 when missing.
   function M.run_reset(name, args)
-    if #M.KEYS ~= 1 or #args ~= 1 then
-      M.arity(name)
-    end
-    local key = M.KEYS[1]
-    local head = M.get_prefix(key, 4)
+    local key, head = key_and_head(name, args)
     if not head then
       return 0
     end

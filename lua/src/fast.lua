@@ -95,10 +95,38 @@ function M.fast_tree()
   return tree
 end
 
--- For a read that is not a value of the expected length: true when the key is missing
--- (GETRANGE gave ""), else nil (the general path answers).
-function M.fast_missing(key, v)
-  return v == "" and call("EXISTS", key) == 0 or nil
+-- The key's first bytes (GETRANGE 0 `last`, a string constant; "" when the key is missing)
+-- and the server's time in us (M.now_us, here in the same call); nil when the general
+-- path must answer (an empty string).
+function M.fast_read(key, last)
+  local v = call("GETRANGE", key, "0", last)
+  if v == "" and call("EXISTS", key) ~= 0 then
+    return nil
+  end
+  local t = call("TIME")
+  if t[1] ~= clock_s then
+    clock_s, clock_us = t[1], t[1] * 1000000
+  end
+  return v, clock_us + t[2]
+end
+
+-- The parameters (`prepare`d, from `tree`) and cost of `RL.X key a b [COST n]`, or nil.
+function M.fast_pair_args(tree, ranges, prepare, args)
+  local n, cost = #args, 1
+  if n == 5 and args[4] == "COST" then
+    cost = VALUES[args[5]]
+    if cost == nil then
+      cost = M.fast_value(args[5])
+    end
+  elseif n ~= 3 then
+    return nil
+  end
+  local node = tree[args[2]]
+  local p = node and node[args[3]]
+  if p == nil then
+    p = M.fast_parse(tree, args, 2, ranges, prepare)
+  end
+  return p and cost and p, cost
 end
 
 -- Redis before 7.2 formats a number given as a command argument with printf's %.17g

@@ -40,26 +40,28 @@ function M.fw_current(s, now, window_ms)
   return at - M.imod(at, window_ms), n
 end
 
-function M.FW.check(s, now, p, cost)
-  local start, n = M.fw_current(s, now, p.window_ms)
-  local end_us = (start + p.window_ms) * 1000
+-- A count of `n` in a window ending at `end_us` (core/src/fixed_window.rs, which the
+-- calendar quota shares): the decision for `cost` and the count to write (nil: none).
+function M.window_count_check(limit, now, end_us, n, cost)
   local until_end = end_us > now and M.ceil_div(end_us - now, 1000) or 0
   local function decide(allowed, retry, after)
-    local remaining = p.limit > after and p.limit - after or 0
-    return M.decision(allowed, p.limit, remaining, retry, after > 0 and until_end or 0)
+    local remaining = limit > after and limit - after or 0
+    return M.decision(allowed, limit, remaining, retry, after > 0 and until_end or 0)
   end
-  if cost > p.limit then
+  if cost > limit then
     return decide(false, -1, n)
   end
   local after = n + cost
-  if after > p.limit then
+  if after > limit then
     return decide(false, until_end, n)
   end
-  local new
-  if cost > 0 then
-    new = { window_ms = p.window_ms, window_start = start, count = after }
-  end
-  return decide(true, 0, after), new
+  return decide(true, 0, after), cost > 0 and after or nil
+end
+
+function M.FW.check(s, now, p, cost)
+  local start, n = M.fw_current(s, now, p.window_ms)
+  local d, count = M.window_count_check(p.limit, now, (start + p.window_ms) * 1000, n, cost)
+  return d, count and { window_ms = p.window_ms, window_start = start, count = count }
 end
 
 function M.FW.refund(s, now, p, amount)
@@ -89,22 +91,15 @@ local function fw_prepare(limit, window_ms)
 end
 
 M.FAST["RL.FIXED"] = function(key, args)
-  local n, cost = #args, 1
-  if n == 5 and args[4] == "COST" then
-    cost = M.fast_value(args[5])
-  elseif n ~= 3 then
-    return nil
-  end
-  local node = FW_TREE[args[2]]
-  local p = node and node[args[3]]
-  if p == nil then
-    p = M.fast_parse(FW_TREE, args, 2, FW_RANGES, fw_prepare)
-  end
-  if not p or not cost then
+  local p, cost = M.fast_pair_args(FW_TREE, FW_RANGES, fw_prepare, args)
+  if not p then
     return nil
   end
   local limit, window_ms = p[1], p[2]
-  local v = call("GETRANGE", key, "0", "35")
+  local v, now = M.fast_read(key, "35")
+  if not v then
+    return nil
+  end
   local stored_ms, start, count
   if #v == FW_LEN then
     local head
@@ -114,14 +109,9 @@ M.FAST["RL.FIXED"] = function(key, args)
       or start % stored_ms ~= 0 or count > M.MAX_COUNT then
       return nil
     end
-  elseif not M.fast_missing(key, v) then
+  elseif v ~= "" then
     return nil
   end
-  local t = call("TIME")
-  if t[1] ~= clock_s then
-    clock_s, clock_us = t[1], t[1] * 1000000
-  end
-  local now = clock_us + t[2]
   local at = now / 1000
   at = at - at % 1
   local used = 0

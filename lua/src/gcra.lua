@@ -134,11 +134,7 @@ function M.run_throttle(name, args)
   local p = M.GC.finish(M.gcra_params(count, period_s * 1000, max_burst + 1))
   local key = M.KEYS[1]
   local state = M.GC.read(key)
-  local t = call("TIME")
-  if t[1] ~= clock_s then
-    clock_s, clock_us = t[1], t[1] * 1000000
-  end
-  local now = clock_us + t[2]
+  local now = M.now_us()
   local d, new = M.GC.check(state, now, p, cost)
   M.check_exact(d)
   if new then
@@ -231,7 +227,10 @@ local function gcra_fast(key, args)
   if span >= HALF_FAST then
     return nil
   end
-  local v = call("GETRANGE", key, "0", "44")
+  local v, now = M.fast_read(key, "44")
+  if not v then
+    return nil
+  end
   local low, high, top, stored_limit, stored_period
   if #v == GC_LEN then
     local head
@@ -240,14 +239,9 @@ local function gcra_fast(key, args)
       or stored_period < 1 or stored_period > LONGEST then
       return nil
     end
-  elseif not M.fast_missing(key, v) then
+  elseif v ~= "" then
     return nil
   end
-  local t = call("TIME")
-  if t[1] ~= clock_s then
-    clock_s, clock_us = t[1], t[1] * 1000000
-  end
-  local now = clock_us + t[2]
   -- now x limit = x * 2^48 + y, y < 2^48.
   local nh = now / TWO26
   nh = nh - nh % 1

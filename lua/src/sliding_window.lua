@@ -193,22 +193,15 @@ local function sw_retry(limit, w, start, at, previous, current, cost, now)
 end
 
 M.FAST["RL.SLIDING"] = function(key, args)
-  local n, cost = #args, 1
-  if n == 5 and args[4] == "COST" then
-    cost = M.fast_value(args[5])
-  elseif n ~= 3 then
-    return nil
-  end
-  local node = SW_TREE[args[2]]
-  local p = node and node[args[3]]
-  if p == nil then
-    p = M.fast_parse(SW_TREE, args, 2, SW_RANGES, sw_prepare)
-  end
-  if not p or not cost then
+  local p, cost = M.fast_pair_args(SW_TREE, SW_RANGES, sw_prepare, args)
+  if not p then
     return nil
   end
   local limit, window_ms, w = p[1], p[2], p[3]
-  local v = call("GETRANGE", key, "0", "45")
+  local v, now = M.fast_read(key, "45")
+  if not v then
+    return nil
+  end
   local stored_ms, stored_start, previous, current
   if #v == SW_LEN then
     local head
@@ -218,14 +211,9 @@ M.FAST["RL.SLIDING"] = function(key, args)
       or stored_start % stored_ms ~= 0 or previous > M.MAX_COUNT or current > M.MAX_COUNT then
       return nil
     end
-  elseif not M.fast_missing(key, v) then
+  elseif v ~= "" then
     return nil
   end
-  local t = call("TIME")
-  if t[1] ~= clock_s then
-    clock_s, clock_us = t[1], t[1] * 1000000
-  end
-  local now = clock_us + t[2]
   local at = now
   local start
   if stored_start then

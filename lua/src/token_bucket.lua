@@ -165,7 +165,10 @@ M.FAST["RL.TOKENBUCKET"] = function(key, args)
   end
   local capacity, rate, refill_ms, unit, full = p[1], p[2], p[3], p[4], p[5]
   local level, updated = full, nil
-  local v = call("GETRANGE", key, "0", "44")
+  local v, now = M.fast_read(key, "44")
+  if not v then
+    return nil
+  end
   if #v == TB_LEN then
     local head, at_low, at_high, ms_low, ms_high, low, high, top = sunpack("<I5I6I2I6I2I6I2I8", v)
     -- The stored instant below 2^52 us, the same refill_ms, a level below 2^52 and not
@@ -177,14 +180,9 @@ M.FAST["RL.TOKENBUCKET"] = function(key, args)
     if level > p[6] then
       return nil
     end
-  elseif not M.fast_missing(key, v) then
+  elseif v ~= "" then
     return nil
   end
-  local t = call("TIME")
-  if t[1] ~= clock_s then
-    clock_s, clock_us = t[1], t[1] * 1000000
-  end
-  local now = clock_us + t[2]
   local as_of = now
   if updated then
     if updated > now then
