@@ -49,6 +49,8 @@ local function build()
   local spack, sunpack = struct.pack, struct.unpack
   -- The last second TIME gave (its text) and it in us: converted once per second.
   local clock_s, clock_us
+  -- Never written: `(t[a] or EMPTY)[b]` looks two levels down in one expression.
+  local EMPTY = {}
 
   -- Generated from core/src/registry.rs by `make lua`: edit the registry, not this.
   M.MAX_COUNT = 1000000000000000
@@ -232,6 +234,18 @@ local function build()
     return clock_us + t[2]
   end
 
+  -- The section of a window algorithm (RL.SLIDING, RL.FIXED, RL.LOG) with tag `tag`, its
+  -- parameters parsed: limit, window_ms, and the window in us.
+  function M.window_algorithm(tag)
+    local algo = { tag = tag }
+    function algo.parse(args, i)
+      local v, nxt = M.positional(tag, args, i)
+      return { limit = v[1], window_ms = v[2], window = v[2] * 1000 }, nxt
+    end
+    M.ALGO[tag] = algo
+    return algo
+  end
+
   -- ------------------------------------------------------------------------------------------
   -- lua/src/storage.lua
   -- Stored bytes: magic "\0RL", version, tag, fields (src/encoding): version 1 has
@@ -323,6 +337,16 @@ local function build()
     return v
   end
 
+  -- A window's value and, for version 2, its fields with the window's index (field 2)
+  -- turned into the window's start (nil when the window is not valid).
+  function M.read_window(key, tag, wide)
+    local v, f = M.read_fixed(key, tag, wide)
+    if f then
+      f[2] = M.valid_duration(f[1]) and f[2] * f[1] or nil
+    end
+    return v, f
+  end
+
   -- Writes `value`, expiring `reset_after` ms after `now` (us) plus the TTL slack, as the
   -- module does. A number argument reaches the server as its exact integer text.
   function M.write(key, value, now, reset_after)
@@ -386,6 +410,11 @@ local function build()
       q = q + 1
     end
     return q
+  end
+
+  -- The smaller of two numbers (a refund gives back at most what was asked).
+  function M.at_most(a, b)
+    return a < b and a or b
   end
 
   function M.imod(a, b)
@@ -875,8 +904,8 @@ local function build()
     return n <= M.MAX_COUNT and n
   end
 
-  -- An option's value (COST, BURST, a quantity) as `plain`, cached (the fast code may look
-  -- it up in M.FAST_VALUES first).
+  -- An option's value (COST, BURST, a quantity) as `plain`, cached (the fast code looks it
+  -- up in M.FAST_VALUES first: `VALUES[s] or M.fast_value(s)`).
   M.FAST_VALUES = VALUES
   function M.fast_value(s)
     local n = VALUES[s]
@@ -916,7 +945,8 @@ local function build()
     return p
   end
 
-  -- A new tree of parameters, for a command's fast code.
+  -- A new tree of parameters, for a command's fast code, which looks a call's parameters up
+  -- as ((tree[args[2]] or EMPTY)[args[3]] or EMPTY)[args[4]].
   function M.fast_tree()
     local tree = {}
     TREES[#TREES + 1] = tree
@@ -942,15 +972,11 @@ local function build()
   function M.fast_pair_args(tree, ranges, prepare, args)
     local n, cost = #args, 1
     if n == 5 and args[4] == "COST" then
-      cost = VALUES[args[5]]
-      if cost == nil then
-        cost = M.fast_value(args[5])
-      end
+      cost = VALUES[args[5]] or M.fast_value(args[5])
     elseif n ~= 3 then
       return nil
     end
-    local node = tree[args[2]]
-    local p = node and node[args[3]]
+    local p = (tree[args[2]] or EMPTY)[args[3]]
     if p == nil then
       p = M.fast_parse(tree, args, 2, ranges, prepare)
     end
@@ -1114,10 +1140,7 @@ local function build()
 
   function M.TB.refund(s, now, p, amount)
     local level, as_of = M.tb_level_at(s, now, p)
-    local refunded = M.bnum(M.bdivceil(M.bsub(p.full, level), p.unit))
-    if refunded > amount then
-      refunded = amount
-    end
+    local refunded = M.at_most(M.bnum(M.bdivceil(M.bsub(p.full, level), p.unit)), amount)
     if refunded == 0 then
       return 0
     end
@@ -1148,13 +1171,11 @@ local function build()
   M.FAST["RL.TOKENBUCKET"] = function(key, args)
     local n, cost = #args, 1
     if n == 6 and args[5] == "COST" then
-      cost = M.fast_value(args[6])
+      cost = M.FAST_VALUES[args[6]] or M.fast_value(args[6])
     elseif n ~= 4 then
       return nil
     end
-    local node = TB_TREE[args[2]]
-    node = node and node[args[3]]
-    local p = node and node[args[4]]
+    local p = ((TB_TREE[args[2]] or EMPTY)[args[3]] or EMPTY)[args[4]]
     if p == nil then
       p = M.fast_parse(TB_TREE, args, 3, TB_RANGES, tb_prepare)
     end
@@ -1220,22 +1241,16 @@ local function build()
   -- lua/src/sliding_window.lua
   -- Sliding window counter (core/src/sliding_window.rs).
 
-  M.SW = { tag = "S" }
-  M.ALGO.S = M.SW
-  function M.SW.parse(args, i)
-    return M.window_params(args, i, "S")
-  end
+  M.SW = M.window_algorithm("S")
 
   function M.SW.read(key)
-    local v, f = M.read_fixed(key, "S", { false, false, false, false })
+    local v, f = M.read_window(key, "S", { false, false, false, false })
     if not v then
       return nil
     end
     local s
     if f then
-      -- Version 2 stores the window's index (window_start / window_ms).
-      local start = M.valid_duration(f[1]) and f[2] * f[1] or nil
-      s = { window_ms = f[1], window_start = start, previous = f[3], current = f[4] }
+      s = { window_ms = f[1], window_start = f[2], previous = f[3], current = f[4] }
     else
       s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), previous = M.read_u64(v, 22), current = M.read_u64(v, 30) }
     end
@@ -1253,6 +1268,17 @@ local function build()
     return M.fixed_v1("S", s.window_ms, s.window_start, s.previous, s.current)
   end
 
+  -- The stored counts seen from the window starting `gone` us after the stored one (`window`
+  -- us long): both in the same window, the current one as the previous in the next, none later.
+  local function sw_counts(s, gone, window)
+    if gone == 0 then
+      return s.previous, s.current
+    elseif gone == window then
+      return s.current, 0
+    end
+    return 0, 0
+  end
+
   function M.sw_view(s, now, p)
     local window = p.window
     if not s then
@@ -1263,25 +1289,13 @@ local function build()
     if s.window_ms ~= p.window_ms then
       local old = s.window_ms * 1000
       local old_start = at - M.imod(at, old)
-      local d = old_start - stored_start
-      local previous, current = 0, 0
-      if d == 0 then
-        previous, current = s.previous, s.current
-      elseif d == old then
-        previous = s.current
-      end
+      local previous, current = sw_counts(s, old_start - stored_start, old)
       local elapsed = at - old_start
       local estimate = M.bdivceil(M.badd(M.bmul(previous, old - elapsed), M.bmul(current, old)), old)
       return { start = at - M.imod(at, window), at = at, previous = 0, current = M.bnum(estimate) }
     end
     local start = at - M.imod(at, window)
-    local d = start - stored_start
-    local previous, current = 0, 0
-    if d == 0 then
-      previous, current = s.previous, s.current
-    elseif d == window then
-      previous = s.current
-    end
+    local previous, current = sw_counts(s, start - stored_start, window)
     return { start = start, at = at, previous = previous, current = current }
   end
 
@@ -1492,22 +1506,16 @@ local function build()
   -- lua/src/fixed_window.lua
   -- Fixed window counter (core/src/fixed_window.rs).
 
-  M.FW = { tag = "F" }
-  M.ALGO.F = M.FW
-  function M.FW.parse(args, i)
-    return M.window_params(args, i, "F")
-  end
+  M.FW = M.window_algorithm("F")
 
   function M.FW.read(key)
-    local v, f = M.read_fixed(key, "F", { false, false, false })
+    local v, f = M.read_window(key, "F", { false, false, false })
     if not v then
       return nil
     end
     local s
     if f then
-      -- Version 2 stores the window's index (window_start / window_ms).
-      local start = M.valid_duration(f[1]) and f[2] * f[1] or nil
-      s = { window_ms = f[1], window_start = start, count = f[3] }
+      s = { window_ms = f[1], window_start = f[2], count = f[3] }
     else
       s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), count = M.read_u64(v, 22) }
     end
@@ -1736,10 +1744,7 @@ local function build()
   function M.GC.refund(s, now, p, amount)
     local now_t = M.bmul(now, p.limit)
     local tat = s and M.gcra_tat_in(s, p.limit) or 0
-    local refunded = M.bnum(M.bdivceil(M.bsub(tat, now_t), p.interval))
-    if refunded > amount then
-      refunded = amount
-    end
+    local refunded = M.at_most(M.bnum(M.bdivceil(M.bsub(tat, now_t), p.interval)), amount)
     if refunded == 0 then
       return 0
     end
@@ -1821,22 +1826,17 @@ local function build()
     local p, burst, cost
     if throttle then
       if n == 5 then
-        cost = M.fast_value(args[5])
+        cost = VALUES[args[5]] or M.fast_value(args[5])
       elseif n ~= 4 then
         return nil
       end
-      local node = TH_TREE[args[2]]
-      node = node and node[args[3]]
-      p = node and node[args[4]]
+      p = ((TH_TREE[args[2]] or EMPTY)[args[3]] or EMPTY)[args[4]]
       if p == nil then
         p = M.fast_parse(TH_TREE, args, 3, M.THROTTLE, throttle_prepare)
       end
       burst = p and p[6]
     elseif n == 5 and args[4] == "BURST" then
-      burst = VALUES[args[5]]
-      if burst == nil then
-        burst = M.fast_value(args[5])
-      end
+      burst = VALUES[args[5]] or M.fast_value(args[5])
     elseif n ~= 3 then
       for i = 4, n, 2 do
         local word = args[i]
@@ -1850,8 +1850,7 @@ local function build()
       end
     end
     if not throttle then
-      local node = GC_TREE[args[2]]
-      p = node and node[args[3]]
+      p = (GC_TREE[args[2]] or EMPTY)[args[3]]
       if p == nil then
         p = n >= 3 and M.fast_parse(GC_TREE, args, 2, GC_RANGES, gcra_prepare)
       end
@@ -1954,14 +1953,8 @@ local function build()
   -- lua/src/sliding_window_log.lua
   -- Sliding window log (core/src/sliding_log.rs): varint-encoded entries, oldest first.
 
-
-  M.LG = { tag = "L" }
-  M.ALGO.L = M.LG
+  M.LG = M.window_algorithm("L")
   M.MAX_LOG = M.KINDS.L.params[1][3]
-
-  function M.LG.parse(args, i)
-    return M.window_params(args, i, "L")
-  end
 
   function M.LG.read(key)
     local v = M.read_value(key, "L")
@@ -2652,12 +2645,6 @@ local function build()
   -- lua/src/commands.lua
   -- Commands: one per rate limiter (RL.<SPEC>), RL.ALL, RL.REFUND, RL.STATE, RL.RESET, and
   -- those the algorithms' sections add to M.COMMANDS (RL.THROTTLE, RL.CONCURRENCY).
-
-  -- The parameters of a window (RL.SLIDING, RL.FIXED, RL.LOG).
-  function M.window_params(args, i, tag)
-    local v, nxt = M.positional(tag, args, i)
-    return { limit = v[1], window_ms = v[2], window = v[2] * 1000 }, nxt
-  end
 
   -- A partial grant (`UPTO`, core/src/algorithm.rs `upto`): min(cost, what a zero-cost check
   -- leaves) units; nothing available is the denial of one unit, writing nothing; cost 0 is

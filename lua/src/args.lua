@@ -143,3 +143,15 @@ function M.now_us()
   end
   return clock_us + t[2]
 end
+
+-- The section of a window algorithm (RL.SLIDING, RL.FIXED, RL.LOG) with tag `tag`, its
+-- parameters parsed: limit, window_ms, and the window in us.
+function M.window_algorithm(tag)
+  local algo = { tag = tag }
+  function algo.parse(args, i)
+    local v, nxt = M.positional(tag, args, i)
+    return { limit = v[1], window_ms = v[2], window = v[2] * 1000 }, nxt
+  end
+  M.ALGO[tag] = algo
+  return algo
+end

@@ -1,12 +1,6 @@
 -- Commands: one per rate limiter (RL.<SPEC>), RL.ALL, RL.REFUND, RL.STATE, RL.RESET, and
 -- those the algorithms' sections add to M.COMMANDS (RL.THROTTLE, RL.CONCURRENCY).
 
--- The parameters of a window (RL.SLIDING, RL.FIXED, RL.LOG).
-function M.window_params(args, i, tag)
-  local v, nxt = M.positional(tag, args, i)
-  return { limit = v[1], window_ms = v[2], window = v[2] * 1000 }, nxt
-end
-
 -- A partial grant (`UPTO`, core/src/algorithm.rs `upto`): min(cost, what a zero-cost check
 -- leaves) units; nothing available is the denial of one unit, writing nothing; cost 0 is
 -- the zero-cost check. Returns the decision, the new state (nil: write nothing), granted.

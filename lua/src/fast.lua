@@ -47,8 +47,8 @@ local function plain(s)
   return n <= M.MAX_COUNT and n
 end
 
--- An option's value (COST, BURST, a quantity) as `plain`, cached (the fast code may look
--- it up in M.FAST_VALUES first).
+-- An option's value (COST, BURST, a quantity) as `plain`, cached (the fast code looks it
+-- up in M.FAST_VALUES first: `VALUES[s] or M.fast_value(s)`).
 M.FAST_VALUES = VALUES
 function M.fast_value(s)
   local n = VALUES[s]
@@ -88,7 +88,8 @@ function M.fast_parse(tree, args, count, ranges, prepare)
   return p
 end
 
--- A new tree of parameters, for a command's fast code.
+-- A new tree of parameters, for a command's fast code, which looks a call's parameters up
+-- as ((tree[args[2]] or EMPTY)[args[3]] or EMPTY)[args[4]].
 function M.fast_tree()
   local tree = {}
   TREES[#TREES + 1] = tree
@@ -114,15 +115,11 @@ end
 function M.fast_pair_args(tree, ranges, prepare, args)
   local n, cost = #args, 1
   if n == 5 and args[4] == "COST" then
-    cost = VALUES[args[5]]
-    if cost == nil then
-      cost = M.fast_value(args[5])
-    end
+    cost = VALUES[args[5]] or M.fast_value(args[5])
   elseif n ~= 3 then
     return nil
   end
-  local node = tree[args[2]]
-  local p = node and node[args[3]]
+  local p = (tree[args[2]] or EMPTY)[args[3]]
   if p == nil then
     p = M.fast_parse(tree, args, 2, ranges, prepare)
   end

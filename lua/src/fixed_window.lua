@@ -1,21 +1,15 @@
 -- Fixed window counter (core/src/fixed_window.rs).
 
-M.FW = { tag = "F" }
-M.ALGO.F = M.FW
-function M.FW.parse(args, i)
-  return M.window_params(args, i, "F")
-end
+M.FW = M.window_algorithm("F")
 
 function M.FW.read(key)
-  local v, f = M.read_fixed(key, "F", { false, false, false })
+  local v, f = M.read_window(key, "F", { false, false, false })
   if not v then
     return nil
   end
   local s
   if f then
-    -- Version 2 stores the window's index (window_start / window_ms).
-    local start = M.valid_duration(f[1]) and f[2] * f[1] or nil
-    s = { window_ms = f[1], window_start = start, count = f[3] }
+    s = { window_ms = f[1], window_start = f[2], count = f[3] }
   else
     s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), count = M.read_u64(v, 22) }
   end

@@ -49,6 +49,8 @@ local function build()
   local spack, sunpack = struct.pack, struct.unpack
   -- The last second TIME gave (its text) and it in us: converted once per second.
   local clock_s, clock_us
+  -- Never written: `(t[a] or EMPTY)[b]` looks two levels down in one expression.
+  local EMPTY = {}
 
   -- @SECTIONS@
 

@@ -95,10 +95,7 @@ end
 function M.GC.refund(s, now, p, amount)
   local now_t = M.bmul(now, p.limit)
   local tat = s and M.gcra_tat_in(s, p.limit) or 0
-  local refunded = M.bnum(M.bdivceil(M.bsub(tat, now_t), p.interval))
-  if refunded > amount then
-    refunded = amount
-  end
+  local refunded = M.at_most(M.bnum(M.bdivceil(M.bsub(tat, now_t), p.interval)), amount)
   if refunded == 0 then
     return 0
   end
@@ -180,22 +177,17 @@ local function gcra_fast(key, args)
   local p, burst, cost
   if throttle then
     if n == 5 then
-      cost = M.fast_value(args[5])
+      cost = VALUES[args[5]] or M.fast_value(args[5])
     elseif n ~= 4 then
       return nil
     end
-    local node = TH_TREE[args[2]]
-    node = node and node[args[3]]
-    p = node and node[args[4]]
+    p = ((TH_TREE[args[2]] or EMPTY)[args[3]] or EMPTY)[args[4]]
     if p == nil then
       p = M.fast_parse(TH_TREE, args, 3, M.THROTTLE, throttle_prepare)
     end
     burst = p and p[6]
   elseif n == 5 and args[4] == "BURST" then
-    burst = VALUES[args[5]]
-    if burst == nil then
-      burst = M.fast_value(args[5])
-    end
+    burst = VALUES[args[5]] or M.fast_value(args[5])
   elseif n ~= 3 then
     for i = 4, n, 2 do
       local word = args[i]
@@ -209,8 +201,7 @@ local function gcra_fast(key, args)
     end
   end
   if not throttle then
-    local node = GC_TREE[args[2]]
-    p = node and node[args[3]]
+    p = (GC_TREE[args[2]] or EMPTY)[args[3]]
     if p == nil then
       p = n >= 3 and M.fast_parse(GC_TREE, args, 2, GC_RANGES, gcra_prepare)
     end

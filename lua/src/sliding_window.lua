@@ -1,21 +1,15 @@
 -- Sliding window counter (core/src/sliding_window.rs).
 
-M.SW = { tag = "S" }
-M.ALGO.S = M.SW
-function M.SW.parse(args, i)
-  return M.window_params(args, i, "S")
-end
+M.SW = M.window_algorithm("S")
 
 function M.SW.read(key)
-  local v, f = M.read_fixed(key, "S", { false, false, false, false })
+  local v, f = M.read_window(key, "S", { false, false, false, false })
   if not v then
     return nil
   end
   local s
   if f then
-    -- Version 2 stores the window's index (window_start / window_ms).
-    local start = M.valid_duration(f[1]) and f[2] * f[1] or nil
-    s = { window_ms = f[1], window_start = start, previous = f[3], current = f[4] }
+    s = { window_ms = f[1], window_start = f[2], previous = f[3], current = f[4] }
   else
     s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), previous = M.read_u64(v, 22), current = M.read_u64(v, 30) }
   end
@@ -33,6 +27,17 @@ function M.SW.encode(s)
   return M.fixed_v1("S", s.window_ms, s.window_start, s.previous, s.current)
 end
 
+-- The stored counts seen from the window starting `gone` us after the stored one (`window`
+-- us long): both in the same window, the current one as the previous in the next, none later.
+local function sw_counts(s, gone, window)
+  if gone == 0 then
+    return s.previous, s.current
+  elseif gone == window then
+    return s.current, 0
+  end
+  return 0, 0
+end
+
 function M.sw_view(s, now, p)
   local window = p.window
   if not s then
@@ -43,25 +48,13 @@ function M.sw_view(s, now, p)
   if s.window_ms ~= p.window_ms then
     local old = s.window_ms * 1000
     local old_start = at - M.imod(at, old)
-    local d = old_start - stored_start
-    local previous, current = 0, 0
-    if d == 0 then
-      previous, current = s.previous, s.current
-    elseif d == old then
-      previous = s.current
-    end
+    local previous, current = sw_counts(s, old_start - stored_start, old)
     local elapsed = at - old_start
     local estimate = M.bdivceil(M.badd(M.bmul(previous, old - elapsed), M.bmul(current, old)), old)
     return { start = at - M.imod(at, window), at = at, previous = 0, current = M.bnum(estimate) }
   end
   local start = at - M.imod(at, window)
-  local d = start - stored_start
-  local previous, current = 0, 0
-  if d == 0 then
-    previous, current = s.previous, s.current
-  elseif d == window then
-    previous = s.current
-  end
+  local previous, current = sw_counts(s, start - stored_start, window)
   return { start = start, at = at, previous = previous, current = current }
 end
 

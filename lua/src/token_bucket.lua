@@ -116,10 +116,7 @@ end
 
 function M.TB.refund(s, now, p, amount)
   local level, as_of = M.tb_level_at(s, now, p)
-  local refunded = M.bnum(M.bdivceil(M.bsub(p.full, level), p.unit))
-  if refunded > amount then
-    refunded = amount
-  end
+  local refunded = M.at_most(M.bnum(M.bdivceil(M.bsub(p.full, level), p.unit)), amount)
   if refunded == 0 then
     return 0
   end
@@ -150,13 +147,11 @@ local TB_HEAD, TB_LEN, TB_FORMAT = sunpack("<I5", "\0RL\1T"), M.V1_LEN.T, "<I5I8
 M.FAST["RL.TOKENBUCKET"] = function(key, args)
   local n, cost = #args, 1
   if n == 6 and args[5] == "COST" then
-    cost = M.fast_value(args[6])
+    cost = M.FAST_VALUES[args[6]] or M.fast_value(args[6])
   elseif n ~= 4 then
     return nil
   end
-  local node = TB_TREE[args[2]]
-  node = node and node[args[3]]
-  local p = node and node[args[4]]
+  local p = ((TB_TREE[args[2]] or EMPTY)[args[3]] or EMPTY)[args[4]]
   if p == nil then
     p = M.fast_parse(TB_TREE, args, 3, TB_RANGES, tb_prepare)
   end
