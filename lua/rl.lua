@@ -1942,7 +1942,11 @@ local function build()
     local remaining = span > after and (span - after) / interval or 0
     remaining = remaining - remaining % 1
     if throttle then
-      return { retry == 0 and 0 or 1, burst, remaining, retry > 0 and M.cdiv(retry, 1000) or -1, M.cdiv(reset, 1000) }
+      -- Waits in whole seconds, rounded up.
+      local reset_s = reset / 1000
+      reset_s = reset_s - reset_s % 1
+      reset_s = reset_s * 1000 < reset and reset_s + 1 or reset_s
+      return { retry == 0 and 0 or 1, burst, remaining, retry > 0 and M.cdiv(retry, 1000) or -1, reset_s }
     end
     return { retry == 0 and 1 or 0, burst, remaining, retry, reset }
   end
