@@ -47,6 +47,10 @@ local function build()
   local byte, char, fmt, find, sub = string.byte, string.char, string.format, string.find, string.sub
   local call, pcall_redis = redis.call, redis.pcall
   local spack, sunpack = struct.pack, struct.unpack
+  -- The last second TIME gave (its text) and it in us: converted once per second.
+  local clock_s, clock_us
+  -- Never written: `(t[a] or EMPTY)[b]` looks two levels down in one expression.
+  local EMPTY = {}
 
   -- Generated from core/src/registry.rs by `make lua`: edit the registry, not this.
   M.MAX_COUNT = 1000000000000000
@@ -221,9 +225,25 @@ local function build()
     M.fail("ERR wrong number of arguments for '" .. name .. "' command")
   end
 
+  -- The server's time in us (TIME); the fast code has the same lines.
   function M.now_us()
-    local t = redis.call("TIME")
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local t = call("TIME")
+    if t[1] ~= clock_s then
+      clock_s, clock_us = t[1], t[1] * 1000000
+    end
+    return clock_us + t[2]
+  end
+
+  -- The section of a window algorithm (RL.SLIDING, RL.FIXED, RL.LOG) with tag `tag`, its
+  -- parameters parsed: limit, window_ms, and the window in us.
+  function M.window_algorithm(tag)
+    local algo = { tag = tag }
+    function algo.parse(args, i)
+      local v, nxt = M.positional(tag, args, i)
+      return { limit = v[1], window_ms = v[2], window = v[2] * 1000 }, nxt
+    end
+    M.ALGO[tag] = algo
+    return algo
   end
 
   -- ------------------------------------------------------------------------------------------
@@ -317,6 +337,16 @@ local function build()
     return v
   end
 
+  -- A window's value and, for version 2, its fields with the window's index (field 2)
+  -- turned into the window's start (nil when the window is not valid).
+  function M.read_window(key, tag, wide)
+    local v, f = M.read_fixed(key, tag, wide)
+    if f then
+      f[2] = M.valid_duration(f[1]) and f[2] * f[1] or nil
+    end
+    return v, f
+  end
+
   -- Writes `value`, expiring `reset_after` ms after `now` (us) plus the TTL slack, as the
   -- module does. A number argument reaches the server as its exact integer text.
   function M.write(key, value, now, reset_after)
@@ -380,6 +410,11 @@ local function build()
       q = q + 1
     end
     return q
+  end
+
+  -- The smaller of two numbers (a refund gives back at most what was asked).
+  function M.at_most(a, b)
+    return a < b and a or b
   end
 
   function M.imod(a, b)
@@ -733,25 +768,12 @@ local function build()
 
   -- A varint of up to 128 bits at `pos` (`bits`: 64 or 128): value (a bignum or a number),
   -- next position; nil when malformed (truncated, not in its shortest form, over `bits`).
-  -- Below 2^53 it is summed as a number; above, its 7-bit groups are packed into limbs.
+  -- Below 2^53 it is read as a number (read_varint); above, its 7-bit groups are packed
+  -- into limbs.
   local function read_bvarint(v, pos, bits)
-    local value, scale = 0, 1
-    for k = 0, 7 do
-      local b = byte(v, pos + k)
-      if not b then
-        return nil
-      end
-      if b < 128 then
-        if b == 0 and k > 0 then
-          return nil
-        end
-        if k < 7 or b < 16 then
-          return value + b * scale, pos + k + 1
-        end
-        break
-      end
-      value = value + (b - 128) * scale
-      scale = scale * 128
+    local value, nxt = read_varint(v, pos)
+    if value then
+      return value, nxt
     end
     local last = bits == 64 and 9 or 18
     local top = bits == 64 and 1 or 3
@@ -829,6 +851,173 @@ local function build()
       end
     end
     return "\0RL\2" .. tag .. char(unpack(scratch, 1, n))
+  end
+
+  -- ------------------------------------------------------------------------------------------
+  -- lua/src/fast.lua
+  -- The fast path: the common call of a rate limiter (one key, its positional parameters, at
+  -- most the options its section takes, on a missing key or a version 1 value of the same
+  -- parameters whose numbers stay below 2^52) answered on plain numbers, with no intermediate
+  -- tables and the arguments parsed once per distinct text. Anything else (another option,
+  -- a bad argument, a value of version 2 or of other parameters, a number out of that range)
+  -- returns nil before any write, and the general path answers it: same replies, same bytes,
+  -- same expiries, the bignums and every error text there. The fast code calls the server
+  -- with redis.call (cheaper than redis.pcall); the entry point runs it under pcall, so an
+  -- error (WRONGTYPE on the read, a refused write) also leaves the call to the general path,
+  -- which reports it as the module does.
+
+  -- The command name as sent (exact case) -> function(keys, args) -> reply, or nil.
+  M.FAST = {}
+
+  -- 2^52: every quantity of a fast call stays below it, so sums of two stay exact.
+  local FAST_MAX = 4503599627370496
+  M.FAST_MAX = FAST_MAX
+
+  -- Parsed arguments by their text, so a limiter's usual call converts no digits: positional
+  -- parameters in a tree per command (one level per parameter), option values by text.
+  -- Bounded: emptied when they hold too many.
+  local TREES, VALUES, cached = {}, {}, 0
+  local CACHE_MAX = 1024
+
+  local function forget_if_full()
+    cached = cached + 1
+    if cached > CACHE_MAX then
+      for _, tree in ipairs(TREES) do
+        for k in pairs(tree) do
+          tree[k] = nil
+        end
+      end
+      for k in pairs(VALUES) do
+        VALUES[k] = nil
+      end
+      cached = 0
+    end
+  end
+
+  -- A plain decimal integer of at most MAX_COUNT (digits only, as the module's `integer`),
+  -- or false.
+  local function plain(s)
+    if s == "" or find(s, "%D") then
+      return false
+    end
+    local n = tonumber(s)
+    return n <= M.MAX_COUNT and n
+  end
+
+  -- An option's value (COST, BURST, a quantity) as `plain`, cached (the fast code looks it
+  -- up in M.FAST_VALUES first: `VALUES[s] or M.fast_value(s)`).
+  M.FAST_VALUES = VALUES
+  function M.fast_value(s)
+    local n = VALUES[s]
+    if n == nil then
+      n = plain(s)
+      VALUES[s] = n
+      forget_if_full()
+    end
+    return n
+  end
+
+  -- The positional parameters args[2 .. count + 1] of a call, parsed (checked against
+  -- `ranges`, turned by `prepare(a, b, c)` into what the fast code needs, false when the
+  -- general path answers them) and kept in `tree`, one level per parameter, where the fast
+  -- code looks them up: tree[args[2]][args[3]]...
+  function M.fast_parse(tree, args, count, ranges, prepare)
+    local node = tree
+    for i = 2, count do
+      local next_node = node[args[i]]
+      if not next_node then
+        next_node = {}
+        node[args[i]] = next_node
+      end
+      node = next_node
+    end
+    local v, p = {}, true
+    for i = 1, count do
+      local n = plain(args[i + 1])
+      if not n or n < ranges[i][2] or n > ranges[i][3] then
+        p = false
+      end
+      v[i] = n
+    end
+    p = p and prepare(v[1], v[2], v[3]) or false
+    node[args[count + 1]] = p
+    forget_if_full()
+    return p
+  end
+
+  -- A new tree of parameters, for a command's fast code, which looks a call's parameters up
+  -- as ((tree[args[2]] or EMPTY)[args[3]] or EMPTY)[args[4]].
+  function M.fast_tree()
+    local tree = {}
+    TREES[#TREES + 1] = tree
+    return tree
+  end
+
+  -- The key's first bytes (GETRANGE 0 `last`, a string constant; "" when the key is missing)
+  -- and the server's time in us (M.now_us, here in the same call); nil when the general
+  -- path must answer (an empty string).
+  function M.fast_read(key, last)
+    local v = call("GETRANGE", key, "0", last)
+    if v == "" and call("EXISTS", key) ~= 0 then
+      return nil
+    end
+    local t = call("TIME")
+    if t[1] ~= clock_s then
+      clock_s, clock_us = t[1], t[1] * 1000000
+    end
+    return v, clock_us + t[2]
+  end
+
+  -- The parameters (`prepare`d, from `tree`) and cost of `RL.X key a b [COST n]`, or nil.
+  function M.fast_pair_args(tree, ranges, prepare, args)
+    local n, cost = #args, 1
+    if n == 5 and args[4] == "COST" then
+      cost = VALUES[args[5]] or M.fast_value(args[5])
+    elseif n ~= 3 then
+      return nil
+    end
+    local p = (tree[args[2]] or EMPTY)[args[3]]
+    if p == nil then
+      p = M.fast_parse(tree, args, 2, ranges, prepare)
+    end
+    return p and cost and p, cost
+  end
+
+  -- Redis before 7.2 formats a number given as a command argument with printf's %.17g
+  -- (costly); Valkey with a fast conversion of its own. `%d` text is cheaper than the first
+  -- and dearer than the second: the fast code sends text where this is true.
+  M.FAST_TEXT = (redis.REDIS_VERSION_NUM or 0) < 0x070200
+  M.FAST_SLACK = M.TTL_SLACK_MS
+
+  -- SET's PXAT for a write at `now` (us) whose reply says `reset` ms: the instant rounded up
+  -- to a millisecond, plus the reset and the slack, as M.write.
+  function M.fast_expiry(now, reset)
+    local at = now / 1000
+    at = at - at % 1
+    at = (at * 1000 < now and at + 1 or at) + reset + M.TTL_SLACK_MS
+    return M.FAST_TEXT and fmt("%d", at) or at
+  end
+
+  -- Exact quotients of integers below 2^52 (a / b rounds; one step corrects it).
+  function M.fdiv(a, b)
+    local q = floor(a / b)
+    if q * b > a then
+      return q - 1
+    end
+    return q
+  end
+
+  function M.cdiv(a, b)
+    local q = floor(a / b)
+    if q * b < a then
+      return q + 1
+    end
+    return q
+  end
+
+  -- Milliseconds, rounded up, of `lag` us plus the time `gap` takes at `rate` per us (rounded up).
+  function M.fast_wait(gap, rate, lag)
+    return M.cdiv(M.cdiv(gap, rate) + lag, 1000)
   end
 
   -- ------------------------------------------------------------------------------------------
@@ -951,10 +1140,7 @@ local function build()
 
   function M.TB.refund(s, now, p, amount)
     local level, as_of = M.tb_level_at(s, now, p)
-    local refunded = M.bnum(M.bdivceil(M.bsub(p.full, level), p.unit))
-    if refunded > amount then
-      refunded = amount
-    end
+    local refunded = M.at_most(M.bnum(M.bdivceil(M.bsub(p.full, level), p.unit)), amount)
     if refunded == 0 then
       return 0
     end
@@ -971,26 +1157,100 @@ local function build()
     }
   end
 
+  -- The fast path (see fast.lua) of `RL.TOKENBUCKET key capacity refill_tokens refill_ms
+  -- [COST n]`: M.TB.check on numbers, for a full level (capacity x refill_ms x 1000) below
+  -- 2^52, in one function (a Lua call costs about as much as ten lines of arithmetic).
+  local function tb_prepare(capacity, rate, refill_ms)
+    local unit = refill_ms * 1000
+    local full = capacity * unit
+    return full < M.FAST_MAX and { capacity, rate, refill_ms, unit, full, M.MAX_COUNT * unit }
+  end
+  local TB_TREE, TB_RANGES = M.fast_tree(), M.KINDS.T.params
+  local TB_HEAD, TB_LEN, TB_FORMAT = sunpack("<I5", "\0RL\1T"), M.V1_LEN.T, "<I5I8I8I8I8"
+
+  M.FAST["RL.TOKENBUCKET"] = function(key, args)
+    local n, cost = #args, 1
+    if n == 6 and args[5] == "COST" then
+      cost = M.FAST_VALUES[args[6]] or M.fast_value(args[6])
+    elseif n ~= 4 then
+      return nil
+    end
+    local p = ((TB_TREE[args[2]] or EMPTY)[args[3]] or EMPTY)[args[4]]
+    if p == nil then
+      p = M.fast_parse(TB_TREE, args, 3, TB_RANGES, tb_prepare)
+    end
+    if not p or not cost then
+      return nil
+    end
+    local capacity, rate, refill_ms, unit, full = p[1], p[2], p[3], p[4], p[5]
+    local level, updated = full, nil
+    local v, now = M.fast_read(key, "44")
+    if not v then
+      return nil
+    end
+    if #v == TB_LEN then
+      local head, at_low, at_high, ms_low, ms_high, low, high, top = sunpack("<I5I6I2I6I2I6I2I8", v)
+      -- The stored instant below 2^52 us, the same refill_ms, a level below 2^52 and not
+      -- over the most (else the general path: rescaling, bignums, the corrupt error).
+      if head ~= TB_HEAD or at_high >= 16 or ms_high ~= 0 or ms_low ~= refill_ms or high >= 16 or top ~= 0 then
+        return nil
+      end
+      updated, level = at_low + at_high * 281474976710656, low + high * 281474976710656
+      if level > p[6] then
+        return nil
+      end
+    elseif v ~= "" then
+      return nil
+    end
+    local as_of = now
+    if updated then
+      if updated > now then
+        as_of = updated
+      end
+      local added = rate * (as_of - updated) -- rounded only when far above what is missing
+      level = added >= full - level and full or level + added
+    end
+    local lag = as_of - now
+    local need = cost * unit
+    if cost > capacity or level < need then
+      local wait = M.fast_wait
+      return { 0, capacity, M.fdiv(level, unit), cost > capacity and -1 or wait(need - level, rate, lag),
+        wait(full - level, rate, lag) }
+    end
+    -- Allowed: the reset (M.fast_wait) computed here, on no call.
+    level = level - need
+    local gap = full - level
+    local w = gap / rate
+    w = w - w % 1
+    w = (w * rate < gap and w + 1 or w) + lag
+    local reset = w / 1000
+    reset = reset - reset % 1
+    reset = reset * 1000 < w and reset + 1 or reset
+    if cost > 0 then
+      local at = now / 1000
+      at = at - at % 1
+      at = (at * 1000 < now and at + 1 or at) + reset + M.FAST_SLACK
+      call("SET", key, spack(TB_FORMAT, TB_HEAD, as_of, refill_ms, level, 0), "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+    end
+    local left = level / unit
+    left = left - left % 1
+    return { 1, capacity, left * unit > level and left - 1 or left, 0, reset }
+  end
+
   -- ------------------------------------------------------------------------------------------
   -- lua/src/sliding_window.lua
   -- Sliding window counter (core/src/sliding_window.rs).
 
-  M.SW = { tag = "S" }
-  M.ALGO.S = M.SW
-  function M.SW.parse(args, i)
-    return M.window_params(args, i, "S")
-  end
+  M.SW = M.window_algorithm("S")
 
   function M.SW.read(key)
-    local v, f = M.read_fixed(key, "S", { false, false, false, false })
+    local v, f = M.read_window(key, "S", { false, false, false, false })
     if not v then
       return nil
     end
     local s
     if f then
-      -- Version 2 stores the window's index (window_start / window_ms).
-      local start = M.valid_duration(f[1]) and f[2] * f[1] or nil
-      s = { window_ms = f[1], window_start = start, previous = f[3], current = f[4] }
+      s = { window_ms = f[1], window_start = f[2], previous = f[3], current = f[4] }
     else
       s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), previous = M.read_u64(v, 22), current = M.read_u64(v, 30) }
     end
@@ -1008,6 +1268,17 @@ local function build()
     return M.fixed_v1("S", s.window_ms, s.window_start, s.previous, s.current)
   end
 
+  -- The stored counts seen from the window starting `gone` us after the stored one (`window`
+  -- us long): both in the same window, the current one as the previous in the next, none later.
+  local function sw_counts(s, gone, window)
+    if gone == 0 then
+      return s.previous, s.current
+    elseif gone == window then
+      return s.current, 0
+    end
+    return 0, 0
+  end
+
   function M.sw_view(s, now, p)
     local window = p.window
     if not s then
@@ -1018,25 +1289,13 @@ local function build()
     if s.window_ms ~= p.window_ms then
       local old = s.window_ms * 1000
       local old_start = at - M.imod(at, old)
-      local d = old_start - stored_start
-      local previous, current = 0, 0
-      if d == 0 then
-        previous, current = s.previous, s.current
-      elseif d == old then
-        previous = s.current
-      end
+      local previous, current = sw_counts(s, old_start - stored_start, old)
       local elapsed = at - old_start
       local estimate = M.bdivceil(M.badd(M.bmul(previous, old - elapsed), M.bmul(current, old)), old)
       return { start = at - M.imod(at, window), at = at, previous = 0, current = M.bnum(estimate) }
     end
     local start = at - M.imod(at, window)
-    local d = start - stored_start
-    local previous, current = 0, 0
-    if d == 0 then
-      previous, current = s.previous, s.current
-    elseif d == window then
-      previous = s.current
-    end
+    local previous, current = sw_counts(s, start - stored_start, window)
     return { start = start, at = at, previous = previous, current = current }
   end
 
@@ -1126,26 +1385,137 @@ local function build()
     }
   end
 
+  -- The fast path (see fast.lua) of `RL.SLIDING key limit window_ms [COST n]`: M.SW.check on
+  -- numbers, for the same window as stored and a previous window's weight (previous x its
+  -- remaining us) below 2^52. The budget (limit x window us) may pass 2^53, so the code
+  -- compares counts instead: remaining = limit - current - ceil(weight / window).
+  local SW_HEAD, SW_LEN, SW_FORMAT = sunpack("<I5", "\0RL\1S"), M.V1_LEN.S, "<I5I8I8I8I8"
+  local SW_TREE, SW_RANGES = M.fast_tree(), M.KINDS.S.params
+  local function sw_prepare(limit, window_ms)
+    return { limit, window_ms, window_ms * 1000 }
+  end
+
+  -- The wait of a denial (M.sw_earliest_allowed, then since now, at least 1 ms), or nil for
+  -- the general path (a product past 2^52).
+  local function sw_retry(limit, w, start, at, previous, current, cost, now)
+    local earliest
+    local spare = limit - (current + cost)
+    if previous > 0 and spare >= 0 then
+      if spare >= previous then
+        earliest = at
+      elseif spare * w >= M.FAST_MAX then
+        return nil
+      else
+        local part = M.fdiv(spare * w, previous)
+        if part > 0 then
+          earliest = start + w - part
+          earliest = earliest > at and earliest or at
+        end
+      end
+    end
+    if not earliest then
+      earliest = start + w
+      if current > 0 and limit - cost < current then
+        if (limit - cost) * w >= M.FAST_MAX then
+          return nil
+        end
+        earliest = earliest + w - M.fdiv((limit - cost) * w, current)
+      end
+    end
+    local retry = earliest > now and M.cdiv(earliest - now, 1000) or 0
+    return retry > 1 and retry or 1
+  end
+
+  M.FAST["RL.SLIDING"] = function(key, args)
+    local p, cost = M.fast_pair_args(SW_TREE, SW_RANGES, sw_prepare, args)
+    if not p then
+      return nil
+    end
+    local limit, window_ms, w = p[1], p[2], p[3]
+    local v, now = M.fast_read(key, "45")
+    if not v then
+      return nil
+    end
+    local stored_ms, stored_start, previous, current
+    if #v == SW_LEN then
+      local head
+      head, stored_ms, stored_start, previous, current = sunpack(SW_FORMAT, v)
+      -- As M.SW.read checks it, and the same window (else the general path).
+      if head ~= SW_HEAD or stored_ms ~= window_ms or stored_start * 1000 > M.LATEST_US
+        or stored_start % stored_ms ~= 0 or previous > M.MAX_COUNT or current > M.MAX_COUNT then
+        return nil
+      end
+    elseif v ~= "" then
+      return nil
+    end
+    local at = now
+    local start
+    if stored_start then
+      stored_start = stored_start * 1000
+      if stored_start > at then
+        at = stored_start
+      end
+      start = at - at % w
+      local gone = start - stored_start
+      if gone == w then
+        previous, current = current, 0
+      elseif gone ~= 0 then
+        previous, current = 0, 0
+      end
+    else
+      start, previous, current = now - now % w, 0, 0
+    end
+    local weight = previous * (w - (at - start))
+    if weight >= M.FAST_MAX then
+      return nil
+    end
+    local carried = weight / w
+    carried = carried - carried % 1
+    carried = carried * w < weight and carried + 1 or carried
+    local allowed = cost <= limit and weight <= (limit - current - cost) * w
+    local retry = 0
+    if allowed then
+      current = current + cost
+    elseif cost > limit then
+      retry = -1
+    else
+      retry = sw_retry(limit, w, start, at, previous, current, cost, now)
+      if not retry then
+        return nil
+      end
+    end
+    local idle = current > 0 and start + 2 * w or previous > 0 and start + w or 0
+    local reset = 0
+    if idle > now then
+      reset = (idle - now) / 1000
+      reset = reset - reset % 1
+      reset = reset * 1000 < idle - now and reset + 1 or reset
+    end
+    if allowed and cost > 0 then
+      local pxat = now / 1000
+      pxat = pxat - pxat % 1
+      pxat = (pxat * 1000 < now and pxat + 1 or pxat) + reset + M.TTL_SLACK_MS
+      call("SET", key, spack(SW_FORMAT, SW_HEAD, window_ms, start / 1000, previous, current), "PXAT",
+        M.FAST_TEXT and fmt("%d", pxat) or pxat)
+    end
+    local remaining = limit - current - carried
+    return { allowed and 1 or 0, limit, remaining > 0 and remaining or 0, retry, reset }
+  end
+
   -- ------------------------------------------------------------------------------------------
   -- lua/src/fixed_window.lua
   -- Fixed window counter (core/src/fixed_window.rs).
 
-  M.FW = { tag = "F" }
-  M.ALGO.F = M.FW
-  function M.FW.parse(args, i)
-    return M.window_params(args, i, "F")
-  end
+  M.FW = M.window_algorithm("F")
 
   function M.FW.read(key)
-    local v, f = M.read_fixed(key, "F", { false, false, false })
+    local v, f = M.read_window(key, "F", { false, false, false })
     if not v then
       return nil
     end
     local s
     if f then
-      -- Version 2 stores the window's index (window_start / window_ms).
-      local start = M.valid_duration(f[1]) and f[2] * f[1] or nil
-      s = { window_ms = f[1], window_start = start, count = f[3] }
+      s = { window_ms = f[1], window_start = f[2], count = f[3] }
     else
       s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), count = M.read_u64(v, 22) }
     end
@@ -1170,26 +1540,28 @@ local function build()
     return at - M.imod(at, window_ms), n
   end
 
-  function M.FW.check(s, now, p, cost)
-    local start, n = M.fw_current(s, now, p.window_ms)
-    local end_us = (start + p.window_ms) * 1000
+  -- A count of `n` in a window ending at `end_us` (core/src/fixed_window.rs, which the
+  -- calendar quota shares): the decision for `cost` and the count to write (nil: none).
+  function M.window_count_check(limit, now, end_us, n, cost)
     local until_end = end_us > now and M.ceil_div(end_us - now, 1000) or 0
     local function decide(allowed, retry, after)
-      local remaining = p.limit > after and p.limit - after or 0
-      return M.decision(allowed, p.limit, remaining, retry, after > 0 and until_end or 0)
+      local remaining = limit > after and limit - after or 0
+      return M.decision(allowed, limit, remaining, retry, after > 0 and until_end or 0)
     end
-    if cost > p.limit then
+    if cost > limit then
       return decide(false, -1, n)
     end
     local after = n + cost
-    if after > p.limit then
+    if after > limit then
       return decide(false, until_end, n)
     end
-    local new
-    if cost > 0 then
-      new = { window_ms = p.window_ms, window_start = start, count = after }
-    end
-    return decide(true, 0, after), new
+    return decide(true, 0, after), cost > 0 and after or nil
+  end
+
+  function M.FW.check(s, now, p, cost)
+    local start, n = M.fw_current(s, now, p.window_ms)
+    local d, count = M.window_count_check(p.limit, now, (start + p.window_ms) * 1000, n, cost)
+    return d, count and { window_ms = p.window_ms, window_start = start, count = count }
   end
 
   function M.FW.refund(s, now, p, amount)
@@ -1208,6 +1580,69 @@ local function build()
   function M.FW.view(s, now)
     local _, n = M.fw_current(s, now, s.window_ms)
     return { "window_ms", s.window_ms, "window_start_ms", s.window_start, "count", n }
+  end
+
+  -- The fast path (see fast.lua) of `RL.FIXED key limit window_ms [COST n]`: M.FW.check on
+  -- numbers (all below 2^53 for every parameter).
+  local FW_HEAD, FW_LEN, FW_FORMAT = sunpack("<I5", "\0RL\1F"), M.V1_LEN.F, "<I5I8I8I8"
+  local FW_TREE, FW_RANGES = M.fast_tree(), M.KINDS.F.params
+  local function fw_prepare(limit, window_ms)
+    return { limit, window_ms }
+  end
+
+  M.FAST["RL.FIXED"] = function(key, args)
+    local p, cost = M.fast_pair_args(FW_TREE, FW_RANGES, fw_prepare, args)
+    if not p then
+      return nil
+    end
+    local limit, window_ms = p[1], p[2]
+    local v, now = M.fast_read(key, "35")
+    if not v then
+      return nil
+    end
+    local stored_ms, start, count
+    if #v == FW_LEN then
+      local head
+      head, stored_ms, start, count = sunpack(FW_FORMAT, v)
+      -- As M.FW.read checks it (else the general path names the corrupt value).
+      if head ~= FW_HEAD or stored_ms < 1 or stored_ms > M.MAX_DURATION_MS or start * 1000 > M.LATEST_US
+        or start % stored_ms ~= 0 or count > M.MAX_COUNT then
+        return nil
+      end
+    elseif v ~= "" then
+      return nil
+    end
+    local at = now / 1000
+    at = at - at % 1
+    local used = 0
+    if start then
+      if start > at then
+        at = start
+      end
+      if at < start + stored_ms then
+        used = count
+      end
+    end
+    start = at - at % window_ms
+    local until_end = (start + window_ms) * 1000 - now
+    if until_end > 0 then
+      local ms = until_end / 1000
+      ms = ms - ms % 1
+      until_end = ms * 1000 < until_end and ms + 1 or ms
+    else
+      until_end = 0
+    end
+    local after = used + cost
+    if cost > limit or after > limit then
+      return { 0, limit, limit > used and limit - used or 0, cost > limit and -1 or until_end, used > 0 and until_end or 0 }
+    end
+    if cost > 0 then
+      at = now / 1000
+      at = at - at % 1
+      at = (at * 1000 < now and at + 1 or at) + until_end + M.TTL_SLACK_MS
+      call("SET", key, spack(FW_FORMAT, FW_HEAD, window_ms, start, after), "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+    end
+    return { 1, limit, limit - after, 0, after > 0 and until_end or 0 }
   end
 
   -- ------------------------------------------------------------------------------------------
@@ -1269,11 +1704,9 @@ local function build()
     return s
   end
 
+  -- Version 1 whatever the arrival time (the fast path writes its 16 bytes from two halves).
   function M.GC.encode(s)
-    if type(s.tat) == "number" then
-      return M.fixed_v1("G", s.tat, 0, s.limit, s.period_ms)
-    end
-    return M.compact("G", { s.tat, s.limit, s.period_ms })
+    return "\0RL\1G" .. M.u128_bytes(s.tat) .. spack("<I8I8", s.limit, s.period_ms)
   end
 
   function M.gcra_tat_in(s, limit)
@@ -1311,10 +1744,7 @@ local function build()
   function M.GC.refund(s, now, p, amount)
     local now_t = M.bmul(now, p.limit)
     local tat = s and M.gcra_tat_in(s, p.limit) or 0
-    local refunded = M.bnum(M.bdivceil(M.bsub(tat, now_t), p.interval))
-    if refunded > amount then
-      refunded = amount
-    end
+    local refunded = M.at_most(M.bnum(M.bdivceil(M.bsub(tat, now_t), p.interval)), amount)
     if refunded == 0 then
       return 0
     end
@@ -1364,18 +1794,171 @@ local function build()
   end
   M.COMMANDS["RL.THROTTLE"] = M.run_throttle
 
+  -- The fast path (see fast.lua) of RL.GCRA and RL.THROTTLE: M.GC.check on numbers. The
+  -- arrival time (tat, in ticks of 1/limit us) outgrows a double at a few units per us, so
+  -- the code works on its distance from now x limit, which stays below 2^51 for a burst x
+  -- period_ms x 1000 below that: tat and now x limit are both split at 2^48 (the product
+  -- from four exact products of 26-bit halves), and only their difference is a number.
+  local GC_HEAD, GC_LEN, GC_FORMAT = sunpack("<I5", "\0RL\1G"), M.V1_LEN.G, "<I5I6I8I2I8I8"
+  local TWO48, TWO26 = 281474976710656, 67108864
+  local FAST_MAX, HALF_FAST, LONGEST = M.FAST_MAX, M.FAST_MAX / 2, M.MAX_DURATION_MS
+
+  -- limit, period_ms, interval, the limit's 26-bit halves (and RL.THROTTLE's burst).
+  local function gcra_prepare(limit, period_ms)
+    local high = floor(limit / TWO26)
+    return { limit, period_ms, period_ms * 1000, high, limit - high * TWO26 }
+  end
+
+  local function throttle_prepare(max_burst, count, period_s)
+    local p = gcra_prepare(count, period_s * 1000)
+    p[6] = max_burst + 1
+    return p
+  end
+  local GC_TREE, TH_TREE, GC_RANGES = M.fast_tree(), M.fast_tree(), M.KINDS.G.params
+  local VALUES = M.FAST_VALUES
+
+  -- `RL.GCRA key limit period_ms [BURST b] [COST n]` (options in either order) and
+  -- `RL.THROTTLE key max_burst count period_s [quantity]`, in one function (a Lua call costs
+  -- about as much as ten lines of arithmetic).
+  local function gcra_fast(key, args)
+    local n = #args
+    local throttle = args[1] == "RL.THROTTLE"
+    local p, burst, cost
+    if throttle then
+      if n == 5 then
+        cost = VALUES[args[5]] or M.fast_value(args[5])
+      elseif n ~= 4 then
+        return nil
+      end
+      p = ((TH_TREE[args[2]] or EMPTY)[args[3]] or EMPTY)[args[4]]
+      if p == nil then
+        p = M.fast_parse(TH_TREE, args, 3, M.THROTTLE, throttle_prepare)
+      end
+      burst = p and p[6]
+    elseif n == 5 and args[4] == "BURST" then
+      burst = VALUES[args[5]] or M.fast_value(args[5])
+    elseif n ~= 3 then
+      for i = 4, n, 2 do
+        local word = args[i]
+        if word == "BURST" and burst == nil and i < n then
+          burst = M.fast_value(args[i + 1])
+        elseif word == "COST" and cost == nil and i < n then
+          cost = M.fast_value(args[i + 1])
+        else
+          return nil
+        end
+      end
+    end
+    if not throttle then
+      p = (GC_TREE[args[2]] or EMPTY)[args[3]]
+      if p == nil then
+        p = n >= 3 and M.fast_parse(GC_TREE, args, 2, GC_RANGES, gcra_prepare)
+      end
+      if burst == nil then
+        burst = p and p[1]
+      end
+    end
+    if not p or not burst or burst == 0 or cost == false then
+      return nil
+    end
+    cost = cost or 1
+    local limit, period_ms, interval = p[1], p[2], p[3]
+    local span = burst * interval
+    if span >= HALF_FAST then
+      return nil
+    end
+    local v, now = M.fast_read(key, "44")
+    if not v then
+      return nil
+    end
+    local low, high, top, stored_limit, stored_period
+    if #v == GC_LEN then
+      local head
+      head, low, high, top, stored_limit, stored_period = sunpack(GC_FORMAT, v)
+      if head ~= GC_HEAD or top ~= 0 or high >= FAST_MAX or stored_limit ~= limit
+        or stored_period < 1 or stored_period > LONGEST then
+        return nil
+      end
+    elseif v ~= "" then
+      return nil
+    end
+    -- now x limit = x * 2^48 + y, y < 2^48.
+    local nh = now / TWO26
+    nh = nh - nh % 1
+    local nl = now - nh * TWO26
+    local b = nh * p[5] + nl * p[4]
+    local c = nl * p[5]
+    local bq = b / 4194304
+    bq = bq - bq % 1
+    local cq = c / TWO48
+    cq = cq - cq % 1
+    local y = (b - bq * 4194304) * TWO26 + (c - cq * TWO48)
+    local x = nh * p[4] * 16 + bq + cq
+    if y >= TWO48 then
+      x, y = x + 1, y - TWO48
+    end
+    if x >= FAST_MAX then
+      return nil
+    end
+    -- The stored tat's distance ahead of now x limit (0 when behind it, or missing).
+    local d = 0
+    if low then
+      local ahead = high - x
+      if ahead > 8 then
+        return nil
+      elseif ahead >= -1 then
+        d = ahead * TWO48 + (low - y)
+        if d < 0 then
+          d = 0
+        elseif d >= HALF_FAST then
+          return nil
+        end
+      end
+    end
+    local retry, after = 0, d + cost * interval
+    if cost > burst then
+      retry, after = -1, d
+    elseif after > span then
+      retry, after = M.cdiv(M.cdiv(after - span, limit), 1000), d
+    end
+    -- reset: ceil(ceil(after / limit) / 1000) ms, each quotient rounded by `/` and corrected.
+    local us = after / limit
+    us = us - us % 1
+    us = us * limit < after and us + 1 or us
+    local reset = us / 1000
+    reset = reset - reset % 1
+    reset = reset * 1000 < us and reset + 1 or reset
+    if retry == 0 and cost > 0 then
+      local z = y + after
+      local carry = z / TWO48
+      carry = carry - carry % 1
+      local at = now / 1000
+      at = at - at % 1
+      at = (at * 1000 < now and at + 1 or at) + reset + M.TTL_SLACK_MS
+      call("SET", key, spack(GC_FORMAT, GC_HEAD, z - carry * TWO48, x + carry, 0, limit, period_ms), "PXAT",
+        M.FAST_TEXT and fmt("%d", at) or at)
+    end
+    -- Below 2^53, floor(a / b) of `/` is exact.
+    local remaining = span > after and (span - after) / interval or 0
+    remaining = remaining - remaining % 1
+    if throttle then
+      -- Waits in whole seconds, rounded up.
+      local reset_s = reset / 1000
+      reset_s = reset_s - reset_s % 1
+      reset_s = reset_s * 1000 < reset and reset_s + 1 or reset_s
+      return { retry == 0 and 0 or 1, burst, remaining, retry > 0 and M.cdiv(retry, 1000) or -1, reset_s }
+    end
+    return { retry == 0 and 1 or 0, burst, remaining, retry, reset }
+  end
+  M.FAST["RL.GCRA"] = gcra_fast
+  M.FAST["RL.THROTTLE"] = gcra_fast
+
   -- ------------------------------------------------------------------------------------------
   -- lua/src/sliding_window_log.lua
   -- Sliding window log (core/src/sliding_log.rs): varint-encoded entries, oldest first.
 
-
-  M.LG = { tag = "L" }
-  M.ALGO.L = M.LG
+  M.LG = M.window_algorithm("L")
   M.MAX_LOG = M.KINDS.L.params[1][3]
-
-  function M.LG.parse(args, i)
-    return M.window_params(args, i, "L")
-  end
 
   function M.LG.read(key)
     local v = M.read_value(key, "L")
@@ -1735,24 +2318,8 @@ local function build()
 
   function M.QU.check(s, now, p, cost)
     local start, stop, n = M.QU.current(s, now, p)
-    local end_us = stop * 1000
-    local until_end = end_us > now and M.ceil_div(end_us - now, 1000) or 0
-    local function decide(allowed, retry, after)
-      local remaining = p.limit > after and p.limit - after or 0
-      return M.decision(allowed, p.limit, remaining, retry, after > 0 and until_end or 0)
-    end
-    if cost > p.limit then
-      return decide(false, -1, n)
-    end
-    local after = n + cost
-    if after > p.limit then
-      return decide(false, until_end, n)
-    end
-    local new
-    if cost > 0 then
-      new = { period_start = start, period_end = stop, count = after }
-    end
-    return decide(true, 0, after), new
+    local d, count = M.window_count_check(p.limit, now, stop * 1000, n, cost)
+    return d, count and { period_start = start, period_end = stop, count = count }
   end
 
   function M.QU.refund(s, now, p, amount)
@@ -2083,12 +2650,6 @@ local function build()
   -- Commands: one per rate limiter (RL.<SPEC>), RL.ALL, RL.REFUND, RL.STATE, RL.RESET, and
   -- those the algorithms' sections add to M.COMMANDS (RL.THROTTLE, RL.CONCURRENCY).
 
-  -- The parameters of a window (RL.SLIDING, RL.FIXED, RL.LOG).
-  function M.window_params(args, i, tag)
-    local v, nxt = M.positional(tag, args, i)
-    return { limit = v[1], window_ms = v[2], window = v[2] * 1000 }, nxt
-  end
-
   -- A partial grant (`UPTO`, core/src/algorithm.rs `upto`): min(cost, what a zero-cost check
   -- leaves) units; nothing available is the denial of one unit, writing nothing; cost 0 is
   -- the zero-cost check. Returns the decision, the new state (nil: write nothing), granted.
@@ -2289,12 +2850,17 @@ local function build()
   -- RL.STATE key: the algorithm, the fields its view shows now, and the TTL (-1: none), as
   -- the module's map, here a flat array (what the module sends a RESP2 client); nil when the
   -- key is missing. Never writes.
-  function M.run_state(name, args)
+  -- RL.STATE's and RL.RESET's one key and its first bytes (nil: missing).
+  local function key_and_head(name, args)
     if #M.KEYS ~= 1 or #args ~= 1 then
       M.arity(name)
     end
     local key = M.KEYS[1]
-    local head = M.get_prefix(key, 4)
+    return key, M.get_prefix(key, 4)
+  end
+
+  function M.run_state(name, args)
+    local key, head = key_and_head(name, args)
     if not head then
       return false
     end
@@ -2313,11 +2879,7 @@ local function build()
   -- RL.RESET key: deletes a limiter whatever its algorithm or state (even corrupt or of a
   -- newer format: the way out of a key the module cannot read); 0 when missing.
   function M.run_reset(name, args)
-    if #M.KEYS ~= 1 or #args ~= 1 then
-      M.arity(name)
-    end
-    local key = M.KEYS[1]
-    local head = M.get_prefix(key, 4)
+    local key, head = key_and_head(name, args)
     if not head then
       return 0
     end
@@ -2360,6 +2922,15 @@ local M
 -- One call: `keys` and `args` as FCALL (or EVALSHA) passes them.
 local function rl(keys, args)
   M = M or build()
+  -- The common call on its fast code (lua/src/fast.lua); nil, or an error of the server's
+  -- (before any write: WRONGTYPE), leaves it to the general path.
+  local fast = M.FAST[args[1]]
+  if fast and #keys == 1 then
+    local ok, reply = pcall(fast, keys[1], args)
+    if ok and reply then
+      return reply
+    end
+  end
   M.KEYS = keys
   local ok, result = pcall(M.main, args)
   if ok then

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Instructions per call in the server's call() under callgrind for the Lua twin's commands and
-the scripts it is measured against (deterministic: the load of a shared machine does not move
-them), each on its own keys in one server without the module:
+the scripts it is measured against (the load of a shared machine does not move them), each on
+its own keys in one server without the module:
 
     python3 scripts/twin_instructions.py [SERVER] [CALLS]
 
-SERVER defaults to $RL_SERVER or redis-server, CALLS to 2000 (over 100 keys, pipeline 16,
-every call allowed). redis_rate's GCRA script is included when $RL_REDIS_RATE names its
-script_allow_n.lua (it is not kept in this repository). Needs valgrind. Uses bench.py's
-server, callgrind and redis-benchmark helpers.
+SERVER defaults to $RL_SERVER or redis-server, CALLS to 6000 (over 100 keys, pipeline 16,
+every call allowed: the log then holds up to 60 entries a key). Counts are exact, but the Lua
+garbage collector's cycles fall in or out of a run: at 2000 calls two runs of one command
+differ by up to 2-3%, at 6000 by about 1-2%. redis_rate's GCRA script is included when
+$RL_REDIS_RATE names its script_allow_n.lua (it is not kept in this repository). Needs
+valgrind. Uses bench.py's server, callgrind and redis-benchmark helpers.
 """
 
 import os
@@ -37,7 +39,7 @@ COMMANDS = [
 
 def main():
     bench.CONFIG["server"] = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("RL_SERVER", "redis-server")
-    calls_n = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
+    calls_n = int(sys.argv[2]) if len(sys.argv) > 2 else 6000
     out_dir = os.path.join(ROOT, "target", "bench", "twin-callgrind")
     os.makedirs(out_dir, exist_ok=True)
     for f in os.listdir(out_dir):

@@ -12,6 +12,11 @@ function M.idiv(a, b)
   return q
 end
 
+-- The smaller of two numbers (a refund gives back at most what was asked).
+function M.at_most(a, b)
+  return a < b and a or b
+end
+
 function M.imod(a, b)
   return a - M.idiv(a, b) * b
 end

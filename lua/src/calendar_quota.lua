@@ -183,24 +183,8 @@ end
 
 function M.QU.check(s, now, p, cost)
   local start, stop, n = M.QU.current(s, now, p)
-  local end_us = stop * 1000
-  local until_end = end_us > now and M.ceil_div(end_us - now, 1000) or 0
-  local function decide(allowed, retry, after)
-    local remaining = p.limit > after and p.limit - after or 0
-    return M.decision(allowed, p.limit, remaining, retry, after > 0 and until_end or 0)
-  end
-  if cost > p.limit then
-    return decide(false, -1, n)
-  end
-  local after = n + cost
-  if after > p.limit then
-    return decide(false, until_end, n)
-  end
-  local new
-  if cost > 0 then
-    new = { period_start = start, period_end = stop, count = after }
-  end
-  return decide(true, 0, after), new
+  local d, count = M.window_count_check(p.limit, now, stop * 1000, n, cost)
+  return d, count and { period_start = start, period_end = stop, count = count }
 end
 
 function M.QU.refund(s, now, p, amount)

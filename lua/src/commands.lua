@@ -1,12 +1,6 @@
 -- Commands: one per rate limiter (RL.<SPEC>), RL.ALL, RL.REFUND, RL.STATE, RL.RESET, and
 -- those the algorithms' sections add to M.COMMANDS (RL.THROTTLE, RL.CONCURRENCY).
 
--- The parameters of a window (RL.SLIDING, RL.FIXED, RL.LOG).
-function M.window_params(args, i, tag)
-  local v, nxt = M.positional(tag, args, i)
-  return { limit = v[1], window_ms = v[2], window = v[2] * 1000 }, nxt
-end
-
 -- A partial grant (`UPTO`, core/src/algorithm.rs `upto`): min(cost, what a zero-cost check
 -- leaves) units; nothing available is the denial of one unit, writing nothing; cost 0 is
 -- the zero-cost check. Returns the decision, the new state (nil: write nothing), granted.
@@ -207,12 +201,17 @@ end
 -- RL.STATE key: the algorithm, the fields its view shows now, and the TTL (-1: none), as
 -- the module's map, here a flat array (what the module sends a RESP2 client); nil when the
 -- key is missing. Never writes.
-function M.run_state(name, args)
+-- RL.STATE's and RL.RESET's one key and its first bytes (nil: missing).
+local function key_and_head(name, args)
   if #M.KEYS ~= 1 or #args ~= 1 then
     M.arity(name)
   end
   local key = M.KEYS[1]
-  local head = M.get_prefix(key, 4)
+  return key, M.get_prefix(key, 4)
+end
+
+function M.run_state(name, args)
+  local key, head = key_and_head(name, args)
   if not head then
     return false
   end
@@ -231,11 +230,7 @@ end
 -- RL.RESET key: deletes a limiter whatever its algorithm or state (even corrupt or of a
 -- newer format: the way out of a key the module cannot read); 0 when missing.
 function M.run_reset(name, args)
-  if #M.KEYS ~= 1 or #args ~= 1 then
-    M.arity(name)
-  end
-  local key = M.KEYS[1]
-  local head = M.get_prefix(key, 4)
+  local key, head = key_and_head(name, args)
   if not head then
     return 0
   end

@@ -1,21 +1,15 @@
 -- Fixed window counter (core/src/fixed_window.rs).
 
-M.FW = { tag = "F" }
-M.ALGO.F = M.FW
-function M.FW.parse(args, i)
-  return M.window_params(args, i, "F")
-end
+M.FW = M.window_algorithm("F")
 
 function M.FW.read(key)
-  local v, f = M.read_fixed(key, "F", { false, false, false })
+  local v, f = M.read_window(key, "F", { false, false, false })
   if not v then
     return nil
   end
   local s
   if f then
-    -- Version 2 stores the window's index (window_start / window_ms).
-    local start = M.valid_duration(f[1]) and f[2] * f[1] or nil
-    s = { window_ms = f[1], window_start = start, count = f[3] }
+    s = { window_ms = f[1], window_start = f[2], count = f[3] }
   else
     s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), count = M.read_u64(v, 22) }
   end
@@ -40,26 +34,28 @@ function M.fw_current(s, now, window_ms)
   return at - M.imod(at, window_ms), n
 end
 
-function M.FW.check(s, now, p, cost)
-  local start, n = M.fw_current(s, now, p.window_ms)
-  local end_us = (start + p.window_ms) * 1000
+-- A count of `n` in a window ending at `end_us` (core/src/fixed_window.rs, which the
+-- calendar quota shares): the decision for `cost` and the count to write (nil: none).
+function M.window_count_check(limit, now, end_us, n, cost)
   local until_end = end_us > now and M.ceil_div(end_us - now, 1000) or 0
   local function decide(allowed, retry, after)
-    local remaining = p.limit > after and p.limit - after or 0
-    return M.decision(allowed, p.limit, remaining, retry, after > 0 and until_end or 0)
+    local remaining = limit > after and limit - after or 0
+    return M.decision(allowed, limit, remaining, retry, after > 0 and until_end or 0)
   end
-  if cost > p.limit then
+  if cost > limit then
     return decide(false, -1, n)
   end
   local after = n + cost
-  if after > p.limit then
+  if after > limit then
     return decide(false, until_end, n)
   end
-  local new
-  if cost > 0 then
-    new = { window_ms = p.window_ms, window_start = start, count = after }
-  end
-  return decide(true, 0, after), new
+  return decide(true, 0, after), cost > 0 and after or nil
+end
+
+function M.FW.check(s, now, p, cost)
+  local start, n = M.fw_current(s, now, p.window_ms)
+  local d, count = M.window_count_check(p.limit, now, (start + p.window_ms) * 1000, n, cost)
+  return d, count and { window_ms = p.window_ms, window_start = start, count = count }
 end
 
 function M.FW.refund(s, now, p, amount)
@@ -78,4 +74,67 @@ end
 function M.FW.view(s, now)
   local _, n = M.fw_current(s, now, s.window_ms)
   return { "window_ms", s.window_ms, "window_start_ms", s.window_start, "count", n }
+end
+
+-- The fast path (see fast.lua) of `RL.FIXED key limit window_ms [COST n]`: M.FW.check on
+-- numbers (all below 2^53 for every parameter).
+local FW_HEAD, FW_LEN, FW_FORMAT = sunpack("<I5", "\0RL\1F"), M.V1_LEN.F, "<I5I8I8I8"
+local FW_TREE, FW_RANGES = M.fast_tree(), M.KINDS.F.params
+local function fw_prepare(limit, window_ms)
+  return { limit, window_ms }
+end
+
+M.FAST["RL.FIXED"] = function(key, args)
+  local p, cost = M.fast_pair_args(FW_TREE, FW_RANGES, fw_prepare, args)
+  if not p then
+    return nil
+  end
+  local limit, window_ms = p[1], p[2]
+  local v, now = M.fast_read(key, "35")
+  if not v then
+    return nil
+  end
+  local stored_ms, start, count
+  if #v == FW_LEN then
+    local head
+    head, stored_ms, start, count = sunpack(FW_FORMAT, v)
+    -- As M.FW.read checks it (else the general path names the corrupt value).
+    if head ~= FW_HEAD or stored_ms < 1 or stored_ms > M.MAX_DURATION_MS or start * 1000 > M.LATEST_US
+      or start % stored_ms ~= 0 or count > M.MAX_COUNT then
+      return nil
+    end
+  elseif v ~= "" then
+    return nil
+  end
+  local at = now / 1000
+  at = at - at % 1
+  local used = 0
+  if start then
+    if start > at then
+      at = start
+    end
+    if at < start + stored_ms then
+      used = count
+    end
+  end
+  start = at - at % window_ms
+  local until_end = (start + window_ms) * 1000 - now
+  if until_end > 0 then
+    local ms = until_end / 1000
+    ms = ms - ms % 1
+    until_end = ms * 1000 < until_end and ms + 1 or ms
+  else
+    until_end = 0
+  end
+  local after = used + cost
+  if cost > limit or after > limit then
+    return { 0, limit, limit > used and limit - used or 0, cost > limit and -1 or until_end, used > 0 and until_end or 0 }
+  end
+  if cost > 0 then
+    at = now / 1000
+    at = at - at % 1
+    at = (at * 1000 < now and at + 1 or at) + until_end + M.TTL_SLACK_MS
+    call("SET", key, spack(FW_FORMAT, FW_HEAD, window_ms, start, after), "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+  end
+  return { 1, limit, limit - after, 0, after > 0 and until_end or 0 }
 end

@@ -47,6 +47,10 @@ local function build()
   local byte, char, fmt, find, sub = string.byte, string.char, string.format, string.find, string.sub
   local call, pcall_redis = redis.call, redis.pcall
   local spack, sunpack = struct.pack, struct.unpack
+  -- The last second TIME gave (its text) and it in us: converted once per second.
+  local clock_s, clock_us
+  -- Never written: `(t[a] or EMPTY)[b]` looks two levels down in one expression.
+  local EMPTY = {}
 
   -- @SECTIONS@
 
@@ -58,6 +62,15 @@ local M
 -- One call: `keys` and `args` as FCALL (or EVALSHA) passes them.
 local function rl(keys, args)
   M = M or build()
+  -- The common call on its fast code (lua/src/fast.lua); nil, or an error of the server's
+  -- (before any write: WRONGTYPE), leaves it to the general path.
+  local fast = M.FAST[args[1]]
+  if fast and #keys == 1 then
+    local ok, reply = pcall(fast, keys[1], args)
+    if ok and reply then
+      return reply
+    end
+  end
   M.KEYS = keys
   local ok, result = pcall(M.main, args)
   if ok then

@@ -55,11 +55,9 @@ function M.GC.read(key)
   return s
 end
 
+-- Version 1 whatever the arrival time (the fast path writes its 16 bytes from two halves).
 function M.GC.encode(s)
-  if type(s.tat) == "number" then
-    return M.fixed_v1("G", s.tat, 0, s.limit, s.period_ms)
-  end
-  return M.compact("G", { s.tat, s.limit, s.period_ms })
+  return "\0RL\1G" .. M.u128_bytes(s.tat) .. spack("<I8I8", s.limit, s.period_ms)
 end
 
 function M.gcra_tat_in(s, limit)
@@ -97,10 +95,7 @@ end
 function M.GC.refund(s, now, p, amount)
   local now_t = M.bmul(now, p.limit)
   local tat = s and M.gcra_tat_in(s, p.limit) or 0
-  local refunded = M.bnum(M.bdivceil(M.bsub(tat, now_t), p.interval))
-  if refunded > amount then
-    refunded = amount
-  end
+  local refunded = M.at_most(M.bnum(M.bdivceil(M.bsub(tat, now_t), p.interval)), amount)
   if refunded == 0 then
     return 0
   end
@@ -149,3 +144,162 @@ function M.run_throttle(name, args)
   return { d.allowed and 0 or 1, d.limit, d.remaining, retry, M.ceil_div(d.reset, 1000) }
 end
 M.COMMANDS["RL.THROTTLE"] = M.run_throttle
+
+-- The fast path (see fast.lua) of RL.GCRA and RL.THROTTLE: M.GC.check on numbers. The
+-- arrival time (tat, in ticks of 1/limit us) outgrows a double at a few units per us, so
+-- the code works on its distance from now x limit, which stays below 2^51 for a burst x
+-- period_ms x 1000 below that: tat and now x limit are both split at 2^48 (the product
+-- from four exact products of 26-bit halves), and only their difference is a number.
+local GC_HEAD, GC_LEN, GC_FORMAT = sunpack("<I5", "\0RL\1G"), M.V1_LEN.G, "<I5I6I8I2I8I8"
+local TWO48, TWO26 = 281474976710656, 67108864
+local FAST_MAX, HALF_FAST, LONGEST = M.FAST_MAX, M.FAST_MAX / 2, M.MAX_DURATION_MS
+
+-- limit, period_ms, interval, the limit's 26-bit halves (and RL.THROTTLE's burst).
+local function gcra_prepare(limit, period_ms)
+  local high = floor(limit / TWO26)
+  return { limit, period_ms, period_ms * 1000, high, limit - high * TWO26 }
+end
+
+local function throttle_prepare(max_burst, count, period_s)
+  local p = gcra_prepare(count, period_s * 1000)
+  p[6] = max_burst + 1
+  return p
+end
+local GC_TREE, TH_TREE, GC_RANGES = M.fast_tree(), M.fast_tree(), M.KINDS.G.params
+local VALUES = M.FAST_VALUES
+
+-- `RL.GCRA key limit period_ms [BURST b] [COST n]` (options in either order) and
+-- `RL.THROTTLE key max_burst count period_s [quantity]`, in one function (a Lua call costs
+-- about as much as ten lines of arithmetic).
+local function gcra_fast(key, args)
+  local n = #args
+  local throttle = args[1] == "RL.THROTTLE"
+  local p, burst, cost
+  if throttle then
+    if n == 5 then
+      cost = VALUES[args[5]] or M.fast_value(args[5])
+    elseif n ~= 4 then
+      return nil
+    end
+    p = ((TH_TREE[args[2]] or EMPTY)[args[3]] or EMPTY)[args[4]]
+    if p == nil then
+      p = M.fast_parse(TH_TREE, args, 3, M.THROTTLE, throttle_prepare)
+    end
+    burst = p and p[6]
+  elseif n == 5 and args[4] == "BURST" then
+    burst = VALUES[args[5]] or M.fast_value(args[5])
+  elseif n ~= 3 then
+    for i = 4, n, 2 do
+      local word = args[i]
+      if word == "BURST" and burst == nil and i < n then
+        burst = M.fast_value(args[i + 1])
+      elseif word == "COST" and cost == nil and i < n then
+        cost = M.fast_value(args[i + 1])
+      else
+        return nil
+      end
+    end
+  end
+  if not throttle then
+    p = (GC_TREE[args[2]] or EMPTY)[args[3]]
+    if p == nil then
+      p = n >= 3 and M.fast_parse(GC_TREE, args, 2, GC_RANGES, gcra_prepare)
+    end
+    if burst == nil then
+      burst = p and p[1]
+    end
+  end
+  if not p or not burst or burst == 0 or cost == false then
+    return nil
+  end
+  cost = cost or 1
+  local limit, period_ms, interval = p[1], p[2], p[3]
+  local span = burst * interval
+  if span >= HALF_FAST then
+    return nil
+  end
+  local v, now = M.fast_read(key, "44")
+  if not v then
+    return nil
+  end
+  local low, high, top, stored_limit, stored_period
+  if #v == GC_LEN then
+    local head
+    head, low, high, top, stored_limit, stored_period = sunpack(GC_FORMAT, v)
+    if head ~= GC_HEAD or top ~= 0 or high >= FAST_MAX or stored_limit ~= limit
+      or stored_period < 1 or stored_period > LONGEST then
+      return nil
+    end
+  elseif v ~= "" then
+    return nil
+  end
+  -- now x limit = x * 2^48 + y, y < 2^48.
+  local nh = now / TWO26
+  nh = nh - nh % 1
+  local nl = now - nh * TWO26
+  local b = nh * p[5] + nl * p[4]
+  local c = nl * p[5]
+  local bq = b / 4194304
+  bq = bq - bq % 1
+  local cq = c / TWO48
+  cq = cq - cq % 1
+  local y = (b - bq * 4194304) * TWO26 + (c - cq * TWO48)
+  local x = nh * p[4] * 16 + bq + cq
+  if y >= TWO48 then
+    x, y = x + 1, y - TWO48
+  end
+  if x >= FAST_MAX then
+    return nil
+  end
+  -- The stored tat's distance ahead of now x limit (0 when behind it, or missing).
+  local d = 0
+  if low then
+    local ahead = high - x
+    if ahead > 8 then
+      return nil
+    elseif ahead >= -1 then
+      d = ahead * TWO48 + (low - y)
+      if d < 0 then
+        d = 0
+      elseif d >= HALF_FAST then
+        return nil
+      end
+    end
+  end
+  local retry, after = 0, d + cost * interval
+  if cost > burst then
+    retry, after = -1, d
+  elseif after > span then
+    retry, after = M.cdiv(M.cdiv(after - span, limit), 1000), d
+  end
+  -- reset: ceil(ceil(after / limit) / 1000) ms, each quotient rounded by `/` and corrected.
+  local us = after / limit
+  us = us - us % 1
+  us = us * limit < after and us + 1 or us
+  local reset = us / 1000
+  reset = reset - reset % 1
+  reset = reset * 1000 < us and reset + 1 or reset
+  if retry == 0 and cost > 0 then
+    local z = y + after
+    local carry = z / TWO48
+    carry = carry - carry % 1
+    local at = now / 1000
+    at = at - at % 1
+    at = (at * 1000 < now and at + 1 or at) + reset + M.TTL_SLACK_MS
+    call("SET", key, spack(GC_FORMAT, GC_HEAD, z - carry * TWO48, x + carry, 0, limit, period_ms), "PXAT",
+      M.FAST_TEXT and fmt("%d", at) or at)
+  end
+  -- Below 2^53, floor(a / b) of `/` is exact.
+  local remaining = span > after and (span - after) / interval or 0
+  remaining = remaining - remaining % 1
+  if throttle then
+    -- Waits in whole seconds, rounded up.
+    local reset_s = reset / 1000
+    reset_s = reset_s - reset_s % 1
+    reset_s = reset_s * 1000 < reset and reset_s + 1 or reset_s
+    return { retry == 0 and 0 or 1, burst, remaining, retry > 0 and M.cdiv(retry, 1000) or -1, reset_s }
+  end
+  return { retry == 0 and 1 or 0, burst, remaining, retry, reset }
+end
+M.FAST["RL.GCRA"] = gcra_fast
+M.FAST["RL.THROTTLE"] = gcra_fast

@@ -1,21 +1,15 @@
 -- Sliding window counter (core/src/sliding_window.rs).
 
-M.SW = { tag = "S" }
-M.ALGO.S = M.SW
-function M.SW.parse(args, i)
-  return M.window_params(args, i, "S")
-end
+M.SW = M.window_algorithm("S")
 
 function M.SW.read(key)
-  local v, f = M.read_fixed(key, "S", { false, false, false, false })
+  local v, f = M.read_window(key, "S", { false, false, false, false })
   if not v then
     return nil
   end
   local s
   if f then
-    -- Version 2 stores the window's index (window_start / window_ms).
-    local start = M.valid_duration(f[1]) and f[2] * f[1] or nil
-    s = { window_ms = f[1], window_start = start, previous = f[3], current = f[4] }
+    s = { window_ms = f[1], window_start = f[2], previous = f[3], current = f[4] }
   else
     s = { window_ms = M.read_u64(v, 6), window_start = M.read_u64(v, 14), previous = M.read_u64(v, 22), current = M.read_u64(v, 30) }
   end
@@ -33,6 +27,17 @@ function M.SW.encode(s)
   return M.fixed_v1("S", s.window_ms, s.window_start, s.previous, s.current)
 end
 
+-- The stored counts seen from the window starting `gone` us after the stored one (`window`
+-- us long): both in the same window, the current one as the previous in the next, none later.
+local function sw_counts(s, gone, window)
+  if gone == 0 then
+    return s.previous, s.current
+  elseif gone == window then
+    return s.current, 0
+  end
+  return 0, 0
+end
+
 function M.sw_view(s, now, p)
   local window = p.window
   if not s then
@@ -43,25 +48,13 @@ function M.sw_view(s, now, p)
   if s.window_ms ~= p.window_ms then
     local old = s.window_ms * 1000
     local old_start = at - M.imod(at, old)
-    local d = old_start - stored_start
-    local previous, current = 0, 0
-    if d == 0 then
-      previous, current = s.previous, s.current
-    elseif d == old then
-      previous = s.current
-    end
+    local previous, current = sw_counts(s, old_start - stored_start, old)
     local elapsed = at - old_start
     local estimate = M.bdivceil(M.badd(M.bmul(previous, old - elapsed), M.bmul(current, old)), old)
     return { start = at - M.imod(at, window), at = at, previous = 0, current = M.bnum(estimate) }
   end
   local start = at - M.imod(at, window)
-  local d = start - stored_start
-  local previous, current = 0, 0
-  if d == 0 then
-    previous, current = s.previous, s.current
-  elseif d == window then
-    previous = s.current
-  end
+  local previous, current = sw_counts(s, start - stored_start, window)
   return { start = start, at = at, previous = previous, current = current }
 end
 
@@ -149,4 +142,121 @@ function M.SW.view(s, now)
     "current", s.current,
     "count", max - d.remaining,
   }
+end
+
+-- The fast path (see fast.lua) of `RL.SLIDING key limit window_ms [COST n]`: M.SW.check on
+-- numbers, for the same window as stored and a previous window's weight (previous x its
+-- remaining us) below 2^52. The budget (limit x window us) may pass 2^53, so the code
+-- compares counts instead: remaining = limit - current - ceil(weight / window).
+local SW_HEAD, SW_LEN, SW_FORMAT = sunpack("<I5", "\0RL\1S"), M.V1_LEN.S, "<I5I8I8I8I8"
+local SW_TREE, SW_RANGES = M.fast_tree(), M.KINDS.S.params
+local function sw_prepare(limit, window_ms)
+  return { limit, window_ms, window_ms * 1000 }
+end
+
+-- The wait of a denial (M.sw_earliest_allowed, then since now, at least 1 ms), or nil for
+-- the general path (a product past 2^52).
+local function sw_retry(limit, w, start, at, previous, current, cost, now)
+  local earliest
+  local spare = limit - (current + cost)
+  if previous > 0 and spare >= 0 then
+    if spare >= previous then
+      earliest = at
+    elseif spare * w >= M.FAST_MAX then
+      return nil
+    else
+      local part = M.fdiv(spare * w, previous)
+      if part > 0 then
+        earliest = start + w - part
+        earliest = earliest > at and earliest or at
+      end
+    end
+  end
+  if not earliest then
+    earliest = start + w
+    if current > 0 and limit - cost < current then
+      if (limit - cost) * w >= M.FAST_MAX then
+        return nil
+      end
+      earliest = earliest + w - M.fdiv((limit - cost) * w, current)
+    end
+  end
+  local retry = earliest > now and M.cdiv(earliest - now, 1000) or 0
+  return retry > 1 and retry or 1
+end
+
+M.FAST["RL.SLIDING"] = function(key, args)
+  local p, cost = M.fast_pair_args(SW_TREE, SW_RANGES, sw_prepare, args)
+  if not p then
+    return nil
+  end
+  local limit, window_ms, w = p[1], p[2], p[3]
+  local v, now = M.fast_read(key, "45")
+  if not v then
+    return nil
+  end
+  local stored_ms, stored_start, previous, current
+  if #v == SW_LEN then
+    local head
+    head, stored_ms, stored_start, previous, current = sunpack(SW_FORMAT, v)
+    -- As M.SW.read checks it, and the same window (else the general path).
+    if head ~= SW_HEAD or stored_ms ~= window_ms or stored_start * 1000 > M.LATEST_US
+      or stored_start % stored_ms ~= 0 or previous > M.MAX_COUNT or current > M.MAX_COUNT then
+      return nil
+    end
+  elseif v ~= "" then
+    return nil
+  end
+  local at = now
+  local start
+  if stored_start then
+    stored_start = stored_start * 1000
+    if stored_start > at then
+      at = stored_start
+    end
+    start = at - at % w
+    local gone = start - stored_start
+    if gone == w then
+      previous, current = current, 0
+    elseif gone ~= 0 then
+      previous, current = 0, 0
+    end
+  else
+    start, previous, current = now - now % w, 0, 0
+  end
+  local weight = previous * (w - (at - start))
+  if weight >= M.FAST_MAX then
+    return nil
+  end
+  local carried = weight / w
+  carried = carried - carried % 1
+  carried = carried * w < weight and carried + 1 or carried
+  local allowed = cost <= limit and weight <= (limit - current - cost) * w
+  local retry = 0
+  if allowed then
+    current = current + cost
+  elseif cost > limit then
+    retry = -1
+  else
+    retry = sw_retry(limit, w, start, at, previous, current, cost, now)
+    if not retry then
+      return nil
+    end
+  end
+  local idle = current > 0 and start + 2 * w or previous > 0 and start + w or 0
+  local reset = 0
+  if idle > now then
+    reset = (idle - now) / 1000
+    reset = reset - reset % 1
+    reset = reset * 1000 < idle - now and reset + 1 or reset
+  end
+  if allowed and cost > 0 then
+    local pxat = now / 1000
+    pxat = pxat - pxat % 1
+    pxat = (pxat * 1000 < now and pxat + 1 or pxat) + reset + M.TTL_SLACK_MS
+    call("SET", key, spack(SW_FORMAT, SW_HEAD, window_ms, start / 1000, previous, current), "PXAT",
+      M.FAST_TEXT and fmt("%d", pxat) or pxat)
+  end
+  local remaining = limit - current - carried
+  return { allowed and 1 or 0, limit, remaining > 0 and remaining or 0, retry, reset }
 end

@@ -1,13 +1,7 @@
 -- Sliding window log (core/src/sliding_log.rs): varint-encoded entries, oldest first.
 
-
-M.LG = { tag = "L" }
-M.ALGO.L = M.LG
+M.LG = M.window_algorithm("L")
 M.MAX_LOG = M.KINDS.L.params[1][3]
-
-function M.LG.parse(args, i)
-  return M.window_params(args, i, "L")
-end
 
 function M.LG.read(key)
   local v = M.read_value(key, "L")

@@ -87,6 +87,16 @@ function M.read_fixed(key, tag, wide)
   return v
 end
 
+-- A window's value and, for version 2, its fields with the window's index (field 2)
+-- turned into the window's start (nil when the window is not valid).
+function M.read_window(key, tag, wide)
+  local v, f = M.read_fixed(key, tag, wide)
+  if f then
+    f[2] = M.valid_duration(f[1]) and f[2] * f[1] or nil
+  end
+  return v, f
+end
+
 -- Writes `value`, expiring `reset_after` ms after `now` (us) plus the TTL slack, as the
 -- module does. A number argument reaches the server as its exact integer text.
 function M.write(key, value, now, reset_after)

@@ -70,25 +70,12 @@ end
 
 -- A varint of up to 128 bits at `pos` (`bits`: 64 or 128): value (a bignum or a number),
 -- next position; nil when malformed (truncated, not in its shortest form, over `bits`).
--- Below 2^53 it is summed as a number; above, its 7-bit groups are packed into limbs.
+-- Below 2^53 it is read as a number (read_varint); above, its 7-bit groups are packed
+-- into limbs.
 local function read_bvarint(v, pos, bits)
-  local value, scale = 0, 1
-  for k = 0, 7 do
-    local b = byte(v, pos + k)
-    if not b then
-      return nil
-    end
-    if b < 128 then
-      if b == 0 and k > 0 then
-        return nil
-      end
-      if k < 7 or b < 16 then
-        return value + b * scale, pos + k + 1
-      end
-      break
-    end
-    value = value + (b - 128) * scale
-    scale = scale * 128
+  local value, nxt = read_varint(v, pos)
+  if value then
+    return value, nxt
   end
   local last = bits == 64 and 9 or 18
   local top = bits == 64 and 1 or 3

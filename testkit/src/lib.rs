@@ -19,6 +19,8 @@
 //!   managed service's stand-in), and a throwaway CA.
 //! - [`conformance`]: the checks every algorithm's command must pass, read from the
 //!   registry; [`golden`]: the command files of `testdata/commands`.
+//! - [`tls_cluster`]: [`tls_cluster::TlsCluster`], three such masters with the cluster bus
+//!   and replication over TLS.
 //! - [`ops`]: the operations tests' seeded random mix of RL.* calls and dataset snapshots.
 //!
 //! `use redis_rl_testkit::*;` brings in everything but [`ops`].
@@ -33,6 +35,7 @@ pub mod ports;
 pub mod rng;
 pub mod server;
 pub mod tls;
+pub mod tls_cluster;
 pub mod twin;
 
 pub use checks::*;

@@ -185,8 +185,62 @@ impl Drop for Certs {
     }
 }
 
+/// `redis-server` listening on plain `port` (for the test itself) and on `tls_port` with
+/// the certificates of `certs` and the users above, with the module or not; `client_certs`:
+/// clients must present a certificate signed by the CA. Its output is piped (see
+/// [`wait_ready`]).
+pub(crate) fn server_command(
+    certs: &Certs,
+    port: u16,
+    tls_port: u16,
+    module: bool,
+    client_certs: bool,
+) -> Command {
+    let mut cmd = Command::new("redis-server");
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--tls-port", &tls_port.to_string()])
+        .arg("--tls-cert-file")
+        .arg(certs.path("server.pem"))
+        .arg("--tls-key-file")
+        .arg(certs.path("server.key"))
+        .arg("--tls-ca-cert-file")
+        .arg(certs.path("ca.pem"))
+        .args([
+            "--tls-auth-clients",
+            if client_certs { "yes" } else { "no" },
+        ])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        // One word per argument: redis-server quotes an argument with spaces whole.
+        .args([
+            "--user",
+            USER,
+            "on",
+            &format!(">{PASSWORD}"),
+            "~*",
+            "&*",
+            "+@all",
+        ])
+        .args(["--user", MINIMAL_USER, "on", &format!(">{MINIMAL_USER}")])
+        .args(if module { MODULE_RULES } else { TWIN_RULES })
+        .args([
+            "--user",
+            NARROW_USER,
+            "on",
+            &format!(">{NARROW_USER}"),
+            "~other:*",
+            "&*",
+            "+@all",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if module {
+        cmd.arg("--loadmodule").arg(module_path());
+    }
+    cmd
+}
+
 /// Waits until the server answers PING on its plain `port`, or exits, or 10 s pass.
-fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
+pub(crate) fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if let Ok(Some(status)) = child.try_wait() {
@@ -239,49 +293,8 @@ impl TlsServer {
         let mut last = String::new();
         for _ in 0..5 {
             let (port, tls_port) = (free_port(), free_port());
-            let mut cmd = Command::new("redis-server");
-            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--tls-port", &tls_port.to_string()])
-                .arg("--tls-cert-file")
-                .arg(certs.path("server.pem"))
-                .arg("--tls-key-file")
-                .arg(certs.path("server.key"))
-                .arg("--tls-ca-cert-file")
-                .arg(certs.path("ca.pem"))
-                .args([
-                    "--tls-auth-clients",
-                    if client_certs { "yes" } else { "no" },
-                ])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .arg("--dir")
-                .arg(&certs.dir)
-                // One word per argument: redis-server quotes an argument with spaces whole.
-                .args([
-                    "--user",
-                    USER,
-                    "on",
-                    &format!(">{PASSWORD}"),
-                    "~*",
-                    "&*",
-                    "+@all",
-                ])
-                .args(["--user", MINIMAL_USER, "on", &format!(">{MINIMAL_USER}")])
-                .args(BASE_RULES)
-                .args(if module { MODULE_RULES } else { TWIN_RULES })
-                .args([
-                    "--user",
-                    NARROW_USER,
-                    "on",
-                    &format!(">{NARROW_USER}"),
-                    "~other:*",
-                    "&*",
-                    "+@all",
-                ])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            if module {
-                cmd.arg("--loadmodule").arg(module_path());
-            }
+            let mut cmd = server_command(&certs, port, tls_port, module, client_certs);
+            cmd.arg("--dir").arg(&certs.dir);
             let mut child = cmd.spawn().expect("start redis-server");
             match wait_ready(&mut child, port) {
                 Ok(()) => {

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Sections every command needs, in load order.
-pub const SHARED: &[&str] = &["args", "storage", "bignum", "varint"];
+pub const SHARED: &[&str] = &["args", "storage", "bignum", "varint", "fast"];
 
 /// The repository's `lua/` directory.
 pub fn lua_dir() -> PathBuf {

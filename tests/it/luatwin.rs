@@ -30,8 +30,7 @@ use redis_rl_core::AnyState;
 use std::time::Instant;
 
 pub(crate) const SCRIPT: &str = include_str!("../../lua/rl.lua");
-pub(crate) const CLOCK: &str =
-    "local t = redis.call(\"TIME\")\n    return tonumber(t[1]) * 1000000 + tonumber(t[2])";
+pub(crate) const CLOCK: &str = "call(\"TIME\")";
 pub(crate) const ENTRY: &str = "  M = M or build()\n";
 
 /// The library with the clock replaced by the last argument (µs): for exact comparisons only.
@@ -44,9 +43,14 @@ pub(crate) fn fixed_clock_library() -> String {
         SCRIPT.contains(ENTRY),
         "lua/rl.lua builds M as the test expects"
     );
-    SCRIPT.replacen(CLOCK, "return M.FIXED_NOW", 1).replacen(
+    // Every TIME call (the general path's and the fast code's) reads the test's clock.
+    SCRIPT.replace(CLOCK, "M.FIXED_TIME").replacen(
         ENTRY,
-        &format!("{ENTRY}  M.FIXED_NOW = tonumber(table.remove(args))\n"),
+        &format!(
+            "{ENTRY}  local fixed = tonumber(table.remove(args))\n  \
+             M.FIXED_TIME = {{ string.format(\"%d\", math.floor(fixed / 1000000)), \
+             string.format(\"%d\", fixed % 1000000) }}\n"
+        ),
         1,
     )
 }
@@ -383,4 +387,48 @@ fn concurrent_clients_admit_exactly_the_budget() {
         assert_eq!(admitted.len(), 256);
         assert_eq!(admitted.iter().sum::<i64>(), budget as i64, "{kind:?}");
     }
+}
+
+/// The fast GCRA adds to the arrival time's low 48 bits and carries into the high ones: an
+/// instant where now x limit is just below a multiple of 2^48 and a cost that passes it
+/// must write exactly now x limit + cost x interval (the random sequences rarely cross).
+#[test]
+fn gcra_arrival_time_carries_past_2_48() {
+    let server = Server::start();
+    let mut conn = server.client();
+    load(&mut conn, &fixed_clock_library());
+    // limit 2^30: now x limit mod 2^48 is (now mod 2^18) x 2^30, so the instant is found at
+    // once, and the limit has a high 26-bit half (both halves of the product are used).
+    let (limit, period_ms, cost): (u128, u128, u128) = (1 << 30, 2_000_000, 1_000);
+    let interval = period_ms * 1000;
+    let start = u128::from(server_time_us(&mut conn)) + 86_400_000_000;
+    let below = (1u128 << 48) - cost * interval;
+    let m = below.div_ceil(1 << 30);
+    let mut now = start - start % (1 << 18) + m;
+    if now < start {
+        now += 1 << 18;
+    }
+    let low = (now * limit) % (1 << 48);
+    assert!(low < 1 << 48 && low + cost * interval >= 1 << 48);
+    let key = vec!["{carry}:g".to_string()];
+    let argv: Vec<String> = [
+        "RL.GCRA",
+        &limit.to_string(),
+        &period_ms.to_string(),
+        "BURST",
+        "1000000",
+        "COST",
+        &cost.to_string(),
+        &now.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let reply: Vec<i64> = twin_cmd("", &key, &argv).query(&mut conn).unwrap();
+    assert_eq!(reply[0], 1, "{reply:?}");
+    let tat = now * limit + cost * interval;
+    let mut want = vec![0, b'R', b'L', 1, b'G'];
+    want.extend_from_slice(&tat.to_le_bytes());
+    want.extend_from_slice(&(limit as u64).to_le_bytes());
+    want.extend_from_slice(&(period_ms as u64).to_le_bytes());
+    assert_eq!(get(&mut conn, &key[0]), Some(want));
 }

@@ -249,15 +249,9 @@ pub(crate) fn encode(state: &AnyState) -> Vec<u8> {
             let f = [s.window_ms, s.window_start.0, s.count].map(u128::from);
             return fixed(b'F', &f, &[8; 3]);
         }
-        AnyState::Gcra(s) if s.tat < EXACT => {
+        AnyState::Gcra(s) => {
             let f = [s.tat, u128::from(s.limit), u128::from(s.period_ms)];
             return fixed(b'G', &f, &[16, 8, 8]);
-        }
-        AnyState::Gcra(s) => {
-            out.push(b'G');
-            wide(&mut out, s.tat);
-            varint(&mut out, s.limit);
-            varint(&mut out, s.period_ms);
         }
         AnyState::Quota(s) => {
             out.push(b'Q');

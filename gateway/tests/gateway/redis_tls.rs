@@ -4,6 +4,7 @@
 //! refuses the limiter's keys, a certificate for another name, an untrusted CA.
 
 use redis_rl_testkit::tls::{TlsServer, MINIMAL_USER, NARROW_USER, PASSWORD, USER};
+use redis_rl_testkit::tls_cluster::TlsCluster;
 use redis_rl_testkit::{eventually, query};
 
 use super::Gateway;
@@ -154,4 +155,29 @@ async fn refused_credentials_names_and_cas_are_reported_as_such() {
     ])
     .await;
     assert_eq!(anonymous.health().await["redis"], "down");
+}
+
+/// `--cluster` with the nodes' `rediss://` URLs: the gateway decides on a cluster whose
+/// clients, bus and replication are TLS, through the Lua twin (no module, as a managed
+/// cluster).
+#[tokio::test]
+async fn decides_on_a_tls_cluster_without_the_module() {
+    let cluster = TlsCluster::start(false);
+    let gw = start(&[
+        "--cluster".into(),
+        "--redis".into(),
+        cluster.tls_urls(USER, PASSWORD).join(","),
+        "--redis-ca".into(),
+        cluster.ca().display().to_string(),
+    ])
+    .await;
+    for expected in ["99", "98"] {
+        let (status, h, body) = gw.get("/api/search", &[("x-api-key", "k")]).await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(h["x-ratelimit-remaining"], expected);
+    }
+    let health = gw.health().await;
+    assert_eq!(health["deciding"], "redis", "{health}");
+    assert_eq!(health["engine"]["in_use"], "lua", "{health}");
+    assert_eq!(health["stats"]["local"], 0, "{health}");
 }

@@ -1,0 +1,164 @@
+-- The fast path: the common call of a rate limiter (one key, its positional parameters, at
+-- most the options its section takes, on a missing key or a version 1 value of the same
+-- parameters whose numbers stay below 2^52) answered on plain numbers, with no intermediate
+-- tables and the arguments parsed once per distinct text. Anything else (another option,
+-- a bad argument, a value of version 2 or of other parameters, a number out of that range)
+-- returns nil before any write, and the general path answers it: same replies, same bytes,
+-- same expiries, the bignums and every error text there. The fast code calls the server
+-- with redis.call (cheaper than redis.pcall); the entry point runs it under pcall, so an
+-- error (WRONGTYPE on the read, a refused write) also leaves the call to the general path,
+-- which reports it as the module does.
+
+-- The command name as sent (exact case) -> function(keys, args) -> reply, or nil.
+M.FAST = {}
+
+-- 2^52: every quantity of a fast call stays below it, so sums of two stay exact.
+local FAST_MAX = 4503599627370496
+M.FAST_MAX = FAST_MAX
+
+-- Parsed arguments by their text, so a limiter's usual call converts no digits: positional
+-- parameters in a tree per command (one level per parameter), option values by text.
+-- Bounded: emptied when they hold too many.
+local TREES, VALUES, cached = {}, {}, 0
+local CACHE_MAX = 1024
+
+local function forget_if_full()
+  cached = cached + 1
+  if cached > CACHE_MAX then
+    for _, tree in ipairs(TREES) do
+      for k in pairs(tree) do
+        tree[k] = nil
+      end
+    end
+    for k in pairs(VALUES) do
+      VALUES[k] = nil
+    end
+    cached = 0
+  end
+end
+
+-- A plain decimal integer of at most MAX_COUNT (digits only, as the module's `integer`),
+-- or false.
+local function plain(s)
+  if s == "" or find(s, "%D") then
+    return false
+  end
+  local n = tonumber(s)
+  return n <= M.MAX_COUNT and n
+end
+
+-- An option's value (COST, BURST, a quantity) as `plain`, cached (the fast code looks it
+-- up in M.FAST_VALUES first: `VALUES[s] or M.fast_value(s)`).
+M.FAST_VALUES = VALUES
+function M.fast_value(s)
+  local n = VALUES[s]
+  if n == nil then
+    n = plain(s)
+    VALUES[s] = n
+    forget_if_full()
+  end
+  return n
+end
+
+-- The positional parameters args[2 .. count + 1] of a call, parsed (checked against
+-- `ranges`, turned by `prepare(a, b, c)` into what the fast code needs, false when the
+-- general path answers them) and kept in `tree`, one level per parameter, where the fast
+-- code looks them up: tree[args[2]][args[3]]...
+function M.fast_parse(tree, args, count, ranges, prepare)
+  local node = tree
+  for i = 2, count do
+    local next_node = node[args[i]]
+    if not next_node then
+      next_node = {}
+      node[args[i]] = next_node
+    end
+    node = next_node
+  end
+  local v, p = {}, true
+  for i = 1, count do
+    local n = plain(args[i + 1])
+    if not n or n < ranges[i][2] or n > ranges[i][3] then
+      p = false
+    end
+    v[i] = n
+  end
+  p = p and prepare(v[1], v[2], v[3]) or false
+  node[args[count + 1]] = p
+  forget_if_full()
+  return p
+end
+
+-- A new tree of parameters, for a command's fast code, which looks a call's parameters up
+-- as ((tree[args[2]] or EMPTY)[args[3]] or EMPTY)[args[4]].
+function M.fast_tree()
+  local tree = {}
+  TREES[#TREES + 1] = tree
+  return tree
+end
+
+-- The key's first bytes (GETRANGE 0 `last`, a string constant; "" when the key is missing)
+-- and the server's time in us (M.now_us, here in the same call); nil when the general
+-- path must answer (an empty string).
+function M.fast_read(key, last)
+  local v = call("GETRANGE", key, "0", last)
+  if v == "" and call("EXISTS", key) ~= 0 then
+    return nil
+  end
+  local t = call("TIME")
+  if t[1] ~= clock_s then
+    clock_s, clock_us = t[1], t[1] * 1000000
+  end
+  return v, clock_us + t[2]
+end
+
+-- The parameters (`prepare`d, from `tree`) and cost of `RL.X key a b [COST n]`, or nil.
+function M.fast_pair_args(tree, ranges, prepare, args)
+  local n, cost = #args, 1
+  if n == 5 and args[4] == "COST" then
+    cost = VALUES[args[5]] or M.fast_value(args[5])
+  elseif n ~= 3 then
+    return nil
+  end
+  local p = (tree[args[2]] or EMPTY)[args[3]]
+  if p == nil then
+    p = M.fast_parse(tree, args, 2, ranges, prepare)
+  end
+  return p and cost and p, cost
+end
+
+-- Redis before 7.2 formats a number given as a command argument with printf's %.17g
+-- (costly); Valkey with a fast conversion of its own. `%d` text is cheaper than the first
+-- and dearer than the second: the fast code sends text where this is true.
+M.FAST_TEXT = (redis.REDIS_VERSION_NUM or 0) < 0x070200
+M.FAST_SLACK = M.TTL_SLACK_MS
+
+-- SET's PXAT for a write at `now` (us) whose reply says `reset` ms: the instant rounded up
+-- to a millisecond, plus the reset and the slack, as M.write.
+function M.fast_expiry(now, reset)
+  local at = now / 1000
+  at = at - at % 1
+  at = (at * 1000 < now and at + 1 or at) + reset + M.TTL_SLACK_MS
+  return M.FAST_TEXT and fmt("%d", at) or at
+end
+
+-- Exact quotients of integers below 2^52 (a / b rounds; one step corrects it).
+function M.fdiv(a, b)
+  local q = floor(a / b)
+  if q * b > a then
+    return q - 1
+  end
+  return q
+end
+
+function M.cdiv(a, b)
+  local q = floor(a / b)
+  if q * b < a then
+    return q + 1
+  end
+  return q
+end
+
+-- Milliseconds, rounded up, of `lag` us plus the time `gap` takes at `rate` per us (rounded up).
+function M.fast_wait(gap, rate, lag)
+  return M.cdiv(M.cdiv(gap, rate) + lag, 1000)
+end
