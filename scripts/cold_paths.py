@@ -75,6 +75,8 @@ COMMANDS = {
     "RL.ALL x2": ([["RL.ALL", "2", "{k}:a", "{k}:b", "TOKENBUCKET", "100", "100", "3600000",
                     "SLIDING", "100", "3600000"]], ["rl.all"]),
 }
+# The keys of a request, where they are not just {k} (the "return" shape expires them all).
+KEYS = {"2 x SET 25 B PXAT": ["{k}:a", "{k}:b"], "RL.ALL x2": ["{k}:a", "{k}:b"]}
 # The row each command's ratio is taken against (SET 25 B PXAT unless named here).
 REFERENCE = {"RL.ALL x2": "2 x SET 25 B PXAT"}
 # Where a request's instructions in call() go (callgrind's inclusive costs per request):
@@ -232,7 +234,8 @@ def run_shape(server, shape, name, n, subst, callgrind):
             server.conn.pipeline([c for i in prewrite for c in expand(commands, key_of(i), subst)])
         if shape == "return":
             server.call("DEBUG", "SET-ACTIVE-EXPIRE", "0")
-            server.conn.pipeline([["PEXPIRE", key_of(i), "1"] for i in prewrite])
+            server.conn.pipeline([["PEXPIRE", k.replace("{k}", key_of(i)), "1"]
+                                  for i in prewrite for k in KEYS.get(name, ["{k}"])])
             time.sleep(0.05)
         elif shape == "herd":
             server.call("FLUSHALL", "SYNC")
