@@ -22,7 +22,7 @@
 #
 # Environment (all optional):
 #   BENCH_SECONDS=5 BENCH_QUICK_SECONDS=1 BENCH_REPS=3 BENCH_CLIENTS=50 BENCH_KEYS=100000
-#   BENCH_MEMORY_KEYS=100000 BENCH_ONLY="SET 25 B PXAT,RL.SLIDING"   (see scripts/bench.py)
+#   BENCH_MEMORY_KEYS=100000 BENCH_ONLY="SET 25 B PXAT,RL.SLIDING"   (see scripts/bench_setup.py)
 #   Targets table (both modes): BENCH_TARGETS="RL.TOKENBUCKET,..." BENCH_PAIRS=5
 #   BENCH_PAIR_SECONDS=0.5 BENCH_REFRESH=1 (every key written again before each run; 0: a
 #   BENCH_WARMUP_SECONDS=0.25 warm-up run instead) BENCH_CALLGRIND=1 BENCH_CG_CALLS=5000

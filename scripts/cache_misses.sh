@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Cache misses per call, simulated: is a limiter call's time at 100k random keys a matter of
 # cache misses rather than instructions? For `SET k <25 B> PXAT` and each RL command of the
-# targets table (scripts/bench.py's arguments), on Redis 7.0 and Valkey 9.1, this counts per
+# targets table (the arguments in scripts/bench_setup.py), on Redis 7.0 and Valkey 9.1, this counts per
 # call inside the server's call(): instructions, I1/D1/LL misses, and a cycle estimate.
 #
 #   scripts/cache_misses.sh                     # make cache-misses
@@ -17,7 +17,7 @@
 # instrumentation on; the command's 100k keys written again *instrumented*, which leaves the
 # simulated caches as the benchmark's refill leaves the real ones (a cold simulated cache would
 # count a miss in the last level for every key); counters zeroed; CM_CALLS calls by
-# redis-benchmark -c 50 -P 16 -r 100000 (bench.py's arguments, every call updating a live key);
+# redis-benchmark -c 50 -P 16 -r 100000 (make bench's arguments, every call updating a live key);
 # dump. Under callgrind the refill takes ~25 s, so a token bucket, GCRA or throttle key (1-2 s of
 # life with the bench's arguments) is refilled with a higher cost (COST 3600, quantity 3600) to
 # live an hour; the measured calls use the bench's arguments unchanged. RL.FIXED waits for a
@@ -95,7 +95,7 @@ IFS=, read -r -a SERVERS <<<"$CM_SERVERS"
 BIG=1000000000
 PXAT=$(( $(date +%s) * 1000 + 7 * 24 * 3600 * 1000 ))
 VALUE25=vvvvvvvvvvvvvvvvvvvvvvvvv
-# name | commandstats name | key prefix | measured arguments after the key (scripts/bench.py's)
+# name | commandstats name | key prefix | measured arguments after the key (scripts/bench_setup.py's)
 #   | arguments of the instrumented refill (the same, or a higher cost so that the key lives
 #     an hour under callgrind's slowness)
 COMMANDS=(

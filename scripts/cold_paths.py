@@ -15,6 +15,10 @@ of redis_rate's shape (benches/lua/gcra_tat.lua), with a per-client limit of 100
 - live:   every key written once, then called again: its first update, for comparison.
 - steady: every key written and updated once, then called again: the steady update path.
 
+RL.THROTTLE is measured as the other limiters; RL.ALL with two keys (a token bucket and a
+sliding window) against a request of two SETs. Under --callgrind, a second table splits a first
+call's instructions into the module API's parts and SET's own (see PARTS).
+
 Reported per shape and command: server time per request (usec from INFO commandstats, summed
 over the request's commands: INCR and EXPIRE count as one request), bytes per live key
 (used_memory after the shape minus before, over DBSIZE) and, with --callgrind, instructions per
@@ -64,7 +68,33 @@ COMMANDS = {
     "RL.SLIDING": ([["RL.SLIDING", "{k}", "100", "3600000"]], ["rl.sliding"]),
     "RL.FIXED": ([["RL.FIXED", "{k}", "100", "3600000"]], ["rl.fixed"]),
     "RL.GCRA": ([["RL.GCRA", "{k}", "100", "3600000", "BURST", "100"]], ["rl.gcra"]),
+    "RL.THROTTLE": ([["RL.THROTTLE", "{k}", "99", "100", "3600", "1"]], ["rl.throttle"]),
+    # RL.ALL's keys: two dimensions in one call against two SETs (one request each).
+    "2 x SET 25 B PXAT": ([["SET", "{k}:a", VALUE25, "PXAT", "{pxat}"],
+                           ["SET", "{k}:b", VALUE25, "PXAT", "{pxat}"]], ["set"]),
+    "RL.ALL x2": ([["RL.ALL", "2", "{k}:a", "{k}:b", "TOKENBUCKET", "100", "100", "3600000",
+                    "SLIDING", "100", "3600000"]], ["rl.all"]),
 }
+# The keys of a request, where they are not just {k} (the "return" shape expires them all).
+KEYS = {"2 x SET 25 B PXAT": ["{k}:a", "{k}:b"], "RL.ALL x2": ["{k}:a", "{k}:b"]}
+# The row each command's ratio is taken against (SET 25 B PXAT unless named here).
+REFERENCE = {"RL.ALL x2": "2 x SET 25 B PXAT"}
+# Where a request's instructions in call() go (callgrind's inclusive costs per request):
+# part -> (the module API functions, without their RM_/VM_ prefix; SET's own functions). SET's
+# are read among the callees of setGenericCommand, setCommand and call, so that a function
+# the module's path also reaches (setKey, through RedisModule_StringTruncate) is not counted
+# twice. What is left is dispatch, the arguments and the command's own work.
+PARTS = [
+    ("reply", ("ReplyWithArray", "ReplyWithLongLong"), ("addReply",)),
+    ("open, close", ("OpenKey", "CloseKey", "KeyType", "ValueLength"),
+     ("lookupKeyWrite", "lookupKey")),
+    ("create", ("StringTruncate", "StringDMA", "StringSet"), ("setKey",)),
+    ("expiry", ("SetAbsExpire", "GetAbsExpire"), ("setExpire",)),
+    ("events", ("NotifyKeyspaceEvent", "SignalModifiedKey"), ("notifyKeyspaceEvent",)),
+    ("propagation", ("ReplicateVerbatim", "Replicate"),
+     ("rewriteClientCommandVector", "freeClientOriginalArgv", "alsoPropagate")),
+]
+SET_CALLERS = ("setGenericCommand", "setCommand", "call")
 SHAPES = ("first", "zipf", "return", "herd", "live", "steady")
 
 
@@ -113,7 +143,8 @@ class Server:
         return out
 
     def instructions(self, measured):
-        """Runs `measured()` under instrumentation; the instructions of the server's call()."""
+        """Runs `measured()` under instrumentation; the instructions of the server's call(),
+        and of each of PARTS in it."""
         pid = str(self.proc.pid)
         for f in os.listdir(os.path.dirname(self.out)):
             if f.startswith(os.path.basename(self.out)):
@@ -126,18 +157,49 @@ class Server:
         dumps = sorted((f for f in os.listdir(os.path.dirname(self.out))
                         if f.startswith(os.path.basename(self.out))),
                        key=lambda f: os.path.getmtime(os.path.join(os.path.dirname(self.out), f)))
-        text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
+        text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--tree=calling",
+                               "--threshold=100",
                                os.path.join(os.path.dirname(self.out), dumps[-1])],
                               capture_output=True, text=True).stdout
-        for line in text.splitlines():
-            m = re.match(r"\s*([\d,]+)\s+(\(.*?\)\s+)?\S*:call\s+\[", line)
-            if m:
-                return int(m.group(1).replace(",", ""))
-        return 0
+        return call_tree_costs(text)
 
     def stop(self):
         self.conn.close()
         procs.stop(self.proc, grace_s=30)
+
+
+def call_tree_costs(text):
+    """From `callgrind_annotate --inclusive=yes --tree=calling`: the inclusive cost of call()
+    and of each of PARTS (a dict, with "call")."""
+    own, callees, caller = {}, {}, None
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+(\(.*?\)\s+)?([*>])\s+\S*?:([^\s']+)\S*\s+(\(\d[\d,]*x\)\s+)?\[", line)
+        if not m:
+            continue
+        cost, name = int(m.group(1).replace(",", "")), m.group(4)
+        if m.group(3) == "*":
+            caller = name
+            own.setdefault(name, cost)
+        elif caller:
+            callees.setdefault(caller, {}).setdefault(name, cost)
+    out = {"call": own.get("call", 0)}
+    for part, api, server in PARTS:
+        module = sum(own.get(prefix + f, 0) for f in api for prefix in ("RM_", "VM_"))
+        if module:
+            out[part] = module
+            continue
+        # SET: among the callees of its own functions; the first of `server` found (e.g.
+        # lookupKeyWrite on Redis 7.0, lookupKey on Valkey 9.1, which inlines the former).
+        found = {}
+        for c in SET_CALLERS:
+            for f, cost in callees.get(c, {}).items():
+                if f in server and f not in found:
+                    found[f] = cost
+        if part == "open, close":
+            found = dict(list(found.items())[:1])
+        out[part] = sum(found.values())
+    out["the rest"] = out["call"] - sum(out[p] for p, _, _ in PARTS)
+    return out
 
 
 def expand(commands, key, subst):
@@ -172,7 +234,8 @@ def run_shape(server, shape, name, n, subst, callgrind):
             server.conn.pipeline([c for i in prewrite for c in expand(commands, key_of(i), subst)])
         if shape == "return":
             server.call("DEBUG", "SET-ACTIVE-EXPIRE", "0")
-            server.conn.pipeline([["PEXPIRE", key_of(i), "1"] for i in prewrite])
+            server.conn.pipeline([["PEXPIRE", k.replace("{k}", key_of(i)), "1"]
+                                  for i in prewrite for k in KEYS.get(name, ["{k}"])])
             time.sleep(0.05)
         elif shape == "herd":
             server.call("FLUSHALL", "SYNC")
@@ -185,7 +248,8 @@ def run_shape(server, shape, name, n, subst, callgrind):
         else:
             server.conn.pipeline(batches, batch=1000)
 
-    instructions = server.instructions(measured) if callgrind else None
+    parts = server.instructions(measured) if callgrind else None
+    instructions = parts["call"] if parts else None
     if not callgrind:
         measured()
     stats = server.stats()
@@ -196,6 +260,7 @@ def run_shape(server, shape, name, n, subst, callgrind):
         server.call("DEBUG", "SET-ACTIVE-EXPIRE", "1")
     return {"usec": usec / len(order), "bytes": (after - before) / live if live else 0,
             "instr": instructions / len(order) if instructions else None,
+            "parts": {k: v / len(order) for k, v in parts.items()} if parts else None,
             "distinct": len(set(order)), "requests": len(order), "live": live}
 
 
@@ -314,24 +379,48 @@ def table(rows, version, args, cg, load0, load1):
     lines = [f"## {version}: " + ("instructions per request in call(), callgrind" if cg
                                    else f"server time per request, median of {args.reps} runs"),
              "", f"{args.calls} requests per row; load average {load0:.1f} at the start, "
-             f"{load1:.1f} at the end (8 engineers share this 2-core machine: "
+             f"{load1:.1f} at the end (a 2-core machine shared with other work: "
              + ("instruction counts do not depend on it" if cg else "wall figures are noisy; "
-                "prefer the callgrind table") + ").", ""]
+                "prefer the callgrind table") + "). RL.ALL x2's ratio is against two SETs.", ""]
     unit = "instr/request" if cg else "us/request"
     lines += [f"| shape | command | {unit} | vs SET PXAT | bytes/live key | live keys / requests |",
               "|---|---|---:|---:|---:|---:|"]
-    base = {}
+    value = {id(r): r["instr"] if cg else r["usec"] for r in rows}
+    base = {(r["shape"], r["name"]): value[id(r)] for r in rows if not r["name"].startswith("RL.")}
     for r in rows:
-        value = r["instr"] if cg else r["usec"]
-        if r["name"] == "SET 25 B PXAT":
-            base[r["shape"]] = value
-        ref = base.get(r["shape"])
+        ref = base.get((r["shape"], REFERENCE.get(r["name"], "SET 25 B PXAT")))
         label = r["name"] + (f" ({r['module']})" if r["module"] else "")
-        shown = f"{value:.0f}" if cg else f"{value:.2f}"
-        ratio = f"{value / ref:.2f}x" if ref else ""
+        shown = f"{value[id(r)]:.0f}" if cg else f"{value[id(r)]:.2f}"
+        ratio = f"{value[id(r)] / ref:.2f}x" if ref else ""
         lines.append(f"| {r['shape']} | {label} | {shown} | {ratio} | {r['bytes']:.0f} | "
                      f"{r['live']} / {r['requests']} |")
+    if cg:
+        lines += breakdown(rows)
     return "\n".join(lines) + "\n"
+
+
+def breakdown(rows):
+    """Where a first call's instructions in call() go, per request: the module API's parts
+    against SET's own (see PARTS)."""
+    shown = [r for r in rows if r["shape"] == "first" and r["parts"]
+             and (r["name"].startswith("RL.") or "SET" in r["name"])]
+    if not shown:
+        return []
+    names = [p for p, _, _ in PARTS] + ["the rest"]
+    out = ["", "Where a first call's instructions go (per request, inclusive costs in `call()`): "
+           "the module API's functions (reply: `ReplyWithArray` + `ReplyWithLongLong`; open, "
+           "close: `OpenKey`, `KeyType`, `CloseKey`; create: `StringTruncate` + `StringDMA`; "
+           "expiry: `SetAbsExpire`; events: `NotifyKeyspaceEvent` + `SignalModifiedKey`; "
+           "propagation: `ReplicateVerbatim`) against SET's own (`addReply`, `lookupKeyWrite`, "
+           "`setKey`, `setExpire`, `notifyKeyspaceEvent`, the argument rewrite for "
+           "propagation); the rest is dispatch, the arguments and the command's own work.", "",
+           "| command | call() | " + " | ".join(names) + " |",
+           "|---|" + "---:|" * (len(names) + 1)]
+    for r in shown:
+        label = r["name"] + (f" ({r['module']})" if r["module"] else "")
+        out.append(f"| {label} | {r['parts']['call']:.0f} | "
+                   + " | ".join(f"{r['parts'][n]:.0f}" for n in names) + " |")
+    return out
 
 
 if __name__ == "__main__":

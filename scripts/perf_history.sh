@@ -11,7 +11,7 @@
 # figures. Every server first gets all keys of every command (100k each, redis-cli --pipe) and
 # finishes rehashing its keyspace (DEBUG HTSTATS); before each measured run the command's keys
 # are written again (fresh expiry), so measured calls update existing keys. Exceptions, from
-# scripts/bench.py's arguments: a RL.TOKENBUCKET key (10^9 tokens, 1/s) lives about 2 s, so under
+# scripts/bench_setup.py's arguments: a RL.TOKENBUCKET key (10^9 tokens, 1/s) lives about 2 s, so under
 # callgrind nearly every call recreates an expired key; RL.FIXED keys all expire at the 60 s
 # window boundary, which a run may or may not cross (about +9% instructions when it does).
 #
@@ -56,7 +56,7 @@ for c in "$@"; do SHAS+=("$(git rev-parse --short=7 "$c^{commit}")"); done
 BIG=1000000000
 PXAT=$(( $(date +%s) * 1000 + 7 * 24 * 3600 * 1000 ))
 VALUE25=vvvvvvvvvvvvvvvvvvvvvvvvv
-# name | commandstats name | key prefix | arguments after the key (same as scripts/bench.py)
+# name | commandstats name | key prefix | arguments after the key (same as scripts/bench_setup.py)
 # [| the command and arguments that write its keys, when the command itself does not]
 COMMANDS=(
   "SET PXAT|set|set:|$VALUE25 PXAT $PXAT"

@@ -39,9 +39,19 @@ use redis_rl_core::concurrency::ConcurrencyState;
 use redis_rl_core::decision::keeps_expiry;
 use redis_rl_core::{Micros, Millis};
 
-use crate::encoding::{self, lease_table, DecodeError, Stored, HEADER_LEN};
+use crate::encoding::{lease_table, Stored, HEADER_LEN};
 use crate::error::Error;
 use crate::replication;
+
+mod copy;
+mod effects;
+
+pub use copy::peek;
+use copy::{get_range, get_whole, refusal};
+pub use effects::delete;
+use effects::{
+    delete_open, notify, replicate_pexpireat, replicate_set, replicate_setrange, signal_modified,
+};
 
 /// Strings up to this many bytes may be stored embedded or as an integer (Redis 7.0 embeds up
 /// to 44 bytes, Valkey 9.1 a whole key entry of up to 128), which a direct read would
@@ -474,270 +484,11 @@ impl Drop for LimiterKey<'_> {
     }
 }
 
-/// A string key looked at without changing it: its header, and the whole value only when
-/// its length is one a valid state of the algorithm in that header has.
-pub struct Peeked {
-    /// The whole value if it may be valid, else only its first bytes (the header, or less
-    /// for a shorter value): never more than a valid limiter holds.
-    pub bytes: Vec<u8>,
-    /// The value's length.
-    pub len: usize,
-    /// Time left before the key expires; `None` if it has no expiry.
-    pub ttl: Option<Millis>,
-}
-
-impl Peeked {
-    /// The value's algorithm and the whole value, or why it cannot be read: the error of a
-    /// value whose header is not a readable limiter, or of one too long or too short for
-    /// the algorithm it names.
-    pub fn whole(&self) -> Result<(encoding::Kind, &[u8]), DecodeError> {
-        let algorithm = encoding::algorithm_of(&self.bytes)?;
-        if self.bytes.len() == self.len && encoding::plausible_len(algorithm, self.len) {
-            Ok((algorithm, &self.bytes))
-        } else {
-            Err(DecodeError::Corrupt(algorithm))
-        }
-    }
-}
-
-/// Looks at the string in `key` without changing anything, not even its encoding: `None`
-/// if the key is missing, WRONGTYPE if it holds another type. With `whole_if_valid`, the
-/// whole value is copied when its length is one a valid state of the algorithm named in its
-/// header has (at most a few MB); otherwise only the header is.
-pub fn peek(
-    ctx: &Context,
-    key: &RedisString,
-    whole_if_valid: bool,
-) -> Result<Option<Peeked>, Error> {
-    let open = OpenKey(raw::open_key(ctx.get_raw(), key.inner, raw::KeyMode::READ));
-    // SAFETY: the API table is filled at module load; the key is open for reading.
-    let key_type =
-        unsafe { raw::RedisModule_KeyType }.map(|f| raw::KeyType::from(unsafe { f(open.0) }));
-    match key_type {
-        Some(raw::KeyType::Empty) => return Ok(None),
-        Some(raw::KeyType::String) => {}
-        _ => return Err(Error::WrongType),
-    }
-    // SAFETY: as above.
-    let len = unsafe { raw::RedisModule_ValueLength }.map_or(0, |f| unsafe { f(open.0) });
-    // SAFETY: as above.
-    let ms = unsafe { raw::RedisModule_GetExpire }.map_or(-1, |get| unsafe { get(open.0) });
-    drop(open);
-    // REDISMODULE_NO_EXPIRE is -1.
-    let ttl = u64::try_from(ms).ok().map(Millis);
-    let mut bytes = get_range(ctx, key, HEADER_LEN)?;
-    if whole_if_valid && len > bytes.len() {
-        if let Ok(algorithm) = encoding::algorithm_of(&bytes) {
-            if encoding::plausible_len(algorithm, len) {
-                bytes = get_whole(ctx, key)?;
-            }
-        }
-    }
-    Ok(Some(Peeked { bytes, len, ttl }))
-}
-
-/// Reading a value through a command failed.
-const READ_FAILED: Error = Error::Fixed("redis-rl could not read the key's value");
-
-/// The first `len` bytes of the string in `key` (fewer if it is shorter), read through
-/// `GETRANGE`: a copy that leaves the value and its encoding as they are.
-fn get_range(ctx: &Context, key: &RedisString, len: usize) -> Result<Vec<u8>, Error> {
-    if len == 0 {
-        return Ok(Vec::new());
-    }
-    let end = i64::try_from(len - 1).map_err(|_| READ_FAILED)?;
-    // SAFETY: the API table is filled at module load.
-    let Some(call) = (unsafe { raw::RedisModule_Call }) else {
-        return Err(READ_FAILED);
-    };
-    // SAFETY: "sll" takes a module string and two long longs, matching the arguments.
-    let reply = unsafe {
-        call(
-            ctx.get_raw(),
-            c"GETRANGE".as_ptr(),
-            c"sll".as_ptr(),
-            key.inner,
-            0 as std::os::raw::c_longlong,
-            std::os::raw::c_longlong::from(end),
-        )
-    };
-    string_reply(reply)
-}
-
-/// The whole string in `key` (a value of a length a valid state has), read through `GET`: a
-/// copy that leaves the value and its encoding as they are. (`GET` rather than `GETRANGE`:
-/// the server builds no number arguments and parses none, about a quarter of the call.)
-fn get_whole(ctx: &Context, key: &RedisString) -> Result<Vec<u8>, Error> {
-    // SAFETY: the API table is filled at module load.
-    let Some(call) = (unsafe { raw::RedisModule_Call }) else {
-        return Err(READ_FAILED);
-    };
-    // SAFETY: "s" takes a module string, matching the argument.
-    let reply = unsafe { call(ctx.get_raw(), c"GET".as_ptr(), c"s".as_ptr(), key.inner) };
-    string_reply(reply)
-}
-
-/// The bytes of a string reply of `RedisModule_Call` (copied), which is freed.
-fn string_reply(reply: *mut raw::RedisModuleCallReply) -> Result<Vec<u8>, Error> {
-    const FAILED: Error = READ_FAILED;
-    // SAFETY: the API table is filled at module load.
-    let (Some(string_ptr), Some(free)) = (unsafe {
-        (
-            raw::RedisModule_CallReplyStringPtr,
-            raw::RedisModule_FreeCallReply,
-        )
-    }) else {
-        return Err(FAILED);
-    };
-    if reply.is_null() {
-        return Err(FAILED);
-    }
-    let mut reply_len = 0;
-    // SAFETY: a live reply; the pointer it returns is valid until the reply is freed, and
-    // it is copied before that.
-    let bytes = unsafe {
-        let ptr = string_ptr(reply, &mut reply_len);
-        let bytes = if ptr.is_null() {
-            None
-        } else {
-            Some(std::slice::from_raw_parts(ptr.cast::<u8>(), reply_len).to_vec())
-        };
-        free(reply);
-        bytes
-    };
-    bytes.ok_or(FAILED)
-}
-
-/// Why a value of a length no valid `S` has is refused, from its first bytes: the header's
-/// error, or another algorithm's, or corrupt.
-fn refusal<S: Stored>(header: &[u8]) -> DecodeError {
-    match encoding::algorithm_of(header) {
-        Err(e) => e,
-        Ok(stored) if stored != S::KIND => DecodeError::WrongAlgorithm {
-            stored,
-            expected: S::KIND,
-        },
-        Ok(stored) => DecodeError::Corrupt(stored),
-    }
-}
-
-/// Deletes `key` and replicates `DEL key`.
-pub fn delete(ctx: &Context, key: &RedisString) -> Result<(), Error> {
-    let open = OpenKey(raw::open_key(ctx.get_raw(), key.inner, raw::KeyMode::WRITE));
-    delete_open(ctx, key, open.0)
-}
-
-/// Deletes the key open (for writing) as `open` and replicates `DEL key`.
-fn delete_open(
-    ctx: &Context,
-    key: &RedisString,
-    open: *mut raw::RedisModuleKey,
-) -> Result<(), Error> {
-    // SAFETY: the API table is filled once at module load, before any command runs.
-    let delete_key = unsafe { raw::RedisModule_DeleteKey }
-        .ok_or(Error::Fixed("redis-rl needs RedisModule_DeleteKey"))?;
-    // SAFETY: the key is open for writing.
-    if raw::Status::from(unsafe { delete_key(open) }) != raw::Status::Ok {
-        return Err(Error::Fixed("redis-rl could not delete the key"));
-    }
-    signal_modified(ctx, key);
-    notify(ctx, raw::NotifyEvent::GENERIC, c"del", key);
-    replication::replicate(ctx, || {
-        ctx.replicate("DEL", &[key.as_slice()]);
-    });
-    Ok(())
-}
-
 /// An open key, closed on drop.
 struct OpenKey(*mut raw::RedisModuleKey);
 
 impl Drop for OpenKey {
     fn drop(&mut self) {
         raw::close_key(self.0);
-    }
-}
-
-/// Tells Redis the key changed (invalidates `WATCH` and client-side caches).
-fn signal_modified(ctx: &Context, key: &RedisString) {
-    // SAFETY: the API table is filled at module load; valid context and key name.
-    if let Some(signal) = unsafe { raw::RedisModule_SignalModifiedKey } {
-        unsafe { signal(ctx.get_raw(), key.inner) };
-    }
-}
-
-/// Publishes the keyspace notification `event` for `key` (the server checks whether any
-/// class of events is on, and tells modules that subscribe to them).
-fn notify(ctx: &Context, class: raw::NotifyEvent, event: &std::ffi::CStr, key: &RedisString) {
-    // SAFETY: the API table is filled at module load; a valid context, a NUL-terminated
-    // event name and a key name that outlive the call.
-    if let Some(notify) = unsafe { raw::RedisModule_NotifyKeyspaceEvent } {
-        unsafe { notify(ctx.get_raw(), class.bits(), event.as_ptr(), key.inner) };
-    }
-}
-
-/// Propagates `SETRANGE key offset bytes`.
-fn replicate_setrange(ctx: &Context, key: &RedisString, offset: usize, bytes: &[u8]) {
-    // SAFETY: the API table is filled at module load, before any command runs.
-    let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
-        return;
-    };
-    let offset = std::os::raw::c_longlong::try_from(offset).unwrap_or(0);
-    // SAFETY: "slb" takes a module string, a long long, and a buffer and its length,
-    // matching the arguments; all of them outlive the call, and Redis copies them.
-    unsafe {
-        replicate(
-            ctx.get_raw(),
-            c"SETRANGE".as_ptr(),
-            c"slb".as_ptr(),
-            key.inner,
-            offset,
-            bytes.as_ptr().cast::<std::os::raw::c_char>(),
-            bytes.len(),
-        );
-    }
-}
-
-/// Propagates `PEXPIREAT key expire_at_ms`.
-fn replicate_pexpireat(ctx: &Context, key: &RedisString, expire_at_ms: i64) {
-    // SAFETY: the API table is filled at module load, before any command runs.
-    let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
-        return;
-    };
-    // SAFETY: "sl" takes a module string and a long long, matching the arguments.
-    unsafe {
-        replicate(
-            ctx.get_raw(),
-            c"PEXPIREAT".as_ptr(),
-            c"sl".as_ptr(),
-            key.inner,
-            std::os::raw::c_longlong::from(expire_at_ms),
-        );
-    }
-}
-
-/// Propagates `SET key value PXAT expire_at_ms` to replicas and the AOF.
-///
-/// Called through the raw API with a format string so that Redis builds the arguments from
-/// our buffers directly: the crate's `Context::replicate` would first copy every argument
-/// into a new module string and free it again (measured with callgrind: about 2,000
-/// instructions per call, a sixth of RL.TOKENBUCKET).
-fn replicate_set(ctx: &Context, key: &RedisString, value: &[u8], expire_at_ms: i64) {
-    // SAFETY: the API table is filled at module load, before any command runs.
-    let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
-        return;
-    };
-    // SAFETY: "sbcl" takes a module string, a buffer and its length, a C string and a long
-    // long, matching the arguments; all of them outlive the call, and Redis copies them.
-    unsafe {
-        replicate(
-            ctx.get_raw(),
-            c"SET".as_ptr(),
-            c"sbcl".as_ptr(),
-            key.inner,
-            value.as_ptr().cast::<std::os::raw::c_char>(),
-            value.len(),
-            c"PXAT".as_ptr(),
-            std::os::raw::c_longlong::from(expire_at_ms),
-        );
     }
 }
