@@ -6,6 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::cost::{CostFrom, SettleFrom};
 use crate::limit::{AlgorithmKind, FailureModeName, LimitSpec};
 use crate::path::Template;
 use crate::rate::{Rate, RateOverride, Window};
@@ -116,6 +117,9 @@ struct RawRule {
     failure_mode: Option<FailureModeName>,
     quota_tz: Option<i64>,
     quota_anchor: Option<u64>,
+    delay_max_ms: Option<u64>,
+    cost: Option<CostFrom>,
+    settle: Option<SettleFrom>,
 }
 
 /// One `[[rules]]` entry, checked on its own (its tiers are checked against the tiers of
@@ -140,6 +144,10 @@ pub struct Rule {
     pub rate: Rate,
     /// The windows, validated.
     pub specs: Vec<LimitSpec>,
+    /// Where a request's units come from (`None`: 1 per request).
+    pub cost: Option<CostFrom>,
+    /// Where the actual units are read after the response (`None`: never settled).
+    pub settle: Option<SettleFrom>,
 }
 
 impl Rule {
@@ -186,6 +194,7 @@ impl Rule {
             failure_mode: raw.failure_mode,
             quota_tz: raw.quota_tz,
             quota_anchor: raw.quota_anchor,
+            delay_max_ms: raw.delay_max_ms,
         };
         let rate = over.standalone(AlgorithmKind::Sliding)?;
         let specs = rate.specs()?;
@@ -199,6 +208,8 @@ impl Rule {
             key: raw.key,
             rate,
             specs,
+            cost: raw.cost,
+            settle: raw.settle,
         })
     }
 

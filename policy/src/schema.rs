@@ -112,6 +112,10 @@ pub struct Config {
     /// Rules: limits for the requests they match, on top of the dimensions.
     #[serde(default)]
     pub rules: Vec<Rule>,
+    /// At most this many requests held at once by `delay_max_ms` (per process; default
+    /// 1000): past it, a request that could be held is refused.
+    #[serde(default = "default_max_held")]
+    pub delay_max_held: usize,
 }
 
 /// Fleet membership as configured (`[fleet]`).
@@ -221,6 +225,7 @@ struct RawTier {
     failure_mode: Option<FailureModeName>,
     quota_tz: Option<i64>,
     quota_anchor: Option<u64>,
+    delay_max_ms: Option<u64>,
     ip: Option<RateOverride>,
     endpoint: Option<RateOverride>,
     global: Option<RateOverride>,
@@ -239,6 +244,7 @@ impl<'de> Deserialize<'de> for TierLimits {
             failure_mode: raw.failure_mode,
             quota_tz: raw.quota_tz,
             quota_anchor: raw.quota_anchor,
+            delay_max_ms: raw.delay_max_ms,
         };
         let rate = over
             .standalone(AlgorithmKind::TokenBucket)
@@ -344,6 +350,9 @@ pub fn default_global() -> Rate {
 fn default_api_key_header() -> String {
     "X-API-Key".to_string()
 }
+fn default_max_held() -> usize {
+    crate::delay::DEFAULT_MAX_HELD
+}
 fn default_ipv6_prefix() -> u8 {
     64
 }
@@ -389,6 +398,7 @@ impl Default for Config {
             fleet: FleetSettings::default(),
             leases: LeaseSettings::default(),
             rules: Vec::new(),
+            delay_max_held: default_max_held(),
         }
     }
 }
