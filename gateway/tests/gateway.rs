@@ -28,6 +28,8 @@ mod reload;
 mod rls;
 #[path = "gateway/rules.rs"]
 mod rules;
+#[path = "gateway/settle.rs"]
+mod settle;
 #[path = "gateway/upstream.rs"]
 mod upstream;
 

@@ -1,7 +1,9 @@
 //! Delay instead of 429 ([`redis_rl_policy::delay`]): a refused request whose wait is within
 //! the `delay_max_ms` of every item refusing it is booked now with `FORCE` (its units taken
 //! for its future slot, so the next callers wait behind it) and held until the slot, at
-//! most `delay_max_held` requests at once per process (`rl_held_requests`).
+//! most `delay_max_held` requests at once per process (`rl_held_requests`). A process books
+//! its held requests one at a time, so each one's look sees the debt of the one before;
+//! two gateways that book within the same round trip may give two requests one slot.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -81,6 +83,7 @@ pub(crate) async fn hold<'a>(
         .iter()
         .filter_map(|&i| units.get(i).copied())
         .collect();
+    let _one_at_a_time = shared.booking.lock().await;
     // Each key's own wait, from Redis (a denial from the deny cache, or one key's refusal,
     // does not say how long every key would make the request wait).
     let peeked = shared

@@ -20,6 +20,9 @@ pub(crate) struct Shared {
     pub(crate) mode: FailureMode,
     /// Requests held by `delay_max_ms` right now.
     pub(crate) held: AtomicUsize,
+    /// Held requests are booked one at a time (look, then take with `FORCE`): two requests
+    /// of this process never get the same slot.
+    pub(crate) booking: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -41,6 +44,7 @@ impl Shared {
             engine,
             mode,
             held: AtomicUsize::new(0),
+            booking: tokio::sync::Mutex::new(()),
         })
     }
 }
