@@ -48,7 +48,7 @@ impl Limiter {
         for (n, members) in groups {
             let group: Vec<(&str, Policy)> = members
                 .iter()
-                .filter_map(|&i| items.get(i).map(|(k, p)| (k.as_ref(), p.clone())))
+                .filter_map(|&i| items.get(i).map(|(k, p)| (k.as_ref(), *p)))
                 .collect();
             let md = self.check_all_n(&group, n).await;
             for (&i, d) in members.iter().zip(md.decisions) {

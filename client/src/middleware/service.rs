@@ -213,7 +213,7 @@ async fn decide<'s>(
         let owned = items
             .iter()
             .zip(&md.decisions)
-            .map(|((k, p), d)| ((*k).to_owned(), p.clone(), d.source == Source::Redis))
+            .map(|((k, p), d)| ((*k).to_owned(), *p, d.source == Source::Redis))
             .collect();
         PendingSettle::new(shared.limiter.clone(), owned, booking.clone())
     });

@@ -57,7 +57,7 @@ impl PendingSettle {
         let items = inner
             .items
             .iter()
-            .map(|(k, p, _)| (k.clone(), p.clone(), true))
+            .map(|(k, p, _)| (k.clone(), *p, true))
             .collect();
         Self::new(inner.limiter.clone(), items, inner.booking.clone())
     }

@@ -279,3 +279,45 @@ async fn held_requests_are_capped() {
     );
     assert!(text.contains("rl_held_requests 0"), "{text}");
 }
+
+#[test]
+fn check_config_explains_cost_settle_and_delay_and_refuses_bad_ones() {
+    let dir = std::env::temp_dir().join(format!("rl-gw-settle-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.toml");
+    std::fs::write(&good, format!("{SETTLED}delay_max_ms = 250\n")).unwrap();
+    let gateway = env!("CARGO_BIN_EXE_rl-gateway");
+    let out = std::process::Command::new(gateway)
+        .args(["--check-config", good.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let plan = String::from_utf8_lossy(&out.stdout);
+    for part in [
+        "(held up to 250 ms instead of 429)",
+        "reserves the units of request header x-max-tokens (1 without it)",
+        "settled after the response from its header or trailer x-tokens-used",
+    ] {
+        assert!(plan.contains(part), "{part}\n{plan}");
+    }
+    for (bad, expected) in [
+        (
+            SETTLED.replace("response-header:X-Tokens-Used", "header:X-Tokens-Used"),
+            "settle: expected \"response-header:<name>\"",
+        ),
+        (
+            format!("{SETTLED}delay_max_ms = 60001\n"),
+            "delay_max_ms must be an integer between 1 and 60000",
+        ),
+    ] {
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, bad).unwrap();
+        let out = std::process::Command::new(gateway)
+            .args(["--check-config", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expected) && err.contains("rules[0]"), "{err}");
+    }
+}
