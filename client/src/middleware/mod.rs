@@ -96,5 +96,5 @@ pub use layer::RateLimitLayer;
 pub use redis_rl_policy::{normalize_path, Access, Engine, KeyError};
 pub use request::{Extensions, RequestInfo, RequestView, RoutePattern};
 pub use service::RateLimitService;
-pub use settlement::PendingSettle;
+pub use settlement::{PendingSettle, SettleReport};
 pub use trace::{TraceContext, TRACEPARENT};

@@ -14,7 +14,7 @@ use super::headers::{to_response, write_headers};
 use super::hold::{hold, Hold};
 use super::plan::Shared;
 use super::request::{RequestInfo, RequestView};
-use super::settlement::PendingSettle;
+use super::settlement::{PendingSettle, SettleReport};
 use super::trace::{TraceContext, TRACEPARENT};
 use crate::backend::BoxFuture;
 use crate::decision::{Decision, MultiDecision, Source};
@@ -188,6 +188,12 @@ async fn decide<'s>(
         Ok(b) => b,
         Err(r) => return Before::Refuse(r, tier_label),
     };
+    if view.extensions.get::<SettleReport>().is_some() {
+        return Before::Refuse(
+            report(shared, &plan, booking, &view, request_id).await,
+            tier_label,
+        );
+    }
     let mut items: Vec<(&str, Policy)> = Vec::with_capacity(plan.items.len());
     for item in &plan.items {
         match policy_of(item, shared.mode) {
@@ -251,6 +257,33 @@ async fn decide<'s>(
                 settle,
             })
         }
+    }
+}
+
+/// A report of a response's actual cost ([`SettleReport`]): the plan's reservation settled
+/// from the report's own headers, nothing taken, 204.
+async fn report(
+    shared: &Shared,
+    plan: &Plan,
+    booking: redis_rl_policy::Booking,
+    view: &RequestView<'_>,
+    request_id: &str,
+) -> redis_rl_policy::Response {
+    let items = plan
+        .items
+        .iter()
+        .filter_map(|item| {
+            let p = policy_of(item, shared.mode).ok()?;
+            Some((item.key.clone(), p, true))
+        })
+        .collect();
+    PendingSettle::new(shared.limiter.clone(), items, booking)
+        .settle(view.headers)
+        .await;
+    redis_rl_policy::Response {
+        status: 204,
+        headers: vec![("x-request-id", request_id.to_owned())],
+        body: String::new(),
     }
 }
 

@@ -20,6 +20,15 @@ use super::extract::HttpHeaders;
 use crate::limiter::Limiter;
 use crate::policy::Policy;
 
+/// A request extension saying "this request reports a response, it is not one to check":
+/// the middleware plans it as usual (the same keys and reservation as the check of the
+/// request it describes) and settles the reservation from the request's own headers (the
+/// `settle` header carrying the actual units), taking nothing, and answers 204. Set only by
+/// trusted code (rl-gateway's forward-auth listener for `POST /.rl/settle`), never from a
+/// header a client could send.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SettleReport;
+
 /// A reservation to settle once the response is known; clones share it, and it is settled
 /// at most once.
 #[derive(Clone)]

@@ -321,3 +321,83 @@ fn check_config_explains_cost_settle_and_delay_and_refuses_bad_ones() {
         assert!(err.contains(expected) && err.contains("rules[0]"), "{err}");
     }
 }
+
+/// `method` `path` on `port` with `headers`: the status.
+async fn status_of(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> u16 {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://127.0.0.1:{port}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = client
+        .request(req.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    resp.status().as_u16()
+}
+
+#[tokio::test]
+async fn forward_auth_reserves_on_the_check_and_settles_on_a_report() {
+    let server = Server::start();
+    let path = std::env::temp_dir().join(format!("rl-gw-fwd-settle-{}.toml", server.port));
+    std::fs::write(&path, SETTLED).unwrap();
+    let mut started = None;
+    for _ in 0..5 {
+        let auth = redis_rl_testkit::free_port();
+        let gw = Gateway::start(&[
+            "--redis",
+            &server.url(),
+            "--config",
+            path.to_str().unwrap(),
+            "--auth-listen",
+            &format!("127.0.0.1:{auth}"),
+        ])
+        .await;
+        let mut up = false;
+        eventually("forward auth answers", async || {
+            up = super::get_from(
+                auth,
+                "/healthz-probe",
+                &[("x-max-tokens", "1"), ("x-forwarded-uri", "/probe")],
+            )
+            .await
+            .is_some();
+            up
+        })
+        .await;
+        if up {
+            started = Some((gw, auth));
+            break;
+        }
+    }
+    let (_gw, auth) = started.expect("no free port for --auth-listen");
+    let before = left(&server);
+    let describe = |extra: &[(&'static str, &'static str)]| {
+        let mut h = vec![
+            ("x-forwarded-method", "POST"),
+            ("x-forwarded-uri", "/v1/chat"),
+            ("x-forwarded-for", "203.0.113.5"),
+            ("x-max-tokens", "100"),
+        ];
+        h.extend_from_slice(extra);
+        h
+    };
+    // The check reserves the request's cost header.
+    assert_eq!(status_of(auth, "GET", "/", &describe(&[])).await, 200);
+    assert_eq!(left(&server), before - 100);
+    // The upstream's usage reported after the response: the difference given back...
+    let report = describe(&[("x-tokens-used", "30")]);
+    assert_eq!(status_of(auth, "POST", "/.rl/settle", &report).await, 204);
+    assert_eq!(left(&server), before - 30);
+    // ...or taken.
+    assert_eq!(status_of(auth, "GET", "/", &describe(&[])).await, 200);
+    let report = describe(&[("x-tokens-used", "160")]);
+    assert_eq!(status_of(auth, "POST", "/.rl/settle", &report).await, 204);
+    assert_eq!(left(&server), before - 30 - 160);
+    // A check that carries the usage header is still a check (a client cannot refund).
+    let sneaky = describe(&[("x-tokens-used", "0")]);
+    assert_eq!(status_of(auth, "GET", "/", &sneaky).await, 200);
+    assert_eq!(left(&server), before - 30 - 160 - 100);
+}
