@@ -12,7 +12,10 @@ engine rl-gateway runs, so the same TOML gives the same keys, statuses and heade
 and a fleet can mix them. Per request: the engine checks the API key (one per request) and
 the access lists, the middleware finds the key's tier, the engine plans every dimension and
 matching ``[[rules]]`` entry (each window its own key), the limiter decides them in one
-``RL.ALL`` per hash slot (all or nothing), and the engine renders the decision.
+``RL.ALL`` per hash slot (all or nothing), and the engine renders the decision. A rule's
+``cost = "header:<name>"`` reserves that many units on its windows, and its ``settle =
+"response-header:<name>"`` refunds or charges the difference once the application's response
+(its header, else its ``http.response.trailers``) reports the actual cost.
 
 The path the application sees is the path's normal form (no duplicate slashes, dot segments
 or trailing slash; case kept), the form rules match and rl-gateway forwards. A bad
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
 
 from redis_rl._core import Admitted, PolicyEngine, Refusal, normalize_path, request_id as _request_id, tenant_id
+from redis_rl._booking import Settlement, check_units
 from redis_rl.breaker import BreakerConfig
 from redis_rl.limiter import DEFAULT_TIMEOUT, Limiter
 from redis_rl.policy import FailureMode, Policy
@@ -398,15 +402,22 @@ class RateLimitMiddleware:
         scope = {**scope, "path": admitted.path, "raw_path": normalize_path(
             (scope.get("raw_path") or admitted.path.encode()).decode("latin-1")).encode("latin-1")}
         added: List[Tuple[bytes, bytes]] = []
+        settlement: Optional[Settlement] = None
         if admitted.limited:
             route = route_template(self._templates(scope), scope)
             api_key = admitted.api_key
             tier = await self.tiers(api_key) if api_key is not None else None
             plan = self.engine.plan(admitted, None if route == UNMATCHED else route, tier)
             items = plan.items
-            md = await self.limiter.check_all(
-                [(item[0], self._policy(item, numbers)) for item, numbers in zip(items, plan.numbers)]
-            )
+            # The units of each item: 1, or a rule's cost header (a bad one: 400, nothing taken).
+            booking = self.engine.booking(admitted, plan, rid, trace.trace_id)
+            if isinstance(booking, Refusal):
+                await _respond(send, booking.status, booking.headers, booking.body)
+                return
+            pairs = [(item[0], self._policy(item, numbers)) for item, numbers in zip(items, plan.numbers)]
+            md = await check_units(self.limiter, pairs, booking.units)
+            if booking.settle_headers:
+                settlement = Settlement(booking, pairs, md.decisions)
             outcomes = [
                 (
                     "allowed" if d.allowed else ("denied" if d.retry_after_ms is not None else "never"),
@@ -437,6 +448,8 @@ class RateLimitMiddleware:
         replaced = {name for name, _ in added}
 
         async def send_with_headers(message: Message) -> None:
+            if settlement is not None:
+                settlement.seen(message)
             if message["type"] == "http.response.start":
                 kept = [(n, v) for n, v in message.get("headers", []) if n.lower() not in replaced]
                 message = {**message, "headers": kept + added}
@@ -446,6 +459,9 @@ class RateLimitMiddleware:
             await send(message)
 
         await self.app({**scope, "headers": inner_headers}, receive, send_with_headers)
+        if settlement is not None:
+            # The response (and its trailers) went out: its actual cost settles the reservation.
+            await settlement.settle(self.limiter)
 
 
 async def _respond(send: Send, status: int, headers: List[Tuple[bytes, bytes]], body: bytes) -> None:

@@ -14,6 +14,7 @@ from redis_rl.breaker import BreakerConfig, BreakerState
 from redis_rl.decision import Decision, Grant, MultiDecision
 from redis_rl.limiter import DEFAULT_TIMEOUT
 from redis_rl.policy import Policy
+from redis_rl.settle import Settled
 
 __all__ = ["SyncLimiter", "Limiter"]
 
@@ -89,6 +90,13 @@ class SyncLimiter:
     def refund(self, key: str, policy: Policy, amount: int) -> int:
         """Gives back up to ``amount`` units; see ``redis_rl.Limiter.refund``."""
         return cast(int, self._run(self._engine.refund(key, policy, amount)))
+
+    def settle(self, key: str, policy: Policy, reserved: int, actual: int) -> Settled:
+        """Settles a reservation of ``reserved`` units of ``policy`` on ``key`` (taken
+        earlier with ``check(..., cost=reserved)``) against the ``actual`` cost: refunds
+        ``reserved - actual`` (``RL.REFUND``) or takes ``actual - reserved`` with ``FORCE``
+        (needs the module: the Lua twin refuses ``FORCE``). Raises when Redis cannot answer."""
+        return cast(Settled, self._run(self._engine.settle(key, policy, reserved, actual)))
 
     def query(self, *command: Any) -> Any:
         """Runs any command through the breaker and timeout (tier lookups use this); raises

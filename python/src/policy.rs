@@ -9,7 +9,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use redis_rl_policy::{
-    render, Admission, Config, Engine, Identity, Outcome, Plan, Rendered, Response, Verdict,
+    render, Adjust, Admission, Booking, Config, Engine, Identity, Outcome, Plan, Rendered,
+    Response, Verdict,
 };
 
 type HeaderList = Vec<(String, Vec<u8>)>;
@@ -168,6 +169,59 @@ impl PlanResult {
     }
 }
 
+/// What a request books on each plan item, and how it is settled after the response.
+#[pyclass(frozen, module = "redis_rl._core")]
+struct BookingResult {
+    booking: Booking,
+}
+
+#[pymethods]
+impl BookingResult {
+    /// Per item: the units reserved (1, or a rule's `cost` header).
+    #[getter]
+    fn units(&self) -> Vec<u64> {
+        self.booking.units.clone()
+    }
+
+    /// The response headers (or trailers, lower case) the actual cost is read from; empty
+    /// when nothing is settled.
+    #[getter]
+    fn settle_headers(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for name in self.booking.settle.iter().flatten() {
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+        names
+    }
+
+    /// Per item, what the response's `headers` (or trailers) say to do: `("keep", 0)`,
+    /// `("refund", n)` or `("charge", n)`; and per settle header its outcome (`refund`,
+    /// `charge`, `exact`, `missing`, `invalid`).
+    #[allow(clippy::type_complexity)]
+    fn settlement(
+        &self,
+        headers: PyHeaders,
+    ) -> (Vec<(&'static str, u64)>, Vec<(String, &'static str)>) {
+        let headers: HeaderList = headers
+            .into_iter()
+            .map(|(n, v)| (String::from_utf8_lossy(&n).into_owned(), v))
+            .collect();
+        let (adjust, outcomes) = self.booking.settlement(&headers);
+        let adjust = adjust
+            .into_iter()
+            .map(|a| match a {
+                Adjust::Keep => ("keep", 0),
+                Adjust::Refund(n) => ("refund", n),
+                Adjust::Charge(n) => ("charge", n),
+            })
+            .collect();
+        let outcomes = outcomes.into_iter().map(|(h, o)| (h, o.name())).collect();
+        (adjust, outcomes)
+    }
+}
+
 /// A validated configuration (the TOML of `rl-gateway --config`).
 #[pyclass(frozen, module = "redis_rl._core")]
 struct PolicyEngine {
@@ -296,6 +350,32 @@ impl PolicyEngine {
         }
     }
 
+    /// What the request books on each item of `plan` (a rule's `cost` header, else 1): a
+    /// `BookingResult`, or a `Refusal` (400) for a cost header that is not one positive
+    /// integer up to 10^15.
+    #[pyo3(signature = (admitted, plan, request_id, trace_id=None))]
+    fn booking(
+        &self,
+        py: Python<'_>,
+        admitted: &Admitted,
+        plan: &PlanResult,
+        request_id: &str,
+        trace_id: Option<&str>,
+    ) -> PyResult<PyObject> {
+        let a = admitted;
+        let req = request(&a.method, &a.identity.path, &a.headers, a.peer, None);
+        match self.engine.booking(&req, &plan.plan, request_id) {
+            Ok(booking) => Ok(BookingResult { booking }
+                .into_pyobject(py)?
+                .into_any()
+                .unbind()),
+            Err(r) => Ok(Refusal::from(traced(r, trace_id))
+                .into_pyobject(py)?
+                .into_any()
+                .unbind()),
+        }
+    }
+
     /// The decision written out: `(status, headers, body)` for a refusal, `(None, headers,
     /// None)` for the headers of an allowed request. `outcomes` per item: `(verdict,
     /// retry_after_ms, remaining, reset_after_ms, shadow, source)`, verdict `allowed`,
@@ -372,5 +452,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Admitted>()?;
     m.add_class::<Refusal>()?;
     m.add_class::<PlanResult>()?;
+    m.add_class::<BookingResult>()?;
     Ok(())
 }
