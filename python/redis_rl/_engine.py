@@ -283,7 +283,7 @@ class Engine:
             raise result.error
         return parse_refund(result.value)
 
-    def settle(self, key: str, policy: Policy, reserved: int, actual: int) -> Op:
+    def settle_reservation(self, key: str, policy: Policy, reserved: int, actual: int) -> Op:
         """Settles a reservation of ``reserved`` units against the ``actual`` cost: refunds
         the difference or takes it with ``FORCE``. Raises the call's error (nothing is
         retried: a refund is lost, a charge not taken)."""

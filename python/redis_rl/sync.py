@@ -96,7 +96,7 @@ class SyncLimiter:
         earlier with ``check(..., cost=reserved)``) against the ``actual`` cost: refunds
         ``reserved - actual`` (``RL.REFUND``) or takes ``actual - reserved`` with ``FORCE``
         (needs the module: the Lua twin refuses ``FORCE``). Raises when Redis cannot answer."""
-        return cast(Settled, self._run(self._engine.settle(key, policy, reserved, actual)))
+        return cast(Settled, self._run(self._engine.settle_reservation(key, policy, reserved, actual)))
 
     def query(self, *command: Any) -> Any:
         """Runs any command through the breaker and timeout (tier lookups use this); raises
