@@ -149,7 +149,7 @@ impl Limiter {
     /// use redis_rl_client::{Limiter, Policy};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let limiter = Limiter::standalone("redis://127.0.0.1:6379/").unwrap();
-    /// let minute = Policy::gcra(100_000, 60_000).unwrap();
+    /// let minute = Policy::gcra(100_000, 60_000, None).unwrap();
     /// let day = Policy::fixed(2_000_000, 86_400_000).unwrap();
     /// let items = [("t:{acme}:1m", minute), ("t:{acme}:1d", day)];
     /// // Reserve max_tokens on both, then settle with the reported usage.
