@@ -15,7 +15,8 @@ matching ``[[rules]]`` entry (each window its own key), the limiter decides them
 ``RL.ALL`` per hash slot (all or nothing), and the engine renders the decision. A rule's
 ``cost = "header:<name>"`` reserves that many units on its windows, and its ``settle =
 "response-header:<name>"`` refunds or charges the difference once the application's response
-(its header, else its ``http.response.trailers``) reports the actual cost.
+(its header, else its ``http.response.trailers``) reports the actual cost. A refused request
+whose wait is within ``delay_max_ms`` is booked for its slot and held, then served.
 
 The path the application sees is the path's normal form (no duplicate slashes, dot segments
 or trailing slash; case kept), the form rules match and rl-gateway forwards. A bad
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
 
 from redis_rl._core import Admitted, PolicyEngine, Refusal, normalize_path, request_id as _request_id, tenant_id
-from redis_rl._booking import Settlement, check_units
+from redis_rl._booking import Holds, Settlement, check_units
 from redis_rl.breaker import BreakerConfig
 from redis_rl.limiter import DEFAULT_TIMEOUT, Limiter
 from redis_rl.policy import FailureMode, Policy
@@ -349,6 +350,7 @@ class RateLimitMiddleware:
         self._mode = FailureMode.parse(self.engine.failure_mode, self.engine.instances)
         self._policies: Dict[Tuple[Any, ...], Policy] = {}
         self._routes: Optional[List[Any]] = None
+        self._holds = Holds(self.engine.delay_max_held)
 
     def _policy(self, item: Tuple[Any, ...], numbers: Tuple[List[int], List[Optional[int]]]) -> Policy:
         """The limiter's policy of one plan item, from the core's numbers of its limit (cached:
@@ -430,6 +432,18 @@ class RateLimitMiddleware:
                 for d in md.decisions[: len(items)]
             ]
             status, rendered, body = self.engine.render(plan, outcomes, md.denied_index, rid, trace.trace_id)
+            if status == 429:
+                # delay_max_ms: booked for its slot and held, then served.
+                wait = await self._holds.hold(self.engine, plan, self.limiter, pairs, booking.units, outcomes)
+                if wait is not None:
+                    try:
+                        await asyncio.sleep(wait)
+                    finally:
+                        self._holds.release()
+                    if settlement is not None:
+                        settlement.in_redis = [True] * len(pairs)
+                    served = [("allowed", 0, o[2], o[3], o[4], o[5]) for o in outcomes]
+                    status, rendered, body = self.engine.render(plan, served, None, rid, trace.trace_id)
             if status is not None:
                 log.debug(
                     "request refused: request_id=%s trace_id=%s tenant=%s tier=%s status=%s",

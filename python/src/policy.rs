@@ -156,6 +156,12 @@ impl PlanResult {
             .collect()
     }
 
+    /// Per item: its `delay_max_ms` (`None`: refused at once).
+    #[getter]
+    fn delays(&self) -> Vec<Option<u64>> {
+        self.plan.items.iter().map(|i| i.delay_max_ms).collect()
+    }
+
     /// The tier the request was limited as.
     #[getter]
     fn tier(&self) -> Option<String> {
@@ -220,6 +226,32 @@ impl BookingResult {
         let outcomes = outcomes.into_iter().map(|(h, o)| (h, o.name())).collect();
         (adjust, outcomes)
     }
+}
+
+/// The decisions as Python passes them: `(verdict, retry_after_ms, remaining,
+/// reset_after_ms, shadow, source)` per item.
+type PyOutcome = (String, Option<u64>, u64, u64, bool, String);
+
+fn outcomes_of(outcomes: &[PyOutcome]) -> Vec<Outcome> {
+    outcomes
+        .iter()
+        .map(
+            |(verdict, retry, remaining, reset, shadow, source)| Outcome {
+                verdict: match verdict.as_str() {
+                    "allowed" => Verdict::Allowed,
+                    "denied" => Verdict::Denied {
+                        retry_after_ms: retry.unwrap_or(0),
+                    },
+                    _ => Verdict::Never,
+                },
+                remaining: *remaining,
+                reset_after_ms: *reset,
+                shadow: *shadow,
+                fail_open: source == "fail_open",
+                fail_closed: source == "fail_closed",
+            },
+        )
+        .collect()
 }
 
 /// A validated configuration (the TOML of `rl-gateway --config`).
@@ -350,6 +382,18 @@ impl PolicyEngine {
         }
     }
 
+    /// The cap on requests held at once (`delay_max_held`).
+    #[getter]
+    fn delay_max_held(&self) -> usize {
+        self.engine.config().delay_max_held
+    }
+
+    /// How long to hold a refused request before serving it, in milliseconds, from the
+    /// items' looks (`outcomes` as for `render`, nothing taken); `None`: refuse it.
+    fn hold_ms(&self, plan: &PlanResult, outcomes: Vec<PyOutcome>) -> Option<u64> {
+        redis_rl_policy::delay::hold_ms(&plan.plan, &outcomes_of(&outcomes))
+    }
+
     /// What the request books on each item of `plan` (a rule's `cost` header, else 1): a
     /// `BookingResult`, or a `Refusal` (400) for a cost header that is not one positive
     /// integer up to 10^15.
@@ -386,30 +430,12 @@ impl PolicyEngine {
         &self,
         py: Python<'_>,
         plan: &PlanResult,
-        outcomes: Vec<(String, Option<u64>, u64, u64, bool, String)>,
+        outcomes: Vec<PyOutcome>,
         denied: Option<usize>,
         request_id: &str,
         trace_id: Option<&str>,
     ) -> (Option<u16>, PyHeaders, Option<Py<PyBytes>>) {
-        let outcomes: Vec<Outcome> = outcomes
-            .iter()
-            .map(
-                |(verdict, retry, remaining, reset, shadow, source)| Outcome {
-                    verdict: match verdict.as_str() {
-                        "allowed" => Verdict::Allowed,
-                        "denied" => Verdict::Denied {
-                            retry_after_ms: retry.unwrap_or(0),
-                        },
-                        _ => Verdict::Never,
-                    },
-                    remaining: *remaining,
-                    reset_after_ms: *reset,
-                    shadow: *shadow,
-                    fail_open: source == "fail_open",
-                    fail_closed: source == "fail_closed",
-                },
-            )
-            .collect();
+        let outcomes = outcomes_of(&outcomes);
         match render(&plan.plan, &outcomes, denied, request_id) {
             Rendered::Refuse(r) => {
                 let r = traced(r, trace_id);

@@ -6,7 +6,8 @@ garbage one keeps the reservation; a bad cost header is a 400)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, List, Optional
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
 import redis
 import redis.asyncio as aioredis
@@ -147,3 +148,77 @@ def test_the_asgi_middleware_settles_from_a_trailer(server, prefix):
     asyncio.run(main())
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body", "http.response.trailers"]
     assert left(r, f"{prefix}:{{global}}:r:tokens", 1000, 3_600_000) == 970
+
+
+def paced_config(prefix: str, max_held: int) -> Dict[str, Any]:
+    return {
+        "key_prefix": prefix,
+        "dimensions": ["ip"],
+        "ip": {"limit": 1000},
+        "delay_max_held": max_held,
+        "rules": [
+            {"name": "paced", "paths": ["/paced"], "key": ["global"], "limits": [{"limit": 1, "window_ms": 600}],
+             "algorithm": "gcra", "delay_max_ms": 2000},
+            {"name": "strict", "paths": ["/strict"], "key": ["global"], "limits": [{"limit": 1, "window_ms": 5000}],
+             "algorithm": "gcra", "delay_max_ms": 1000},
+        ],
+    }
+
+
+async def call_many(middleware: RateLimitMiddleware, paths: List[str]) -> List[Tuple[int, float]]:
+    """Sends requests for ``paths`` at once straight to the ASGI middleware: (status, seconds)."""
+
+    async def app(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    middleware.app = app
+    started = time.monotonic()
+
+    async def one(path: str) -> Tuple[int, float]:
+        statuses: List[int] = []
+
+        async def receive() -> Dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: Dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+
+        scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
+                 "headers": [], "client": ("192.0.2.9", 5000)}
+        await middleware(scope, receive, send)
+        return statuses[0], time.monotonic() - started
+
+    return list(await asyncio.gather(*(one(p) for p in paths)))
+
+
+def test_the_asgi_middleware_holds_a_refused_request_for_its_slot(server, prefix):
+    async def main() -> None:
+        middleware = RateLimitMiddleware(_unused, redis_url=server.url, config=paced_config(prefix, 10))
+        assert (await call_many(middleware, ["/paced"]))[0][0] == 200
+        # Two at once: each booked for its own slot, 600 ms apart, both served.
+        (a, ta), (b, tb) = await call_many(middleware, ["/paced", "/paced"])
+        assert (a, b) == (200, 200)
+        assert min(ta, tb) >= 0.4 and max(ta, tb) >= 1.0, (ta, tb)
+        # Beyond delay_max_ms (5 s per request, 1 s of delay): refused at once.
+        statuses = sorted(s for s, _ in await call_many(middleware, ["/strict", "/strict"]))
+        assert statuses == [200, 429]
+        await middleware.limiter.aclose()
+
+    asyncio.run(main())
+
+
+def test_the_asgi_middleware_caps_held_requests(server, prefix):
+    async def main() -> None:
+        middleware = RateLimitMiddleware(_unused, redis_url=server.url, config=paced_config(prefix, 1))
+        assert (await call_many(middleware, ["/paced"]))[0][0] == 200
+        statuses = sorted(s for s, _ in await call_many(middleware, ["/paced", "/paced"]))
+        assert statuses == [200, 429], "one held, the other over the cap"
+        await middleware.limiter.aclose()
+
+    asyncio.run(main())
+
+
+async def _unused(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+    raise AssertionError("replaced by call_many")
