@@ -198,8 +198,9 @@ async fn decide<'s>(
     for item in &plan.items {
         match policy_of(item, shared.mode) {
             Ok(p) => items.push((item.key.as_str(), p)),
-            // The engine validated every window with the same ranges: not reached (the
-            // item would be missing and the units misaligned: refuse rather than guess).
+            // The engine validated every window with the same ranges: not reached. Were it
+            // reached, the request passes unlimited (logged) rather than being decided on
+            // items no longer aligned with the plan's units and headers.
             Err(e) => {
                 tracing::error!(error = %e, policy = %item.name, "policy skipped");
                 return Before::Call(Go::plain(&tier_label));
