@@ -61,8 +61,9 @@ class Settlement:
         self.booking = booking
         self.names = [n.encode() for n in booking.settle_headers]
         self.pairs = list(pairs)
-        # Only what Redis took is settled there (not a failure mode's or the local fallback's).
-        self.in_redis = [d.source == Source.REDIS for d in decisions]
+        # Only what Redis took is settled there (not a failure mode's, the local fallback's or a
+        # shadow policy's denial).
+        self.in_redis = [d.source == Source.REDIS and d.allowed for d in decisions]
         self.head: Headers = []
         self.trailers: Optional[Headers] = None
 

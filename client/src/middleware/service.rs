@@ -220,7 +220,13 @@ async fn decide<'s>(
         let owned = items
             .iter()
             .zip(&md.decisions)
-            .map(|((k, p), d)| ((*k).to_owned(), *p, d.source == Source::Redis))
+            .map(|((k, p), d)| {
+                (
+                    (*k).to_owned(),
+                    *p,
+                    d.source == Source::Redis && !d.is_denied(),
+                )
+            })
             .collect();
         PendingSettle::new(shared.limiter.clone(), owned, booking.clone())
     });

@@ -37,7 +37,8 @@ pub struct PendingSettle(Arc<Inner>);
 struct Inner {
     limiter: Limiter,
     /// The plan's items: key, policy, and whether Redis took the units (a decision of the
-    /// local fallback or of a failure mode took nothing there to settle).
+    /// local fallback or of a failure mode, or a shadow policy's denial, took nothing there
+    /// to settle).
     items: Vec<(String, Policy, bool)>,
     booking: Booking,
     claimed: AtomicBool,
