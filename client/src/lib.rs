@@ -57,6 +57,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod booking;
 pub mod breaker;
 mod command;
 pub mod decider;

@@ -13,6 +13,12 @@
 //! else `X-Real-IP`, else the caller; earlier hops are believed only through
 //! `trusted_proxies`, as on the proxy. The listener must therefore be reachable by the
 //! proxies only.
+//!
+//! A check reserves a rule's `cost` header like the proxy does, but the calling proxy never
+//! shows the gateway the upstream's response: a rule's `settle` is done by a report,
+//! `POST /.rl/settle` describing the same request (the same headers as its check, so the
+//! same keys and reservation) plus the `settle` header with the actual units, sent by the
+//! upstream or the proxy once the response is known. It answers 204 and takes nothing.
 
 use std::net::{IpAddr, SocketAddr};
 use std::panic::AssertUnwindSafe;
@@ -24,7 +30,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::any;
 use axum::Router;
-use redis_rl_client::middleware::RateLimitLayer;
+use redis_rl_client::middleware::{RateLimitLayer, SettleReport};
 use tower::ServiceExt;
 
 use crate::reload::Live;
@@ -37,6 +43,11 @@ const DESCRIBING: [&str; 5] = [
     "x-original-uri",
     "x-forwarded-host",
 ];
+
+/// Where a proxy or upstream reports a response's actual cost (`POST`): the request it
+/// describes is planned as its check was, and its reservation settled from the report's
+/// `settle` header.
+pub const SETTLE_PATH: &str = "/.rl/settle";
 
 /// The forward-auth service: the gateway's live configuration and the checking router of
 /// its current generation.
@@ -110,9 +121,15 @@ async fn check(
             return status_only(StatusCode::INTERNAL_SERVER_ERROR);
         }
     };
-    let Some(original) = original_request(req, caller.ip()) else {
+    // A report of the response's actual cost, from the upstream or the proxy after the
+    // response: settled, not checked.
+    let report = req.method() == Method::POST && req.uri().path() == SETTLE_PATH;
+    let Some(mut original) = original_request(req, caller.ip()) else {
         return status_only(StatusCode::BAD_REQUEST);
     };
+    if report {
+        original.extensions_mut().insert(SettleReport);
+    }
     let response = match router.oneshot(original).await {
         Ok(r) => r,
         Err(never) => match never {},
@@ -125,6 +142,7 @@ async fn check(
 fn status_class(s: StatusCode) -> &'static str {
     match s.as_u16() {
         200 => "200",
+        204 => "204",
         403 => "403",
         429 => "429",
         503 => "503",

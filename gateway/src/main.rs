@@ -11,6 +11,7 @@ mod ops;
 mod proxy;
 mod reload;
 mod rls;
+mod settle_body;
 
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::process::ExitCode;

@@ -145,6 +145,18 @@ fn describe() {
         "Fleet heartbeats whose reading was ignored: the fleet key held a lease longer than ttl_ms."
     );
     describe_counter!(
+        "rl_settled_total",
+        "Costs settled after the response, by settle header and outcome (refund, charge, exact; missing or invalid: the reservation stands; error: Redis did not answer)."
+    );
+    describe_counter!(
+        "rl_delayed_total",
+        "Refused requests considered for delay_max_ms, by outcome (held; too_long, over_cap: refused)."
+    );
+    describe_gauge!(
+        "rl_held_requests",
+        "Requests held by delay_max_ms right now (at most delay_max_held)."
+    );
+    describe_counter!(
         "rl_connections_refused_total",
         "Connections past --max-connections, by listener (answered by the overflow pool or closed)."
     );

@@ -19,9 +19,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use ipnet::IpNet;
-use redis_rl_client::middleware::{REQUEST_ID, TRACEPARENT};
+use redis_rl_client::middleware::{PendingSettle, REQUEST_ID, TRACEPARENT};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
+
+use crate::settle_body::SettleOnTrailers;
 
 /// Headers that belong to one connection, not to the message (RFC 9110 section 7.6.1),
 /// besides those named in `Connection`.
@@ -149,6 +151,14 @@ impl Upstream {
             }
         };
         strip_hop_by_hop(&mut parts.headers);
+        // A cost settled from the response: ask for trailers too (an HTTP/1.1 upstream sends
+        // them only to a client that says it accepts them).
+        let pending = parts.extensions.remove::<PendingSettle>();
+        if pending.is_some() {
+            parts
+                .headers
+                .insert(header::TE, HeaderValue::from_static("trailers"));
+        }
         // HTTP/1.1 upstream whatever the client spoke (the pool holds HTTP/1.1 connections;
         // an HTTP/1.0 request line would let the upstream close one after answering).
         parts.version = axum::http::Version::HTTP_11;
@@ -175,6 +185,9 @@ impl Upstream {
                     _ => "5xx",
                 };
                 let mut resp = resp.map(Body::new);
+                if let Some(p) = pending.filter(|p| !p.found_in(resp.headers())) {
+                    resp = resp.map(|b| SettleOnTrailers::wrap(b, p));
+                }
                 strip_hop_by_hop(resp.headers_mut());
                 (class, resp)
             }

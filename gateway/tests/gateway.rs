@@ -31,6 +31,8 @@ mod rls;
 mod rls_limits;
 #[path = "gateway/rules.rs"]
 mod rules;
+#[path = "gateway/settle.rs"]
+mod settle;
 #[path = "gateway/upstream.rs"]
 mod upstream;
 

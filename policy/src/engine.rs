@@ -96,6 +96,8 @@ pub struct PlanItem {
     pub failure_mode: Option<FailureModeName>,
     /// Served from leases.
     pub hot: bool,
+    /// Held instead of refused for a wait up to this long (`delay_max_ms`).
+    pub delay_max_ms: Option<u64>,
 }
 
 /// What one request is limited on: every item, all or nothing.
@@ -115,6 +117,7 @@ pub(crate) struct Compiled {
     pub(crate) specs: Vec<LimitSpec>,
     pub(crate) shadow: bool,
     pub(crate) failure_mode: Option<FailureModeName>,
+    pub(crate) delay_max_ms: Option<u64>,
 }
 
 impl Compiled {
@@ -123,6 +126,7 @@ impl Compiled {
             specs: rate.specs()?,
             shadow: rate.shadow,
             failure_mode: rate.failure_mode,
+            delay_max_ms: rate.delay_max_ms,
         })
     }
 }
@@ -378,6 +382,7 @@ fn push_windows(
             shadow: compiled.shadow,
             failure_mode: compiled.failure_mode,
             hot,
+            delay_max_ms: compiled.delay_max_ms,
         });
     }
 }

@@ -53,6 +53,9 @@ fn windows(label: &str, c: &Compiled) -> String {
     if let Some(m) = c.failure_mode {
         out.push(format!("(failure mode {})", m.name()));
     }
+    if let Some(ms) = c.delay_max_ms {
+        out.push(format!("(held up to {ms} ms instead of 429)"));
+    }
     out.join(", ")
 }
 
@@ -188,6 +191,20 @@ impl Engine {
                 rule.name,
                 suffix(compiled)
             );
+            if let Some(cost) = &rule.cost {
+                let _ = writeln!(
+                    o,
+                    "    reserves the units of request header {} (1 without it)",
+                    cost.header
+                );
+            }
+            if let Some(settle) = &rule.settle {
+                let _ = writeln!(
+                    o,
+                    "    settled after the response from its header or trailer {} (refund or charge the difference)",
+                    settle.header
+                );
+            }
         }
         let routes: Vec<&str> = self.routes.iter().map(|t| t.as_str()).collect();
         let _ = writeln!(

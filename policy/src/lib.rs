@@ -30,6 +30,8 @@
 //! ```
 
 mod access;
+mod cost;
+pub mod delay;
 mod engine;
 mod explain;
 mod identity;
@@ -42,6 +44,7 @@ mod rule;
 mod schema;
 
 pub use access::{Access, AccessList};
+pub use cost::{bad_cost, Adjust, Booking, CostFrom, SettleFrom, SettleOutcome, MAX_HEADER_COST};
 pub use engine::{Admission, Engine, Headers, Identity, Plan, PlanItem, Request, UNMATCHED};
 pub use identity::{
     api_key, canonical_net, client_ip, client_network, is_key_text, request_id, tenant_id, KeyError,

@@ -108,6 +108,9 @@ pub struct Rate {
     pub quota_tz: Option<i64>,
     /// The day of the month its monthly limits start on (default 1).
     pub quota_anchor: Option<u64>,
+    /// A request refused for at most this long is held and then forwarded instead
+    /// (`None`: refused at once); see [`crate::delay`].
+    pub delay_max_ms: Option<u64>,
 }
 
 impl Rate {
@@ -126,6 +129,7 @@ impl Rate {
             failure_mode: None,
             quota_tz: None,
             quota_anchor: None,
+            delay_max_ms: None,
         }
     }
 
@@ -159,6 +163,7 @@ impl Rate {
                     .to_string(),
             );
         }
+        crate::delay::check(self.delay_max_ms)?;
         let mut specs: Vec<LimitSpec> = Vec::with_capacity(self.windows.len());
         for w in &self.windows {
             let spec = match w.period {
@@ -218,6 +223,8 @@ pub struct RateOverride {
     pub quota_tz: Option<i64>,
     /// The day of the month its monthly limits start on.
     pub quota_anchor: Option<u64>,
+    /// Hold a request refused for at most this long instead of refusing it.
+    pub delay_max_ms: Option<u64>,
 }
 
 /// Declares the raw (deserialized) form of a configuration table that takes a rate's fields,
@@ -245,6 +252,7 @@ macro_rules! table_with_rate {
             failure_mode: Option<$crate::limit::FailureModeName>,
             quota_tz: Option<i64>,
             quota_anchor: Option<u64>,
+            delay_max_ms: Option<u64>,
             $($(#[$after_meta])* $after: $after_ty,)*
         }
 
@@ -261,6 +269,7 @@ macro_rules! table_with_rate {
                     failure_mode: self.failure_mode,
                     quota_tz: self.quota_tz,
                     quota_anchor: self.quota_anchor,
+                    delay_max_ms: self.delay_max_ms,
                 }
             }
         }
@@ -300,6 +309,7 @@ impl RateOverride {
             failure_mode: self.failure_mode.or(base.failure_mode),
             quota_tz: self.quota_tz.or(base.quota_tz),
             quota_anchor: self.quota_anchor.or(base.quota_anchor),
+            delay_max_ms: self.delay_max_ms.or(base.delay_max_ms),
         })
     }
 

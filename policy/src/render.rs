@@ -172,7 +172,7 @@ fn quota_headers(headers: &mut Vec<(&'static str, String)>, r: &Reported<'_>) {
     ));
 }
 
-fn problem(status: u16, body: serde_json::Value, request_id: &str) -> Response {
+pub(crate) fn problem(status: u16, body: serde_json::Value, request_id: &str) -> Response {
     Response {
         status,
         headers: vec![

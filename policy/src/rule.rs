@@ -6,6 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::cost::{CostFrom, SettleFrom};
 use crate::limit::LimitSpec;
 use crate::path::Template;
 use crate::rate::{table_with_rate, Rate};
@@ -109,7 +110,10 @@ table_with_rate! {
         #[serde(default)]
         tiers: Vec<String>,
         key: Vec<KeyPart>,
-    } {}
+    } {
+        cost: Option<CostFrom>,
+        settle: Option<SettleFrom>,
+    }
 }
 
 /// One `[[rules]]` entry, checked on its own (its tiers are checked against the tiers of
@@ -134,6 +138,10 @@ pub struct Rule {
     pub rate: Rate,
     /// The windows, validated.
     pub specs: Vec<LimitSpec>,
+    /// Where a request's units come from (`None`: 1 per request).
+    pub cost: Option<CostFrom>,
+    /// Where the actual units are read after the response (`None`: never settled).
+    pub settle: Option<SettleFrom>,
 }
 
 impl Rule {
@@ -182,6 +190,8 @@ impl Rule {
             key: raw.key,
             rate,
             specs,
+            cost: raw.cost,
+            settle: raw.settle,
         })
     }
 

@@ -113,6 +113,10 @@ pub struct Config {
     /// Rules: limits for the requests they match, on top of the dimensions.
     #[serde(default)]
     pub rules: Vec<Rule>,
+    /// At most this many requests held at once by `delay_max_ms` (per process; default
+    /// 1000): past it, a request that could be held is refused.
+    #[serde(default = "default_max_held")]
+    pub delay_max_held: usize,
 }
 
 /// Fleet membership as configured (`[fleet]`).
@@ -328,6 +332,9 @@ pub fn default_global() -> Rate {
 fn default_api_key_header() -> String {
     "X-API-Key".to_string()
 }
+fn default_max_held() -> usize {
+    crate::delay::DEFAULT_MAX_HELD
+}
 fn default_ipv6_prefix() -> u8 {
     64
 }
@@ -373,6 +380,7 @@ impl Default for Config {
             fleet: FleetSettings::default(),
             leases: LeaseSettings::default(),
             rules: Vec::new(),
+            delay_max_held: default_max_held(),
         }
     }
 }

@@ -35,6 +35,7 @@ from redis_rl.decision import (
 )
 from redis_rl.deny_cache import DenyCache
 from redis_rl.policy import Policy
+from redis_rl.settle import Settled, forced_command
 
 log = logging.getLogger("redis_rl")
 
@@ -339,6 +340,25 @@ class Engine:
         if isinstance(result, Failed):
             raise result.error
         return parse_refund(result.value)
+
+    def settle_reservation(self, key: str, policy: Policy, reserved: int, actual: int) -> Op:
+        """Settles a reservation of ``reserved`` units against the ``actual`` cost: refunds
+        the difference or takes it with ``FORCE``. Raises the call's error (nothing is
+        retried: a refund is lost, a charge not taken)."""
+        _check_key(key)
+        if not isinstance(policy, Policy):
+            raise TypeError(f"policy must be a Policy, not {type(policy).__name__}")
+        reserved = check_cost(reserved)
+        actual = check_cost(actual)
+        if actual < reserved:
+            given = yield from self.refund(key, policy, reserved - actual)
+            return Settled("refunded", given)
+        if actual == reserved:
+            return Settled("exact", 0)
+        result = yield forced_command(key, policy, actual - reserved)
+        if isinstance(result, Failed):
+            raise result.error
+        return Settled("charged", actual - reserved, parse_single(policy.command, result.value))
 
     # -- several keys --------------------------------------------------------------------
 

@@ -12,7 +12,11 @@ engine rl-gateway runs, so the same TOML gives the same keys, statuses and heade
 and a fleet can mix them. Per request: the engine checks the API key (one per request) and
 the access lists, the middleware finds the key's tier, the engine plans every dimension and
 matching ``[[rules]]`` entry (each window its own key), the limiter decides them in one
-``RL.ALL`` per hash slot (all or nothing), and the engine renders the decision.
+``RL.ALL`` per hash slot (all or nothing), and the engine renders the decision. A rule's
+``cost = "header:<name>"`` reserves that many units on its windows, and its ``settle =
+"response-header:<name>"`` refunds or charges the difference once the application's response
+(its header, else its ``http.response.trailers``) reports the actual cost. A refused request
+whose wait is within ``delay_max_ms`` is booked for its slot and held, then served.
 
 The path the application sees is the path's normal form (no duplicate slashes, dot segments
 or trailing slash; case kept), the form rules match and rl-gateway forwards. A bad
@@ -34,6 +38,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
 
 from redis_rl._core import Admitted, PolicyEngine, Refusal, normalize_path, request_id as _request_id, tenant_id
+from redis_rl._booking import Holds, Settlement, check_units
 from redis_rl.breaker import BreakerConfig
 from redis_rl.limiter import DEFAULT_TIMEOUT, Limiter
 from redis_rl.policy import FailureMode, Policy
@@ -345,6 +350,7 @@ class RateLimitMiddleware:
         self._mode = FailureMode.parse(self.engine.failure_mode, self.engine.instances)
         self._policies: Dict[Tuple[Any, ...], Policy] = {}
         self._routes: Optional[List[Any]] = None
+        self._holds = Holds(self.engine.delay_max_held)
 
     def _policy(self, item: Tuple[Any, ...], numbers: Tuple[List[int], List[Optional[int]]]) -> Policy:
         """The limiter's policy of one plan item, from the core's numbers of its limit (cached:
@@ -398,15 +404,22 @@ class RateLimitMiddleware:
         scope = {**scope, "path": admitted.path, "raw_path": normalize_path(
             (scope.get("raw_path") or admitted.path.encode()).decode("latin-1")).encode("latin-1")}
         added: List[Tuple[bytes, bytes]] = []
+        settlement: Optional[Settlement] = None
         if admitted.limited:
             route = route_template(self._templates(scope), scope)
             api_key = admitted.api_key
             tier = await self.tiers(api_key) if api_key is not None else None
             plan = self.engine.plan(admitted, None if route == UNMATCHED else route, tier)
             items = plan.items
-            md = await self.limiter.check_all(
-                [(item[0], self._policy(item, numbers)) for item, numbers in zip(items, plan.numbers)]
-            )
+            # The units of each item: 1, or a rule's cost header (a bad one: 400, nothing taken).
+            booking = self.engine.booking(admitted, plan, rid, trace.trace_id)
+            if isinstance(booking, Refusal):
+                await _respond(send, booking.status, booking.headers, booking.body)
+                return
+            pairs = [(item[0], self._policy(item, numbers)) for item, numbers in zip(items, plan.numbers)]
+            md = await check_units(self.limiter, pairs, booking.units)
+            if booking.settle_headers:
+                settlement = Settlement(booking, pairs, md.decisions)
             outcomes = [
                 (
                     "allowed" if d.allowed else ("denied" if d.retry_after_ms is not None else "never"),
@@ -419,6 +432,18 @@ class RateLimitMiddleware:
                 for d in md.decisions[: len(items)]
             ]
             status, rendered, body = self.engine.render(plan, outcomes, md.denied_index, rid, trace.trace_id)
+            if status == 429:
+                # delay_max_ms: booked for its slot and held, then served.
+                wait = await self._holds.hold(self.engine, plan, self.limiter, pairs, booking.units, outcomes)
+                if wait is not None:
+                    try:
+                        await asyncio.sleep(wait)
+                    finally:
+                        self._holds.release()
+                    if settlement is not None:
+                        settlement.in_redis = [True] * len(pairs)
+                    served = [("allowed", 0, o[2], o[3], o[4], o[5]) for o in outcomes]
+                    status, rendered, body = self.engine.render(plan, served, None, rid, trace.trace_id)
             if status is not None:
                 log.debug(
                     "request refused: request_id=%s trace_id=%s tenant=%s tier=%s status=%s",
@@ -437,6 +462,8 @@ class RateLimitMiddleware:
         replaced = {name for name, _ in added}
 
         async def send_with_headers(message: Message) -> None:
+            if settlement is not None:
+                settlement.seen(message)
             if message["type"] == "http.response.start":
                 kept = [(n, v) for n, v in message.get("headers", []) if n.lower() not in replaced]
                 message = {**message, "headers": kept + added}
@@ -446,6 +473,9 @@ class RateLimitMiddleware:
             await send(message)
 
         await self.app({**scope, "headers": inner_headers}, receive, send_with_headers)
+        if settlement is not None:
+            # The response (and its trailers) went out: its actual cost settles the reservation.
+            await settlement.settle(self.limiter)
 
 
 async def _respond(send: Send, status: int, headers: List[Tuple[bytes, bytes]], body: bytes) -> None:

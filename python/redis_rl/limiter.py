@@ -13,6 +13,7 @@ from redis.exceptions import ResponseError
 from redis_rl._engine import DEFAULT_TIMEOUT, Failed, Front, Ok, Op, Result
 from redis_rl.decision import Decision, Grant, MultiDecision
 from redis_rl.policy import Policy
+from redis_rl.settle import Settled
 
 __all__ = ["Limiter", "DEFAULT_TIMEOUT"]
 
@@ -73,6 +74,13 @@ class Limiter(Front):
         """Gives back up to ``amount`` units taken earlier (``RL.REFUND``, best effort);
         returns the units given back. Raises when Redis cannot answer."""
         return cast(int, await self._run(self._engine.refund(key, policy, amount)))
+
+    async def settle(self, key: str, policy: Policy, reserved: int, actual: int) -> Settled:
+        """Settles a reservation of ``reserved`` units of ``policy`` on ``key`` (taken
+        earlier with ``check(..., cost=reserved)``) against the ``actual`` cost: refunds
+        ``reserved - actual`` (``RL.REFUND``) or takes ``actual - reserved`` with ``FORCE``
+        (needs the module: the Lua twin refuses ``FORCE``). Raises when Redis cannot answer."""
+        return cast(Settled, await self._run(self._engine.settle_reservation(key, policy, reserved, actual)))
 
     async def query(self, *command: Any) -> Any:
         """Runs any command through the breaker and timeout (tier lookups use this); raises

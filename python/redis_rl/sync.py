@@ -12,6 +12,7 @@ from redis.exceptions import ResponseError
 from redis_rl._engine import Failed, Front, Ok, Op, Result
 from redis_rl.decision import Decision, Grant, MultiDecision
 from redis_rl.policy import Policy
+from redis_rl.settle import Settled
 
 __all__ = ["SyncLimiter", "Limiter"]
 
@@ -56,6 +57,13 @@ class SyncLimiter(Front):
     def refund(self, key: str, policy: Policy, amount: int) -> int:
         """Gives back up to ``amount`` units; see ``redis_rl.Limiter.refund``."""
         return cast(int, self._run(self._engine.refund(key, policy, amount)))
+
+    def settle(self, key: str, policy: Policy, reserved: int, actual: int) -> Settled:
+        """Settles a reservation of ``reserved`` units of ``policy`` on ``key`` (taken
+        earlier with ``check(..., cost=reserved)``) against the ``actual`` cost: refunds
+        ``reserved - actual`` (``RL.REFUND``) or takes ``actual - reserved`` with ``FORCE``
+        (needs the module: the Lua twin refuses ``FORCE``). Raises when Redis cannot answer."""
+        return cast(Settled, self._run(self._engine.settle_reservation(key, policy, reserved, actual)))
 
     def query(self, *command: Any) -> Any:
         """Runs any command through the breaker and timeout (tier lookups use this); raises

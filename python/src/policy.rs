@@ -9,7 +9,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use redis_rl_policy::{
-    render, Admission, Config, Engine, Identity, Outcome, Plan, Rendered, Response, Verdict,
+    render, Adjust, Admission, Booking, Config, Engine, Identity, Outcome, Plan, Rendered,
+    Response, Verdict,
 };
 
 type HeaderList = Vec<(String, Vec<u8>)>;
@@ -155,6 +156,12 @@ impl PlanResult {
             .collect()
     }
 
+    /// Per item: its `delay_max_ms` (`None`: refused at once).
+    #[getter]
+    fn delays(&self) -> Vec<Option<u64>> {
+        self.plan.items.iter().map(|i| i.delay_max_ms).collect()
+    }
+
     /// The tier the request was limited as.
     #[getter]
     fn tier(&self) -> Option<String> {
@@ -166,6 +173,85 @@ impl PlanResult {
     fn route(&self) -> String {
         self.plan.route.clone()
     }
+}
+
+/// What a request books on each plan item, and how it is settled after the response.
+#[pyclass(frozen, module = "redis_rl._core")]
+struct BookingResult {
+    booking: Booking,
+}
+
+#[pymethods]
+impl BookingResult {
+    /// Per item: the units reserved (1, or a rule's `cost` header).
+    #[getter]
+    fn units(&self) -> Vec<u64> {
+        self.booking.units.clone()
+    }
+
+    /// The response headers (or trailers, lower case) the actual cost is read from; empty
+    /// when nothing is settled.
+    #[getter]
+    fn settle_headers(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for name in self.booking.settle.iter().flatten() {
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+        names
+    }
+
+    /// Per item, what the response's `headers` (or trailers) say to do: `("keep", 0)`,
+    /// `("refund", n)` or `("charge", n)`; and per settle header its outcome (`refund`,
+    /// `charge`, `exact`, `missing`, `invalid`).
+    #[allow(clippy::type_complexity)]
+    fn settlement(
+        &self,
+        headers: PyHeaders,
+    ) -> (Vec<(&'static str, u64)>, Vec<(String, &'static str)>) {
+        let headers: HeaderList = headers
+            .into_iter()
+            .map(|(n, v)| (String::from_utf8_lossy(&n).into_owned(), v))
+            .collect();
+        let (adjust, outcomes) = self.booking.settlement(&headers);
+        let adjust = adjust
+            .into_iter()
+            .map(|a| match a {
+                Adjust::Keep => ("keep", 0),
+                Adjust::Refund(n) => ("refund", n),
+                Adjust::Charge(n) => ("charge", n),
+            })
+            .collect();
+        let outcomes = outcomes.into_iter().map(|(h, o)| (h, o.name())).collect();
+        (adjust, outcomes)
+    }
+}
+
+/// The decisions as Python passes them: `(verdict, retry_after_ms, remaining,
+/// reset_after_ms, shadow, source)` per item.
+type PyOutcome = (String, Option<u64>, u64, u64, bool, String);
+
+fn outcomes_of(outcomes: &[PyOutcome]) -> Vec<Outcome> {
+    outcomes
+        .iter()
+        .map(
+            |(verdict, retry, remaining, reset, shadow, source)| Outcome {
+                verdict: match verdict.as_str() {
+                    "allowed" => Verdict::Allowed,
+                    "denied" => Verdict::Denied {
+                        retry_after_ms: retry.unwrap_or(0),
+                    },
+                    _ => Verdict::Never,
+                },
+                remaining: *remaining,
+                reset_after_ms: *reset,
+                shadow: *shadow,
+                fail_open: source == "fail_open",
+                fail_closed: source == "fail_closed",
+            },
+        )
+        .collect()
 }
 
 /// A validated configuration (the TOML of `rl-gateway --config`).
@@ -296,6 +382,44 @@ impl PolicyEngine {
         }
     }
 
+    /// The cap on requests held at once (`delay_max_held`).
+    #[getter]
+    fn delay_max_held(&self) -> usize {
+        self.engine.config().delay_max_held
+    }
+
+    /// How long to hold a refused request before serving it, in milliseconds, from the
+    /// items' looks (`outcomes` as for `render`, nothing taken); `None`: refuse it.
+    fn hold_ms(&self, plan: &PlanResult, outcomes: Vec<PyOutcome>) -> Option<u64> {
+        redis_rl_policy::delay::hold_ms(&plan.plan, &outcomes_of(&outcomes))
+    }
+
+    /// What the request books on each item of `plan` (a rule's `cost` header, else 1): a
+    /// `BookingResult`, or a `Refusal` (400) for a cost header that is not one positive
+    /// integer up to 10^15.
+    #[pyo3(signature = (admitted, plan, request_id, trace_id=None))]
+    fn booking(
+        &self,
+        py: Python<'_>,
+        admitted: &Admitted,
+        plan: &PlanResult,
+        request_id: &str,
+        trace_id: Option<&str>,
+    ) -> PyResult<PyObject> {
+        let a = admitted;
+        let req = request(&a.method, &a.identity.path, &a.headers, a.peer, None);
+        match self.engine.booking(&req, &plan.plan, request_id) {
+            Ok(booking) => Ok(BookingResult { booking }
+                .into_pyobject(py)?
+                .into_any()
+                .unbind()),
+            Err(r) => Ok(Refusal::from(traced(r, trace_id))
+                .into_pyobject(py)?
+                .into_any()
+                .unbind()),
+        }
+    }
+
     /// The decision written out: `(status, headers, body)` for a refusal, `(None, headers,
     /// None)` for the headers of an allowed request. `outcomes` per item: `(verdict,
     /// retry_after_ms, remaining, reset_after_ms, shadow, source)`, verdict `allowed`,
@@ -306,30 +430,12 @@ impl PolicyEngine {
         &self,
         py: Python<'_>,
         plan: &PlanResult,
-        outcomes: Vec<(String, Option<u64>, u64, u64, bool, String)>,
+        outcomes: Vec<PyOutcome>,
         denied: Option<usize>,
         request_id: &str,
         trace_id: Option<&str>,
     ) -> (Option<u16>, PyHeaders, Option<Py<PyBytes>>) {
-        let outcomes: Vec<Outcome> = outcomes
-            .iter()
-            .map(
-                |(verdict, retry, remaining, reset, shadow, source)| Outcome {
-                    verdict: match verdict.as_str() {
-                        "allowed" => Verdict::Allowed,
-                        "denied" => Verdict::Denied {
-                            retry_after_ms: retry.unwrap_or(0),
-                        },
-                        _ => Verdict::Never,
-                    },
-                    remaining: *remaining,
-                    reset_after_ms: *reset,
-                    shadow: *shadow,
-                    fail_open: source == "fail_open",
-                    fail_closed: source == "fail_closed",
-                },
-            )
-            .collect();
+        let outcomes = outcomes_of(&outcomes);
         match render(&plan.plan, &outcomes, denied, request_id) {
             Rendered::Refuse(r) => {
                 let r = traced(r, trace_id);
@@ -372,5 +478,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Admitted>()?;
     m.add_class::<Refusal>()?;
     m.add_class::<PlanResult>()?;
+    m.add_class::<BookingResult>()?;
     Ok(())
 }

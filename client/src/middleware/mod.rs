@@ -75,10 +75,12 @@ mod axum;
 mod config;
 mod extract;
 mod headers;
+mod hold;
 mod layer;
 mod plan;
 mod request;
 mod service;
+mod settlement;
 mod trace;
 
 #[cfg(feature = "axum")]
@@ -94,4 +96,5 @@ pub use layer::RateLimitLayer;
 pub use redis_rl_policy::{normalize_path, Access, Engine, KeyError};
 pub use request::{Extensions, RequestInfo, RequestView, RoutePattern};
 pub use service::RateLimitService;
+pub use settlement::{PendingSettle, SettleReport};
 pub use trace::{TraceContext, TRACEPARENT};

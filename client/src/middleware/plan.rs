@@ -1,6 +1,7 @@
 //! What every service of a layer shares: the limiter, the tier resolver and the policy
 //! engine built from the configuration.
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use redis_rl_policy::Engine;
@@ -17,6 +18,11 @@ pub(crate) struct Shared {
     pub(crate) resolver: Arc<dyn TierResolver>,
     pub(crate) engine: Engine,
     pub(crate) mode: FailureMode,
+    /// Requests held by `delay_max_ms` right now.
+    pub(crate) held: AtomicUsize,
+    /// Held requests are booked one at a time (look, then take with `FORCE`): two requests
+    /// of this process never get the same slot.
+    pub(crate) booking: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -37,6 +43,8 @@ impl Shared {
             resolver,
             engine,
             mode,
+            held: AtomicUsize::new(0),
+            booking: tokio::sync::Mutex::new(()),
         })
     }
 }

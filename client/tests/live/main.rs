@@ -14,5 +14,6 @@ mod lua_twin;
 mod middleware;
 mod policy;
 mod quota;
+mod settle;
 mod tls;
 mod upto;

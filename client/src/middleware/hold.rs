@@ -1,0 +1,147 @@
+//! Delay instead of 429 ([`redis_rl_policy::delay`]): a refused request whose wait is within
+//! the `delay_max_ms` of every item refusing it is booked now with `FORCE` (its units taken
+//! for its future slot, so the next callers wait behind it) and held until the slot, at
+//! most `delay_max_held` requests at once per process (`rl_held_requests`). A process books
+//! its held requests one at a time, so each one's look sees the debt of the one before;
+//! two gateways that book within the same round trip may give two requests one slot.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use redis_rl_policy::{render, Outcome, Plan, Rendered, Verdict};
+
+use super::plan::Shared;
+use crate::policy::Policy;
+
+/// A held request's place under the cap, given back when it is dropped.
+pub(crate) struct Held<'a> {
+    shared: &'a Shared,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let now = self
+            .shared
+            .held
+            .fetch_sub(1, Ordering::AcqRel)
+            .saturating_sub(1);
+        metrics::gauge!("rl_held_requests").set(now as f64);
+    }
+}
+
+impl<'a> Held<'a> {
+    fn take(shared: &'a Shared) -> Option<Self> {
+        let cap = shared.engine.config().delay_max_held;
+        let taken = shared
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < cap).then_some(n + 1)
+            });
+        match taken {
+            Ok(n) => {
+                metrics::gauge!("rl_held_requests").set((n + 1) as f64);
+                Some(Self { shared })
+            }
+            Err(_) => {
+                metrics::counter!("rl_delayed_total", "outcome" => "over_cap").increment(1);
+                None
+            }
+        }
+    }
+}
+
+/// A request booked for a later slot: how long to hold it and the headers of its answer.
+pub(crate) struct Hold<'a> {
+    pub(crate) held: Held<'a>,
+    pub(crate) wait: Duration,
+    pub(crate) headers: Vec<(&'static str, String)>,
+}
+
+/// Books a refused request for its slot when every item refusing it allows the delay, the
+/// cap has room and Redis answers; `None`: refuse it as before. `base` are the outcomes of
+/// the refused check (the shadow items' stay as they were).
+pub(crate) async fn hold<'a>(
+    shared: &'a Shared,
+    plan: &Plan,
+    items: &[(&str, Policy)],
+    units: &[u64],
+    base: &[Outcome],
+    request_id: &str,
+) -> Option<Hold<'a>> {
+    if plan.items.iter().all(|i| i.delay_max_ms.is_none()) {
+        return None;
+    }
+    let held = Held::take(shared)?;
+    let enforced: Vec<usize> = (0..items.len())
+        .filter(|&i| items.get(i).is_some_and(|(_, p)| !p.is_shadow()))
+        .collect();
+    let pairs: Vec<(&str, &Policy)> = enforced
+        .iter()
+        .filter_map(|&i| items.get(i).map(|(k, p)| (*k, p)))
+        .collect();
+    let enforced_units: Vec<u64> = enforced
+        .iter()
+        .filter_map(|&i| units.get(i).copied())
+        .collect();
+    let _one_at_a_time = shared.booking.lock().await;
+    // Each key's own wait, from Redis (a denial from the deny cache, or one key's refusal,
+    // does not say how long every key would make the request wait).
+    let peeked = shared
+        .limiter
+        .peek_all_units(&pairs, &enforced_units)
+        .await
+        .ok()?;
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let mut outcomes: Vec<Outcome> = base.to_vec();
+    for (&i, d) in enforced.iter().zip(&peeked) {
+        if let Some(o) = outcomes.get_mut(i) {
+            o.verdict = match d.verdict {
+                crate::decision::Verdict::Allowed => Verdict::Allowed,
+                crate::decision::Verdict::Denied { retry_after } => Verdict::Denied {
+                    retry_after_ms: ms(retry_after),
+                },
+                crate::decision::Verdict::Never => Verdict::Never,
+            };
+            o.remaining = d
+                .remaining
+                .saturating_sub(units.get(i).copied().unwrap_or(1));
+            o.reset_after_ms = ms(d.reset_after);
+        }
+    }
+    let refused = enforced.iter().any(|&i| {
+        outcomes
+            .get(i)
+            .is_some_and(|o| o.verdict != Verdict::Allowed)
+    });
+    let wait_ms = if refused {
+        let Some(w) = redis_rl_policy::delay::hold_ms(plan, &outcomes) else {
+            metrics::counter!("rl_delayed_total", "outcome" => "too_long").increment(1);
+            return None;
+        };
+        w
+    } else {
+        0 // freed meanwhile: booked now, forwarded at once
+    };
+    if let Err(e) = shared
+        .limiter
+        .force_all_units(&pairs, &enforced_units)
+        .await
+    {
+        tracing::warn!(error = %e, "booking a delayed request failed: refused instead");
+        return None;
+    }
+    for &i in &enforced {
+        if let Some(o) = outcomes.get_mut(i) {
+            o.verdict = Verdict::Allowed;
+        }
+    }
+    let Rendered::Headers(headers) = render(plan, &outcomes, None, request_id) else {
+        return None;
+    };
+    metrics::counter!("rl_delayed_total", "outcome" => "held").increment(1);
+    Some(Hold {
+        held,
+        wait: Duration::from_millis(wait_ms),
+        headers,
+    })
+}

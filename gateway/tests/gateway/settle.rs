@@ -1,0 +1,403 @@
+//! Cost settled after the response and delay instead of 429, through the rl-gateway proxy:
+//! a reservation from a request header refunded or charged from the upstream's response
+//! header or trailer (a missing or garbage one keeps it), a bad cost header refused with
+//! 400; a refused request held for its slot and forwarded, one beyond `delay_max_ms`
+//! refused, the cap on held requests.
+
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Response};
+use axum::routing::get;
+use axum::Router;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use redis_rl_testkit::{eventually, query, Server};
+
+use super::upstream::Upstream;
+use super::Gateway;
+
+/// The upstream: `/used` answers the `x-used` request header as `x-tokens-used` (none when
+/// absent), `/trailer` sends it as a trailer after the body.
+async fn upstream() -> Upstream {
+    let app = Router::new()
+        .route(
+            "/used",
+            get(|h: HeaderMap| async move {
+                let mut resp = Response::new(Body::from("ok"));
+                if let Some(v) = h.get("x-used") {
+                    resp.headers_mut().insert("x-tokens-used", v.clone());
+                }
+                resp
+            }),
+        )
+        .route(
+            "/trailer",
+            get(|h: HeaderMap| async move {
+                let used = h.get("x-used").cloned();
+                let (mut tx, body) = http_body_util::channel::Channel::<Bytes>::new(2);
+                tokio::spawn(async move {
+                    let _ = tx.send_data(Bytes::from_static(b"generated text")).await;
+                    let mut trailers = HeaderMap::new();
+                    if let Some(v) = used {
+                        trailers.insert("x-tokens-used", v);
+                    }
+                    let _ = tx.send_trailers(trailers).await;
+                });
+                Response::builder()
+                    .header("trailer", "x-tokens-used")
+                    .body(Body::new(body))
+                    .unwrap()
+            }),
+        )
+        .route("/{*rest}", get(|| async { "up" }));
+    Upstream::plain(app).await
+}
+
+async fn start(server: &Server, name: &str, toml: &str) -> (Gateway, Upstream) {
+    let up = upstream().await;
+    let path = std::env::temp_dir().join(format!("rl-gw-{name}-{}.toml", server.port));
+    std::fs::write(&path, toml).unwrap();
+    let gw = Gateway::launch(
+        &[
+            "--redis",
+            &server.url(),
+            "--config",
+            path.to_str().unwrap(),
+            "--upstream",
+            &format!("http://127.0.0.1:{}", up.port),
+        ],
+        true,
+        None,
+    )
+    .await;
+    (gw, up)
+}
+
+/// GET through the gateway, the body read to its end (trailers included).
+async fn send(gw: &Gateway, path: &str, headers: &[(&str, &str)]) -> (u16, HeaderMap, String) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let mut req = http::Request::get(format!("http://127.0.0.1:{}{path}", gw.port));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = client
+        .request(req.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let h = resp.headers().clone();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, h, String::from_utf8_lossy(&body).into_owned())
+}
+
+const SETTLED: &str = r#"
+key_prefix = "st"
+dimensions = ["ip"]
+hot = []
+[fleet]
+membership = false
+[ip]
+limit = 1000
+
+[[rules]]
+name = "tokens"
+key = ["global"]
+limits = ["1000/hour"]
+algorithm = "fixed"
+cost = "header:X-Max-Tokens"
+settle = "response-header:X-Tokens-Used"
+"#;
+
+/// The units left of the rule's hour (a look: `COST 0`).
+fn left(server: &Server) -> i64 {
+    let reply: Vec<i64> = query(
+        &mut server.client(),
+        &[
+            "RL.FIXED",
+            "st:{global}:r:tokens",
+            "1000",
+            "3600000",
+            "COST",
+            "0",
+        ],
+    );
+    reply[2]
+}
+
+#[tokio::test]
+async fn the_reservation_is_refunded_or_charged_from_the_response_header_or_trailer() {
+    let server = Server::start();
+    let (gw, _up) = start(&server, "settle", SETTLED).await;
+    let reserve = |n: &'static str, used: Option<&'static str>| {
+        let mut h = vec![("x-max-tokens", n)];
+        if let Some(u) = used {
+            h.push(("x-used", u));
+        }
+        h
+    };
+    // Over-reserved: 100 taken, 40 used, 60 given back once the response is in.
+    let (status, _, _) = send(&gw, "/used", &reserve("100", Some("40"))).await;
+    assert_eq!(status, 200);
+    assert_eq!(left(&server), 960);
+    // Under-reserved: 250 used of 100, the 150 more taken.
+    assert_eq!(
+        send(&gw, "/used", &reserve("100", Some("250"))).await.0,
+        200
+    );
+    assert_eq!(left(&server), 710);
+    // No header, or one that is not a count: the reservation stands.
+    assert_eq!(send(&gw, "/used", &reserve("100", None)).await.0, 200);
+    assert_eq!(left(&server), 610);
+    assert_eq!(
+        send(&gw, "/used", &reserve("100", Some("lots"))).await.0,
+        200
+    );
+    assert_eq!(left(&server), 510);
+    // Without the cost header: one unit reserved, settled the same way.
+    assert_eq!(send(&gw, "/used", &[("x-used", "11")]).await.0, 200);
+    assert_eq!(left(&server), 499);
+    // A bad cost header: 400 with a problem body, nothing taken.
+    let (status, h, body) = send(&gw, "/used", &reserve("-5", Some("1"))).await;
+    assert_eq!(status, 400);
+    assert_eq!(h["content-type"], "application/problem+json");
+    assert!(
+        body.contains("header x-max-tokens must be one positive integer"),
+        "{body}"
+    );
+    assert_eq!(left(&server), 499);
+    // The actual cost in a trailer, after the body: settled when the body ends.
+    let (status, _, body) = send(&gw, "/trailer", &reserve("100", Some("30"))).await;
+    assert_eq!((status, body.as_str()), (200, "generated text"));
+    eventually(
+        "the trailer's 30 settles the reservation of 100",
+        async || left(&server) == 469,
+    )
+    .await;
+    let (status, _, _) = send(&gw, "/trailer", &reserve("100", Some("160"))).await;
+    assert_eq!(status, 200);
+    eventually("the trailer's 160 charges 60 more", async || {
+        left(&server) == 309
+    })
+    .await;
+    // A trailer-less end keeps the reservation; the metric says why.
+    assert_eq!(send(&gw, "/trailer", &reserve("9", None)).await.0, 200);
+    eventually("counted as missing", async || {
+        let (_, _, text) = gw.ops("/metrics").await.unwrap();
+        text.lines().any(|l| {
+            l.starts_with("rl_settled_total{")
+                && l.contains("outcome=\"missing\"")
+                && l.ends_with(" 2")
+        })
+    })
+    .await;
+    assert_eq!(left(&server), 300);
+}
+
+const DELAYED: &str = r#"
+key_prefix = "dl"
+dimensions = ["ip"]
+hot = []
+delay_max_held = 2
+[fleet]
+membership = false
+[ip]
+limit = 1000
+
+[[rules]]
+name = "slow"
+paths = ["/slow"]
+key = ["global"]
+limits = [{ limit = 1, window_ms = 600 }]
+algorithm = "gcra"
+delay_max_ms = 1500
+
+[[rules]]
+name = "strict"
+paths = ["/strict"]
+key = ["global"]
+limits = [{ limit = 1, window_ms = 5000 }]
+algorithm = "gcra"
+delay_max_ms = 1000
+"#;
+
+#[tokio::test]
+async fn a_refused_request_is_held_for_its_slot_and_one_beyond_the_delay_is_refused() {
+    let server = Server::start();
+    let (gw, _up) = start(&server, "delay", DELAYED).await;
+    assert_eq!(send(&gw, "/slow", &[]).await.0, 200);
+    // Two more at once: each booked for its own slot (600 ms apart), both forwarded.
+    let started = Instant::now();
+    let timed = || async {
+        let r = send(&gw, "/slow", &[]).await;
+        (r.0, started.elapsed())
+    };
+    let (a, b) = tokio::join!(timed(), timed());
+    assert_eq!((a.0, b.0), (200, 200), "held, then forwarded");
+    let (first, second) = if a.1 <= b.1 { (a.1, b.1) } else { (b.1, a.1) };
+    assert!(first >= Duration::from_millis(400), "held: {first:?}");
+    assert!(
+        second >= Duration::from_millis(1_000),
+        "booked behind the first, not at the same slot: {second:?}"
+    );
+    // A wait beyond delay_max_ms (5 s per request, 1 s of delay): 429 at once.
+    assert_eq!(send(&gw, "/strict", &[]).await.0, 200);
+    let (status, h, body) = send(&gw, "/strict", &[]).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(h["retry-after"], "5");
+    let (_, _, text) = gw.ops("/metrics").await.unwrap();
+    assert!(
+        text.contains("rl_delayed_total{outcome=\"held\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rl_delayed_total{outcome=\"too_long\"}"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn held_requests_are_capped() {
+    let server = Server::start();
+    let capped = DELAYED
+        .replace("delay_max_held = 2", "delay_max_held = 1")
+        .replace("window_ms = 600", "window_ms = 1000")
+        .replace("delay_max_ms = 1500", "delay_max_ms = 5000");
+    let (gw, _up) = start(&server, "cap", &capped).await;
+    assert_eq!(send(&gw, "/slow", &[]).await.0, 200);
+    // Both could be held (1 s and 2 s), but only one at a time may be.
+    let (a, b) = tokio::join!(send(&gw, "/slow", &[]), send(&gw, "/slow", &[]));
+    let mut statuses = [a.0, b.0];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 429]);
+    let (_, _, text) = gw.ops("/metrics").await.unwrap();
+    assert!(
+        text.contains("rl_delayed_total{outcome=\"over_cap\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("rl_held_requests 0"), "{text}");
+}
+
+#[test]
+fn check_config_explains_cost_settle_and_delay_and_refuses_bad_ones() {
+    let dir = std::env::temp_dir().join(format!("rl-gw-settle-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.toml");
+    std::fs::write(&good, format!("{SETTLED}delay_max_ms = 250\n")).unwrap();
+    let gateway = env!("CARGO_BIN_EXE_rl-gateway");
+    let out = std::process::Command::new(gateway)
+        .args(["--check-config", good.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let plan = String::from_utf8_lossy(&out.stdout);
+    for part in [
+        "(held up to 250 ms instead of 429)",
+        "reserves the units of request header x-max-tokens (1 without it)",
+        "settled after the response from its header or trailer x-tokens-used",
+    ] {
+        assert!(plan.contains(part), "{part}\n{plan}");
+    }
+    for (bad, expected) in [
+        (
+            SETTLED.replace("response-header:X-Tokens-Used", "header:X-Tokens-Used"),
+            "settle: expected \"response-header:<name>\"",
+        ),
+        (
+            format!("{SETTLED}delay_max_ms = 60001\n"),
+            "delay_max_ms must be an integer between 1 and 60000",
+        ),
+    ] {
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, bad).unwrap();
+        let out = std::process::Command::new(gateway)
+            .args(["--check-config", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expected) && err.contains("rules[0]"), "{err}");
+    }
+}
+
+/// `method` `path` on `port` with `headers`: the status.
+async fn status_of(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> u16 {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://127.0.0.1:{port}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = client
+        .request(req.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    resp.status().as_u16()
+}
+
+#[tokio::test]
+async fn forward_auth_reserves_on_the_check_and_settles_on_a_report() {
+    let server = Server::start();
+    let path = std::env::temp_dir().join(format!("rl-gw-fwd-settle-{}.toml", server.port));
+    std::fs::write(&path, SETTLED).unwrap();
+    let mut started = None;
+    for _ in 0..5 {
+        let auth = redis_rl_testkit::free_port();
+        let gw = Gateway::start(&[
+            "--redis",
+            &server.url(),
+            "--config",
+            path.to_str().unwrap(),
+            "--auth-listen",
+            &format!("127.0.0.1:{auth}"),
+        ])
+        .await;
+        let mut up = false;
+        eventually("forward auth answers", async || {
+            up = super::get_from(
+                auth,
+                "/healthz-probe",
+                &[("x-max-tokens", "1"), ("x-forwarded-uri", "/probe")],
+            )
+            .await
+            .is_some();
+            up
+        })
+        .await;
+        if up {
+            started = Some((gw, auth));
+            break;
+        }
+    }
+    let (_gw, auth) = started.expect("no free port for --auth-listen");
+    let before = left(&server);
+    let describe = |extra: &[(&'static str, &'static str)]| {
+        let mut h = vec![
+            ("x-forwarded-method", "POST"),
+            ("x-forwarded-uri", "/v1/chat"),
+            ("x-forwarded-for", "203.0.113.5"),
+            ("x-max-tokens", "100"),
+        ];
+        h.extend_from_slice(extra);
+        h
+    };
+    // The check reserves the request's cost header.
+    assert_eq!(status_of(auth, "GET", "/", &describe(&[])).await, 200);
+    assert_eq!(left(&server), before - 100);
+    // The upstream's usage reported after the response: the difference given back...
+    let report = describe(&[("x-tokens-used", "30")]);
+    assert_eq!(status_of(auth, "POST", "/.rl/settle", &report).await, 204);
+    assert_eq!(left(&server), before - 30);
+    // ...or taken.
+    assert_eq!(status_of(auth, "GET", "/", &describe(&[])).await, 200);
+    let report = describe(&[("x-tokens-used", "160")]);
+    assert_eq!(status_of(auth, "POST", "/.rl/settle", &report).await, 204);
+    assert_eq!(left(&server), before - 30 - 160);
+    // A check that carries the usage header is still a check (a client cannot refund).
+    let sneaky = describe(&[("x-tokens-used", "0")]);
+    assert_eq!(status_of(auth, "GET", "/", &sneaky).await, 200);
+    assert_eq!(left(&server), before - 30 - 160 - 100);
+}

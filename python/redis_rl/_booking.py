@@ -1,0 +1,175 @@
+"""The ASGI middleware's costs: each plan item its own units (a rule's ``cost`` header), and
+the settlement after the response (a rule's ``settle`` header or trailer), as rl-gateway's
+middleware does (``client/src/booking.rs``, ``client/src/middleware/settlement.rs``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from redis.crc import key_slot
+
+from redis_rl._engine import all_command
+from redis_rl.decision import Decision, MultiDecision, Source, parse_all
+from redis_rl.limiter import Limiter
+from redis_rl.policy import Policy
+
+log = logging.getLogger("redis_rl.asgi")
+
+Headers = List[Tuple[bytes, bytes]]
+
+
+async def check_units(limiter: Limiter, pairs: Sequence[Tuple[str, Policy]], units: Sequence[int]) -> MultiDecision:
+    """Takes ``units[i]`` on ``pairs[i]``, all or nothing: one ``check_all`` per distinct
+    number of units, in order; when one denies, what the earlier ones took is given back."""
+    distinct = list(dict.fromkeys(units))
+    if len(distinct) <= 1:
+        return await limiter.check_all(pairs, distinct[0] if distinct else 1)
+    decisions: List[Optional[Decision]] = [None] * len(pairs)
+    taken: List[Tuple[int, List[int]]] = []
+    denied: Optional[int] = None
+    for n in distinct:
+        members = [i for i, u in enumerate(units) if u == n]
+        md = await limiter.check_all([pairs[i] for i in members], n)
+        for i, d in zip(members, md.decisions):
+            decisions[i] = d
+        if md.denied_index is not None:
+            denied = members[md.denied_index]
+            for amount, indexes in taken:
+                for i in indexes:
+                    key, policy = pairs[i]
+                    if policy.shadow:
+                        continue
+                    try:
+                        await limiter.refund(key, policy, amount)
+                    except Exception as e:  # noqa: BLE001 - best effort, as across slots
+                        log.warning("refund after a denial failed: %r", e)
+            break
+        taken.append((n, members))
+    filled = [
+        d if d is not None else Decision(True, p.limit, p.limit, 0, 0, Source.UNCHECKED)
+        for d, (_, p) in zip(decisions, pairs)
+    ]
+    return MultiDecision(denied, filled)
+
+
+class Settlement:
+    """A request's reservation, settled once the response (and its trailers) went out."""
+
+    def __init__(self, booking: Any, pairs: Sequence[Tuple[str, Policy]], decisions: Sequence[Decision]) -> None:
+        self.booking = booking
+        self.names = [n.encode() for n in booking.settle_headers]
+        self.pairs = list(pairs)
+        # Only what Redis took is settled there (not a failure mode's, the local fallback's or a
+        # shadow policy's denial).
+        self.in_redis = [d.source == Source.REDIS and d.allowed for d in decisions]
+        self.head: Headers = []
+        self.trailers: Optional[Headers] = None
+
+    def seen(self, message: Dict[str, Any]) -> None:
+        """Notes the response's head and trailers as they are sent."""
+        if message["type"] == "http.response.start":
+            self.head = list(message.get("headers") or [])
+        elif message["type"] == "http.response.trailers":
+            self.trailers = list(message.get("headers") or [])
+
+    def _source(self) -> Headers:
+        present = {n.lower() for n, _ in self.head}
+        if all(name in present for name in self.names) or self.trailers is None:
+            return self.head
+        return self.trailers
+
+    async def settle(self, limiter: Limiter) -> None:
+        """Refunds or charges each item the difference the response reports; without the
+        header (nor trailer), or with garbage, the reservation stands."""
+        adjust, outcomes = self.booking.settlement(self._source())
+        for header, outcome in outcomes:
+            log.debug("settled: header=%s outcome=%s", header, outcome)
+        for (key, policy), (kind, n), in_redis in zip(self.pairs, adjust, self.in_redis):
+            if kind == "keep" or not in_redis:
+                continue
+            try:
+                if kind == "refund":
+                    await limiter.refund(key, policy, n)
+                else:
+                    await limiter.settle(key, policy, 0, n)
+            except Exception as e:  # noqa: BLE001 - the reservation stands; logged
+                log.warning("settling the cost after the response failed: key=%s error=%r", key, e)
+
+
+def _groups(pairs: Sequence[Tuple[str, Policy]], units: Sequence[int]) -> Dict[Tuple[int, int], List[int]]:
+    """The items' indices per (hash slot, units): one ``RL.ALL`` each."""
+    groups: Dict[Tuple[int, int], List[int]] = {}
+    for i, ((key, _), n) in enumerate(zip(pairs, units)):
+        groups.setdefault((key_slot(key.encode()), n), []).append(i)
+    return groups
+
+
+async def _all(
+    limiter: Limiter, pairs: Sequence[Tuple[str, Policy]], units: Sequence[int], option: str
+) -> List[Decision]:
+    """Every item's decision from Redis itself, one ``RL.ALL ... COST n <option>`` per hash
+    slot and units (``PEEK``: a look; ``FORCE``: taken even over the limits)."""
+    decisions: List[Optional[Decision]] = [None] * len(pairs)
+    for (_, n), members in _groups(pairs, units).items():
+        group = [pairs[i] for i in members]
+        command = all_command(group, 1) + ("COST", n, option)
+        _, got = parse_all(await limiter.query(*command), len(group))
+        for i, d in zip(members, got):
+            decisions[i] = d
+    return [d for d in decisions if d is not None]
+
+
+class Holds:
+    """Delay instead of 429 for the ASGI middleware, as rl-gateway's (``delay_max_ms``): a
+    refused request whose wait is within every refusing item's delay is booked with
+    ``FORCE`` for its slot and held, at most ``delay_max_held`` at once; requests are booked
+    one at a time, so two never get the same slot."""
+
+    def __init__(self, max_held: int) -> None:
+        self.max_held = max_held
+        self.held = 0
+        self._lock = asyncio.Lock()
+
+    async def hold(
+        self,
+        engine: Any,
+        plan: Any,
+        limiter: Limiter,
+        pairs: Sequence[Tuple[str, Policy]],
+        units: Sequence[int],
+        outcomes: List[Tuple[Any, ...]],
+    ) -> Optional[float]:
+        """Books the request and returns the seconds to hold it, or ``None``: refuse it
+        (no delay allowed, a longer wait, the cap reached, or Redis not answering). The
+        caller calls ``release`` once the hold is over."""
+        if all(d is None for d in plan.delays) or self.held >= self.max_held:
+            return None
+        self.held += 1
+        try:
+            enforced = [i for i, (_, p) in enumerate(pairs) if not p.shadow]
+            sub = [pairs[i] for i in enforced]
+            sub_units = [units[i] for i in enforced]
+            async with self._lock:
+                looks = await _all(limiter, sub, sub_units, "PEEK")
+                looked = list(outcomes)
+                for i, d in zip(enforced, looks):
+                    verdict = "allowed" if d.allowed else ("denied" if d.retry_after_ms is not None else "never")
+                    looked[i] = (verdict, d.retry_after_ms, d.remaining, d.reset_after_ms, False, "redis")
+                if all(o[0] == "allowed" for o in looked):
+                    wait_ms: Optional[int] = 0
+                else:
+                    wait_ms = engine.hold_ms(plan, looked)
+                if wait_ms is None:
+                    self.held -= 1
+                    return None
+                await _all(limiter, sub, sub_units, "FORCE")
+            return wait_ms / 1000
+        except Exception as e:  # noqa: BLE001 - Redis did not answer: refused as before
+            log.warning("booking a delayed request failed: %r", e)
+            self.held -= 1
+            return None
+
+    def release(self) -> None:
+        self.held -= 1

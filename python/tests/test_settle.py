@@ -1,0 +1,224 @@
+"""Cost settled after the response, on a real server: ``Limiter.settle`` (refund or
+``FORCE`` charge, blocking and asyncio), and the ASGI middleware reserving a rule's cost
+header and settling it from the application's response header or trailer (a missing or
+garbage one keeps the reservation; a bad cost header is a 400)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import redis
+import redis.asyncio as aioredis
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from redis_rl import Limiter, Policy, Settled, SyncLimiter
+from redis_rl.asgi import RateLimitMiddleware
+
+
+def left(r: redis.Redis, key: str, limit: int, window_ms: int) -> int:
+    return int(r.execute_command("RL.FIXED", key, limit, window_ms, "COST", 0)[2])
+
+
+def test_sync_settle_refunds_or_charges_the_difference(server, prefix):
+    r = redis.Redis(port=server.port)
+    limiter = SyncLimiter(r)
+    policy = Policy.fixed(1000, 3_600_000)
+    key = f"{prefix}:tokens"
+    try:
+        assert limiter.check(key, policy, 100).allowed
+        assert limiter.settle(key, policy, 100, 40) == Settled("refunded", 60)
+        assert left(r, key, 1000, 3_600_000) == 960
+        assert limiter.check(key, policy, 900).allowed
+        settled = limiter.settle(key, policy, 900, 1000)
+        assert (settled.kind, settled.units) == ("charged", 100)
+        assert settled.decision is not None and settled.decision.allowed and settled.decision.remaining == 0
+        assert left(r, key, 1000, 3_600_000) == 0, "60 over the limit: a debt"
+        assert limiter.settle(key, policy, 5, 5) == Settled("exact", 0)
+    finally:
+        limiter.close()
+
+
+def test_async_settle_refunds_or_charges_the_difference(server, prefix):
+    async def main() -> None:
+        limiter = Limiter(aioredis.Redis(port=server.port))
+        policy = Policy.gcra(100, 60_000)
+        key = f"{prefix}:gcra"
+        try:
+            assert (await limiter.check(key, policy, 50)).allowed
+            assert await limiter.settle(key, policy, 50, 20) == Settled("refunded", 30)
+            charged = await limiter.settle(key, policy, 10, 200)
+            assert (charged.kind, charged.units) == ("charged", 190)
+            # In debt: the next unit waits.
+            assert not (await limiter.check(key, policy, 1)).allowed
+        finally:
+            await limiter.aclose()
+
+    asyncio.run(main())
+
+
+def config(prefix: str) -> Dict[str, Any]:
+    return {
+        "key_prefix": prefix,
+        "dimensions": ["ip"],
+        "ip": {"limit": 1000},
+        "rules": [
+            {
+                "name": "tokens",
+                "paths": ["/chat"],
+                "key": ["global"],
+                "limits": ["1000/hour"],
+                "algorithm": "fixed",
+                "cost": "header:X-Max-Tokens",
+                "settle": "response-header:X-Tokens-Used",
+            }
+        ],
+    }
+
+
+async def chat(request: Request) -> PlainTextResponse:
+    used = request.headers.get("x-used")
+    return PlainTextResponse("done", headers={"x-tokens-used": used} if used is not None else {})
+
+
+def test_the_asgi_middleware_settles_from_the_response_header(server, prefix):
+    r = redis.Redis(port=server.port)
+    app = Starlette(
+        routes=[Route("/chat", chat)],
+        middleware=[Middleware(RateLimitMiddleware, redis_url=server.url, config=config(prefix))],
+    )
+    key = f"{prefix}:{{global}}:r:tokens"
+    with TestClient(app) as client:
+        def call(reserve: Optional[str], used: Optional[str]) -> int:
+            h = {}
+            if reserve is not None:
+                h["x-max-tokens"] = reserve
+            if used is not None:
+                h["x-used"] = used
+            return client.get("/chat", headers=h).status_code
+
+        assert call("100", "40") == 200
+        assert left(r, key, 1000, 3_600_000) == 960
+        assert call("100", "250") == 200
+        assert left(r, key, 1000, 3_600_000) == 710
+        assert call("100", None) == 200, "no header: the reservation stands"
+        assert call("100", "lots") == 200, "garbage: the reservation stands"
+        assert left(r, key, 1000, 3_600_000) == 510
+        assert call(None, "11") == 200, "no cost header: one unit, settled"
+        assert left(r, key, 1000, 3_600_000) == 499
+        res = client.get("/chat", headers={"x-max-tokens": "0", "x-used": "1"})
+        assert res.status_code == 400
+        assert "header x-max-tokens must be one positive integer" in res.json()["detail"]
+        assert call("600", "1") == 429, "more than is left: refused, nothing taken"
+        assert left(r, key, 1000, 3_600_000) == 499
+
+
+def test_the_asgi_middleware_settles_from_a_trailer(server, prefix):
+    """An application that reports its cost after the body (``http.response.trailers``)."""
+    r = redis.Redis(port=server.port)
+
+    async def streaming(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [], "trailers": True})
+        await send({"type": "http.response.body", "body": b"text", "more_body": False})
+        await send({"type": "http.response.trailers", "headers": [(b"x-tokens-used", b"30")]})
+
+    middleware = RateLimitMiddleware(streaming, redis_url=server.url, config=config(prefix))
+    sent: List[Dict[str, Any]] = []
+
+    async def main() -> None:
+        async def receive() -> Dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: Dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http", "method": "GET", "path": "/chat", "raw_path": b"/chat", "query_string": b"",
+            "headers": [(b"x-max-tokens", b"100")], "client": ("192.0.2.9", 5000),
+        }
+        await middleware(scope, receive, send)
+        await middleware.limiter.aclose()
+
+    asyncio.run(main())
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body", "http.response.trailers"]
+    assert left(r, f"{prefix}:{{global}}:r:tokens", 1000, 3_600_000) == 970
+
+
+def paced_config(prefix: str, max_held: int) -> Dict[str, Any]:
+    return {
+        "key_prefix": prefix,
+        "dimensions": ["ip"],
+        "ip": {"limit": 1000},
+        "delay_max_held": max_held,
+        "rules": [
+            {"name": "paced", "paths": ["/paced"], "key": ["global"], "limits": [{"limit": 1, "window_ms": 600}],
+             "algorithm": "gcra", "delay_max_ms": 2000},
+            {"name": "strict", "paths": ["/strict"], "key": ["global"], "limits": [{"limit": 1, "window_ms": 5000}],
+             "algorithm": "gcra", "delay_max_ms": 1000},
+        ],
+    }
+
+
+async def call_many(middleware: RateLimitMiddleware, paths: List[str]) -> List[Tuple[int, float]]:
+    """Sends requests for ``paths`` at once straight to the ASGI middleware: (status, seconds)."""
+
+    async def app(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    middleware.app = app
+    started = time.monotonic()
+
+    async def one(path: str) -> Tuple[int, float]:
+        statuses: List[int] = []
+
+        async def receive() -> Dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: Dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+
+        scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
+                 "headers": [], "client": ("192.0.2.9", 5000)}
+        await middleware(scope, receive, send)
+        return statuses[0], time.monotonic() - started
+
+    return list(await asyncio.gather(*(one(p) for p in paths)))
+
+
+def test_the_asgi_middleware_holds_a_refused_request_for_its_slot(server, prefix):
+    async def main() -> None:
+        middleware = RateLimitMiddleware(_unused, redis_url=server.url, config=paced_config(prefix, 10))
+        assert (await call_many(middleware, ["/paced"]))[0][0] == 200
+        # Two at once: each booked for its own slot, 600 ms apart, both served.
+        (a, ta), (b, tb) = await call_many(middleware, ["/paced", "/paced"])
+        assert (a, b) == (200, 200)
+        assert min(ta, tb) >= 0.4 and max(ta, tb) >= 1.0, (ta, tb)
+        # Beyond delay_max_ms (5 s per request, 1 s of delay): refused at once.
+        statuses = sorted(s for s, _ in await call_many(middleware, ["/strict", "/strict"]))
+        assert statuses == [200, 429]
+        await middleware.limiter.aclose()
+
+    asyncio.run(main())
+
+
+def test_the_asgi_middleware_caps_held_requests(server, prefix):
+    async def main() -> None:
+        middleware = RateLimitMiddleware(_unused, redis_url=server.url, config=paced_config(prefix, 1))
+        assert (await call_many(middleware, ["/paced"]))[0][0] == 200
+        statuses = sorted(s for s, _ in await call_many(middleware, ["/paced", "/paced"]))
+        assert statuses == [200, 429], "one held, the other over the cap"
+        await middleware.limiter.aclose()
+
+    asyncio.run(main())
+
+
+async def _unused(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+    raise AssertionError("replaced by call_many")
