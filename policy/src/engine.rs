@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::access::{Access, AccessList};
+use crate::ban::Ban;
 use crate::identity::{self, canonical_net, hex16};
 use crate::limit::{FailureModeName, LimitSpec};
 use crate::load::FieldError;
@@ -96,6 +97,8 @@ pub struct PlanItem {
     pub failure_mode: Option<FailureModeName>,
     /// Served from leases.
     pub hot: bool,
+    /// Its policy's ban, if it has one.
+    pub ban: Option<Ban>,
 }
 
 /// What one request is limited on: every item, all or nothing.
@@ -115,6 +118,7 @@ pub(crate) struct Compiled {
     pub(crate) specs: Vec<LimitSpec>,
     pub(crate) shadow: bool,
     pub(crate) failure_mode: Option<FailureModeName>,
+    pub(crate) ban: Option<Ban>,
 }
 
 impl Compiled {
@@ -123,6 +127,7 @@ impl Compiled {
             specs: rate.specs()?,
             shadow: rate.shadow,
             failure_mode: rate.failure_mode,
+            ban: rate.ban,
         })
     }
 }
@@ -378,6 +383,7 @@ fn push_windows(
             shadow: compiled.shadow,
             failure_mode: compiled.failure_mode,
             hot,
+            ban: compiled.ban,
         });
     }
 }

@@ -30,6 +30,7 @@
 //! ```
 
 mod access;
+mod ban;
 mod engine;
 mod explain;
 mod identity;
@@ -42,6 +43,10 @@ mod rule;
 mod schema;
 
 pub use access::{Access, AccessList};
+pub use ban::{
+    ban_index_key, ban_index_member, parse_ban_index_member, render_ban, top_key, Ban, BanKeys,
+    BanTarget, BAN_INDEX_MAX, DEFAULT_FORGET_MS, DEFAULT_MAX_FOR_MS, TOP_ENTRIES, TOP_MINUTES,
+};
 pub use engine::{Admission, Engine, Headers, Identity, Plan, PlanItem, Request, UNMATCHED};
 pub use identity::{
     api_key, canonical_net, client_ip, client_network, is_key_text, request_id, tenant_id, KeyError,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Deserializer};
 
 use redis_rl_core::calendar::{Calendar, Period};
 
+use crate::ban::Ban;
 use crate::limit::{nominal_ms, parse_limit_per, AlgorithmKind, FailureModeName, LimitSpec, Per};
 
 /// One window as written: `limit` units per `window_ms`, with an optional algorithm and
@@ -107,6 +108,8 @@ pub struct Rate {
     pub quota_tz: Option<i64>,
     /// The day of the month its monthly limits start on (default 1).
     pub quota_anchor: Option<u64>,
+    /// Refuse a key for a while after repeated refusals (default none).
+    pub ban: Option<Ban>,
 }
 
 impl Rate {
@@ -125,6 +128,7 @@ impl Rate {
             failure_mode: None,
             quota_tz: None,
             quota_anchor: None,
+            ban: None,
         }
     }
 
@@ -217,6 +221,8 @@ pub struct RateOverride {
     pub quota_tz: Option<i64>,
     /// The day of the month its monthly limits start on.
     pub quota_anchor: Option<u64>,
+    /// Refuse a key for a while after repeated refusals.
+    pub ban: Option<Ban>,
 }
 
 impl RateOverride {
@@ -250,6 +256,7 @@ impl RateOverride {
             failure_mode: self.failure_mode.or(base.failure_mode),
             quota_tz: self.quota_tz.or(base.quota_tz),
             quota_anchor: self.quota_anchor.or(base.quota_anchor),
+            ban: self.ban.or(base.ban),
         })
     }
 

@@ -6,6 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::ban::Ban;
 use crate::limit::{AlgorithmKind, FailureModeName, LimitSpec};
 use crate::path::Template;
 use crate::rate::{Rate, RateOverride, Window};
@@ -116,6 +117,7 @@ struct RawRule {
     failure_mode: Option<FailureModeName>,
     quota_tz: Option<i64>,
     quota_anchor: Option<u64>,
+    ban: Option<Ban>,
 }
 
 /// One `[[rules]]` entry, checked on its own (its tiers are checked against the tiers of
@@ -186,6 +188,7 @@ impl Rule {
             failure_mode: raw.failure_mode,
             quota_tz: raw.quota_tz,
             quota_anchor: raw.quota_anchor,
+            ban: raw.ban,
         };
         let rate = over.standalone(AlgorithmKind::Sliding)?;
         let specs = rate.specs()?;

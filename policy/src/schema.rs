@@ -7,6 +7,7 @@ use std::num::NonZeroU32;
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
+use crate::ban::Ban;
 use crate::limit::{AlgorithmKind, FailureModeName};
 use crate::rate::{Rate, RateOverride, Window};
 use crate::rule::Rule;
@@ -221,6 +222,7 @@ struct RawTier {
     failure_mode: Option<FailureModeName>,
     quota_tz: Option<i64>,
     quota_anchor: Option<u64>,
+    ban: Option<Ban>,
     ip: Option<RateOverride>,
     endpoint: Option<RateOverride>,
     global: Option<RateOverride>,
@@ -239,6 +241,7 @@ impl<'de> Deserialize<'de> for TierLimits {
             failure_mode: raw.failure_mode,
             quota_tz: raw.quota_tz,
             quota_anchor: raw.quota_anchor,
+            ban: raw.ban,
         };
         let rate = over
             .standalone(AlgorithmKind::TokenBucket)
