@@ -57,6 +57,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod bans;
 pub mod breaker;
 mod command;
 pub mod decider;
@@ -70,6 +71,7 @@ pub mod lease;
 pub mod limiter;
 #[cfg(feature = "middleware")]
 pub mod middleware;
+pub mod offenders;
 pub mod policy;
 pub mod settle;
 #[cfg(test)]

@@ -8,6 +8,7 @@ use redis_rl_policy::Engine;
 use super::config::{RateLimitConfig, RateLimitConfigExt};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
+use crate::offenders::Offenders;
 use crate::policy::FailureMode;
 use crate::tier::TierResolver;
 
@@ -17,6 +18,8 @@ pub(crate) struct Shared {
     pub(crate) resolver: Arc<dyn TierResolver>,
     pub(crate) engine: Engine,
     pub(crate) mode: FailureMode,
+    /// Refusals, queued towards bans and the top offenders.
+    pub(crate) offenders: Offenders,
 }
 
 impl Shared {
@@ -32,7 +35,9 @@ impl Shared {
         let mode = config.failure_mode();
         let engine = Engine::new(config, routes)
             .map_err(|e| Error::Config(format!("{}: {}", e.field, e.message)))?;
+        let offenders = Offenders::new(limiter.clone(), engine.config().key_prefix.clone());
         Ok(Shared {
+            offenders,
             limiter,
             resolver,
             engine,
