@@ -204,7 +204,7 @@ pub async fn list(limiter: &Limiter, prefix: &str, limit: u64) -> Result<Vec<Act
         })
     });
     let mut bans: Vec<ActiveBan> = join_all(reads).await.into_iter().flatten().collect();
-    bans.sort_by(|a, b| b.remaining_ms.cmp(&a.remaining_ms));
+    bans.sort_by_key(|b| std::cmp::Reverse(b.remaining_ms));
     Ok(bans)
 }
 

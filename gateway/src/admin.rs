@@ -50,12 +50,12 @@ fn number<T: std::str::FromStr>(
     q: &HashMap<String, String>,
     name: &str,
     default: T,
-) -> Result<T, Response> {
+) -> Result<T, String> {
     match q.get(name) {
         None => Ok(default),
         Some(v) => v
             .parse()
-            .map_err(|_| bad(format!("{name} must be a whole number"))),
+            .map_err(|_| format!("{name} must be a whole number")),
     }
 }
 
@@ -63,7 +63,7 @@ fn number<T: std::str::FromStr>(
 async fn list(State(ops): State<Arc<Ops>>, Query(q): Query<HashMap<String, String>>) -> Response {
     let limit = match number(&q, "limit", MAX_LISTED) {
         Ok(n) => n.clamp(1, MAX_LISTED),
-        Err(r) => return r,
+        Err(e) => return bad(e),
     };
     let prefix = ops.live.current().config.key_prefix.clone();
     match bans::list(&ops.live.parts().limiter, &prefix, limit).await {
@@ -120,11 +120,11 @@ async fn top(State(ops): State<Arc<Ops>>, Query(q): Query<HashMap<String, String
     let minutes = match number(&q, "minutes", window) {
         Ok(m) if (1..=window).contains(&m) => m,
         Ok(_) => return bad(format!("minutes must be between 1 and {window}")),
-        Err(r) => return r,
+        Err(e) => return bad(e),
     };
     let n = match number(&q, "n", DEFAULT_TOP) {
         Ok(n) => n.clamp(1, MAX_TOP),
-        Err(r) => return r,
+        Err(e) => return bad(e),
     };
     let current = ops.live.current();
     let config = &current.config;

@@ -3,7 +3,7 @@
 //! bans escalate, end and are lifted by an admin call; `GET /top` merges the refusals of
 //! both gateways and its Redis sets stay bounded.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
@@ -68,7 +68,7 @@ fn rules(prefix: &str, extra: &str) -> String {
     )
 }
 
-async fn pair(server: &Server, path: &PathBuf) -> [Gateway; 2] {
+async fn pair(server: &Server, path: &Path) -> [Gateway; 2] {
     let args = ["--redis", &server.url(), "--config", path.to_str().unwrap()];
     [
         Gateway::launch(&args, true, None).await,
