@@ -214,6 +214,33 @@ async fn a_ban_through_one_gateway_holds_in_the_other_escalates_ends_and_lifts()
     bans_across_two_gateways(Server::start()).await;
 }
 
+#[test]
+fn check_config_refuses_a_nonsense_ban_naming_the_field() {
+    let dir = std::env::temp_dir().join(format!("rl-gw-bans-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(
+        &path,
+        "[[rules]]\nname = \"a\"\nkey = [\"ip\"]\nlimit = 1\n\
+         ban = { after = 1, within_ms = 1000, for_ms = 1000, escalate = 0 }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rl-gateway"))
+        .arg("--check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "bad.toml:5: rules[0].ban: ban: escalate must be an integer between 1 and 1000"
+        ),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[tokio::test]
 async fn bans_work_through_the_lua_twin_on_a_server_without_the_module() {
     bans_across_two_gateways(Server::start_plain(&[])).await;
