@@ -1,10 +1,15 @@
 //! Bans and refusals around a request's decision: the ban check sent with the request's
 //! limiter call (one `PTTL` per banning policy, concurrently on the same connection: one
-//! round trip of latency), and what a refusal leaves behind (a count towards a ban and
-//! towards the top offenders, queued off the request's path).
+//! round trip of latency; a ban found is believed for [`BAN_RECHECK`] without asking
+//! again), and what a refusal leaves behind (a count towards a ban and towards the top
+//! offenders, queued off the request's path).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use redis_rl_policy::{BanTarget, Plan};
+use redis_rl_policy::{render_ban, BanTarget, Plan, Response};
 
 use super::plan::Shared;
 use crate::decision::{MultiDecision, Source};
@@ -32,34 +37,40 @@ pub(crate) async fn first_active(limiter: &Limiter, targets: &[BanTarget]) -> Op
     })
 }
 
-/// A banned request: gives back what its limiter call took (in the background; a banned
-/// request consumes nothing, as any refused one) and counts it as a refusal of the
+/// A banned request's limiter call: gives back what it took (in the background; a banned
+/// request consumes nothing, as any refused one).
+pub(crate) fn give_back(shared: &Shared, items: &[(&str, Policy)], md: &MultiDecision) {
+    if md.denied.is_some() {
+        return;
+    }
+    let taken: Vec<(String, Policy)> = items
+        .iter()
+        .zip(&md.decisions)
+        .filter(|((_, p), d)| !p.is_shadow() && d.source == Source::Redis)
+        .map(|((k, p), _)| ((*k).to_owned(), *p))
+        .collect();
+    if taken.is_empty() {
+        return;
+    }
+    let limiter = shared.limiter.clone();
+    tokio::spawn(async move {
+        for (key, policy) in taken {
+            if let Err(e) = limiter.refund(&key, &policy, 1).await {
+                tracing::debug!(error = %e, "a banned request's units stay taken");
+            }
+        }
+    });
+}
+
+/// The 429 of a ban of `remaining_ms` on the plan item `index`, counted as a refusal of the
 /// banning policy (not towards another ban).
-pub(crate) fn banned(
+pub(crate) fn refusal(
     shared: &Shared,
     plan: &Plan,
-    items: &[(&str, Policy)],
-    md: &MultiDecision,
     index: usize,
-) {
-    if md.denied.is_none() {
-        let taken: Vec<(String, Policy)> = items
-            .iter()
-            .zip(&md.decisions)
-            .filter(|((_, p), d)| !p.is_shadow() && d.source == Source::Redis)
-            .map(|((k, p), _)| ((*k).to_owned(), *p))
-            .collect();
-        if !taken.is_empty() {
-            let limiter = shared.limiter.clone();
-            tokio::spawn(async move {
-                for (key, policy) in taken {
-                    if let Err(e) = limiter.refund(&key, &policy, 1).await {
-                        tracing::debug!(error = %e, "a banned request's units stay taken");
-                    }
-                }
-            });
-        }
-    }
+    remaining_ms: u64,
+    request_id: &str,
+) -> Response {
     if let Some(item) = plan.items.get(index) {
         metrics::counter!("rl_requests_total", "dimension" => item.label.clone(), "outcome" => "banned")
             .increment(1);
@@ -68,6 +79,63 @@ pub(crate) fn banned(
             subject: item.subject().to_owned(),
             ban: None,
         });
+        tracing::Span::current().record("dimension", tracing::field::display(&item.label));
+    }
+    tracing::debug!(remaining_ms, "request refused by a ban");
+    render_ban(plan, index, remaining_ms, request_id)
+}
+
+/// How long a ban read from Redis is believed without reading it again: a flood of banned
+/// requests costs Redis one read per subject and second per gateway, and a lifted ban is
+/// lifted everywhere within this.
+pub const BAN_RECHECK: Duration = Duration::from_secs(1);
+/// Bans remembered in process at most (past it, the ended ones are dropped, else the new
+/// one is not remembered: it is read from Redis again).
+pub const BAN_MEMORY: usize = 10_000;
+
+/// Bans recently read from Redis: subject -> (read again after, ends at).
+#[derive(Default)]
+pub(crate) struct BanMemory {
+    bans: Mutex<HashMap<String, (Instant, Instant)>>,
+}
+
+impl BanMemory {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Instant)>> {
+        self.bans.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The first of `targets` banned as last read less than [`BAN_RECHECK`] ago: its plan
+    /// item and the ban's remaining milliseconds.
+    pub(crate) fn recall(&self, targets: &[BanTarget]) -> Option<(usize, u64)> {
+        if targets.is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        let bans = self.lock();
+        targets.iter().find_map(|t| {
+            let (recheck, ends) = bans.get(&t.subject)?;
+            (now < *recheck && now < *ends).then(|| {
+                let left = ends.saturating_duration_since(now).as_millis();
+                (t.index, u64::try_from(left).unwrap_or(u64::MAX).max(1))
+            })
+        })
+    }
+
+    /// Remembers the ban of `targets`' item `index` with `remaining_ms` left.
+    pub(crate) fn remember(&self, targets: &[BanTarget], index: usize, remaining_ms: u64) {
+        let Some(t) = targets.iter().find(|t| t.index == index) else {
+            return;
+        };
+        let now = Instant::now();
+        let ends = now + Duration::from_millis(remaining_ms);
+        let mut bans = self.lock();
+        if bans.len() >= BAN_MEMORY && !bans.contains_key(&t.subject) {
+            bans.retain(|_, (recheck, ends)| now < *recheck && now < *ends);
+            if bans.len() >= BAN_MEMORY {
+                return;
+            }
+        }
+        bans.insert(t.subject.clone(), (ends.min(now + BAN_RECHECK), ends));
     }
 }
 

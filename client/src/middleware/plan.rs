@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use redis_rl_policy::Engine;
 
+use super::bans::BanMemory;
 use super::config::{RateLimitConfig, RateLimitConfigExt};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
@@ -20,6 +21,8 @@ pub(crate) struct Shared {
     pub(crate) mode: FailureMode,
     /// Refusals, queued towards bans and the top offenders.
     pub(crate) offenders: Offenders,
+    /// Bans read from Redis a moment ago.
+    pub(crate) ban_memory: BanMemory,
 }
 
 impl Shared {
@@ -38,6 +41,7 @@ impl Shared {
         let offenders = Offenders::new(limiter.clone(), engine.config().key_prefix.clone());
         Ok(Shared {
             offenders,
+            ban_memory: BanMemory::default(),
             limiter,
             resolver,
             engine,

@@ -164,21 +164,23 @@ async fn decide(
             Err(e) => tracing::error!(error = %e, policy = %item.name, "policy skipped"),
         }
     }
-    // The ban check goes with the limiter call: one round trip of latency.
+    // The ban check goes with the limiter call: one round trip of latency (none for a ban
+    // read a moment ago).
     let targets = plan.ban_targets();
+    let tier_label = plan.tier.clone().unwrap_or_else(|| "none".to_owned());
+    if let Some((index, remaining_ms)) = shared.ban_memory.recall(&targets) {
+        let refusal = super::bans::refusal(shared, &plan, index, remaining_ms, request_id);
+        return Before::Refuse(refusal, tier_label);
+    }
     let (md, ban) = futures_util::join!(
         shared.limiter.check_all(&items),
         super::bans::first_active(&shared.limiter, &targets)
     );
-    let tier_label = plan.tier.clone().unwrap_or_else(|| "none".to_owned());
     if let Some((index, remaining_ms)) = ban {
-        super::bans::banned(shared, &plan, &items, &md, index);
-        if let Some(item) = plan.items.get(index) {
-            tracing::Span::current().record("dimension", tracing::field::display(&item.label));
-        }
-        tracing::debug!(remaining_ms, "request refused by a ban");
-        let response = redis_rl_policy::render_ban(&plan, index, remaining_ms, request_id);
-        return Before::Refuse(response, tier_label);
+        shared.ban_memory.remember(&targets, index, remaining_ms);
+        super::bans::give_back(shared, &items, &md);
+        let refusal = super::bans::refusal(shared, &plan, index, remaining_ms, request_id);
+        return Before::Refuse(refusal, tier_label);
     }
     count(&plan, &md);
     super::bans::refused(shared, &plan, &md, &targets);
