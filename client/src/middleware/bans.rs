@@ -177,3 +177,46 @@ pub(crate) fn refused(shared: &Shared, plan: &Plan, md: &MultiDecision, targets:
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis_rl_policy::Ban;
+
+    fn target(index: usize, subject: &str) -> BanTarget {
+        BanTarget {
+            index,
+            policy: "login".into(),
+            subject: subject.into(),
+            ban: Ban::new(1, 1_000, 1_000).unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_ban_read_is_recalled_with_its_remaining_time_and_bounded() {
+        let memory = BanMemory::default();
+        let targets = [target(0, "a"), target(3, "b")];
+        assert_eq!(memory.recall(&targets), None);
+        memory.remember(&targets, 3, 600_000);
+        let (index, left) = memory.recall(&targets).unwrap();
+        assert_eq!(index, 3);
+        assert!((1..=600_000).contains(&left), "{left}");
+        // Believed for at most BAN_RECHECK, however long the ban.
+        let (recheck, ends) = memory.lock()["b"];
+        assert!(recheck < ends && recheck <= Instant::now() + BAN_RECHECK);
+        // An ended ban is not recalled.
+        memory.remember(&targets, 0, 0);
+        assert_eq!(memory.recall(&targets[..1]), None);
+        // Full: ended entries make room; live ones are kept and the new one is not stored.
+        {
+            let mut bans = memory.lock();
+            let far = Instant::now() + Duration::from_secs(60);
+            for i in 0..BAN_MEMORY {
+                bans.insert(format!("k{i}"), (far, far));
+            }
+        }
+        memory.remember(&[target(0, "new")], 0, 60_000);
+        assert_eq!(memory.recall(&[target(0, "new")]), None);
+        assert!(memory.lock().len() <= BAN_MEMORY + 2);
+    }
+}
