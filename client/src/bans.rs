@@ -26,9 +26,11 @@ if n < tonumber(ARGV[1]) then return {0, 0, 0} end
 redis.call('DEL', KEYS[2])
 local level = redis.call('INCR', KEYS[3])
 local ms, escalate, max = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-for _ = 2, level do
-  ms = ms * escalate
-  if ms >= max then break end
+if escalate > 1 then
+  for _ = 2, level do
+    ms = ms * escalate
+    if ms >= max then break end
+  end
 end
 if ms > max then ms = max end
 redis.call('SET', KEYS[1], level, 'PX', ms)

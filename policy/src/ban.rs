@@ -148,6 +148,9 @@ impl Ban {
     /// The length of the `level`-th ban (1: the first): `for_ms * escalate^(level-1)`, at
     /// most `max_for_ms`.
     pub fn length_ms(&self, level: u64) -> u64 {
+        if self.escalate == 1 {
+            return self.for_ms;
+        }
         let mut ms = self.for_ms;
         for _ in 1..level {
             ms = ms.saturating_mul(self.escalate);
