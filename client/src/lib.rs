@@ -57,6 +57,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod bans;
 pub mod booking;
 pub mod breaker;
 mod command;
@@ -71,6 +72,7 @@ pub mod lease;
 pub mod limiter;
 #[cfg(feature = "middleware")]
 pub mod middleware;
+pub mod offenders;
 pub mod policy;
 pub mod settle;
 mod shadow;

@@ -15,7 +15,7 @@ use tower::ServiceExt;
 use crate::proxy::Upstream;
 use crate::reload::Live;
 
-const BUILT_IN: [&str; 2] = ["/healthz", "/metrics"];
+const BUILT_IN: [&str; 4] = ["/healthz", "/metrics", "/bans", "/top"];
 
 /// The limited routes. `routes` are the patterns of the endpoint dimension; every other
 /// path falls under `/{*path}`. `trusted` are the peers whose `X-Forwarded-Proto/Host`

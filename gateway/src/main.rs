@@ -1,6 +1,7 @@
 //! rl-gateway: an example API gateway on axum with the redis-rl rate-limit middleware.
 //! Run `rl-gateway --help` for the flags.
 
+mod admin;
 mod app;
 mod cli;
 mod files;

@@ -1,6 +1,7 @@
 //! Operations endpoints: `/healthz` (200 while the gateway serves, 503 while it would
-//! refuse traffic) and `/metrics` (Prometheus text, every metric with HELP and TYPE, latency
-//! histograms), on the public listener or on `--admin-listen`.
+//! refuse traffic), `/metrics` (Prometheus text, every metric with HELP and TYPE, latency
+//! histograms) and the admin calls of [`crate::admin`] (bans, top offenders), on the public
+//! listener or on `--admin-listen`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,7 +63,7 @@ pub fn install_recorder() -> Result<PrometheusHandle, String> {
 fn describe() {
     describe_counter!(
         "rl_requests_total",
-        "Rate-limit decisions per dimension of each request, by outcome (allowed, denied, shadow_denied)."
+        "Rate-limit decisions per dimension of each request, by outcome (allowed, denied, shadow_denied; banned: refused by a ban of that dimension or rule)."
     );
     describe_counter!(
         "rl_responses_total",
@@ -165,6 +166,18 @@ fn describe() {
         "Requests whose body did not arrive within --body-timeout-ms (the connection was closed)."
     );
     describe_counter!(
+        "rl_bans_total",
+        "Bans started by this gateway (a key refused `after` times within `within_ms`), by policy (the rule or dimension)."
+    );
+    describe_counter!(
+        "rl_offenders_dropped_total",
+        "Refusals not counted towards bans and top offenders: the background queue was full."
+    );
+    describe_counter!(
+        "rl_offenders_write_errors_total",
+        "Top-offender count writes to Redis that failed (those counts are lost)."
+    );
+    describe_counter!(
         "rl_config_reloads_total",
         "Configuration reloads on SIGHUP, by result (ok, error: refused, the running configuration stays)."
     );
@@ -184,7 +197,8 @@ pub fn router(ops: Arc<Ops>) -> Router {
     Router::new()
         .route("/healthz", get(crate::health::healthz))
         .route("/metrics", get(render_metrics))
-        .with_state(ops)
+        .with_state(ops.clone())
+        .merge(crate::admin::router(ops))
 }
 
 /// The enforced dimensions with a limit that fails closed (its own `failure_mode`, else the

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::access::{Access, AccessList};
+use crate::ban::Ban;
 use crate::identity::{self, canonical_net, hex16};
 use crate::limit::{FailureModeName, LimitSpec};
 use crate::load::FieldError;
@@ -98,6 +99,8 @@ pub struct PlanItem {
     pub hot: bool,
     /// Held instead of refused for a wait up to this long (`delay_max_ms`).
     pub delay_max_ms: Option<u64>,
+    /// Its policy's ban, if it has one.
+    pub ban: Option<Ban>,
 }
 
 /// What one request is limited on: every item, all or nothing.
@@ -118,6 +121,7 @@ pub(crate) struct Compiled {
     pub(crate) shadow: bool,
     pub(crate) failure_mode: Option<FailureModeName>,
     pub(crate) delay_max_ms: Option<u64>,
+    pub(crate) ban: Option<Ban>,
 }
 
 impl Compiled {
@@ -127,6 +131,7 @@ impl Compiled {
             shadow: rate.shadow,
             failure_mode: rate.failure_mode,
             delay_max_ms: rate.delay_max_ms,
+            ban: rate.ban,
         })
     }
 }
@@ -383,6 +388,7 @@ fn push_windows(
             failure_mode: compiled.failure_mode,
             hot,
             delay_max_ms: compiled.delay_max_ms,
+            ban: compiled.ban,
         });
     }
 }

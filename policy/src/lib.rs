@@ -30,6 +30,7 @@
 //! ```
 
 mod access;
+mod ban;
 mod cost;
 pub mod delay;
 mod engine;
@@ -44,6 +45,10 @@ mod rule;
 mod schema;
 
 pub use access::{Access, AccessList};
+pub use ban::{
+    ban_index_key, ban_index_member, parse_ban_index_member, render_ban, top_key, Ban, BanKeys,
+    BanTarget, BAN_INDEX_MAX, DEFAULT_FORGET_MS, DEFAULT_MAX_FOR_MS, TOP_ENTRIES, TOP_MINUTES,
+};
 pub use cost::{bad_cost, Adjust, Booking, CostFrom, SettleFrom, SettleOutcome, MAX_HEADER_COST};
 pub use engine::{Admission, Engine, Headers, Identity, Plan, PlanItem, Request, UNMATCHED};
 pub use identity::{

@@ -185,6 +185,7 @@ impl Config {
                 "leases: max_percent must be between 1 and 100",
             ));
         }
+        self.check_bans()?;
         for (i, rule) in self.rules.iter().enumerate() {
             if Dimension::from_name(&rule.name).is_some() {
                 return Err(FieldError::new(

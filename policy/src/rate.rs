@@ -8,6 +8,7 @@ use serde::{Deserialize, Deserializer};
 
 use redis_rl_core::calendar::{Calendar, Period};
 
+use crate::ban::Ban;
 use crate::limit::{nominal_ms, parse_limit_per, FailureModeName, LimitSpec, Per};
 use redis_rl_core::Kind;
 
@@ -111,6 +112,8 @@ pub struct Rate {
     /// A request refused for at most this long is held and then forwarded instead
     /// (`None`: refused at once); see [`crate::delay`].
     pub delay_max_ms: Option<u64>,
+    /// Refuse a key for a while after repeated refusals (default none).
+    pub ban: Option<Ban>,
 }
 
 impl Rate {
@@ -130,6 +133,7 @@ impl Rate {
             quota_tz: None,
             quota_anchor: None,
             delay_max_ms: None,
+            ban: None,
         }
     }
 
@@ -225,6 +229,8 @@ pub struct RateOverride {
     pub quota_anchor: Option<u64>,
     /// Hold a request refused for at most this long instead of refusing it.
     pub delay_max_ms: Option<u64>,
+    /// Refuse a key for a while after repeated refusals.
+    pub ban: Option<Ban>,
 }
 
 /// Declares the raw (deserialized) form of a configuration table that takes a rate's fields,
@@ -253,6 +259,7 @@ macro_rules! table_with_rate {
             quota_tz: Option<i64>,
             quota_anchor: Option<u64>,
             delay_max_ms: Option<u64>,
+            ban: Option<$crate::ban::Ban>,
             $($(#[$after_meta])* $after: $after_ty,)*
         }
 
@@ -270,6 +277,7 @@ macro_rules! table_with_rate {
                     quota_tz: self.quota_tz,
                     quota_anchor: self.quota_anchor,
                     delay_max_ms: self.delay_max_ms,
+                    ban: self.ban,
                 }
             }
         }
@@ -310,6 +318,7 @@ impl RateOverride {
             quota_tz: self.quota_tz.or(base.quota_tz),
             quota_anchor: self.quota_anchor.or(base.quota_anchor),
             delay_max_ms: self.delay_max_ms.or(base.delay_max_ms),
+            ban: self.ban.or(base.ban),
         })
     }
 

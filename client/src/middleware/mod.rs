@@ -72,6 +72,7 @@
 
 #[cfg(feature = "axum")]
 mod axum;
+mod bans;
 mod config;
 mod extract;
 mod headers;
@@ -93,7 +94,7 @@ pub use config::{
 pub use extract::{client_network, request_id, tenant_id, API_KEY, REQUEST_ID};
 pub use headers::{to_response, write_headers};
 pub use layer::RateLimitLayer;
-pub use redis_rl_policy::{normalize_path, Access, Engine, KeyError};
+pub use redis_rl_policy::{normalize_path, Access, Engine, KeyError, TOP_ENTRIES, TOP_MINUTES};
 pub use request::{Extensions, RequestInfo, RequestView, RoutePattern};
 pub use service::RateLimitService;
 pub use settlement::{PendingSettle, SettleReport};

@@ -6,9 +6,11 @@ use std::sync::Arc;
 
 use redis_rl_policy::Engine;
 
+use super::bans::BanMemory;
 use super::config::{RateLimitConfig, RateLimitConfigExt};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
+use crate::offenders::Offenders;
 use crate::policy::FailureMode;
 use crate::tier::TierResolver;
 
@@ -23,6 +25,10 @@ pub(crate) struct Shared {
     /// Held requests are booked one at a time (look, then take with `FORCE`): two requests
     /// of this process never get the same slot.
     pub(crate) booking: tokio::sync::Mutex<()>,
+    /// Refusals, queued towards bans and the top offenders.
+    pub(crate) offenders: Offenders,
+    /// Bans read from Redis a moment ago.
+    pub(crate) ban_memory: BanMemory,
 }
 
 impl Shared {
@@ -38,7 +44,10 @@ impl Shared {
         let mode = config.failure_mode();
         let engine = Engine::new(config, routes)
             .map_err(|e| Error::Config(format!("{}: {}", e.field, e.message)))?;
+        let offenders = Offenders::new(limiter.clone(), engine.config().key_prefix.clone());
         Ok(Shared {
+            offenders,
+            ban_memory: BanMemory::default(),
             limiter,
             resolver,
             engine,

@@ -207,8 +207,25 @@ async fn decide<'s>(
             }
         }
     }
-    let md = shared.limiter.check_all_units(&items, &booking.units).await;
+    // The ban check goes with the limiter call: one round trip of latency (none for a ban
+    // read a moment ago).
+    let targets = plan.ban_targets();
+    if let Some((index, remaining_ms)) = shared.ban_memory.recall(&targets) {
+        let refusal = super::bans::refusal(shared, &plan, index, remaining_ms, request_id);
+        return Before::Refuse(refusal, tier_label);
+    }
+    let (md, ban) = futures_util::join!(
+        shared.limiter.check_all_units(&items, &booking.units),
+        super::bans::first_active(&shared.limiter, &targets)
+    );
+    if let Some((index, remaining_ms)) = ban {
+        shared.ban_memory.remember(&targets, index, remaining_ms);
+        super::bans::give_back(shared, &items, &booking.units, &md);
+        let refusal = super::bans::refusal(shared, &plan, index, remaining_ms, request_id);
+        return Before::Refuse(refusal, tier_label);
+    }
     count(&plan, &md);
+    super::bans::refused(shared, &plan, &md, &targets);
     let outcomes: Vec<Outcome> = md.decisions.iter().map(outcome).collect();
     // The span names the policy the response reports, allowed or refused.
     if let Some(item) =

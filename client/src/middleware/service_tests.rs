@@ -10,10 +10,10 @@ use tower::ServiceExt;
 
 use super::*;
 use crate::backend::Backend;
-use crate::middleware::{FailureModeName, Rate, RateOverride, Window};
-use crate::Kind;
 use crate::middleware::{Dimension, RateLimitConfig, RateLimitLayer};
+use crate::middleware::{FailureModeName, Rate, RateOverride, Window};
 use crate::tier::StaticTiers;
+use crate::Kind;
 use crate::Limiter;
 
 /// Redis is down for these tests: every decision is the local fallback's, which runs

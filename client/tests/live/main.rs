@@ -6,6 +6,7 @@
 //! `mod <area>;` below. A test that needs a process of its own (a global tracing subscriber,
 //! as `client/tests/logging.rs`) is a file directly in `client/tests/` instead.
 
+mod bans;
 mod cluster;
 mod fleet;
 mod lease;
