@@ -44,7 +44,7 @@ fn outcome_lines(engine: &Engine, line: &str) -> Vec<String> {
             format!(
                 "item {} {} {limit} {window}",
                 i.key,
-                i.spec.algorithm.name()
+                i.spec.algorithm.config_name()
             )
         })
         .collect();
