@@ -221,6 +221,7 @@ pub(crate) fn server_command(
             "+@all",
         ])
         .args(["--user", MINIMAL_USER, "on", &format!(">{MINIMAL_USER}")])
+        .args(BASE_RULES)
         .args(if module { MODULE_RULES } else { TWIN_RULES })
         .args([
             "--user",
