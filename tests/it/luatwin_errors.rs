@@ -139,6 +139,19 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
         &[
             "SLIDING", "10", "1000", "FIXED", "1", "1000", "COST", "2", "UPTO",
         ],
+        &["SLIDING", "10", "1000", "FIXED", "1", "1000", "COSTS", "1"],
+        &[
+            "SLIDING", "10", "1000", "FIXED", "1", "1000", "COSTS", "1", "x",
+        ],
+        &[
+            "SLIDING", "10", "1000", "FIXED", "1", "1000", "COSTS", "1", "1", "COST", "2",
+        ],
+        &[
+            "SLIDING", "10", "1000", "FIXED", "1", "1000", "COSTS", "1", "1", "costs",
+        ],
+        &[
+            "SLIDING", "10", "1000", "FIXED", "1", "1000", "COST", "1", "COSTS", "1", "1",
+        ],
         &["QUOTA", "10", "MONTHLY", "FIXED", "1", "1000"],
         &["QUOTA", "10", "DAY", "ANCHOR", "2", "FIXED", "1", "1000"],
         &["QUOTA", "10", "MONTH", "ANCHOR", "32", "FIXED", "1", "1000"],
