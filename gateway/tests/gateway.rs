@@ -13,6 +13,8 @@ use std::process::{Child, Command, Stdio};
 // The proxy, operations, reload, hardening and Redis TLS tests, in this one test binary.
 #[path = "gateway/bans.rs"]
 mod bans;
+#[path = "gateway/costs.rs"]
+mod costs;
 #[path = "gateway/fleet.rs"]
 mod fleet;
 #[path = "gateway/forward_auth.rs"]
