@@ -340,9 +340,10 @@ pub(crate) enum Op {
         key: usize,
         amount: u64,
     },
+    /// One cost per key: sent as `COST n` when they are equal, else as `COSTS`.
     All {
         keys: Vec<usize>,
-        cost: u64,
+        costs: Vec<u64>,
         peek: bool,
     },
 }
@@ -367,9 +368,16 @@ impl Op {
                     keys.push(key);
                 }
                 let least = keys.iter().map(|&k| specs[k].limit()).min().unwrap();
+                let costs = if r.percent(50) {
+                    vec![cost_for(r, least); keys.len()]
+                } else {
+                    keys.iter()
+                        .map(|&k| cost_for(r, specs[k].limit()))
+                        .collect()
+                };
                 Op::All {
                     keys,
-                    cost: cost_for(r, least),
+                    costs,
                     peek: r.percent(15),
                 }
             }
@@ -414,9 +422,15 @@ impl Op {
                 args.extend(["COST".to_string(), amount.to_string()]);
                 ("RL.REFUND", vec![*key], args)
             }
-            Op::All { keys, cost, peek } => {
+            Op::All { keys, costs, peek } => {
                 let mut args: Vec<String> = keys.iter().flat_map(|&k| specs[k].words()).collect();
-                args.extend(opts(*cost, *peek));
+                if costs.iter().all(|&c| c == costs[0]) {
+                    args.extend(opts(costs[0], *peek));
+                } else {
+                    args.push("COSTS".to_string());
+                    args.extend(costs.iter().map(u64::to_string));
+                    args.extend(opts(1, *peek));
+                }
                 ("RL.ALL", keys.clone(), args)
             }
         }
@@ -476,10 +490,11 @@ pub(crate) fn model(op: &Op, specs: &[Spec], states: &[Option<AnyState>], now: u
                 writes,
             }
         }
-        Op::All { keys, cost, peek } => {
+        Op::All { keys, costs, peek } => {
             let evaluated: Vec<_> = keys
                 .iter()
-                .map(|&k| specs[k].any().check(states[k].clone(), Micros(now), *cost))
+                .zip(costs)
+                .map(|(&k, &cost)| specs[k].any().check(states[k].clone(), Micros(now), cost))
                 .collect();
             let denied = evaluated.iter().position(|(d, _)| !d.is_allowed());
             let mut per = Vec::new();
