@@ -23,16 +23,19 @@ fn server_for(engine: &str) -> Server {
     }
 }
 
-/// Every key's value: what a refused request must leave as it was.
+/// Every limiter's state (the string keys; the refusal counts of `/top` are sorted sets,
+/// written on a refusal): what a refused request must leave as it was.
 fn snapshot(server: &Server) -> BTreeMap<String, Vec<u8>> {
     let mut c = server.client();
     let keys: Vec<String> = query(&mut c, &["KEYS", "*"]);
-    keys.into_iter()
-        .map(|k| {
+    let mut out = BTreeMap::new();
+    for k in keys {
+        if query::<String>(&mut c, &["TYPE", &k]) == "string" {
             let v: Vec<u8> = query(&mut c, &["GET", &k]);
-            (k, v)
-        })
-        .collect()
+            out.insert(k, v);
+        }
+    }
+    out
 }
 
 /// The calls that decide (`RL.ALL`, or `FCALL` of the twin) and the refunds, so far.
