@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
+use redis_rl_testkit::configs::rules_preamble;
 use redis_rl_testkit::{eventually, query, Server};
 
 use super::upstream::Upstream;
@@ -65,15 +66,10 @@ async fn send(gw: &Gateway, path: &str, headers: &[(&str, &str)]) -> (u16, Heade
     get_from(gw.port, path, headers).await.unwrap()
 }
 
-const SETTLED: &str = r#"
-key_prefix = "st"
-dimensions = ["ip"]
-hot = []
-[fleet]
-membership = false
-[ip]
-limit = 1000
-
+/// A rule of 1000 units an hour whose reservation is settled from the response.
+fn settled() -> String {
+    rules_preamble("st")
+        + r#"
 [[rules]]
 name = "tokens"
 key = ["global"]
@@ -81,7 +77,8 @@ limits = ["1000/hour"]
 algorithm = "fixed"
 cost = "header:X-Max-Tokens"
 settle = "response-header:X-Tokens-Used"
-"#;
+"#
+}
 
 /// The units left of the rule's hour (a look: `COST 0`).
 fn left(server: &Server) -> i64 {
@@ -102,7 +99,7 @@ fn left(server: &Server) -> i64 {
 #[tokio::test]
 async fn the_reservation_is_refunded_or_charged_from_the_response_header_or_trailer() {
     let server = Server::start();
-    let (gw, _up) = start(&server, "settle", SETTLED).await;
+    let (gw, _up) = start(&server, "settle", &settled()).await;
     let reserve = |n: &'static str, used: Option<&'static str>| {
         let mut h = vec![("x-max-tokens", n)];
         if let Some(u) = used {
@@ -186,15 +183,8 @@ delay_max_ms = {delay_max_ms}
         )
     };
     format!(
-        r#"key_prefix = "dl"
-dimensions = ["ip"]
-hot = []
-delay_max_held = {held}
-[fleet]
-membership = false
-[ip]
-limit = 1000
-{}{}"#,
+        "{}delay_max_held = {held}\n{}{}",
+        rules_preamble("dl"),
         rule("slow", slow_window_ms, slow_delay_ms),
         rule("strict", 5_000, 1_000),
     )
@@ -258,7 +248,7 @@ fn check_config_explains_cost_settle_and_delay_and_refuses_bad_ones() {
     let dir = std::env::temp_dir().join(format!("rl-gw-settle-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let good = dir.join("good.toml");
-    std::fs::write(&good, format!("{SETTLED}delay_max_ms = 250\n")).unwrap();
+    std::fs::write(&good, settled() + "delay_max_ms = 250\n").unwrap();
     let out = check_config(&good);
     assert!(out.status.success(), "{out:?}");
     let plan = String::from_utf8_lossy(&out.stdout);
@@ -271,11 +261,11 @@ fn check_config_explains_cost_settle_and_delay_and_refuses_bad_ones() {
     }
     for (bad, expected) in [
         (
-            SETTLED.replace("response-header:X-Tokens-Used", "header:X-Tokens-Used"),
+            settled().replace("response-header:X-Tokens-Used", "header:X-Tokens-Used"),
             "settle: expected \"response-header:<name>\"",
         ),
         (
-            format!("{SETTLED}delay_max_ms = 60001\n"),
+            settled() + "delay_max_ms = 60001\n",
             "delay_max_ms must be an integer between 1 and 60000",
         ),
     ] {
@@ -296,7 +286,7 @@ async fn status_of(port: u16, method: &str, path: &str, headers: &[(&str, &str)]
 #[tokio::test]
 async fn forward_auth_reserves_on_the_check_and_settles_on_a_report() {
     let server = Server::start();
-    let config = named_config(&server, "fwd-settle", SETTLED);
+    let config = named_config(&server, "fwd-settle", &settled());
     let args = [
         "--redis",
         &server.url(),
