@@ -83,14 +83,14 @@ const EXAMPLE4_NESTED: &str = "domain: example4\ndescriptors:\n  - key: key\n   
 const EXAMPLE9_MIDDLE: &str = "domain: example9\ndescriptors:\n  - key: path\n    value: /api/*/action\n    rate_limit:\n      unit: minute\n      requests_per_unit: 20\n";
 const EXAMPLE9_MULTIPLE: &str = "domain: example9\ndescriptors:\n  - key: route\n    value: /api/*/resource/*/action\n    rate_limit:\n      unit: minute\n      requests_per_unit: 20\n";
 
-struct Rls {
+pub(super) struct Rls {
     gw: Gateway,
     client: RateLimitServiceClient<Channel>,
     port: u16,
 }
 
 /// The gateway with `--rls-listen` on a free port and `config` (a file or directory).
-async fn start(server: &Server, config: &Path, extra: &[&str]) -> Rls {
+pub(super) async fn start(server: &Server, config: &Path, extra: &[&str]) -> Rls {
     let url = server.url();
     let args = ["--redis", &url, "--rls-config", config.to_str().unwrap()];
     let (gw, port) = Gateway::listening(&[&args[..], extra].concat(), "--rls-listen").await;
