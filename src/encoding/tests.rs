@@ -138,8 +138,10 @@ proptest! {
     }
 }
 
-/// Lengths of every algorithm's stored value, from its `Stored` impl: version 1 (`None`
-/// when it has no compact form, so version 1 is all it writes) and the longest valid value.
+/// Lengths of every algorithm's stored value, from its `Stored` impl: version 1 for a
+/// fixed-size state with a compact form (`None` for one without, or of variable length: the
+/// twin's `M.V1_LEN` lists the tags whose version 1 has one length) and the longest valid
+/// value.
 macro_rules! stored_lengths {
     (
         limiters: [$($l:ident = $lt:ty),* $(,)?],
@@ -149,7 +151,9 @@ macro_rules! stored_lengths {
             fn of<S: Stored>() -> (Option<usize>, usize) {
                 let compact_most = S::COMPACT_BODY.map_or(0, |(_, most)| most);
                 (
-                    S::COMPACT_BODY.map(|_| HEADER_LEN + S::BODY_LEN),
+                    S::COMPACT_BODY
+                        .filter(|_| !S::VARIABLE_LEN)
+                        .map(|_| HEADER_LEN + S::BODY_LEN),
                     HEADER_LEN + S::MAX_BODY_LEN.max(compact_most),
                 )
             }
