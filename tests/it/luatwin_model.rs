@@ -521,3 +521,17 @@ pub(crate) fn model(op: &Op, specs: &[Spec], states: &[Option<AnyState>], now: u
         }
     }
 }
+
+/// The twin's differential tests draw their algorithms from [`KINDS`], a list of their own
+/// (each needs its parameters drawn and its stored bytes written): it must hold every rate
+/// limiter of the registry, or a new algorithm's twin would never be compared with the
+/// module.
+#[test]
+fn the_model_covers_every_rate_limiter_of_the_registry() {
+    let mut r = Rng::new(7);
+    let modelled: Vec<redis_rl_core::Kind> = KINDS
+        .iter()
+        .map(|&kind| super::luatwin::time_insensitive(kind, &mut r).any().kind())
+        .collect();
+    assert_eq!(modelled, redis_rl_core::Kind::LIMITERS);
+}

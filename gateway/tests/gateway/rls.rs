@@ -91,41 +91,22 @@ pub(super) struct Rls {
 
 /// The gateway with `--rls-listen` on a free port and `config` (a file or directory).
 pub(super) async fn start(server: &Server, config: &Path, extra: &[&str]) -> Rls {
-    for _ in 0..5 {
-        let port = free_port();
-        let listen = format!("127.0.0.1:{port}");
-        let mut args = vec![
-            "--redis",
-            &server.url(),
-            "--rls-listen",
-            &listen,
-            "--rls-config",
-            config.to_str().unwrap(),
-        ]
-        .into_iter()
-        .map(str::to_string)
-        .collect::<Vec<_>>();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut gw = Gateway::start(&refs).await;
-        if matches!(gw.child.try_wait(), Ok(Some(_))) {
-            continue;
-        }
-        let mut client = None;
-        eventually("the rate limit service answers", async || {
-            client = RateLimitServiceClient::connect(format!("http://{listen}"))
-                .await
-                .ok();
-            client.is_some()
-        })
-        .await;
-        return Rls {
-            gw,
-            client: client.unwrap(),
-            port,
-        };
+    let url = server.url();
+    let args = ["--redis", &url, "--rls-config", config.to_str().unwrap()];
+    let (gw, port) = Gateway::listening(&[&args[..], extra].concat(), "--rls-listen").await;
+    let mut client = None;
+    eventually("the rate limit service answers", async || {
+        client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{port}"))
+            .await
+            .ok();
+        client.is_some()
+    })
+    .await;
+    Rls {
+        gw,
+        client: client.unwrap(),
+        port,
     }
-    panic!("no free port for --rls-listen");
 }
 
 pub(super) fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
