@@ -2815,76 +2815,54 @@ local function build()
     return lease_ms * 1000 < M.FAST_MAX and { limit, lease_ms * 1000 }
   end
 
-  M.FAST["RL.CONCURRENCY"] = function(key, args)
-    local id = args[5]
-    if #args ~= 5 or args[4] ~= "ACQUIRE" or #id < 1 or #id > M.MAX_ID_LEN then
-      return nil
-    end
-    local p = (CC_TREE[args[2]] or EMPTY)[args[3]]
-    if p == nil then
-      p = M.fast_parse(CC_TREE, args, 2, CC_RANGES, cc_prepare)
-    end
-    if not p then
-      return nil
-    end
-    local limit = p[1]
-    local v, now = M.fast_read(key, CC_LAST)
-    if not v then
-      return nil
-    end
-    local expires = now + p[2]
-    -- The live leases but `id`, soonest expiry first, and whether `id` holds one.
+  -- The live leases of a table `v` (IDS, EXP: soonest expiry first) but `id`: their number
+  -- and whether `id` holds one; nil when the general path must read it.
+  local function cc_live(v, now, id)
     local ids, exp, n, held = IDS, EXP, 0, false
     local len = #v
-    if len > 0 then
-      if len < 17 or len > M.MAX_LEN.C then
+    if len == 0 then
+      return 0, false
+    end
+    if len < 17 or len > M.MAX_LEN.C then
+      return nil
+    end
+    local head, width, capacity, held_n, used, first, last = sunpack("<I5I2I2I2I2I2I2", v)
+    local record = 14 + width
+    if head ~= CC_HEAD or width < 1 or width > M.MAX_ID_LEN or not POW2[capacity]
+      or len ~= 17 + capacity * record or held_n > used or used >= capacity
+      or (held_n == 0) ~= (first == NONE) or (held_n == 0) ~= (last == NONE) then
+      return nil
+    end
+    local cur, prev, seen, previous = first, NONE, 0, 0
+    while cur ~= NONE do
+      if cur >= capacity or seen >= held_n then
         return nil
       end
-      local head, width, capacity, held_n, used, first, last = sunpack("<I5I2I2I2I2I2I2", v)
-      local record = 14 + width
-      if head ~= CC_HEAD or width < 1 or width > M.MAX_ID_LEN or not POW2[capacity]
-        or len ~= 17 + capacity * record or held_n > used or used >= capacity
-        or (held_n == 0) ~= (first == NONE) or (held_n == 0) ~= (last == NONE) then
+      local at = 18 + cur * record
+      local state, size, back, nxt, e = sunpack("<BBI2I2I8", v, at)
+      if state ~= 1 or back ~= prev or size + 1 > width or e >= M.LATEST_US or e < previous then
         return nil
       end
-      local cur, prev, seen, previous = first, NONE, 0, 0
-      while cur ~= NONE do
-        if cur >= capacity or seen >= held_n then
-          return nil
+      if e > now then
+        local lease = sub(v, at + 14, at + 14 + size)
+        if lease == id then
+          held = true
+        else
+          n = n + 1
+          ids[n], exp[n] = lease, e
         end
-        local at = 18 + cur * record
-        local state, size, back, nxt, e = sunpack("<BBI2I2I8", v, at)
-        if state ~= 1 or back ~= prev or size + 1 > width or e >= M.LATEST_US or e < previous then
-          return nil
-        end
-        if e > now then
-          local lease = sub(v, at + 14, at + 14 + size)
-          if lease == id then
-            held = true
-          else
-            n = n + 1
-            ids[n], exp[n] = lease, e
-          end
-        end
-        seen, prev, previous, cur = seen + 1, cur, e, nxt
       end
-      if seen ~= held_n or prev ~= last then
-        return nil
-      end
+      seen, prev, previous, cur = seen + 1, cur, e, nxt
     end
-    if not held and n >= limit then
-      local frees = exp[n - limit + 1]
-      return { 0, limit, 0, frees > now and M.cdiv(frees - now, 1000) or 0, 0 }
+    if seen ~= held_n or prev ~= last then
+      return nil
     end
-    -- `id` after the leases expiring no later than it.
-    local k = n + 1
-    while k > 1 and exp[k - 1] > expires do
-      ids[k], exp[k] = ids[k - 1], exp[k - 1]
-      k = k - 1
-    end
-    ids[k], exp[k] = id, expires
-    n = n + 1
-    -- The table (M.CC.encode).
+    return n, held
+  end
+
+  -- Writes the `n` leases of IDS and EXP as M.CC.encode and store do.
+  local function cc_store(key, n)
+    local ids, exp = IDS, EXP
     local width = 1
     for i = 1, n do
       if #ids[i] > width then
@@ -2895,12 +2873,11 @@ local function build()
     while capacity < 2 * n and capacity < 32768 do
       capacity = capacity * 2
     end
-    local mask = capacity - 1
     if dirty then
-      IDS, EXP, TAKEN, SLOTS, PARTS = {}, {}, {}, {}, {}
+      TAKEN, SLOTS, PARTS = {}, {}, {}
     end
     dirty = true
-    local taken, slots = TAKEN, SLOTS
+    local taken, slots, parts = TAKEN, SLOTS, PARTS
     slots[n + 1] = nil
     for i = 1, n do
       local slot = fnv16(ids[i]) % capacity
@@ -2909,10 +2886,9 @@ local function build()
       end
       taken[slot], slots[i] = i, slot
     end
-    local parts = PARTS
     parts[1] = spack("<I5I2I2I2I2I2I2", CC_HEAD, width, capacity, n, n, slots[1], slots[n])
     local empty = zeros(14 + width)
-    for slot = 0, mask do
+    for slot = 0, capacity - 1 do
       local i = taken[slot]
       if i then
         local lease = ids[i]
@@ -2932,7 +2908,61 @@ local function build()
     end
     local at = M.cdiv(exp[n], 1000) + M.TTL_SLACK_MS
     call("SET", key, value, "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
-    return { 1, limit, limit > n and limit - n or 0, 0, 0 }
+  end
+
+  -- `RL.CONCURRENCY key limit lease_ms ACQUIRE id` and `RL.CONCURRENCY key RELEASE id`.
+  M.FAST["RL.CONCURRENCY"] = function(key, args)
+    local count = #args
+    local release = count == 3 and args[2] == "RELEASE"
+    local id = release and args[3] or args[5]
+    if not release and (count ~= 5 or args[4] ~= "ACQUIRE") or #id < 1 or #id > M.MAX_ID_LEN then
+      return nil
+    end
+    local p
+    if not release then
+      p = (CC_TREE[args[2]] or EMPTY)[args[3]]
+      if p == nil then
+        p = M.fast_parse(CC_TREE, args, 2, CC_RANGES, cc_prepare)
+      end
+      if not p then
+        return nil
+      end
+    end
+    local v, now = M.fast_read(key, CC_LAST)
+    if not v then
+      return nil
+    end
+    local n, held = cc_live(v, now, id)
+    if not n then
+      return nil
+    end
+    local ids, exp = IDS, EXP
+    if release then
+      if not held then
+        return 0
+      end
+      if n == 0 then
+        call("DEL", key)
+      else
+        cc_store(key, n)
+      end
+      return 1
+    end
+    local limit = p[1]
+    if not held and n >= limit then
+      local frees = exp[n - limit + 1]
+      return { 0, limit, 0, frees > now and M.cdiv(frees - now, 1000) or 0, 0 }
+    end
+    -- `id` after the leases expiring no later than it.
+    local expires = now + p[2]
+    local k = n + 1
+    while k > 1 and exp[k - 1] > expires do
+      ids[k], exp[k] = ids[k - 1], exp[k - 1]
+      k = k - 1
+    end
+    ids[k], exp[k] = id, expires
+    cc_store(key, n + 1)
+    return { 1, limit, limit > n + 1 and limit - n - 1 or 0, 0, 0 }
   end
 
   -- ------------------------------------------------------------------------------------------
