@@ -2776,7 +2776,13 @@ local function build()
   -- leases (it is laid out from the leases, so it is rebuilt whole).
   local CC_TREE, CC_RANGES = M.fast_tree(), M.KINDS.C.params
   local CC_HEAD = sunpack("<I5", "\0RL\2C")
-  local CC_LAST = fmt("%d", M.MAX_LEN.C)
+  local CC_LONGEST, CC_LAST = M.MAX_LEN.C, fmt("%d", M.MAX_LEN.C)
+  local MAX_ID_LEN, LATEST_US = M.MAX_ID_LEN, M.LATEST_US
+  -- A record's format by the length of its id (the id packed as `c<length>`).
+  local RECORD = {}
+  for len = 1, MAX_ID_LEN do
+    RECORD[len] = "<BBI2I2I8c" .. len
+  end
   local POW2, HOMES, homes = {}, {}, 0
   for i = 1, 15 do
     POW2[2 ^ i] = true
@@ -2823,12 +2829,12 @@ local function build()
     if len == 0 then
       return 0, false
     end
-    if len < 17 or len > M.MAX_LEN.C then
+    if len < 17 or len > CC_LONGEST then
       return nil
     end
     local head, width, capacity, held_n, used, first, last = sunpack("<I5I2I2I2I2I2I2", v)
     local record = 14 + width
-    if head ~= CC_HEAD or width < 1 or width > M.MAX_ID_LEN or not POW2[capacity]
+    if head ~= CC_HEAD or width < 1 or width > MAX_ID_LEN or not POW2[capacity]
       or len ~= 17 + capacity * record or held_n > used or used >= capacity
       or (held_n == 0) ~= (first == NONE) or (held_n == 0) ~= (last == NONE) then
       return nil
@@ -2840,7 +2846,7 @@ local function build()
       end
       local at = 18 + cur * record
       local state, size, back, nxt, e = sunpack("<BBI2I2I8", v, at)
-      if state ~= 1 or back ~= prev or size + 1 > width or e >= M.LATEST_US or e < previous then
+      if state ~= 1 or back ~= prev or size + 1 > width or e >= LATEST_US or e < previous then
         return nil
       end
       if e > now then
@@ -2880,7 +2886,7 @@ local function build()
     local taken, slots, parts = TAKEN, SLOTS, PARTS
     slots[n + 1] = nil
     for i = 1, n do
-      local slot = fnv16(ids[i]) % capacity
+      local slot = (HOMES[ids[i]] or fnv16(ids[i])) % capacity
       while taken[slot] do
         slot = (slot + 1) % capacity
       end
@@ -2892,8 +2898,9 @@ local function build()
       local i = taken[slot]
       if i then
         local lease = ids[i]
-        parts[slot + 2] = spack("<BBI2I2I8", 1, #lease - 1, slots[i - 1] or NONE, slots[i + 1] or NONE, exp[i])
-          .. lease .. zeros(width - #lease)
+        local size = #lease
+        local r = spack(RECORD[size], 1, size - 1, slots[i - 1] or NONE, slots[i + 1] or NONE, exp[i], lease)
+        parts[slot + 2] = size < width and r .. zeros(width - size) or r
       else
         parts[slot + 2] = empty
       end
@@ -2906,7 +2913,9 @@ local function build()
     if n > 64 then
       IDS, EXP, TAKEN, SLOTS, PARTS = {}, {}, {}, {}, {}
     end
-    local at = M.cdiv(exp[n], 1000) + M.TTL_SLACK_MS
+    local at = exp[n] / 1000
+    at = at - at % 1
+    at = (at * 1000 < exp[n] and at + 1 or at) + M.TTL_SLACK_MS
     call("SET", key, value, "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
   end
 
@@ -2915,7 +2924,7 @@ local function build()
     local count = #args
     local release = count == 3 and args[2] == "RELEASE"
     local id = release and args[3] or args[5]
-    if not release and (count ~= 5 or args[4] ~= "ACQUIRE") or #id < 1 or #id > M.MAX_ID_LEN then
+    if not release and (count ~= 5 or args[4] ~= "ACQUIRE") or #id < 1 or #id > MAX_ID_LEN then
       return nil
     end
     local p
