@@ -46,7 +46,7 @@ impl Stored for SlidingLogState {
     fn decode_compact(body: &mut Reader<'_>) -> Option<Self> {
         let window_ms = duration_ms_in_range(body.u64()?)?;
         let total = u64::from(body.u16()?);
-        if total > MAX_LIMIT || body.remaining() % FIXED_ENTRY != 0 {
+        if total > MAX_LIMIT || !body.remaining().is_multiple_of(FIXED_ENTRY) {
             return None;
         }
         let mut entries = Vec::with_capacity(body.remaining() / FIXED_ENTRY);
