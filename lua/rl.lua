@@ -954,8 +954,8 @@ local function build()
   end
 
   -- The key's first bytes (GETRANGE 0 `last`, a string constant; "" when the key is missing)
-  -- and the server's time in us (M.now_us, here in the same call); nil when the general
-  -- path must answer (an empty string).
+  -- and the server's time in us (M.now_us, here in the same call) and its whole second in
+  -- us; nil when the general path must answer (an empty string).
   function M.fast_read(key, last)
     local v = call("GETRANGE", key, "0", last)
     if v == "" and call("EXISTS", key) ~= 0 then
@@ -965,7 +965,7 @@ local function build()
     if t[1] ~= clock_s then
       clock_s, clock_us = t[1], t[1] * 1000000
     end
-    return v, clock_us + t[2]
+    return v, clock_us + t[2], clock_us
   end
 
   -- The parameters (`prepare`d, from `tree`) and cost of `RL.X key a b [COST n]`, or nil.
@@ -1803,10 +1803,31 @@ local function build()
   local TWO48, TWO26 = 281474976710656, 67108864
   local FAST_MAX, HALF_FAST, LONGEST = M.FAST_MAX, M.FAST_MAX / 2, M.MAX_DURATION_MS
 
-  -- limit, period_ms, interval, the limit's 26-bit halves (and RL.THROTTLE's burst).
+  -- limit, period_ms, interval, the limit's 26-bit halves, RL.THROTTLE's burst (6), and for
+  -- a limit below 2^33 (so that up to 10^6 us x limit is exact) the last whole second seen
+  -- (7; false: none, or a larger limit) with its product by the limit split at 2^48 (8, 9).
   local function gcra_prepare(limit, period_ms)
     local high = floor(limit / TWO26)
-    return { limit, period_ms, period_ms * 1000, high, limit - high * TWO26 }
+    return { limit, period_ms, period_ms * 1000, high, limit - high * TWO26, false, 0, 0, 0, limit < 8589934592 }
+  end
+
+  -- t x limit as x * 2^48 + y, y < 2^48 (t < 2^52): from four exact products of 26-bit halves.
+  local function split_product(t, p)
+    local nh = t / TWO26
+    nh = nh - nh % 1
+    local nl = t - nh * TWO26
+    local b = nh * p[5] + nl * p[4]
+    local c = nl * p[5]
+    local bq = b / 4194304
+    bq = bq - bq % 1
+    local cq = c / TWO48
+    cq = cq - cq % 1
+    local y = (b - bq * 4194304) * TWO26 + (c - cq * TWO48)
+    local x = nh * p[4] * 16 + bq + cq
+    if y >= TWO48 then
+      return x + 1, y - TWO48
+    end
+    return x, y
   end
 
   local function throttle_prepare(max_burst, count, period_s)
@@ -1867,7 +1888,7 @@ local function build()
     if span >= HALF_FAST then
       return nil
     end
-    local v, now = M.fast_read(key, "44")
+    local v, now, second = M.fast_read(key, "44")
     if not v then
       return nil
     end
@@ -1882,20 +1903,20 @@ local function build()
     elseif v ~= "" then
       return nil
     end
-    -- now x limit = x * 2^48 + y, y < 2^48.
-    local nh = now / TWO26
-    nh = nh - nh % 1
-    local nl = now - nh * TWO26
-    local b = nh * p[5] + nl * p[4]
-    local c = nl * p[5]
-    local bq = b / 4194304
-    bq = bq - bq % 1
-    local cq = c / TWO48
-    cq = cq - cq % 1
-    local y = (b - bq * 4194304) * TWO26 + (c - cq * TWO48)
-    local x = nh * p[4] * 16 + bq + cq
-    if y >= TWO48 then
-      x, y = x + 1, y - TWO48
+    -- now x limit = x * 2^48 + y, y < 2^48: the whole second's product (once a second), plus
+    -- the microseconds' (exact below 2^53).
+    local x, y
+    if p[10] then
+      if p[7] ~= second then
+        p[8], p[9] = split_product(second, p)
+        p[7] = second
+      end
+      y = p[9] + (now - second) * limit
+      x = y / TWO48
+      x = x - x % 1
+      y, x = y - x * TWO48, x + p[8]
+    else
+      x, y = split_product(now, p)
     end
     if x >= FAST_MAX then
       return nil
