@@ -153,6 +153,7 @@ M.COMMANDS["RL.THROTTLE"] = M.run_throttle
 local GC_HEAD, GC_LEN, GC_FORMAT = sunpack("<I5", "\0RL\1G"), M.V1_LEN.G, "<I5I6I8I2I8I8"
 local TWO48, TWO26 = 281474976710656, 67108864
 local FAST_MAX, HALF_FAST, LONGEST = M.FAST_MAX, M.FAST_MAX / 2, M.MAX_DURATION_MS
+local fast_read, SLACK, AS_TEXT = M.fast_read, M.TTL_SLACK_MS, M.FAST_TEXT
 
 -- limit, period_ms, interval, the limit's 26-bit halves, RL.THROTTLE's burst (6), and for
 -- a limit below 2^33 (so that up to 10^6 us x limit is exact) the last whole second seen
@@ -239,7 +240,7 @@ local function gcra_fast(key, args)
   if span >= HALF_FAST then
     return nil
   end
-  local v, now, second = M.fast_read(key, "44")
+  local v, now, second = fast_read(key, "44")
   if not v then
     return nil
   end
@@ -306,9 +307,9 @@ local function gcra_fast(key, args)
     carry = carry - carry % 1
     local at = now / 1000
     at = at - at % 1
-    at = (at * 1000 < now and at + 1 or at) + reset + M.TTL_SLACK_MS
+    at = (at * 1000 < now and at + 1 or at) + reset + SLACK
     call("SET", key, spack(GC_FORMAT, GC_HEAD, z - carry * TWO48, x + carry, 0, limit, period_ms), "PXAT",
-      M.FAST_TEXT and fmt("%d", at) or at)
+      AS_TEXT and fmt("%d", at) or at)
   end
   -- Below 2^53, floor(a / b) of `/` is exact.
   local remaining = span > after and (span - after) / interval or 0
