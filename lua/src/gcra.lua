@@ -155,9 +155,10 @@ local TWO48, TWO26 = 281474976710656, 67108864
 local FAST_MAX, HALF_FAST, LONGEST = M.FAST_MAX, M.FAST_MAX / 2, M.MAX_DURATION_MS
 local fast_read, SLACK, AS_TEXT = M.fast_read, M.TTL_SLACK_MS, M.FAST_TEXT
 
--- limit, period_ms, interval, the limit's 26-bit halves, RL.THROTTLE's burst (6), and for
--- a limit below 2^33 (so that up to 10^6 us x limit is exact) the last whole second seen
--- (7; false: none, or a larger limit) with its product by the limit split at 2^48 (8, 9).
+-- limit, period_ms, interval, the limit's 26-bit halves, RL.THROTTLE's burst (6), the last
+-- whole second (in us) seen (7; false before the first call) with its product by the limit
+-- split at 2^48 (8, 9), and whether the limit is below 2^33 (10), so that the product of up
+-- to 10^6 us by the limit is exact and 7-9 are used.
 local function gcra_prepare(limit, period_ms)
   local high = floor(limit / TWO26)
   return { limit, period_ms, period_ms * 1000, high, limit - high * TWO26, false, 0, 0, 0, limit < 8589934592 }
