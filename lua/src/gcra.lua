@@ -153,7 +153,7 @@ M.COMMANDS["RL.THROTTLE"] = M.run_throttle
 local GC_HEAD, GC_LEN, GC_FORMAT = sunpack("<I5", "\0RL\1G"), M.V1_LEN.G, "<I5I6I8I2I8I8"
 local TWO48, TWO26 = 281474976710656, 67108864
 local FAST_MAX, HALF_FAST, LONGEST = M.FAST_MAX, M.FAST_MAX / 2, M.MAX_DURATION_MS
-local fast_read, SLACK, AS_TEXT = M.fast_read, M.TTL_SLACK_MS, M.FAST_TEXT
+local SLACK, AS_TEXT = M.TTL_SLACK_MS, M.FAST_TEXT
 
 -- limit, period_ms, interval, the limit's 26-bit halves, RL.THROTTLE's burst (6), the last
 -- whole second (in us) seen (7; false before the first call) with its product by the limit
@@ -241,10 +241,17 @@ local function gcra_fast(key, args)
   if span >= HALF_FAST then
     return nil
   end
-  local v, now, second = fast_read(key, "44")
-  if not v then
+  -- M.fast_read, here in the function.
+  local v = call("GETRANGE", key, "0", "44")
+  if v == "" and call("EXISTS", key) ~= 0 then
     return nil
   end
+  local t = call("TIME")
+  if t[1] ~= clock_s then
+    clock_s, clock_us = t[1], t[1] * 1000000
+  end
+  local second = clock_us
+  local now = second + t[2]
   local low, high, top, stored_limit, stored_period
   if #v == GC_LEN then
     local head
