@@ -208,7 +208,7 @@ impl Spec {
 /// The stored bytes the twin writes (README's format, which the module reads): version 1,
 /// 8-byte little-endian fields (16 for a u128), for the fixed-size states whose fields are
 /// all below 2^53 (what the twin packs with the server's `struct` library), else version 2
-/// (varints, a window as its index); version 1 varints for a log.
+/// (varints, a window as its index); version 2 fixed-width entries for a log.
 pub(crate) fn encode(state: &AnyState) -> Vec<u8> {
     fn varint(out: &mut Vec<u8>, v: u64) {
         wide(out, u128::from(v));
@@ -260,19 +260,13 @@ pub(crate) fn encode(state: &AnyState) -> Vec<u8> {
             varint(&mut out, s.count);
         }
         AnyState::SlidingLog(s) => {
-            out[3] = 1;
+            // Version 2: fixed-width entries (src/encoding/sliding_log.rs).
             out.push(b'L');
-            varint(&mut out, s.window_ms);
-            let mut previous = 0;
+            out.extend_from_slice(&s.window_ms.to_le_bytes());
+            out.extend_from_slice(&(s.total() as u16).to_le_bytes());
             for e in &s.entries {
-                let delta = e.at.0 - previous;
-                previous = e.at.0;
-                if e.count == 1 {
-                    varint(&mut out, delta << 1);
-                } else {
-                    varint(&mut out, delta << 1 | 1);
-                    varint(&mut out, e.count);
-                }
+                out.extend_from_slice(&e.at.0.to_le_bytes());
+                out.extend_from_slice(&(e.count as u16).to_le_bytes());
             }
         }
     }
