@@ -556,7 +556,11 @@ async fn one_decision_across_descriptors_hits_addend_headers_and_health() {
         .await;
     assert_eq!(r.overall_code, OVER);
     assert_eq!((r.statuses[0].code, r.statuses[1].code), (OK, OVER));
-    assert_eq!(rls.left("own", &[("big", "b")]).await, 8, "big given back");
+    assert_eq!(
+        rls.left("own", &[("big", "b")]).await,
+        8,
+        "nothing taken from big"
+    );
     // Both fit: both taken, each its own cost (the request's hits_addend is overridden).
     let r = rls
         .ask(
