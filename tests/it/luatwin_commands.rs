@@ -147,8 +147,11 @@ fn throttle_concurrency_state_and_reset_as_the_module() {
                     (0, a)
                 }
                 3..=5 => {
+                    // Two lease lengths: a lease taken again with the shorter one stops
+                    // being the newest, and the table's order changes.
+                    let lease = r.pick(&["600000", "300000"]);
                     let mut a =
-                        strings(&["RL.CONCURRENCY", &limit, "600000", "ACQUIRE", r.pick(&ids)]);
+                        strings(&["RL.CONCURRENCY", &limit, lease, "ACQUIRE", r.pick(&ids)]);
                     if r.percent(20) {
                         a.push("PEEK".into());
                     }
@@ -172,7 +175,68 @@ fn throttle_concurrency_state_and_reset_as_the_module() {
                 tolerance,
                 &format!("{what} (alternating key)"),
             );
+            if which == 1 {
+                // A lease table's key lives until its newest lease has expired (plus the
+                // TTL slack): the twin's writes in place move it as the module's do.
+                let at = |conn: &mut redis::Connection, key: &str| -> i64 {
+                    redis::cmd("PEXPIRETIME").arg(key).query(conn).unwrap()
+                };
+                let expected = at(&mut conn, mk);
+                for key in [tk, xk] {
+                    let got = at(&mut conn, key);
+                    assert!(
+                        (got - expected).abs() <= tolerance || (got < 0 && got == expected),
+                        "{what}: expiry of {key}: {got}, module's {expected}"
+                    );
+                }
+            }
         }
+    }
+}
+
+/// The twin's fast code writes a lease taken again in place while it stays the newest: a
+/// shorter lease that stops being the newest reorders the table and keeps the key as long as
+/// the newest lease (RL.STATE's instants and the key's expiry as the module's).
+#[test]
+fn a_newest_lease_taken_again_shorter_as_the_module() {
+    let server = Server::start();
+    let mut conn = server.client();
+    load(&mut conn);
+    let began = Instant::now();
+    let calls = [
+        ["2", "600000", "ACQUIRE", "a"],
+        ["2", "600000", "ACQUIRE", "b"],
+        ["2", "600000", "ACQUIRE", "b"],
+        ["2", "300000", "ACQUIRE", "b"],
+        ["2", "300000", "ACQUIRE", "b"],
+    ];
+    for (step, call) in calls.iter().enumerate() {
+        let mut argv = strings(&["RL.CONCURRENCY"]);
+        argv.extend(strings(call));
+        let m = run(&mut conn, false, "{s}:m", &argv);
+        let t = run(&mut conn, true, "{s}:t", &argv);
+        let tolerance = began.elapsed().as_millis() as i64 + 2;
+        assert_same(&argv[0], &m, &t, tolerance, &format!("step {step}"));
+        let state = strings(&["RL.STATE"]);
+        let (m, t) = (
+            run(&mut conn, false, "{s}:m", &state),
+            run(&mut conn, true, "{s}:t", &state),
+        );
+        assert_same(
+            "RL.STATE",
+            &m,
+            &t,
+            tolerance,
+            &format!("state after step {step}"),
+        );
+        let at = |conn: &mut redis::Connection, key: &str| -> i64 {
+            redis::cmd("PEXPIRETIME").arg(key).query(conn).unwrap()
+        };
+        let (m, t) = (at(&mut conn, "{s}:m"), at(&mut conn, "{s}:t"));
+        assert!(
+            (m - t).abs() <= tolerance,
+            "step {step}: key expires at {t}, module's at {m}"
+        );
     }
 }
 
