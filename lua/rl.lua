@@ -987,6 +987,13 @@ local function build()
   -- (costly); Valkey with a fast conversion of its own. `%d` text is cheaper than the first
   -- and dearer than the second: the fast code sends text where this is true.
   M.FAST_TEXT = (redis.REDIS_VERSION_NUM or 0) < 0x070200
+  -- Redis before 7.2 hashes every byte of each string its Lua makes (GETRANGE's reply, a
+  -- substring, a concatenation: about 7 server instructions a byte), so a change of a few
+  -- bytes costs it less as small writes in place (SETRANGE, APPEND, PEXPIREAT) than as a
+  -- whole new value built in Lua. On Valkey a call from Lua costs more (about 5,800
+  -- instructions, through the module API) and the hash less, and one SET measured cheaper
+  -- (scripts/twin_instructions.py).
+  M.IN_PLACE = M.FAST_TEXT
   M.FAST_SLACK = M.TTL_SLACK_MS
 
   -- SET's PXAT for a write at `now` (us) whose reply says `reset` ms: the instant rounded up
@@ -2197,11 +2204,7 @@ local function build()
   local LG_LONGEST = 15 + 10 * M.MAX_LOG
   local LG_LAST = fmt("%d", LG_LONGEST)
   local FAST_MAX = M.FAST_MAX
-  -- Redis before 7.2 hashes every byte of each string Lua makes (GETRANGE's reply, a
-  -- substring, a concatenation: about 7 server instructions a byte), so three small writes
-  -- in place cost it less than a whole new log built in Lua; on Valkey 9.1 the one SET
-  -- measured cheaper (scripts/twin_instructions.py), so it keeps the rewrite.
-  local IN_PLACE = M.FAST_TEXT
+  local IN_PLACE = M.IN_PLACE
 
   M.FAST["RL.LOG"] = function(key, args)
     local p, cost = M.fast_pair_args(LG_TREE, LG_RANGES, lg_prepare, args)
@@ -2869,6 +2872,14 @@ local function build()
     return lease_ms * 1000 < M.FAST_MAX and { limit, lease_ms * 1000 }
   end
 
+  -- Offsets as text (see M.FAST_TEXT), at most one per record of the longest table.
+  local OFFSETS = {}
+  local function offset_text(at)
+    local text = fmt("%d", at)
+    OFFSETS[at] = text
+    return text
+  end
+
   -- Where `id`'s record starts in the table cc_live read last (its 1-based offset), when
   -- that table can take the id's new expiry in place: the id's lease is the newest (the
   -- list's tail) and no lease in the table has expired; false otherwise.
@@ -3023,13 +3034,14 @@ local function build()
       -- general path would build differs from this one only in that lease's expiry (when
       -- the module left the table with other slots or tombstones, those stay, as the
       -- module's own update in place leaves them).
-      -- Two small writes cost the server less than a whole new value from Lua.
+      -- Two small writes: on Redis 7.0 they cost less than a new value built in Lua (see
+      -- M.IN_PLACE), on Valkey 9.1 about the same.
       local at = in_place + 5
       local pxat = expires / 1000
       pxat = pxat - pxat % 1
       pxat = (pxat * 1000 < expires and pxat + 1 or pxat) + M.TTL_SLACK_MS
       if M.FAST_TEXT then
-        at, pxat = fmt("%d", at), fmt("%d", pxat)
+        at, pxat = OFFSETS[at] or offset_text(at), fmt("%d", pxat)
       end
       call("SETRANGE", key, at, spack("<I8", expires))
       call("PEXPIREAT", key, pxat)

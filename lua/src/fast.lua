@@ -130,6 +130,13 @@ end
 -- (costly); Valkey with a fast conversion of its own. `%d` text is cheaper than the first
 -- and dearer than the second: the fast code sends text where this is true.
 M.FAST_TEXT = (redis.REDIS_VERSION_NUM or 0) < 0x070200
+-- Redis before 7.2 hashes every byte of each string its Lua makes (GETRANGE's reply, a
+-- substring, a concatenation: about 7 server instructions a byte), so a change of a few
+-- bytes costs it less as small writes in place (SETRANGE, APPEND, PEXPIREAT) than as a
+-- whole new value built in Lua. On Valkey a call from Lua costs more (about 5,800
+-- instructions, through the module API) and the hash less, and one SET measured cheaper
+-- (scripts/twin_instructions.py).
+M.IN_PLACE = M.FAST_TEXT
 M.FAST_SLACK = M.TTL_SLACK_MS
 
 -- SET's PXAT for a write at `now` (us) whose reply says `reset` ms: the instant rounded up

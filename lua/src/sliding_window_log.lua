@@ -210,11 +210,7 @@ local LG_TREE, LG_RANGES = M.fast_tree(), M.KINDS.L.params
 local LG_LONGEST = 15 + 10 * M.MAX_LOG
 local LG_LAST = fmt("%d", LG_LONGEST)
 local FAST_MAX = M.FAST_MAX
--- Redis before 7.2 hashes every byte of each string Lua makes (GETRANGE's reply, a
--- substring, a concatenation: about 7 server instructions a byte), so three small writes
--- in place cost it less than a whole new log built in Lua; on Valkey 9.1 the one SET
--- measured cheaper (scripts/twin_instructions.py), so it keeps the rewrite.
-local IN_PLACE = M.FAST_TEXT
+local IN_PLACE = M.IN_PLACE
 
 M.FAST["RL.LOG"] = function(key, args)
   local p, cost = M.fast_pair_args(LG_TREE, LG_RANGES, lg_prepare, args)
