@@ -26,14 +26,16 @@ use crate::settle_body::SettleOnTrailers;
 
 /// Headers that belong to one connection, not to the message (RFC 9110 section 7.6.1),
 /// besides those named in `Connection`.
-const HOP_BY_HOP: [&str; 7] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// Names, not strings: removing by a string parses it into a name first, seven times per
+/// message each way.
+const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
 
 /// How to reach the upstream.
@@ -319,6 +321,15 @@ fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
 /// Removes the connection-specific headers: the fixed list and every header named in
 /// `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(header::CONNECTION) {
+        strip_named_in_connection(headers);
+    }
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+fn strip_named_in_connection(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -327,9 +338,6 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
         .collect();
     for name in named {
-        headers.remove(name);
-    }
-    for name in HOP_BY_HOP {
         headers.remove(name);
     }
 }
@@ -377,6 +385,12 @@ fn set_forwarded(
 
 /// Sets `name` to its existing values (all lines, comma-joined) followed by `value`.
 fn append(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+    if !headers.contains_key(&name) {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(name, v);
+        }
+        return;
+    }
     let prev: Vec<&str> = headers
         .get_all(&name)
         .iter()
