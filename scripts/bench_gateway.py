@@ -257,6 +257,7 @@ def run(server):
                 results[name].append(res)
                 print(f"{os.path.basename(server)} round {r + 1} {name}: {res['rps']:.0f}/s p50 {res['p50_ms']:.2f} ms "
                       f"p99 {res['p99_ms']:.2f} ms, servers' CPU {res['cpu_us']:.1f} us/request", flush=True)
+        load_after = loadavg()
         return server_version(server), results, load_before, load_after
     finally:
         for p in reversed(started):
