@@ -249,9 +249,9 @@ local function build()
   -- ------------------------------------------------------------------------------------------
   -- lua/src/storage.lua
   -- Stored bytes: magic "\0RL", version, tag, fields (src/encoding): version 1 has
-  -- little-endian fixed-width fields (still read; written for a log), version 2 the fields of
-  -- a fixed-size state as varints (written for T, S, F, G) and a concurrency limiter's lease
-  -- table.
+  -- little-endian fixed-width fields (a log: varints), version 2 the fields of a fixed-size
+  -- state as varints (the module writes it for T, S, F, G; the twin writes version 1), a
+  -- concurrency limiter's lease table, and a log of fixed-width entries (the twin writes it).
 
   function M.corrupt(tag)
     M.fail("ERR key holds a corrupt redis-rl " .. M.KINDS[tag].name .. " limiter")
@@ -277,7 +277,7 @@ local function build()
       M.not_ours()
     end
     local version, stored = byte(v, 4), sub(v, 5, 5)
-    if version ~= 1 and not (version == 2 and (stored == "C" or M.V1_LEN[stored])) then
+    if version ~= 1 and not (version == 2 and (stored == "C" or stored == "L" or M.V1_LEN[stored])) then
       M.fail("ERR key holds a redis-rl limiter in format version " .. version .. ", this module reads version 1")
     end
     if not M.KINDS[stored] then
@@ -954,8 +954,8 @@ local function build()
   end
 
   -- The key's first bytes (GETRANGE 0 `last`, a string constant; "" when the key is missing)
-  -- and the server's time in us (M.now_us, here in the same call); nil when the general
-  -- path must answer (an empty string).
+  -- and the server's time in us (M.now_us, here in the same call) and its whole second in
+  -- us; nil when the general path must answer (an empty string).
   function M.fast_read(key, last)
     local v = call("GETRANGE", key, "0", last)
     if v == "" and call("EXISTS", key) ~= 0 then
@@ -965,7 +965,7 @@ local function build()
     if t[1] ~= clock_s then
       clock_s, clock_us = t[1], t[1] * 1000000
     end
-    return v, clock_us + t[2]
+    return v, clock_us + t[2], clock_us
   end
 
   -- The parameters (`prepare`d, from `tree`) and cost of `RL.X key a b [COST n]`, or nil.
@@ -1802,11 +1802,34 @@ local function build()
   local GC_HEAD, GC_LEN, GC_FORMAT = sunpack("<I5", "\0RL\1G"), M.V1_LEN.G, "<I5I6I8I2I8I8"
   local TWO48, TWO26 = 281474976710656, 67108864
   local FAST_MAX, HALF_FAST, LONGEST = M.FAST_MAX, M.FAST_MAX / 2, M.MAX_DURATION_MS
+  local SLACK, AS_TEXT = M.TTL_SLACK_MS, M.FAST_TEXT
 
-  -- limit, period_ms, interval, the limit's 26-bit halves (and RL.THROTTLE's burst).
+  -- limit, period_ms, interval, the limit's 26-bit halves, RL.THROTTLE's burst (6), the last
+  -- whole second (in us) seen (7; false before the first call) with its product by the limit
+  -- split at 2^48 (8, 9), and whether the limit is below 2^33 (10), so that the product of up
+  -- to 10^6 us by the limit is exact and 7-9 are used.
   local function gcra_prepare(limit, period_ms)
     local high = floor(limit / TWO26)
-    return { limit, period_ms, period_ms * 1000, high, limit - high * TWO26 }
+    return { limit, period_ms, period_ms * 1000, high, limit - high * TWO26, false, 0, 0, 0, limit < 8589934592 }
+  end
+
+  -- t x limit as x * 2^48 + y, y < 2^48 (t < 2^52): from four exact products of 26-bit halves.
+  local function split_product(t, p)
+    local nh = t / TWO26
+    nh = nh - nh % 1
+    local nl = t - nh * TWO26
+    local b = nh * p[5] + nl * p[4]
+    local c = nl * p[5]
+    local bq = b / 4194304
+    bq = bq - bq % 1
+    local cq = c / TWO48
+    cq = cq - cq % 1
+    local y = (b - bq * 4194304) * TWO26 + (c - cq * TWO48)
+    local x = nh * p[4] * 16 + bq + cq
+    if y >= TWO48 then
+      return x + 1, y - TWO48
+    end
+    return x, y
   end
 
   local function throttle_prepare(max_burst, count, period_s)
@@ -1867,10 +1890,17 @@ local function build()
     if span >= HALF_FAST then
       return nil
     end
-    local v, now = M.fast_read(key, "44")
-    if not v then
+    -- M.fast_read, here in the function.
+    local v = call("GETRANGE", key, "0", "44")
+    if v == "" and call("EXISTS", key) ~= 0 then
       return nil
     end
+    local t = call("TIME")
+    if t[1] ~= clock_s then
+      clock_s, clock_us = t[1], t[1] * 1000000
+    end
+    local second = clock_us
+    local now = second + t[2]
     local low, high, top, stored_limit, stored_period
     if #v == GC_LEN then
       local head
@@ -1882,20 +1912,20 @@ local function build()
     elseif v ~= "" then
       return nil
     end
-    -- now x limit = x * 2^48 + y, y < 2^48.
-    local nh = now / TWO26
-    nh = nh - nh % 1
-    local nl = now - nh * TWO26
-    local b = nh * p[5] + nl * p[4]
-    local c = nl * p[5]
-    local bq = b / 4194304
-    bq = bq - bq % 1
-    local cq = c / TWO48
-    cq = cq - cq % 1
-    local y = (b - bq * 4194304) * TWO26 + (c - cq * TWO48)
-    local x = nh * p[4] * 16 + bq + cq
-    if y >= TWO48 then
-      x, y = x + 1, y - TWO48
+    -- now x limit = x * 2^48 + y, y < 2^48: the whole second's product (once a second), plus
+    -- the microseconds' (exact below 2^53).
+    local x, y
+    if p[10] then
+      if p[7] ~= second then
+        p[8], p[9] = split_product(second, p)
+        p[7] = second
+      end
+      y = p[9] + (now - second) * limit
+      x = y / TWO48
+      x = x - x % 1
+      y, x = y - x * TWO48, x + p[8]
+    else
+      x, y = split_product(now, p)
     end
     if x >= FAST_MAX then
       return nil
@@ -1934,9 +1964,9 @@ local function build()
       carry = carry - carry % 1
       local at = now / 1000
       at = at - at % 1
-      at = (at * 1000 < now and at + 1 or at) + reset + M.TTL_SLACK_MS
+      at = (at * 1000 < now and at + 1 or at) + reset + SLACK
       call("SET", key, spack(GC_FORMAT, GC_HEAD, z - carry * TWO48, x + carry, 0, limit, period_ms), "PXAT",
-        M.FAST_TEXT and fmt("%d", at) or at)
+        AS_TEXT and fmt("%d", at) or at)
     end
     -- Below 2^53, floor(a / b) of `/` is exact.
     local remaining = span > after and (span - after) / interval or 0
@@ -1955,15 +1985,46 @@ local function build()
 
   -- ------------------------------------------------------------------------------------------
   -- lua/src/sliding_window_log.lua
-  -- Sliding window log (core/src/sliding_log.rs): varint-encoded entries, oldest first.
+  -- Sliding window log (core/src/sliding_log.rs): entries oldest first. The module writes
+  -- version 1 (varints: small); the twin writes version 2 (src/encoding/sliding_log.rs):
+  -- `window_ms` (8 bytes), the total count (2), then per entry its instant (8) and count (2),
+  -- little-endian, which its fast code reads and drops at computed offsets, a constant
+  -- number of Lua operations per call. Each side reads both.
 
   M.LG = M.window_algorithm("L")
   M.MAX_LOG = M.KINDS.L.params[1][3]
+  local LG_HEAD = sunpack("<I5", "\0RL\2L")
+
+  -- A version 2 log's entries (nil when not a valid one).
+  local function read_fixed_log(v)
+    local len = #v
+    if len < 15 or (len - 15) % 10 ~= 0 then
+      return nil
+    end
+    local window_ms, total = M.read_u64(v, 6), sunpack("<I2", v, 14)
+    if not M.valid_duration(window_ms) or total > M.MAX_LOG then
+      return nil
+    end
+    local times, counts, previous, sum = {}, {}, 0, 0
+    for pos = 16, len, 10 do
+      local at, n = M.read_u64(v, pos), sunpack("<I2", v, pos + 8)
+      if not at or at > M.LATEST_US or at < previous or n == 0 then
+        return nil
+      end
+      previous, sum = at, sum + n
+      times[#times + 1] = at
+      counts[#counts + 1] = n
+    end
+    return sum == total and { window_ms = window_ms, times = times, counts = counts }
+  end
 
   function M.LG.read(key)
     local v = M.read_value(key, "L")
     if not v then
       return nil
+    end
+    if byte(v, 4) == 2 then
+      return read_fixed_log(v) or M.corrupt("L")
     end
     local window_ms, pos = M.read_varint(v, 6)
     if not M.valid_duration(window_ms) then
@@ -1995,23 +2056,12 @@ local function build()
   end
 
   function M.LG.encode(s)
-    local out = {}
-    M.varint(out, s.window_ms)
-    local previous = 0
+    local parts, total = {}, 0
     for i = 1, #s.times do
-      local delta = s.times[i] - previous
-      previous = s.times[i]
-      if s.counts[i] == 1 then
-        M.varint(out, delta * 2)
-      else
-        M.varint(out, delta * 2 + 1)
-        M.varint(out, s.counts[i])
-      end
+      parts[i + 1] = spack("<I8I2", s.times[i], s.counts[i])
+      total = total + s.counts[i]
     end
-    local parts = { "\0RL\1L" }
-    for i = 1, #out, 4096 do
-      parts[#parts + 1] = char(unpack(out, i, math.min(i + 4095, #out)))
-    end
+    parts[1] = spack("<I5I8I2", LG_HEAD, s.window_ms, total)
     return table.concat(parts)
   end
 
@@ -2129,6 +2179,110 @@ local function build()
       "oldest_at_ms", n > 0 and M.idiv(s.times[1], 1000) or 0,
       "newest_at_ms", n > 0 and M.idiv(s.times[n], 1000) or 0,
     }
+  end
+
+  -- The fast path (see fast.lua) of `RL.LOG key limit window_ms [COST n]`: M.LG.check on a
+  -- missing key or a version 2 log of the same window, in one function. The entries that
+  -- left the window are read from the front and dropped with a substring; the units still
+  -- in it are the stored total less theirs; a denial reads entries from the front until
+  -- enough units would leave; a write appends one entry (or adds to the newest at the same
+  -- instant). The fast code checks the header, the length and the entries it reads (the
+  -- general path checks every entry).
+  local function lg_prepare(limit, window_ms)
+    return window_ms * 1000 < M.FAST_MAX and { limit, window_ms, window_ms * 1000 }
+  end
+  local LG_TREE, LG_RANGES = M.fast_tree(), M.KINDS.L.params
+  -- The longest valid version 2 log, and GETRANGE's last offset: one byte more, so a
+  -- longer value is seen as such.
+  local LG_LONGEST = 15 + 10 * M.MAX_LOG
+  local LG_LAST = fmt("%d", LG_LONGEST)
+  local FAST_MAX = M.FAST_MAX
+
+  M.FAST["RL.LOG"] = function(key, args)
+    local p, cost = M.fast_pair_args(LG_TREE, LG_RANGES, lg_prepare, args)
+    if not p then
+      return nil
+    end
+    local limit, window_ms, window = p[1], p[2], p[3]
+    local v, now = M.fast_read(key, LG_LAST)
+    if not v then
+      return nil
+    end
+    local len, pos, used, newest = #v, 16, 0, nil
+    local at = now
+    if len > 0 then
+      if len < 15 or len > LG_LONGEST or (len - 15) % 10 ~= 0 then
+        return nil
+      end
+      local head, stored_ms, total = sunpack("<I5I8I2", v)
+      if head ~= LG_HEAD or stored_ms ~= window_ms or total > M.MAX_LOG then
+        return nil
+      end
+      used = total
+      if len > 15 then
+        local last, n = sunpack("<I8I2", v, len - 9)
+        if last >= FAST_MAX or n == 0 then
+          return nil
+        end
+        if last > now then
+          at = last
+        end
+        -- The entries that left the window: their units are no longer used.
+        local previous = 0
+        while pos < len do
+          local t, c = sunpack("<I8I2", v, pos)
+          if t + window > at then
+            break
+          end
+          if t < previous or c == 0 or c > used then
+            return nil
+          end
+          previous, used, pos = t, used - c, pos + 10
+        end
+        if pos < len then
+          newest = last
+        elseif used ~= 0 then
+          return nil
+        end
+      elseif total ~= 0 then
+        return nil
+      end
+    end
+    local reset = 0
+    if newest then
+      reset = M.cdiv(newest + window - now, 1000)
+    end
+    local left = limit - used
+    if cost > limit then
+      return { 0, limit, left > 0 and left or 0, -1, reset }
+    end
+    local excess = used + cost - limit
+    if excess > 0 then
+      -- The oldest entries whose units, once out of the window, let the call in.
+      local i, freed, t, c = pos, 0, 0, 0
+      while freed < excess and i < len do
+        t, c = sunpack("<I8I2", v, i)
+        freed, i = freed + c, i + 10
+      end
+      if freed < excess or c == 0 then
+        return nil
+      end
+      local retry = t + window > now and M.cdiv(t + window - now, 1000) or 0
+      return { 0, limit, left > 0 and left or 0, retry, reset }
+    end
+    if cost == 0 then
+      return { 1, limit, left, 0, reset }
+    end
+    local value
+    if newest == at then
+      value = spack("<I5I8I2", LG_HEAD, window_ms, used + cost) .. sub(v, pos, len - 2)
+        .. spack("<I2", sunpack("<I2", v, len - 1) + cost)
+    else
+      value = spack("<I5I8I2", LG_HEAD, window_ms, used + cost) .. sub(v, pos, len) .. spack("<I8I2", at, cost)
+    end
+    reset = M.cdiv(at + window - now, 1000)
+    call("SET", key, value, "PXAT", M.fast_expiry(now, reset))
+    return { 1, limit, left - cost, 0, reset }
   end
 
   -- ------------------------------------------------------------------------------------------
@@ -2645,6 +2799,211 @@ local function build()
   end
   M.COMMANDS["RL.CONCURRENCY"] = M.run_concurrency
 
+  -- The fast path (see fast.lua) of `RL.CONCURRENCY key limit lease_ms ACQUIRE id` on a
+  -- missing key or a lease table: M.CC.acquire and M.CC.encode in one function on plain
+  -- numbers, the table's records read with `struct` at computed offsets and its home slots
+  -- by id cached. The result is the general path's, byte for byte: a new table of the live
+  -- leases (it is laid out from the leases, so it is rebuilt whole).
+  local CC_TREE, CC_RANGES = M.fast_tree(), M.KINDS.C.params
+  local CC_HEAD = sunpack("<I5", "\0RL\2C")
+  local CC_LONGEST, CC_LAST = M.MAX_LEN.C, fmt("%d", M.MAX_LEN.C)
+  local MAX_ID_LEN, LATEST_US = M.MAX_ID_LEN, M.LATEST_US
+  -- A record's format by the length of its id (the id packed as `c<length>`).
+  local RECORD = {}
+  for len = 1, MAX_ID_LEN do
+    RECORD[len] = "<BBI2I2I8c" .. len
+  end
+  local POW2, HOMES, homes = {}, {}, 0
+  for i = 1, 15 do
+    POW2[2 ^ i] = true
+  end
+  local ZEROS = {}
+  local function zeros(n)
+    local z = ZEROS[n]
+    if not z then
+      z = string.rep("\0", n)
+      ZEROS[n] = z
+    end
+    return z
+  end
+
+  -- FNV-1a 64 of the id, low 16 bits (see `home`), cached by id.
+  local function fnv16(id)
+    local h = HOMES[id]
+    if not h then
+      h = home(id, 65535)
+      homes = homes + 1
+      if homes > 1024 then
+        HOMES, homes = {}, 0
+      end
+      HOMES[id] = h
+    end
+    return h
+  end
+
+  -- Scratch tables of the fast code (a new table costs an allocation and a rehash per size
+  -- doubling): only the entries a call sets are read, `taken` is emptied after use (new
+  -- tables if a call stopped before that: `dirty`), and tables grown past 64 leases are let go.
+  local IDS, EXP, TAKEN, SLOTS, PARTS = {}, {}, {}, {}, {}
+  local dirty = false
+
+  local function cc_prepare(limit, lease_ms)
+    return lease_ms * 1000 < M.FAST_MAX and { limit, lease_ms * 1000 }
+  end
+
+  -- The live leases of a table `v` (IDS, EXP: soonest expiry first) but `id`: their number
+  -- and whether `id` holds one; nil when the general path must read it.
+  local function cc_live(v, now, id)
+    local ids, exp, n, held = IDS, EXP, 0, false
+    local len = #v
+    if len == 0 then
+      return 0, false
+    end
+    if len < 17 or len > CC_LONGEST then
+      return nil
+    end
+    local head, width, capacity, held_n, used, first, last = sunpack("<I5I2I2I2I2I2I2", v)
+    local record = 14 + width
+    if head ~= CC_HEAD or width < 1 or width > MAX_ID_LEN or not POW2[capacity]
+      or len ~= 17 + capacity * record or held_n > used or used >= capacity
+      or (held_n == 0) ~= (first == NONE) or (held_n == 0) ~= (last == NONE) then
+      return nil
+    end
+    local cur, prev, seen, previous = first, NONE, 0, 0
+    while cur ~= NONE do
+      if cur >= capacity or seen >= held_n then
+        return nil
+      end
+      local at = 18 + cur * record
+      local state, size, back, nxt, e = sunpack("<BBI2I2I8", v, at)
+      if state ~= 1 or back ~= prev or size + 1 > width or e >= LATEST_US or e < previous then
+        return nil
+      end
+      if e > now then
+        local lease = sub(v, at + 14, at + 14 + size)
+        if lease == id then
+          held = true
+        else
+          n = n + 1
+          ids[n], exp[n] = lease, e
+        end
+      end
+      seen, prev, previous, cur = seen + 1, cur, e, nxt
+    end
+    if seen ~= held_n or prev ~= last then
+      return nil
+    end
+    return n, held
+  end
+
+  -- Writes the `n` leases of IDS and EXP as M.CC.encode and store do.
+  local function cc_store(key, n)
+    local ids, exp = IDS, EXP
+    local width = 1
+    for i = 1, n do
+      if #ids[i] > width then
+        width = #ids[i]
+      end
+    end
+    local capacity = 2
+    while capacity < 2 * n and capacity < 32768 do
+      capacity = capacity * 2
+    end
+    if dirty then
+      TAKEN, SLOTS, PARTS = {}, {}, {}
+    end
+    dirty = true
+    local taken, slots, parts = TAKEN, SLOTS, PARTS
+    slots[n + 1] = nil
+    for i = 1, n do
+      local slot = (HOMES[ids[i]] or fnv16(ids[i])) % capacity
+      while taken[slot] do
+        slot = (slot + 1) % capacity
+      end
+      taken[slot], slots[i] = i, slot
+    end
+    parts[1] = spack("<I5I2I2I2I2I2I2", CC_HEAD, width, capacity, n, n, slots[1], slots[n])
+    local empty = zeros(14 + width)
+    for slot = 0, capacity - 1 do
+      local i = taken[slot]
+      if i then
+        local lease = ids[i]
+        local size = #lease
+        local r = spack(RECORD[size], 1, size - 1, slots[i - 1] or NONE, slots[i + 1] or NONE, exp[i], lease)
+        parts[slot + 2] = size < width and r .. zeros(width - size) or r
+      else
+        parts[slot + 2] = empty
+      end
+    end
+    local value = table.concat(parts, "", 1, capacity + 1)
+    for i = 1, n do
+      taken[slots[i]] = nil
+    end
+    dirty = false
+    if n > 64 then
+      IDS, EXP, TAKEN, SLOTS, PARTS = {}, {}, {}, {}, {}
+    end
+    local at = exp[n] / 1000
+    at = at - at % 1
+    at = (at * 1000 < exp[n] and at + 1 or at) + M.TTL_SLACK_MS
+    call("SET", key, value, "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+  end
+
+  -- `RL.CONCURRENCY key limit lease_ms ACQUIRE id` and `RL.CONCURRENCY key RELEASE id`.
+  M.FAST["RL.CONCURRENCY"] = function(key, args)
+    local count = #args
+    local release = count == 3 and args[2] == "RELEASE"
+    local id = release and args[3] or args[5]
+    if not release and (count ~= 5 or args[4] ~= "ACQUIRE") or #id < 1 or #id > MAX_ID_LEN then
+      return nil
+    end
+    local p
+    if not release then
+      p = (CC_TREE[args[2]] or EMPTY)[args[3]]
+      if p == nil then
+        p = M.fast_parse(CC_TREE, args, 2, CC_RANGES, cc_prepare)
+      end
+      if not p then
+        return nil
+      end
+    end
+    local v, now = M.fast_read(key, CC_LAST)
+    if not v then
+      return nil
+    end
+    local n, held = cc_live(v, now, id)
+    if not n then
+      return nil
+    end
+    local ids, exp = IDS, EXP
+    if release then
+      if not held then
+        return 0
+      end
+      if n == 0 then
+        call("DEL", key)
+      else
+        cc_store(key, n)
+      end
+      return 1
+    end
+    local limit = p[1]
+    if not held and n >= limit then
+      local frees = exp[n - limit + 1]
+      return { 0, limit, 0, frees > now and M.cdiv(frees - now, 1000) or 0, 0 }
+    end
+    -- `id` after the leases expiring no later than it.
+    local expires = now + p[2]
+    local k = n + 1
+    while k > 1 and exp[k - 1] > expires do
+      ids[k], exp[k] = ids[k - 1], exp[k - 1]
+      k = k - 1
+    end
+    ids[k], exp[k] = id, expires
+    cc_store(key, n + 1)
+    return { 1, limit, limit > n + 1 and limit - n - 1 or 0, 0, 0 }
+  end
+
   -- ------------------------------------------------------------------------------------------
   -- lua/src/commands.lua
   -- Commands: one per rate limiter (RL.<SPEC>), RL.ALL, RL.REFUND, RL.STATE, RL.RESET, and
@@ -2760,6 +3119,30 @@ local function build()
     return reply
   end
 
+  -- `COSTS n1 ... nk` right after RL.ALL's specs (as the module: src/commands/all.rs): each
+  -- key's own cost, so that keys charged differently are still decided in one atomic call.
+  -- Sets specs[i].cost; returns the index of the options after it.
+  function M.parse_costs(args, at, specs)
+    local word = args[at]
+    if word == nil or word:upper() ~= "COSTS" then
+      return at
+    end
+    local n = #specs
+    if #args - at < n then
+      M.fail("ERR COSTS needs one cost per key (" .. n .. ")")
+    end
+    for i = 1, n do
+      specs[i].cost = M.integer(args[at + i], M.COST)
+    end
+    -- A cost's value is a number, never the word: any COST here is the option.
+    for i = at + n + 1, #args do
+      if args[i]:upper() == "COST" then
+        M.fail("ERR COST and COSTS cannot be given together")
+      end
+    end
+    return at + n + 1
+  end
+
   function M.run_all(args)
     local n = #M.KEYS
     if n + #args < 3 then
@@ -2781,6 +3164,7 @@ local function build()
       algo, p, at = M.parse_spec(args, at, "spec " .. i .. ": ")
       specs[i] = { algo = algo, p = p }
     end
+    at = M.parse_costs(args, at, specs)
     local cost, peek = M.options(args, at, nil, false)
     for i = 1, n do
       specs[i].p = M.finish(specs[i].algo, specs[i].p)
@@ -2792,7 +3176,7 @@ local function build()
     local now = M.now_us()
     local decisions, writes, denied = {}, {}, 0
     for i = 1, n do
-      decisions[i], writes[i] = specs[i].algo.check(states[i], now, specs[i].p, cost)
+      decisions[i], writes[i] = specs[i].algo.check(states[i], now, specs[i].p, specs[i].cost or cost)
       M.check_exact(decisions[i])
       if denied == 0 and not decisions[i].allowed then
         denied = i

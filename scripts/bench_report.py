@@ -48,6 +48,16 @@ def config_name(random_keys, pipeline):
                                 pipeline)
 
 
+def criterion_section(level, criterion):
+    """The criterion medians as a section whose title has the heading `level` ("#", "##")."""
+    lines = [level + " Core decisions (criterion)", "",
+             "`cargo bench` of the pure algorithms (and of the client's local fallback, if "
+             "benched): median time per decision, no Redis involved.", "",
+             "| benchmark | ns per decision |", "|---|---:|"]
+    lines += ["| %s | %.1f |" % (name, ns) for name, ns in criterion]
+    return lines + [""]
+
+
 def report(results, mem, criterion, info, present, problems, leases=None):
     c = CONFIG
     med = {name: {cfg: statistics.median(r["rps"] for r in runs) for cfg, runs in per.items()}
@@ -117,13 +127,7 @@ def report(results, mem, criterion, info, present, problems, leases=None):
         lines.append("")
     lines += lease_report(leases)
     if criterion:
-        lines += ["## Core decisions (criterion)", "",
-                  "`cargo bench` of the pure algorithms (and of the client's local fallback, if "
-                  "benched): median time per decision, no Redis involved.", "",
-                  "| benchmark | ns per decision |", "|---|---:|"]
-        for name, ns in criterion:
-            lines.append("| %s | %.1f |" % (name, ns))
-        lines.append("")
+        lines += criterion_section("##", criterion)
     lines += ["## How the figures were made", "",
               "- One `redis-server` (Debian's, no persistence) on a free loopback port with "
               "`libredis_rl.so` and redis-cell's `libredis_cell.so` loaded; the Lua script "
@@ -262,13 +266,7 @@ def write_report(runs, criterion):
         for line in body[4:]:  # the title and its note are above, once
             lines.append("#" + line if line.startswith("## ") else line)
     if criterion:
-        lines += ["# Core decisions (criterion)", "",
-                  "`cargo bench` of the pure algorithms (and of the client's local fallback, if "
-                  "benched): median time per decision, no Redis involved.", "",
-                  "| benchmark | ns per decision |", "|---|---:|"]
-        for name, ns in criterion:
-            lines.append("| %s | %.1f |" % (name, ns))
-        lines.append("")
+        lines += criterion_section("#", criterion)
     lines += kept_sections(CONFIG["out"])
     with open(CONFIG["out"], "w") as f:
         f.write("\n".join(lines))

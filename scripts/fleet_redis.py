@@ -41,21 +41,11 @@ class Node:
         logpath = os.path.join(self.dir, "redis.log")
         log_start = procs.log_size(logpath)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server on port {self.port} exited "
-                                   f"({self.proc.returncode}); the end of {logpath}:\n"
-                                   + procs.log_tail(logpath, start=log_start))
-            try:
-                if resp.call(self.port, "PING", timeout=0.2) == "PONG":
-                    return
-            except (OSError, RuntimeError):
-                pass
-            time.sleep(0.02)
-        self.kill()
-        raise RuntimeError(f"redis-server on port {self.port} did not answer PING within 10 s; "
-                           f"the end of {logpath}:\n" + procs.log_tail(logpath, start=log_start))
+        try:
+            procs.wait_for_ping(self.proc, self.port, logpath, log_start)
+        except RuntimeError:
+            self.kill()
+            raise
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None

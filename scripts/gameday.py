@@ -96,20 +96,11 @@ class RedisServer:
         log_start = procs.log_size(logpath)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         self.stopped = False
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server on port {self.port} exited ({self.proc.returncode}); "
-                                   f"the end of {logpath}:\n" + procs.log_tail(logpath, start=log_start))
-            try:
-                if resp.call(self.port, "PING", timeout=0.2) == "PONG":
-                    return
-            except (OSError, RuntimeError):
-                pass
-            time.sleep(0.01)
-        self.kill()
-        raise RuntimeError(f"redis-server on port {self.port} did not answer PING within 10 s; "
-                           f"the end of {logpath}:\n" + procs.log_tail(logpath, start=log_start))
+        try:
+            procs.wait_for_ping(self.proc, self.port, logpath, log_start)
+        except RuntimeError:
+            self.kill()
+            raise
 
     def kill(self):
         if self.proc and self.proc.poll() is None:

@@ -1,9 +1,12 @@
 """Processes the scripts (bench.py, fleet.py, gameday.py) start on loopback (their ports come
-from ports.py): the end of a log for an error, and a stop that waits a bounded time. The
-standard library only."""
+from ports.py): the end of a log for an error, a wait for a server's first PING, and a stop
+that waits a bounded time. The standard library only."""
 
 import os
 import subprocess
+import time
+
+import resp
 
 
 def log_tail(path, lines=20, start=0):
@@ -36,3 +39,22 @@ def stop(proc, grace_s=5):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def wait_for_ping(proc, port, logpath, log_start, limit_s=10):
+    """Waits until the redis-server `proc` on `port` answers PING. Raises RuntimeError with
+    the end of its log `logpath` (from byte `log_start`: this start's lines) when it exits
+    first or does not answer within `limit_s`; the caller kills it then."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"redis-server on port {port} exited ({proc.returncode}); "
+                               f"the end of {logpath}:\n" + log_tail(logpath, start=log_start))
+        try:
+            if resp.call(port, "PING", timeout=0.2) == "PONG":
+                return
+        except (OSError, RuntimeError):
+            pass
+        time.sleep(0.01)
+    raise RuntimeError(f"redis-server on port {port} did not answer PING within {limit_s} s; "
+                       f"the end of {logpath}:\n" + log_tail(logpath, start=log_start))

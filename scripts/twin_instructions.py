@@ -3,9 +3,10 @@
 the scripts it is measured against (the load of a shared machine does not move them), each on
 its own keys in one server without the module:
 
-    python3 scripts/twin_instructions.py [SERVER] [CALLS]
+    python3 scripts/twin_instructions.py [SERVER] [CALLS] [ONLY]
 
-SERVER defaults to $RL_SERVER or redis-server, CALLS to 6000 (over 100 keys, pipeline 16,
+SERVER defaults to $RL_SERVER or redis-server, CALLS to 6000, ONLY (a word such as LOG or
+GCRA) keeps the twin's commands whose names contain it, beside the two scripts (over 100 keys, pipeline 16,
 every call allowed: the log then holds up to 60 entries a key). Counts are exact, but the Lua
 garbage collector's cycles fall in or out of a run: at 2000 calls two runs of one command
 differ by up to 2-3%, at 6000 by about 1-2%. redis_rate's GCRA script is included when
@@ -40,6 +41,7 @@ COMMANDS = [
 def main():
     bench.CONFIG["server"] = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("RL_SERVER", "redis-server")
     calls_n = int(sys.argv[2]) if len(sys.argv) > 2 else 6000
+    only = sys.argv[3] if len(sys.argv) > 3 else None
     out_dir = os.path.join(ROOT, "target", "bench", "twin-callgrind")
     os.makedirs(out_dir, exist_ok=True)
     for f in os.listdir(out_dir):
@@ -60,6 +62,8 @@ def main():
             c.call("FUNCTION", "LOAD", "REPLACE", f.read())
         for i, (name, args, stat) in enumerate(COMMANDS):
             if "{rsha}" in args and not rsha:
+                continue
+            if only and name.startswith("twin") and only not in name:
                 continue
             argv = [a.replace("{k}", "k%d:__rand_int__" % i).replace("{sha}", sha)
                     .replace("{rsha}", rsha or "") for a in args]

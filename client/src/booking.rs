@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use futures_util::future::join_all;
 
 use crate::command;
-use crate::decider::unknown;
+use crate::decider::{cost_at, unknown};
 use crate::decision::{parse_all, Decision, MultiDecision};
 use crate::error::Result;
 use crate::limiter::Limiter;
@@ -16,73 +16,22 @@ use crate::policy::Policy;
 
 pub use redis_rl_policy::Adjust;
 
-/// Indices of `units` grouped by their value, in order of first appearance.
-fn by_units(units: &[u64]) -> Vec<(u64, Vec<usize>)> {
-    let mut groups: Vec<(u64, Vec<usize>)> = Vec::new();
-    for (i, &u) in units.iter().enumerate() {
-        match groups.iter_mut().find(|(v, _)| *v == u) {
-            Some((_, members)) => members.push(i),
-            None => groups.push((u, vec![i])),
-        }
-    }
-    groups
-}
-
 impl Limiter {
-    /// Takes `units[i]` on `items[i]`, all or nothing. Equal units: one
-    /// [`Limiter::check_all_n`] (atomic per hash slot). Different units: one call per
-    /// distinct number of units, in order; when one denies, the units the earlier calls took
-    /// are given back (`RL.REFUND`, best effort as across hash slots).
+    /// Takes `units[i]` on `items[i]` (a missing one is 1), all or nothing, equal units or
+    /// not: one decision, one `RL.ALL ... COSTS` per hash slot (atomic on a standalone
+    /// server and within a slot; across slots as [`Limiter::check_all_n`] says), with the
+    /// Lua twin too. A hot key's units come from its lease, the local fallback takes each
+    /// key's own units.
     pub async fn check_all_units<K: AsRef<str>>(
         &self,
         items: &[(K, Policy)],
         units: &[u64],
     ) -> MultiDecision {
-        let groups = by_units(units);
-        if groups.len() <= 1 {
-            let n = groups.first().map_or(1, |(n, _)| *n);
-            return self.check_all_n(items, n).await;
-        }
-        let mut decisions: Vec<Decision> = items.iter().map(|(_, p)| unknown(p.params())).collect();
-        let mut taken: Vec<(u64, Vec<usize>)> = Vec::new();
-        for (n, members) in groups {
-            let group: Vec<(&str, Policy)> = members
-                .iter()
-                .filter_map(|&i| items.get(i).map(|(k, p)| (k.as_ref(), *p)))
-                .collect();
-            let md = self.check_all_n(&group, n).await;
-            for (&i, d) in members.iter().zip(md.decisions) {
-                if let Some(slot) = decisions.get_mut(i) {
-                    *slot = d;
-                }
-            }
-            if let Some(j) = md.denied {
-                let refunds = taken.iter().flat_map(|(n, members)| {
-                    members.iter().filter_map(move |&i| {
-                        let (k, p) = items.get(i)?;
-                        (!p.is_shadow()).then(|| self.refund(k.as_ref(), p, *n))
-                    })
-                });
-                for r in join_all(refunds).await {
-                    if let Err(e) = r {
-                        tracing::warn!(error = %e, "refund after a denial failed");
-                    }
-                }
-                return MultiDecision {
-                    denied: members.get(j).copied(),
-                    decisions,
-                };
-            }
-            taken.push((n, members));
-        }
-        MultiDecision {
-            denied: None,
-            decisions,
-        }
+        self.check_all_costs(items, units).await
     }
 
     /// What taking `units[i]` on each of `items[i]` would answer, taking nothing: one
-    /// `RL.ALL ... PEEK` per hash slot and number of units, asked of Redis itself (not the
+    /// `RL.ALL ... COSTS ... PEEK` per hash slot, asked of Redis itself (not the
     /// deny cache, whose waits would be stale), every key's own wait. `Err` when Redis did
     /// not answer.
     pub async fn peek_all_units(
@@ -93,8 +42,8 @@ impl Limiter {
         self.per_slot(items, units, true).await
     }
 
-    /// Takes `units[i]` on each of `items[i]` even over the limits (`RL.ALL ... FORCE`, one
-    /// call per hash slot and number of units): what went past a limit is a debt the next
+    /// Takes `units[i]` on each of `items[i]` even over the limits (`RL.ALL ... COSTS ...
+    /// FORCE`, one call per hash slot): what went past a limit is a debt the next
     /// callers wait for. Needs the module (the Lua twin refuses `FORCE`).
     pub async fn force_all_units(
         &self,
@@ -110,17 +59,18 @@ impl Limiter {
         units: &[u64],
         peek: bool,
     ) -> Result<Vec<Decision>> {
-        // (slot, units) -> the items' indices: one RL.ALL each.
-        let mut groups: BTreeMap<(Option<u16>, u64), Vec<usize>> = BTreeMap::new();
-        for (i, ((key, _), n)) in items.iter().zip(units).enumerate() {
-            groups.entry((self.slot_of(key), *n)).or_default().push(i);
+        // slot -> the items' indices: one RL.ALL each, every key its own units.
+        let mut groups: BTreeMap<Option<u16>, Vec<usize>> = BTreeMap::new();
+        for (i, ((key, _), _)) in items.iter().zip(units).enumerate() {
+            groups.entry(self.slot_of(key)).or_default().push(i);
         }
-        let calls = groups.iter().map(|(&(slot, n), members)| async move {
+        let calls = groups.iter().map(|(&slot, members)| async move {
             let keys: Vec<(&str, &redis_rl_core::AnyParams)> = members
                 .iter()
                 .filter_map(|&i| items.get(i).map(|(k, p)| (*k, p.params())))
                 .collect();
-            let mut cmd = command::all(&keys, n, peek);
+            let costs: Vec<u64> = members.iter().map(|&i| cost_at(units, i)).collect();
+            let mut cmd = command::all(&keys, &costs, peek);
             if !peek {
                 cmd.arg("FORCE");
             }
@@ -192,19 +142,5 @@ impl Limiter {
         }
         charged?;
         Ok(total)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn units_group_in_order_of_first_appearance() {
-        assert_eq!(
-            by_units(&[1, 50, 1, 50, 7]),
-            [(1, vec![0, 2]), (50, vec![1, 3]), (7, vec![4])]
-        );
-        assert!(by_units(&[]).is_empty());
     }
 }

@@ -2,6 +2,7 @@
 
 use redis::Cmd;
 
+use crate::decider::{cost_at, uniform_cost};
 use redis_rl_core::AnyParams;
 
 /// The parameters as the server reads them after the key (or spec word): the positional
@@ -47,8 +48,10 @@ pub(crate) fn upto(key: &str, params: &AnyParams, cost: u64, peek: bool) -> Cmd 
     cmd
 }
 
-/// `RL.ALL numkeys key... spec... [COST n] [PEEK]`.
-pub(crate) fn all(keys: &[(&str, &AnyParams)], cost: u64, peek: bool) -> Cmd {
+/// `RL.ALL numkeys key... spec... [COST n | COSTS n1 ... nk] [PEEK]`: `costs[i]` on
+/// `keys[i]`, one atomic call whether the costs are equal (`COST n`, omitted when 1) or not
+/// (`COSTS`, one per key; a missing one is 1).
+pub(crate) fn all(keys: &[(&str, &AnyParams)], costs: &[u64], peek: bool) -> Cmd {
     let mut cmd = redis::cmd("RL.ALL");
     cmd.arg(keys.len());
     for (key, _) in keys {
@@ -57,7 +60,16 @@ pub(crate) fn all(keys: &[(&str, &AnyParams)], cost: u64, peek: bool) -> Cmd {
     for (_, params) in keys {
         cmd.arg(params.kind().spec_name()).arg(args(params));
     }
-    push_cost_peek(&mut cmd, cost, peek);
+    match uniform_cost(keys.len(), costs) {
+        Some(n) => push_cost_peek(&mut cmd, n, peek),
+        None => {
+            cmd.arg("COSTS");
+            for i in 0..keys.len() {
+                cmd.arg(cost_at(costs, i));
+            }
+            push_cost_peek(&mut cmd, 1, peek);
+        }
+    }
     cmd
 }
 
@@ -198,7 +210,7 @@ mod tests {
     fn all_puts_keys_then_specs_then_options() {
         let cmd = all(
             &[("{a}:1", &tb()), ("{a}:2", &sw()), ("{a}:3", &gcra())],
-            2,
+            &[2, 2, 2],
             false,
         );
         assert_eq!(
@@ -226,9 +238,28 @@ mod tests {
             ]
         );
         assert_eq!(
-            words(&all(&[("k", &sw())], 1, true)),
+            words(&all(&[("k", &sw())], &[1], true)),
             ["RL.ALL", "1", "k", "SLIDING", "10", "1000", "PEEK"]
         );
+    }
+
+    #[test]
+    fn different_costs_go_in_one_call_with_costs() {
+        let keys = [("a", &sw()), ("b", &sw()), ("c", &sw())];
+        let spec = ["SLIDING", "10", "1000"];
+        let head = |n: &'static str| {
+            let mut w = vec!["RL.ALL", n, "a", "b", "c"];
+            w.extend(spec.iter().chain(&spec).chain(&spec));
+            w
+        };
+        let mut expected = head("3");
+        expected.extend(["COSTS", "1", "250", "0", "PEEK"]);
+        assert_eq!(words(&all(&keys, &[1, 250, 0], true)), expected);
+        // A missing cost is 1: equal to the others here, so no COSTS.
+        assert_eq!(words(&all(&keys, &[1, 1], false)), head("3"));
+        let mut expected = head("3");
+        expected.extend(["COSTS", "2", "2", "1"]);
+        assert_eq!(words(&all(&keys, &[2, 2], false)), expected);
     }
 
     #[test]

@@ -6,19 +6,10 @@ use redis::Value;
 
 use crate::error::{Error, Result};
 
-/// Whether a call may proceed. The wire format's `-1` ("never") lives only in the parser.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// The units were taken (or, for a peek, would be).
-    Allowed,
-    /// Not enough units now; the same call succeeds after `retry_after` without other traffic.
-    Denied {
-        /// The true wait.
-        retry_after: Duration,
-    },
-    /// The cost exceeds the limit: no wait helps.
-    Never,
-}
+/// Whether a call may proceed: the core's [`Outcome`](redis_rl_core::Outcome) (allowed, not
+/// now and for how long, never) with the wait as a [`Duration`]. The wire format's `-1`
+/// ("never") lives only in the parser.
+pub type Verdict = redis_rl_core::Outcome<Duration>;
 
 /// Who made a decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -60,7 +51,11 @@ impl Source {
     }
 }
 
-/// The answer for one key.
+/// The answer for one key: the core's [`Decision`](redis_rl_core::Decision) (what an
+/// algorithm answered) in [`Duration`]s, plus who decided and whether it is enforced. A
+/// type of its own, not the core's, because a limiter's answer need not come from an
+/// algorithm at all (fail open, fail closed, a lease, not checked) and because callers
+/// branch on those two fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decision {
     /// Allowed, denied for now, or never.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use lru::LruCache;
 use tokio::time::Instant;
 
-use crate::decider::{denied_at, Check, Decided, Decider, Items, Refund};
+use crate::decider::{cost_at, denied_at, Check, Decided, Decider, Items, Refund};
 use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
 use crate::error::Result;
 
@@ -171,17 +171,18 @@ impl<D: Decider> DenyCached<D> {
         Ok(grant)
     }
 
-    async fn check_all_cached(&self, items: Items<'_>, cost: u64) -> Result<MultiDecision> {
+    /// `costs[i]` on `items[i]`, all or nothing (see [`Decider::check_all_costs`]).
+    async fn check_all_cached(&self, items: Items<'_>, costs: &[u64]) -> Result<MultiDecision> {
         // A key the cache holds denies the whole request without a round trip.
         for (i, (key, _)) in items.iter().enumerate() {
-            if let Some(d) = self.cached(key, cost) {
+            if let Some(d) = self.cached(key, cost_at(costs, i)) {
                 return Ok(denied_at(items, |(_, a)| a, i, d));
             }
         }
-        let md = self.inner.check_all(items, cost).await?;
+        let md = self.inner.check_all_costs(items, costs).await?;
         if let Some(i) = md.denied {
             if let (Some((key, _)), Some(d)) = (items.get(i), md.decisions.get(i)) {
-                self.remember(key, cost, d);
+                self.remember(key, cost_at(costs, i), d);
             }
         }
         Ok(md)
@@ -194,7 +195,15 @@ impl<D: Decider> Decider for DenyCached<D> {
     }
 
     fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
-        Box::pin(self.check_all_cached(items, cost))
+        Box::pin(async move { self.check_all_cached(items, &vec![cost; items.len()]).await })
+    }
+
+    fn check_all_costs<'a>(
+        &'a self,
+        items: Items<'a>,
+        costs: &'a [u64],
+    ) -> Decided<'a, MultiDecision> {
+        Box::pin(self.check_all_cached(items, costs))
     }
 
     fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant> {

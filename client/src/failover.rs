@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::BoxFuture;
-use crate::decider::{Check, Decider};
+use crate::decider::{cost_at, Check, Decider};
 use crate::decision::{Decision, MultiDecision, Source, Verdict};
 use crate::error::Error;
 use crate::fallback::LocalLimiter;
@@ -99,6 +99,12 @@ impl<D: Decider> Failover<D> {
     /// All or nothing over `items` (none in shadow mode); when Redis cannot answer, by each
     /// key's failure mode: peek all, then take them only if none denies.
     pub async fn check_all(&self, items: &[(&str, &Policy)], cost: u64) -> MultiDecision {
+        self.check_all_costs(items, &vec![cost; items.len()]).await
+    }
+
+    /// [`Failover::check_all`] with a cost per key (`costs[i]` on `items[i]`, a missing one
+    /// 1), one atomic decision; the local fallback takes each key's own cost too.
+    pub async fn check_all_costs(&self, items: &[(&str, &Policy)], costs: &[u64]) -> MultiDecision {
         if items.is_empty() {
             return MultiDecision {
                 denied: None,
@@ -107,17 +113,23 @@ impl<D: Decider> Failover<D> {
         }
         let algorithms: Vec<(&str, &AnyParams)> =
             items.iter().map(|(k, p)| (*k, p.params())).collect();
-        match self.inner.check_all(&algorithms, cost).await {
+        match self.inner.check_all_costs(&algorithms, costs).await {
             Ok(md) => md,
-            Err(e) => self.fallback_all(items, cost, &e),
+            Err(e) => self.fallback_all(items, costs, &e),
         }
     }
 
-    fn fallback_all(&self, items: &[(&str, &Policy)], cost: u64, error: &Error) -> MultiDecision {
+    fn fallback_all(
+        &self,
+        items: &[(&str, &Policy)],
+        costs: &[u64],
+        error: &Error,
+    ) -> MultiDecision {
         self.transport.log_error("RL.ALL", error);
         let peeks: Vec<Decision> = items
             .iter()
-            .map(|(k, p)| self.fail(k, p, cost, true))
+            .enumerate()
+            .map(|(i, (k, p))| self.fail(k, p, cost_at(costs, i), true))
             .collect();
         let denied = peeks.iter().position(|d| d.is_denied());
         let decisions = if denied.is_some() {
@@ -125,7 +137,8 @@ impl<D: Decider> Failover<D> {
         } else {
             items
                 .iter()
-                .map(|(k, p)| self.fail(k, p, cost, false))
+                .enumerate()
+                .map(|(i, (k, p))| self.fail(k, p, cost_at(costs, i), false))
                 .collect()
         };
         for d in &decisions {
@@ -183,8 +196,8 @@ impl<D: Decider> Layer for Failover<D> {
         Box::pin(self.check(ask.key, ask.policy, ask.cost, ask.peek))
     }
 
-    fn decide_all<'a>(&'a self, items: Keys<'a>, cost: u64) -> BoxFuture<'a, MultiDecision> {
-        Box::pin(self.check_all(items, cost))
+    fn decide_all<'a>(&'a self, items: Keys<'a>, costs: &'a [u64]) -> BoxFuture<'a, MultiDecision> {
+        Box::pin(self.check_all_costs(items, costs))
     }
 
     fn decider(&self) -> &dyn Decider {
@@ -246,5 +259,31 @@ mod tests {
             assert!(l.check("x", &five).await.allows());
         }
         assert!(!l.check("x", &five).await.allows());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_local_fallback_takes_each_keys_own_cost_all_or_nothing() {
+        let mock = Mock::new(false, |_| allow());
+        mock.set(DOWN);
+        let l = limiter(&mock);
+        let five = Policy::sliding(5, 60_000)
+            .unwrap()
+            .on_failure(FailureMode::LOCAL);
+        let md = l
+            .check_all_units(&[("x", five), ("y", five)], &[3, 1])
+            .await;
+        assert!(md.allows());
+        assert_eq!(
+            (md.decisions[0].remaining, md.decisions[1].remaining),
+            (2, 4)
+        );
+        // x has 2 left: its cost of 3 refuses the request, and y's 1 is not taken.
+        let md = l
+            .check_all_units(&[("y", five), ("x", five)], &[1, 3])
+            .await;
+        assert_eq!(md.denied, Some(1));
+        assert!(md.decisions.iter().all(|d| d.source == Source::Local));
+        assert_eq!(l.check_n("y", &five, 4).await.remaining, 0);
+        assert_eq!(l.check_n("x", &five, 2).await.remaining, 0);
     }
 }

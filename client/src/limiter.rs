@@ -142,8 +142,19 @@ impl Limiter {
         items: &[(K, Policy)],
         cost: u64,
     ) -> MultiDecision {
+        self.check_all_costs(items, &vec![cost; items.len()]).await
+    }
+
+    /// `costs[i]` units on `items[i]` (a missing cost is 1), all or nothing: one decision
+    /// through the layers, one `RL.ALL ... COSTS` per hash slot. The public form is
+    /// [`Limiter::check_all_units`].
+    pub(crate) async fn check_all_costs<K: AsRef<str>>(
+        &self,
+        items: &[(K, Policy)],
+        costs: &[u64],
+    ) -> MultiDecision {
         let items: Vec<(&str, &Policy)> = items.iter().map(|(k, p)| (k.as_ref(), p)).collect();
-        self.inner.stack.decide_all(&items, cost).await
+        self.inner.stack.decide_all(&items, costs).await
     }
 
     /// Takes a batch: up to `n` units of `policy` on `key` in one call (`COST n UPTO`), as

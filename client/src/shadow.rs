@@ -5,7 +5,7 @@
 
 use futures_util::future::join_all;
 
-use crate::decider::unknown;
+use crate::decider::{cost_at, unknown};
 use crate::decision::{Decision, MultiDecision};
 use crate::policy::Policy;
 use crate::stack::{layer_over, Ask, Keys, Layer};
@@ -36,21 +36,23 @@ impl<L: Layer> Shadow<L> {
         d
     }
 
-    async fn decide_many(&self, items: Keys<'_>, cost: u64) -> MultiDecision {
+    async fn decide_many(&self, items: Keys<'_>, costs: &[u64]) -> MultiDecision {
         let (shadow, enforced): (Vec<usize>, Vec<usize>) =
             (0..items.len()).partition(|&i| items.get(i).is_some_and(|(_, p)| p.is_shadow()));
         let pick = |i: &usize| items.get(*i).copied();
         let enforced_items: Vec<(&str, &Policy)> = enforced.iter().filter_map(pick).collect();
-        let shadow_checks = shadow.iter().filter_map(pick).map(|(key, policy)| {
-            self.decide_one(Ask {
+        let enforced_costs: Vec<u64> = enforced.iter().map(|&i| cost_at(costs, i)).collect();
+        let shadow_checks = shadow.iter().filter_map(|&i| {
+            let (key, policy) = items.get(i).copied()?;
+            Some(self.decide_one(Ask {
                 key,
                 policy,
-                cost,
+                cost: cost_at(costs, i),
                 peek: false,
-            })
+            }))
         });
         let (enforced_result, shadow_results) = tokio::join!(
-            self.inner.decide_all(&enforced_items, cost),
+            self.inner.decide_all(&enforced_items, &enforced_costs),
             join_all(shadow_checks)
         );
         let mut decisions: Vec<Decision> = items.iter().map(|(_, p)| unknown(p.params())).collect();

@@ -30,9 +30,10 @@ pub(crate) trait Layer: Send + Sync + 'static {
     /// One key.
     fn decide<'a>(&'a self, ask: Ask<'a>) -> BoxFuture<'a, Decision>;
 
-    /// Takes `cost` units on every key that enforces its policy if each of them allows it,
-    /// else nothing.
-    fn decide_all<'a>(&'a self, items: Keys<'a>, cost: u64) -> BoxFuture<'a, MultiDecision>;
+    /// Takes `costs[i]` units on `items[i]` (a missing cost is 1) for every key that enforces
+    /// its policy if each of them allows its own, else nothing: one atomic decision, whatever
+    /// the costs.
+    fn decide_all<'a>(&'a self, items: Keys<'a>, costs: &'a [u64]) -> BoxFuture<'a, MultiDecision>;
 
     /// The decider under the layers: partial grants and refunds go straight to it (their
     /// callers pick their own fallback).
@@ -40,7 +41,7 @@ pub(crate) trait Layer: Send + Sync + 'static {
 }
 
 /// Implements [`Layer`] for a layer over another (`inner: L`) from its inherent
-/// `async fn decide_one(&self, Ask)` and `async fn decide_many(&self, Keys, u64)`; partial
+/// `async fn decide_one(&self, Ask)` and `async fn decide_many(&self, Keys, &[u64])`; partial
 /// grants and refunds go to the decider under it.
 macro_rules! layer_over {
     ($layer:ident) => {
@@ -55,9 +56,9 @@ macro_rules! layer_over {
             fn decide_all<'a>(
                 &'a self,
                 items: $crate::stack::Keys<'a>,
-                cost: u64,
+                costs: &'a [u64],
             ) -> $crate::backend::BoxFuture<'a, $crate::decision::MultiDecision> {
-                Box::pin(self.decide_many(items, cost))
+                Box::pin(self.decide_many(items, costs))
             }
 
             fn decider(&self) -> &dyn $crate::decider::Decider {

@@ -359,8 +359,8 @@ mod tests {
                 "unknown field `windw_ms`",
             ),
             (
-                "[tiers.free]\nlimit = 1\nalgorithm = \"leaky\"",
-                "unknown variant `leaky`",
+                "[tiers.free]\nlimit = 1\nalgorithm = \"nosuch\"",
+                "unknown variant `nosuch`",
             ),
         ];
         for (text, expected) in errors {

@@ -19,18 +19,35 @@ pub struct Decision {
 ///
 /// "Not now" and "never" are different answers: a caller can wait out `Denied`, but a
 /// cost larger than the limit can never succeed, and telling it to retry would be a lie.
+///
+/// Generic over the unit of the wait so that this one type is the answer everywhere: the
+/// algorithms and the module use [`Millis`] (the default), the client's `Verdict` is
+/// `Outcome<std::time::Duration>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Outcome<T = Millis> {
     /// The units were (or, with PEEK, would be) taken.
     Allowed,
     /// Not enough units now; the same call succeeds after `retry_after` if no other
     /// traffic comes.
     Denied {
         /// Earliest wait after which the same call would be allowed (at least 1 ms).
-        retry_after: Millis,
+        retry_after: T,
     },
     /// The cost exceeds the limit: no amount of waiting helps.
     Never,
+}
+
+impl<T> Outcome<T> {
+    /// The same answer with the wait converted by `f` (to another unit).
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
+        match self {
+            Outcome::Allowed => Outcome::Allowed,
+            Outcome::Denied { retry_after } => Outcome::Denied {
+                retry_after: f(retry_after),
+            },
+            Outcome::Never => Outcome::Never,
+        }
+    }
 }
 
 impl Decision {
@@ -68,6 +85,17 @@ pub fn keeps_expiry(current: Millis, target: Millis, slack: Millis) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_outcome_keeps_its_answer_in_another_unit() {
+        let secs = |m: Millis| m.0.div_ceil(1000);
+        assert_eq!(Outcome::Allowed.map(secs), Outcome::<u64>::Allowed);
+        assert_eq!(Outcome::Never.map(secs), Outcome::<u64>::Never);
+        let denied = Outcome::Denied {
+            retry_after: Millis(1_500),
+        };
+        assert_eq!(denied.map(secs), Outcome::Denied { retry_after: 2 });
+    }
 
     #[test]
     fn an_expiry_is_kept_within_half_the_slack_of_the_target() {

@@ -358,7 +358,7 @@ macro_rules! generate {
             /// assert_eq!(p.kind().spec_name(), "GCRA");
             /// let err = AnyParams::new(b"FIXED", &[0, 60_000], &[]).unwrap().unwrap_err();
             /// assert_eq!(err.to_string(), "limit must be an integer between 1 and 1000000000000000");
-            /// assert!(AnyParams::new(b"LEAKY", &[1], &[]).is_none());
+            /// assert!(AnyParams::new(b"NOSUCH", &[1], &[]).is_none());
             /// ```
             pub fn new(
                 word: &[u8],

@@ -41,7 +41,7 @@ fn commands_and_config_names() {
         Kind::CONFIG_NAMES,
         ["token_bucket", "sliding", "fixed", "gcra", "log", "quota"]
     );
-    assert_eq!(Kind::from_config_name("leaky"), None);
+    assert_eq!(Kind::from_config_name("nosuch"), None);
 }
 
 #[test]

@@ -7,12 +7,20 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use redis_rl_testkit::{eventually, free_port, query, Server};
 use std::ffi::OsStr;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
 
 // The proxy, operations, reload, hardening and Redis TLS tests, in this one test binary.
 #[path = "gateway/bans.rs"]
 mod bans;
+#[path = "gateway/costs.rs"]
+mod costs;
 #[path = "gateway/fleet.rs"]
 mod fleet;
 #[path = "gateway/forward_auth.rs"]
@@ -77,6 +85,29 @@ impl Gateway {
     /// log written to `log` (else discarded).
     async fn launch<A: AsRef<OsStr>>(args: &[A], admin: bool, log: Option<&Path>) -> Gateway {
         Self::launch_under(&[], args, admin, log).await
+    }
+
+    /// [`start`](Self::start) with `args` and `flag` (`--rls-listen`, `--auth-listen`) on a
+    /// free port: the gateway and that port, once the port accepts connections (another
+    /// port if that one was taken first).
+    async fn listening(args: &[&str], flag: &str) -> (Gateway, u16) {
+        for _ in 0..5 {
+            let port = free_port();
+            let listen = format!("127.0.0.1:{port}");
+            let mut gw = Self::start(&[args, &[flag, &listen]].concat()).await;
+            let mut exited = false;
+            let mut up = false;
+            eventually("the extra listener accepts", async || {
+                exited = matches!(gw.child.try_wait(), Ok(Some(_)));
+                up = !exited && TcpStream::connect(("127.0.0.1", port)).await.is_ok();
+                exited || up
+            })
+            .await;
+            if up {
+                return (gw, port);
+            }
+        }
+        panic!("no free port for {flag}");
     }
 
     /// [`launch`](Self::launch) as the arguments of `wrapper` (`prlimit ... --`): the
@@ -172,14 +203,48 @@ fn proxy_args(server: &Server, up: &upstream::Upstream, config: &Path) -> Vec<St
 const PER_KEY_AND_ENDPOINT: &str =
     "dimensions = [\"api_key\", \"endpoint\"]\n[endpoint]\nlimit = 3\n";
 
+/// A directory for the files of the test `name`, named by it and `port` (its server's).
+fn test_dir(name: &str, port: u16) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rl-gw-{name}-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// Writes `toml` as `gateway.toml` in a directory of this test (named by the server's port)
 /// and returns its path.
-fn config_file(server: &Server, toml: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("rl-gw-test-{}", server.port));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("gateway.toml");
+fn config_file(server: &Server, toml: &str) -> PathBuf {
+    named_config(server, "test", toml)
+}
+
+/// [`config_file`] in the directory of the test `name` ([`test_dir`]).
+fn named_config(server: &Server, name: &str, toml: &str) -> PathBuf {
+    let config = test_dir(name, server.port).join("gateway.toml");
     std::fs::write(&config, toml).unwrap();
     config
+}
+
+/// `rl-gateway --check-config path`: its exit status and output.
+fn check_config(path: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rl-gateway"))
+        .arg("--check-config")
+        .arg(path)
+        .output()
+        .unwrap()
+}
+
+/// Reads until the peer closes the connection (true), or `limit` passes (false). An upper
+/// bound only: a gateway that never closes fails, a slow machine does not.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
+    let mut buf = [0u8; 4096];
+    let read_all = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(limit, read_all).await.is_ok()
 }
 
 /// GET `http://127.0.0.1:{port}{path}` on a new connection.
@@ -188,8 +253,25 @@ async fn get_from(
     path: &str,
     headers: &[(&str, &str)],
 ) -> Option<(u16, http::HeaderMap, String)> {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let mut req = http::Request::get(format!("http://127.0.0.1:{port}{path}"));
+    request(port, None, "GET", path, headers).await
+}
+
+/// `method` `http://127.0.0.1:{port}{path}` with `headers` (a name may repeat) on a new
+/// connection from the local address `from` (any when None): status, headers and body read
+/// to its end, trailers included (None if nothing answers).
+async fn request(
+    port: u16,
+    from: Option<IpAddr>,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Option<(u16, http::HeaderMap, String)> {
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(from);
+    let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://127.0.0.1:{port}{path}"));
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -503,11 +585,9 @@ async fn config_file_sets_tiers_identity_access_and_coherent_headers() {
         &mut server.client(),
         &["HSET", "rl:tiers", "pro-tok", "pro"],
     );
-    let dir = std::env::temp_dir().join(format!("rl-gw-policy-{}", server.port));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("gateway.toml");
-    std::fs::write(
-        &config,
+    let config = named_config(
+        &server,
+        "policy",
         r#"
 dimensions = ["api_key", "endpoint"]
 api_key_header = "Authorization"
@@ -523,8 +603,7 @@ limit = 4
 allow_api_keys = ["partner-tok"]
 deny_api_keys = ["revoked-tok"]
 "#,
-    )
-    .unwrap();
+    );
     let gw = Gateway::configured(&server, &config, &["--failure-mode", "closed"]).await;
     let bearer = |t: &str| format!("Bearer {t}");
     let admitted = async |token: &str, path: &str| {

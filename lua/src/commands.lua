@@ -111,6 +111,30 @@ function M.run_single(name, tag, args)
   return reply
 end
 
+-- `COSTS n1 ... nk` right after RL.ALL's specs (as the module: src/commands/all.rs): each
+-- key's own cost, so that keys charged differently are still decided in one atomic call.
+-- Sets specs[i].cost; returns the index of the options after it.
+function M.parse_costs(args, at, specs)
+  local word = args[at]
+  if word == nil or word:upper() ~= "COSTS" then
+    return at
+  end
+  local n = #specs
+  if #args - at < n then
+    M.fail("ERR COSTS needs one cost per key (" .. n .. ")")
+  end
+  for i = 1, n do
+    specs[i].cost = M.integer(args[at + i], M.COST)
+  end
+  -- A cost's value is a number, never the word: any COST here is the option.
+  for i = at + n + 1, #args do
+    if args[i]:upper() == "COST" then
+      M.fail("ERR COST and COSTS cannot be given together")
+    end
+  end
+  return at + n + 1
+end
+
 function M.run_all(args)
   local n = #M.KEYS
   if n + #args < 3 then
@@ -132,6 +156,7 @@ function M.run_all(args)
     algo, p, at = M.parse_spec(args, at, "spec " .. i .. ": ")
     specs[i] = { algo = algo, p = p }
   end
+  at = M.parse_costs(args, at, specs)
   local cost, peek = M.options(args, at, nil, false)
   for i = 1, n do
     specs[i].p = M.finish(specs[i].algo, specs[i].p)
@@ -143,7 +168,7 @@ function M.run_all(args)
   local now = M.now_us()
   local decisions, writes, denied = {}, {}, 0
   for i = 1, n do
-    decisions[i], writes[i] = specs[i].algo.check(states[i], now, specs[i].p, cost)
+    decisions[i], writes[i] = specs[i].algo.check(states[i], now, specs[i].p, specs[i].cost or cost)
     M.check_exact(decisions[i])
     if denied == 0 and not decisions[i].allowed then
       denied = i

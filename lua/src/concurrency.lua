@@ -296,3 +296,208 @@ function M.run_concurrency(name, args)
   return M.reply(d)
 end
 M.COMMANDS["RL.CONCURRENCY"] = M.run_concurrency
+
+-- The fast path (see fast.lua) of `RL.CONCURRENCY key limit lease_ms ACQUIRE id` on a
+-- missing key or a lease table: M.CC.acquire and M.CC.encode in one function on plain
+-- numbers, the table's records read with `struct` at computed offsets and its home slots
+-- by id cached. The result is the general path's, byte for byte: a new table of the live
+-- leases (it is laid out from the leases, so it is rebuilt whole).
+local CC_TREE, CC_RANGES = M.fast_tree(), M.KINDS.C.params
+local CC_HEAD = sunpack("<I5", "\0RL\2C")
+local CC_LONGEST, CC_LAST = M.MAX_LEN.C, fmt("%d", M.MAX_LEN.C)
+local MAX_ID_LEN, LATEST_US = M.MAX_ID_LEN, M.LATEST_US
+-- A record's format by the length of its id (the id packed as `c<length>`).
+local RECORD = {}
+for len = 1, MAX_ID_LEN do
+  RECORD[len] = "<BBI2I2I8c" .. len
+end
+local POW2, HOMES, homes = {}, {}, 0
+for i = 1, 15 do
+  POW2[2 ^ i] = true
+end
+local ZEROS = {}
+local function zeros(n)
+  local z = ZEROS[n]
+  if not z then
+    z = string.rep("\0", n)
+    ZEROS[n] = z
+  end
+  return z
+end
+
+-- FNV-1a 64 of the id, low 16 bits (see `home`), cached by id.
+local function fnv16(id)
+  local h = HOMES[id]
+  if not h then
+    h = home(id, 65535)
+    homes = homes + 1
+    if homes > 1024 then
+      HOMES, homes = {}, 0
+    end
+    HOMES[id] = h
+  end
+  return h
+end
+
+-- Scratch tables of the fast code (a new table costs an allocation and a rehash per size
+-- doubling): only the entries a call sets are read, `taken` is emptied after use (new
+-- tables if a call stopped before that: `dirty`), and tables grown past 64 leases are let go.
+local IDS, EXP, TAKEN, SLOTS, PARTS = {}, {}, {}, {}, {}
+local dirty = false
+
+local function cc_prepare(limit, lease_ms)
+  return lease_ms * 1000 < M.FAST_MAX and { limit, lease_ms * 1000 }
+end
+
+-- The live leases of a table `v` (IDS, EXP: soonest expiry first) but `id`: their number
+-- and whether `id` holds one; nil when the general path must read it.
+local function cc_live(v, now, id)
+  local ids, exp, n, held = IDS, EXP, 0, false
+  local len = #v
+  if len == 0 then
+    return 0, false
+  end
+  if len < 17 or len > CC_LONGEST then
+    return nil
+  end
+  local head, width, capacity, held_n, used, first, last = sunpack("<I5I2I2I2I2I2I2", v)
+  local record = 14 + width
+  if head ~= CC_HEAD or width < 1 or width > MAX_ID_LEN or not POW2[capacity]
+    or len ~= 17 + capacity * record or held_n > used or used >= capacity
+    or (held_n == 0) ~= (first == NONE) or (held_n == 0) ~= (last == NONE) then
+    return nil
+  end
+  local cur, prev, seen, previous = first, NONE, 0, 0
+  while cur ~= NONE do
+    if cur >= capacity or seen >= held_n then
+      return nil
+    end
+    local at = 18 + cur * record
+    local state, size, back, nxt, e = sunpack("<BBI2I2I8", v, at)
+    if state ~= 1 or back ~= prev or size + 1 > width or e >= LATEST_US or e < previous then
+      return nil
+    end
+    if e > now then
+      local lease = sub(v, at + 14, at + 14 + size)
+      if lease == id then
+        held = true
+      else
+        n = n + 1
+        ids[n], exp[n] = lease, e
+      end
+    end
+    seen, prev, previous, cur = seen + 1, cur, e, nxt
+  end
+  if seen ~= held_n or prev ~= last then
+    return nil
+  end
+  return n, held
+end
+
+-- Writes the `n` leases of IDS and EXP as M.CC.encode and store do.
+local function cc_store(key, n)
+  local ids, exp = IDS, EXP
+  local width = 1
+  for i = 1, n do
+    if #ids[i] > width then
+      width = #ids[i]
+    end
+  end
+  local capacity = 2
+  while capacity < 2 * n and capacity < 32768 do
+    capacity = capacity * 2
+  end
+  if dirty then
+    TAKEN, SLOTS, PARTS = {}, {}, {}
+  end
+  dirty = true
+  local taken, slots, parts = TAKEN, SLOTS, PARTS
+  slots[n + 1] = nil
+  for i = 1, n do
+    local slot = (HOMES[ids[i]] or fnv16(ids[i])) % capacity
+    while taken[slot] do
+      slot = (slot + 1) % capacity
+    end
+    taken[slot], slots[i] = i, slot
+  end
+  parts[1] = spack("<I5I2I2I2I2I2I2", CC_HEAD, width, capacity, n, n, slots[1], slots[n])
+  local empty = zeros(14 + width)
+  for slot = 0, capacity - 1 do
+    local i = taken[slot]
+    if i then
+      local lease = ids[i]
+      local size = #lease
+      local r = spack(RECORD[size], 1, size - 1, slots[i - 1] or NONE, slots[i + 1] or NONE, exp[i], lease)
+      parts[slot + 2] = size < width and r .. zeros(width - size) or r
+    else
+      parts[slot + 2] = empty
+    end
+  end
+  local value = table.concat(parts, "", 1, capacity + 1)
+  for i = 1, n do
+    taken[slots[i]] = nil
+  end
+  dirty = false
+  if n > 64 then
+    IDS, EXP, TAKEN, SLOTS, PARTS = {}, {}, {}, {}, {}
+  end
+  local at = exp[n] / 1000
+  at = at - at % 1
+  at = (at * 1000 < exp[n] and at + 1 or at) + M.TTL_SLACK_MS
+  call("SET", key, value, "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+end
+
+-- `RL.CONCURRENCY key limit lease_ms ACQUIRE id` and `RL.CONCURRENCY key RELEASE id`.
+M.FAST["RL.CONCURRENCY"] = function(key, args)
+  local count = #args
+  local release = count == 3 and args[2] == "RELEASE"
+  local id = release and args[3] or args[5]
+  if not release and (count ~= 5 or args[4] ~= "ACQUIRE") or #id < 1 or #id > MAX_ID_LEN then
+    return nil
+  end
+  local p
+  if not release then
+    p = (CC_TREE[args[2]] or EMPTY)[args[3]]
+    if p == nil then
+      p = M.fast_parse(CC_TREE, args, 2, CC_RANGES, cc_prepare)
+    end
+    if not p then
+      return nil
+    end
+  end
+  local v, now = M.fast_read(key, CC_LAST)
+  if not v then
+    return nil
+  end
+  local n, held = cc_live(v, now, id)
+  if not n then
+    return nil
+  end
+  local ids, exp = IDS, EXP
+  if release then
+    if not held then
+      return 0
+    end
+    if n == 0 then
+      call("DEL", key)
+    else
+      cc_store(key, n)
+    end
+    return 1
+  end
+  local limit = p[1]
+  if not held and n >= limit then
+    local frees = exp[n - limit + 1]
+    return { 0, limit, 0, frees > now and M.cdiv(frees - now, 1000) or 0, 0 }
+  end
+  -- `id` after the leases expiring no later than it.
+  local expires = now + p[2]
+  local k = n + 1
+  while k > 1 and exp[k - 1] > expires do
+    ids[k], exp[k] = ids[k - 1], exp[k - 1]
+    k = k - 1
+  end
+  ids[k], exp[k] = id, expires
+  cc_store(key, n + 1)
+  return { 1, limit, limit > n + 1 and limit - n - 1 or 0, 0, 0 }
+end

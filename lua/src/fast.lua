@@ -97,8 +97,8 @@ function M.fast_tree()
 end
 
 -- The key's first bytes (GETRANGE 0 `last`, a string constant; "" when the key is missing)
--- and the server's time in us (M.now_us, here in the same call); nil when the general
--- path must answer (an empty string).
+-- and the server's time in us (M.now_us, here in the same call) and its whole second in
+-- us; nil when the general path must answer (an empty string).
 function M.fast_read(key, last)
   local v = call("GETRANGE", key, "0", last)
   if v == "" and call("EXISTS", key) ~= 0 then
@@ -108,7 +108,7 @@ function M.fast_read(key, last)
   if t[1] ~= clock_s then
     clock_s, clock_us = t[1], t[1] * 1000000
   end
-  return v, clock_us + t[2]
+  return v, clock_us + t[2], clock_us
 end
 
 -- The parameters (`prepare`d, from `tree`) and cost of `RL.X key a b [COST n]`, or nil.

@@ -153,11 +153,34 @@ M.COMMANDS["RL.THROTTLE"] = M.run_throttle
 local GC_HEAD, GC_LEN, GC_FORMAT = sunpack("<I5", "\0RL\1G"), M.V1_LEN.G, "<I5I6I8I2I8I8"
 local TWO48, TWO26 = 281474976710656, 67108864
 local FAST_MAX, HALF_FAST, LONGEST = M.FAST_MAX, M.FAST_MAX / 2, M.MAX_DURATION_MS
+local SLACK, AS_TEXT = M.TTL_SLACK_MS, M.FAST_TEXT
 
--- limit, period_ms, interval, the limit's 26-bit halves (and RL.THROTTLE's burst).
+-- limit, period_ms, interval, the limit's 26-bit halves, RL.THROTTLE's burst (6), the last
+-- whole second (in us) seen (7; false before the first call) with its product by the limit
+-- split at 2^48 (8, 9), and whether the limit is below 2^33 (10), so that the product of up
+-- to 10^6 us by the limit is exact and 7-9 are used.
 local function gcra_prepare(limit, period_ms)
   local high = floor(limit / TWO26)
-  return { limit, period_ms, period_ms * 1000, high, limit - high * TWO26 }
+  return { limit, period_ms, period_ms * 1000, high, limit - high * TWO26, false, 0, 0, 0, limit < 8589934592 }
+end
+
+-- t x limit as x * 2^48 + y, y < 2^48 (t < 2^52): from four exact products of 26-bit halves.
+local function split_product(t, p)
+  local nh = t / TWO26
+  nh = nh - nh % 1
+  local nl = t - nh * TWO26
+  local b = nh * p[5] + nl * p[4]
+  local c = nl * p[5]
+  local bq = b / 4194304
+  bq = bq - bq % 1
+  local cq = c / TWO48
+  cq = cq - cq % 1
+  local y = (b - bq * 4194304) * TWO26 + (c - cq * TWO48)
+  local x = nh * p[4] * 16 + bq + cq
+  if y >= TWO48 then
+    return x + 1, y - TWO48
+  end
+  return x, y
 end
 
 local function throttle_prepare(max_burst, count, period_s)
@@ -218,10 +241,17 @@ local function gcra_fast(key, args)
   if span >= HALF_FAST then
     return nil
   end
-  local v, now = M.fast_read(key, "44")
-  if not v then
+  -- M.fast_read, here in the function.
+  local v = call("GETRANGE", key, "0", "44")
+  if v == "" and call("EXISTS", key) ~= 0 then
     return nil
   end
+  local t = call("TIME")
+  if t[1] ~= clock_s then
+    clock_s, clock_us = t[1], t[1] * 1000000
+  end
+  local second = clock_us
+  local now = second + t[2]
   local low, high, top, stored_limit, stored_period
   if #v == GC_LEN then
     local head
@@ -233,20 +263,20 @@ local function gcra_fast(key, args)
   elseif v ~= "" then
     return nil
   end
-  -- now x limit = x * 2^48 + y, y < 2^48.
-  local nh = now / TWO26
-  nh = nh - nh % 1
-  local nl = now - nh * TWO26
-  local b = nh * p[5] + nl * p[4]
-  local c = nl * p[5]
-  local bq = b / 4194304
-  bq = bq - bq % 1
-  local cq = c / TWO48
-  cq = cq - cq % 1
-  local y = (b - bq * 4194304) * TWO26 + (c - cq * TWO48)
-  local x = nh * p[4] * 16 + bq + cq
-  if y >= TWO48 then
-    x, y = x + 1, y - TWO48
+  -- now x limit = x * 2^48 + y, y < 2^48: the whole second's product (once a second), plus
+  -- the microseconds' (exact below 2^53).
+  local x, y
+  if p[10] then
+    if p[7] ~= second then
+      p[8], p[9] = split_product(second, p)
+      p[7] = second
+    end
+    y = p[9] + (now - second) * limit
+    x = y / TWO48
+    x = x - x % 1
+    y, x = y - x * TWO48, x + p[8]
+  else
+    x, y = split_product(now, p)
   end
   if x >= FAST_MAX then
     return nil
@@ -285,9 +315,9 @@ local function gcra_fast(key, args)
     carry = carry - carry % 1
     local at = now / 1000
     at = at - at % 1
-    at = (at * 1000 < now and at + 1 or at) + reset + M.TTL_SLACK_MS
+    at = (at * 1000 < now and at + 1 or at) + reset + SLACK
     call("SET", key, spack(GC_FORMAT, GC_HEAD, z - carry * TWO48, x + carry, 0, limit, period_ms), "PXAT",
-      M.FAST_TEXT and fmt("%d", at) or at)
+      AS_TEXT and fmt("%d", at) or at)
   end
   -- Below 2^53, floor(a / b) of `/` is exact.
   local remaining = span > after and (span - after) / interval or 0

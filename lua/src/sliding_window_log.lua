@@ -1,12 +1,43 @@
--- Sliding window log (core/src/sliding_log.rs): varint-encoded entries, oldest first.
+-- Sliding window log (core/src/sliding_log.rs): entries oldest first. The module writes
+-- version 1 (varints: small); the twin writes version 2 (src/encoding/sliding_log.rs):
+-- `window_ms` (8 bytes), the total count (2), then per entry its instant (8) and count (2),
+-- little-endian, which its fast code reads and drops at computed offsets, a constant
+-- number of Lua operations per call. Each side reads both.
 
 M.LG = M.window_algorithm("L")
 M.MAX_LOG = M.KINDS.L.params[1][3]
+local LG_HEAD = sunpack("<I5", "\0RL\2L")
+
+-- A version 2 log's entries (nil when not a valid one).
+local function read_fixed_log(v)
+  local len = #v
+  if len < 15 or (len - 15) % 10 ~= 0 then
+    return nil
+  end
+  local window_ms, total = M.read_u64(v, 6), sunpack("<I2", v, 14)
+  if not M.valid_duration(window_ms) or total > M.MAX_LOG then
+    return nil
+  end
+  local times, counts, previous, sum = {}, {}, 0, 0
+  for pos = 16, len, 10 do
+    local at, n = M.read_u64(v, pos), sunpack("<I2", v, pos + 8)
+    if not at or at > M.LATEST_US or at < previous or n == 0 then
+      return nil
+    end
+    previous, sum = at, sum + n
+    times[#times + 1] = at
+    counts[#counts + 1] = n
+  end
+  return sum == total and { window_ms = window_ms, times = times, counts = counts }
+end
 
 function M.LG.read(key)
   local v = M.read_value(key, "L")
   if not v then
     return nil
+  end
+  if byte(v, 4) == 2 then
+    return read_fixed_log(v) or M.corrupt("L")
   end
   local window_ms, pos = M.read_varint(v, 6)
   if not M.valid_duration(window_ms) then
@@ -38,23 +69,12 @@ function M.LG.read(key)
 end
 
 function M.LG.encode(s)
-  local out = {}
-  M.varint(out, s.window_ms)
-  local previous = 0
+  local parts, total = {}, 0
   for i = 1, #s.times do
-    local delta = s.times[i] - previous
-    previous = s.times[i]
-    if s.counts[i] == 1 then
-      M.varint(out, delta * 2)
-    else
-      M.varint(out, delta * 2 + 1)
-      M.varint(out, s.counts[i])
-    end
+    parts[i + 1] = spack("<I8I2", s.times[i], s.counts[i])
+    total = total + s.counts[i]
   end
-  local parts = { "\0RL\1L" }
-  for i = 1, #out, 4096 do
-    parts[#parts + 1] = char(unpack(out, i, math.min(i + 4095, #out)))
-  end
+  parts[1] = spack("<I5I8I2", LG_HEAD, s.window_ms, total)
   return table.concat(parts)
 end
 
@@ -172,4 +192,108 @@ function M.LG.view(s, now)
     "oldest_at_ms", n > 0 and M.idiv(s.times[1], 1000) or 0,
     "newest_at_ms", n > 0 and M.idiv(s.times[n], 1000) or 0,
   }
+end
+
+-- The fast path (see fast.lua) of `RL.LOG key limit window_ms [COST n]`: M.LG.check on a
+-- missing key or a version 2 log of the same window, in one function. The entries that
+-- left the window are read from the front and dropped with a substring; the units still
+-- in it are the stored total less theirs; a denial reads entries from the front until
+-- enough units would leave; a write appends one entry (or adds to the newest at the same
+-- instant). The fast code checks the header, the length and the entries it reads (the
+-- general path checks every entry).
+local function lg_prepare(limit, window_ms)
+  return window_ms * 1000 < M.FAST_MAX and { limit, window_ms, window_ms * 1000 }
+end
+local LG_TREE, LG_RANGES = M.fast_tree(), M.KINDS.L.params
+-- The longest valid version 2 log, and GETRANGE's last offset: one byte more, so a
+-- longer value is seen as such.
+local LG_LONGEST = 15 + 10 * M.MAX_LOG
+local LG_LAST = fmt("%d", LG_LONGEST)
+local FAST_MAX = M.FAST_MAX
+
+M.FAST["RL.LOG"] = function(key, args)
+  local p, cost = M.fast_pair_args(LG_TREE, LG_RANGES, lg_prepare, args)
+  if not p then
+    return nil
+  end
+  local limit, window_ms, window = p[1], p[2], p[3]
+  local v, now = M.fast_read(key, LG_LAST)
+  if not v then
+    return nil
+  end
+  local len, pos, used, newest = #v, 16, 0, nil
+  local at = now
+  if len > 0 then
+    if len < 15 or len > LG_LONGEST or (len - 15) % 10 ~= 0 then
+      return nil
+    end
+    local head, stored_ms, total = sunpack("<I5I8I2", v)
+    if head ~= LG_HEAD or stored_ms ~= window_ms or total > M.MAX_LOG then
+      return nil
+    end
+    used = total
+    if len > 15 then
+      local last, n = sunpack("<I8I2", v, len - 9)
+      if last >= FAST_MAX or n == 0 then
+        return nil
+      end
+      if last > now then
+        at = last
+      end
+      -- The entries that left the window: their units are no longer used.
+      local previous = 0
+      while pos < len do
+        local t, c = sunpack("<I8I2", v, pos)
+        if t + window > at then
+          break
+        end
+        if t < previous or c == 0 or c > used then
+          return nil
+        end
+        previous, used, pos = t, used - c, pos + 10
+      end
+      if pos < len then
+        newest = last
+      elseif used ~= 0 then
+        return nil
+      end
+    elseif total ~= 0 then
+      return nil
+    end
+  end
+  local reset = 0
+  if newest then
+    reset = M.cdiv(newest + window - now, 1000)
+  end
+  local left = limit - used
+  if cost > limit then
+    return { 0, limit, left > 0 and left or 0, -1, reset }
+  end
+  local excess = used + cost - limit
+  if excess > 0 then
+    -- The oldest entries whose units, once out of the window, let the call in.
+    local i, freed, t, c = pos, 0, 0, 0
+    while freed < excess and i < len do
+      t, c = sunpack("<I8I2", v, i)
+      freed, i = freed + c, i + 10
+    end
+    if freed < excess or c == 0 then
+      return nil
+    end
+    local retry = t + window > now and M.cdiv(t + window - now, 1000) or 0
+    return { 0, limit, left > 0 and left or 0, retry, reset }
+  end
+  if cost == 0 then
+    return { 1, limit, left, 0, reset }
+  end
+  local value
+  if newest == at then
+    value = spack("<I5I8I2", LG_HEAD, window_ms, used + cost) .. sub(v, pos, len - 2)
+      .. spack("<I2", sunpack("<I2", v, len - 1) + cost)
+  else
+    value = spack("<I5I8I2", LG_HEAD, window_ms, used + cost) .. sub(v, pos, len) .. spack("<I8I2", at, cost)
+  end
+  reset = M.cdiv(at + window - now, 1000)
+  call("SET", key, value, "PXAT", M.fast_expiry(now, reset))
+  return { 1, limit, left - cost, 0, reset }
 end

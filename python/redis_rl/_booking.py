@@ -21,37 +21,9 @@ Headers = List[Tuple[bytes, bytes]]
 
 
 async def check_units(limiter: Limiter, pairs: Sequence[Tuple[str, Policy]], units: Sequence[int]) -> MultiDecision:
-    """Takes ``units[i]`` on ``pairs[i]``, all or nothing: one ``check_all`` per distinct
-    number of units, in order; when one denies, what the earlier ones took is given back."""
-    distinct = list(dict.fromkeys(units))
-    if len(distinct) <= 1:
-        return await limiter.check_all(pairs, distinct[0] if distinct else 1)
-    decisions: List[Optional[Decision]] = [None] * len(pairs)
-    taken: List[Tuple[int, List[int]]] = []
-    denied: Optional[int] = None
-    for n in distinct:
-        members = [i for i, u in enumerate(units) if u == n]
-        md = await limiter.check_all([pairs[i] for i in members], n)
-        for i, d in zip(members, md.decisions):
-            decisions[i] = d
-        if md.denied_index is not None:
-            denied = members[md.denied_index]
-            for amount, indexes in taken:
-                for i in indexes:
-                    key, policy = pairs[i]
-                    if policy.shadow:
-                        continue
-                    try:
-                        await limiter.refund(key, policy, amount)
-                    except Exception as e:  # noqa: BLE001 - best effort, as across slots
-                        log.warning("refund after a denial failed: %r", e)
-            break
-        taken.append((n, members))
-    filled = [
-        d if d is not None else Decision(True, p.limit, p.limit, 0, 0, Source.UNCHECKED)
-        for d, (_, p) in zip(decisions, pairs)
-    ]
-    return MultiDecision(denied, filled)
+    """Takes ``units[i]`` on ``pairs[i]``, all or nothing, equal units or not: one
+    ``check_all`` (one ``RL.ALL ... COSTS`` per hash slot), never a call per number of units."""
+    return await limiter.check_all(pairs, list(units))
 
 
 class Settlement:
@@ -98,23 +70,23 @@ class Settlement:
                 log.warning("settling the cost after the response failed: key=%s error=%r", key, e)
 
 
-def _groups(pairs: Sequence[Tuple[str, Policy]], units: Sequence[int]) -> Dict[Tuple[int, int], List[int]]:
-    """The items' indices per (hash slot, units): one ``RL.ALL`` each."""
-    groups: Dict[Tuple[int, int], List[int]] = {}
-    for i, ((key, _), n) in enumerate(zip(pairs, units)):
-        groups.setdefault((key_slot(key.encode()), n), []).append(i)
+def _groups(pairs: Sequence[Tuple[str, Policy]]) -> Dict[int, List[int]]:
+    """The items' indices per hash slot: one ``RL.ALL`` each."""
+    groups: Dict[int, List[int]] = {}
+    for i, (key, _) in enumerate(pairs):
+        groups.setdefault(key_slot(key.encode()), []).append(i)
     return groups
 
 
 async def _all(
     limiter: Limiter, pairs: Sequence[Tuple[str, Policy]], units: Sequence[int], option: str
 ) -> List[Decision]:
-    """Every item's decision from Redis itself, one ``RL.ALL ... COST n <option>`` per hash
-    slot and units (``PEEK``: a look; ``FORCE``: taken even over the limits)."""
+    """Every item's decision from Redis itself, one ``RL.ALL ... COSTS ... <option>`` per hash
+    slot (``PEEK``: a look; ``FORCE``: taken even over the limits)."""
     decisions: List[Optional[Decision]] = [None] * len(pairs)
-    for (_, n), members in _groups(pairs, units).items():
+    for members in _groups(pairs).values():
         group = [pairs[i] for i in members]
-        command = all_command(group, 1) + ("COST", n, option)
+        command = all_command(group, [units[i] for i in members]) + (option,)
         _, got = parse_all(await limiter.query(*command), len(group))
         for i, d in zip(members, got):
             decisions[i] = d

@@ -362,34 +362,34 @@ class Engine:
 
     # -- several keys --------------------------------------------------------------------
 
-    def check_all(self, items: Sequence[Tuple[str, Policy]], cost: int) -> Op:
+    def check_all(self, items: Sequence[Tuple[str, Policy]], cost: Union[int, Sequence[int]]) -> Op:
         items = list(items)
         _check_items(items)
-        cost = check_cost(cost)
+        costs = _costs(cost, len(items))
         enforced = [i for i, (_, p) in enumerate(items) if not p.shadow]
         shadow = [i for i, (_, p) in enumerate(items) if p.shadow]
         decisions: List[Optional[Decision]] = [None] * len(items)
         denied_sub, enforced_decisions = yield from self._decide_all(
-            [items[i] for i in enforced], cost
+            [items[i] for i in enforced], [costs[i] for i in enforced]
         )
         for i, d in zip(enforced, enforced_decisions):
             decisions[i] = d
         for i in shadow:
             key, policy = items[i]
-            decisions[i] = yield from self.check(key, policy, cost, False)
+            decisions[i] = yield from self.check(key, policy, costs[i], False)
         return MultiDecision(
             denied_index=None if denied_sub is None else enforced[denied_sub],
             decisions=[d for d in decisions if d is not None],
         )
 
     def _decide_all(
-        self, pairs: List[Tuple[str, Policy]], cost: int
+        self, pairs: List[Tuple[str, Policy]], costs: List[int]
     ) -> Generator[Command, Result, Tuple[Optional[int], List[Decision]]]:
         if not pairs:
             return None, []
         # A key the deny cache holds denies the whole request without a round trip.
         for i, (key, _) in enumerate(pairs):
-            cached = self._cached_denial(key, cost)
+            cached = self._cached_denial(key, costs[i])
             if cached is not None:
                 out = [_unknown(p) for _, p in pairs]
                 out[i] = cached
@@ -397,21 +397,21 @@ class Engine:
         try:
             if self.has_all is not False:
                 try:
-                    denied, decisions = yield from self._redis_all(pairs, cost)
+                    denied, decisions = yield from self._redis_all(pairs, costs)
                 except ResponseError as e:
                     if not _is_unknown_command(e) or self.has_all:
                         raise
                     # No RL.ALL on this server: single calls from now on.
                     self.has_all = False
-                    denied, decisions = yield from self._redis_singles(pairs, cost)
+                    denied, decisions = yield from self._redis_singles(pairs, costs)
                 else:
                     self.has_all = True
             else:
-                denied, decisions = yield from self._redis_singles(pairs, cost)
+                denied, decisions = yield from self._redis_singles(pairs, costs)
         except Exception as e:  # noqa: BLE001
-            return self._fallback_all(pairs, cost, e)
+            return self._fallback_all(pairs, costs, e)
         if denied is not None:
-            self._remember_denial(pairs[denied][0], cost, decisions[denied])
+            self._remember_denial(pairs[denied][0], costs[denied], decisions[denied])
         return denied, decisions
 
     def _groups(self, keys: List[str]) -> List[List[int]]:
@@ -424,50 +424,50 @@ class Engine:
         return list(groups.values())
 
     def _redis_all(
-        self, pairs: List[Tuple[str, Policy]], cost: int
+        self, pairs: List[Tuple[str, Policy]], costs: List[int]
     ) -> Generator[Command, Result, Tuple[Optional[int], List[Decision]]]:
-        """One RL.ALL per slot; the slots already taken are refunded when a later one denies
-        or fails."""
+        """One RL.ALL per slot, each key its own cost (``COSTS`` where they differ); the slots
+        already taken are refunded when a later one denies or fails."""
         decisions = [_unknown(p) for _, p in pairs]
         taken: List[int] = []
         for members in self._groups([k for k, _ in pairs]):
             group = [pairs[i] for i in members]
-            result = yield all_command(group, cost)
+            result = yield all_command(group, [costs[i] for i in members])
             try:
                 if isinstance(result, Failed):
                     raise result.error
                 denied, group_decisions = parse_all(result.value, len(group))
             except Exception:
-                yield from self._refund(pairs, taken, cost)
+                yield from self._refund(pairs, taken, costs)
                 raise
             for i, d in zip(members, group_decisions):
                 decisions[i] = d
             if denied is not None:
-                yield from self._refund(pairs, taken, cost)
+                yield from self._refund(pairs, taken, costs)
                 return members[denied], decisions
             taken.extend(members)
         return None, decisions
 
     def _redis_singles(
-        self, pairs: List[Tuple[str, Policy]], cost: int
+        self, pairs: List[Tuple[str, Policy]], costs: List[int]
     ) -> Generator[Command, Result, Tuple[Optional[int], List[Decision]]]:
         """Without RL.ALL: peek every key, then take every key; refund on a racing denial."""
-        peeks = yield from self._singles(pairs, cost, True)
+        peeks = yield from self._singles(pairs, costs, True)
         for i, d in enumerate(peeks):
             if d.denied:
                 return i, peeks
-        taken = yield from self._singles(pairs, cost, False)
+        taken = yield from self._singles(pairs, costs, False)
         for i, d in enumerate(taken):
             if d.denied:
-                yield from self._refund(pairs, [j for j, t in enumerate(taken) if t.allowed], cost)
+                yield from self._refund(pairs, [j for j, t in enumerate(taken) if t.allowed], costs)
                 return i, taken
         return None, taken
 
     def _singles(
-        self, pairs: List[Tuple[str, Policy]], cost: int, peek: bool
+        self, pairs: List[Tuple[str, Policy]], costs: List[int], peek: bool
     ) -> Generator[Command, Result, List[Decision]]:
         out = []
-        for key, policy in pairs:
+        for (key, policy), cost in zip(pairs, costs):
             result = yield single(key, policy, cost, peek)
             if isinstance(result, Failed):
                 raise result.error
@@ -475,14 +475,14 @@ class Engine:
         return out
 
     def _refund(
-        self, pairs: List[Tuple[str, Policy]], indexes: List[int], cost: int
+        self, pairs: List[Tuple[str, Policy]], indexes: List[int], costs: List[int]
     ) -> Generator[Command, Result, None]:
-        """Gives back ``cost`` on the keys at ``indexes``, best effort."""
-        if cost == 0:
-            return
+        """Gives back their costs on the keys at ``indexes``, best effort."""
         for i in indexes:
             key, policy = pairs[i]
-            result = yield refund_command(key, policy, cost)
+            if costs[i] == 0:
+                continue
+            result = yield refund_command(key, policy, costs[i])
             if isinstance(result, Failed):
                 self._log_error("RL.REFUND", result.error)
 
@@ -507,13 +507,14 @@ class Engine:
         return Decision.from_reply(fields, Source.LOCAL)
 
     def _fallback_all(
-        self, pairs: List[Tuple[str, Policy]], cost: int, error: BaseException
+        self, pairs: List[Tuple[str, Policy]], costs: List[int], error: BaseException
     ) -> Tuple[Optional[int], List[Decision]]:
-        """All or nothing by each key's failure mode: peek every key, then take them."""
+        """All or nothing by each key's failure mode: peek every key, then take them, each
+        its own cost."""
         self._log_error("RL.ALL", error)
-        peeks = [self._fail(k, p, cost, True) for k, p in pairs]
+        peeks = [self._fail(k, p, c, True) for (k, p), c in zip(pairs, costs)]
         denied = next((i for i, d in enumerate(peeks) if d.denied), None)
-        decisions = peeks if denied is not None else [self._fail(k, p, cost, False) for k, p in pairs]
+        decisions = peeks if denied is not None else [self._fail(k, p, c, False) for (k, p), c in zip(pairs, costs)]
         for d in decisions:
             self._count(d.source.value)
         return denied, decisions
@@ -562,12 +563,28 @@ def upto_command(key: str, policy: Policy, n: int, peek: bool) -> Command:
     return (policy.command, key, *policy.spec(), "COST", n, "UPTO", *(("PEEK",) if peek else ()))
 
 
-def all_command(pairs: Sequence[Tuple[str, Policy]], cost: int) -> Command:
-    """``RL.ALL numkeys key... spec... [COST n]``."""
+def _costs(cost: Union[int, Sequence[int]], n: int) -> List[int]:
+    """One checked cost per item: ``cost`` for each, or ``cost[i]`` (one per item)."""
+    if isinstance(cost, int):
+        return [check_cost(cost)] * n
+    costs = [check_cost(c) for c in cost]
+    if len(costs) != n:
+        raise ValueError(f"{len(costs)} costs for {n} items: give one cost per item")
+    return costs
+
+
+def all_command(pairs: Sequence[Tuple[str, Policy]], costs: Union[int, Sequence[int]]) -> Command:
+    """``RL.ALL numkeys key... spec... [COST n | COSTS n1 ... nk]``: one cost for every key, or
+    each key its own (``COSTS`` where they differ), one atomic call either way."""
     specs: List[Union[str, int]] = []
     for _, policy in pairs:
         specs += [policy.spec_name, *policy.spec()]
-    return ("RL.ALL", len(pairs), *(k for k, _ in pairs), *specs, *_cost_peek(cost, False))
+    each = [costs] * len(pairs) if isinstance(costs, int) else list(costs)
+    if len(set(each)) > 1:
+        options: Command = ("COSTS", *each)
+    else:
+        options = _cost_peek(each[0] if each else 1, False)
+    return ("RL.ALL", len(pairs), *(k for k, _ in pairs), *specs, *options)
 
 
 def refund_command(key: str, policy: Policy, cost: int) -> Command:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, Sequence, Tuple, cast
+from typing import Any, Dict, Sequence, Tuple, Union, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -50,10 +50,14 @@ class Limiter(Front):
         """What taking ``cost`` units would answer, taking nothing (``PEEK``)."""
         return cast(Decision, await self._run(self._engine.check(key, policy, cost, True)))
 
-    async def check_all(self, items: Sequence[Tuple[str, Policy]], cost: int = 1) -> MultiDecision:
-        """Takes ``cost`` units on every key if every enforced key allows it, else nothing.
+    async def check_all(
+        self, items: Sequence[Tuple[str, Policy]], cost: Union[int, Sequence[int]] = 1
+    ) -> MultiDecision:
+        """Takes ``cost`` units on every key (or ``cost[i]`` on ``items[i]``: one cost per
+        item) if every enforced key allows it, else nothing.
 
-        One RL.ALL per hash slot (one in all on a standalone server, atomic); across slots,
+        One RL.ALL per hash slot (one in all on a standalone server, atomic, different costs
+        included: ``COSTS``); across slots,
         slot by slot, refunding the slots already taken (RL.REFUND) when a later one denies.
         Shadow policies are checked on their own and never deny."""
         return cast(MultiDecision, await self._run(self._engine.check_all(items, cost)))

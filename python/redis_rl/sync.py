@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence, Tuple, cast
+from typing import Any, Dict, Sequence, Tuple, Union, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -42,7 +42,7 @@ class SyncLimiter(Front):
         """What taking ``cost`` units would answer, taking nothing (``PEEK``)."""
         return cast(Decision, self._run(self._engine.check(key, policy, cost, True)))
 
-    def check_all(self, items: Sequence[Tuple[str, Policy]], cost: int = 1) -> MultiDecision:
+    def check_all(self, items: Sequence[Tuple[str, Policy]], cost: Union[int, Sequence[int]] = 1) -> MultiDecision:
         """All or nothing over several keys; see ``redis_rl.Limiter.check_all``."""
         return cast(MultiDecision, self._run(self._engine.check_all(items, cost)))
 

@@ -21,6 +21,7 @@ import redis
 from redis_rl import Policy
 from redis_rl._core import LocalStore
 from redis_rl._engine import single
+from redis_rl._registry import LIMITERS
 
 SLACK_US = 3_000
 CALLS = 40
@@ -32,6 +33,7 @@ POLICIES = [
     Policy.gcra(5, 100, burst=3),
     Policy.gcra(4, 90),
     Policy.log(5, 130),
+    Policy.quota(6, 1),
 ]
 
 
@@ -56,6 +58,13 @@ def _instant(store: LocalStore, key: str, policy: Policy, cost: int, lo: int, hi
             if store.check(key, policy.params, cost, t, True) == want:
                 return t
     raise AssertionError(f"no instant in [{lo - SLACK_US}, {hi + SLACK_US}] us gives the module's reply {want}")
+
+
+def test_every_rate_limiter_of_the_registry_is_compared() -> None:
+    """POLICIES is a list of its own (each algorithm needs parameters that turn its windows
+    within a test): it must name every rate limiter of the registry, or a new algorithm's
+    extension would never be compared with the module."""
+    assert sorted({p.algorithm for p in POLICIES}) == sorted(LIMITERS)
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: f"{p.algorithm}{list(p.spec())}")

@@ -3,7 +3,12 @@
 use redis_rl_core::sliding_log::{LogEntry, SlidingLogState, MAX_LIMIT};
 use redis_rl_core::Micros;
 
-use super::{duration_ms_in_range, Kind, Reader, Stored, Writer};
+use super::{duration_ms_in_range, Encoded, Kind, Reader, Stored, Writer};
+
+/// Bytes of a version 2 log's fixed part (`window_ms` u64, the total count u16) and of each
+/// of its entries (the instant u64, the count u16).
+const FIXED_HEAD: usize = 10;
+const FIXED_ENTRY: usize = 10;
 
 /// Sliding window log fields: a varint (LEB128) of `window_ms`, then one varint per entry,
 /// oldest first, holding the microseconds since the previous entry (since the epoch for the
@@ -19,6 +24,48 @@ impl Stored for SlidingLogState {
     /// 2 for its count (below 2^14), and a valid log holds at most [`MAX_LIMIT`] entries
     /// (every entry counts at least one unit): about 120 KB.
     const MAX_BODY_LEN: usize = 6 + 12 * MAX_LIMIT as usize;
+    /// Version 2 (read, never written here): the fixed-width log the Lua twin writes, whose
+    /// entries it reads and drops at computed offsets with `struct.unpack` and a substring,
+    /// a constant number of Lua operations per call where version 1's varints take a loop
+    /// over the whole log. Little-endian: `window_ms` (8 bytes), the total count of the
+    /// entries (2), then per entry, oldest first, its instant in µs (8) and its count (2,
+    /// at least 1), instants never decreasing. Five times the size of version 1 (10 bytes
+    /// an entry against about 2), which is why the module keeps writing version 1.
+    const COMPACT_BODY: Option<(usize, usize)> =
+        Some((FIXED_HEAD, FIXED_HEAD + FIXED_ENTRY * MAX_LIMIT as usize));
+
+    /// Version 1, whatever was read (see `COMPACT_BODY`).
+    fn encode(&self) -> Encoded {
+        self.encode_fields()
+    }
+
+    fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(self.encode_fields().as_bytes())
+    }
+
+    fn decode_compact(body: &mut Reader<'_>) -> Option<Self> {
+        let window_ms = duration_ms_in_range(body.u64()?)?;
+        let total = u64::from(body.u16()?);
+        if total > MAX_LIMIT || !body.remaining().is_multiple_of(FIXED_ENTRY) {
+            return None;
+        }
+        let mut entries = Vec::with_capacity(body.remaining() / FIXED_ENTRY);
+        let (mut previous, mut sum) = (0, 0);
+        while !body.is_empty() {
+            let at = body.u64()?;
+            let count = u64::from(body.u16()?);
+            if at < previous || count == 0 {
+                return None;
+            }
+            previous = at;
+            sum += count;
+            entries.push(LogEntry {
+                at: Micros(at),
+                count,
+            });
+        }
+        (sum == total).then_some(SlidingLogState { window_ms, entries })
+    }
 
     fn encode_body(&self, out: &mut Writer<'_>) {
         // 3 bytes an entry covers gaps up to 1 s; more grows the buffer once or twice.
@@ -199,6 +246,67 @@ mod tests {
         // 10_000 units at one instant, then 1 more: over the largest limit.
         assert!(with_entries(&[0x01, 0x90, 0x4e]).is_ok());
         assert_eq!(with_entries(&[0x01, 0x90, 0x4e, 0x00]), corrupt);
+    }
+
+    /// Version 2 as the Lua twin writes it: `window_ms`, the total count, then instant and
+    /// count per entry, fixed-width little-endian.
+    fn fixed(window_ms: u64, total: u16, entries: &[(u64, u16)]) -> Vec<u8> {
+        let mut v = [
+            &b"\0RL\x02L"[..],
+            &window_ms.to_le_bytes(),
+            &total.to_le_bytes(),
+        ]
+        .concat();
+        for (at, count) in entries {
+            v.extend_from_slice(&at.to_le_bytes());
+            v.extend_from_slice(&count.to_le_bytes());
+        }
+        v
+    }
+
+    #[test]
+    fn reads_the_twins_fixed_width_log_and_writes_version_1() {
+        let base = 1_700_000_000_000_000;
+        let value = fixed(1_000, 4, &[(base, 1), (base + 100, 3)]);
+        let state = SlidingLogState::decode(&value).unwrap();
+        assert_eq!(state, log(vec![entry(base, 1), entry(base + 100, 3)]));
+        assert_eq!(&state.encode().as_bytes()[..5], b"\0RL\x01L");
+        assert_eq!(
+            SlidingLogState::decode(&fixed(1_000, 0, &[])),
+            Ok(log(vec![]))
+        );
+        assert!(SlidingLogState::plausible_len(value.len()));
+        let corrupt = Err(DecodeError::Corrupt(Kind::SlidingLog));
+        assert_eq!(
+            SlidingLogState::decode(&fixed(0, 1, &[(base, 1)])),
+            corrupt,
+            "window 0"
+        );
+        assert_eq!(
+            SlidingLogState::decode(&fixed(1_000, 2, &[(base, 1)])),
+            corrupt,
+            "total"
+        );
+        assert_eq!(
+            SlidingLogState::decode(&fixed(1_000, 0, &[(base, 0)])),
+            corrupt,
+            "count 0"
+        );
+        assert_eq!(
+            SlidingLogState::decode(&fixed(1_000, 2, &[(base, 1), (base - 1, 1)])),
+            corrupt,
+            "instants going back"
+        );
+        assert_eq!(
+            SlidingLogState::decode(&fixed(1_000, 10_001, &[(base, 10_001)])),
+            corrupt,
+            "over the largest limit"
+        );
+        assert_eq!(
+            SlidingLogState::decode(&value[..value.len() - 1]),
+            corrupt,
+            "truncated"
+        );
     }
 
     #[test]

@@ -137,3 +137,86 @@ proptest! {
         prop_assert_eq!(SlidingWindowState::decode(s.encode_v1().as_bytes()), Ok(s));
     }
 }
+
+/// Lengths of every algorithm's stored value, from its `Stored` impl: version 1 for a
+/// fixed-size state with a compact form (`None` for one without, or of variable length: the
+/// twin's `M.V1_LEN` lists the tags whose version 1 has one length) and the longest valid
+/// value.
+macro_rules! stored_lengths {
+    (
+        limiters: [$($l:ident = $lt:ty),* $(,)?],
+        others: [$($o:ident = $ot:ty),* $(,)?] $(,)?
+    ) => {
+        fn stored_lengths(kind: Kind) -> (Option<usize>, usize) {
+            fn of<S: Stored>() -> (Option<usize>, usize) {
+                let compact_most = S::COMPACT_BODY.map_or(0, |(_, most)| most);
+                (
+                    S::COMPACT_BODY
+                        .filter(|_| !S::VARIABLE_LEN)
+                        .map(|_| HEADER_LEN + S::BODY_LEN),
+                    HEADER_LEN + S::MAX_BODY_LEN.max(compact_most),
+                )
+            }
+            match kind {
+                $(Kind::$l => of::<<$lt as CoreAlgorithm>::State>(),)*
+                $(Kind::$o => of::<<$ot as CoreAlgorithm>::State>(),)*
+            }
+        }
+    };
+}
+redis_rl_core::registry!(stored_lengths);
+
+/// The entries `TAG = expression` of the Lua table assigned by `M.<name> = {` in `text`.
+fn lua_table(text: &str, name: &str) -> Vec<(String, String)> {
+    let start = text
+        .find(&format!("M.{name} = {{"))
+        .unwrap_or_else(|| panic!("no M.{name} in lua/src/storage.lua"));
+    let open = start + text[start..].find('{').unwrap();
+    let mut depth = 0;
+    let close = text[open..]
+        .find(|c| {
+            depth += match c {
+                '{' => 1,
+                '}' => -1,
+                _ => 0,
+            };
+            depth == 0
+        })
+        .unwrap();
+    let body = &text[open + 1..open + close];
+    body.split([',', '\n'])
+        .filter_map(|entry| entry.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// The Lua twin keeps the stored lengths it checks by hand (`M.V1_LEN` and `M.MAX_LEN` in
+/// lua/src/storage.lua): they must be the module's, for every algorithm of the registry. A
+/// twin without a new algorithm's lengths writes its key once and then fails on every call
+/// that reads it, which no other test sees.
+#[test]
+fn the_lua_twins_stored_lengths_are_the_modules() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/lua/src/storage.lua");
+    let text = std::fs::read_to_string(path).unwrap();
+    let v1 = lua_table(&text, "V1_LEN");
+    let max = lua_table(&text, "MAX_LEN");
+    for &kind in Kind::ALL {
+        let tag = char::from(kind.tag()).to_string();
+        let (v1_len, max_len) = stored_lengths(kind);
+        let lua_v1 = v1.iter().find(|(k, _)| *k == tag).map(|(_, v)| v.parse());
+        assert_eq!(
+            lua_v1,
+            v1_len.map(Ok),
+            "M.V1_LEN.{tag} ({kind:?}) in {path}: the version 1 length of a state with a compact form"
+        );
+        let lua_max = max.iter().find(|(k, _)| *k == tag).map(|(_, v)| v.as_str());
+        let lua_max = lua_max.unwrap_or_else(|| panic!("no M.MAX_LEN.{tag} ({kind:?}) in {path}"));
+        // `5 + n` is checked; a longer expression (a log's or a lease table's) only exists.
+        if let Some(body) = lua_max
+            .strip_prefix("5 + ")
+            .and_then(|n| n.parse::<usize>().ok())
+        {
+            assert_eq!(5 + body, max_len, "M.MAX_LEN.{tag} ({kind:?}) in {path}");
+        }
+    }
+}

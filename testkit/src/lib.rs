@@ -21,6 +21,8 @@
 //!   registry; [`golden`]: the command files of `testdata/commands`.
 //! - [`tls_cluster`]: [`tls_cluster::TlsCluster`], three such masters with the cluster bus
 //!   and replication over TLS.
+//! - [`configs`]: configuration text the rules tests of the gateway and the middleware
+//!   start from.
 //! - [`ops`]: the operations tests' seeded random mix of RL.* calls and dataset snapshots.
 //!
 //! `use redis_rl_testkit::*;` brings in everything but [`ops`].
@@ -28,6 +30,7 @@
 pub mod checks;
 pub mod cluster;
 pub mod cmd;
+pub mod configs;
 pub mod conformance;
 pub mod golden;
 pub mod ops;

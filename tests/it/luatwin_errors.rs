@@ -139,6 +139,19 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
         &[
             "SLIDING", "10", "1000", "FIXED", "1", "1000", "COST", "2", "UPTO",
         ],
+        &["SLIDING", "10", "1000", "FIXED", "1", "1000", "COSTS", "1"],
+        &[
+            "SLIDING", "10", "1000", "FIXED", "1", "1000", "COSTS", "1", "x",
+        ],
+        &[
+            "SLIDING", "10", "1000", "FIXED", "1", "1000", "COSTS", "1", "1", "COST", "2",
+        ],
+        &[
+            "SLIDING", "10", "1000", "FIXED", "1", "1000", "COSTS", "1", "1", "costs",
+        ],
+        &[
+            "SLIDING", "10", "1000", "FIXED", "1", "1000", "COST", "1", "COSTS", "1", "1",
+        ],
         &["QUOTA", "10", "MONTHLY", "FIXED", "1", "1000"],
         &["QUOTA", "10", "DAY", "ANCHOR", "2", "FIXED", "1", "1000"],
         &["QUOTA", "10", "MONTH", "ANCHOR", "32", "FIXED", "1", "1000"],
@@ -220,6 +233,33 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
         .arg(long_sw)
         .query(&mut conn)
         .unwrap();
+    // Damaged version 2 logs (the twin's fixed-width entries): refused as the module does,
+    // by the twin's fast code and its general path.
+    let log2 = |total: u16, entries: &[(u64, u16)]| {
+        let mut v = [
+            &b"\0RL\x02L"[..],
+            &1000u64.to_le_bytes(),
+            &total.to_le_bytes(),
+        ]
+        .concat();
+        for (at, count) in entries {
+            v.extend_from_slice(&at.to_le_bytes());
+            v.extend_from_slice(&count.to_le_bytes());
+        }
+        v
+    };
+    for (key, value) in [
+        ("{e}:log2-total", log2(2, &[(1, 1)])),
+        ("{e}:log2-zero", log2(0, &[(1, 0)])),
+        ("{e}:log2-back", log2(2, &[(5, 1), (4, 1)])),
+        ("{e}:log2-short", log2(0, &[])[..14].to_vec()),
+    ] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .query(&mut conn)
+            .unwrap();
+    }
     let _: () = redis::cmd("SET")
         .arg("{e}:empty")
         .arg("")
@@ -241,6 +281,10 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
         "{e}:long-sw",
         "{e}:empty",
         "{e}:int",
+        "{e}:log2-total",
+        "{e}:log2-zero",
+        "{e}:log2-back",
+        "{e}:log2-short",
     ];
     for key in keys {
         for args in [

@@ -208,7 +208,7 @@ impl Spec {
 /// The stored bytes the twin writes (README's format, which the module reads): version 1,
 /// 8-byte little-endian fields (16 for a u128), for the fixed-size states whose fields are
 /// all below 2^53 (what the twin packs with the server's `struct` library), else version 2
-/// (varints, a window as its index); version 1 varints for a log.
+/// (varints, a window as its index); version 2 fixed-width entries for a log.
 pub(crate) fn encode(state: &AnyState) -> Vec<u8> {
     fn varint(out: &mut Vec<u8>, v: u64) {
         wide(out, u128::from(v));
@@ -260,19 +260,13 @@ pub(crate) fn encode(state: &AnyState) -> Vec<u8> {
             varint(&mut out, s.count);
         }
         AnyState::SlidingLog(s) => {
-            out[3] = 1;
+            // Version 2: fixed-width entries (src/encoding/sliding_log.rs).
             out.push(b'L');
-            varint(&mut out, s.window_ms);
-            let mut previous = 0;
+            out.extend_from_slice(&s.window_ms.to_le_bytes());
+            out.extend_from_slice(&(s.total() as u16).to_le_bytes());
             for e in &s.entries {
-                let delta = e.at.0 - previous;
-                previous = e.at.0;
-                if e.count == 1 {
-                    varint(&mut out, delta << 1);
-                } else {
-                    varint(&mut out, delta << 1 | 1);
-                    varint(&mut out, e.count);
-                }
+                out.extend_from_slice(&e.at.0.to_le_bytes());
+                out.extend_from_slice(&(e.count as u16).to_le_bytes());
             }
         }
     }
@@ -340,9 +334,10 @@ pub(crate) enum Op {
         key: usize,
         amount: u64,
     },
+    /// One cost per key: sent as `COST n` when they are equal, else as `COSTS`.
     All {
         keys: Vec<usize>,
-        cost: u64,
+        costs: Vec<u64>,
         peek: bool,
     },
 }
@@ -367,9 +362,16 @@ impl Op {
                     keys.push(key);
                 }
                 let least = keys.iter().map(|&k| specs[k].limit()).min().unwrap();
+                let costs = if r.percent(50) {
+                    vec![cost_for(r, least); keys.len()]
+                } else {
+                    keys.iter()
+                        .map(|&k| cost_for(r, specs[k].limit()))
+                        .collect()
+                };
                 Op::All {
                     keys,
-                    cost: cost_for(r, least),
+                    costs,
                     peek: r.percent(15),
                 }
             }
@@ -414,9 +416,15 @@ impl Op {
                 args.extend(["COST".to_string(), amount.to_string()]);
                 ("RL.REFUND", vec![*key], args)
             }
-            Op::All { keys, cost, peek } => {
+            Op::All { keys, costs, peek } => {
                 let mut args: Vec<String> = keys.iter().flat_map(|&k| specs[k].words()).collect();
-                args.extend(opts(*cost, *peek));
+                if costs.iter().all(|&c| c == costs[0]) {
+                    args.extend(opts(costs[0], *peek));
+                } else {
+                    args.push("COSTS".to_string());
+                    args.extend(costs.iter().map(u64::to_string));
+                    args.extend(opts(1, *peek));
+                }
                 ("RL.ALL", keys.clone(), args)
             }
         }
@@ -476,10 +484,11 @@ pub(crate) fn model(op: &Op, specs: &[Spec], states: &[Option<AnyState>], now: u
                 writes,
             }
         }
-        Op::All { keys, cost, peek } => {
+        Op::All { keys, costs, peek } => {
             let evaluated: Vec<_> = keys
                 .iter()
-                .map(|&k| specs[k].any().check(states[k].clone(), Micros(now), *cost))
+                .zip(costs)
+                .map(|(&k, &cost)| specs[k].any().check(states[k].clone(), Micros(now), cost))
                 .collect();
             let denied = evaluated.iter().position(|(d, _)| !d.is_allowed());
             let mut per = Vec::new();
@@ -505,4 +514,18 @@ pub(crate) fn model(op: &Op, specs: &[Spec], states: &[Option<AnyState>], now: u
             }
         }
     }
+}
+
+/// The twin's differential tests draw their algorithms from [`KINDS`], a list of their own
+/// (each needs its parameters drawn and its stored bytes written): it must hold every rate
+/// limiter of the registry, or a new algorithm's twin would never be compared with the
+/// module.
+#[test]
+fn the_model_covers_every_rate_limiter_of_the_registry() {
+    let mut r = Rng::new(7);
+    let modelled: Vec<redis_rl_core::Kind> = KINDS
+        .iter()
+        .map(|&kind| super::luatwin::time_insensitive(kind, &mut r).any().kind())
+        .collect();
+    assert_eq!(modelled, redis_rl_core::Kind::LIMITERS);
 }

@@ -213,7 +213,7 @@ fn quota_specs_in_rl_all_and_rl_refund() {
         "ERR spec 1: anchor (for a period other than MONTH) must be an integer between 1 and 1"
     );
     assert_eq!(
-        error(&mut c, &["RL.ALL", "1", "x", "LEAKY", "10"]),
-        "ERR spec 1: unknown algorithm 'LEAKY', expected TOKENBUCKET, SLIDING, FIXED, GCRA, LOG or QUOTA"
+        error(&mut c, &["RL.ALL", "1", "x", "NOSUCH", "10"]),
+        "ERR spec 1: unknown algorithm 'NOSUCH', expected TOKENBUCKET, SLIDING, FIXED, GCRA, LOG or QUOTA"
     );
 }

@@ -48,7 +48,7 @@ pub use wire::Engine;
 
 use crate::backend::BoxFuture;
 use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use redis_rl_core::AnyParams;
 
 /// One single-key call: take `cost` units of `key` (only say what taking them would
@@ -92,6 +92,24 @@ pub trait Decider: Send + Sync + 'static {
     /// no shadow policy (the limiter checks those apart).
     fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision>;
 
+    /// [`Decider::check_all`] with a cost per key: takes `costs[i]` units on `items[i]` (a
+    /// missing cost is 1) if every key allows its own, else nothing, in one atomic decision
+    /// (`RL.ALL ... COSTS`), never a call per cost. The default serves equal costs with
+    /// [`Decider::check_all`] and refuses different ones with [`Error::Config`]: a decider
+    /// that cannot take them at once must not split them (a split is not all or nothing).
+    fn check_all_costs<'a>(
+        &'a self,
+        items: Items<'a>,
+        costs: &'a [u64],
+    ) -> Decided<'a, MultiDecision> {
+        match uniform_cost(items.len(), costs) {
+            Some(cost) => self.check_all(items, cost),
+            None => Box::pin(std::future::ready(Err(Error::Config(
+                "this decider takes one cost for all keys of a call".to_string(),
+            )))),
+        }
+    }
+
     /// A partial grant (`COST n UPTO`): takes up to `call.cost` units of `call.key`, as many
     /// as are available (with `call.peek`: says how many, taking nothing). The algorithm
     /// must take `UPTO` (every rate limiter but the log).
@@ -114,6 +132,14 @@ macro_rules! forward_decider {
                 (**self).check_all(items, cost)
             }
 
+            fn check_all_costs<'a>(
+                &'a self,
+                items: Items<'a>,
+                costs: &'a [u64],
+            ) -> Decided<'a, MultiDecision> {
+                (**self).check_all_costs(items, costs)
+            }
+
             fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant> {
                 (**self).take_upto(call)
             }
@@ -126,6 +152,17 @@ macro_rules! forward_decider {
 }
 
 forward_decider!(Box, Arc);
+
+/// The cost of key `i` of a call: `costs[i]`, 1 where `costs` is short (the default cost).
+pub(crate) fn cost_at(costs: &[u64], i: usize) -> u64 {
+    costs.get(i).copied().unwrap_or(1)
+}
+
+/// The one cost of `n` keys when [`cost_at`] is the same for each (1 for none), else `None`.
+pub(crate) fn uniform_cost(n: usize, costs: &[u64]) -> Option<u64> {
+    let first = cost_at(costs, 0);
+    (1..n).all(|i| cost_at(costs, i) == first).then_some(first)
+}
 
 /// A decision for a key that was not checked (another key decided first): its limit, with
 /// nothing known about its count (`Source::Unchecked`: not a decision of Redis).

@@ -10,7 +10,7 @@ use redis::{Cmd, Value};
 
 use super::lua::check_range;
 use super::wire::{Engine, Route, Wire};
-use super::{unknown, Check, Decided, Decider, Items, Refund};
+use super::{cost_at, unknown, Check, Decided, Decider, Items, Refund};
 use crate::command;
 use crate::decision::{self, Decision, Grant, MultiDecision};
 use crate::error::{Error, Result};
@@ -20,7 +20,7 @@ use redis_rl_core::AnyParams;
 /// The module's commands over a [`Transport`], on the wire [`Engine`] picks.
 ///
 /// `check_all`: with `RL.ALL` on the server, one call per hash slot (one in all on a
-/// standalone server, atomic); across slots, every slot at once (concurrently: one round
+/// standalone server, atomic; keys of different costs in the same call, `COSTS`); across slots, every slot at once (concurrently: one round
 /// trip of latency), refunding (`RL.REFUND`) the slots that took their units when another
 /// one denies or fails. Without `RL.ALL`: every key is
 /// peeked first (nothing taken if one denies), then taken; a denial racing in between is
@@ -123,16 +123,16 @@ impl ServerDecider {
         decision::parse_refund(&self.send_on(route, units.key, &cmd).await?)
     }
 
-    async fn all(&self, items: &[Item<'_>], cost: u64) -> Result<MultiDecision> {
+    async fn all(&self, items: &[Item<'_>], costs: &[u64]) -> Result<MultiDecision> {
         let route = self.route(items.iter().map(|(_, a)| *a)).await?;
         let reach = Reach {
             route,
             caps: self.capabilities(route).await?,
         };
         if reach.caps.rl_all {
-            self.rl_all(reach, items, cost).await
+            self.rl_all(reach, items, costs).await
         } else {
-            self.peek_then_take(reach, items, cost).await
+            self.peek_then_take(reach, items, costs).await
         }
     }
 
@@ -142,7 +142,12 @@ impl ServerDecider {
     /// denying group in request order is reported); with failures only, the first error is
     /// returned. A group that failed is not refunded: whether it took anything is unknown,
     /// and refunding what was not taken would give units away.
-    async fn rl_all(&self, reach: Reach, items: &[Item<'_>], cost: u64) -> Result<MultiDecision> {
+    async fn rl_all(
+        &self,
+        reach: Reach,
+        items: &[Item<'_>],
+        costs: &[u64],
+    ) -> Result<MultiDecision> {
         let keys: Vec<&str> = items.iter().map(|(k, _)| *k).collect();
         let groups = command::slot_groups(&keys, self.transport.is_cluster());
         let calls = groups.iter().map(|(slot, members)| async move {
@@ -150,7 +155,8 @@ impl ServerDecider {
                 .iter()
                 .filter_map(|&i| items.get(i).copied())
                 .collect();
-            let cmd = command::all(&group, cost, false);
+            let group_costs: Vec<u64> = members.iter().map(|&i| cost_at(costs, i)).collect();
+            let cmd = command::all(&group, &group_costs, false);
             let v = self.send(reach.route, &cmd, *slot).await?;
             decision::parse_all(&v, group.len())
         });
@@ -187,7 +193,7 @@ impl ServerDecider {
                 decisions,
             });
         }
-        self.refund(reach, items, &taken, cost).await;
+        self.refund(reach, items, &taken, costs).await;
         match (denied, error) {
             (None, Some(e)) => Err(e),
             (denied, _) => Ok(MultiDecision { denied, decisions }),
@@ -200,22 +206,22 @@ impl ServerDecider {
         &self,
         reach: Reach,
         items: &[Item<'_>],
-        cost: u64,
+        costs: &[u64],
     ) -> Result<MultiDecision> {
-        let peeks = self.singles(reach.route, items, cost, true).await?;
+        let peeks = self.singles(reach.route, items, costs, true).await?;
         if let Some(i) = peeks.iter().position(|d| d.is_denied()) {
             return Ok(MultiDecision {
                 denied: Some(i),
                 decisions: peeks,
             });
         }
-        let taken = self.singles(reach.route, items, cost, false).await?;
+        let taken = self.singles(reach.route, items, costs, false).await?;
         let denied = taken.iter().position(|d| d.is_denied());
         if denied.is_some() {
             let allowed: Vec<usize> = (0..taken.len())
                 .filter(|&j| taken.get(j).is_some_and(|d| !d.is_denied()))
                 .collect();
-            self.refund(reach, items, &allowed, cost).await;
+            self.refund(reach, items, &allowed, costs).await;
         }
         Ok(MultiDecision {
             denied,
@@ -227,14 +233,14 @@ impl ServerDecider {
         &self,
         route: Route,
         items: &[Item<'_>],
-        cost: u64,
+        costs: &[u64],
         peek: bool,
     ) -> Result<Vec<Decision>> {
-        let calls = items.iter().map(|&(key, algorithm)| {
+        let calls = items.iter().enumerate().map(|(i, &(key, algorithm))| {
             let call = Check {
                 key,
                 algorithm,
-                cost,
+                cost: cost_at(costs, i),
                 peek,
             };
             self.single(route, call)
@@ -242,9 +248,14 @@ impl ServerDecider {
         join_all(calls).await.into_iter().collect()
     }
 
-    /// Gives back `cost` on the keys at `indexes`, best effort (errors are logged).
-    async fn refund(&self, reach: Reach, items: &[Item<'_>], indexes: &[usize], cost: u64) {
-        if indexes.is_empty() || cost == 0 {
+    /// Gives back their costs on the keys at `indexes`, best effort (errors are logged).
+    async fn refund(&self, reach: Reach, items: &[Item<'_>], indexes: &[usize], costs: &[u64]) {
+        let indexes: Vec<usize> = indexes
+            .iter()
+            .copied()
+            .filter(|&i| cost_at(costs, i) > 0)
+            .collect();
+        if indexes.is_empty() {
             return;
         }
         if !reach.caps.rl_refund {
@@ -254,16 +265,15 @@ impl ServerDecider {
             );
             return;
         }
-        let calls =
-            indexes
-                .iter()
-                .filter_map(|&i| items.get(i))
-                .map(|(key, algorithm)| async move {
-                    let cmd = command::refund(key, algorithm, cost);
-                    if let Err(e) = self.send_on(reach.route, key, &cmd).await {
-                        self.transport.log_error("RL.REFUND", &e);
-                    }
-                });
+        let calls = indexes
+            .iter()
+            .filter_map(|&i| Some((items.get(i)?, cost_at(costs, i))))
+            .map(|((key, algorithm), cost)| async move {
+                let cmd = command::refund(key, algorithm, cost);
+                if let Err(e) = self.send_on(reach.route, key, &cmd).await {
+                    self.transport.log_error("RL.REFUND", &e);
+                }
+            });
         join_all(calls).await;
     }
 }
@@ -274,7 +284,15 @@ impl Decider for ServerDecider {
     }
 
     fn check_all<'a>(&'a self, items: Items<'a>, cost: u64) -> Decided<'a, MultiDecision> {
-        Box::pin(self.all(items, cost))
+        Box::pin(async move { self.all(items, &vec![cost; items.len()]).await })
+    }
+
+    fn check_all_costs<'a>(
+        &'a self,
+        items: Items<'a>,
+        costs: &'a [u64],
+    ) -> Decided<'a, MultiDecision> {
+        Box::pin(self.all(items, costs))
     }
 
     fn take_upto<'a>(&'a self, call: Check<'a>) -> Decided<'a, Grant> {
@@ -333,6 +351,28 @@ mod tests {
             mock.names(),
             ["COMMAND", "RL.ALL", "RL.ALL"],
             "capabilities detected once"
+        );
+    }
+
+    /// Keys of different costs are one RL.ALL with COSTS: a denial takes nothing anywhere,
+    /// so nothing is given back (no call per cost, no refund).
+    #[tokio::test(start_paused = true)]
+    async fn different_costs_are_one_rl_all_and_a_denial_refunds_nothing() {
+        let mock = Mock::new(false, |w| match w[0].as_str() {
+            "COMMAND" => caps(true),
+            "RL.ALL" => all_reply(2, vec![ints(&[10, 9, 0, 1]), ints(&[10, 3, 400, 1])]),
+            _ => allow(),
+        });
+        let l = limiter(&mock);
+        let p = Policy::sliding(10, 60_000).unwrap();
+        let md = l.check_all_units(&[("a", p), ("b", p)], &[1, 5]).await;
+        assert_eq!(md.denied, Some(1));
+        assert_eq!(
+            mock.commands()[1..],
+            [[
+                "RL.ALL", "2", "a", "b", "SLIDING", "10", "60000", "SLIDING", "10", "60000",
+                "COSTS", "1", "5"
+            ]]
         );
     }
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 use redis_rl_core::{AnyState, Micros, Outcome};
 use tokio::time::Instant;
 
-use crate::decision::{Decision, Source, Verdict};
+use crate::decision::{Decision, Source};
 use redis_rl_core::AnyParams;
 
 const SHARDS: usize = 64;
@@ -158,15 +158,8 @@ fn evict(map: &mut HashMap<String, Slot>, now: Micros, per_shard: usize) {
 }
 
 fn decision(outcome: Outcome, limit: u64, remaining: u64, reset_after: Duration) -> Decision {
-    let verdict = match outcome {
-        Outcome::Allowed => Verdict::Allowed,
-        Outcome::Denied { retry_after } => Verdict::Denied {
-            retry_after: Duration::from_millis(retry_after.0),
-        },
-        Outcome::Never => Verdict::Never,
-    };
     Decision {
-        verdict,
+        verdict: outcome.map(|wait| Duration::from_millis(wait.0)),
         limit,
         remaining,
         reset_after,

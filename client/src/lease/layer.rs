@@ -3,7 +3,7 @@
 //! table full) goes to the layer below.
 
 use super::table::{leasable, Leases, Reserve};
-use crate::decider::denied_at;
+use crate::decider::{cost_at, denied_at};
 use crate::decision::{Decision, MultiDecision};
 use crate::policy::Policy;
 use crate::stack::{layer_over, Ask, Keys, Layer};
@@ -48,10 +48,12 @@ impl<L: Layer> Leased<L> {
     /// keys through the layer below in one go; the reserved units go back to their leases
     /// when another key denies (a lease unit is spent only if every other key allowed the
     /// request).
-    async fn decide_many(&self, items: Keys<'_>, cost: u64) -> MultiDecision {
+    async fn decide_many(&self, items: Keys<'_>, costs: &[u64]) -> MultiDecision {
         let mut leased: Vec<Option<Decision>> = vec![None; items.len()];
         let mut reserved = Vec::new();
         for (i, (key, policy)) in items.iter().enumerate() {
+            // Each key its own cost: a leased key spends its cost from its lease.
+            let cost = cost_at(costs, i);
             if !leasable(policy, cost) {
                 continue;
             }
@@ -76,7 +78,8 @@ impl<L: Layer> Leased<L> {
             .collect();
         let rest_items: Vec<(&str, &Policy)> =
             rest.iter().filter_map(|&i| items.get(i).copied()).collect();
-        let md = self.inner.decide_all(&rest_items, cost).await;
+        let rest_costs: Vec<u64> = rest.iter().map(|&i| cost_at(costs, i)).collect();
+        let md = self.inner.decide_all(&rest_items, &rest_costs).await;
         if md.denied.is_some() {
             for r in reserved {
                 self.leases.give_back(r);

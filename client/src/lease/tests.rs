@@ -95,6 +95,38 @@ async fn a_unit_is_spent_only_if_every_other_dimension_allows() {
     assert_eq!(takes(&mock).len(), 3);
 }
 
+/// With different costs per key, a leased key spends its own cost from its lease and the
+/// others go to Redis with theirs in one call.
+#[tokio::test(start_paused = true)]
+async fn a_leased_key_spends_its_own_cost() {
+    let mock = Mock::new(false, |w| match w[0].as_str() {
+        "RL.ALL" => all_reply(0, vec![ints(&[10, 7, 0, 60_000])]),
+        _ => server(w),
+    });
+    let l = limiter(&mock);
+    warm_up(&l).await; // 19 units in hand
+    let ip = Policy::sliding(10, 60_000).unwrap();
+    let md = l
+        .check_all_units(&[("ip", ip), ("g", hot())], &[3, 5])
+        .await;
+    assert!(md.allows());
+    assert_eq!(md.decisions[1].source, Source::Lease);
+    let all: Vec<Vec<String>> = mock
+        .commands()
+        .into_iter()
+        .filter(|w| w[0] == "RL.ALL")
+        .collect();
+    assert_eq!(
+        all,
+        [["RL.ALL", "1", "ip", "SLIDING", "10", "60000", "COST", "3"]]
+    );
+    // 5 of the 19 spent: 14 left in hand.
+    for _ in 0..14 {
+        assert_eq!(l.check("g", &hot()).await.source, Source::Lease);
+    }
+    assert_eq!(l.check("g", &hot()).await.source, Source::Redis);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_grant_of_nothing_is_a_denial_and_goes_to_the_deny_cache() {
     let mock = Mock::new(false, |w| match w[0].as_str() {

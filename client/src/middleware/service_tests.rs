@@ -9,31 +9,17 @@ use http::{HeaderMap, StatusCode};
 use tower::ServiceExt;
 
 use super::*;
-use crate::backend::Backend;
+use crate::backend::Unreachable;
 use crate::middleware::{Dimension, RateLimitConfig, RateLimitLayer};
 use crate::middleware::{FailureModeName, Rate, RateOverride, Window};
 use crate::tier::StaticTiers;
 use crate::Kind;
 use crate::Limiter;
 
-/// Redis is down for these tests: every decision is the local fallback's, which runs
-/// the same algorithms, so the middleware's behaviour is deterministic without a server.
-struct Down;
-
-impl Backend for Down {
-    fn query<'a>(
-        &'a self,
-        _: &'a redis::Cmd,
-        _: Option<u16>,
-    ) -> BoxFuture<'a, redis::RedisResult<redis::Value>> {
-        Box::pin(async {
-            Err(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "down").into())
-        })
-    }
-}
-
 fn app(config: RateLimitConfig) -> Router {
-    let limiter = Limiter::builder().backend(Arc::new(Down));
+    // Redis is down for these tests: every decision is the local fallback's, which runs
+    // the same algorithms, so the middleware's behaviour is deterministic without a server.
+    let limiter = Limiter::builder().backend(Arc::new(Unreachable));
     let tiers = StaticTiers::new().with("pro-key", "pro");
     let layer = RateLimitLayer::new(limiter, config, Arc::new(tiers)).unwrap();
     Router::new()

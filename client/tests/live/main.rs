@@ -8,6 +8,7 @@
 
 mod bans;
 mod cluster;
+mod costs;
 mod fleet;
 mod lease;
 mod limiter;

@@ -14,18 +14,15 @@ use axum::routing::get;
 use axum::Router;
 use redis_rl_client::middleware::{RateLimitConfig, RateLimitLayer};
 use redis_rl_client::{Limiter, StaticTiers};
+use redis_rl_testkit::configs::rules_preamble;
 use redis_rl_testkit::{query, Server};
 use tower::ServiceExt;
 
-const CONFIG: &str = r#"
-key_prefix = "mw"
-dimensions = ["ip"]
-hot = []
-[fleet]
-membership = false
-[ip]
-limit = 1000
-
+/// A rule of tokens reserved from a request header and settled from the response's, over
+/// two windows; a rule of one request per 500 ms that holds a refused request.
+fn config() -> String {
+    rules_preamble("mw")
+        + r#"
 [[rules]]
 name = "tokens"
 paths = ["/chat"]
@@ -42,11 +39,12 @@ key = ["global"]
 limits = [{ limit = 1, window_ms = 500 }]
 algorithm = "gcra"
 delay_max_ms = 2000
-"#;
+"#
+}
 
 fn app(server: &Server) -> Router {
     let limiter = Limiter::standalone(&server.url()).unwrap();
-    let config = RateLimitConfig::from_toml(CONFIG).unwrap();
+    let config = RateLimitConfig::from_toml(&config()).unwrap();
     let layer = RateLimitLayer::new(limiter, config, Arc::new(StaticTiers::new())).unwrap();
     Router::new()
         .route(

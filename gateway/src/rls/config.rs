@@ -523,8 +523,8 @@ mod tests {
                 "f.yaml: error loading config file: duplicate entry with key \"domain\"",
             ),
             (
-                "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: leaky\n",
-                "f.yaml: 'd.k': unknown algorithm 'leaky'",
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: nosuch\n",
+                "f.yaml: 'd.k': unknown algorithm 'nosuch'",
             ),
         ];
         for (text, expected) in cases {

@@ -1,10 +1,10 @@
 //! One decision per request: every counted descriptor of a `ShouldRateLimit` call is taken
-//! together or not at all. Descriptors of one cost go in one `RL.ALL` (atomic on the
-//! server); the rare request whose descriptors cost differently (per-descriptor
-//! `hits_addend`) makes one call per cost, in order, and gives back what the earlier calls
-//! took when a later one denies. A request over one descriptor's limit so consumes nothing
-//! of the others (envoyproxy/ratelimit increments every counter, the over-limit request
-//! included).
+//! together or not at all, in one `RL.ALL` (atomic on the server) whatever the descriptors'
+//! costs (per-descriptor `hits_addend`: `COSTS`, each its own). A request over one
+//! descriptor's limit so consumes nothing of the others (envoyproxy/ratelimit increments
+//! every counter, the over-limit request included). Only a request of more counters than one
+//! `RL.ALL` takes makes several calls, in order, giving back what the earlier ones took when
+//! a later one denies.
 
 use std::time::Duration;
 
@@ -63,44 +63,38 @@ pub async fn decide(limiter: &Limiter, planned: &[Planned]) -> (Vec<Option<Decis
         }
     }
 
-    // Calls: by cost (in order of first appearance), at most MAX_KEYS_PER_CALL keys each.
-    let mut calls: Vec<(u64, Vec<usize>)> = Vec::new();
-    for (ci, c) in counters.iter().enumerate() {
-        match calls
-            .iter_mut()
-            .find(|(cost, members)| *cost == c.cost && members.len() < MAX_KEYS_PER_CALL)
-        {
-            Some((_, members)) => members.push(ci),
-            None => calls.push((c.cost, vec![ci])),
-        }
-    }
-    let mut taken: Vec<(usize, u64)> = Vec::new();
-    for (cost, members) in &calls {
+    // Calls: the counters in order, at most MAX_KEYS_PER_CALL each (one call for any
+    // request of up to that many counters), each counter its own cost.
+    let mut taken: Vec<usize> = Vec::new();
+    for (first, chunk) in (0..)
+        .step_by(MAX_KEYS_PER_CALL)
+        .zip(counters.chunks(MAX_KEYS_PER_CALL))
+    {
+        let items: Vec<(&str, Policy)> = chunk.iter().map(|c| (c.key, c.policy)).collect();
         // Once refused, the rest is only looked at (cost 0 takes nothing).
-        let cost = if refused { 0 } else { *cost };
-        let items: Vec<(&str, Policy)> = members
+        let costs: Vec<u64> = chunk
             .iter()
-            .filter_map(|&ci| counters.get(ci).map(|c| (c.key, c.policy)))
+            .map(|c| if refused { 0 } else { c.cost })
             .collect();
-        let md = limiter.check_all_n(&items, cost).await;
+        let md = limiter.check_all_units(&items, &costs).await;
         if md.denied.is_some() {
             refused = true;
-            for &(ci, units) in &taken {
+            for &ci in &taken {
                 if let Some(c) = counters.get(ci) {
-                    let _ = limiter.refund(c.key, &c.policy, units).await;
+                    let _ = limiter.refund(c.key, &c.policy, c.cost).await;
                 }
             }
             taken.clear();
-        } else if cost > 0 {
+        } else if !refused {
             taken.extend(
-                members
-                    .iter()
-                    .filter(|&&ci| counters.get(ci).is_some_and(|c| !c.policy.is_shadow()))
-                    .map(|&ci| (ci, cost)),
+                (first..)
+                    .zip(chunk)
+                    .filter(|(_, c)| !c.policy.is_shadow())
+                    .map(|(ci, _)| ci),
             );
         }
-        for (&ci, d) in members.iter().zip(md.decisions) {
-            for &i in counters.get(ci).map_or(&[][..], |c| &c.members[..]) {
+        for (c, d) in chunk.iter().zip(md.decisions) {
+            for &i in &c.members {
                 if let Some(slot) = out.get_mut(i) {
                     *slot = Some(d);
                 }

@@ -3,23 +3,11 @@
 //! bans escalate, end and are lifted by an admin call; `GET /top` merges the refusals of
 //! both gateways and its Redis sets stay bounded.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use redis_rl_testkit::{eventually, query, Server};
 
-use super::Gateway;
-
-fn config(server: &Server, name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rl-gw-bans-{name}-{}", server.port));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("gateway.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
+use super::{check_config, named_config, request, Gateway};
 
 /// `method path` on `port` with `headers`: status, headers, body.
 async fn send(
@@ -28,21 +16,7 @@ async fn send(
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, http::HeaderMap, String) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(format!("http://127.0.0.1:{port}{path}"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = client
-        .request(req.body(Empty::new()).unwrap())
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, headers, String::from_utf8_lossy(&body).into_owned())
+    request(port, None, method, path, headers).await.unwrap()
 }
 
 /// A client at `ip` (the gateways trust loopback's X-Forwarded-For).
@@ -108,7 +82,7 @@ async fn bans_across_two_gateways(server: Server) {
          limit = 1\nwindow_ms = 3600000\n\
          ban = { after = 2, within_ms = 60000, for_ms = 400, escalate = 50 }\n",
     );
-    let path = config(&server, &prefix, &text);
+    let path = named_config(&server, &format!("bans-{prefix}"), &text);
     let [a, b] = pair(&server, &path).await;
     let ip = "198.51.100.1";
     assert_eq!(from(&a, ip, "/login").await.0, 200);
@@ -252,11 +226,7 @@ fn check_config_refuses_a_nonsense_ban_naming_the_field() {
          ban = { after = 1, within_ms = 1000, for_ms = 1000, escalate = 0 }\n",
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rl-gateway"))
-        .arg("--check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = check_config(&path);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -277,7 +247,7 @@ async fn bans_work_through_the_lua_twin_on_a_server_without_the_module() {
 async fn top_offenders_merge_both_gateways_in_bounded_sets() {
     let server = Server::start();
     let prefix = format!("top{}", server.port);
-    let path = config(&server, &prefix, &rules(&prefix, ""));
+    let path = named_config(&server, &format!("bans-{prefix}"), &rules(&prefix, ""));
     let [a, b] = pair(&server, &path).await;
     let ip = "198.51.100.7";
     assert_eq!(from(&a, ip, "/login").await.0, 200);

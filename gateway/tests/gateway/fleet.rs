@@ -2,20 +2,11 @@
 //! global limit is served from leases and never over-admitted, and when Redis is killed
 //! the local fallback divides each limit by the fleet size.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use redis_rl_testkit::{eventually, Server};
 
-use super::Gateway;
-
-/// A TOML file for the test in a directory of its own.
-fn config(server: &Server, name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rl-gw-fleet-{name}-{}", server.port));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("gateway.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
+use super::{named_config, Gateway};
 
 /// Two gateways with no flags beyond the config (leases, membership, fleet-aware fallback
 /// are the defaults), seeing each other.
@@ -41,9 +32,9 @@ async fn gateways_share_the_global_budget_through_leases_without_exceeding_it() 
     let server = Server::start();
     // 60 an hour (no refill within the test); the two gateways' leases hold at most 20% of
     // it together: 6 units each.
-    let path = config(
+    let path = named_config(
         &server,
-        "budget",
+        "fleet-budget",
         "dimensions = [\"ip\", \"global\"]\n\
          [ip]\nlimit = 100000\n\
          [global]\nlimit = 60\nalgorithm = \"token_bucket\"\nwindow_ms = 3600000\n\
@@ -87,9 +78,9 @@ async fn gateways_share_the_global_budget_through_leases_without_exceeding_it() 
 #[tokio::test]
 async fn when_redis_is_killed_each_gateway_enforces_its_share_of_the_fleet() {
     let mut server = Server::start();
-    let path = config(
+    let path = named_config(
         &server,
-        "fallback",
+        "fleet-fallback",
         "dimensions = [\"ip\"]\n\
          [ip]\nlimit = 10\nalgorithm = \"token_bucket\"\nwindow_ms = 3600000\n\
          [fleet]\nheartbeat_ms = 200\nttl_ms = 2000\n",

@@ -13,28 +13,13 @@ use super::{get_from, Gateway};
 
 /// The gateway with `--auth-listen` on a free port; returns it and that port.
 async fn start(server: &Server, config: &Path) -> (Gateway, u16) {
-    for _ in 0..5 {
-        let auth = free_port();
-        let gw = Gateway::configured(
-            server,
-            config,
-            &["--auth-listen", &format!("127.0.0.1:{auth}")],
-        )
-        .await;
-        let mut up = false;
-        eventually("forward auth answers", async || {
-            // As a client of its own (TEST-NET-1), so no test client's budget is touched.
-            up = get_from(auth, "/", &[("x-forwarded-for", "192.0.2.1")])
-                .await
-                .is_some();
-            up
-        })
-        .await;
-        if up {
-            return (gw, auth);
-        }
-    }
-    panic!("no free port for --auth-listen");
+    let args = [
+        "--redis",
+        &server.url(),
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    Gateway::listening(&args, "--auth-listen").await
 }
 
 fn config(dir: &Path) -> PathBuf {

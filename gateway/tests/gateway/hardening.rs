@@ -3,7 +3,6 @@
 //! secrets in /healthz, pipes and devices as config files, settings that cannot work, a
 //! flooded fleet key, an HTTP/1.0 upstream, a missing module.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -14,31 +13,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::upstream::Upstream;
-use super::{get_from, Gateway};
-
-fn temp_dir(name: &str, port: u16) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rl-gw-{name}-{port}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use super::{closed_within, get_from, test_dir, Gateway};
 
 async fn connect(port: u16) -> TcpStream {
     TcpStream::connect(("127.0.0.1", port)).await.unwrap()
-}
-
-/// Reads until the peer closes the connection (true), or `limit` passes (false). An upper
-/// bound only: a gateway that never closes fails, a slow machine does not.
-async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
-    let mut buf = [0u8; 4096];
-    let read_all = async {
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    };
-    tokio::time::timeout(limit, read_all).await.is_ok()
 }
 
 #[tokio::test]
@@ -183,7 +161,7 @@ async fn healthz_answers_while_idle_connections_fill_the_file_table() {
 #[tokio::test]
 async fn the_public_healthz_never_shows_the_config_its_path_or_the_upstream() {
     let server = Server::start();
-    let dir = temp_dir("secrets", server.port);
+    let dir = test_dir("secrets", server.port);
     let config = dir.join("gateway.toml");
     std::fs::write(&config, "dimensions = [\"ip\"]\n").unwrap();
     let upstream = format!("http://127.0.0.1:{}/internal-base", free_port());
@@ -267,7 +245,7 @@ async fn config_paths_that_are_not_regular_files_are_refused_without_reading() {
     assert!(err.contains("not a regular file"), "{err}");
 
     // A named pipe put in place of the file: the reload is refused, nothing hangs.
-    let dir = temp_dir("fifo", server.port);
+    let dir = test_dir("fifo", server.port);
     let config = dir.join("gateway.toml");
     std::fs::write(&config, "dimensions = [\"ip\"]\n").unwrap();
     let gw = Gateway::serve(&server, &["--config", config.to_str().unwrap()]).await;
@@ -289,7 +267,7 @@ async fn config_paths_that_are_not_regular_files_are_refused_without_reading() {
 #[tokio::test]
 async fn a_fleet_ttl_the_server_refuses_is_refused_at_start_and_reload() {
     let server = Server::start();
-    let dir = temp_dir("fleet-ttl", server.port);
+    let dir = test_dir("fleet-ttl", server.port);
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, "[fleet]\nttl_ms = 1000000000000000\n").unwrap();
     let err = refused_start(
@@ -315,7 +293,7 @@ async fn a_failing_heartbeat_is_logged_at_warn_with_its_reason() {
     let server = Server::start();
     // The fleet key holds a string: every heartbeat gets an error reply.
     let _: () = query(&mut server.client(), &["SET", "rl:{fleet}", "x"]);
-    let dir = temp_dir("heartbeat", server.port);
+    let dir = test_dir("heartbeat", server.port);
     let log = dir.join("gateway.log");
     let _gw = Gateway::launch(&["--redis", &server.url()], false, Some(&log)).await;
     eventually("the failure is logged at warn", async || {
@@ -331,7 +309,7 @@ async fn a_failing_heartbeat_is_logged_at_warn_with_its_reason() {
 #[tokio::test]
 async fn members_with_leases_longer_than_the_ttl_are_not_counted() {
     let server = Server::start();
-    let dir = temp_dir("fleet-forged", server.port);
+    let dir = test_dir("fleet-forged", server.port);
     let config = dir.join("gateway.toml");
     std::fs::write(&config, "[fleet]\nheartbeat_ms = 100\nttl_ms = 1000\n").unwrap();
     let gw = Gateway::serve(&server, &["--config", config.to_str().unwrap()]).await;
@@ -434,7 +412,7 @@ async fn an_unknown_tier_name_is_counted_and_logged() {
         &mut server.client(),
         &["HSET", "rl:tiers", "gold-key", "gold"],
     );
-    let dir = temp_dir("unknown-tier", server.port);
+    let dir = test_dir("unknown-tier", server.port);
     let log = dir.join("gateway.log");
     let gw = Gateway::launch(&["--redis", &server.url()], false, Some(&log)).await;
     let (status, h, _) = gw

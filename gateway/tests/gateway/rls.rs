@@ -83,52 +83,33 @@ const EXAMPLE4_NESTED: &str = "domain: example4\ndescriptors:\n  - key: key\n   
 const EXAMPLE9_MIDDLE: &str = "domain: example9\ndescriptors:\n  - key: path\n    value: /api/*/action\n    rate_limit:\n      unit: minute\n      requests_per_unit: 20\n";
 const EXAMPLE9_MULTIPLE: &str = "domain: example9\ndescriptors:\n  - key: route\n    value: /api/*/resource/*/action\n    rate_limit:\n      unit: minute\n      requests_per_unit: 20\n";
 
-struct Rls {
+pub(super) struct Rls {
     gw: Gateway,
     client: RateLimitServiceClient<Channel>,
     port: u16,
 }
 
 /// The gateway with `--rls-listen` on a free port and `config` (a file or directory).
-async fn start(server: &Server, config: &Path, extra: &[&str]) -> Rls {
-    for _ in 0..5 {
-        let port = free_port();
-        let listen = format!("127.0.0.1:{port}");
-        let mut args = vec![
-            "--redis",
-            &server.url(),
-            "--rls-listen",
-            &listen,
-            "--rls-config",
-            config.to_str().unwrap(),
-        ]
-        .into_iter()
-        .map(str::to_string)
-        .collect::<Vec<_>>();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut gw = Gateway::start(&refs).await;
-        if matches!(gw.child.try_wait(), Ok(Some(_))) {
-            continue;
-        }
-        let mut client = None;
-        eventually("the rate limit service answers", async || {
-            client = RateLimitServiceClient::connect(format!("http://{listen}"))
-                .await
-                .ok();
-            client.is_some()
-        })
-        .await;
-        return Rls {
-            gw,
-            client: client.unwrap(),
-            port,
-        };
+pub(super) async fn start(server: &Server, config: &Path, extra: &[&str]) -> Rls {
+    let url = server.url();
+    let args = ["--redis", &url, "--rls-config", config.to_str().unwrap()];
+    let (gw, port) = Gateway::listening(&[&args[..], extra].concat(), "--rls-listen").await;
+    let mut client = None;
+    eventually("the rate limit service answers", async || {
+        client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{port}"))
+            .await
+            .ok();
+        client.is_some()
+    })
+    .await;
+    Rls {
+        gw,
+        client: client.unwrap(),
+        port,
     }
-    panic!("no free port for --rls-listen");
 }
 
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+pub(super) fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     RateLimitDescriptor {
         entries: entries
             .iter()
@@ -141,13 +122,13 @@ fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     }
 }
 
-fn with_hits(mut d: RateLimitDescriptor, hits: u64) -> RateLimitDescriptor {
+pub(super) fn with_hits(mut d: RateLimitDescriptor, hits: u64) -> RateLimitDescriptor {
     d.hits_addend = Some(UInt64Value { value: hits });
     d
 }
 
 impl Rls {
-    async fn ask(
+    pub(super) async fn ask(
         &mut self,
         domain: &str,
         descriptors: Vec<RateLimitDescriptor>,
@@ -173,7 +154,7 @@ impl Rls {
     }
 
     /// What a descriptor has left, taking nothing (hits_addend 0).
-    async fn left(&mut self, domain: &str, entries: &[(&str, &str)]) -> u32 {
+    pub(super) async fn left(&mut self, domain: &str, entries: &[(&str, &str)]) -> u32 {
         let r = self
             .ask(domain, vec![with_hits(descriptor(entries), 0)], 0)
             .await;

@@ -8,11 +8,11 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use redis_rl_testkit::{eventually, free_port, Server};
+use redis_rl_testkit::{eventually, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::Gateway;
+use super::{closed_within, Gateway};
 
 const CONFIG: &str =
     "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n";
@@ -27,28 +27,10 @@ fn config(port: u16) -> PathBuf {
 
 /// The gateway with `--rls-listen` on a free port, and that port.
 async fn start(server: &Server, extra: &[&str]) -> (Gateway, u16) {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
     let conf = config(server.port);
-    let mut args = vec![
-        "--redis",
-        &server.url(),
-        "--rls-listen",
-        &listen,
-        "--rls-config",
-        conf.to_str().unwrap(),
-    ]
-    .into_iter()
-    .map(str::to_string)
-    .collect::<Vec<_>>();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let gw = Gateway::start(&refs).await;
-    eventually("the rate limit service listens", async || {
-        TcpStream::connect(("127.0.0.1", port)).await.is_ok()
-    })
-    .await;
-    (gw, port)
+    let url = server.url();
+    let args = ["--redis", &url, "--rls-config", conf.to_str().unwrap()];
+    Gateway::listening(&[&args[..], extra].concat(), "--rls-listen").await
 }
 
 /// One ShouldRateLimit call on a new connection: true when it was answered.
@@ -86,21 +68,6 @@ async fn served(port: u16) -> Option<TcpStream> {
         Ok(Ok(n)) if n > 0 => Some(s),
         _ => None,
     }
-}
-
-/// Reads until the peer closes the connection (true), or `limit` passes (false): an upper
-/// bound only.
-async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
-    let mut buf = [0u8; 4096];
-    let read_all = async {
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    };
-    tokio::time::timeout(limit, read_all).await.is_ok()
 }
 
 #[tokio::test]

@@ -5,27 +5,15 @@
 //! a bad rule refused at start, at reload and by --check-config with its field named).
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use axum::extract::Request;
 use axum::Router;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use redis_rl_testkit::{eventually, query, Server};
 
 use super::upstream::Upstream;
-use super::Gateway;
-
-fn temp_dir(name: &str, port: u16) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rl-gw-{name}-{port}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use super::{check_config, request, test_dir, Gateway};
 
 /// `method path` with `headers` (a name may repeat) from the local address `from`.
 async fn send(
@@ -35,23 +23,9 @@ async fn send(
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, http::HeaderMap, String) {
-    let mut connector = HttpConnector::new();
-    connector.set_local_address(Some(from));
-    let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(format!("http://127.0.0.1:{port}{path}"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = client
-        .request(req.body(Empty::new()).unwrap())
+    request(port, Some(from), method, path, headers)
         .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, headers, String::from_utf8_lossy(&body).into_owned())
+        .unwrap()
 }
 
 const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -124,7 +98,7 @@ async fn rules_windows_identity_and_paths_through_the_gateway() {
         Router::new().fallback(|req: Request| async move { req.uri().path().to_string() }),
     )
     .await;
-    let dir = temp_dir("rules", server.port);
+    let dir = test_dir("rules", server.port);
     let path = dir.join("gateway.toml");
     std::fs::write(&path, config(&prefix)).unwrap();
     let gw = Gateway::configured(
@@ -286,7 +260,7 @@ async fn rules_windows_identity_and_paths_through_the_gateway() {
 #[tokio::test]
 async fn a_bad_rule_is_refused_at_start_at_reload_and_by_check_config() {
     let server = Server::start();
-    let dir = temp_dir("bad-rule", server.port);
+    let dir = test_dir("bad-rule", server.port);
     let good = dir.join("good.toml");
     let bad = dir.join("bad.toml");
     std::fs::write(&good, config(&format!("bad{}", server.port))).unwrap();
@@ -298,10 +272,7 @@ async fn a_bad_rule_is_refused_at_start_at_reload_and_by_check_config() {
     );
     let gateway = env!("CARGO_BIN_EXE_rl-gateway");
 
-    let checked = Command::new(gateway)
-        .args(["--check-config", good.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let checked = check_config(&good);
     assert!(checked.status.success());
     let plan = String::from_utf8_lossy(&checked.stdout);
     for part in [
@@ -311,10 +282,7 @@ async fn a_bad_rule_is_refused_at_start_at_reload_and_by_check_config() {
     ] {
         assert!(plan.contains(part), "{part}\n{plan}");
     }
-    let checked = Command::new(gateway)
-        .args(["--check-config", bad.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let checked = check_config(&bad);
     assert_eq!(checked.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&checked.stderr).contains(&expected),

@@ -11,13 +11,11 @@ use axum::http::{HeaderMap, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use redis_rl_testkit::configs::rules_preamble;
 use redis_rl_testkit::{eventually, query, Server};
 
 use super::upstream::Upstream;
-use super::Gateway;
+use super::{check_config, get_from, named_config, proxy_args, request, Gateway};
 
 /// The upstream: `/used` answers the `x-used` request header as `x-tokens-used` (none when
 /// absent), `/trailer` sends it as a trailer after the body.
@@ -58,50 +56,20 @@ async fn upstream() -> Upstream {
 
 async fn start(server: &Server, name: &str, toml: &str) -> (Gateway, Upstream) {
     let up = upstream().await;
-    let path = std::env::temp_dir().join(format!("rl-gw-{name}-{}.toml", server.port));
-    std::fs::write(&path, toml).unwrap();
-    let gw = Gateway::launch(
-        &[
-            "--redis",
-            &server.url(),
-            "--config",
-            path.to_str().unwrap(),
-            "--upstream",
-            &format!("http://127.0.0.1:{}", up.port),
-        ],
-        true,
-        None,
-    )
-    .await;
+    let config = named_config(server, name, toml);
+    let gw = Gateway::launch(&proxy_args(server, &up, &config), true, None).await;
     (gw, up)
 }
 
 /// GET through the gateway, the body read to its end (trailers included).
 async fn send(gw: &Gateway, path: &str, headers: &[(&str, &str)]) -> (u16, HeaderMap, String) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let mut req = http::Request::get(format!("http://127.0.0.1:{}{path}", gw.port));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = client
-        .request(req.body(Empty::new()).unwrap())
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    let h = resp.headers().clone();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, h, String::from_utf8_lossy(&body).into_owned())
+    get_from(gw.port, path, headers).await.unwrap()
 }
 
-const SETTLED: &str = r#"
-key_prefix = "st"
-dimensions = ["ip"]
-hot = []
-[fleet]
-membership = false
-[ip]
-limit = 1000
-
+/// A rule of 1000 units an hour whose reservation is settled from the response.
+fn settled() -> String {
+    rules_preamble("st")
+        + r#"
 [[rules]]
 name = "tokens"
 key = ["global"]
@@ -109,7 +77,8 @@ limits = ["1000/hour"]
 algorithm = "fixed"
 cost = "header:X-Max-Tokens"
 settle = "response-header:X-Tokens-Used"
-"#;
+"#
+}
 
 /// The units left of the rule's hour (a look: `COST 0`).
 fn left(server: &Server) -> i64 {
@@ -130,7 +99,7 @@ fn left(server: &Server) -> i64 {
 #[tokio::test]
 async fn the_reservation_is_refunded_or_charged_from_the_response_header_or_trailer() {
     let server = Server::start();
-    let (gw, _up) = start(&server, "settle", SETTLED).await;
+    let (gw, _up) = start(&server, "settle", &settled()).await;
     let reserve = |n: &'static str, used: Option<&'static str>| {
         let mut h = vec![("x-max-tokens", n)];
         if let Some(u) = used {
@@ -196,37 +165,35 @@ async fn the_reservation_is_refunded_or_charged_from_the_response_header_or_trai
     assert_eq!(left(&server), 300);
 }
 
-const DELAYED: &str = r#"
-key_prefix = "dl"
-dimensions = ["ip"]
-hot = []
-delay_max_held = 2
-[fleet]
-membership = false
-[ip]
-limit = 1000
-
+/// Two rules of one request per window, refused requests held up to their `delay_max_ms`:
+/// `/slow` (`slow_window_ms`, `slow_delay_ms`) and `/strict` (5 s, 1 s), at most `held`
+/// requests held at once.
+fn delayed(held: u32, slow_window_ms: u64, slow_delay_ms: u64) -> String {
+    let rule = |name: &str, window_ms: u64, delay_max_ms: u64| {
+        format!(
+            r#"
 [[rules]]
-name = "slow"
-paths = ["/slow"]
+name = "{name}"
+paths = ["/{name}"]
 key = ["global"]
-limits = [{ limit = 1, window_ms = 600 }]
+limits = [{{ limit = 1, window_ms = {window_ms} }}]
 algorithm = "gcra"
-delay_max_ms = 1500
-
-[[rules]]
-name = "strict"
-paths = ["/strict"]
-key = ["global"]
-limits = [{ limit = 1, window_ms = 5000 }]
-algorithm = "gcra"
-delay_max_ms = 1000
-"#;
+delay_max_ms = {delay_max_ms}
+"#
+        )
+    };
+    format!(
+        "{}delay_max_held = {held}\n{}{}",
+        rules_preamble("dl"),
+        rule("slow", slow_window_ms, slow_delay_ms),
+        rule("strict", 5_000, 1_000),
+    )
+}
 
 #[tokio::test]
 async fn a_refused_request_is_held_for_its_slot_and_one_beyond_the_delay_is_refused() {
     let server = Server::start();
-    let (gw, _up) = start(&server, "delay", DELAYED).await;
+    let (gw, _up) = start(&server, "delay", &delayed(2, 600, 1_500)).await;
     assert_eq!(send(&gw, "/slow", &[]).await.0, 200);
     // Two more at once: each booked for its own slot (600 ms apart), both forwarded.
     let started = Instant::now();
@@ -261,11 +228,7 @@ async fn a_refused_request_is_held_for_its_slot_and_one_beyond_the_delay_is_refu
 #[tokio::test]
 async fn held_requests_are_capped() {
     let server = Server::start();
-    let capped = DELAYED
-        .replace("delay_max_held = 2", "delay_max_held = 1")
-        .replace("window_ms = 600", "window_ms = 1000")
-        .replace("delay_max_ms = 1500", "delay_max_ms = 5000");
-    let (gw, _up) = start(&server, "cap", &capped).await;
+    let (gw, _up) = start(&server, "cap", &delayed(1, 1_000, 5_000)).await;
     assert_eq!(send(&gw, "/slow", &[]).await.0, 200);
     // Both could be held (1 s and 2 s), but only one at a time may be.
     let (a, b) = tokio::join!(send(&gw, "/slow", &[]), send(&gw, "/slow", &[]));
@@ -285,12 +248,8 @@ fn check_config_explains_cost_settle_and_delay_and_refuses_bad_ones() {
     let dir = std::env::temp_dir().join(format!("rl-gw-settle-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let good = dir.join("good.toml");
-    std::fs::write(&good, format!("{SETTLED}delay_max_ms = 250\n")).unwrap();
-    let gateway = env!("CARGO_BIN_EXE_rl-gateway");
-    let out = std::process::Command::new(gateway)
-        .args(["--check-config", good.to_str().unwrap()])
-        .output()
-        .unwrap();
+    std::fs::write(&good, settled() + "delay_max_ms = 250\n").unwrap();
+    let out = check_config(&good);
     assert!(out.status.success(), "{out:?}");
     let plan = String::from_utf8_lossy(&out.stdout);
     for part in [
@@ -302,20 +261,17 @@ fn check_config_explains_cost_settle_and_delay_and_refuses_bad_ones() {
     }
     for (bad, expected) in [
         (
-            SETTLED.replace("response-header:X-Tokens-Used", "header:X-Tokens-Used"),
+            settled().replace("response-header:X-Tokens-Used", "header:X-Tokens-Used"),
             "settle: expected \"response-header:<name>\"",
         ),
         (
-            format!("{SETTLED}delay_max_ms = 60001\n"),
+            settled() + "delay_max_ms = 60001\n",
             "delay_max_ms must be an integer between 1 and 60000",
         ),
     ] {
         let path = dir.join("bad.toml");
         std::fs::write(&path, bad).unwrap();
-        let out = std::process::Command::new(gateway)
-            .args(["--check-config", path.to_str().unwrap()])
-            .output()
-            .unwrap();
+        let out = check_config(&path);
         assert_eq!(out.status.code(), Some(1));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(expected) && err.contains("rules[0]"), "{err}");
@@ -324,55 +280,20 @@ fn check_config_explains_cost_settle_and_delay_and_refuses_bad_ones() {
 
 /// `method` `path` on `port` with `headers`: the status.
 async fn status_of(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> u16 {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(format!("http://127.0.0.1:{port}{path}"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = client
-        .request(req.body(Empty::new()).unwrap())
-        .await
-        .unwrap();
-    resp.status().as_u16()
+    request(port, None, method, path, headers).await.unwrap().0
 }
 
 #[tokio::test]
 async fn forward_auth_reserves_on_the_check_and_settles_on_a_report() {
     let server = Server::start();
-    let path = std::env::temp_dir().join(format!("rl-gw-fwd-settle-{}.toml", server.port));
-    std::fs::write(&path, SETTLED).unwrap();
-    let mut started = None;
-    for _ in 0..5 {
-        let auth = redis_rl_testkit::free_port();
-        let gw = Gateway::start(&[
-            "--redis",
-            &server.url(),
-            "--config",
-            path.to_str().unwrap(),
-            "--auth-listen",
-            &format!("127.0.0.1:{auth}"),
-        ])
-        .await;
-        let mut up = false;
-        eventually("forward auth answers", async || {
-            up = super::get_from(
-                auth,
-                "/healthz-probe",
-                &[("x-max-tokens", "1"), ("x-forwarded-uri", "/probe")],
-            )
-            .await
-            .is_some();
-            up
-        })
-        .await;
-        if up {
-            started = Some((gw, auth));
-            break;
-        }
-    }
-    let (_gw, auth) = started.expect("no free port for --auth-listen");
+    let config = named_config(&server, "fwd-settle", &settled());
+    let args = [
+        "--redis",
+        &server.url(),
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let (_gw, auth) = Gateway::listening(&args, "--auth-listen").await;
     let before = left(&server);
     let describe = |extra: &[(&'static str, &'static str)]| {
         let mut h = vec![

@@ -331,6 +331,10 @@ impl Reader<'_> {
         Some(*head)
     }
 
+    pub(crate) fn u16(&mut self) -> Option<u16> {
+        self.take::<2>().map(u16::from_le_bytes)
+    }
+
     pub(crate) fn u64(&mut self) -> Option<u64> {
         self.take::<8>().map(u64::from_le_bytes)
     }
