@@ -222,20 +222,15 @@ impl Upstream {
                     ),
                 )
             }
-            Ok(Err(Failure::Connect(e))) => {
-                tracing::warn!(error = %e, source = ?std::error::Error::source(e.as_ref()), "upstream connect failed");
-                (
-                    "error",
-                    problem(
-                        StatusCode::BAD_GATEWAY,
-                        "upstream unavailable",
-                        &request_id,
-                        trace_id.as_deref(),
-                    ),
-                )
-            }
-            Ok(Err(Failure::Send(e))) => {
-                tracing::warn!(error = %e, source = ?std::error::Error::source(&e), "upstream request failed");
+            Ok(Err(failure)) => {
+                match &failure {
+                    Failure::Connect(e) => {
+                        tracing::warn!(error = %e, source = ?std::error::Error::source(e.as_ref()), "upstream connect failed");
+                    }
+                    Failure::Send(e) => {
+                        tracing::warn!(error = %e, source = ?std::error::Error::source(e), "upstream request failed");
+                    }
+                }
                 (
                     "error",
                     problem(
