@@ -33,6 +33,8 @@ COMMANDS = [
     ("twin RL.GCRA steady", ["FCALL", "rl", "1", "{k}", "RL.GCRA", B, "1000", "BURST", B], "fcall"),
     ("twin RL.THROTTLE", ["FCALL", "rl", "1", "{k}", "RL.THROTTLE", B, "1", "1", "1"], "fcall"),
     ("twin RL.LOG", ["FCALL", "rl", "1", "{k}", "RL.LOG", "100", "60000"], "fcall"),
+    # A 1 s window: entries leave it on most calls, so the log is rewritten (fewer entries).
+    ("twin RL.LOG 1s window", ["FCALL", "rl", "1", "{k}", "RL.LOG", "100", "1000"], "fcall"),
     ("twin RL.CONCURRENCY", ["FCALL", "rl", "1", "{k}", "RL.CONCURRENCY", "100", "60000", "ACQUIRE",
                              "worker-1"], "fcall"),
 ]
