@@ -126,16 +126,17 @@ bench-targets: build bench-deps
 cache-misses: build bench-deps
 	bash scripts/cache_misses.sh
 
-# rl-gateway next to nginx on the same CPU (not part of make test; about 2 minutes): requests/s
+# rl-gateway next to nginx on the same CPU (not part of make test; about 5 minutes): requests/s
 # and p50/p99 of the upstream alone, nginx proxy_pass + limit_req, rl-gateway's proxy, nginx +
 # auth_request to --auth-listen (examples/nginx/nginx.conf), and ShouldRateLimit calls
 # (rl-loadgen rls); writes benches/GATEWAY.md and docs/src/charts/gateway-*.svg. Needs wrk (installed here) and nginx (deps).
-# Tunable: BG_SECONDS, BG_ROUNDS, BG_CONNECTIONS, BG_SERVER_CPUS, BG_LOAD_CPUS.
+# One table on Redis 7.0, one on Valkey 9.1. Tunable: BG_SECONDS, BG_ROUNDS, BG_CONNECTIONS,
+# BG_SERVER_CPUS, BG_LOAD_CPUS, BG_SERVERS.
 bench-gateway: build
 	@command -v wrk >/dev/null || { echo "installing: wrk"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq wrk; }
 	$(CARGO) build --release -p rl-gateway -p rl-loadgen
-	python3 scripts/bench_gateway.py
+	BG_SERVERS="redis-server $(VALKEY_SERVER)" python3 scripts/bench_gateway.py
 	python3 scripts/charts.py gateway
 
 # The cold paths alone (also part of `make bench`): first calls, Zipf over 10 million clients,

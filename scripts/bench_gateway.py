@@ -6,7 +6,9 @@ CPUs of BG_SERVER_CPUS (default 0); the load (wrk, rl-loadgen rls) runs on BG_LO
 BG_CONNECTIONS connections (fixed load: the same connections for all); the table gives the
 median round and the range. Writes benches/GATEWAY.md (BG_ONLY=<part of a scenario name>
 runs only those scenarios and writes nothing: for profiling; BG_GATEWAY=<path> runs another
-build of rl-gateway, to compare two builds in turn).
+build of rl-gateway, to compare two builds in turn). BG_SERVERS: the Redis servers to run
+against, one after the other, each with its own table (space-separated paths; default
+redis-server; `make bench-gateway` adds Valkey's).
 
 Scenarios: the upstream alone; nginx proxy_pass + limit_req; rl-gateway's proxy (one
 limit per client IP); nginx + auth_request to rl-gateway --auth-listen (the shipped
@@ -34,6 +36,7 @@ ROUNDS = int(os.environ.get("BG_ROUNDS", "3"))
 CONNECTIONS = int(os.environ.get("BG_CONNECTIONS", "32"))
 SERVER_CPUS = os.environ.get("BG_SERVER_CPUS", "0")
 LOAD_CPUS = os.environ.get("BG_LOAD_CPUS", "1")
+SERVERS = os.environ.get("BG_SERVERS", "redis-server").split()
 OUT = os.environ.get("BG_OUT", os.path.join(ROOT, "benches", "GATEWAY.md"))
 GATEWAY = os.environ.get("BG_GATEWAY", os.path.join(ROOT, "target", "release", "rl-gateway"))
 LOADGEN = os.path.join(ROOT, "target", "release", "rl-loadgen")
@@ -161,9 +164,23 @@ def loadavg():
 
 
 def main():
-    for tool in ("wrk", "taskset", "redis-server"):
+    for tool in ("wrk", "taskset", *SERVERS):
         if not shutil.which(tool):
             sys.exit(f"bench-gateway: {tool} not found (make bench-gateway installs wrk)")
+    sections = [run(server) for server in SERVERS]
+    if not os.environ.get("BG_ONLY"):
+        write(sections)
+
+
+def server_version(server):
+    out = subprocess.run([server, "--version"], capture_output=True, text=True).stdout
+    name = "Valkey" if "valkey" in out.lower() else "Redis"
+    m = re.search(r"v=([\d.]+)", out)
+    return f"{name} {m.group(1) if m else '?'}"
+
+
+def run(server):
+    """Every scenario against `server`: (server's name and version, results, load averages)."""
     workdir = tempfile.mkdtemp(prefix="rl-bench-gw-")
     started = []
     try:
@@ -171,11 +188,11 @@ def main():
                  ("redis", "up", "nginx_lr", "nginx_auth", "gw", "auth", "rls", "admin",
                   "gw2", "rls2", "admin2")}
         redis = subprocess.Popen(pinned(SERVER_CPUS, [
-            "redis-server", "--port", str(ports["redis"]), "--bind", "127.0.0.1",
+            server, "--port", str(ports["redis"]), "--bind", "127.0.0.1",
             "--loadmodule", MODULE, "--save", "", "--appendonly", "no", "--dir", workdir]),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         started.append(redis)
-        wait_port(ports["redis"], redis, "redis-server")
+        wait_port(ports["redis"], redis, server)
         up = subprocess.Popen(pinned(SERVER_CPUS, [
             LOADGEN, "upstream", "--listen", f"127.0.0.1:{ports['up']}", "--max-s", "1800"]))
         started.append(up)
@@ -238,11 +255,10 @@ def main():
                 # request whatever share of the CPU the other tenants of a busy machine took.
                 res["cpu_us"] = (cpu_seconds(servers) - cpu) * 1e6 / max(res["rps"] * SECONDS, 1)
                 results[name].append(res)
-                print(f"round {r + 1} {name}: {res['rps']:.0f}/s p50 {res['p50_ms']:.2f} ms "
+                print(f"{os.path.basename(server)} round {r + 1} {name}: {res['rps']:.0f}/s p50 {res['p50_ms']:.2f} ms "
                       f"p99 {res['p99_ms']:.2f} ms, servers' CPU {res['cpu_us']:.1f} us/request", flush=True)
         load_after = loadavg()
-        if not only:
-            write(results, load_before, load_after)
+        return server_version(server), results, load_before, load_after
     finally:
         for p in reversed(started):
             procs.stop(p)
@@ -253,21 +269,36 @@ def median_of(runs, key):
     return statistics.median(r[key] for r in runs)
 
 
-def write(results, load_before, load_after):
+def write(sections):
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=ROOT).stdout.strip()
-    base = results["nginx proxy_pass + limit_req"]
-    base_rps, base_p99 = median_of(base, "rps"), median_of(base, "p99_ms")
     lines = [
         "# rl-gateway next to nginx (make bench-gateway)",
         "",
         f"Commit {commit}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; servers on "
-        f"CPU {SERVER_CPUS} (upstream, redis-server with the module, nginx, rl-gateway), load "
-        f"on CPU {LOAD_CPUS}; wrk -t1 -c{CONNECTIONS} -d{SECONDS}s, {ROUNDS} rounds, each "
-        f"round every scenario in turn. Load average {load_before} before, {load_after} after "
-        f"(a shared machine: compare the ratios, not the absolute figures). The servers' CPU "
-        f"per request is their CPU time (user + system, nginx's workers included) in a run "
-        f"divided by its requests: the cost, whatever share of the CPU other tenants took.",
+        f"CPU {SERVER_CPUS} (upstream, the Redis server with the module, nginx, rl-gateway), "
+        f"load on CPU {LOAD_CPUS}; wrk -t1 -c{CONNECTIONS} -d{SECONDS}s, {ROUNDS} rounds, each "
+        f"round every scenario in turn; one table per Redis server, run one after the other "
+        f"(a shared machine: compare the ratios within a table, not the absolute figures). The "
+        f"servers' CPU per request is their CPU time (user + system, nginx's workers included) "
+        f"in a run divided by its requests: the cost, whatever share of the CPU other tenants "
+        f"took.",
+        "",
+    ]
+    for version, results, load_before, load_after in sections:
+        lines += section(version, results, load_before, load_after)
+    with open(OUT, "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+
+def section(version, results, load_before, load_after):
+    base = results["nginx proxy_pass + limit_req"]
+    base_rps, base_p99 = median_of(base, "rps"), median_of(base, "p99_ms")
+    lines = [
+        f"## {version}",
+        "",
+        f"Load average {load_before} before, {load_after} after.",
         "",
         "| scenario | requests/s (median, range) | p50 ms | p99 ms | requests/s vs nginx + limit_req | p99 vs nginx + limit_req | servers' CPU per request | requests per CPU-second | non-2xx |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -308,9 +339,7 @@ def write(results, load_before, load_after):
         f"({ok(rlsl_cpu >= 30_000)}).",
         "",
     ]
-    with open(OUT, "w") as f:
-        f.write("\n".join(lines))
-    print("\n".join(lines))
+    return lines
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 //!
 //! - A request head must arrive within `header_timeout` (hyper's header read timer).
 //! - A connection with no request in flight and no byte read or written for `idle_timeout`
-//!   is closed (keep-alive connections included).
+//!   is closed (keep-alive connections included; checked four times per timeout, at least
+//!   once a second).
 //! - A request body must arrive within `body_timeout` of its head, else the connection is
 //!   closed (the handler reading the body gets an error).
 //! - At most `max_connections` are served; past that, a small overflow pool answers
@@ -149,9 +150,9 @@ pub async fn serve(l: Listener, mut stop: watch::Receiver<bool>) {
 
 /// What the watchdog of one connection sees.
 struct Activity {
-    started: Instant,
-    /// Milliseconds since `started` of the last byte read or written.
-    last_ms: AtomicU64,
+    /// Bumped on each read, write and finished response: the watchdog compares it between
+    /// its ticks (a clock read per socket call was a visible cost of a proxied request).
+    events: AtomicU64,
     /// Requests whose response body is not finished.
     in_flight: AtomicUsize,
     /// A request body missed its deadline: close the connection.
@@ -160,13 +161,25 @@ struct Activity {
 
 impl Activity {
     fn touch(&self) {
-        let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, Ordering::Relaxed);
+        self.events.fetch_add(1, Ordering::Relaxed);
     }
+}
 
-    fn idle_for(&self) -> Duration {
-        let now = self.started.elapsed();
-        now.saturating_sub(Duration::from_millis(self.last_ms.load(Ordering::Relaxed)))
+/// The watchdog's view of idleness: when it last saw the activity counter move.
+struct IdleClock {
+    seen: u64,
+    since: Instant,
+}
+
+impl IdleClock {
+    /// How long the connection has been idle, as of now.
+    fn idle_for(&mut self, activity: &Activity) -> Duration {
+        let events = activity.events.load(Ordering::Relaxed);
+        if events != self.seen {
+            self.seen = events;
+            self.since = Instant::now();
+        }
+        self.since.elapsed()
     }
 }
 
@@ -178,8 +191,7 @@ async fn connection(
     mut stop: watch::Receiver<bool>,
 ) {
     let activity = Arc::new(Activity {
-        started: Instant::now(),
-        last_ms: AtomicU64::new(0),
+        events: AtomicU64::new(0),
         in_flight: AtomicUsize::new(0),
         kill: Notify::new(),
     });
@@ -194,11 +206,13 @@ async fn connection(
         async move {
             let guard = InFlight::new(activity.clone());
             req.extensions_mut().insert(ConnectInfo(peer));
-            let deadline = tokio::time::sleep(limits.body_timeout);
+            // No timer for a request without a body (most of them): nothing to wait for.
+            let deadline = (!http_body::Body::is_end_stream(req.body()))
+                .then(|| Box::pin(tokio::time::sleep(limits.body_timeout)));
             let req = req.map(|body| {
                 Body::new(Bounded {
                     inner: body,
-                    deadline: Some(Box::pin(deadline)),
+                    deadline,
                     activity: Some(activity),
                     _in_flight: None,
                 })
@@ -233,6 +247,10 @@ async fn connection(
     let mut ticker = tokio::time::interval(check_every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut closing = false;
+    let mut idle = IdleClock {
+        seen: 0,
+        since: Instant::now(),
+    };
     loop {
         tokio::select! {
             _ = conn.as_mut() => return,
@@ -243,7 +261,7 @@ async fn connection(
             }
             _ = ticker.tick() => {
                 if activity.in_flight.load(Ordering::Relaxed) == 0
-                    && activity.idle_for() >= limits.idle_timeout
+                    && idle.idle_for(&activity) >= limits.idle_timeout
                 {
                     return;
                 }
@@ -323,7 +341,7 @@ where
     }
 }
 
-/// The socket, noting the time of each byte read or written.
+/// The socket, counting each read or write that moved bytes.
 struct Watched {
     inner: TcpStream,
     activity: Arc<Activity>,

@@ -10,6 +10,7 @@ mod health;
 mod limits;
 mod ops;
 mod proxy;
+mod proxy_pool;
 mod reload;
 mod rls;
 mod settle_body;

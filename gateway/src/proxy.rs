@@ -1,5 +1,5 @@
-//! Forwarding allowed requests to the upstream: hyper-util's pooled client (HTTP/1.1
-//! keep-alive) over hyper-rustls (https upstreams), with the proxy's own duties done here:
+//! Forwarding allowed requests to the upstream: hyper's HTTP/1.1 client connections, kept
+//! alive in [`crate::proxy_pool`], over hyper-rustls (https upstreams), with the proxy's own duties done here:
 //! hop-by-hop headers removed both ways (RFC 9110 section 7.6.1), `X-Forwarded-*`,
 //! `Forwarded` (RFC 7239) and `Via` set, connect and response timeouts. Bodies stream both ways:
 //! nothing is buffered whole.
@@ -9,32 +9,33 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use axum::http::uri::PathAndQuery;
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use hyper_rustls::{ConfigBuilderExt, HttpsConnector};
+use hyper_rustls::ConfigBuilderExt;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use ipnet::IpNet;
 use redis_rl_client::middleware::{PendingSettle, REQUEST_ID, TRACEPARENT};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
+use crate::proxy_pool::{Connections, Failure};
 use crate::settle_body::SettleOnTrailers;
 
 /// Headers that belong to one connection, not to the message (RFC 9110 section 7.6.1),
 /// besides those named in `Connection`.
-const HOP_BY_HOP: [&str; 7] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// Names, not strings: removing by a string parses it into a name first, seven times per
+/// message each way.
+const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
 
 /// How to reach the upstream.
@@ -50,18 +51,32 @@ pub struct UpstreamOptions<'a> {
     pub ca_file: Option<&'a Path>,
 }
 
-/// The upstream base URL and a pooled client; clones share the pool.
+/// The upstream base URL and its kept-alive connections; clones share them.
 #[derive(Clone)]
 pub struct Upstream {
     base: Arc<Base>,
-    client: Client<HttpsConnector<HttpConnector>, Body>,
+    connections: Arc<Connections>,
 }
 
 struct Base {
-    scheme: String,
-    authority: String,
+    /// The `Host` sent upstream.
+    host: Option<HeaderValue>,
     path: String,
     timeout: Duration,
+    /// `rl_upstream_duration_seconds` by outcome, registered on first use (after the
+    /// recorder is installed): a label lookup per request was a visible cost.
+    durations: std::sync::OnceLock<Durations>,
+}
+
+/// The outcomes of an upstream call, as the duration histogram labels them.
+const OUTCOMES: [&str; 7] = ["1xx", "2xx", "3xx", "4xx", "5xx", "timeout", "error"];
+
+struct Durations([metrics::Histogram; 7]);
+
+impl Durations {
+    fn new() -> Self {
+        Self(OUTCOMES.map(|o| metrics::histogram!("rl_upstream_duration_seconds", "outcome" => o)))
+    }
 }
 
 impl Upstream {
@@ -94,19 +109,20 @@ impl Upstream {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .http1_writev(false)
-            .build(connector);
+        let origin = Uri::builder()
+            .scheme(scheme)
+            .authority(authority.clone())
+            .path_and_query("/")
+            .build()
+            .map_err(|e| format!("--upstream {url}: {e}"))?;
         Ok(Self {
             base: Arc::new(Base {
-                scheme: scheme.to_string(),
-                authority: authority.to_string(),
+                host: HeaderValue::from_str(authority.as_str()).ok(),
                 path: uri.path().trim_end_matches('/').to_string(),
                 timeout: o.response_timeout,
+                durations: std::sync::OnceLock::new(),
             }),
-            client,
+            connections: Connections::new(connector, origin),
         })
     }
 
@@ -130,17 +146,20 @@ impl Upstream {
             .and_then(|v| v.to_str().ok())
             .and_then(|t| t.get(3..35))
             .map(str::to_owned);
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let target = format!(
-            "{}://{}{}{}",
-            self.base.scheme, self.base.authority, self.base.path, path
-        );
         let host = parts.headers.get(header::HOST).cloned().or_else(|| {
             let a = parts.uri.authority()?;
             HeaderValue::from_str(a.as_str()).ok()
         });
-        parts.uri = match target.parse() {
-            Ok(uri) => uri,
+        // The request target in origin form (the connection is to the upstream itself).
+        let target = match (parts.uri.path_and_query(), self.base.path.is_empty()) {
+            (Some(pq), true) => Ok(pq.clone()),
+            (pq, _) => {
+                let pq = pq.map_or("/", PathAndQuery::as_str);
+                PathAndQuery::try_from(format!("{}{pq}", self.base.path))
+            }
+        };
+        parts.uri = match target {
+            Ok(pq) => Uri::from(pq),
             Err(_) => {
                 return problem(
                     StatusCode::BAD_REQUEST,
@@ -169,12 +188,12 @@ impl Upstream {
         set_forwarded(&mut parts.headers, peer, host, trusted);
         // An HTTP-to-HTTP gateway sends Via in each inbound request (RFC 9110 section 7.6.3).
         append(&mut parts.headers, header::VIA, "1.1 rl-gateway");
-        if let Ok(host) = HeaderValue::from_str(&self.base.authority) {
-            parts.headers.insert(header::HOST, host);
+        if let Some(host) = &self.base.host {
+            parts.headers.insert(header::HOST, host.clone());
         }
 
         let started = Instant::now();
-        let sent = self.client.request(Request::from_parts(parts, body));
+        let sent = self.connections.send(Request::from_parts(parts, body));
         let (outcome, response) = match tokio::time::timeout(self.base.timeout, sent).await {
             Ok(Ok(resp)) => {
                 let class = match resp.status().as_u16() {
@@ -184,14 +203,14 @@ impl Upstream {
                     400..=499 => "4xx",
                     _ => "5xx",
                 };
-                let mut resp = resp.map(Body::new);
+                let mut resp = resp;
                 if let Some(p) = pending.filter(|p| !p.found_in(resp.headers())) {
                     resp = resp.map(|b| SettleOnTrailers::wrap(b, p));
                 }
                 strip_hop_by_hop(resp.headers_mut());
                 (class, resp)
             }
-            Ok(Err(e)) if e.is_connect() && timed_out(&e) => {
+            Ok(Err(Failure::Connect(e))) if timed_out(e.as_ref()) => {
                 tracing::warn!(error = %e, "upstream connect timed out");
                 (
                     "timeout",
@@ -203,8 +222,15 @@ impl Upstream {
                     ),
                 )
             }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, source = ?std::error::Error::source(&e), "upstream request failed");
+            Ok(Err(failure)) => {
+                match &failure {
+                    Failure::Connect(e) => {
+                        tracing::warn!(error = %e, source = ?std::error::Error::source(e.as_ref()), "upstream connect failed");
+                    }
+                    Failure::Send(e) => {
+                        tracing::warn!(error = %e, source = ?std::error::Error::source(e), "upstream request failed");
+                    }
+                }
                 (
                     "error",
                     problem(
@@ -231,8 +257,10 @@ impl Upstream {
                 )
             }
         };
-        metrics::histogram!("rl_upstream_duration_seconds", "outcome" => outcome)
-            .record(started.elapsed().as_secs_f64());
+        let durations = self.base.durations.get_or_init(Durations::new);
+        if let Some(i) = OUTCOMES.iter().position(|o| *o == outcome) {
+            durations.0[i].record(started.elapsed().as_secs_f64());
+        }
         response
     }
 }
@@ -270,8 +298,8 @@ fn rustls_config(https: bool, ca_file: Option<&Path>) -> Result<rustls::ClientCo
     Ok(builder.with_root_certificates(roots).with_no_client_auth())
 }
 
-/// True when a client error was caused by a connect timeout (hyper-util's connector reports
-/// it as an `io::Error` of kind `TimedOut` in the source chain).
+/// True when a connect error was caused by a timeout (hyper-util's connector reports it as
+/// an `io::Error` of kind `TimedOut` in the source chain).
 fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(e);
     while let Some(c) = cause {
@@ -288,6 +316,15 @@ fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
 /// Removes the connection-specific headers: the fixed list and every header named in
 /// `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(header::CONNECTION) {
+        strip_named_in_connection(headers);
+    }
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+fn strip_named_in_connection(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -296,9 +333,6 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
         .collect();
     for name in named {
-        headers.remove(name);
-    }
-    for name in HOP_BY_HOP {
         headers.remove(name);
     }
 }
@@ -346,6 +380,12 @@ fn set_forwarded(
 
 /// Sets `name` to its existing values (all lines, comma-joined) followed by `value`.
 fn append(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+    if !headers.contains_key(&name) {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(name, v);
+        }
+        return;
+    }
     let prev: Vec<&str> = headers
         .get_all(&name)
         .iter()

@@ -74,6 +74,7 @@
 mod axum;
 mod bans;
 mod config;
+mod counters;
 mod extract;
 mod headers;
 mod hold;

@@ -29,6 +29,8 @@ pub(crate) struct Shared {
     pub(crate) offenders: Offenders,
     /// Bans read from Redis a moment ago.
     pub(crate) ban_memory: BanMemory,
+    /// The per-request counters' handles.
+    pub(crate) counters: super::counters::Counters,
 }
 
 impl Shared {
@@ -48,6 +50,7 @@ impl Shared {
         Ok(Shared {
             offenders,
             ban_memory: BanMemory::default(),
+            counters: super::counters::Counters::default(),
             limiter,
             resolver,
             engine,

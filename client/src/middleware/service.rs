@@ -224,7 +224,7 @@ async fn decide<'s>(
         let refusal = super::bans::refusal(shared, &plan, index, remaining_ms, request_id);
         return Before::Refuse(refusal, tier_label);
     }
-    count(&plan, &md);
+    count(shared, &plan, &md);
     super::bans::refused(shared, &plan, &md, &targets);
     let outcomes: Vec<Outcome> = md.decisions.iter().map(outcome).collect();
     // The span names the policy the response reports, allowed or refused.
@@ -339,7 +339,11 @@ where
     async move {
         let go = match decide(&shared, info.as_ref(), RequestView::of(&req), &request_id).await {
             Before::Refuse(r, tier) => {
-                return Ok(counted(to_response(r.with_trace_id(&trace_id)), tier))
+                return Ok(counted(
+                    &shared,
+                    to_response(r.with_trace_id(&trace_id)),
+                    &tier,
+                ))
             }
             Before::Call(go) => go,
         };
@@ -374,7 +378,7 @@ where
         if response.status().is_server_error() {
             tracing::warn!(status = response.status().as_u16(), "upstream error");
         }
-        Ok(counted(response, tier_label))
+        Ok(counted(&shared, response, &tier_label))
     }
     .instrument(span)
     .await
@@ -382,15 +386,14 @@ where
 
 /// Counts a response in `rl_responses_total` by status and tier (the tier whose limits applied;
 /// `none` without an API key, `-` when the access lists decided), then returns it.
-fn counted<B>(response: Response<B>, tier: String) -> Response<B> {
-    let status = response.status().as_str().to_owned();
-    metrics::counter!("rl_responses_total", "status" => status, "tier" => tier).increment(1);
+fn counted<B>(shared: &Shared, response: Response<B>, tier: &str) -> Response<B> {
+    shared.counters.response(tier, response.status());
     response
 }
 
-fn count(plan: &Plan, md: &MultiDecision) {
+fn count(shared: &Shared, plan: &Plan, md: &MultiDecision) {
     for (i, (p, d)) in plan.items.iter().zip(&md.decisions).enumerate() {
-        let dimension = p.label.clone();
+        let dimension = &p.label;
         let outcome = if md.denied == Some(i) {
             "denied"
         } else if d.shadow && d.is_denied() {
@@ -400,12 +403,10 @@ fn count(plan: &Plan, md: &MultiDecision) {
         } else {
             "allowed"
         };
-        metrics::counter!("rl_requests_total", "dimension" => dimension.clone(), "outcome" => outcome)
-            .increment(1);
-        metrics::counter!("rl_decisions_total", "dimension" => dimension.clone(), "source" => d.source.name())
-            .increment(1);
+        shared.counters.request(dimension, outcome);
+        shared.counters.decision(dimension, d.source.name());
         if d.source.is_fallback() {
-            metrics::counter!("rl_fallback_total", "dimension" => dimension, "source" => d.source.name()).increment(1);
+            metrics::counter!("rl_fallback_total", "dimension" => dimension.clone(), "source" => d.source.name()).increment(1);
         }
     }
 }

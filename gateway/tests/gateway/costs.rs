@@ -48,6 +48,32 @@ fn calls(server: &Server, engine: &str) -> (u64, u64) {
 
 const RLS_CONFIG: &str = "domain: costs\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 10}\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 3}\n";
 
+/// The limiter keys and the decide/refund call counts before a refused request.
+struct Before {
+    keys: BTreeMap<String, Vec<u8>>,
+    calls: (u64, u64),
+}
+
+impl Before {
+    fn take(server: &Server, engine: &str) -> Self {
+        Self {
+            keys: snapshot(server),
+            calls: calls(server, engine),
+        }
+    }
+
+    /// The refused request was one decision call, gave nothing back and wrote nothing.
+    fn one_call_nothing_written(&self, server: &Server, engine: &str) {
+        let (decided, refunded) = calls(server, engine);
+        assert_eq!(
+            (decided - self.calls.0, refunded - self.calls.1),
+            (1, 0),
+            "{engine}: one call, nothing given back"
+        );
+        assert_eq!(snapshot(server), self.keys, "{engine}: nothing written");
+    }
+}
+
 #[tokio::test]
 async fn descriptors_of_different_hits_addend_are_one_atomic_call() {
     for engine in ["module", "lua"] {
@@ -66,18 +92,12 @@ async fn descriptors_of_different_hits_addend_are_one_atomic_call() {
         assert_eq!(left, [8, 2], "{engine}: each its own cost");
 
         // b has 2 left: its 5 refuses the request, and a's 2 are not taken, in one call.
-        let before = (snapshot(&server), calls(&server, engine));
+        let before = Before::take(&server, engine);
         let r = rls.ask("costs", vec![a(2), b(5)], 0).await;
         assert_eq!(r.overall_code, OVER, "{engine}");
         assert_eq!((r.statuses[0].code, r.statuses[1].code), (OK, OVER));
         assert_eq!(r.statuses[0].limit_remaining, 8, "{engine}");
-        let (decided, refunded) = calls(&server, engine);
-        assert_eq!(
-            (decided - before.1 .0, refunded - before.1 .1),
-            (1, 0),
-            "{engine}: one call, nothing given back"
-        );
-        assert_eq!(snapshot(&server), before.0, "{engine}: nothing written");
+        before.one_call_nothing_written(&server, engine);
         assert_eq!(rls.left("costs", &[("a", "x")]).await, 8, "{engine}");
 
         // The request's hits_addend for descriptors without their own: both fit, both taken.
@@ -135,15 +155,9 @@ async fn rules_of_different_costs_are_one_atomic_call() {
         assert_eq!(send("5", "4").await, 200, "{engine}");
         // images has 6 left: its 20 refuses the request; tokens' 7 and the ip's 1 are not
         // taken, in one call.
-        let before = (snapshot(&server), calls(&server, engine));
+        let before = Before::take(&server, engine);
         assert_eq!(send("7", "20").await, 429, "{engine}");
-        let (decided, refunded) = calls(&server, engine);
-        assert_eq!(
-            (decided - before.1 .0, refunded - before.1 .1),
-            (1, 0),
-            "{engine}: one call, nothing given back"
-        );
-        assert_eq!(snapshot(&server), before.0, "{engine}: nothing written");
+        before.one_call_nothing_written(&server, engine);
         assert_eq!(send("7", "6").await, 200, "{engine}");
         assert_eq!(send("1", "1").await, 429, "{engine}: images used up");
         let _ = std::fs::remove_file(&path);
