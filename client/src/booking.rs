@@ -50,7 +50,7 @@ impl Limiter {
         self.every_key(items, units, AllMode::Force).await
     }
 
-    async fn every_key(
+    pub(crate) async fn every_key(
         &self,
         items: &[(&str, &Policy)],
         units: &[u64],

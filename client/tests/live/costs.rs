@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use redis_rl_client::settle::Settled;
 use redis_rl_client::{Engine, Limiter, Policy, Source};
 use redis_rl_testkit::Server;
 
@@ -125,5 +126,28 @@ async fn peek_and_forced_charge_take_one_call_with_costs_on_every_wire() {
             w.name
         );
         assert_eq!(l.peek("{t}:b", &b, 0).await.remaining, 2, "{}", w.name);
+    }
+}
+
+/// A reservation settled upward (the work cost more) takes the excess with `FORCE` on every
+/// wire: the twin too.
+#[tokio::test]
+async fn a_charge_after_the_response_is_taken_on_every_wire() {
+    let p = Policy::fixed(10, 3_600_000).unwrap();
+    for w in wires() {
+        let l = Limiter::builder()
+            .timeout(Duration::from_millis(2_000))
+            .engine(w.engine)
+            .standalone(&w.server.url())
+            .unwrap();
+        assert!(l.check_n("{t}:s", &p, 8).await.allows(), "{}", w.name);
+        match l.settle("{t}:s", &p, 8, 13).await {
+            Ok(Settled::Charged(d)) => {
+                assert_eq!((d.allows(), d.remaining), (true, 0), "{}", w.name)
+            }
+            other => panic!("{}: {other:?}", w.name),
+        }
+        let d = l.peek("{t}:s", &p, 0).await;
+        assert!(d.is_denied(), "{}: 13 of 10 taken, in debt: {d:?}", w.name);
     }
 }
