@@ -31,8 +31,9 @@
 //! out, counted and seen by the breaker), returns decisions with `source: Redis`, and keeps
 //! the all-or-nothing contract of [`Decider::check_all`]. [`Decider::take_upto`] and
 //! [`Decider::refund`] are the partial grant (`COST n UPTO`) and the give-back that leases
-//! are built from. The limiter holds it as a `Box<dyn Decider>`, so nothing above this layer
-//! changes.
+//! are built from; [`Decider::every_key`] is the look (`PEEK`) and the booking (`FORCE`) of
+//! a held request and of a charge after the response. The limiter holds it as a
+//! `Box<dyn Decider>`, so nothing above this layer changes.
 //!
 //! [`Error`]: crate::Error
 
