@@ -3,13 +3,10 @@
 //! settling them after the response ([`Limiter::settle_all`]). What the rate-limit
 //! middleware does with the policy engine's [`redis_rl_policy::Booking`].
 
-use std::collections::BTreeMap;
-
 use futures_util::future::join_all;
 
-use crate::command;
-use crate::decider::{cost_at, unknown};
-use crate::decision::{parse_all, Decision, MultiDecision};
+use crate::decider::AllMode;
+use crate::decision::{Decision, MultiDecision};
 use crate::error::Result;
 use crate::limiter::Limiter;
 use crate::policy::Policy;
@@ -31,61 +28,37 @@ impl Limiter {
     }
 
     /// What taking `units[i]` on each of `items[i]` would answer, taking nothing: one
-    /// `RL.ALL ... COSTS ... PEEK` per hash slot, asked of Redis itself (not the
-    /// deny cache, whose waits would be stale), every key's own wait. `Err` when Redis did
-    /// not answer.
+    /// `RL.ALL ... COSTS ... PEEK` per hash slot (the module's command or the Lua twin, as
+    /// for [`Limiter::check_all`]), asked of Redis itself (not the deny cache, whose waits
+    /// would be stale), every key's own wait. `Err` when Redis did not answer.
     pub async fn peek_all_units(
         &self,
         items: &[(&str, &Policy)],
         units: &[u64],
     ) -> Result<Vec<Decision>> {
-        self.per_slot(items, units, true).await
+        self.every_key(items, units, AllMode::Peek).await
     }
 
     /// Takes `units[i]` on each of `items[i]` even over the limits (`RL.ALL ... COSTS ...
-    /// FORCE`, one call per hash slot): what went past a limit is a debt the next
-    /// callers wait for. Needs the module (the Lua twin refuses `FORCE`).
+    /// FORCE`, one call per hash slot, by the module or the Lua twin): what went past a
+    /// limit is a debt the next callers wait for.
     pub async fn force_all_units(
         &self,
         items: &[(&str, &Policy)],
         units: &[u64],
     ) -> Result<Vec<Decision>> {
-        self.per_slot(items, units, false).await
+        self.every_key(items, units, AllMode::Force).await
     }
 
-    async fn per_slot(
+    pub(crate) async fn every_key(
         &self,
         items: &[(&str, &Policy)],
         units: &[u64],
-        peek: bool,
+        mode: AllMode,
     ) -> Result<Vec<Decision>> {
-        // slot -> the items' indices: one RL.ALL each, every key its own units.
-        let mut groups: BTreeMap<Option<u16>, Vec<usize>> = BTreeMap::new();
-        for (i, ((key, _), _)) in items.iter().zip(units).enumerate() {
-            groups.entry(self.slot_of(key)).or_default().push(i);
-        }
-        let calls = groups.iter().map(|(&slot, members)| async move {
-            let keys: Vec<(&str, &redis_rl_core::AnyParams)> = members
-                .iter()
-                .filter_map(|&i| items.get(i).map(|(k, p)| (*k, p.params())))
-                .collect();
-            let costs: Vec<u64> = members.iter().map(|&i| cost_at(units, i)).collect();
-            let mut cmd = command::all(&keys, &costs, peek);
-            if !peek {
-                cmd.arg("FORCE");
-            }
-            let reply = self.query(&cmd, slot).await?;
-            parse_all(&reply, keys.len()).map(|(_, d)| d)
-        });
-        let mut decisions: Vec<Decision> = items.iter().map(|(_, p)| unknown(p.params())).collect();
-        for (members, result) in groups.values().zip(join_all(calls).await) {
-            for (&i, d) in members.iter().zip(result?) {
-                if let Some(slot) = decisions.get_mut(i) {
-                    *slot = d;
-                }
-            }
-        }
-        Ok(decisions)
+        let params: Vec<(&str, &redis_rl_core::AnyParams)> =
+            items.iter().map(|(k, p)| (*k, p.params())).collect();
+        self.decider().every_key(&params, units, mode).await
     }
 
     /// Settles a request's reservations once its actual cost is known: each

@@ -73,17 +73,6 @@ pub(crate) fn all(keys: &[(&str, &AnyParams)], costs: &[u64], peek: bool) -> Cmd
     cmd
 }
 
-/// `RL.<ALG> key params... COST n FORCE`: takes `n` units even over the limit.
-pub(crate) fn forced(key: &str, params: &AnyParams, cost: u64) -> Cmd {
-    let mut cmd = redis::cmd(params.kind().command());
-    cmd.arg(key)
-        .arg(args(params))
-        .arg("COST")
-        .arg(cost)
-        .arg("FORCE");
-    cmd
-}
-
 /// `RL.REFUND key spec COST n`.
 pub(crate) fn refund(key: &str, params: &AnyParams, cost: u64) -> Cmd {
     let mut cmd = redis::cmd("RL.REFUND");

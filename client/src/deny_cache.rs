@@ -12,7 +12,7 @@ use std::time::Duration;
 use lru::LruCache;
 use tokio::time::Instant;
 
-use crate::decider::{cost_at, denied_at, Check, Decided, Decider, Items, Refund};
+use crate::decider::{cost_at, denied_at, AllMode, Check, Decided, Decider, Items, Refund};
 use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
 use crate::error::Result;
 
@@ -212,6 +212,17 @@ impl<D: Decider> Decider for DenyCached<D> {
 
     fn refund<'a>(&'a self, units: Refund<'a>) -> Decided<'a, u64> {
         self.inner.refund(units)
+    }
+
+    /// Asked of Redis itself: the cache's waits would be stale for a look, and a forced
+    /// take must reach the server.
+    fn every_key<'a>(
+        &'a self,
+        items: Items<'a>,
+        costs: &'a [u64],
+        mode: AllMode,
+    ) -> Decided<'a, Vec<Decision>> {
+        self.inner.every_key(items, costs, mode)
     }
 }
 

@@ -282,6 +282,11 @@ impl Limiter {
         self.inner.transport.call(cmd, slot).await
     }
 
+    /// The decider under the layers (calls that pick no failure mode of their own).
+    pub(crate) fn decider(&self) -> &dyn Decider {
+        self.inner.stack.decider()
+    }
+
     /// The cluster slot of `key` (`None` on a standalone server).
     pub(crate) fn slot_of(&self, key: &str) -> Option<u16> {
         self.inner.transport.slot_of(key)

@@ -4,9 +4,9 @@
 //! under-reserved is taken even over the limit (`FORCE`), so the budget neither leaks nor
 //! refuses work that already happened.
 
-use crate::command;
-use crate::decision::{parse_single, Decision};
-use crate::error::Result;
+use crate::decider::AllMode;
+use crate::decision::Decision;
+use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::policy::Policy;
 
@@ -26,8 +26,8 @@ pub enum Settled {
 impl Limiter {
     /// Settles a reservation of `reserved` units of `policy` on `key` (taken earlier, e.g.
     /// with [`Limiter::check_n`]) against the `actual` cost: refunds `reserved - actual`, or
-    /// takes `actual - reserved` with `FORCE`. Needs the module for a charge (the Lua twin
-    /// refuses `FORCE`); `Err` when Redis did not answer (nothing is retried: a refund is
+    /// takes `actual - reserved` with `FORCE` (with the module or the Lua twin); `Err`
+    /// when Redis did not answer (nothing is retried: a refund is
     /// lost, a charge not taken).
     ///
     /// ```no_run
@@ -58,11 +58,17 @@ impl Limiter {
         if actual == reserved {
             return Ok(Settled::Exact);
         }
-        let cmd = command::forced(key, policy.params(), actual - reserved);
-        let reply = self.query(&cmd, self.slot_of(key)).await?;
-        Ok(Settled::Charged(parse_single(
-            policy.kind().command(),
-            &reply,
-        )?))
+        // RL.ALL 1 key ... FORCE: the same wire as every decision (the module or the twin).
+        let charged = self
+            .every_key(&[(key, policy)], &[actual - reserved], AllMode::Force)
+            .await?;
+        charged
+            .into_iter()
+            .next()
+            .map(Settled::Charged)
+            .ok_or_else(|| Error::Reply {
+                command: "RL.ALL",
+                detail: "no decision for the charged key".to_string(),
+            })
     }
 }

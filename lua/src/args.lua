@@ -63,21 +63,20 @@ function M.positional(tag, args, i)
   return values, i + #ranges
 end
 
--- `[<option> v...] [COST n] [UPTO] [PEEK]` from args[i..] in any order, each at most once:
--- cost, peek, upto, and the algorithm's own options by token (`BURST`: nil when none is
--- given). Its own options are the section's `options` (with their own parse and text) or the
--- registry's (integers in a range). `with_upto` says whether UPTO is accepted; FORCE (a debt
--- over the limit) is the module's alone.
+-- `[<option> v...] [COST n] [UPTO] [FORCE] [PEEK]` from args[i..] in any order, each at most
+-- once: cost, peek, upto, the algorithm's own options by token (`BURST`: nil when none is
+-- given) and force. Its own options are the section's `options` (with their own parse and
+-- text) or the registry's (integers in a range). `with_upto` says whether UPTO is accepted.
 function M.options(args, i, tag, with_upto)
   local n = #args
   if i > n then
-    return 1, false, false, nil
+    return 1, false, false, nil, false
   end
   local own = {}
   if tag then
     own = M.ALGO[tag].options or M.KINDS[tag].options
   end
-  local cost, peek, upto, given
+  local cost, peek, upto, given, force
   while i <= n do
     local name = args[i]:upper()
     local o
@@ -118,7 +117,11 @@ function M.options(args, i, tag, with_upto)
       upto = true
       i = i + 1
     elseif name == "FORCE" then
-      M.fail("ERR FORCE needs the redis-rl module: the Lua twin does not take a cost over the limit")
+      if force then
+        M.fail("ERR option FORCE given more than once")
+      end
+      force = true
+      i = i + 1
     else
       local expected = {}
       for k = 1, #own do
@@ -128,7 +131,11 @@ function M.options(args, i, tag, with_upto)
         .. (with_upto and "COST n, UPTO, FORCE or PEEK" or "COST n, FORCE or PEEK"))
     end
   end
-  return cost or 1, peek or false, upto or false, given
+  if upto and force then
+    -- A partial grant takes what fits; forcing takes everything: they contradict.
+    M.fail("ERR options UPTO and FORCE cannot be combined")
+  end
+  return cost or 1, peek or false, upto or false, given, force or false
 end
 
 function M.arity(name)

@@ -89,7 +89,7 @@ function M.run_single(name, tag, args)
     M.arity(name)
   end
   local p, i = algo.parse(args, 2, false)
-  local cost, peek, upto, option = M.options(args, i, tag, kind.upto)
+  local cost, peek, upto, option, force = M.options(args, i, tag, kind.upto)
   p = M.finish(algo, p, option)
   local key = M.KEYS[1]
   local state = algo.read(key)
@@ -97,6 +97,8 @@ function M.run_single(name, tag, args)
   local d, new, granted
   if upto then
     d, new, granted = M.upto(algo, state, now, p, cost)
+  elseif force then
+    d, new = algo.force(state, now, p, cost)
   else
     d, new = algo.check(state, now, p, cost)
   end
@@ -157,7 +159,7 @@ function M.run_all(args)
     specs[i] = { algo = algo, p = p }
   end
   at = M.parse_costs(args, at, specs)
-  local cost, peek = M.options(args, at, nil, false)
+  local cost, peek, _, _, force = M.options(args, at, nil, false)
   for i = 1, n do
     specs[i].p = M.finish(specs[i].algo, specs[i].p)
   end
@@ -168,7 +170,8 @@ function M.run_all(args)
   local now = M.now_us()
   local decisions, writes, denied = {}, {}, 0
   for i = 1, n do
-    decisions[i], writes[i] = specs[i].algo.check(states[i], now, specs[i].p, specs[i].cost or cost)
+    local decide = force and specs[i].algo.force or specs[i].algo.check
+    decisions[i], writes[i] = decide(states[i], now, specs[i].p, specs[i].cost or cost)
     M.check_exact(decisions[i])
     if denied == 0 and not decisions[i].allowed then
       denied = i

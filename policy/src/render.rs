@@ -30,7 +30,16 @@ impl Response {
     }
 }
 
-/// What a limiter answered for one plan item.
+/// What a limiter answered for one plan item: the core's answer
+/// ([`redis_rl_core::Outcome`]) with its wait in milliseconds, converted both ways with
+/// `From`.
+///
+/// It stays a type of its own rather than an alias of `redis_rl_core::Outcome<u64>`: its
+/// `retry_after_ms` field (the unit in the name, as every field of this crate's plans and
+/// outcomes) is what every front end writes and matches on (the Rust middleware, rl-gateway's
+/// services, the Python binding), a public contract an alias would rename to `retry_after`;
+/// and this crate's [`Outcome`] (one plan item's rendered decision) would clash with the
+/// core's name in every front end that uses both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// Allowed.
@@ -42,6 +51,30 @@ pub enum Verdict {
     },
     /// Denied; no wait helps (the cost exceeds the quota).
     Never,
+}
+
+impl From<redis_rl_core::Outcome<u64>> for Verdict {
+    fn from(o: redis_rl_core::Outcome<u64>) -> Self {
+        match o {
+            redis_rl_core::Outcome::Allowed => Verdict::Allowed,
+            redis_rl_core::Outcome::Denied { retry_after } => Verdict::Denied {
+                retry_after_ms: retry_after,
+            },
+            redis_rl_core::Outcome::Never => Verdict::Never,
+        }
+    }
+}
+
+impl From<Verdict> for redis_rl_core::Outcome<u64> {
+    fn from(v: Verdict) -> Self {
+        match v {
+            Verdict::Allowed => redis_rl_core::Outcome::Allowed,
+            Verdict::Denied { retry_after_ms } => redis_rl_core::Outcome::Denied {
+                retry_after: retry_after_ms,
+            },
+            Verdict::Never => redis_rl_core::Outcome::Never,
+        }
+    }
 }
 
 /// One plan item's decision, as the front end's limiter made it.
@@ -279,4 +312,29 @@ pub fn bad_request(e: KeyError, request_id: &str) -> Response {
         "request_id": request_id,
     });
     problem(400, body, request_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Verdict;
+    use redis_rl_core::Outcome;
+
+    /// The core's answer and the front ends' verdict say the same thing, the wait in ms.
+    #[test]
+    fn verdicts_convert_to_and_from_the_cores_outcome() {
+        let pairs = [
+            (Outcome::Allowed, Verdict::Allowed),
+            (
+                Outcome::Denied { retry_after: 1_500 },
+                Verdict::Denied {
+                    retry_after_ms: 1_500,
+                },
+            ),
+            (Outcome::Never, Verdict::Never),
+        ];
+        for (core, verdict) in pairs {
+            assert_eq!(Verdict::from(core), verdict);
+            assert_eq!(Outcome::<u64>::from(verdict), core);
+        }
+    }
 }

@@ -8,10 +8,7 @@ import asyncio
 import logging
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from redis.crc import key_slot
-
-from redis_rl._engine import all_command
-from redis_rl.decision import Decision, MultiDecision, Source, parse_all
+from redis_rl.decision import Decision, MultiDecision, Source
 from redis_rl.limiter import Limiter
 from redis_rl.policy import Policy
 
@@ -70,29 +67,6 @@ class Settlement:
                 log.warning("settling the cost after the response failed: key=%s error=%r", key, e)
 
 
-def _groups(pairs: Sequence[Tuple[str, Policy]]) -> Dict[int, List[int]]:
-    """The items' indices per hash slot: one ``RL.ALL`` each."""
-    groups: Dict[int, List[int]] = {}
-    for i, (key, _) in enumerate(pairs):
-        groups.setdefault(key_slot(key.encode()), []).append(i)
-    return groups
-
-
-async def _all(
-    limiter: Limiter, pairs: Sequence[Tuple[str, Policy]], units: Sequence[int], option: str
-) -> List[Decision]:
-    """Every item's decision from Redis itself, one ``RL.ALL ... COSTS ... <option>`` per hash
-    slot (``PEEK``: a look; ``FORCE``: taken even over the limits)."""
-    decisions: List[Optional[Decision]] = [None] * len(pairs)
-    for members in _groups(pairs).values():
-        group = [pairs[i] for i in members]
-        command = all_command(group, [units[i] for i in members]) + (option,)
-        _, got = parse_all(await limiter.query(*command), len(group))
-        for i, d in zip(members, got):
-            decisions[i] = d
-    return [d for d in decisions if d is not None]
-
-
 class Holds:
     """Delay instead of 429 for the ASGI middleware, as rl-gateway's (``delay_max_ms``): a
     refused request whose wait is within every refusing item's delay is booked with
@@ -124,7 +98,7 @@ class Holds:
             sub = [pairs[i] for i in enforced]
             sub_units = [units[i] for i in enforced]
             async with self._lock:
-                looks = await _all(limiter, sub, sub_units, "PEEK")
+                looks = await limiter.peek_all_units(sub, sub_units)
                 looked = list(outcomes)
                 for i, d in zip(enforced, looks):
                     verdict = "allowed" if d.allowed else ("denied" if d.retry_after_ms is not None else "never")
@@ -136,7 +110,7 @@ class Holds:
                 if wait_ms is None:
                     self.held -= 1
                     return None
-                await _all(limiter, sub, sub_units, "FORCE")
+                await limiter.force_all_units(sub, sub_units)
             return wait_ms / 1000
         except Exception as e:  # noqa: BLE001 - Redis did not answer: refused as before
             log.warning("booking a delayed request failed: %r", e)

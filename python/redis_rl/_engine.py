@@ -414,6 +414,27 @@ class Engine:
             self._remember_denial(pairs[denied][0], costs[denied], decisions[denied])
         return denied, decisions
 
+    def every_key(self, items: Sequence[Tuple[str, Policy]], units: Sequence[int], option: str) -> Op:
+        """Every item's own decision for ``units[i]``, from Redis itself (not the deny cache,
+        whose waits would be stale): one ``RL.ALL ... [COSTS ...] <option>`` per hash slot,
+        ``PEEK`` (taking nothing) or ``FORCE`` (taking the units even over the limits), over
+        the same wire as ``check_all`` (the module, or the Lua twin). Raises the call's error."""
+        if option not in ("PEEK", "FORCE"):
+            raise ValueError(f"option must be PEEK or FORCE, not {option!r}")
+        pairs = list(items)
+        _check_items(pairs)
+        costs = _costs(list(units), len(pairs))
+        decisions = [_unknown(p) for _, p in pairs]
+        for members in self._groups([k for k, _ in pairs]):
+            group = [pairs[i] for i in members]
+            result = yield all_command(group, [costs[i] for i in members]) + (option,)
+            if isinstance(result, Failed):
+                raise result.error
+            _, got = parse_all(result.value, len(group))
+            for i, d in zip(members, got):
+                decisions[i] = d
+        return decisions
+
     def _groups(self, keys: List[str]) -> List[List[int]]:
         """Key indexes by hash slot, slots in order of first appearance."""
         if not self.cluster:

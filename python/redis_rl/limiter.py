@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, Sequence, Tuple, Union, cast
+from typing import Any, Dict, List, Sequence, Tuple, Union, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -83,8 +83,20 @@ class Limiter(Front):
         """Settles a reservation of ``reserved`` units of ``policy`` on ``key`` (taken
         earlier with ``check(..., cost=reserved)``) against the ``actual`` cost: refunds
         ``reserved - actual`` (``RL.REFUND``) or takes ``actual - reserved`` with ``FORCE``
-        (needs the module: the Lua twin refuses ``FORCE``). Raises when Redis cannot answer."""
+        (the module or the Lua twin). Raises when Redis cannot answer."""
         return cast(Settled, await self._run(self._engine.settle_reservation(key, policy, reserved, actual)))
+
+    async def peek_all_units(self, items: Sequence[Tuple[str, Policy]], units: Sequence[int]) -> List[Decision]:
+        """Every item's own decision for taking ``units[i]`` on ``items[i]``, taking
+        nothing: one ``RL.ALL ... COSTS ... PEEK`` per hash slot (the module, or the Lua twin),
+        asked of Redis itself (not the deny cache). Raises when Redis cannot answer."""
+        return cast(List[Decision], await self._run(self._engine.every_key(items, units, "PEEK")))
+
+    async def force_all_units(self, items: Sequence[Tuple[str, Policy]], units: Sequence[int]) -> List[Decision]:
+        """Takes ``units[i]`` on each of ``items[i]`` even over the limits: one ``RL.ALL
+        ... COSTS ... FORCE`` per hash slot (the module, or the Lua twin); what went past a
+        limit is a debt the next callers wait for. Raises when Redis cannot answer."""
+        return cast(List[Decision], await self._run(self._engine.every_key(items, units, "FORCE")))
 
     async def query(self, *command: Any) -> Any:
         """Runs any command through the breaker and timeout (tier lookups use this); raises

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence, Tuple, Union, cast
+from typing import Any, Dict, List, Sequence, Tuple, Union, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -62,8 +62,16 @@ class SyncLimiter(Front):
         """Settles a reservation of ``reserved`` units of ``policy`` on ``key`` (taken
         earlier with ``check(..., cost=reserved)``) against the ``actual`` cost: refunds
         ``reserved - actual`` (``RL.REFUND``) or takes ``actual - reserved`` with ``FORCE``
-        (needs the module: the Lua twin refuses ``FORCE``). Raises when Redis cannot answer."""
+        (the module or the Lua twin). Raises when Redis cannot answer."""
         return cast(Settled, self._run(self._engine.settle_reservation(key, policy, reserved, actual)))
+
+    def peek_all_units(self, items: Sequence[Tuple[str, Policy]], units: Sequence[int]) -> List[Decision]:
+        """Every item's own decision, taking nothing; see ``redis_rl.Limiter.peek_all_units``."""
+        return cast(List[Decision], self._run(self._engine.every_key(items, units, "PEEK")))
+
+    def force_all_units(self, items: Sequence[Tuple[str, Policy]], units: Sequence[int]) -> List[Decision]:
+        """Takes each item's units even over the limits; see ``redis_rl.Limiter.force_all_units``."""
+        return cast(List[Decision], self._run(self._engine.every_key(items, units, "FORCE")))
 
     def query(self, *command: Any) -> Any:
         """Runs any command through the breaker and timeout (tier lookups use this); raises

@@ -9,6 +9,7 @@ import asyncio
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+import pytest
 import redis
 import redis.asyncio as aioredis
 from starlette.applications import Starlette
@@ -193,7 +194,12 @@ async def call_many(middleware: RateLimitMiddleware, paths: List[str]) -> List[T
     return list(await asyncio.gather(*(one(p) for p in paths)))
 
 
-def test_the_asgi_middleware_holds_a_refused_request_for_its_slot(server, prefix):
+@pytest.mark.parametrize("where", ["server", "bare_server"])
+def test_the_asgi_middleware_holds_a_refused_request_for_its_slot(where, request, prefix):
+    """With the module, and with the Lua twin on a server without it (``bare_server``): the
+    held request's look (``PEEK``) and booking (``FORCE``) go over the same wire."""
+    server = request.getfixturevalue(where)
+
     async def main() -> None:
         middleware = RateLimitMiddleware(_unused, redis_url=server.url, config=paced_config(prefix, 10))
         assert (await call_many(middleware, ["/paced"]))[0][0] == 200
@@ -218,6 +224,44 @@ def test_the_asgi_middleware_caps_held_requests(server, prefix):
         await middleware.limiter.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("where", ["server", "bare_server"])
+def test_peek_and_force_all_units_take_one_call_each_with_each_items_units(where, request, prefix):
+    """A held request's look and booking on every key, one ``RL.ALL`` each (the twin's
+    ``FCALL`` on a server without the module), asyncio and blocking."""
+    server = request.getfixturevalue(where)
+    a, b = Policy.sliding(10, 3_600_000), Policy.fixed(3, 3_600_000)
+    r = redis.Redis(port=server.port)
+    decides_with = "RL.ALL" if where == "server" else "FCALL"
+
+    def calls() -> int:
+        stats = r.info("commandstats")
+        return sum(v["calls"] for k, v in stats.items() if k.lower() == f"cmdstat_{decides_with.lower()}")
+
+    async def main() -> None:
+        limiter = Limiter(aioredis.Redis(port=server.port))
+        items = [(f"{prefix}:{{t}}:a", a), (f"{prefix}:{{t}}:b", b)]
+        assert (await limiter.peek(items[0][0], a, 0)).remaining == 10  # the wire chosen first
+        before = calls()
+        looks = await limiter.peek_all_units(items, [4, 5])
+        assert calls() - before == 1
+        assert [d.allowed for d in looks] == [True, False]
+        assert (await limiter.peek(items[0][0], a, 0)).remaining == 10, "a look takes nothing"
+        before = calls()
+        forced = await limiter.force_all_units(items, [12, 1])
+        assert calls() - before == 1
+        assert all(d.allowed for d in forced)
+        assert [d.remaining for d in forced] == [0, 2]
+        assert (await limiter.peek(items[0][0], a, 1)).denied, "a is in debt"
+        await limiter.aclose()
+
+    asyncio.run(main())
+    sync = SyncLimiter(r)
+    items = [(f"{prefix}:{{s}}:a", a), (f"{prefix}:{{s}}:b", b)]
+    assert [d.remaining for d in sync.force_all_units(items, [2, 4])] == [8, 0]
+    assert [d.allowed for d in sync.peek_all_units(items, [1, 1])] == [True, False]
+    assert sync.settle(items[0][0], a, 0, 9).kind == "charged", "FORCE on the twin too"
 
 
 async def _unused(scope: Dict[str, Any], receive: Any, send: Any) -> None:

@@ -5,8 +5,9 @@
 //! `lua/src/frame.lua` is the shipped file's skeleton (header, `build()`, the entry point);
 //! its line `-- @SECTIONS@` becomes the generated tables, then every shared section in
 //! [`SHARED`] order, then one section per algorithm of the registry, named after its label
-//! (`token bucket` -> `lua/src/token_bucket.lua`), then `lua/src/commands.lua`. Adding an
-//! algorithm is its registry line plus its Lua file. `cargo run -p redis-rl-testkit --bin
+//! (`token bucket` -> `lua/src/token_bucket.lua`), then `lua/src/commands.lua` and
+//! `lua/src/force.lua` (every rate limiter's `FORCE`). Adding an algorithm is its registry
+//! line plus its Lua file (and its `force` in `force.lua`). `cargo run -p redis-rl-testkit --bin
 //! rl-lua` (`make lua`) rewrites `lua/rl.lua`; a test fails while it is stale.
 
 use redis_rl_core::algorithm::Opt;
@@ -131,7 +132,7 @@ pub fn assemble() -> String {
         .iter()
         .map(|s| s.to_string())
         .chain(Kind::ALL.iter().map(|&k| section_name(k)))
-        .chain(std::iter::once("commands".to_string()));
+        .chain(["commands", "force"].map(String::from));
     for name in sections {
         let text = read(&dir, &name);
         let _ = write!(body, "\n  -- {}\n", "-".repeat(90));

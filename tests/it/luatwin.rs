@@ -255,7 +255,10 @@ pub(crate) fn same_replies_as_the_module() {
             .map(|who| (0..n).map(|i| format!("{{d{seed}}}:{who}{i}")).collect())
             .collect();
         for step in 0..40 {
-            let op = Op::random(&mut r, &specs);
+            // Without FORCE: a forced debt on these refills of 10^12 ms is paid back beyond
+            // the latest instant the twin stores (2^52 us), which it refuses by its range
+            // error; the clocked model test compares FORCE exactly.
+            let op = Op::random(&mut r, &specs).without_force();
             let (name, idx, rest) = op.command(&specs);
             // 0: the module, 1: the library (FCALL), 2: the script (EVALSHA).
             let run = |conn: &mut redis::Connection, set: &[String], how: u64| -> Value {

@@ -67,6 +67,9 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
         &["TZ", "-1440"],
         &["TZ", "--1"],
         &["FORCE"],
+        &["COST", "2", "FORCE", "FORCE"],
+        &["FORCE", "UPTO"],
+        &["FORCE", "COST", "3", "PEEK"],
     ];
     let mut compare = |args: Vec<String>, base: &[&str]| {
         let (module_key, key) = ("{e}:m".to_string(), "{e}:k".to_string());
@@ -94,8 +97,6 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
             // The documented difference: waits over 2^53 ms are refused by the twin.
             (Ok(_), Err(t)) if error_text(t).contains("beyond the exact range of the Lua twin") => {
             }
-            // The other: FORCE (a debt over the limit) is the module's alone.
-            (Ok(_), Err(t)) if error_text(t).contains("FORCE needs the redis-rl module") => {}
             _ => panic!("{args:?}: module {module:?}, twin {twin:?}"),
         }
         let _: () = redis::cmd("DEL")

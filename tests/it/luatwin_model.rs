@@ -325,6 +325,8 @@ pub(crate) struct Check {
     cost: u64,
     peek: bool,
     upto: bool,
+    /// `FORCE`: the cost taken even over the limit.
+    force: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -339,6 +341,7 @@ pub(crate) enum Op {
         keys: Vec<usize>,
         costs: Vec<u64>,
         peek: bool,
+        force: bool,
     },
 }
 
@@ -373,6 +376,7 @@ impl Op {
                     keys,
                     costs,
                     peek: r.percent(15),
+                    force: r.percent(15),
                 }
             }
             _ => {
@@ -385,8 +389,25 @@ impl Op {
                     cost,
                     peek: r.percent(15),
                     upto,
+                    force: !upto && r.percent(15),
                 })
             }
+        }
+    }
+
+    /// The same call without `FORCE`.
+    pub(crate) fn without_force(self) -> Op {
+        match self {
+            Op::Check(c) => Op::Check(Check { force: false, ..c }),
+            Op::All {
+                keys, costs, peek, ..
+            } => Op::All {
+                keys,
+                costs,
+                peek,
+                force: false,
+            },
+            refund => refund,
         }
     }
 
@@ -409,6 +430,9 @@ impl Op {
                 if c.upto {
                     args.push("UPTO".to_string());
                 }
+                if c.force {
+                    args.push("FORCE".to_string());
+                }
                 (name, vec![c.key], args)
             }
             Op::Refund { key, amount } => {
@@ -416,7 +440,12 @@ impl Op {
                 args.extend(["COST".to_string(), amount.to_string()]);
                 ("RL.REFUND", vec![*key], args)
             }
-            Op::All { keys, costs, peek } => {
+            Op::All {
+                keys,
+                costs,
+                peek,
+                force,
+            } => {
                 let mut args: Vec<String> = keys.iter().flat_map(|&k| specs[k].words()).collect();
                 if costs.iter().all(|&c| c == costs[0]) {
                     args.extend(opts(costs[0], *peek));
@@ -424,6 +453,9 @@ impl Op {
                     args.push("COSTS".to_string());
                     args.extend(costs.iter().map(u64::to_string));
                     args.extend(opts(1, *peek));
+                }
+                if *force {
+                    args.push("FORCE".to_string());
                 }
                 ("RL.ALL", keys.clone(), args)
             }
@@ -450,11 +482,15 @@ pub(crate) fn model(op: &Op, specs: &[Spec], states: &[Option<AnyState>], now: u
             cost,
             peek,
             upto,
+            force,
         }) => {
             let (state, now) = (states[*key].clone(), Micros(now));
             let (d, new, granted) = if *upto {
                 let (d, granted, new) = specs[*key].any().upto(state, now, *cost);
                 (d, new, Some(granted))
+            } else if *force {
+                let (d, new) = specs[*key].any().force(state, now, *cost);
+                (d, new, None)
             } else {
                 let (d, new) = specs[*key].any().check(state, now, *cost);
                 (d, new, None)
@@ -484,11 +520,23 @@ pub(crate) fn model(op: &Op, specs: &[Spec], states: &[Option<AnyState>], now: u
                 writes,
             }
         }
-        Op::All { keys, costs, peek } => {
+        Op::All {
+            keys,
+            costs,
+            peek,
+            force,
+        } => {
             let evaluated: Vec<_> = keys
                 .iter()
                 .zip(costs)
-                .map(|(&k, &cost)| specs[k].any().check(states[k].clone(), Micros(now), cost))
+                .map(|(&k, &cost)| {
+                    let (state, now) = (states[k].clone(), Micros(now));
+                    if *force {
+                        specs[k].any().force(state, now, cost)
+                    } else {
+                        specs[k].any().check(state, now, cost)
+                    }
+                })
                 .collect();
             let denied = evaluated.iter().position(|(d, _)| !d.is_allowed());
             let mut per = Vec::new();

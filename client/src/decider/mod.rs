@@ -31,8 +31,9 @@
 //! out, counted and seen by the breaker), returns decisions with `source: Redis`, and keeps
 //! the all-or-nothing contract of [`Decider::check_all`]. [`Decider::take_upto`] and
 //! [`Decider::refund`] are the partial grant (`COST n UPTO`) and the give-back that leases
-//! are built from. The limiter holds it as a `Box<dyn Decider>`, so nothing above this layer
-//! changes.
+//! are built from; [`Decider::every_key`] is the look (`PEEK`) and the booking (`FORCE`) of
+//! a held request and of a charge after the response. The limiter holds it as a
+//! `Box<dyn Decider>`, so nothing above this layer changes.
 //!
 //! [`Error`]: crate::Error
 
@@ -74,6 +75,16 @@ pub struct Refund<'a> {
     pub algorithm: &'a AnyParams,
     /// Units to give back.
     pub amount: u64,
+}
+
+/// What [`Decider::every_key`] does on every key: look, or take even over the limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllMode {
+    /// Take nothing, only say what taking the units would answer (`PEEK`).
+    Peek,
+    /// Take the units whatever the limits say (`FORCE`): what goes past a limit is a debt
+    /// the next callers wait for.
+    Force,
 }
 
 /// What a [`Decider`] answers, later: a decision or why Redis could not give one.
@@ -118,6 +129,23 @@ pub trait Decider: Send + Sync + 'static {
     /// Gives back up to `units.amount` units taken earlier (`RL.REFUND`); the units given
     /// back.
     fn refund<'a>(&'a self, units: Refund<'a>) -> Decided<'a, u64>;
+
+    /// Every key's own decision for `costs[i]` units on `items[i]` (a missing cost is 1),
+    /// looking (`AllMode::Peek`) or taking even over the limits (`AllMode::Force`): one
+    /// `RL.ALL ... [COSTS ...] PEEK|FORCE` per hash slot, on the same wire as
+    /// [`Decider::check_all`] (the module or the Lua twin). The default refuses with
+    /// [`Error::Config`].
+    fn every_key<'a>(
+        &'a self,
+        items: Items<'a>,
+        costs: &'a [u64],
+        mode: AllMode,
+    ) -> Decided<'a, Vec<Decision>> {
+        let _ = (items, costs);
+        Box::pin(std::future::ready(Err(Error::Config(format!(
+            "this decider cannot {mode:?} several keys at once"
+        )))))
+    }
 }
 
 /// A pointer to a decider decides as the decider it points to.
@@ -146,6 +174,15 @@ macro_rules! forward_decider {
 
             fn refund<'a>(&'a self, units: Refund<'a>) -> Decided<'a, u64> {
                 (**self).refund(units)
+            }
+
+            fn every_key<'a>(
+                &'a self,
+                items: Items<'a>,
+                costs: &'a [u64],
+                mode: AllMode,
+            ) -> Decided<'a, Vec<Decision>> {
+                (**self).every_key(items, costs, mode)
             }
         }
     )*};

@@ -10,7 +10,7 @@ use redis::{Cmd, Value};
 
 use super::lua::check_range;
 use super::wire::{Engine, Route, Wire};
-use super::{cost_at, unknown, Check, Decided, Decider, Items, Refund};
+use super::{cost_at, unknown, AllMode, Check, Decided, Decider, Items, Refund};
 use crate::command;
 use crate::decision::{self, Decision, Grant, MultiDecision};
 use crate::error::{Error, Result};
@@ -200,6 +200,41 @@ impl ServerDecider {
         }
     }
 
+    /// [`Decider::every_key`]: one `RL.ALL ... PEEK|FORCE` per slot group, all at once, over
+    /// the wire the server takes (the twin has both options).
+    async fn every_key_per_slot(
+        &self,
+        items: &[Item<'_>],
+        costs: &[u64],
+        mode: AllMode,
+    ) -> Result<Vec<Decision>> {
+        let route = self.route(items.iter().map(|(_, a)| *a)).await?;
+        let keys: Vec<&str> = items.iter().map(|(k, _)| *k).collect();
+        let groups = command::slot_groups(&keys, self.transport.is_cluster());
+        let calls = groups.iter().map(|(slot, members)| async move {
+            let group: Vec<Item<'_>> = members
+                .iter()
+                .filter_map(|&i| items.get(i).copied())
+                .collect();
+            let group_costs: Vec<u64> = members.iter().map(|&i| cost_at(costs, i)).collect();
+            let mut cmd = command::all(&group, &group_costs, mode == AllMode::Peek);
+            if mode == AllMode::Force {
+                cmd.arg("FORCE");
+            }
+            let v = self.send(route, &cmd, *slot).await?;
+            decision::parse_all(&v, group.len()).map(|(_, d)| d)
+        });
+        let mut decisions: Vec<Decision> = items.iter().map(|(_, a)| unknown(a)).collect();
+        for ((_, members), result) in groups.iter().zip(join_all(calls).await) {
+            for (&i, d) in members.iter().zip(result?) {
+                if let Some(slot) = decisions.get_mut(i) {
+                    *slot = d;
+                }
+            }
+        }
+        Ok(decisions)
+    }
+
     /// Without RL.ALL: peek every key (concurrently, pipelined on the one connection),
     /// then take every key; refund on a racing denial.
     async fn peek_then_take(
@@ -301,6 +336,15 @@ impl Decider for ServerDecider {
 
     fn refund<'a>(&'a self, units: Refund<'a>) -> Decided<'a, u64> {
         Box::pin(self.give_back(units))
+    }
+
+    fn every_key<'a>(
+        &'a self,
+        items: Items<'a>,
+        costs: &'a [u64],
+        mode: AllMode,
+    ) -> Decided<'a, Vec<Decision>> {
+        Box::pin(self.every_key_per_slot(items, costs, mode))
     }
 }
 

@@ -95,13 +95,7 @@ pub(crate) async fn hold<'a>(
     let mut outcomes: Vec<Outcome> = base.to_vec();
     for (&i, d) in enforced.iter().zip(&peeked) {
         if let Some(o) = outcomes.get_mut(i) {
-            o.verdict = match d.verdict {
-                crate::decision::Verdict::Allowed => Verdict::Allowed,
-                crate::decision::Verdict::Denied { retry_after } => Verdict::Denied {
-                    retry_after_ms: ms(retry_after),
-                },
-                crate::decision::Verdict::Never => Verdict::Never,
-            };
+            o.verdict = d.verdict.map(ms).into();
             o.remaining = d
                 .remaining
                 .saturating_sub(units.get(i).copied().unwrap_or(1));

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{HeaderValue, Request, Response};
-use redis_rl_policy::{render, Admission, Outcome, Plan, Rendered, Verdict};
+use redis_rl_policy::{render, Admission, Outcome, Plan, Rendered};
 use tower_service::Service;
 use tracing::Instrument;
 
@@ -69,13 +69,7 @@ where
 fn outcome(d: &Decision) -> Outcome {
     let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     Outcome {
-        verdict: match d.verdict {
-            crate::decision::Verdict::Allowed => Verdict::Allowed,
-            crate::decision::Verdict::Denied { retry_after } => Verdict::Denied {
-                retry_after_ms: ms(retry_after),
-            },
-            crate::decision::Verdict::Never => Verdict::Never,
-        },
+        verdict: d.verdict.map(ms).into(),
         remaining: d.remaining,
         reset_after_ms: ms(d.reset_after),
         shadow: d.shadow,

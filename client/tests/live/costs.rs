@@ -1,10 +1,11 @@
 //! Keys of different costs checked together (`check_all_units`): one atomic call on every
 //! wire (the module's RL.ALL, the Lua twin as a function and as a script), each key its own
-//! cost, a refusal taking nothing anywhere and giving nothing back; the module's peek and
-//! forced charge one call per slot.
+//! cost, a refusal taking nothing anywhere and giving nothing back; the peek and forced
+//! charge of a held request one call per slot, on every wire too.
 
 use std::time::Duration;
 
+use redis_rl_client::settle::Settled;
 use redis_rl_client::{Engine, Limiter, Policy, Source};
 use redis_rl_testkit::Server;
 
@@ -86,23 +87,67 @@ async fn different_costs_are_one_atomic_call_on_every_wire() {
     }
 }
 
+/// The held request of rl-gateway's delay: every key's wait looked at (`PEEK`), then its
+/// units booked even over the limits (`FORCE`), one call each with each key's cost, on every
+/// wire: the twin too (a server without the module, as managed Redis).
 #[tokio::test]
-async fn the_modules_peek_and_forced_charge_take_one_call_with_costs() {
-    let server = Server::start();
-    let l = Limiter::builder()
-        .timeout(Duration::from_millis(2_000))
-        .standalone(&server.url())
-        .unwrap();
+async fn peek_and_forced_charge_take_one_call_with_costs_on_every_wire() {
     let a = Policy::sliding(10, 3_600_000).unwrap();
     let b = Policy::fixed(3, 3_600_000).unwrap();
     let items = [("{t}:a", &a), ("{t}:b", &b)];
-    let peeks = l.peek_all_units(&items, &[4, 5]).await.unwrap();
-    assert_eq!(
-        peeks.iter().map(|d| d.allows()).collect::<Vec<_>>(),
-        [true, false]
-    );
-    let forced = l.force_all_units(&items, &[12, 1]).await.unwrap();
-    assert_eq!(forced[1].remaining, 2);
-    assert!(l.peek("{t}:a", &a, 1).await.is_denied(), "a is in debt");
-    assert_eq!(server.calls("rl.all"), 2, "one call each");
+    for w in wires() {
+        let l = Limiter::builder()
+            .timeout(Duration::from_millis(2_000))
+            .engine(w.engine)
+            .standalone(&w.server.url())
+            .unwrap();
+        // The wire chosen (and the twin loaded) first, so that each call below is one.
+        assert_eq!(l.peek("{t}:a", &a, 0).await.remaining, 10, "{}", w.name);
+        let calls = w.server.calls(w.decides_with);
+        let peeks = l.peek_all_units(&items, &[4, 5]).await.unwrap();
+        assert_eq!(w.server.calls(w.decides_with) - calls, 1, "{}", w.name);
+        assert_eq!(
+            peeks.iter().map(|d| d.allows()).collect::<Vec<_>>(),
+            [true, false],
+            "{}",
+            w.name
+        );
+        assert_eq!(peeks[1].source, Source::Redis, "{}", w.name);
+        assert_eq!(l.peek("{t}:a", &a, 0).await.remaining, 10, "{}", w.name);
+        let calls = w.server.calls(w.decides_with);
+        let forced = l.force_all_units(&items, &[12, 1]).await.unwrap();
+        assert_eq!(w.server.calls(w.decides_with) - calls, 1, "{}", w.name);
+        assert!(forced.iter().all(|d| d.allows()), "{}", w.name);
+        assert_eq!(forced[0].remaining, 0, "{}: a is over", w.name);
+        assert_eq!(forced[1].remaining, 2, "{}", w.name);
+        assert!(
+            l.peek("{t}:a", &a, 1).await.is_denied(),
+            "{}: a is in debt",
+            w.name
+        );
+        assert_eq!(l.peek("{t}:b", &b, 0).await.remaining, 2, "{}", w.name);
+    }
+}
+
+/// A reservation settled upward (the work cost more) takes the excess with `FORCE` on every
+/// wire: the twin too.
+#[tokio::test]
+async fn a_charge_after_the_response_is_taken_on_every_wire() {
+    let p = Policy::fixed(10, 3_600_000).unwrap();
+    for w in wires() {
+        let l = Limiter::builder()
+            .timeout(Duration::from_millis(2_000))
+            .engine(w.engine)
+            .standalone(&w.server.url())
+            .unwrap();
+        assert!(l.check_n("{t}:s", &p, 8).await.allows(), "{}", w.name);
+        match l.settle("{t}:s", &p, 8, 13).await {
+            Ok(Settled::Charged(d)) => {
+                assert_eq!((d.allows(), d.remaining), (true, 0), "{}", w.name)
+            }
+            other => panic!("{}: {other:?}", w.name),
+        }
+        let d = l.peek("{t}:s", &p, 0).await;
+        assert!(d.is_denied(), "{}: 13 of 10 taken, in debt: {d:?}", w.name);
+    }
 }

@@ -1,8 +1,8 @@
 //! Cost settled after the response and delay instead of 429, through the rl-gateway proxy:
 //! a reservation from a request header refunded or charged from the upstream's response
 //! header or trailer (a missing or garbage one keeps it), a bad cost header refused with
-//! 400; a refused request held for its slot and forwarded, one beyond `delay_max_ms`
-//! refused, the cap on held requests.
+//! 400; a refused request held for its slot and forwarded (with the module and with the
+//! Lua twin), one beyond `delay_max_ms` refused, the cap on held requests.
 
 use std::time::{Duration, Instant};
 
@@ -192,7 +192,17 @@ delay_max_ms = {delay_max_ms}
 
 #[tokio::test]
 async fn a_refused_request_is_held_for_its_slot_and_one_beyond_the_delay_is_refused() {
-    let server = Server::start();
+    held_then_forwarded(Server::start()).await;
+}
+
+/// The same through the Lua twin, on a server without the module (as managed Redis): the
+/// held request's look (`PEEK`) and booking (`FORCE`) go over the twin's wire too.
+#[tokio::test]
+async fn delay_works_through_the_lua_twin_on_a_server_without_the_module() {
+    held_then_forwarded(Server::start_plain(&[])).await;
+}
+
+async fn held_then_forwarded(server: Server) {
     let (gw, _up) = start(&server, "delay", &delayed(2, 600, 1_500)).await;
     assert_eq!(send(&gw, "/slow", &[]).await.0, 200);
     // Two more at once: each booked for its own slot (600 ms apart), both forwarded.
