@@ -2,7 +2,7 @@
 
 use redis::Cmd;
 
-use crate::decider::{cost_at, uniform_cost};
+use crate::decider::{cost_at, uniform_cost, AllMode};
 use redis_rl_core::AnyParams;
 
 /// The parameters as the server reads them after the key (or spec word): the positional
@@ -48,10 +48,11 @@ pub(crate) fn upto(key: &str, params: &AnyParams, cost: u64, peek: bool) -> Cmd 
     cmd
 }
 
-/// `RL.ALL numkeys key... spec... [COST n | COSTS n1 ... nk] [PEEK]`: `costs[i]` on
+/// `RL.ALL numkeys key... spec... [COST n | COSTS n1 ... nk] [PEEK | FORCE]`: `costs[i]` on
 /// `keys[i]`, one atomic call whether the costs are equal (`COST n`, omitted when 1) or not
-/// (`COSTS`, one per key; a missing one is 1).
-pub(crate) fn all(keys: &[(&str, &AnyParams)], costs: &[u64], peek: bool) -> Cmd {
+/// (`COSTS`, one per key; a missing one is 1). `mode` `None` takes on every key if every key
+/// allows it, else nothing; `Some` looks (`PEEK`) or takes over the limits (`FORCE`).
+pub(crate) fn all(keys: &[(&str, &AnyParams)], costs: &[u64], mode: Option<AllMode>) -> Cmd {
     let mut cmd = redis::cmd("RL.ALL");
     cmd.arg(keys.len());
     for (key, _) in keys {
@@ -60,6 +61,7 @@ pub(crate) fn all(keys: &[(&str, &AnyParams)], costs: &[u64], peek: bool) -> Cmd
     for (_, params) in keys {
         cmd.arg(params.kind().spec_name()).arg(args(params));
     }
+    let peek = mode == Some(AllMode::Peek);
     match uniform_cost(keys.len(), costs) {
         Some(n) => push_cost_peek(&mut cmd, n, peek),
         None => {
@@ -69,6 +71,9 @@ pub(crate) fn all(keys: &[(&str, &AnyParams)], costs: &[u64], peek: bool) -> Cmd
             }
             push_cost_peek(&mut cmd, 1, peek);
         }
+    }
+    if mode == Some(AllMode::Force) {
+        cmd.arg("FORCE");
     }
     cmd
 }
@@ -200,7 +205,7 @@ mod tests {
         let cmd = all(
             &[("{a}:1", &tb()), ("{a}:2", &sw()), ("{a}:3", &gcra())],
             &[2, 2, 2],
-            false,
+            None,
         );
         assert_eq!(
             words(&cmd),
@@ -227,7 +232,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            words(&all(&[("k", &sw())], &[1], true)),
+            words(&all(&[("k", &sw())], &[1], Some(AllMode::Peek))),
             ["RL.ALL", "1", "k", "SLIDING", "10", "1000", "PEEK"]
         );
     }
@@ -243,12 +248,21 @@ mod tests {
         };
         let mut expected = head("3");
         expected.extend(["COSTS", "1", "250", "0", "PEEK"]);
-        assert_eq!(words(&all(&keys, &[1, 250, 0], true)), expected);
+        assert_eq!(
+            words(&all(&keys, &[1, 250, 0], Some(AllMode::Peek))),
+            expected
+        );
         // A missing cost is 1: equal to the others here, so no COSTS.
-        assert_eq!(words(&all(&keys, &[1, 1], false)), head("3"));
+        assert_eq!(words(&all(&keys, &[1, 1], None)), head("3"));
         let mut expected = head("3");
         expected.extend(["COSTS", "2", "2", "1"]);
-        assert_eq!(words(&all(&keys, &[2, 2], false)), expected);
+        assert_eq!(words(&all(&keys, &[2, 2], None)), expected);
+        // FORCE comes after the costs, one for all or one per key.
+        expected.push("FORCE");
+        assert_eq!(words(&all(&keys, &[2, 2], Some(AllMode::Force))), expected);
+        let mut expected = head("3");
+        expected.extend(["COST", "4", "FORCE"]);
+        assert_eq!(words(&all(&keys, &[4; 3], Some(AllMode::Force))), expected);
     }
 
     #[test]

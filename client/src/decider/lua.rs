@@ -103,7 +103,7 @@ mod tests {
             ["RL.GCRA", "5", "1000", "BURST", "3", "COST", "2", "PEEK"]
         );
         let s = Policy::sliding(10, 1_000).unwrap();
-        let cmd = command::all(&[("a", s.params()), ("b", s.params())], &[1, 1], false);
+        let cmd = command::all(&[("a", s.params()), ("b", s.params())], &[1, 1], None);
         let (keys, argv) = split(&cmd).unwrap();
         assert_eq!(words(&keys), ["a", "b"]);
         assert_eq!(

@@ -115,9 +115,7 @@ pub trait Decider: Send + Sync + 'static {
     ) -> Decided<'a, MultiDecision> {
         match uniform_cost(items.len(), costs) {
             Some(cost) => self.check_all(items, cost),
-            None => Box::pin(std::future::ready(Err(Error::Config(
-                "this decider takes one cost for all keys of a call".to_string(),
-            )))),
+            None => refused("this decider takes one cost for all keys of a call".to_string()),
         }
     }
 
@@ -142,9 +140,7 @@ pub trait Decider: Send + Sync + 'static {
         mode: AllMode,
     ) -> Decided<'a, Vec<Decision>> {
         let _ = (items, costs);
-        Box::pin(std::future::ready(Err(Error::Config(format!(
-            "this decider cannot {mode:?} several keys at once"
-        )))))
+        refused(format!("this decider cannot {mode:?} several keys at once"))
     }
 }
 
@@ -199,6 +195,12 @@ pub(crate) fn cost_at(costs: &[u64], i: usize) -> u64 {
 pub(crate) fn uniform_cost(n: usize, costs: &[u64]) -> Option<u64> {
     let first = cost_at(costs, 0);
     (1..n).all(|i| cost_at(costs, i) == first).then_some(first)
+}
+
+/// The answer of a provided [`Decider`] method that the decider cannot serve: an
+/// [`Error::Config`] saying `why`, at once, without a call to Redis (so nothing is taken).
+fn refused<'a, T: Send + 'a>(why: String) -> Decided<'a, T> {
+    Box::pin(std::future::ready(Err(Error::Config(why))))
 }
 
 /// A decision for a key that was not checked (another key decided first): its limit, with

@@ -33,6 +33,22 @@ pub struct ServerDecider {
 
 type Item<'a> = (&'a str, &'a AnyParams);
 
+/// One hash slot's `RL.ALL`: the indexes of its keys in the request, and its reply (the
+/// index in the slot of its first denial, and its decisions in the slot's order).
+struct SlotReply {
+    members: Vec<usize>,
+    reply: Result<(Option<usize>, Vec<Decision>)>,
+}
+
+/// Puts a slot's decisions at its keys' places among the request's `decisions`.
+fn place(decisions: &mut [Decision], members: &[usize], slot_decisions: Vec<Decision>) {
+    for (&i, d) in members.iter().zip(slot_decisions) {
+        if let Some(slot) = decisions.get_mut(i) {
+            *slot = d;
+        }
+    }
+}
+
 /// How a multi-key call reaches the server, and what the server offers there.
 #[derive(Clone, Copy, Debug)]
 struct Reach {
@@ -136,11 +152,10 @@ impl ServerDecider {
         }
     }
 
-    /// One RL.ALL per slot group, all groups at once (one round trip of latency however
-    /// many slots the request spans). If a group denies or fails, the groups that took
-    /// their units are refunded. A denial wins over a failure (Redis did say no: the first
-    /// denying group in request order is reported); with failures only, the first error is
-    /// returned. A group that failed is not refunded: whether it took anything is unknown,
+    /// All or nothing with RL.ALL: if a slot denies or fails, the slots that took their
+    /// units are refunded. A denial wins over a failure (Redis did say no: the first
+    /// denying slot in request order is reported); with failures only, the first error is
+    /// returned. A slot that failed is not refunded: whether it took anything is unknown,
     /// and refunding what was not taken would give units away.
     async fn rl_all(
         &self,
@@ -148,34 +163,18 @@ impl ServerDecider {
         items: &[Item<'_>],
         costs: &[u64],
     ) -> Result<MultiDecision> {
-        let keys: Vec<&str> = items.iter().map(|(k, _)| *k).collect();
-        let groups = command::slot_groups(&keys, self.transport.is_cluster());
-        let calls = groups.iter().map(|(slot, members)| async move {
-            let group: Vec<Item<'_>> = members
-                .iter()
-                .filter_map(|&i| items.get(i).copied())
-                .collect();
-            let group_costs: Vec<u64> = members.iter().map(|&i| cost_at(costs, i)).collect();
-            let cmd = command::all(&group, &group_costs, false);
-            let v = self.send(reach.route, &cmd, *slot).await?;
-            decision::parse_all(&v, group.len())
-        });
-        let outcomes = join_all(calls).await;
+        let replies = self.rl_all_per_slot(reach.route, items, costs, None).await;
         let mut decisions: Vec<Decision> = items.iter().map(|(_, a)| unknown(a)).collect();
         let mut taken: Vec<usize> = Vec::new();
         let mut denied = None;
         let mut error = None;
-        for ((_, members), outcome) in groups.iter().zip(outcomes) {
-            match outcome {
-                Ok((group_denied, group_decisions)) => {
-                    for (&i, d) in members.iter().zip(group_decisions) {
-                        if let Some(slot) = decisions.get_mut(i) {
-                            *slot = d;
-                        }
-                    }
-                    match group_denied {
+        for SlotReply { members, reply } in replies {
+            match reply {
+                Ok((slot_denied, slot_decisions)) => {
+                    place(&mut decisions, &members, slot_decisions);
+                    match slot_denied {
                         Some(j) => denied = denied.or(members.get(j).copied()),
-                        None => taken.extend(members.iter().copied()),
+                        None => taken.extend(members),
                     }
                 }
                 Err(e) => {
@@ -200,8 +199,8 @@ impl ServerDecider {
         }
     }
 
-    /// [`Decider::every_key`]: one `RL.ALL ... PEEK|FORCE` per slot group, all at once, over
-    /// the wire the server takes (the twin has both options).
+    /// [`Decider::every_key`]: every key's own decision, over the wire the server takes (the
+    /// twin has both `PEEK` and `FORCE`); the first slot's error if a slot failed.
     async fn every_key_per_slot(
         &self,
         items: &[Item<'_>],
@@ -209,30 +208,39 @@ impl ServerDecider {
         mode: AllMode,
     ) -> Result<Vec<Decision>> {
         let route = self.route(items.iter().map(|(_, a)| *a)).await?;
+        let replies = self.rl_all_per_slot(route, items, costs, Some(mode)).await;
+        let mut decisions: Vec<Decision> = items.iter().map(|(_, a)| unknown(a)).collect();
+        for SlotReply { members, reply } in replies {
+            let (_, slot_decisions) = reply?;
+            place(&mut decisions, &members, slot_decisions);
+        }
+        Ok(decisions)
+    }
+
+    /// One `RL.ALL` per hash slot of `items` (`costs[i]` on `items[i]`; `mode` as
+    /// [`command::all`] takes it), every slot asked at once: one round trip of latency
+    /// however many slots the request spans. The replies in slot order.
+    async fn rl_all_per_slot(
+        &self,
+        route: Route,
+        items: &[Item<'_>],
+        costs: &[u64],
+        mode: Option<AllMode>,
+    ) -> Vec<SlotReply> {
         let keys: Vec<&str> = items.iter().map(|(k, _)| *k).collect();
         let groups = command::slot_groups(&keys, self.transport.is_cluster());
-        let calls = groups.iter().map(|(slot, members)| async move {
+        let calls = groups.into_iter().map(|(slot, members)| async move {
             let group: Vec<Item<'_>> = members
                 .iter()
                 .filter_map(|&i| items.get(i).copied())
                 .collect();
             let group_costs: Vec<u64> = members.iter().map(|&i| cost_at(costs, i)).collect();
-            let mut cmd = command::all(&group, &group_costs, mode == AllMode::Peek);
-            if mode == AllMode::Force {
-                cmd.arg("FORCE");
-            }
-            let v = self.send(route, &cmd, *slot).await?;
-            decision::parse_all(&v, group.len()).map(|(_, d)| d)
+            let cmd = command::all(&group, &group_costs, mode);
+            let reply = (self.send(route, &cmd, slot).await)
+                .and_then(|v| decision::parse_all(&v, group.len()));
+            SlotReply { members, reply }
         });
-        let mut decisions: Vec<Decision> = items.iter().map(|(_, a)| unknown(a)).collect();
-        for ((_, members), result) in groups.iter().zip(join_all(calls).await) {
-            for (&i, d) in members.iter().zip(result?) {
-                if let Some(slot) = decisions.get_mut(i) {
-                    *slot = d;
-                }
-            }
-        }
-        Ok(decisions)
+        join_all(calls).await
     }
 
     /// Without RL.ALL: peek every key (concurrently, pipelined on the one connection),

@@ -17,6 +17,17 @@ struct Wire {
     decides_with: &'static str,
 }
 
+impl Wire {
+    /// A limiter on this wire: its server, its engine forced.
+    fn limiter(&self) -> Limiter {
+        Limiter::builder()
+            .timeout(Duration::from_millis(2_000))
+            .engine(self.engine)
+            .standalone(&self.server.url())
+            .unwrap()
+    }
+}
+
 fn wires() -> Vec<Wire> {
     vec![
         Wire {
@@ -46,11 +57,7 @@ async fn different_costs_are_one_atomic_call_on_every_wire() {
     let fixed = Policy::fixed(3, 3_600_000).unwrap();
     let items = [("{t}:a", sliding), ("{t}:b", fixed)];
     for w in wires() {
-        let l = Limiter::builder()
-            .timeout(Duration::from_millis(2_000))
-            .engine(w.engine)
-            .standalone(&w.server.url())
-            .unwrap();
+        let l = w.limiter();
         let md = l.check_all_units(&items, &[2, 1]).await;
         assert!(md.allows(), "{}", w.name);
         let left: Vec<u64> = md.decisions.iter().map(|d| d.remaining).collect();
@@ -96,11 +103,7 @@ async fn peek_and_forced_charge_take_one_call_with_costs_on_every_wire() {
     let b = Policy::fixed(3, 3_600_000).unwrap();
     let items = [("{t}:a", &a), ("{t}:b", &b)];
     for w in wires() {
-        let l = Limiter::builder()
-            .timeout(Duration::from_millis(2_000))
-            .engine(w.engine)
-            .standalone(&w.server.url())
-            .unwrap();
+        let l = w.limiter();
         // The wire chosen (and the twin loaded) first, so that each call below is one.
         assert_eq!(l.peek("{t}:a", &a, 0).await.remaining, 10, "{}", w.name);
         let calls = w.server.calls(w.decides_with);
@@ -135,11 +138,7 @@ async fn peek_and_forced_charge_take_one_call_with_costs_on_every_wire() {
 async fn a_charge_after_the_response_is_taken_on_every_wire() {
     let p = Policy::fixed(10, 3_600_000).unwrap();
     for w in wires() {
-        let l = Limiter::builder()
-            .timeout(Duration::from_millis(2_000))
-            .engine(w.engine)
-            .standalone(&w.server.url())
-            .unwrap();
+        let l = w.limiter();
         assert!(l.check_n("{t}:s", &p, 8).await.allows(), "{}", w.name);
         match l.settle("{t}:s", &p, 8, 13).await {
             Ok(Settled::Charged(d)) => {
