@@ -241,17 +241,10 @@ local function gcra_fast(key, args)
   if span >= HALF_FAST then
     return nil
   end
-  -- M.fast_read, here in the function.
-  local v = call("GETRANGE", key, "0", "44")
-  if v == "" and call("EXISTS", key) ~= 0 then
+  local v, now, second = M.fast_read(key, "44")
+  if not v then
     return nil
   end
-  local t = call("TIME")
-  if t[1] ~= clock_s then
-    clock_s, clock_us = t[1], t[1] * 1000000
-  end
-  local second = clock_us
-  local now = second + t[2]
   local low, high, top, stored_limit, stored_period
   if #v == GC_LEN then
     local head
