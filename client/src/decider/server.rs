@@ -544,6 +544,33 @@ mod tests {
         assert_eq!(refunds[0][1], "rl:{a}");
     }
 
+    /// A forced charge over two slots: one RL.ALL ... FORCE per slot, each key its own cost,
+    /// each decision back at its key's place in the request.
+    #[tokio::test(start_paused = true)]
+    async fn every_key_is_one_rl_all_per_slot_answered_in_request_order() {
+        let mock = Mock::new(true, |w| match w[0].as_str() {
+            "RL.ALL" if w[2] == "rl:{a}:1" => {
+                all_reply(0, vec![ints(&[10, 1, 0, 1]), ints(&[10, 2, 0, 1])])
+            }
+            "RL.ALL" => all_reply(0, vec![ints(&[10, 3, 0, 1])]),
+            _ => Value::Nil,
+        });
+        let l = limiter(&mock);
+        let p = Policy::fixed(10, 1_000).unwrap();
+        let items = [("rl:{a}:1", &p), ("rl:{b}", &p), ("rl:{a}:2", &p)];
+        let forced = l.force_all_units(&items, &[3, 5, 7]).await.unwrap();
+        let left: Vec<u64> = forced.iter().map(|d| d.remaining).collect();
+        assert_eq!(left, [1, 3, 2]);
+        let spec = ["FIXED", "10", "1000"];
+        let mut slot_a = vec!["RL.ALL", "2", "rl:{a}:1", "rl:{a}:2"];
+        slot_a.extend(spec.iter().chain(&spec));
+        slot_a.extend(["COSTS", "3", "7", "FORCE"]);
+        let mut slot_b = vec!["RL.ALL", "1", "rl:{b}"];
+        slot_b.extend(spec);
+        slot_b.extend(["COST", "5", "FORCE"]);
+        assert_eq!(mock.commands(), [slot_a, slot_b]);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn without_rl_all_every_key_is_peeked_before_any_is_taken() {
         let mock = Mock::new(false, |w| match w[0].as_str() {
