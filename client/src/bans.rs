@@ -19,7 +19,7 @@ use crate::limiter::Limiter;
 /// KEYS: ban, strikes, level. ARGV: after, within_ms, for_ms, escalate, max_for_ms,
 /// forget_ms. Reply `{level, length_ms, ends_at_ms}` (level 0: no new ban).
 const STRIKE: &str = r"
-if redis.call('PTTL', KEYS[1]) > 0 then return {0, 0, 0} end
+if redis.call('PTTL', KEYS[1]) >= 0 then return {0, 0, 0} end
 local n = redis.call('INCR', KEYS[2])
 if n == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
 if n < tonumber(ARGV[1]) then return {0, 0, 0} end
@@ -112,8 +112,10 @@ pub async fn remaining_ms(limiter: &Limiter, subject: &str) -> Result<Option<u64
         .query(redis::cmd("PTTL").arg(&key), limiter.slot_of(&key))
         .await?;
     match int(&v) {
+        // 0: the ban's last millisecond (the key still exists, so a lift still finds it):
+        // banned for 1 ms more.
+        Some(ms) if ms >= 0 => Ok(Some(u64::try_from(ms).map_or(1, |ms| ms.max(1)))),
         // -2: no key; -1: a key without expiry (never written so by a gateway): not a ban.
-        Some(ms) if ms > 0 => Ok(u64::try_from(ms).ok()),
         Some(_) => Ok(None),
         None => Err(unexpected("PTTL", &v)),
     }
@@ -192,7 +194,13 @@ pub async fn list(limiter: &Limiter, prefix: &str, limit: u64) -> Result<Vec<Act
         pttl.arg(&key);
         let (level, ttl) =
             futures_util::join!(limiter.query(&get, slot), limiter.query(&pttl, slot));
-        let remaining_ms = ttl.ok().as_ref().and_then(int).filter(|&ms| ms > 0)?;
+        // As in remaining_ms: 0 is the ban's last millisecond, listed with 1 ms left.
+        let remaining_ms = ttl
+            .ok()
+            .as_ref()
+            .and_then(int)
+            .filter(|&ms| ms >= 0)?
+            .max(1);
         Some(ActiveBan {
             policy: policy.to_string(),
             subject: subject.to_string(),
