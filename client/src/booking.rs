@@ -5,7 +5,7 @@
 
 use futures_util::future::join_all;
 
-use crate::decider::AllMode;
+use crate::decider::{AllMode, EveryKey};
 use crate::decision::{Decision, MultiDecision};
 use crate::error::Result;
 use crate::limiter::Limiter;
@@ -58,7 +58,13 @@ impl Limiter {
     ) -> Result<Vec<Decision>> {
         let params: Vec<(&str, &redis_rl_core::AnyParams)> =
             items.iter().map(|(k, p)| (*k, p.params())).collect();
-        self.decider().every_key(&params, units, mode).await
+        self.decider()
+            .every_key(EveryKey {
+                items: &params,
+                costs: units,
+                mode,
+            })
+            .await
     }
 
     /// Settles a request's reservations once its actual cost is known: each

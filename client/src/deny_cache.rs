@@ -12,7 +12,7 @@ use std::time::Duration;
 use lru::LruCache;
 use tokio::time::Instant;
 
-use crate::decider::{cost_at, denied_at, AllMode, Check, Decided, Decider, Items, Refund};
+use crate::decider::{cost_at, denied_at, Check, Decided, Decider, EveryKey, Items, Refund};
 use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
 use crate::error::Result;
 
@@ -216,13 +216,8 @@ impl<D: Decider> Decider for DenyCached<D> {
 
     /// Asked of Redis itself: the cache's waits would be stale for a look, and a forced
     /// take must reach the server.
-    fn every_key<'a>(
-        &'a self,
-        items: Items<'a>,
-        costs: &'a [u64],
-        mode: AllMode,
-    ) -> Decided<'a, Vec<Decision>> {
-        self.inner.every_key(items, costs, mode)
+    fn every_key<'a>(&'a self, call: EveryKey<'a>) -> Decided<'a, Vec<Decision>> {
+        self.inner.every_key(call)
     }
 }
 

@@ -87,6 +87,18 @@ pub enum AllMode {
     Force,
 }
 
+/// Every key's own decision at once (`RL.ALL ... PEEK|FORCE`): `costs[i]` units on
+/// `items[i]` (a missing cost is 1), looked at or forced as `mode` says.
+#[derive(Clone, Copy, Debug)]
+pub struct EveryKey<'a> {
+    /// The keys, each with its algorithm.
+    pub items: Items<'a>,
+    /// Units per key.
+    pub costs: &'a [u64],
+    /// Look or force.
+    pub mode: AllMode,
+}
+
 /// What a [`Decider`] answers, later: a decision or why Redis could not give one.
 pub type Decided<'a, T> = BoxFuture<'a, Result<T>>;
 
@@ -133,14 +145,11 @@ pub trait Decider: Send + Sync + 'static {
     /// `RL.ALL ... [COSTS ...] PEEK|FORCE` per hash slot, on the same wire as
     /// [`Decider::check_all`] (the module or the Lua twin). The default refuses with
     /// [`Error::Config`].
-    fn every_key<'a>(
-        &'a self,
-        items: Items<'a>,
-        costs: &'a [u64],
-        mode: AllMode,
-    ) -> Decided<'a, Vec<Decision>> {
-        let _ = (items, costs);
-        refused(format!("this decider cannot {mode:?} several keys at once"))
+    fn every_key<'a>(&'a self, call: EveryKey<'a>) -> Decided<'a, Vec<Decision>> {
+        refused(format!(
+            "this decider cannot {:?} several keys at once",
+            call.mode
+        ))
     }
 }
 
@@ -172,13 +181,8 @@ macro_rules! forward_decider {
                 (**self).refund(units)
             }
 
-            fn every_key<'a>(
-                &'a self,
-                items: Items<'a>,
-                costs: &'a [u64],
-                mode: AllMode,
-            ) -> Decided<'a, Vec<Decision>> {
-                (**self).every_key(items, costs, mode)
+            fn every_key<'a>(&'a self, call: EveryKey<'a>) -> Decided<'a, Vec<Decision>> {
+                (**self).every_key(call)
             }
         }
     )*};

@@ -10,7 +10,7 @@ use redis::{Cmd, Value};
 
 use super::lua::check_range;
 use super::wire::{Engine, Route, Wire};
-use super::{cost_at, unknown, AllMode, Check, Decided, Decider, Items, Refund};
+use super::{cost_at, unknown, AllMode, Check, Decided, Decider, EveryKey, Items, Refund};
 use crate::command;
 use crate::decision::{self, Decision, Grant, MultiDecision};
 use crate::error::{Error, Result};
@@ -346,13 +346,8 @@ impl Decider for ServerDecider {
         Box::pin(self.give_back(units))
     }
 
-    fn every_key<'a>(
-        &'a self,
-        items: Items<'a>,
-        costs: &'a [u64],
-        mode: AllMode,
-    ) -> Decided<'a, Vec<Decision>> {
-        Box::pin(self.every_key_per_slot(items, costs, mode))
+    fn every_key<'a>(&'a self, call: EveryKey<'a>) -> Decided<'a, Vec<Decision>> {
+        Box::pin(self.every_key_per_slot(call.items, call.costs, call.mode))
     }
 }
 
