@@ -8,6 +8,11 @@ function M.fail(text)
   error(M.MARK .. text, 0)
 end
 
+-- An option given twice (src/args.rs: RepeatedOption).
+function M.fail_repeated(name)
+  M.fail("ERR option " .. name .. " given more than once")
+end
+
 -- An argument as error texts show it: printable ASCII, other bytes as \xNN, at most 40.
 function M.shown(s)
   local out = {}
@@ -88,7 +93,7 @@ function M.options(args, i, tag, with_upto)
     if o then
       given = given or {}
       if given[name] then
-        M.fail("ERR option " .. name .. " given more than once")
+        M.fail_repeated(name)
       end
       if args[i + 1] == nil then
         M.fail("ERR option " .. name .. " needs a value: " .. (o.missing and o.missing() or M.range_text(o)))
@@ -97,7 +102,7 @@ function M.options(args, i, tag, with_upto)
       i = i + 2
     elseif name == "COST" then
       if cost then
-        M.fail("ERR option COST given more than once")
+        M.fail_repeated("COST")
       end
       if args[i + 1] == nil then
         M.fail("ERR option COST needs a value: " .. M.range_text(M.COST))
@@ -106,19 +111,19 @@ function M.options(args, i, tag, with_upto)
       i = i + 2
     elseif name == "PEEK" then
       if peek then
-        M.fail("ERR option PEEK given more than once")
+        M.fail_repeated("PEEK")
       end
       peek = true
       i = i + 1
     elseif with_upto and name == "UPTO" then
       if upto then
-        M.fail("ERR option UPTO given more than once")
+        M.fail_repeated("UPTO")
       end
       upto = true
       i = i + 1
     elseif name == "FORCE" then
       if force then
-        M.fail("ERR option FORCE given more than once")
+        M.fail_repeated("FORCE")
       end
       force = true
       i = i + 1

@@ -211,7 +211,7 @@ function M.run_refund(args)
   elseif rest == 1 then
     M.fail("ERR option COST needs a value: " .. M.range_text(M.COST))
   elseif rest > 2 then
-    M.fail("ERR option COST given more than once")
+    M.fail_repeated("COST")
   end
   local amount = M.integer(args[i + 1], M.COST)
   p = M.finish(algo, p)

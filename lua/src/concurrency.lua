@@ -283,7 +283,7 @@ function M.run_concurrency(name, args)
     if args[i]:upper() ~= "PEEK" then
       M.fail("ERR unknown option '" .. M.shown(args[i]) .. "', expected PEEK")
     elseif peek then
-      M.fail("ERR option PEEK given more than once")
+      M.fail_repeated("PEEK")
     end
     peek = true
   end
