@@ -126,6 +126,10 @@ function M.fast_pair_args(tree, ranges, prepare, args)
   return p and cost and p, cost
 end
 
+-- The fast code's reply: one table, filled by every call (the server has read it before
+-- the next call), so that no call leaves a table for the collector to free.
+M.FAST_REPLY = {}
+
 -- Redis before 7.2 formats a number given as a command argument with printf's %.17g
 -- (costly); Valkey with a fast conversion of its own. `%d` text is cheaper than the first
 -- and dearer than the second: the fast code sends text where this is true.
