@@ -880,6 +880,11 @@ local function build()
 
   -- The command name as sent (exact case) -> function(keys, args) -> reply, or nil.
   M.FAST = {}
+  -- The same for fast code that never raises an error: it calls the server only with
+  -- redis.pcall and returns nil when a call fails (WRONGTYPE, NOPERM), before any write or at
+  -- its only write, so the entry point runs it without a pcall of its own (about 500 server
+  -- instructions a call).
+  M.FAST_DIRECT = {}
 
   -- 2^52: every quantity of a fast call stays below it, so sums of two stay exact.
   local FAST_MAX = 4503599627370496
@@ -1192,7 +1197,7 @@ local function build()
   local TB_HEAD, TB_LEN, TB_FORMAT = sunpack("<I5", "\0RL\1T"), M.V1_LEN.T, "<I5I8I8I8I8"
   local REPLY = M.FAST_REPLY
 
-  M.FAST["RL.TOKENBUCKET"] = function(key, args)
+  M.FAST_DIRECT["RL.TOKENBUCKET"] = function(key, args)
     local n, cost = #args, 1
     if n == 6 and args[5] == "COST" then
       cost = M.FAST_VALUES[args[6]] or M.fast_value(args[6])
@@ -1208,12 +1213,17 @@ local function build()
     end
     local capacity, rate, refill_ms, unit, full = p[1], p[2], p[3], p[4], p[5]
     local level, updated = full, nil
-    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic).
-    local v = call("GETRANGE", key, "0", "44")
-    if v == "" and call("EXISTS", key) ~= 0 then
+    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+    -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+    -- matches no value's length below.
+    local v = pcall_redis("GETRANGE", key, "0", "44")
+    if v == "" and pcall_redis("EXISTS", key) ~= 0 then
       return nil
     end
-    local t = call("TIME")
+    local t = pcall_redis("TIME")
+    if t.err then
+      return nil
+    end
     if t[1] ~= clock_s then
       clock_s, clock_us = t[1], t[1] * 1000000
     end
@@ -1261,7 +1271,10 @@ local function build()
       local at = now / 1000
       at = at - at % 1
       at = (at * 1000 < now and at + 1 or at) + reset + M.FAST_SLACK
-      call("SET", key, spack(TB_FORMAT, TB_HEAD, as_of, refill_ms, level, 0), "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+      if pcall_redis("SET", key, spack(TB_FORMAT, TB_HEAD, as_of, refill_ms, level, 0), "PXAT",
+        M.FAST_TEXT and fmt("%d", at) or at).err then
+        return nil
+      end
     end
     local left = level / unit
     left = left - left % 1
@@ -1459,18 +1472,23 @@ local function build()
     return retry > 1 and retry or 1
   end
 
-  M.FAST["RL.SLIDING"] = function(key, args)
+  M.FAST_DIRECT["RL.SLIDING"] = function(key, args)
     local p, cost = M.fast_pair_args(SW_TREE, SW_RANGES, sw_prepare, args)
     if not p then
       return nil
     end
     local limit, window_ms, w = p[1], p[2], p[3]
-    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic).
-    local v = call("GETRANGE", key, "0", "45")
-    if v == "" and call("EXISTS", key) ~= 0 then
+    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+    -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+    -- matches no value's length below.
+    local v = pcall_redis("GETRANGE", key, "0", "45")
+    if v == "" and pcall_redis("EXISTS", key) ~= 0 then
       return nil
     end
-    local t = call("TIME")
+    local t = pcall_redis("TIME")
+    if t.err then
+      return nil
+    end
     if t[1] ~= clock_s then
       clock_s, clock_us = t[1], t[1] * 1000000
     end
@@ -1534,8 +1552,10 @@ local function build()
       local pxat = now / 1000
       pxat = pxat - pxat % 1
       pxat = (pxat * 1000 < now and pxat + 1 or pxat) + reset + M.TTL_SLACK_MS
-      call("SET", key, spack(SW_FORMAT, SW_HEAD, window_ms, start / 1000, previous, current), "PXAT",
-        M.FAST_TEXT and fmt("%d", pxat) or pxat)
+      if pcall_redis("SET", key, spack(SW_FORMAT, SW_HEAD, window_ms, start / 1000, previous, current), "PXAT",
+        M.FAST_TEXT and fmt("%d", pxat) or pxat).err then
+        return nil
+      end
     end
     local remaining = limit - current - carried
     REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = allowed and 1 or 0, limit, remaining > 0 and remaining or 0, retry, reset
@@ -1631,18 +1651,23 @@ local function build()
     return { limit, window_ms }
   end
 
-  M.FAST["RL.FIXED"] = function(key, args)
+  M.FAST_DIRECT["RL.FIXED"] = function(key, args)
     local p, cost = M.fast_pair_args(FW_TREE, FW_RANGES, fw_prepare, args)
     if not p then
       return nil
     end
     local limit, window_ms = p[1], p[2]
-    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic).
-    local v = call("GETRANGE", key, "0", "35")
-    if v == "" and call("EXISTS", key) ~= 0 then
+    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+    -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+    -- matches no value's length below.
+    local v = pcall_redis("GETRANGE", key, "0", "35")
+    if v == "" and pcall_redis("EXISTS", key) ~= 0 then
       return nil
     end
-    local t = call("TIME")
+    local t = pcall_redis("TIME")
+    if t.err then
+      return nil
+    end
     if t[1] ~= clock_s then
       clock_s, clock_us = t[1], t[1] * 1000000
     end
@@ -1689,7 +1714,10 @@ local function build()
       at = now / 1000
       at = at - at % 1
       at = (at * 1000 < now and at + 1 or at) + until_end + M.TTL_SLACK_MS
-      call("SET", key, spack(FW_FORMAT, FW_HEAD, window_ms, start, after), "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+      if pcall_redis("SET", key, spack(FW_FORMAT, FW_HEAD, window_ms, start, after), "PXAT",
+        M.FAST_TEXT and fmt("%d", at) or at).err then
+        return nil
+      end
     end
     REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, limit - after, 0, after > 0 and until_end or 0
     return REPLY
@@ -1941,12 +1969,17 @@ local function build()
     if span >= HALF_FAST then
       return nil
     end
-    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic).
-    local v = call("GETRANGE", key, "0", "44")
-    if v == "" and call("EXISTS", key) ~= 0 then
+    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+    -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+    -- matches no value's length below.
+    local v = pcall_redis("GETRANGE", key, "0", "44")
+    if v == "" and pcall_redis("EXISTS", key) ~= 0 then
       return nil
     end
-    local t = call("TIME")
+    local t = pcall_redis("TIME")
+    if t.err then
+      return nil
+    end
     if t[1] ~= clock_s then
       clock_s, clock_us = t[1], t[1] * 1000000
     end
@@ -2016,8 +2049,10 @@ local function build()
       local at = now / 1000
       at = at - at % 1
       at = (at * 1000 < now and at + 1 or at) + reset + SLACK
-      call("SET", key, spack(GC_FORMAT, GC_HEAD, z - carry * TWO48, x + carry, 0, limit, period_ms), "PXAT",
-        AS_TEXT and fmt("%d", at) or at)
+      if pcall_redis("SET", key, spack(GC_FORMAT, GC_HEAD, z - carry * TWO48, x + carry, 0, limit, period_ms), "PXAT",
+        AS_TEXT and fmt("%d", at) or at).err then
+        return nil
+      end
     end
     -- Below 2^53, floor(a / b) of `/` is exact.
     local remaining = span > after and (span - after) / interval or 0
@@ -2034,8 +2069,8 @@ local function build()
     REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = retry == 0 and 1 or 0, burst, remaining, retry, reset
     return REPLY
   end
-  M.FAST["RL.GCRA"] = gcra_fast
-  M.FAST["RL.THROTTLE"] = gcra_fast
+  M.FAST_DIRECT["RL.GCRA"] = gcra_fast
+  M.FAST_DIRECT["RL.THROTTLE"] = gcra_fast
 
   -- ------------------------------------------------------------------------------------------
   -- lua/src/sliding_window_log.lua
@@ -3541,24 +3576,35 @@ local function build()
 end
 
 local M
--- M.FAST once built (empty before: the first call takes the general path, which builds),
--- so that the common call looks its fast code up in one step.
-local FAST = {}
+-- M.FAST and M.FAST_DIRECT once built (empty before: the first call takes the general
+-- path, which builds), so that the common call looks its fast code up in one step.
+local FAST, DIRECT = {}, {}
 
 local function built()
   M = build()
-  FAST = M.FAST
+  FAST, DIRECT = M.FAST, M.FAST_DIRECT
 end
 
 -- One call: `keys` and `args` as FCALL (or EVALSHA) passes them.
 local function rl(keys, args)
   -- The common call on its fast code (lua/src/fast.lua); nil, or an error of the server's
-  -- (before any write: WRONGTYPE), leaves it to the general path.
-  local fast = FAST[args[1]]
-  if fast and #keys == 1 then
-    local ok, reply = pcall(fast, keys[1], args)
-    if ok and reply then
-      return reply
+  -- (before any write: WRONGTYPE), leaves it to the general path. Direct fast code raises
+  -- no error (it returns nil instead), so it runs without the cost of a pcall.
+  if #keys == 1 then
+    local direct = DIRECT[args[1]]
+    if direct then
+      local reply = direct(keys[1], args)
+      if reply then
+        return reply
+      end
+    else
+      local fast = FAST[args[1]]
+      if fast then
+        local ok, reply = pcall(fast, keys[1], args)
+        if ok and reply then
+          return reply
+        end
+      end
     end
   end
   if not M then

@@ -85,18 +85,23 @@ local function fw_prepare(limit, window_ms)
   return { limit, window_ms }
 end
 
-M.FAST["RL.FIXED"] = function(key, args)
+M.FAST_DIRECT["RL.FIXED"] = function(key, args)
   local p, cost = M.fast_pair_args(FW_TREE, FW_RANGES, fw_prepare, args)
   if not p then
     return nil
   end
   local limit, window_ms = p[1], p[2]
-  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic).
-  local v = call("GETRANGE", key, "0", "35")
-  if v == "" and call("EXISTS", key) ~= 0 then
+  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+  -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+  -- matches no value's length below.
+  local v = pcall_redis("GETRANGE", key, "0", "35")
+  if v == "" and pcall_redis("EXISTS", key) ~= 0 then
     return nil
   end
-  local t = call("TIME")
+  local t = pcall_redis("TIME")
+  if t.err then
+    return nil
+  end
   if t[1] ~= clock_s then
     clock_s, clock_us = t[1], t[1] * 1000000
   end
@@ -143,7 +148,10 @@ M.FAST["RL.FIXED"] = function(key, args)
     at = now / 1000
     at = at - at % 1
     at = (at * 1000 < now and at + 1 or at) + until_end + M.TTL_SLACK_MS
-    call("SET", key, spack(FW_FORMAT, FW_HEAD, window_ms, start, after), "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+    if pcall_redis("SET", key, spack(FW_FORMAT, FW_HEAD, window_ms, start, after), "PXAT",
+      M.FAST_TEXT and fmt("%d", at) or at).err then
+      return nil
+    end
   end
   REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, limit - after, 0, after > 0 and until_end or 0
   return REPLY

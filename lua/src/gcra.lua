@@ -242,12 +242,17 @@ local function gcra_fast(key, args)
   if span >= HALF_FAST then
     return nil
   end
-  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic).
-  local v = call("GETRANGE", key, "0", "44")
-  if v == "" and call("EXISTS", key) ~= 0 then
+  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+  -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+  -- matches no value's length below.
+  local v = pcall_redis("GETRANGE", key, "0", "44")
+  if v == "" and pcall_redis("EXISTS", key) ~= 0 then
     return nil
   end
-  local t = call("TIME")
+  local t = pcall_redis("TIME")
+  if t.err then
+    return nil
+  end
   if t[1] ~= clock_s then
     clock_s, clock_us = t[1], t[1] * 1000000
   end
@@ -317,8 +322,10 @@ local function gcra_fast(key, args)
     local at = now / 1000
     at = at - at % 1
     at = (at * 1000 < now and at + 1 or at) + reset + SLACK
-    call("SET", key, spack(GC_FORMAT, GC_HEAD, z - carry * TWO48, x + carry, 0, limit, period_ms), "PXAT",
-      AS_TEXT and fmt("%d", at) or at)
+    if pcall_redis("SET", key, spack(GC_FORMAT, GC_HEAD, z - carry * TWO48, x + carry, 0, limit, period_ms), "PXAT",
+      AS_TEXT and fmt("%d", at) or at).err then
+      return nil
+    end
   end
   -- Below 2^53, floor(a / b) of `/` is exact.
   local remaining = span > after and (span - after) / interval or 0
@@ -335,5 +342,5 @@ local function gcra_fast(key, args)
   REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = retry == 0 and 1 or 0, burst, remaining, retry, reset
   return REPLY
 end
-M.FAST["RL.GCRA"] = gcra_fast
-M.FAST["RL.THROTTLE"] = gcra_fast
+M.FAST_DIRECT["RL.GCRA"] = gcra_fast
+M.FAST_DIRECT["RL.THROTTLE"] = gcra_fast

@@ -186,18 +186,23 @@ local function sw_retry(limit, w, start, at, previous, current, cost, now)
   return retry > 1 and retry or 1
 end
 
-M.FAST["RL.SLIDING"] = function(key, args)
+M.FAST_DIRECT["RL.SLIDING"] = function(key, args)
   local p, cost = M.fast_pair_args(SW_TREE, SW_RANGES, sw_prepare, args)
   if not p then
     return nil
   end
   local limit, window_ms, w = p[1], p[2], p[3]
-  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic).
-  local v = call("GETRANGE", key, "0", "45")
-  if v == "" and call("EXISTS", key) ~= 0 then
+  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+  -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+  -- matches no value's length below.
+  local v = pcall_redis("GETRANGE", key, "0", "45")
+  if v == "" and pcall_redis("EXISTS", key) ~= 0 then
     return nil
   end
-  local t = call("TIME")
+  local t = pcall_redis("TIME")
+  if t.err then
+    return nil
+  end
   if t[1] ~= clock_s then
     clock_s, clock_us = t[1], t[1] * 1000000
   end
@@ -261,8 +266,10 @@ M.FAST["RL.SLIDING"] = function(key, args)
     local pxat = now / 1000
     pxat = pxat - pxat % 1
     pxat = (pxat * 1000 < now and pxat + 1 or pxat) + reset + M.TTL_SLACK_MS
-    call("SET", key, spack(SW_FORMAT, SW_HEAD, window_ms, start / 1000, previous, current), "PXAT",
-      M.FAST_TEXT and fmt("%d", pxat) or pxat)
+    if pcall_redis("SET", key, spack(SW_FORMAT, SW_HEAD, window_ms, start / 1000, previous, current), "PXAT",
+      M.FAST_TEXT and fmt("%d", pxat) or pxat).err then
+      return nil
+    end
   end
   local remaining = limit - current - carried
   REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = allowed and 1 or 0, limit, remaining > 0 and remaining or 0, retry, reset

@@ -145,7 +145,7 @@ local TB_TREE, TB_RANGES = M.fast_tree(), M.KINDS.T.params
 local TB_HEAD, TB_LEN, TB_FORMAT = sunpack("<I5", "\0RL\1T"), M.V1_LEN.T, "<I5I8I8I8I8"
 local REPLY = M.FAST_REPLY
 
-M.FAST["RL.TOKENBUCKET"] = function(key, args)
+M.FAST_DIRECT["RL.TOKENBUCKET"] = function(key, args)
   local n, cost = #args, 1
   if n == 6 and args[5] == "COST" then
     cost = M.FAST_VALUES[args[6]] or M.fast_value(args[6])
@@ -161,12 +161,17 @@ M.FAST["RL.TOKENBUCKET"] = function(key, args)
   end
   local capacity, rate, refill_ms, unit, full = p[1], p[2], p[3], p[4], p[5]
   local level, updated = full, nil
-  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic).
-  local v = call("GETRANGE", key, "0", "44")
-  if v == "" and call("EXISTS", key) ~= 0 then
+  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+  -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+  -- matches no value's length below.
+  local v = pcall_redis("GETRANGE", key, "0", "44")
+  if v == "" and pcall_redis("EXISTS", key) ~= 0 then
     return nil
   end
-  local t = call("TIME")
+  local t = pcall_redis("TIME")
+  if t.err then
+    return nil
+  end
   if t[1] ~= clock_s then
     clock_s, clock_us = t[1], t[1] * 1000000
   end
@@ -214,7 +219,10 @@ M.FAST["RL.TOKENBUCKET"] = function(key, args)
     local at = now / 1000
     at = at - at % 1
     at = (at * 1000 < now and at + 1 or at) + reset + M.FAST_SLACK
-    call("SET", key, spack(TB_FORMAT, TB_HEAD, as_of, refill_ms, level, 0), "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+    if pcall_redis("SET", key, spack(TB_FORMAT, TB_HEAD, as_of, refill_ms, level, 0), "PXAT",
+      M.FAST_TEXT and fmt("%d", at) or at).err then
+      return nil
+    end
   end
   local left = level / unit
   left = left - left % 1

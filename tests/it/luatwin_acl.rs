@@ -67,3 +67,56 @@ fn the_minimal_users_rules_let_every_common_call_run_its_own_path() {
         "the twin ran a command the documented rules refuse: {log:?}"
     );
 }
+
+/// A user the rules give no `SET`: every fast path leaves the refused write to the general
+/// path, which answers the server's refusal (a permission failure, not "internal error"),
+/// and nothing is written.
+#[test]
+fn a_refused_write_is_the_servers_noperm_and_writes_nothing() {
+    use redis_rl_testkit::tls::{BASE_RULES, TWIN_RULES};
+    let server = TlsServer::start(false, false);
+    let mut admin = server.client();
+    let mut setuser = redis::cmd("ACL");
+    setuser.arg("SETUSER").arg("noset").arg("on").arg(">noset");
+    setuser.arg(BASE_RULES).arg(TWIN_RULES).arg("-set");
+    let _: () = setuser.query(&mut admin).unwrap();
+    let url = format!("redis://noset:noset@127.0.0.1:{}/", server.port);
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(SCRIPT)
+        .query(&mut conn)
+        .unwrap();
+    let calls: &[&[&str]] = &[
+        &["RL.TOKENBUCKET", "100", "10", "1000"],
+        &["RL.SLIDING", "100", "60000"],
+        &["RL.FIXED", "100", "60000"],
+        &["RL.GCRA", "10", "1000", "BURST", "100"],
+        &["RL.THROTTLE", "100", "10", "1", "1"],
+        &["RL.CONCURRENCY", "10", "60000", "ACQUIRE", "worker-1"],
+    ];
+    // Twice each: the first call builds the library on the general path, the second is the
+    // fast path's.
+    for args in calls {
+        for _ in 0..2 {
+            let err = redis::cmd("FCALL")
+                .arg("rl")
+                .arg(1)
+                .arg("rl:k")
+                .arg(*args)
+                .query::<redis::Value>(&mut conn)
+                .unwrap_err();
+            // Redis 7.0 words a refusal inside a script as `ERR The user executing the
+            // script can't run this command or subcommand`.
+            let text = err.to_string();
+            assert!(
+                err.code() == Some("NOPERM") || text.contains("can't run this command"),
+                "{args:?}: {err}"
+            );
+            assert!(!text.contains("internal error"), "{args:?}: {err}");
+        }
+        let exists: i64 = redis::cmd("EXISTS").arg("rl:k").query(&mut admin).unwrap();
+        assert_eq!(exists, 0, "{args:?} wrote");
+    }
+}
