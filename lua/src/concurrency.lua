@@ -410,7 +410,8 @@ local function cc_live(v, now, id)
   return n, held
 end
 
--- Writes the `n` leases of IDS and EXP as M.CC.encode and store do.
+-- Writes the `n` leases of IDS and EXP as M.CC.encode and store do; false when the server
+-- refused the write.
 local function cc_store(key, n)
   local ids, exp = IDS, EXP
   local width = 1
@@ -460,11 +461,14 @@ local function cc_store(key, n)
   local at = exp[n] / 1000
   at = at - at % 1
   at = (at * 1000 < exp[n] and at + 1 or at) + M.TTL_SLACK_MS
-  call("SET", key, value, "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+  return not pcall_redis("SET", key, value, "PXAT", M.FAST_TEXT and fmt("%d", at) or at).err
 end
 
 -- `RL.CONCURRENCY key limit lease_ms ACQUIRE id` and `RL.CONCURRENCY key RELEASE id`.
-M.FAST["RL.CONCURRENCY"] = function(key, args)
+-- Direct fast code (M.FAST_DIRECT): the table is read at offsets checked against its
+-- length, and a refused server call returns nil (a refused second write of a renewal leaves
+-- the general path a table it renews the same way).
+M.FAST_DIRECT["RL.CONCURRENCY"] = function(key, args)
   local count = #args
   local release = count == 3 and args[2] == "RELEASE"
   local id = release and args[3] or args[5]
@@ -481,12 +485,17 @@ M.FAST["RL.CONCURRENCY"] = function(key, args)
       return nil
     end
   end
-  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic).
-  local v = call("GETRANGE", key, "0", CC_LAST)
-  if v == "" and call("EXISTS", key) ~= 0 then
+  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+  -- server call through redis.pcall: a failed one is a table with `err` (a string's `err`
+  -- is the string library's: nil).
+  local v = pcall_redis("GETRANGE", key, "0", CC_LAST)
+  if v == "" and pcall_redis("EXISTS", key) ~= 0 or v.err then
     return nil
   end
-  local t = call("TIME")
+  local t = pcall_redis("TIME")
+  if t.err then
+    return nil
+  end
   if t[1] ~= clock_s then
     clock_s, clock_us = t[1], t[1] * 1000000
   end
@@ -501,9 +510,11 @@ M.FAST["RL.CONCURRENCY"] = function(key, args)
       return 0
     end
     if n == 0 then
-      call("DEL", key)
-    else
-      cc_store(key, n)
+      if pcall_redis("DEL", key) ~= 1 then
+        return nil
+      end
+    elseif not cc_store(key, n) then
+      return nil
     end
     return 1
   end
@@ -528,8 +539,9 @@ M.FAST["RL.CONCURRENCY"] = function(key, args)
     if M.FAST_TEXT then
       at, pxat = OFFSETS[at] or offset_text(at), fmt("%d", pxat)
     end
-    call("SETRANGE", key, at, spack("<I8", expires))
-    call("PEXPIREAT", key, pxat)
+    if pcall_redis("SETRANGE", key, at, spack("<I8", expires)) ~= #v or pcall_redis("PEXPIREAT", key, pxat) ~= 1 then
+      return nil
+    end
     REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, limit > n + 1 and limit - n - 1 or 0, 0, 0
     return REPLY
   end
@@ -540,7 +552,9 @@ M.FAST["RL.CONCURRENCY"] = function(key, args)
     k = k - 1
   end
   ids[k], exp[k] = id, expires
-  cc_store(key, n + 1)
+  if not cc_store(key, n + 1) then
+    return nil
+  end
   REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, limit > n + 1 and limit - n - 1 or 0, 0, 0
   return REPLY
 end
