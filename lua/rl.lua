@@ -1436,7 +1436,7 @@ local function build()
   -- compares counts instead: remaining = limit - current - ceil(weight / window).
   local SW_HEAD, SW_LEN, SW_FORMAT = sunpack("<I5", "\0RL\1S"), M.V1_LEN.S, "<I5I8I8I8I8"
   local SW_TREE, SW_RANGES = M.fast_tree(), M.KINDS.S.params
-  local REPLY = M.FAST_REPLY
+  local REPLY, VALUES = M.FAST_REPLY, M.FAST_VALUES
   local function sw_prepare(limit, window_ms)
     return { limit, window_ms, window_ms * 1000 }
   end
@@ -1473,8 +1473,18 @@ local function build()
   end
 
   M.FAST_DIRECT["RL.SLIDING"] = function(key, args)
-    local p, cost = M.fast_pair_args(SW_TREE, SW_RANGES, sw_prepare, args)
-    if not p then
+    -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+    local n, cost = #args, 1
+    if n == 5 and args[4] == "COST" then
+      cost = VALUES[args[5]] or M.fast_value(args[5])
+    elseif n ~= 3 then
+      return nil
+    end
+    local p = (SW_TREE[args[2]] or EMPTY)[args[3]]
+    if p == nil then
+      p = M.fast_parse(SW_TREE, args, 2, SW_RANGES, sw_prepare)
+    end
+    if not p or not cost then
       return nil
     end
     local limit, window_ms, w = p[1], p[2], p[3]
@@ -1646,14 +1656,24 @@ local function build()
   -- numbers (all below 2^53 for every parameter).
   local FW_HEAD, FW_LEN, FW_FORMAT = sunpack("<I5", "\0RL\1F"), M.V1_LEN.F, "<I5I8I8I8"
   local FW_TREE, FW_RANGES = M.fast_tree(), M.KINDS.F.params
-  local REPLY = M.FAST_REPLY
+  local REPLY, VALUES = M.FAST_REPLY, M.FAST_VALUES
   local function fw_prepare(limit, window_ms)
     return { limit, window_ms }
   end
 
   M.FAST_DIRECT["RL.FIXED"] = function(key, args)
-    local p, cost = M.fast_pair_args(FW_TREE, FW_RANGES, fw_prepare, args)
-    if not p then
+    -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+    local n, cost = #args, 1
+    if n == 5 and args[4] == "COST" then
+      cost = VALUES[args[5]] or M.fast_value(args[5])
+    elseif n ~= 3 then
+      return nil
+    end
+    local p = (FW_TREE[args[2]] or EMPTY)[args[3]]
+    if p == nil then
+      p = M.fast_parse(FW_TREE, args, 2, FW_RANGES, fw_prepare)
+    end
+    if not p or not cost then
       return nil
     end
     local limit, window_ms = p[1], p[2]

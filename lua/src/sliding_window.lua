@@ -150,7 +150,7 @@ end
 -- compares counts instead: remaining = limit - current - ceil(weight / window).
 local SW_HEAD, SW_LEN, SW_FORMAT = sunpack("<I5", "\0RL\1S"), M.V1_LEN.S, "<I5I8I8I8I8"
 local SW_TREE, SW_RANGES = M.fast_tree(), M.KINDS.S.params
-local REPLY = M.FAST_REPLY
+local REPLY, VALUES = M.FAST_REPLY, M.FAST_VALUES
 local function sw_prepare(limit, window_ms)
   return { limit, window_ms, window_ms * 1000 }
 end
@@ -187,8 +187,18 @@ local function sw_retry(limit, w, start, at, previous, current, cost, now)
 end
 
 M.FAST_DIRECT["RL.SLIDING"] = function(key, args)
-  local p, cost = M.fast_pair_args(SW_TREE, SW_RANGES, sw_prepare, args)
-  if not p then
+  -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+  local n, cost = #args, 1
+  if n == 5 and args[4] == "COST" then
+    cost = VALUES[args[5]] or M.fast_value(args[5])
+  elseif n ~= 3 then
+    return nil
+  end
+  local p = (SW_TREE[args[2]] or EMPTY)[args[3]]
+  if p == nil then
+    p = M.fast_parse(SW_TREE, args, 2, SW_RANGES, sw_prepare)
+  end
+  if not p or not cost then
     return nil
   end
   local limit, window_ms, w = p[1], p[2], p[3]
