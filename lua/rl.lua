@@ -1252,15 +1252,34 @@ local function build()
     end
     local lag = as_of - now
     local need = cost * unit
+    local gap = full - level
     if cost > capacity or level < need then
-      local wait = M.fast_wait
-      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, capacity, M.fdiv(level, unit),
-        cost > capacity and -1 or wait(need - level, rate, lag), wait(full - level, rate, lag)
+      -- Denied: the waits (M.fast_wait) and the tokens left (M.fdiv) computed here, on no
+      -- call, each quotient by `/` corrected by one step.
+      local retry = -1
+      if cost <= capacity then
+        local short = need - level
+        local w = short / rate
+        w = w - w % 1
+        w = (w * rate < short and w + 1 or w) + lag
+        retry = w / 1000
+        retry = retry - retry % 1
+        retry = retry * 1000 < w and retry + 1 or retry
+      end
+      local w = gap / rate
+      w = w - w % 1
+      w = (w * rate < gap and w + 1 or w) + lag
+      local reset = w / 1000
+      reset = reset - reset % 1
+      local left = level / unit
+      left = left - left % 1
+      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, capacity, left * unit > level and left - 1 or left, retry,
+        reset * 1000 < w and reset + 1 or reset
       return REPLY
     end
     -- Allowed: the reset (M.fast_wait) computed here, on no call.
     level = level - need
-    local gap = full - level
+    gap = gap + need
     local w = gap / rate
     w = w - w % 1
     w = (w * rate < gap and w + 1 or w) + lag
@@ -1452,7 +1471,13 @@ local function build()
       elseif spare * w >= M.FAST_MAX then
         return nil
       else
-        local part = M.fdiv(spare * w, previous)
+        -- M.fdiv, inline (as the others below: a Lua call costs more than these lines).
+        local product = spare * w
+        local part = product / previous
+        part = part - part % 1
+        if part * previous > product then
+          part = part - 1
+        end
         if part > 0 then
           earliest = start + w - part
           earliest = earliest > at and earliest or at
@@ -1465,10 +1490,21 @@ local function build()
         if (limit - cost) * w >= M.FAST_MAX then
           return nil
         end
-        earliest = earliest + w - M.fdiv((limit - cost) * w, current)
+        local product = (limit - cost) * w
+        local part = product / current
+        part = part - part % 1
+        if part * current > product then
+          part = part - 1
+        end
+        earliest = earliest + w - part
       end
     end
-    local retry = earliest > now and M.cdiv(earliest - now, 1000) or 0
+    if earliest <= now then
+      return 1
+    end
+    local retry = (earliest - now) / 1000
+    retry = retry - retry % 1
+    retry = retry * 1000 < earliest - now and retry + 1 or retry
     return retry > 1 and retry or 1
   end
 
@@ -2053,7 +2089,14 @@ local function build()
     if cost > burst then
       retry, after = -1, d
     elseif after > span then
-      retry, after = M.cdiv(M.cdiv(after - span, limit), 1000), d
+      -- ceil(ceil((after - span) / limit) / 1000) ms, as the reset below (no call).
+      local over = after - span
+      local us = over / limit
+      us = us - us % 1
+      us = us * limit < over and us + 1 or us
+      retry = us / 1000
+      retry = retry - retry % 1
+      retry, after = retry * 1000 < us and retry + 1 or retry, d
     end
     -- reset: ceil(ceil(after / limit) / 1000) ms, each quotient rounded by `/` and corrected.
     local us = after / limit
@@ -2082,8 +2125,13 @@ local function build()
       local reset_s = reset / 1000
       reset_s = reset_s - reset_s % 1
       reset_s = reset_s * 1000 < reset and reset_s + 1 or reset_s
-      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] =
-        retry == 0 and 0 or 1, burst, remaining, retry > 0 and M.cdiv(retry, 1000) or -1, reset_s
+      local retry_s = -1
+      if retry > 0 then
+        retry_s = retry / 1000
+        retry_s = retry_s - retry_s % 1
+        retry_s = retry_s * 1000 < retry and retry_s + 1 or retry_s
+      end
+      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = retry == 0 and 0 or 1, burst, remaining, retry_s, reset_s
       return REPLY
     end
     REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = retry == 0 and 1 or 0, burst, remaining, retry, reset
@@ -3133,8 +3181,15 @@ local function build()
     end
     local limit = p[1]
     if not held and n >= limit then
-      local frees = exp[n - limit + 1]
-      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, limit, 0, frees > now and M.cdiv(frees - now, 1000) or 0, 0
+      -- The wait until the soonest of them frees a slot, in ms rounded up (M.cdiv, inline).
+      local wait = exp[n - limit + 1] - now
+      local ms = 0
+      if wait > 0 then
+        ms = wait / 1000
+        ms = ms - ms % 1
+        ms = ms * 1000 < wait and ms + 1 or ms
+      end
+      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, limit, 0, ms, 0
       return REPLY
     end
     local expires = now + p[2]

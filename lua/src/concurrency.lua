@@ -508,8 +508,15 @@ M.FAST_DIRECT["RL.CONCURRENCY"] = function(key, args)
   end
   local limit = p[1]
   if not held and n >= limit then
-    local frees = exp[n - limit + 1]
-    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, limit, 0, frees > now and M.cdiv(frees - now, 1000) or 0, 0
+    -- The wait until the soonest of them frees a slot, in ms rounded up (M.cdiv, inline).
+    local wait = exp[n - limit + 1] - now
+    local ms = 0
+    if wait > 0 then
+      ms = wait / 1000
+      ms = ms - ms % 1
+      ms = ms * 1000 < wait and ms + 1 or ms
+    end
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, limit, 0, ms, 0
     return REPLY
   end
   local expires = now + p[2]

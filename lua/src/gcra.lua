@@ -306,7 +306,14 @@ local function gcra_fast(key, args)
   if cost > burst then
     retry, after = -1, d
   elseif after > span then
-    retry, after = M.cdiv(M.cdiv(after - span, limit), 1000), d
+    -- ceil(ceil((after - span) / limit) / 1000) ms, as the reset below (no call).
+    local over = after - span
+    local us = over / limit
+    us = us - us % 1
+    us = us * limit < over and us + 1 or us
+    retry = us / 1000
+    retry = retry - retry % 1
+    retry, after = retry * 1000 < us and retry + 1 or retry, d
   end
   -- reset: ceil(ceil(after / limit) / 1000) ms, each quotient rounded by `/` and corrected.
   local us = after / limit
@@ -335,8 +342,13 @@ local function gcra_fast(key, args)
     local reset_s = reset / 1000
     reset_s = reset_s - reset_s % 1
     reset_s = reset_s * 1000 < reset and reset_s + 1 or reset_s
-    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] =
-      retry == 0 and 0 or 1, burst, remaining, retry > 0 and M.cdiv(retry, 1000) or -1, reset_s
+    local retry_s = -1
+    if retry > 0 then
+      retry_s = retry / 1000
+      retry_s = retry_s - retry_s % 1
+      retry_s = retry_s * 1000 < retry and retry_s + 1 or retry_s
+    end
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = retry == 0 and 0 or 1, burst, remaining, retry_s, reset_s
     return REPLY
   end
   REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = retry == 0 and 1 or 0, burst, remaining, retry, reset

@@ -166,7 +166,13 @@ local function sw_retry(limit, w, start, at, previous, current, cost, now)
     elseif spare * w >= M.FAST_MAX then
       return nil
     else
-      local part = M.fdiv(spare * w, previous)
+      -- M.fdiv, inline (as the others below: a Lua call costs more than these lines).
+      local product = spare * w
+      local part = product / previous
+      part = part - part % 1
+      if part * previous > product then
+        part = part - 1
+      end
       if part > 0 then
         earliest = start + w - part
         earliest = earliest > at and earliest or at
@@ -179,10 +185,21 @@ local function sw_retry(limit, w, start, at, previous, current, cost, now)
       if (limit - cost) * w >= M.FAST_MAX then
         return nil
       end
-      earliest = earliest + w - M.fdiv((limit - cost) * w, current)
+      local product = (limit - cost) * w
+      local part = product / current
+      part = part - part % 1
+      if part * current > product then
+        part = part - 1
+      end
+      earliest = earliest + w - part
     end
   end
-  local retry = earliest > now and M.cdiv(earliest - now, 1000) or 0
+  if earliest <= now then
+    return 1
+  end
+  local retry = (earliest - now) / 1000
+  retry = retry - retry % 1
+  retry = retry * 1000 < earliest - now and retry + 1 or retry
   return retry > 1 and retry or 1
 end
 

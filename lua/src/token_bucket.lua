@@ -200,15 +200,34 @@ M.FAST_DIRECT["RL.TOKENBUCKET"] = function(key, args)
   end
   local lag = as_of - now
   local need = cost * unit
+  local gap = full - level
   if cost > capacity or level < need then
-    local wait = M.fast_wait
-    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, capacity, M.fdiv(level, unit),
-      cost > capacity and -1 or wait(need - level, rate, lag), wait(full - level, rate, lag)
+    -- Denied: the waits (M.fast_wait) and the tokens left (M.fdiv) computed here, on no
+    -- call, each quotient by `/` corrected by one step.
+    local retry = -1
+    if cost <= capacity then
+      local short = need - level
+      local w = short / rate
+      w = w - w % 1
+      w = (w * rate < short and w + 1 or w) + lag
+      retry = w / 1000
+      retry = retry - retry % 1
+      retry = retry * 1000 < w and retry + 1 or retry
+    end
+    local w = gap / rate
+    w = w - w % 1
+    w = (w * rate < gap and w + 1 or w) + lag
+    local reset = w / 1000
+    reset = reset - reset % 1
+    local left = level / unit
+    left = left - left % 1
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, capacity, left * unit > level and left - 1 or left, retry,
+      reset * 1000 < w and reset + 1 or reset
     return REPLY
   end
   -- Allowed: the reset (M.fast_wait) computed here, on no call.
   level = level - need
-  local gap = full - level
+  gap = gap + need
   local w = gap / rate
   w = w - w % 1
   w = (w * rate < gap and w + 1 or w) + lag
