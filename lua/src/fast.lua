@@ -4,17 +4,18 @@
 -- tables and the arguments parsed once per distinct text. Anything else (another option,
 -- a bad argument, a value of version 2 or of other parameters, a number out of that range)
 -- returns nil before any write, and the general path answers it: same replies, same bytes,
--- same expiries, the bignums and every error text there. The fast code calls the server
--- with redis.call (cheaper than redis.pcall); the entry point runs it under pcall, so an
--- error (WRONGTYPE on the read, a refused write) also leaves the call to the general path,
--- which reports it as the module does.
+-- same expiries, the bignums and every error text there. An error of the server's
+-- (WRONGTYPE on the read, a refused write) also leaves the call to the general path, which
+-- reports it as the module does: M.FAST's code calls the server with redis.call and the
+-- entry point runs it under pcall; M.FAST_DIRECT's calls it with redis.pcall and returns
+-- nil itself (a pcall costs the server about 500 instructions a call).
 
 -- The command name as sent (exact case) -> function(keys, args) -> reply, or nil.
 M.FAST = {}
 -- The same for fast code that never raises an error: it calls the server only with
--- redis.pcall and returns nil when a call fails (WRONGTYPE, NOPERM), before any write or at
--- its only write, so the entry point runs it without a pcall of its own (about 500 server
--- instructions a call).
+-- redis.pcall and returns nil when a call fails (WRONGTYPE, NOPERM): before any write, or at
+-- a write whose refusal leaves a value the general path continues to the same bytes. The
+-- entry point runs it without a pcall of its own.
 M.FAST_DIRECT = {}
 
 -- 2^52: every quantity of a fast call stays below it, so sums of two stay exact.
