@@ -143,6 +143,7 @@ local function tb_prepare(capacity, rate, refill_ms)
 end
 local TB_TREE, TB_RANGES = M.fast_tree(), M.KINDS.T.params
 local TB_HEAD, TB_LEN, TB_FORMAT = sunpack("<I5", "\0RL\1T"), M.V1_LEN.T, "<I5I8I8I8I8"
+local FAST_MAX = M.FAST_MAX
 local REPLY = M.FAST_REPLY
 
 M.FAST_DIRECT["RL.TOKENBUCKET"] = function(key, args)
@@ -177,14 +178,14 @@ M.FAST_DIRECT["RL.TOKENBUCKET"] = function(key, args)
   end
   local now = clock_us + t[2]
   if #v == TB_LEN then
-    local head, at_low, at_high, ms_low, ms_high, low, high, top = sunpack("<I5I6I2I6I2I6I2I8", v)
+    local head, ms, top
+    head, updated, ms, level, top = sunpack(TB_FORMAT, v)
     -- The stored instant below 2^52 us, the same refill_ms, a level below 2^52 and not
-    -- over the most (else the general path: rescaling, bignums, the corrupt error).
-    if head ~= TB_HEAD or at_high >= 16 or ms_high ~= 0 or ms_low ~= refill_ms or high >= 16 or top ~= 0 then
-      return nil
-    end
-    updated, level = at_low + at_high * 281474976710656, low + high * 281474976710656
-    if level > p[6] then
+    -- over the most (else the general path: rescaling, bignums, the corrupt error). Each
+    -- field is read whole as a double: one over 2^53 is rounded, but to no less than 2^53
+    -- (rounding keeps the order), so the bounds below refuse it as they refuse it exact.
+    if head ~= TB_HEAD or updated >= FAST_MAX or ms ~= refill_ms or level >= FAST_MAX or top ~= 0
+      or level > p[6] then
       return nil
     end
   elseif v ~= "" then
