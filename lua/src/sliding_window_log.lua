@@ -212,7 +212,7 @@ local LG_LAST = fmt("%d", LG_LONGEST)
 local FAST_MAX = M.FAST_MAX
 local IN_PLACE = M.IN_PLACE
 local VALUES, REPLY = M.FAST_VALUES, M.FAST_REPLY
-local FAST_TEXT, FAST_SLACK = M.FAST_TEXT, M.FAST_SLACK
+local FAST_TEXT, FAST_SLACK, MAX_LOG = M.FAST_TEXT, M.FAST_SLACK, M.MAX_LOG
 local LG_ENTRY = "<I8I2"
 
 M.FAST_DIRECT["RL.LOG"] = function(key, args)
@@ -239,13 +239,14 @@ M.FAST_DIRECT["RL.LOG"] = function(key, args)
     return nil
   end
   local t = pcall_redis("TIME")
-  if t.err then
-    return nil
+  local s, us = t[1], t[2]
+  if not us then
+    return nil -- an error reply
   end
-  if t[1] ~= clock_s then
-    clock_s, clock_us = t[1], t[1] * 1000000
+  if s ~= clock_s then
+    clock_s, clock_us = s, s * 1000000
   end
-  local now = clock_us + t[2]
+  local now = clock_us + us
   local pos, used, newest = 16, 0, nil
   local at = now
   if len > 0 then
@@ -259,7 +260,7 @@ M.FAST_DIRECT["RL.LOG"] = function(key, args)
     else
       head, stored_ms, total = sunpack("<I5I8I2", v)
     end
-    if head ~= LG_HEAD or stored_ms ~= window_ms or total > M.MAX_LOG then
+    if head ~= LG_HEAD or stored_ms ~= window_ms or total > MAX_LOG then
       return nil
     end
     used = total
