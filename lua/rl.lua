@@ -2357,31 +2357,65 @@ local function build()
   local LG_LAST = fmt("%d", LG_LONGEST)
   local FAST_MAX = M.FAST_MAX
   local IN_PLACE = M.IN_PLACE
+  local VALUES, REPLY = M.FAST_VALUES, M.FAST_REPLY
+  local FAST_TEXT, FAST_SLACK, MAX_LOG = M.FAST_TEXT, M.FAST_SLACK, M.MAX_LOG
+  local LG_ENTRY = "<I8I2"
 
-  M.FAST["RL.LOG"] = function(key, args)
-    local p, cost = M.fast_pair_args(LG_TREE, LG_RANGES, lg_prepare, args)
-    if not p then
+  M.FAST_DIRECT["RL.LOG"] = function(key, args)
+    -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+    local n, cost = #args, 1
+    if n == 5 and args[4] == "COST" then
+      cost = VALUES[args[5]] or M.fast_value(args[5])
+    elseif n ~= 3 then
+      return nil
+    end
+    local p = (LG_TREE[args[2]] or EMPTY)[args[3]]
+    if p == nil then
+      p = M.fast_parse(LG_TREE, args, 2, LG_RANGES, lg_prepare)
+    end
+    if not p or not cost then
       return nil
     end
     local limit, window_ms, window = p[1], p[2], p[3]
-    local v, now = M.fast_read(key, LG_LAST)
-    if not v then
+    -- M.fast_read, inline, every server call through redis.pcall (M.FAST_DIRECT): a failed
+    -- read (WRONGTYPE) is a table, of length 0 but not "".
+    local v = pcall_redis("GETRANGE", key, "0", LG_LAST)
+    local len = #v
+    if len == 0 and (v ~= "" or pcall_redis("EXISTS", key) ~= 0) then
       return nil
     end
-    local len, pos, used, newest = #v, 16, 0, nil
+    local t = pcall_redis("TIME")
+    local s, us = t[1], t[2]
+    if not us then
+      return nil -- an error reply
+    end
+    if s ~= clock_s then
+      clock_s, clock_us = s, s * 1000000
+    end
+    local now = clock_us + us
+    local pos, used, newest = 16, 0, nil
     local at = now
     if len > 0 then
       if len < 15 or len > LG_LONGEST or (len - 15) % 10 ~= 0 then
         return nil
       end
-      local head, stored_ms, total = sunpack("<I5I8I2", v)
-      if head ~= LG_HEAD or stored_ms ~= window_ms or total > M.MAX_LOG then
+      -- The header and, in the same unpack, the oldest entry (e, c) when there is one.
+      local head, stored_ms, total, e, c
+      if len > 15 then
+        head, stored_ms, total, e, c = sunpack("<I5I8I2I8I2", v)
+      else
+        head, stored_ms, total = sunpack("<I5I8I2", v)
+      end
+      if head ~= LG_HEAD or stored_ms ~= window_ms or total > MAX_LOG then
         return nil
       end
       used = total
       if len > 15 then
-        local last, n = sunpack("<I8I2", v, len - 9)
-        if last >= FAST_MAX or n == 0 then
+        local last, count = e, c
+        if len > 25 then
+          last, count = sunpack(LG_ENTRY, v, len - 9)
+        end
+        if last >= FAST_MAX or count == 0 then
           return nil
         end
         if last > now then
@@ -2389,15 +2423,15 @@ local function build()
         end
         -- The entries that left the window: their units are no longer used.
         local previous = 0
-        while pos < len do
-          local t, c = sunpack("<I8I2", v, pos)
-          if t + window > at then
-            break
-          end
-          if t < previous or c == 0 or c > used then
+        while e + window <= at do
+          if e < previous or c == 0 or c > used then
             return nil
           end
-          previous, used, pos = t, used - c, pos + 10
+          previous, used, pos = e, used - c, pos + 10
+          if pos >= len then
+            break
+          end
+          e, c = sunpack(LG_ENTRY, v, pos)
         end
         if pos < len then
           newest = last
@@ -2408,54 +2442,73 @@ local function build()
         return nil
       end
     end
-    local reset = 0
-    if newest then
-      reset = M.cdiv(newest + window - now, 1000)
-    end
     local left = limit - used
-    if cost > limit then
-      return { 0, limit, left > 0 and left or 0, -1, reset }
-    end
-    local excess = used + cost - limit
-    if excess > 0 then
-      -- The oldest entries whose units, once out of the window, let the call in.
-      local i, freed, t, c = pos, 0, 0, 0
-      while freed < excess and i < len do
-        t, c = sunpack("<I8I2", v, i)
-        freed, i = freed + c, i + 10
+    if cost > limit or used + cost > limit or cost == 0 then
+      -- Denied, or a COST 0 call: nothing is written.
+      local reset = newest and M.cdiv(newest + window - now, 1000) or 0
+      if cost == 0 and left >= 0 then
+        REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, left, 0, reset
+        return REPLY
       end
-      if freed < excess or c == 0 then
-        return nil
+      local retry = -1
+      if cost <= limit then
+        -- The oldest entries whose units, once out of the window, let the call in.
+        local excess = used + cost - limit
+        local i, freed, e, c = pos, 0, 0, 0
+        while freed < excess and i < len do
+          e, c = sunpack(LG_ENTRY, v, i)
+          freed, i = freed + c, i + 10
+        end
+        if freed < excess or c == 0 then
+          return nil
+        end
+        retry = e + window > now and M.cdiv(e + window - now, 1000) or 0
       end
-      local retry = t + window > now and M.cdiv(t + window - now, 1000) or 0
-      return { 0, limit, left > 0 and left or 0, retry, reset }
+      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, limit, left > 0 and left or 0, retry, reset
+      return REPLY
     end
-    if cost == 0 then
-      return { 1, limit, left, 0, reset }
+    -- Allowed: the reset (M.cdiv) and the key's expiry (M.fast_expiry) computed here, on no
+    -- call: the window from the new entry, and the instant rounded up to a millisecond.
+    local gap = at + window - now
+    local reset = gap / 1000
+    reset = reset - reset % 1
+    if reset * 1000 < gap then
+      reset = reset + 1
     end
-    reset = M.cdiv(at + window - now, 1000)
+    local pxat = now / 1000
+    pxat = pxat - pxat % 1
+    pxat = (pxat * 1000 < now and pxat + 1 or pxat) + reset + FAST_SLACK
+    if FAST_TEXT then
+      pxat = fmt("%d", pxat)
+    end
     if pos == 16 and len > 0 and IN_PLACE then
       -- Nothing left the window: the stored total and the newest entry change (or one is
-      -- appended) in place, and the key's expiry moves.
-      local pxat = M.fast_expiry(now, reset)
-      call("SETRANGE", key, "13", spack("<I2", used + cost))
+      -- appended) in place, and the key's expiry moves. Only the first write may fail and
+      -- leave the call to the general path (nothing written yet); the others are of the same
+      -- key and kind, so they raise, as a module command failing half-way would.
+      if type(pcall_redis("SETRANGE", key, "13", spack("<I2", used + cost))) == "table" then
+        return nil -- an error reply (SETRANGE's own reply is a number)
+      end
       if newest == at then
-        call("SETRANGE", key, M.FAST_TEXT and fmt("%d", len - 2) or len - 2, spack("<I2", sunpack("<I2", v, len - 1) + cost))
+        call("SETRANGE", key, FAST_TEXT and fmt("%d", len - 2) or len - 2, spack("<I2", sunpack("<I2", v, len - 1) + cost))
       else
-        call("APPEND", key, spack("<I8I2", at, cost))
+        call("APPEND", key, spack(LG_ENTRY, at, cost))
       end
       call("PEXPIREAT", key, pxat)
-      return { 1, limit, left - cost, 0, reset }
-    end
-    local value
-    if newest == at then
-      value = spack("<I5I8I2", LG_HEAD, window_ms, used + cost) .. sub(v, pos, len - 2)
-        .. spack("<I2", sunpack("<I2", v, len - 1) + cost)
     else
-      value = spack("<I5I8I2", LG_HEAD, window_ms, used + cost) .. sub(v, pos, len) .. spack("<I8I2", at, cost)
+      local value
+      if newest == at then
+        value = spack("<I5I8I2", LG_HEAD, window_ms, used + cost) .. sub(v, pos, len - 2)
+          .. spack("<I2", sunpack("<I2", v, len - 1) + cost)
+      else
+        value = spack("<I5I8I2", LG_HEAD, window_ms, used + cost) .. sub(v, pos, len) .. spack(LG_ENTRY, at, cost)
+      end
+      if pcall_redis("SET", key, value, "PXAT", pxat).err then
+        return nil
+      end
     end
-    call("SET", key, value, "PXAT", M.fast_expiry(now, reset))
-    return { 1, limit, left - cost, 0, reset }
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, left - cost, 0, reset
+    return REPLY
   end
 
   -- ------------------------------------------------------------------------------------------
