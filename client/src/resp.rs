@@ -58,21 +58,23 @@ pub(crate) enum Reply {
 /// Decodes the reply at the start of `buf`. A malformed reply is an error of the `redis`
 /// crate's parser (the connection cannot be trusted after it).
 pub(crate) fn decode(buf: &[u8]) -> Result<Reply, redis::RedisError> {
+    // The limiter's replies in one pass; they hold no error reply, so nothing to extract.
+    if let Some((value, len)) = fast(buf, 0) {
+        return Ok(Reply::Complete(Ok(value), len));
+    }
     let Some(len) = extent(buf, 0)? else {
         return Ok(Reply::Incomplete);
     };
     let bytes = buf.get(..len).unwrap_or_default();
-    let value = match fast(bytes, 0) {
-        Some((value, _)) => value,
-        None => redis::parse_redis_value(bytes)?,
-    };
+    let value = redis::parse_redis_value(bytes)?;
     Ok(Reply::Complete(value.extract_error(), len))
 }
 
 /// The line starting at `at` (without its CRLF) and where the next one starts.
 fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
     let rest = buf.get(at..)?;
-    let end = rest.windows(2).position(|w| w == b"\r\n")?;
+    let end = rest.iter().position(|&b| b == b'\r')?;
+    (rest.get(end + 1) == Some(&b'\n')).then_some(())?;
     Some((rest.get(..end)?, at + end + 2))
 }
 
@@ -86,10 +88,29 @@ fn malformed(what: &str) -> redis::RedisError {
 }
 
 fn number(text: &[u8]) -> Result<i64, redis::RedisError> {
-    std::str::from_utf8(text)
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .ok_or_else(|| malformed("expected a number"))
+    parse_int(text).ok_or_else(|| malformed("expected a number"))
+}
+
+/// A decimal integer as RESP writes it (an optional minus, then digits), without overflow.
+fn parse_int(text: &[u8]) -> Option<i64> {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        let d = i64::from(d - b'0');
+        n = n
+            .checked_mul(10)?
+            .checked_add(if negative { -d } else { d })?;
+    }
+    Some(n)
 }
 
 /// The length in bytes of the reply starting at `at`, or `None` when the buffer ends first.
@@ -138,24 +159,27 @@ fn extent(buf: &[u8], at: usize) -> Result<Option<usize>, redis::RedisError> {
     Ok(Some(end - at))
 }
 
-/// Decodes integers, bulk strings, nulls and arrays of them from a complete reply; `None`
-/// for anything else (left to the `redis` crate's parser).
+/// Decodes integers, bulk strings, nulls and arrays of them; `None` for anything else (left
+/// to the `redis` crate's parser) and for a reply not all there yet.
 fn fast(buf: &[u8], at: usize) -> Option<(Value, usize)> {
     let kind = *buf.get(at)?;
     let (head, next) = line(buf, at + 1)?;
     match kind {
-        b':' => Some((Value::Int(number(head).ok()?), next)),
+        b':' => Some((Value::Int(parse_int(head)?), next)),
         b'$' => {
-            let n = number(head).ok()?;
+            let n = parse_int(head)?;
             if n < 0 {
                 return Some((Value::Nil, next));
             }
             let end = next + usize::try_from(n).ok()?;
+            if buf.get(end..end + 2) != Some(b"\r\n".as_slice()) {
+                return None;
+            }
             let bytes = buf.get(next..end)?;
             Some((Value::BulkString(bytes.to_vec()), end + 2))
         }
         b'*' => {
-            let n = number(head).ok()?;
+            let n = parse_int(head)?;
             if n < 0 {
                 return Some((Value::Nil, next));
             }
@@ -286,6 +310,17 @@ mod tests {
         ] {
             assert_eq!(extent(bytes, 0).unwrap(), Some(bytes.len()));
         }
+    }
+
+    #[test]
+    fn integers_are_read_exactly() {
+        assert_eq!(parse_int(b"0"), Some(0));
+        assert_eq!(parse_int(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_int(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_int(b"9223372036854775808"), None);
+        assert_eq!(parse_int(b""), None);
+        assert_eq!(parse_int(b"-"), None);
+        assert_eq!(parse_int(b"1x"), None);
     }
 
     #[test]
