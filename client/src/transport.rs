@@ -111,8 +111,10 @@ impl Transport {
             return Err(Error::BreakerOpen);
         }
         self.redis_calls.fetch_add(1, Ordering::Relaxed);
-        let started = std::time::Instant::now();
-        let result = match tokio::time::timeout(self.timeout, self.backend.query(cmd, slot)).await {
+        // One clock read for the deadline and the histogram.
+        let started = tokio::time::Instant::now();
+        let deadline = started + self.timeout;
+        let result = match tokio::time::timeout_at(deadline, self.backend.query(cmd, slot)).await {
             Err(_) => Err(Error::Timeout(self.timeout)),
             Ok(Err(e)) => Err(Error::Redis(e)),
             Ok(Ok(v)) => Ok(v),
