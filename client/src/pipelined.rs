@@ -251,6 +251,15 @@ async fn exchange(
 /// oldest caller waiting. Ends when the connection fails (failing every caller waiting) or
 /// when its owner lets it go.
 async fn drive(link: Arc<Link>, stream: TcpStream) {
+    // Whatever ends the driver (a failure, its owner, or its runtime dropping the task),
+    // the connection is marked broken and its callers answered.
+    let mut ended = Ended {
+        link: Arc::clone(&link),
+        why: (
+            std::io::ErrorKind::BrokenPipe,
+            "the connection's task ended".into(),
+        ),
+    };
     let (mut reader, mut writer) = stream.into_split();
     let mut input: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut output: Vec<u8> = Vec::new();
@@ -287,15 +296,29 @@ async fn drive(link: Arc<Link>, stream: TcpStream) {
             }
         }
     };
-    let waiting = {
-        let mut queue = link.queue();
-        queue.broken = true;
-        queue.out.clear();
-        std::mem::take(&mut queue.waiting)
-    };
-    let (kind, why) = failure.unwrap_or((std::io::ErrorKind::BrokenPipe, "closed".into()));
-    for waiter in waiting {
-        let _gone = waiter.send(Err(dropped(kind, &why)));
+    if let Some(failure) = failure {
+        ended.why = failure;
+    }
+}
+
+/// Marks a connection broken when its driver ends, failing every caller still waiting.
+struct Ended {
+    link: Arc<Link>,
+    why: (std::io::ErrorKind, String),
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let waiting = {
+            let mut queue = self.link.queue();
+            queue.broken = true;
+            queue.out.clear();
+            std::mem::take(&mut queue.waiting)
+        };
+        let (kind, why) = &self.why;
+        for waiter in waiting {
+            let _gone = waiter.send(Err(dropped(*kind, why)));
+        }
     }
 }
 

@@ -96,3 +96,21 @@ async fn concurrent_calls_each_get_their_own_reply() {
         "every call reached the server"
     );
 }
+
+#[test]
+fn a_limiter_outliving_its_first_runtime_connects_again_on_the_next() {
+    let server = Server::start();
+    let l = limiter(&server.url());
+    let tb = Policy::token_bucket(10, 1, 3_600_000).unwrap();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    // The connection's task lives on the first runtime, and goes with it.
+    let d = runtime().block_on(l.check("conn:runtime", &tb));
+    assert_eq!((d.source, d.remaining), (Source::Redis, 9));
+    let d = runtime().block_on(l.check("conn:runtime", &tb));
+    assert_eq!((d.source, d.remaining), (Source::Redis, 8));
+}
