@@ -10,9 +10,9 @@
 //!
 //! Behaves as the crate's connection manager did with no retries: connected on first use
 //! (bounded by the connect timeout), after an I/O error every call waiting fails as an I/O
-//! error and the next call connects again. The handshake is the crate's: `AUTH [user]
-//! password` (again without the user on a server without ACLs), `SELECT db`, `CLIENT
-//! SETINFO` (its errors ignored).
+//! error and the next call connects again. The handshake is the crate's, in one write:
+//! `AUTH [user] password` (again without the user on a server without ACLs), `SELECT db`,
+//! `CLIENT SETINFO` (its errors ignored).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -151,41 +151,77 @@ impl Pipelined {
         // unacknowledged).
         stream.set_nodelay(true)?;
         let mut buf = Vec::new();
+        if self.setup(&mut stream, &mut buf, true).await? == Setup::RetryWithoutUser {
+            // A server without ACLs (before Redis 6) takes only the password.
+            self.setup(&mut stream, &mut buf, false).await?;
+        }
+        Ok(stream)
+    }
+
+    /// The setup commands in one write (one round trip, as the `redis` crate sends them):
+    /// `AUTH [user] password`, `SELECT db`, and `CLIENT SETINFO` (which servers before 7.2
+    /// refuse: its replies are ignored).
+    async fn setup(
+        &self,
+        stream: &mut TcpStream,
+        buf: &mut Vec<u8>,
+        with_user: bool,
+    ) -> RedisResult<Setup> {
+        let mut cmds = Vec::new();
         if let Some(password) = &self.redis.password {
             let mut auth = redis::cmd("AUTH");
-            if let Some(user) = &self.redis.username {
+            if let (true, Some(user)) = (with_user, &self.redis.username) {
                 auth.arg(user);
             }
             auth.arg(password);
-            let reply = exchange(&mut stream, &auth, &mut buf).await?;
-            let retry_without_user = match &reply {
-                Ok(_) => false,
-                // A server without ACLs (before Redis 6) takes only the password.
-                Err(e) => {
-                    self.redis.username.is_some()
-                        && e.detail()
-                            .is_some_and(|d| d.contains("wrong number of arguments for 'auth'"))
-                }
-            };
-            let reply = if retry_without_user {
-                let mut auth = redis::cmd("AUTH");
-                auth.arg(password);
-                exchange(&mut stream, &auth, &mut buf).await?
-            } else {
-                reply
-            };
-            if !matches!(reply, Ok(Value::Okay)) {
-                return Err((
-                    ErrorKind::AuthenticationFailed,
-                    "Password authentication failed",
-                )
-                    .into());
-            }
+            cmds.push(auth);
         }
         if self.redis.db != 0 {
             let mut select = redis::cmd("SELECT");
             select.arg(self.redis.db);
-            if let Err(e) = exchange(&mut stream, &select, &mut buf).await? {
+            cmds.push(select);
+        }
+        for (attr, value) in [
+            ("LIB-NAME", "redis-rl"),
+            ("LIB-VER", env!("CARGO_PKG_VERSION")),
+        ] {
+            let mut setinfo = redis::cmd("CLIENT");
+            setinfo.arg("SETINFO").arg(attr).arg(value);
+            cmds.push(setinfo);
+        }
+        let mut out = Vec::new();
+        for cmd in &cmds {
+            resp::encode(cmd, &mut out);
+        }
+        stream.write_all(&out).await?;
+        let mut replies = Vec::with_capacity(cmds.len());
+        for _ in &cmds {
+            replies.push(read_reply(stream, buf).await?);
+        }
+        let mut replies = replies.into_iter();
+        if self.redis.password.is_some() {
+            match replies.next() {
+                Some(Ok(Value::Okay)) => {}
+                Some(Err(e))
+                    if with_user
+                        && self.redis.username.is_some()
+                        && e.detail().is_some_and(|d| {
+                            d.contains("wrong number of arguments for 'auth'")
+                        }) =>
+                {
+                    return Ok(Setup::RetryWithoutUser);
+                }
+                _ => {
+                    return Err((
+                        ErrorKind::AuthenticationFailed,
+                        "Password authentication failed",
+                    )
+                        .into())
+                }
+            }
+        }
+        if self.redis.db != 0 {
+            if let Some(Err(e)) = replies.next() {
                 let detail = e.detail().unwrap_or_default().to_string();
                 return Err((
                     ErrorKind::ResponseError,
@@ -195,17 +231,16 @@ impl Pipelined {
                     .into());
             }
         }
-        // Names the library in CLIENT LIST; servers before 7.2 refuse it, which is fine.
-        for (attr, value) in [
-            ("LIB-NAME", "redis-rl"),
-            ("LIB-VER", env!("CARGO_PKG_VERSION")),
-        ] {
-            let mut setinfo = redis::cmd("CLIENT");
-            setinfo.arg("SETINFO").arg(attr).arg(value);
-            let _ignored = exchange(&mut stream, &setinfo, &mut buf).await?;
-        }
-        Ok(stream)
+        Ok(Setup::Done)
     }
+}
+
+/// How a setup ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Setup {
+    Done,
+    /// The server refused `AUTH user password` for its number of arguments.
+    RetryWithoutUser,
 }
 
 impl Drop for Pipelined {
@@ -222,16 +257,9 @@ fn close(link: &Link) {
     link.wake.notify_one();
 }
 
-/// One command during the handshake: sent, and its reply read (the outer error: the
-/// connection failed; the inner one: the server's error reply).
-async fn exchange(
-    stream: &mut TcpStream,
-    cmd: &redis::Cmd,
-    buf: &mut Vec<u8>,
-) -> RedisResult<RedisResult<Value>> {
-    let mut out = Vec::new();
-    resp::encode(cmd, &mut out);
-    stream.write_all(&out).await?;
+/// One reply during the handshake (the outer error: the connection failed; the inner one:
+/// the server's error reply).
+async fn read_reply(stream: &mut TcpStream, buf: &mut Vec<u8>) -> RedisResult<RedisResult<Value>> {
     loop {
         if let Reply::Complete(reply, len) = resp::decode(buf)? {
             buf.drain(..len);
