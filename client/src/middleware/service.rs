@@ -258,23 +258,14 @@ async fn decide<'s>(
             tracing::debug!(status = r.status, "request refused");
             Before::Refuse(r, tier_label)
         }
-        Rendered::Headers(h) => {
-            // The reported policy (`RateLimit: "<name>";...`) names the span's dimension.
-            let reported = h
-                .iter()
-                .find(|(n, _)| *n == "ratelimit")
-                .and_then(|(_, v)| v.split('"').nth(1))
-                .and_then(|name| plan.items.iter().find(|i| i.name == name));
-            if let Some(item) = reported {
-                tracing::Span::current().record("dimension", tracing::field::display(&item.label));
-            }
-            Before::Call(Go {
-                headers: h,
-                tier: tier_label,
-                hold: None,
-                settle,
-            })
-        }
+        // The span's dimension is recorded above, from the item these headers report: a
+        // second record would repeat the field in every log line (`dimension=ip dimension=ip`).
+        Rendered::Headers(h) => Before::Call(Go {
+            headers: h,
+            tier: tier_label,
+            hold: None,
+            settle,
+        }),
     }
 }
 
