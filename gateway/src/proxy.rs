@@ -134,7 +134,7 @@ impl Upstream {
         let (mut parts, body) = req.into_parts();
         let request_id = parts
             .headers
-            .get(REQUEST_ID)
+            .get(REQUEST_ID_NAME)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("-")
             .to_string();
@@ -142,7 +142,7 @@ impl Upstream {
         // it started), for the problem bodies.
         let trace_id = parts
             .headers
-            .get(TRACEPARENT)
+            .get(TRACEPARENT_NAME)
             .and_then(|v| v.to_str().ok())
             .and_then(|t| t.get(3..35))
             .map(str::to_owned);
@@ -345,6 +345,9 @@ fn strip_named_in_connection(headers: &mut HeaderMap) {
     }
 }
 
+/// The middleware's headers as names: a `&str` is parsed into a name on each lookup.
+const REQUEST_ID_NAME: HeaderName = HeaderName::from_static(REQUEST_ID);
+const TRACEPARENT_NAME: HeaderName = HeaderName::from_static(TRACEPARENT);
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
