@@ -84,6 +84,7 @@ async fn every_log_line_carries_request_id_tenant_and_dimension() {
     assert!(handler.contains("request_id=req-ok"), "{handler}");
     assert!(handler.contains(&format!("tenant={tenant}")), "{handler}");
     assert!(handler.contains("dimension=api_key"), "{handler}");
+    assert_eq!(handler.matches("dimension=").count(), 1, "{handler}");
     let refusal = text
         .lines()
         .find(|l| l.contains("request refused"))

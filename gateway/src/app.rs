@@ -1,12 +1,15 @@
 //! The routers: the rate-limited routes (demo answers or the upstream), rebuilt on each
 //! reload, and the public router that sends every request to the live one.
 
+use std::convert::Infallible;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
+use axum::routing::future::RouteFuture;
 use axum::{Json, Router};
 use ipnet::IpNet;
 use redis_rl_client::middleware::{RateLimitLayer, REQUEST_ID};
@@ -59,13 +62,48 @@ pub fn limited(
     Ok(limited.layer(layer))
 }
 
-/// The public listener's router: `ops` (/healthz, /metrics) when they are not on an admin
-/// listener, and everything else through the live configuration's router.
-pub fn public(live: Arc<Live>, ops: Option<Router>) -> Router {
-    let dispatch = Router::new().fallback(dispatch).with_state(live);
+/// The public listener's service: `ops` (/healthz, /metrics...) when they are not on an
+/// admin listener, and everything else through the live configuration's router.
+pub fn public(live: Arc<Live>, ops: Option<Router>) -> Public {
     match ops {
-        Some(ops) => ops.merge(dispatch),
-        None => dispatch,
+        Some(ops) => Public::WithOps(ops.merge(Router::new().fallback(dispatch).with_state(live))),
+        None => Public::Live(live),
+    }
+}
+
+/// What the public listener serves.
+#[derive(Clone)]
+pub enum Public {
+    /// An axum router: the ops endpoints, and [`dispatch`] for every other path.
+    WithOps(Router),
+    /// The live configuration's router alone, with no router in front: an axum router
+    /// with a fallback handler only (matching, the handler's extractors, a boxed future)
+    /// was a few percent of a proxied request's instructions.
+    Live(Arc<Live>),
+}
+
+impl tower::Service<Request> for Public {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = RouteFuture<Infallible>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Both are always ready: an axum router is, and a live router is taken per call.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        match self {
+            Self::WithOps(router) => router.call(req),
+            Self::Live(live) => {
+                normalize(&mut req);
+                // The future holds the matched route's service (the rate-limit layer of the
+                // configuration live when the request arrived) until the request is answered,
+                // whatever reloads happen meanwhile.
+                let mut router = live.current().router.clone();
+                router.call(req)
+            }
+        }
     }
 }
 

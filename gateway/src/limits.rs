@@ -75,18 +75,19 @@ fn open_files_limit() -> Option<u64> {
     soft.parse().ok()
 }
 
-/// What a listener serves: `router` (whose handlers read `ConnectInfo<SocketAddr>`) within
-/// `limits`; `overflow` answers requests on connections past the cap.
-pub struct Listener {
+/// What a listener serves: `router` (an axum router, or any service of the same requests
+/// and responses, whose handlers read `ConnectInfo<SocketAddr>`) within `limits`; `overflow`
+/// answers requests on connections past the cap.
+pub struct Listener<S = Router> {
     pub listener: TcpListener,
-    pub router: Router,
+    pub router: S,
     pub overflow: Router,
     pub limits: ListenerLimits,
     pub name: &'static str,
 }
 
 /// Serves until `stop` turns true, then lets the open connections finish their request.
-pub async fn serve(l: Listener, mut stop: watch::Receiver<bool>) {
+pub async fn serve<S: Routes>(l: Listener<S>, mut stop: watch::Receiver<bool>) {
     let slots = Arc::new(Semaphore::new(l.limits.max_connections.max(1)));
     let overflow_slots = Arc::new(Semaphore::new(OVERFLOW_CONNECTIONS));
     let open = Arc::new(AtomicUsize::new(0));
@@ -107,8 +108,12 @@ pub async fn serve(l: Listener, mut stop: watch::Receiver<bool>) {
             }
         };
         let _ = stream.set_nodelay(true);
-        let (router, limits, permit) = match slots.clone().try_acquire_owned() {
-            Ok(p) => (l.router.clone(), l.limits, p),
+        let spawned = Spawned {
+            stop: stop.clone(),
+            open: open.clone(),
+        };
+        match slots.clone().try_acquire_owned() {
+            Ok(p) => spawned.spawn(stream, peer, l.router.clone(), l.limits, p),
             Err(_) => {
                 if warned_full.elapsed() >= Duration::from_secs(10) {
                     warned_full = Instant::now();
@@ -129,17 +134,9 @@ pub async fn serve(l: Listener, mut stop: watch::Receiver<bool>) {
                     idle_timeout: OVERFLOW_HEADER_TIMEOUT,
                     ..l.limits
                 };
-                (l.overflow.clone(), limits, p)
+                spawned.spawn(stream, peer, l.overflow.clone(), limits, p);
             }
-        };
-        let stop = stop.clone();
-        let open = open.clone();
-        open.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(async move {
-            connection(stream, peer, router, limits, stop).await;
-            open.fetch_sub(1, Ordering::Relaxed);
-            drop(permit);
-        });
+        }
     }
     // Let the connections answer what they are serving (each closes after its response).
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -183,10 +180,62 @@ impl IdleClock {
     }
 }
 
-async fn connection(
+/// The services a listener can serve: what hyper's connection needs of them.
+pub trait Routes:
+    tower::Service<
+        Request<Body>,
+        Response = Response<Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> Routes for S where
+    S: tower::Service<
+            Request<Body>,
+            Response = Response<Body>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// What a spawned connection shares with the accept loop.
+struct Spawned {
+    stop: watch::Receiver<bool>,
+    open: Arc<AtomicUsize>,
+}
+
+impl Spawned {
+    fn spawn<S: Routes>(
+        self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        router: S,
+        limits: ListenerLimits,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        let Self { stop, open } = self;
+        open.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            connection(stream, peer, router, limits, stop).await;
+            open.fetch_sub(1, Ordering::Relaxed);
+            drop(permit);
+        });
+    }
+}
+
+async fn connection<S: Routes>(
     stream: TcpStream,
     peer: SocketAddr,
-    router: Router,
+    router: S,
     limits: ListenerLimits,
     mut stop: watch::Receiver<bool>,
 ) {

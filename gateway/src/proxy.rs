@@ -134,7 +134,7 @@ impl Upstream {
         let (mut parts, body) = req.into_parts();
         let request_id = parts
             .headers
-            .get(REQUEST_ID)
+            .get(REQUEST_ID_NAME)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("-")
             .to_string();
@@ -142,7 +142,7 @@ impl Upstream {
         // it started), for the problem bodies.
         let trace_id = parts
             .headers
-            .get(TRACEPARENT)
+            .get(TRACEPARENT_NAME)
             .and_then(|v| v.to_str().ok())
             .and_then(|t| t.get(3..35))
             .map(str::to_owned);
@@ -187,7 +187,10 @@ impl Upstream {
             .map(|ConnectInfo(a)| a.ip());
         set_forwarded(&mut parts.headers, peer, host, trusted);
         // An HTTP-to-HTTP gateway sends Via in each inbound request (RFC 9110 section 7.6.3).
-        append(&mut parts.headers, header::VIA, "1.1 rl-gateway");
+        const VIA: &str = "1.1 rl-gateway";
+        append_value(&mut parts.headers, header::VIA, VIA, || {
+            Some(HeaderValue::from_static(VIA))
+        });
         if let Some(host) = &self.base.host {
             parts.headers.insert(header::HOST, host.clone());
         }
@@ -316,6 +319,11 @@ fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
 /// Removes the connection-specific headers: the fixed list and every header named in
 /// `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none of them: one look at each name present is cheaper than
+    // seven removals, each a hash and a probe.
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
     if headers.contains_key(header::CONNECTION) {
         strip_named_in_connection(headers);
     }
@@ -337,6 +345,13 @@ fn strip_named_in_connection(headers: &mut HeaderMap) {
     }
 }
 
+/// The middleware's headers as names: a `&str` is parsed into a name on each lookup.
+const REQUEST_ID_NAME: HeaderName = HeaderName::from_static(REQUEST_ID);
+const TRACEPARENT_NAME: HeaderName = HeaderName::from_static(TRACEPARENT);
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
 /// Appends the peer to `X-Forwarded-For` and `Forwarded`; sets `X-Forwarded-Proto` (the
 /// gateway listens on plain http) and `X-Forwarded-Host` (the client's `Host`) unless a
 /// trusted peer already set them.
@@ -347,41 +362,78 @@ fn set_forwarded(
     trusted: &[IpNet],
 ) {
     let from_trusted = peer.is_some_and(|ip| trusted.iter().any(|n| n.contains(&ip)));
-    let xfp = HeaderName::from_static("x-forwarded-proto");
-    let xfh = HeaderName::from_static("x-forwarded-host");
-    if !from_trusted || !headers.contains_key(&xfp) {
-        headers.insert(xfp, HeaderValue::from_static("http"));
+    if !from_trusted || !headers.contains_key(X_FORWARDED_PROTO) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     }
-    if !from_trusted || !headers.contains_key(&xfh) {
+    if !from_trusted || !headers.contains_key(X_FORWARDED_HOST) {
         match &host {
-            Some(h) => headers.insert(xfh, h.clone()),
-            None => headers.remove(xfh),
+            Some(h) => headers.insert(X_FORWARDED_HOST, h.clone()),
+            None => headers.remove(X_FORWARDED_HOST),
         };
     }
     let Some(peer) = peer else { return };
-    // Formatted once: an address's Display is among the costlier steps of a request.
-    let address = peer.to_string();
-    append(
-        headers,
-        HeaderName::from_static("x-forwarded-for"),
-        &address,
-    );
-    let node = match peer {
-        IpAddr::V4(_) => address,
-        IpAddr::V6(_) => format!("\"[{address}]\""),
-    };
-    let mut element = format!("for={node};proto=http");
+    // Written once, by hand for IPv4 (every request): an address's Display goes through the
+    // formatting machinery, among the costlier steps of a request.
+    let mut address = String::with_capacity(39);
+    push_ip(&mut address, peer);
+    let mut element = String::with_capacity(64);
+    element.push_str("for=");
+    match peer {
+        IpAddr::V4(_) => element.push_str(&address),
+        IpAddr::V6(_) => {
+            element.push_str("\"[");
+            element.push_str(&address);
+            element.push_str("]\"");
+        }
+    }
+    element.push_str(";proto=http");
     if let Some(h) = host.as_ref().and_then(|h| h.to_str().ok()) {
         element.push_str(";host=");
-        element.push_str(&quoted(h));
+        push_quoted(&mut element, h);
     }
+    append(headers, X_FORWARDED_FOR, &address);
     append(headers, header::FORWARDED, &element);
+}
+
+/// Writes `ip` as its Display does (dotted decimal for IPv4).
+fn push_ip(out: &mut String, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                if octet >= 100 {
+                    out.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    out.push(char::from(b'0' + octet / 10 % 10));
+                }
+                out.push(char::from(b'0' + octet % 10));
+            }
+        }
+        IpAddr::V6(v6) => {
+            use std::fmt::Write;
+            let _ = write!(out, "{v6}");
+        }
+    }
 }
 
 /// Sets `name` to its existing values (all lines, comma-joined) followed by `value`.
 fn append(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+    append_value(headers, name, value, || HeaderValue::from_str(value).ok());
+}
+
+/// [`append`] with the value to set when `name` is absent made by `alone` (a static value
+/// needs no copy and no check).
+fn append_value(
+    headers: &mut HeaderMap,
+    name: HeaderName,
+    value: &str,
+    alone: impl FnOnce() -> Option<HeaderValue>,
+) {
     if !headers.contains_key(&name) {
-        if let Ok(v) = HeaderValue::from_str(value) {
+        if let Some(v) = alone() {
             headers.insert(name, v);
         }
         return;
@@ -403,22 +455,23 @@ fn append(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     }
 }
 
-/// A `Forwarded` value: a token as is, anything else (a host with a port) quoted.
-fn quoted(v: &str) -> String {
+/// Writes a `Forwarded` value: a token as is, anything else (a host with a port) quoted.
+fn push_quoted(out: &mut String, v: &str) {
     let token = !v.is_empty()
         && v.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
     if token {
-        return v.to_string();
+        out.push_str(v);
+        return;
     }
-    let escaped: String = v
-        .chars()
-        .flat_map(|c| match c {
-            '"' | '\\' => vec!['\\', c],
-            _ => vec![c],
-        })
-        .collect();
-    format!("\"{escaped}\"")
+    out.push('"');
+    for c in v.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
 }
 
 fn problem(status: StatusCode, title: &str, request_id: &str, trace_id: Option<&str>) -> Response {
@@ -518,6 +571,37 @@ mod tests {
         assert_eq!(h["x-forwarded-host"], "api.example");
         assert_eq!(h["x-forwarded-for"], "::1");
         assert_eq!(h["forwarded"], "for=\"[::1]\";proto=http;host=internal");
+    }
+
+    #[test]
+    fn addresses_are_written_as_their_display() {
+        for ip in [
+            "0.0.0.0",
+            "9.10.99.100",
+            "127.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "2001:db8::8:800:200c:417a",
+            "::ffff:192.0.2.1",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let mut out = String::new();
+            push_ip(&mut out, ip);
+            assert_eq!(out, ip.to_string());
+        }
+    }
+
+    #[test]
+    fn forwarded_hosts_are_quoted_unless_tokens() {
+        for (host, expected) in [
+            ("api.example", "api.example"),
+            ("api.example:8080", "\"api.example:8080\""),
+            ("a\"b\\c", "\"a\\\"b\\\\c\""),
+        ] {
+            let mut out = String::new();
+            push_quoted(&mut out, host);
+            assert_eq!(out, expected, "{host}");
+        }
     }
 
     #[test]

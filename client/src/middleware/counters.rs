@@ -62,13 +62,18 @@ fn bump<K: Hash + Eq>(
     let mut map = map
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if !map.contains_key(first) {
-        map.insert(first.to_owned(), HashMap::new());
-    }
+    // One lookup of `first` once it is known (every request but the first few): looking it
+    // up, then up again to reach its counters, hashed the label twice.
     if let Some(by_second) = map.get_mut(first) {
         by_second
             .entry(second)
             .or_insert_with(register)
             .increment(1);
+        return;
     }
+    map.entry(first.to_owned())
+        .or_default()
+        .entry(second)
+        .or_insert_with(register)
+        .increment(1);
 }

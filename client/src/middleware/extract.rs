@@ -7,6 +7,8 @@ pub use redis_rl_policy::{client_network, tenant_id};
 
 /// The request id header, taken from the request or generated, and returned.
 pub const REQUEST_ID: &str = "x-request-id";
+/// [`REQUEST_ID`] as a header name: a `&str` is parsed into a name on each lookup or insert.
+pub(crate) const REQUEST_ID_NAME: http::HeaderName = http::HeaderName::from_static(REQUEST_ID);
 /// The default API key header.
 pub const API_KEY: &str = "x-api-key";
 
@@ -22,7 +24,7 @@ impl redis_rl_policy::Headers for HttpHeaders<'_> {
 /// The caller's request id if it is sane (1 to 128 of `A-Z a-z 0-9 - _ . :`), else a new
 /// UUID: an id is echoed into logs and headers, so arbitrary bytes are not.
 pub fn request_id(headers: &HeaderMap) -> String {
-    redis_rl_policy::request_id(headers.get(REQUEST_ID).map(|v| v.as_bytes()))
+    redis_rl_policy::request_id(headers.get(REQUEST_ID_NAME).map(|v| v.as_bytes()))
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
 }
 

@@ -9,13 +9,13 @@ use tower_service::Service;
 use tracing::Instrument;
 
 use super::config::policy_of;
-use super::extract::{self, HttpHeaders, REQUEST_ID};
+use super::extract::{self, HttpHeaders, REQUEST_ID_NAME};
 use super::headers::{to_response, write_headers};
 use super::hold::{hold, Hold};
 use super::plan::Shared;
 use super::request::{RequestInfo, RequestView};
 use super::settlement::{PendingSettle, SettleReport};
-use super::trace::{TraceContext, TRACEPARENT};
+use super::trace::{TraceContext, TRACEPARENT_NAME};
 use crate::backend::BoxFuture;
 use crate::decision::{Decision, MultiDecision, Source};
 use crate::policy::Policy;
@@ -258,23 +258,14 @@ async fn decide<'s>(
             tracing::debug!(status = r.status, "request refused");
             Before::Refuse(r, tier_label)
         }
-        Rendered::Headers(h) => {
-            // The reported policy (`RateLimit: "<name>";...`) names the span's dimension.
-            let reported = h
-                .iter()
-                .find(|(n, _)| *n == "ratelimit")
-                .and_then(|(_, v)| v.split('"').nth(1))
-                .and_then(|name| plan.items.iter().find(|i| i.name == name));
-            if let Some(item) = reported {
-                tracing::Span::current().record("dimension", tracing::field::display(&item.label));
-            }
-            Before::Call(Go {
-                headers: h,
-                tier: tier_label,
-                hold: None,
-                settle,
-            })
-        }
+        // The span's dimension is recorded above, from the item these headers report: a
+        // second record would repeat the field in every log line (`dimension=ip dimension=ip`).
+        Rendered::Headers(h) => Before::Call(Go {
+            headers: h,
+            tier: tier_label,
+            hold: None,
+            settle,
+        }),
     }
 }
 
@@ -355,10 +346,10 @@ where
             req.extensions_mut().insert(s.clone());
         }
         if let Ok(v) = HeaderValue::try_from(request_id.as_str()) {
-            req.headers_mut().insert(REQUEST_ID, v);
+            req.headers_mut().insert(REQUEST_ID_NAME, v);
         }
         if let Ok(v) = HeaderValue::try_from(trace.traceparent()) {
-            req.headers_mut().insert(TRACEPARENT, v);
+            req.headers_mut().insert(TRACEPARENT_NAME, v);
         }
         let mut response = inner.call(req).await?;
         if let Some(s) = settle.filter(|s| !s.claimed()) {
@@ -367,7 +358,7 @@ where
         let headers = response.headers_mut();
         write_headers(headers, &added);
         if let Ok(v) = HeaderValue::try_from(request_id.as_str()) {
-            headers.insert(REQUEST_ID, v);
+            headers.insert(REQUEST_ID_NAME, v);
         }
         if response.status().is_server_error() {
             tracing::warn!(status = response.status().as_u16(), "upstream error");

@@ -10,6 +10,7 @@ use tower::ServiceExt;
 
 use super::*;
 use crate::backend::Unreachable;
+use crate::middleware::REQUEST_ID;
 use crate::middleware::{Dimension, RateLimitConfig, RateLimitLayer};
 use crate::middleware::{FailureModeName, Rate, RateOverride, Window};
 use crate::tier::StaticTiers;

@@ -6,6 +6,8 @@ use http::HeaderMap;
 
 /// The `traceparent` request header.
 pub const TRACEPARENT: &str = "traceparent";
+/// [`TRACEPARENT`] as a header name: a `&str` is parsed into a name on each lookup or insert.
+pub(crate) const TRACEPARENT_NAME: http::HeaderName = http::HeaderName::from_static(TRACEPARENT);
 
 /// The trace of one request: the caller's (from a valid `traceparent`) or a new one, and the
 /// span id of this hop, which the forwarded `traceparent` names as the parent.
@@ -26,7 +28,7 @@ impl TraceContext {
         let span_id: [u8; 8] = std::array::from_fn(|i| random.get(i).copied().unwrap_or(1));
         let span_id = if span_id == [0; 8] { [1; 8] } else { span_id };
         let incoming = headers
-            .get(TRACEPARENT)
+            .get(TRACEPARENT_NAME)
             .and_then(|v| v.to_str().ok())
             .and_then(parse);
         match incoming {
