@@ -209,7 +209,7 @@ local LG_TREE, LG_RANGES = M.fast_tree(), M.KINDS.L.params
 -- longer value is seen as such.
 local LG_LONGEST = 15 + 10 * M.MAX_LOG
 local LG_LAST = fmt("%d", LG_LONGEST)
-local FAST_MAX = M.FAST_MAX
+local FAST_MAX, MAX_LOG = M.FAST_MAX, M.MAX_LOG
 local IN_PLACE = M.IN_PLACE
 
 M.FAST["RL.LOG"] = function(key, args)
@@ -224,41 +224,49 @@ M.FAST["RL.LOG"] = function(key, args)
   end
   local len, pos, used, newest = #v, 16, 0, nil
   local at = now
-  if len > 0 then
-    if len < 15 or len > LG_LONGEST or (len - 15) % 10 ~= 0 then
+  if len > 15 then
+    if len > LG_LONGEST or (len - 15) % 10 ~= 0 then
+      return nil
+    end
+    -- The header and the oldest entry in one unpack; the newest from the end.
+    local head, stored_ms, total, t, c = sunpack("<I5I8I2I8I2", v)
+    if head ~= LG_HEAD or stored_ms ~= window_ms or total > MAX_LOG then
+      return nil
+    end
+    local last, n = t, c
+    if len > 25 then
+      last, n = sunpack("<I8I2", v, len - 9)
+    end
+    if last >= FAST_MAX or n == 0 then
+      return nil
+    end
+    if last > now then
+      at = last
+    end
+    -- The entries that left the window: their units are no longer used.
+    local previous = 0
+    used = total
+    while t + window <= at do
+      if t < previous or c == 0 or c > used then
+        return nil
+      end
+      previous, used, pos = t, used - c, pos + 10
+      if pos > len then
+        break
+      end
+      t, c = sunpack("<I8I2", v, pos)
+    end
+    if pos < len then
+      newest = last
+    elseif used ~= 0 then
+      return nil
+    end
+  elseif len > 0 then
+    if len ~= 15 then
       return nil
     end
     local head, stored_ms, total = sunpack("<I5I8I2", v)
-    if head ~= LG_HEAD or stored_ms ~= window_ms or total > M.MAX_LOG then
-      return nil
-    end
-    used = total
-    if len > 15 then
-      local last, n = sunpack("<I8I2", v, len - 9)
-      if last >= FAST_MAX or n == 0 then
-        return nil
-      end
-      if last > now then
-        at = last
-      end
-      -- The entries that left the window: their units are no longer used.
-      local previous = 0
-      while pos < len do
-        local t, c = sunpack("<I8I2", v, pos)
-        if t + window > at then
-          break
-        end
-        if t < previous or c == 0 or c > used then
-          return nil
-        end
-        previous, used, pos = t, used - c, pos + 10
-      end
-      if pos < len then
-        newest = last
-      elseif used ~= 0 then
-        return nil
-      end
-    elseif total ~= 0 then
+    if head ~= LG_HEAD or stored_ms ~= window_ms or total ~= 0 then
       return nil
     end
   end
@@ -287,7 +295,8 @@ M.FAST["RL.LOG"] = function(key, args)
   if cost == 0 then
     return { 1, limit, left, 0, reset }
   end
-  reset = M.cdiv(at + window - now, 1000)
+  -- Usually written at `now` (the clock did not go back): the whole window, in ms.
+  reset = at == now and window_ms or M.cdiv(at + window - now, 1000)
   if pos == 16 and len > 0 and IN_PLACE then
     -- Nothing left the window: the stored total and the newest entry change (or one is
     -- appended) in place, and the key's expiry moves.
