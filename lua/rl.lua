@@ -263,7 +263,8 @@ local function build()
   -- Stored bytes: magic "\0RL", version, tag, fields (src/encoding): version 1 has
   -- little-endian fixed-width fields (a log: varints), version 2 the fields of a fixed-size
   -- state as varints (the module writes it for T, S, F, G; the twin writes version 1), a
-  -- concurrency limiter's lease table, and a log of fixed-width entries (the twin writes it).
+  -- concurrency limiter's lease table, and a log of fixed-width entries (the twin's earlier
+  -- layout); version 3 a log of fixed-width entries with running counts (the twin writes it).
 
   function M.corrupt(tag)
     M.fail("ERR key holds a corrupt redis-rl " .. M.KINDS[tag].name .. " limiter")
@@ -289,7 +290,8 @@ local function build()
       M.not_ours()
     end
     local version, stored = byte(v, 4), sub(v, 5, 5)
-    if version ~= 1 and not (version == 2 and (stored == "C" or stored == "L" or M.V1_LEN[stored])) then
+    if version ~= 1 and not (version == 2 and (stored == "C" or stored == "L" or M.V1_LEN[stored]))
+      and not (version == 3 and stored == "L") then
       M.fail("ERR key holds a redis-rl limiter in format version " .. version .. ", this module reads version 1")
     end
     if not M.KINDS[stored] then
@@ -1998,14 +2000,21 @@ local function build()
   -- ------------------------------------------------------------------------------------------
   -- lua/src/sliding_window_log.lua
   -- Sliding window log (core/src/sliding_log.rs): entries oldest first. The module writes
-  -- version 1 (varints: small); the twin writes version 2 (src/encoding/sliding_log.rs):
-  -- `window_ms` (8 bytes), the total count (2), then per entry its instant (8) and count (2),
-  -- little-endian, which its fast code reads and drops at computed offsets, a constant
-  -- number of Lua operations per call. Each side reads both.
+  -- version 1 (varints: small); the twin writes version 3 (src/encoding/sliding_log.rs):
+  -- `window_ms` (8 bytes), the running count before the first entry (3), then per entry its
+  -- instant (7) and the running count through it (3), little-endian. Its fast code reads
+  -- and drops entries at computed offsets (a constant number of Lua operations per call),
+  -- and the units in the window are two running counts apart, so a call that drops nothing
+  -- appends 10 bytes and leaves the rest as it is: no total to rewrite in front. Version 2
+  -- (the twin's earlier layout: a total, then instants and counts) is still read. Each side
+  -- reads every version.
 
   M.LG = M.window_algorithm("L")
   M.MAX_LOG = M.KINDS.L.params[1][3]
-  local LG_HEAD = sunpack("<I5", "\0RL\2L")
+  local LG_HEAD = sunpack("<I5", "\0RL\3L")
+  -- Running counts stay below 2^24 (3 bytes): a call that would reach it leaves the write to
+  -- the general path, whose log starts again from 0.
+  local RUN_END = 16777216
 
   -- A version 2 log's entries (nil when not a valid one).
   local function read_fixed_log(v)
@@ -2030,10 +2039,36 @@ local function build()
     return sum == total and { window_ms = window_ms, times = times, counts = counts }
   end
 
+  -- A version 3 log's entries (nil when not a valid one).
+  local function read_running_log(v)
+    local len = #v
+    if len < 16 or (len - 16) % 10 ~= 0 then
+      return nil
+    end
+    local window_ms, base = M.read_u64(v, 6), sunpack("<I3", v, 14)
+    if not M.valid_duration(window_ms) then
+      return nil
+    end
+    local times, counts, previous, run = {}, {}, 0, base
+    for pos = 17, len, 10 do
+      local at, through = sunpack("<I7I3", v, pos)
+      if at > M.LATEST_US or at < previous or through <= run or through - base > M.MAX_LOG then
+        return nil
+      end
+      times[#times + 1] = at
+      counts[#counts + 1] = through - run
+      previous, run = at, through
+    end
+    return { window_ms = window_ms, times = times, counts = counts }
+  end
+
   function M.LG.read(key)
     local v = M.read_value(key, "L")
     if not v then
       return nil
+    end
+    if byte(v, 4) == 3 then
+      return read_running_log(v) or M.corrupt("L")
     end
     if byte(v, 4) == 2 then
       return read_fixed_log(v) or M.corrupt("L")
@@ -2068,12 +2103,12 @@ local function build()
   end
 
   function M.LG.encode(s)
-    local parts, total = {}, 0
+    local parts, run = {}, 0
     for i = 1, #s.times do
-      parts[i + 1] = spack("<I8I2", s.times[i], s.counts[i])
-      total = total + s.counts[i]
+      run = run + s.counts[i]
+      parts[i + 1] = spack("<I7I3", s.times[i], run)
     end
-    parts[1] = spack("<I5I8I2", LG_HEAD, s.window_ms, total)
+    parts[1] = spack("<I5I8I3", LG_HEAD, s.window_ms, 0)
     return table.concat(parts)
   end
 
@@ -2194,19 +2229,19 @@ local function build()
   end
 
   -- The fast path (see fast.lua) of `RL.LOG key limit window_ms [COST n]`: M.LG.check on a
-  -- missing key or a version 2 log of the same window, in one function. The entries that
+  -- missing key or a version 3 log of the same window, in one function. The entries that
   -- left the window are read from the front and dropped with a substring; the units still
-  -- in it are the stored total less theirs; a denial reads entries from the front until
-  -- enough units would leave; a write appends one entry (or adds to the newest at the same
-  -- instant). The fast code checks the header, the length and the entries it reads (the
-  -- general path checks every entry).
+  -- in it are the newest running count less the last one dropped; a denial reads entries
+  -- from the front until enough units would leave; a write appends one entry (or raises
+  -- the newest's running count at the same instant). The fast code checks the header, the
+  -- length and the entries it reads (the general path checks every entry).
   local function lg_prepare(limit, window_ms)
     return window_ms * 1000 < M.FAST_MAX and { limit, window_ms, window_ms * 1000 }
   end
   local LG_TREE, LG_RANGES = M.fast_tree(), M.KINDS.L.params
-  -- The longest valid version 2 log, and GETRANGE's last offset: one byte more, so a
+  -- The longest valid version 3 log, and GETRANGE's last offset: one byte more, so a
   -- longer value is seen as such.
-  local LG_LONGEST = 15 + 10 * M.MAX_LOG
+  local LG_LONGEST = 16 + 10 * M.MAX_LOG
   local LG_LAST = fmt("%d", LG_LONGEST)
   local FAST_MAX, MAX_LOG = M.FAST_MAX, M.MAX_LOG
   local IN_PLACE = M.IN_PLACE
@@ -2221,22 +2256,26 @@ local function build()
     if not v then
       return nil
     end
-    local len, pos, used, newest = #v, 16, 0, nil
+    -- `gone`: the running count before the oldest entry still in the window; `run`: the
+    -- running count through the newest entry.
+    local len, pos, gone, run, newest = #v, 17, 0, 0, nil
     local at = now
-    if len > 15 then
-      if len > LG_LONGEST or (len - 15) % 10 ~= 0 then
+    if len > 16 then
+      if len > LG_LONGEST or (len - 16) % 10 ~= 0 then
         return nil
       end
       -- The header and the oldest entry in one unpack; the newest from the end.
-      local head, stored_ms, total, t, c = sunpack("<I5I8I2I8I2", v)
-      if head ~= LG_HEAD or stored_ms ~= window_ms or total > MAX_LOG then
+      local head, stored_ms, t, r
+      head, stored_ms, gone, t, r = sunpack("<I5I8I3I7I3", v)
+      if head ~= LG_HEAD or stored_ms ~= window_ms then
         return nil
       end
-      local last, n = t, c
-      if len > 25 then
-        last, n = sunpack("<I8I2", v, len - 9)
+      local last = t
+      run = r
+      if len > 26 then
+        last, run = sunpack("<I7I3", v, len - 9)
       end
-      if last >= FAST_MAX or n == 0 then
+      if last >= FAST_MAX or last < t or run < r or run - gone > MAX_LOG then
         return nil
       end
       if last > now then
@@ -2244,31 +2283,34 @@ local function build()
       end
       -- The entries that left the window: their units are no longer used.
       local previous = 0
-      used = total
       while t + window <= at do
-        if t < previous or c == 0 or c > used then
+        if t < previous or r <= gone then
           return nil
         end
-        previous, used, pos = t, used - c, pos + 10
+        previous, gone, pos = t, r, pos + 10
         if pos > len then
           break
         end
-        t, c = sunpack("<I8I2", v, pos)
+        t, r = sunpack("<I7I3", v, pos)
       end
       if pos < len then
+        if r <= gone then
+          return nil
+        end
         newest = last
-      elseif used ~= 0 then
-        return nil
       end
     elseif len > 0 then
-      if len ~= 15 then
+      if len ~= 16 then
         return nil
       end
-      local head, stored_ms, total = sunpack("<I5I8I2", v)
-      if head ~= LG_HEAD or stored_ms ~= window_ms or total ~= 0 then
+      local head, stored_ms
+      head, stored_ms, gone = sunpack("<I5I8I3", v)
+      if head ~= LG_HEAD or stored_ms ~= window_ms then
         return nil
       end
+      run = gone
     end
+    local used = run - gone
     local reset = 0
     if newest then
       reset = M.cdiv(newest + window - now, 1000)
@@ -2280,12 +2322,15 @@ local function build()
     local excess = used + cost - limit
     if excess > 0 then
       -- The oldest entries whose units, once out of the window, let the call in.
-      local i, freed, t, c = pos, 0, 0, 0
-      while freed < excess and i < len do
-        t, c = sunpack("<I8I2", v, i)
-        freed, i = freed + c, i + 10
+      local i, t, r, previous = pos, 0, gone, gone
+      while r - gone < excess and i < len do
+        t, r = sunpack("<I7I3", v, i)
+        if r <= previous then
+          return nil
+        end
+        previous, i = r, i + 10
       end
-      if freed < excess or c == 0 then
+      if r - gone < excess then
         return nil
       end
       local retry = t + window > now and M.cdiv(t + window - now, 1000) or 0
@@ -2294,27 +2339,38 @@ local function build()
     if cost == 0 then
       return { 1, limit, left, 0, reset }
     end
+    local through = run + cost
+    if through >= RUN_END then
+      return nil
+    end
     -- Usually written at `now` (the clock did not go back): the whole window, in ms.
     reset = at == now and window_ms or M.cdiv(at + window - now, 1000)
-    if pos == 16 and len > 0 and IN_PLACE then
-      -- Nothing left the window: the stored total and the newest entry change (or one is
-      -- appended) in place, and the key's expiry moves.
-      local pxat = M.fast_expiry(now, reset)
-      call("SETRANGE", key, "13", spack("<I2", used + cost))
-      if newest == at then
-        call("SETRANGE", key, M.FAST_TEXT and fmt("%d", len - 2) or len - 2, spack("<I2", sunpack("<I2", v, len - 1) + cost))
-      else
-        call("APPEND", key, spack("<I8I2", at, cost))
-      end
-      call("PEXPIREAT", key, pxat)
-      return { 1, limit, left - cost, 0, reset }
-    end
     local value
-    if newest == at then
-      value = spack("<I5I8I2", LG_HEAD, window_ms, used + cost) .. sub(v, pos, len - 2)
-        .. spack("<I2", sunpack("<I2", v, len - 1) + cost)
+    if pos == 17 and len > 0 then
+      -- Nothing left the window: the bytes before the newest entry stay as they are.
+      if IN_PLACE then
+        -- The newest running count changes (or an entry is appended) in place, and the
+        -- key's expiry moves.
+        local pxat = M.fast_expiry(now, reset)
+        if newest == at then
+          call("SETRANGE", key, M.FAST_TEXT and fmt("%d", len - 3) or len - 3, spack("<I3", through))
+        else
+          call("APPEND", key, spack("<I7I3", at, through))
+        end
+        call("PEXPIREAT", key, pxat)
+        return { 1, limit, left - cost, 0, reset }
+      end
+      if newest == at then
+        value = sub(v, 1, len - 3) .. spack("<I3", through)
+      else
+        value = v .. spack("<I7I3", at, through)
+      end
+    elseif newest == at then
+      value = spack("<I5I8I3", LG_HEAD, window_ms, gone) .. sub(v, pos, len - 3) .. spack("<I3", through)
+    elseif pos < len then
+      value = spack("<I5I8I3", LG_HEAD, window_ms, gone) .. sub(v, pos, len) .. spack("<I7I3", at, through)
     else
-      value = spack("<I5I8I2", LG_HEAD, window_ms, used + cost) .. sub(v, pos, len) .. spack("<I8I2", at, cost)
+      value = spack("<I5I8I3I7I3", LG_HEAD, window_ms, gone, at, through)
     end
     call("SET", key, value, "PXAT", M.fast_expiry(now, reset))
     return { 1, limit, left - cost, 0, reset }
