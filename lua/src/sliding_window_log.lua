@@ -243,7 +243,6 @@ local LG_TREE, LG_RANGES = M.fast_tree(), M.KINDS.L.params
 local LG_LONGEST = 16 + 10 * M.MAX_LOG
 local LG_LAST = fmt("%d", LG_LONGEST)
 local FAST_MAX, MAX_LOG = M.FAST_MAX, M.MAX_LOG
-local IN_PLACE = M.IN_PLACE
 
 M.FAST["RL.LOG"] = function(key, args)
   local p, cost = M.fast_pair_args(LG_TREE, LG_RANGES, lg_prepare, args)
@@ -344,27 +343,23 @@ M.FAST["RL.LOG"] = function(key, args)
   end
   -- Usually written at `now` (the clock did not go back): the whole window, in ms.
   reset = at == now and window_ms or M.cdiv(at + window - now, 1000)
-  local value
   if pos == 17 and len > 0 then
-    -- Nothing left the window: the bytes before the newest entry stay as they are.
-    if IN_PLACE then
-      -- The newest running count changes (or an entry is appended) in place, and the
-      -- key's expiry moves.
-      local pxat = M.fast_expiry(now, reset)
-      if newest == at then
-        call("SETRANGE", key, M.FAST_TEXT and fmt("%d", len - 3) or len - 3, spack("<I3", through))
-      else
-        call("APPEND", key, spack("<I7I3", at, through))
-      end
-      call("PEXPIREAT", key, pxat)
-      return { 1, limit, left - cost, 0, reset }
-    end
+    -- Nothing left the window: the bytes before the newest entry stay as they are, so the
+    -- write is in place, on both servers (one call more than a SET, but no new Lua string
+    -- of the whole log to hash and to copy into the server: measured cheaper on Redis 7.0
+    -- and on Valkey 9.1): the newest running count changes or an entry is appended, and
+    -- the key's expiry moves.
+    local pxat = M.fast_expiry(now, reset)
     if newest == at then
-      value = sub(v, 1, len - 3) .. spack("<I3", through)
+      call("SETRANGE", key, M.FAST_TEXT and fmt("%d", len - 3) or len - 3, spack("<I3", through))
     else
-      value = v .. spack("<I7I3", at, through)
+      call("APPEND", key, spack("<I7I3", at, through))
     end
-  elseif newest == at then
+    call("PEXPIREAT", key, pxat)
+    return { 1, limit, left - cost, 0, reset }
+  end
+  local value
+  if newest == at then
     value = spack("<I5I8I3", LG_HEAD, window_ms, gone) .. sub(v, pos, len - 3) .. spack("<I3", through)
   elseif pos < len then
     value = spack("<I5I8I3", LG_HEAD, window_ms, gone) .. sub(v, pos, len) .. spack("<I7I3", at, through)
