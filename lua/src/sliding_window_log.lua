@@ -309,16 +309,17 @@ M.FAST["RL.LOG"] = function(key, args)
     run = gone
   end
   local used = run - gone
-  local reset = 0
-  if newest then
-    reset = M.cdiv(newest + window - now, 1000)
-  end
   local left = limit - used
-  if cost > limit then
-    return { 0, limit, left > 0 and left or 0, -1, reset }
-  end
   local excess = used + cost - limit
-  if excess > 0 then
+  if cost > limit or excess > 0 or cost == 0 then
+    -- No write: the reset is the newest entry's (none when every entry left the window).
+    local reset = newest and M.cdiv(newest + window - now, 1000) or 0
+    if cost > limit then
+      return { 0, limit, left > 0 and left or 0, -1, reset }
+    end
+    if excess <= 0 then
+      return { 1, limit, left, 0, reset }
+    end
     -- The oldest entries whose units, once out of the window, let the call in.
     local i, t, r, previous = pos, 0, gone, gone
     while r - gone < excess and i < len do
@@ -334,15 +335,12 @@ M.FAST["RL.LOG"] = function(key, args)
     local retry = t + window > now and M.cdiv(t + window - now, 1000) or 0
     return { 0, limit, left > 0 and left or 0, retry, reset }
   end
-  if cost == 0 then
-    return { 1, limit, left, 0, reset }
-  end
   local through = run + cost
   if through >= RUN_END then
     return nil
   end
   -- Usually written at `now` (the clock did not go back): the whole window, in ms.
-  reset = at == now and window_ms or M.cdiv(at + window - now, 1000)
+  local reset = at == now and window_ms or M.cdiv(at + window - now, 1000)
   if pos == 17 and len > 0 then
     -- Nothing left the window: the bytes before the newest entry stay as they are, so the
     -- write is in place, on both servers (one call more than a SET, but no new Lua string
