@@ -875,13 +875,19 @@ local function build()
   -- tables and the arguments parsed once per distinct text. Anything else (another option,
   -- a bad argument, a value of version 2 or of other parameters, a number out of that range)
   -- returns nil before any write, and the general path answers it: same replies, same bytes,
-  -- same expiries, the bignums and every error text there. The fast code calls the server
-  -- with redis.call (cheaper than redis.pcall); the entry point runs it under pcall, so an
-  -- error (WRONGTYPE on the read, a refused write) also leaves the call to the general path,
-  -- which reports it as the module does.
+  -- same expiries, the bignums and every error text there. An error of the server's
+  -- (WRONGTYPE on the read, a refused write) also leaves the call to the general path, which
+  -- reports it as the module does: M.FAST's code calls the server with redis.call and the
+  -- entry point runs it under pcall; M.FAST_DIRECT's calls it with redis.pcall and returns
+  -- nil itself (a pcall costs the server about 500 instructions a call).
 
   -- The command name as sent (exact case) -> function(keys, args) -> reply, or nil.
   M.FAST = {}
+  -- The same for fast code that never raises an error: it calls the server only with
+  -- redis.pcall and returns nil when a call fails (WRONGTYPE, NOPERM): before any write, or at
+  -- a write whose refusal leaves a value the general path continues to the same bytes. The
+  -- entry point runs it without a pcall of its own.
+  M.FAST_DIRECT = {}
 
   -- 2^52: every quantity of a fast call stays below it, so sums of two stay exact.
   local FAST_MAX = 4503599627370496
@@ -996,6 +1002,10 @@ local function build()
     end
     return p and cost and p, cost
   end
+
+  -- The fast code's reply: one table, filled by every call (the server has read it before
+  -- the next call), so that no call leaves a table for the collector to free.
+  M.FAST_REPLY = {}
 
   -- Redis before 7.2 formats a number given as a command argument with printf's %.17g
   -- (costly); Valkey with a fast conversion of its own. `%d` text is cheaper than the first
@@ -1188,8 +1198,10 @@ local function build()
   end
   local TB_TREE, TB_RANGES = M.fast_tree(), M.KINDS.T.params
   local TB_HEAD, TB_LEN, TB_FORMAT = sunpack("<I5", "\0RL\1T"), M.V1_LEN.T, "<I5I8I8I8I8"
+  local FAST_MAX = M.FAST_MAX
+  local REPLY = M.FAST_REPLY
 
-  M.FAST["RL.TOKENBUCKET"] = function(key, args)
+  M.FAST_DIRECT["RL.TOKENBUCKET"] = function(key, args)
     local n, cost = #args, 1
     if n == 6 and args[5] == "COST" then
       cost = M.FAST_VALUES[args[6]] or M.fast_value(args[6])
@@ -1205,19 +1217,30 @@ local function build()
     end
     local capacity, rate, refill_ms, unit, full = p[1], p[2], p[3], p[4], p[5]
     local level, updated = full, nil
-    local v, now = M.fast_read(key, "44")
-    if not v then
+    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+    -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+    -- matches no value's length below.
+    local v = pcall_redis("GETRANGE", key, "0", "44")
+    if v == "" and pcall_redis("EXISTS", key) ~= 0 then
       return nil
     end
+    local t = pcall_redis("TIME")
+    if t.err then
+      return nil
+    end
+    if t[1] ~= clock_s then
+      clock_s, clock_us = t[1], t[1] * 1000000
+    end
+    local now = clock_us + t[2]
     if #v == TB_LEN then
-      local head, at_low, at_high, ms_low, ms_high, low, high, top = sunpack("<I5I6I2I6I2I6I2I8", v)
+      local head, ms, top
+      head, updated, ms, level, top = sunpack(TB_FORMAT, v)
       -- The stored instant below 2^52 us, the same refill_ms, a level below 2^52 and not
-      -- over the most (else the general path: rescaling, bignums, the corrupt error).
-      if head ~= TB_HEAD or at_high >= 16 or ms_high ~= 0 or ms_low ~= refill_ms or high >= 16 or top ~= 0 then
-        return nil
-      end
-      updated, level = at_low + at_high * 281474976710656, low + high * 281474976710656
-      if level > p[6] then
+      -- over the most (else the general path: rescaling, bignums, the corrupt error). Each
+      -- field is read whole as a double: one over 2^53 is rounded, but to no less than 2^53
+      -- (rounding keeps the order), so the bounds below refuse it as they refuse it exact.
+      if head ~= TB_HEAD or updated >= FAST_MAX or ms ~= refill_ms or level >= FAST_MAX or top ~= 0
+        or level > p[6] then
         return nil
       end
     elseif v ~= "" then
@@ -1233,14 +1256,34 @@ local function build()
     end
     local lag = as_of - now
     local need = cost * unit
+    local gap = full - level
     if cost > capacity or level < need then
-      local wait = M.fast_wait
-      return { 0, capacity, M.fdiv(level, unit), cost > capacity and -1 or wait(need - level, rate, lag),
-        wait(full - level, rate, lag) }
+      -- Denied: the waits (M.fast_wait) and the tokens left (M.fdiv) computed here, on no
+      -- call, each quotient by `/` corrected by one step.
+      local retry = -1
+      if cost <= capacity then
+        local short = need - level
+        local w = short / rate
+        w = w - w % 1
+        w = (w * rate < short and w + 1 or w) + lag
+        retry = w / 1000
+        retry = retry - retry % 1
+        retry = retry * 1000 < w and retry + 1 or retry
+      end
+      local w = gap / rate
+      w = w - w % 1
+      w = (w * rate < gap and w + 1 or w) + lag
+      local reset = w / 1000
+      reset = reset - reset % 1
+      local left = level / unit
+      left = left - left % 1
+      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, capacity, left * unit > level and left - 1 or left, retry,
+        reset * 1000 < w and reset + 1 or reset
+      return REPLY
     end
     -- Allowed: the reset (M.fast_wait) computed here, on no call.
     level = level - need
-    local gap = full - level
+    gap = gap + need
     local w = gap / rate
     w = w - w % 1
     w = (w * rate < gap and w + 1 or w) + lag
@@ -1251,11 +1294,15 @@ local function build()
       local at = now / 1000
       at = at - at % 1
       at = (at * 1000 < now and at + 1 or at) + reset + M.FAST_SLACK
-      call("SET", key, spack(TB_FORMAT, TB_HEAD, as_of, refill_ms, level, 0), "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+      if pcall_redis("SET", key, spack(TB_FORMAT, TB_HEAD, as_of, refill_ms, level, 0), "PXAT",
+        M.FAST_TEXT and fmt("%d", at) or at).err then
+        return nil
+      end
     end
     local left = level / unit
     left = left - left % 1
-    return { 1, capacity, left * unit > level and left - 1 or left, 0, reset }
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, capacity, left * unit > level and left - 1 or left, 0, reset
+    return REPLY
   end
 
   -- ------------------------------------------------------------------------------------------
@@ -1412,6 +1459,7 @@ local function build()
   -- compares counts instead: remaining = limit - current - ceil(weight / window).
   local SW_HEAD, SW_LEN, SW_FORMAT = sunpack("<I5", "\0RL\1S"), M.V1_LEN.S, "<I5I8I8I8I8"
   local SW_TREE, SW_RANGES = M.fast_tree(), M.KINDS.S.params
+  local REPLY, VALUES = M.FAST_REPLY, M.FAST_VALUES
   local function sw_prepare(limit, window_ms)
     return { limit, window_ms, window_ms * 1000 }
   end
@@ -1427,7 +1475,13 @@ local function build()
       elseif spare * w >= M.FAST_MAX then
         return nil
       else
-        local part = M.fdiv(spare * w, previous)
+        -- M.fdiv, inline (as the others below: a Lua call costs more than these lines).
+        local product = spare * w
+        local part = product / previous
+        part = part - part % 1
+        if part * previous > product then
+          part = part - 1
+        end
         if part > 0 then
           earliest = start + w - part
           earliest = earliest > at and earliest or at
@@ -1440,23 +1494,55 @@ local function build()
         if (limit - cost) * w >= M.FAST_MAX then
           return nil
         end
-        earliest = earliest + w - M.fdiv((limit - cost) * w, current)
+        local product = (limit - cost) * w
+        local part = product / current
+        part = part - part % 1
+        if part * current > product then
+          part = part - 1
+        end
+        earliest = earliest + w - part
       end
     end
-    local retry = earliest > now and M.cdiv(earliest - now, 1000) or 0
+    if earliest <= now then
+      return 1
+    end
+    local retry = (earliest - now) / 1000
+    retry = retry - retry % 1
+    retry = retry * 1000 < earliest - now and retry + 1 or retry
     return retry > 1 and retry or 1
   end
 
-  M.FAST["RL.SLIDING"] = function(key, args)
-    local p, cost = M.fast_pair_args(SW_TREE, SW_RANGES, sw_prepare, args)
-    if not p then
+  M.FAST_DIRECT["RL.SLIDING"] = function(key, args)
+    -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+    local n, cost = #args, 1
+    if n == 5 and args[4] == "COST" then
+      cost = VALUES[args[5]] or M.fast_value(args[5])
+    elseif n ~= 3 then
+      return nil
+    end
+    local p = (SW_TREE[args[2]] or EMPTY)[args[3]]
+    if p == nil then
+      p = M.fast_parse(SW_TREE, args, 2, SW_RANGES, sw_prepare)
+    end
+    if not p or not cost then
       return nil
     end
     local limit, window_ms, w = p[1], p[2], p[3]
-    local v, now = M.fast_read(key, "45")
-    if not v then
+    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+    -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+    -- matches no value's length below.
+    local v = pcall_redis("GETRANGE", key, "0", "45")
+    if v == "" and pcall_redis("EXISTS", key) ~= 0 then
       return nil
     end
+    local t = pcall_redis("TIME")
+    if t.err then
+      return nil
+    end
+    if t[1] ~= clock_s then
+      clock_s, clock_us = t[1], t[1] * 1000000
+    end
+    local now = clock_us + t[2]
     local stored_ms, stored_start, previous, current
     if #v == SW_LEN then
       local head
@@ -1516,11 +1602,14 @@ local function build()
       local pxat = now / 1000
       pxat = pxat - pxat % 1
       pxat = (pxat * 1000 < now and pxat + 1 or pxat) + reset + M.TTL_SLACK_MS
-      call("SET", key, spack(SW_FORMAT, SW_HEAD, window_ms, start / 1000, previous, current), "PXAT",
-        M.FAST_TEXT and fmt("%d", pxat) or pxat)
+      if pcall_redis("SET", key, spack(SW_FORMAT, SW_HEAD, window_ms, start / 1000, previous, current), "PXAT",
+        M.FAST_TEXT and fmt("%d", pxat) or pxat).err then
+        return nil
+      end
     end
     local remaining = limit - current - carried
-    return { allowed and 1 or 0, limit, remaining > 0 and remaining or 0, retry, reset }
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = allowed and 1 or 0, limit, remaining > 0 and remaining or 0, retry, reset
+    return REPLY
   end
 
   -- ------------------------------------------------------------------------------------------
@@ -1607,20 +1696,42 @@ local function build()
   -- numbers (all below 2^53 for every parameter).
   local FW_HEAD, FW_LEN, FW_FORMAT = sunpack("<I5", "\0RL\1F"), M.V1_LEN.F, "<I5I8I8I8"
   local FW_TREE, FW_RANGES = M.fast_tree(), M.KINDS.F.params
+  local REPLY, VALUES = M.FAST_REPLY, M.FAST_VALUES
   local function fw_prepare(limit, window_ms)
     return { limit, window_ms }
   end
 
-  M.FAST["RL.FIXED"] = function(key, args)
-    local p, cost = M.fast_pair_args(FW_TREE, FW_RANGES, fw_prepare, args)
-    if not p then
+  M.FAST_DIRECT["RL.FIXED"] = function(key, args)
+    -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+    local n, cost = #args, 1
+    if n == 5 and args[4] == "COST" then
+      cost = VALUES[args[5]] or M.fast_value(args[5])
+    elseif n ~= 3 then
+      return nil
+    end
+    local p = (FW_TREE[args[2]] or EMPTY)[args[3]]
+    if p == nil then
+      p = M.fast_parse(FW_TREE, args, 2, FW_RANGES, fw_prepare)
+    end
+    if not p or not cost then
       return nil
     end
     local limit, window_ms = p[1], p[2]
-    local v, now = M.fast_read(key, "35")
-    if not v then
+    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+    -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+    -- matches no value's length below.
+    local v = pcall_redis("GETRANGE", key, "0", "35")
+    if v == "" and pcall_redis("EXISTS", key) ~= 0 then
       return nil
     end
+    local t = pcall_redis("TIME")
+    if t.err then
+      return nil
+    end
+    if t[1] ~= clock_s then
+      clock_s, clock_us = t[1], t[1] * 1000000
+    end
+    local now = clock_us + t[2]
     local stored_ms, start, count
     if #v == FW_LEN then
       local head
@@ -1655,15 +1766,21 @@ local function build()
     end
     local after = used + cost
     if cost > limit or after > limit then
-      return { 0, limit, limit > used and limit - used or 0, cost > limit and -1 or until_end, used > 0 and until_end or 0 }
+      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] =
+        0, limit, limit > used and limit - used or 0, cost > limit and -1 or until_end, used > 0 and until_end or 0
+      return REPLY
     end
     if cost > 0 then
       at = now / 1000
       at = at - at % 1
       at = (at * 1000 < now and at + 1 or at) + until_end + M.TTL_SLACK_MS
-      call("SET", key, spack(FW_FORMAT, FW_HEAD, window_ms, start, after), "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+      if pcall_redis("SET", key, spack(FW_FORMAT, FW_HEAD, window_ms, start, after), "PXAT",
+        M.FAST_TEXT and fmt("%d", at) or at).err then
+        return nil
+      end
     end
-    return { 1, limit, limit - after, 0, after > 0 and until_end or 0 }
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, limit - after, 0, after > 0 and until_end or 0
+    return REPLY
   end
 
   -- ------------------------------------------------------------------------------------------
@@ -1860,6 +1977,7 @@ local function build()
   end
   local GC_TREE, TH_TREE, GC_RANGES = M.fast_tree(), M.fast_tree(), M.KINDS.G.params
   local VALUES = M.FAST_VALUES
+  local REPLY = M.FAST_REPLY
 
   -- `RL.GCRA key limit period_ms [BURST b] [COST n]` (options in either order) and
   -- `RL.THROTTLE key max_burst count period_s [quantity]`, in one function (a Lua call costs
@@ -1911,10 +2029,22 @@ local function build()
     if span >= HALF_FAST then
       return nil
     end
-    local v, now, second = M.fast_read(key, "44")
-    if not v then
+    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+    -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+    -- matches no value's length below.
+    local v = pcall_redis("GETRANGE", key, "0", "44")
+    if v == "" and pcall_redis("EXISTS", key) ~= 0 then
       return nil
     end
+    local t = pcall_redis("TIME")
+    if t.err then
+      return nil
+    end
+    if t[1] ~= clock_s then
+      clock_s, clock_us = t[1], t[1] * 1000000
+    end
+    local second = clock_us
+    local now = second + t[2]
     local low, high, top, stored_limit, stored_period
     if #v == GC_LEN then
       local head
@@ -1963,7 +2093,14 @@ local function build()
     if cost > burst then
       retry, after = -1, d
     elseif after > span then
-      retry, after = M.cdiv(M.cdiv(after - span, limit), 1000), d
+      -- ceil(ceil((after - span) / limit) / 1000) ms, as the reset below (no call).
+      local over = after - span
+      local us = over / limit
+      us = us - us % 1
+      us = us * limit < over and us + 1 or us
+      retry = us / 1000
+      retry = retry - retry % 1
+      retry, after = retry * 1000 < us and retry + 1 or retry, d
     end
     -- reset: ceil(ceil(after / limit) / 1000) ms, each quotient rounded by `/` and corrected.
     local us = after / limit
@@ -1979,8 +2116,10 @@ local function build()
       local at = now / 1000
       at = at - at % 1
       at = (at * 1000 < now and at + 1 or at) + reset + SLACK
-      call("SET", key, spack(GC_FORMAT, GC_HEAD, z - carry * TWO48, x + carry, 0, limit, period_ms), "PXAT",
-        AS_TEXT and fmt("%d", at) or at)
+      if pcall_redis("SET", key, spack(GC_FORMAT, GC_HEAD, z - carry * TWO48, x + carry, 0, limit, period_ms), "PXAT",
+        AS_TEXT and fmt("%d", at) or at).err then
+        return nil
+      end
     end
     -- Below 2^53, floor(a / b) of `/` is exact.
     local remaining = span > after and (span - after) / interval or 0
@@ -1990,12 +2129,20 @@ local function build()
       local reset_s = reset / 1000
       reset_s = reset_s - reset_s % 1
       reset_s = reset_s * 1000 < reset and reset_s + 1 or reset_s
-      return { retry == 0 and 0 or 1, burst, remaining, retry > 0 and M.cdiv(retry, 1000) or -1, reset_s }
+      local retry_s = -1
+      if retry > 0 then
+        retry_s = retry / 1000
+        retry_s = retry_s - retry_s % 1
+        retry_s = retry_s * 1000 < retry and retry_s + 1 or retry_s
+      end
+      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = retry == 0 and 0 or 1, burst, remaining, retry_s, reset_s
+      return REPLY
     end
-    return { retry == 0 and 1 or 0, burst, remaining, retry, reset }
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = retry == 0 and 1 or 0, burst, remaining, retry, reset
+    return REPLY
   end
-  M.FAST["RL.GCRA"] = gcra_fast
-  M.FAST["RL.THROTTLE"] = gcra_fast
+  M.FAST_DIRECT["RL.GCRA"] = gcra_fast
+  M.FAST_DIRECT["RL.THROTTLE"] = gcra_fast
 
   -- ------------------------------------------------------------------------------------------
   -- lua/src/sliding_window_log.lua
@@ -2243,38 +2390,63 @@ local function build()
   -- longer value is seen as such.
   local LG_LONGEST = 16 + 10 * M.MAX_LOG
   local LG_LAST = fmt("%d", LG_LONGEST)
-  local FAST_MAX, MAX_LOG = M.FAST_MAX, M.MAX_LOG
+  local FAST_MAX = M.FAST_MAX
+  local VALUES, REPLY = M.FAST_VALUES, M.FAST_REPLY
+  local FAST_TEXT, FAST_SLACK, MAX_LOG = M.FAST_TEXT, M.FAST_SLACK, M.MAX_LOG
+  local LG_ENTRY = "<I7I3"
 
-  M.FAST["RL.LOG"] = function(key, args)
-    local p, cost = M.fast_pair_args(LG_TREE, LG_RANGES, lg_prepare, args)
-    if not p then
+  M.FAST_DIRECT["RL.LOG"] = function(key, args)
+    -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+    local n, cost = #args, 1
+    if n == 5 and args[4] == "COST" then
+      cost = VALUES[args[5]] or M.fast_value(args[5])
+    elseif n ~= 3 then
+      return nil
+    end
+    local p = (LG_TREE[args[2]] or EMPTY)[args[3]]
+    if p == nil then
+      p = M.fast_parse(LG_TREE, args, 2, LG_RANGES, lg_prepare)
+    end
+    if not p or not cost then
       return nil
     end
     local limit, window_ms, window = p[1], p[2], p[3]
-    local v, now = M.fast_read(key, LG_LAST)
-    if not v then
+    -- M.fast_read, inline, every server call through redis.pcall (M.FAST_DIRECT): a failed
+    -- read (WRONGTYPE) is a table, of length 0 but not "".
+    local v = pcall_redis("GETRANGE", key, "0", LG_LAST)
+    local len = #v
+    if len == 0 and (v ~= "" or pcall_redis("EXISTS", key) ~= 0) then
       return nil
     end
+    local t = pcall_redis("TIME")
+    local s, us = t[1], t[2]
+    if not us then
+      return nil -- an error reply
+    end
+    if s ~= clock_s then
+      clock_s, clock_us = s, s * 1000000
+    end
+    local now = clock_us + us
     -- `gone`: the running count before the oldest entry still in the window; `run`: the
     -- running count through the newest entry.
-    local len, pos, gone, run, newest = #v, 17, 0, 0, nil
+    local pos, gone, run, newest = 17, 0, 0, nil
     local at = now
     if len > 16 then
       if len > LG_LONGEST or (len - 16) % 10 ~= 0 then
         return nil
       end
-      -- The header and the oldest entry in one unpack; the newest from the end.
-      local head, stored_ms, t, r
-      head, stored_ms, gone, t, r = sunpack("<I5I8I3I7I3", v)
+      -- The header and, in the same unpack, the oldest entry (e, r); the newest from the end.
+      local head, stored_ms, e, r
+      head, stored_ms, gone, e, r = sunpack("<I5I8I3I7I3", v)
       if head ~= LG_HEAD or stored_ms ~= window_ms then
         return nil
       end
-      local last = t
+      local last = e
       run = r
       if len > 26 then
-        last, run = sunpack("<I7I3", v, len - 9)
+        last, run = sunpack(LG_ENTRY, v, len - 9)
       end
-      if last >= FAST_MAX or last < t or run < r or run - gone > MAX_LOG then
+      if last >= FAST_MAX or last < e or run < r or run - gone > MAX_LOG then
         return nil
       end
       if last > now then
@@ -2282,15 +2454,15 @@ local function build()
       end
       -- The entries that left the window: their units are no longer used.
       local previous = 0
-      while t + window <= at do
-        if t < previous or r <= gone then
+      while e + window <= at do
+        if e < previous or r <= gone then
           return nil
         end
-        previous, gone, pos = t, r, pos + 10
+        previous, gone, pos = e, r, pos + 10
         if pos > len then
           break
         end
-        t, r = sunpack("<I7I3", v, pos)
+        e, r = sunpack(LG_ENTRY, v, pos)
       end
       if pos < len then
         if r <= gone then
@@ -2311,62 +2483,88 @@ local function build()
     end
     local used = run - gone
     local left = limit - used
-    local excess = used + cost - limit
-    if cost > limit or excess > 0 or cost == 0 then
-      -- No write: the reset is the newest entry's (none when every entry left the window).
+    if cost > limit or used + cost > limit or cost == 0 then
+      -- Denied, or a COST 0 call: nothing is written.
       local reset = newest and M.cdiv(newest + window - now, 1000) or 0
-      if cost > limit then
-        return { 0, limit, left > 0 and left or 0, -1, reset }
+      if cost == 0 and left >= 0 then
+        REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, left, 0, reset
+        return REPLY
       end
-      if excess <= 0 then
-        return { 1, limit, left, 0, reset }
-      end
-      -- The oldest entries whose units, once out of the window, let the call in.
-      local i, t, r, previous = pos, 0, gone, gone
-      while r - gone < excess and i < len do
-        t, r = sunpack("<I7I3", v, i)
-        if r <= previous then
+      local retry = -1
+      if cost <= limit then
+        -- The oldest entries whose units, once out of the window, let the call in.
+        local excess = used + cost - limit
+        local i, e, r, previous = pos, 0, gone, gone
+        while r - gone < excess and i < len do
+          e, r = sunpack(LG_ENTRY, v, i)
+          if r <= previous then
+            return nil
+          end
+          previous, i = r, i + 10
+        end
+        if r - gone < excess then
           return nil
         end
-        previous, i = r, i + 10
+        retry = e + window > now and M.cdiv(e + window - now, 1000) or 0
       end
-      if r - gone < excess then
-        return nil
-      end
-      local retry = t + window > now and M.cdiv(t + window - now, 1000) or 0
-      return { 0, limit, left > 0 and left or 0, retry, reset }
+      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, limit, left > 0 and left or 0, retry, reset
+      return REPLY
     end
     local through = run + cost
     if through >= RUN_END then
       return nil
     end
-    -- Usually written at `now` (the clock did not go back): the whole window, in ms.
-    local reset = at == now and window_ms or M.cdiv(at + window - now, 1000)
+    -- Allowed: the reset (M.cdiv) and the key's expiry (M.fast_expiry) computed here, on no
+    -- call: the window from the new entry (the whole window when the clock did not go back),
+    -- and the instant rounded up to a millisecond.
+    local reset = window_ms
+    if at ~= now then
+      local gap = at + window - now
+      reset = gap / 1000
+      reset = reset - reset % 1
+      if reset * 1000 < gap then
+        reset = reset + 1
+      end
+    end
+    local pxat = now / 1000
+    pxat = pxat - pxat % 1
+    pxat = (pxat * 1000 < now and pxat + 1 or pxat) + reset + FAST_SLACK
+    if FAST_TEXT then
+      pxat = fmt("%d", pxat)
+    end
     if pos == 17 and len > 0 then
       -- Nothing left the window: the bytes before the newest entry stay as they are, so the
       -- write is in place, on both servers (one call more than a SET, but no new Lua string
       -- of the whole log to hash and to copy into the server: measured cheaper on Redis 7.0
       -- and on Valkey 9.1): the newest running count changes or an entry is appended, and
-      -- the key's expiry moves.
-      local pxat = M.fast_expiry(now, reset)
+      -- the key's expiry moves. Only the first write may fail and leave the call to the
+      -- general path (nothing written yet); the other is of the same key and kind, so it
+      -- raises, as a module command failing half-way would.
+      local written
       if newest == at then
-        call("SETRANGE", key, M.FAST_TEXT and fmt("%d", len - 3) or len - 3, spack("<I3", through))
+        written = pcall_redis("SETRANGE", key, FAST_TEXT and fmt("%d", len - 3) or len - 3, spack("<I3", through))
       else
-        call("APPEND", key, spack("<I7I3", at, through))
+        written = pcall_redis("APPEND", key, spack(LG_ENTRY, at, through))
+      end
+      if type(written) == "table" then
+        return nil -- an error reply (SETRANGE's and APPEND's own replies are numbers)
       end
       call("PEXPIREAT", key, pxat)
-      return { 1, limit, left - cost, 0, reset }
-    end
-    local value
-    if newest == at then
-      value = spack("<I5I8I3", LG_HEAD, window_ms, gone) .. sub(v, pos, len - 3) .. spack("<I3", through)
-    elseif pos < len then
-      value = spack("<I5I8I3", LG_HEAD, window_ms, gone) .. sub(v, pos, len) .. spack("<I7I3", at, through)
     else
-      value = spack("<I5I8I3I7I3", LG_HEAD, window_ms, gone, at, through)
+      local value
+      if newest == at then
+        value = spack("<I5I8I3", LG_HEAD, window_ms, gone) .. sub(v, pos, len - 3) .. spack("<I3", through)
+      elseif pos < len then
+        value = spack("<I5I8I3", LG_HEAD, window_ms, gone) .. sub(v, pos, len) .. spack(LG_ENTRY, at, through)
+      else
+        value = spack("<I5I8I3I7I3", LG_HEAD, window_ms, gone, at, through)
+      end
+      if pcall_redis("SET", key, value, "PXAT", pxat).err then
+        return nil
+      end
     end
-    call("SET", key, value, "PXAT", M.fast_expiry(now, reset))
-    return { 1, limit, left - cost, 0, reset }
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, left - cost, 0, reset
+    return REPLY
   end
 
   -- ------------------------------------------------------------------------------------------
@@ -2892,6 +3090,7 @@ local function build()
   local CC_HEAD = sunpack("<I5", "\0RL\2C")
   local CC_LONGEST, CC_LAST = M.MAX_LEN.C, fmt("%d", M.MAX_LEN.C)
   local MAX_ID_LEN, LATEST_US = M.MAX_ID_LEN, M.LATEST_US
+  local REPLY = M.FAST_REPLY
   -- A record's format by the length of its id (the id packed as `c<length>`).
   local RECORD = {}
   for len = 1, MAX_ID_LEN do
@@ -2943,59 +3142,8 @@ local function build()
     return text
   end
 
-  -- Where `id`'s record starts in the table cc_live read last (its 1-based offset), when
-  -- that table can take the id's new expiry in place: the id's lease is the newest (the
-  -- list's tail) and no lease in the table has expired; false otherwise.
-  local in_place = false
-
-  -- The live leases of a table `v` (IDS, EXP: soonest expiry first) but `id`: their number
-  -- and whether `id` holds one; nil when the general path must read it.
-  local function cc_live(v, now, id)
-    local ids, exp, n, held = IDS, EXP, 0, false
-    in_place = false
-    local len = #v
-    if len == 0 then
-      return 0, false
-    end
-    if len < 17 or len > CC_LONGEST then
-      return nil
-    end
-    local head, width, capacity, held_n, used, first, last = sunpack("<I5I2I2I2I2I2I2", v)
-    local record = 14 + width
-    if head ~= CC_HEAD or width < 1 or width > MAX_ID_LEN or not POW2[capacity]
-      or len ~= 17 + capacity * record or held_n > used or used >= capacity
-      or (held_n == 0) ~= (first == NONE) or (held_n == 0) ~= (last == NONE) then
-      return nil
-    end
-    local cur, prev, seen, previous, tail_at = first, NONE, 0, 0, false
-    while cur ~= NONE do
-      if cur >= capacity or seen >= held_n then
-        return nil
-      end
-      local at = 18 + cur * record
-      local state, size, back, nxt, e = sunpack("<BBI2I2I8", v, at)
-      if state ~= 1 or back ~= prev or size + 1 > width or e >= LATEST_US or e < previous then
-        return nil
-      end
-      if e > now then
-        local lease = sub(v, at + 14, at + 14 + size)
-        if lease == id then
-          held, tail_at = true, nxt == NONE and at
-        else
-          n = n + 1
-          ids[n], exp[n] = lease, e
-        end
-      end
-      seen, prev, previous, cur = seen + 1, cur, e, nxt
-    end
-    if seen ~= held_n or prev ~= last then
-      return nil
-    end
-    in_place = n + 1 == seen and tail_at
-    return n, held
-  end
-
-  -- Writes the `n` leases of IDS and EXP as M.CC.encode and store do.
+  -- Writes the `n` leases of IDS and EXP as M.CC.encode and store do; false when the server
+  -- refused the write.
   local function cc_store(key, n)
     local ids, exp = IDS, EXP
     local width = 1
@@ -3045,11 +3193,14 @@ local function build()
     local at = exp[n] / 1000
     at = at - at % 1
     at = (at * 1000 < exp[n] and at + 1 or at) + M.TTL_SLACK_MS
-    call("SET", key, value, "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+    return not pcall_redis("SET", key, value, "PXAT", M.FAST_TEXT and fmt("%d", at) or at).err
   end
 
   -- `RL.CONCURRENCY key limit lease_ms ACQUIRE id` and `RL.CONCURRENCY key RELEASE id`.
-  M.FAST["RL.CONCURRENCY"] = function(key, args)
+  -- Direct fast code (M.FAST_DIRECT): the table is read at offsets checked against its
+  -- length, and a refused server call returns nil (a refused second write of a renewal leaves
+  -- the general path a table it renews the same way).
+  M.FAST_DIRECT["RL.CONCURRENCY"] = function(key, args)
     local count = #args
     local release = count == 3 and args[2] == "RELEASE"
     local id = release and args[3] or args[5]
@@ -3066,30 +3217,91 @@ local function build()
         return nil
       end
     end
-    local v, now = M.fast_read(key, CC_LAST)
-    if not v then
+    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+    -- server call through redis.pcall: a failed one is a table with `err` (a string's `err`
+    -- is the string library's: nil).
+    local v = pcall_redis("GETRANGE", key, "0", CC_LAST)
+    if v == "" and pcall_redis("EXISTS", key) ~= 0 or v.err then
       return nil
     end
-    local n, held = cc_live(v, now, id)
-    if not n then
+    local t = pcall_redis("TIME")
+    if t.err then
       return nil
     end
-    local ids, exp = IDS, EXP
+    if t[1] ~= clock_s then
+      clock_s, clock_us = t[1], t[1] * 1000000
+    end
+    local now = clock_us + t[2]
+    -- The live leases of the table (IDS, EXP: soonest expiry first) but `id`'s, their number
+    -- `n`, whether `id` holds one, and `in_place`: where `id`'s record starts (its 1-based
+    -- offset) when the table can take the id's new expiry in place (the id's lease is the
+    -- newest, the list's tail, and no lease in the table has expired), else false. Nil when
+    -- the general path must read the table. (Inline: a Lua call costs about as much as ten
+    -- lines of arithmetic.)
+    local ids, exp, n, held, in_place = IDS, EXP, 0, false, false
+    local len = #v
+    if len > 0 then
+      if len < 17 or len > CC_LONGEST then
+        return nil
+      end
+      local head, width, capacity, held_n, used, first, last = sunpack("<I5I2I2I2I2I2I2", v)
+      local record = 14 + width
+      if head ~= CC_HEAD or width < 1 or width > MAX_ID_LEN or not POW2[capacity]
+        or len ~= 17 + capacity * record or held_n > used or used >= capacity
+        or (held_n == 0) ~= (first == NONE) or (held_n == 0) ~= (last == NONE) then
+        return nil
+      end
+      local cur, prev, seen, previous, tail_at = first, NONE, 0, 0, false
+      while cur ~= NONE do
+        if cur >= capacity or seen >= held_n then
+          return nil
+        end
+        local at = 18 + cur * record
+        local state, size, back, nxt, e = sunpack("<BBI2I2I8", v, at)
+        if state ~= 1 or back ~= prev or size + 1 > width or e >= LATEST_US or e < previous then
+          return nil
+        end
+        if e > now then
+          local lease = sub(v, at + 14, at + 14 + size)
+          if lease == id then
+            held, tail_at = true, nxt == NONE and at
+          else
+            n = n + 1
+            ids[n], exp[n] = lease, e
+          end
+        end
+        seen, prev, previous, cur = seen + 1, cur, e, nxt
+      end
+      if seen ~= held_n or prev ~= last then
+        return nil
+      end
+      in_place = n + 1 == seen and tail_at
+    end
     if release then
       if not held then
         return 0
       end
       if n == 0 then
-        call("DEL", key)
-      else
-        cc_store(key, n)
+        if pcall_redis("DEL", key) ~= 1 then
+          return nil
+        end
+      elseif not cc_store(key, n) then
+        return nil
       end
       return 1
     end
     local limit = p[1]
     if not held and n >= limit then
-      local frees = exp[n - limit + 1]
-      return { 0, limit, 0, frees > now and M.cdiv(frees - now, 1000) or 0, 0 }
+      -- The wait until the soonest of them frees a slot, in ms rounded up (M.cdiv, inline).
+      local wait = exp[n - limit + 1] - now
+      local ms = 0
+      if wait > 0 then
+        ms = wait / 1000
+        ms = ms - ms % 1
+        ms = ms * 1000 < wait and ms + 1 or ms
+      end
+      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, limit, 0, ms, 0
+      return REPLY
     end
     local expires = now + p[2]
     if in_place and (n == 0 or exp[n] <= expires) then
@@ -3106,9 +3318,11 @@ local function build()
       if M.FAST_TEXT then
         at, pxat = OFFSETS[at] or offset_text(at), fmt("%d", pxat)
       end
-      call("SETRANGE", key, at, spack("<I8", expires))
-      call("PEXPIREAT", key, pxat)
-      return { 1, limit, limit > n + 1 and limit - n - 1 or 0, 0, 0 }
+      if pcall_redis("SETRANGE", key, at, spack("<I8", expires)) ~= len or pcall_redis("PEXPIREAT", key, pxat) ~= 1 then
+        return nil
+      end
+      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, limit > n + 1 and limit - n - 1 or 0, 0, 0
+      return REPLY
     end
     -- `id` after the leases expiring no later than it.
     local k = n + 1
@@ -3117,8 +3331,11 @@ local function build()
       k = k - 1
     end
     ids[k], exp[k] = id, expires
-    cc_store(key, n + 1)
-    return { 1, limit, limit > n + 1 and limit - n - 1 or 0, 0, 0 }
+    if not cc_store(key, n + 1) then
+      return nil
+    end
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, limit > n + 1 and limit - n - 1 or 0, 0, 0
+    return REPLY
   end
 
   -- ------------------------------------------------------------------------------------------
@@ -3547,18 +3764,39 @@ local function build()
 end
 
 local M
+-- M.FAST and M.FAST_DIRECT once built (empty before: the first call takes the general
+-- path, which builds), so that the common call looks its fast code up in one step.
+local FAST, DIRECT = {}, {}
+
+local function built()
+  M = build()
+  FAST, DIRECT = M.FAST, M.FAST_DIRECT
+end
 
 -- One call: `keys` and `args` as FCALL (or EVALSHA) passes them.
 local function rl(keys, args)
-  M = M or build()
   -- The common call on its fast code (lua/src/fast.lua); nil, or an error of the server's
-  -- (before any write: WRONGTYPE), leaves it to the general path.
-  local fast = M.FAST[args[1]]
-  if fast and #keys == 1 then
-    local ok, reply = pcall(fast, keys[1], args)
-    if ok and reply then
-      return reply
+  -- (before any write: WRONGTYPE), leaves it to the general path. Direct fast code raises
+  -- no error (it returns nil instead), so it runs without the cost of a pcall.
+  if #keys == 1 then
+    local direct = DIRECT[args[1]]
+    if direct then
+      local reply = direct(keys[1], args)
+      if reply then
+        return reply
+      end
+    else
+      local fast = FAST[args[1]]
+      if fast then
+        local ok, reply = pcall(fast, keys[1], args)
+        if ok and reply then
+          return reply
+        end
+      end
     end
+  end
+  if not M then
+    built()
   end
   M.KEYS = keys
   local ok, result = pcall(M.main, args)
@@ -3575,5 +3813,6 @@ end
 if redis.register_function then
   redis.register_function("rl", rl)
 else
+  built()
   return rl(KEYS, ARGV)
 end

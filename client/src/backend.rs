@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, RedisResult, Value};
+use redis::{Cmd, ConnectionAddr, ProtocolVersion, RedisResult, Value};
 use tokio::sync::OnceCell;
+
+use crate::pipelined::Pipelined;
 
 /// TLS material for `rediss://` servers, PEM-encoded (read from files by the caller).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -76,11 +78,22 @@ pub(crate) fn refused() -> redis::RedisError {
     std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "down").into()
 }
 
-/// A standalone server (or a proxy that looks like one), through the `redis` crate's
-/// connection manager: one multiplexed connection, reconnected in the background after
-/// an I/O error. The first connection is made on the first call, so a gateway that starts
-/// while Redis is down works (on its failure mode) and switches to Redis when it appears.
+/// A standalone server (or a proxy that looks like one). A plain `redis://` server over
+/// one pipelined connection of this crate (`pipelined.rs`: the commands of concurrent calls
+/// leave in one write); TLS, Unix sockets and RESP3 through the `redis` crate's connection
+/// manager (one multiplexed connection). Either is reconnected after an I/O error, and makes
+/// its first connection on the first call, so a gateway that starts while Redis is down works
+/// (on its failure mode) and switches to Redis when it appears.
 pub struct Standalone {
+    connection: Connection,
+}
+
+enum Connection {
+    Pipelined(Pipelined),
+    Managed(Box<Managed>),
+}
+
+struct Managed {
     client: redis::Client,
     config: redis::aio::ConnectionManagerConfig,
     conn: OnceCell<ConnectionManager>,
@@ -100,6 +113,16 @@ impl Standalone {
         tls: Option<TlsFiles>,
     ) -> RedisResult<Self> {
         let client = open_client(url, tls.as_ref())?;
+        let info = client.get_connection_info();
+        if let (ConnectionAddr::Tcp(host, port), ProtocolVersion::RESP2) =
+            (&info.addr, info.redis.protocol)
+        {
+            let pipelined =
+                Pipelined::new(host.clone(), *port, info.redis.clone(), connect_timeout);
+            return Ok(Self {
+                connection: Connection::Pipelined(pipelined),
+            });
+        }
         // No retry inside a (re)connection attempt: the breaker, not the connection
         // manager, decides when to try again. (redis 0.27 builds its backoff on backon,
         // whose first retry waits the default minimum delay of 1 s plus up to 100 % jitter
@@ -111,28 +134,34 @@ impl Standalone {
             .set_max_delay(100)
             .set_connection_timeout(connect_timeout);
         Ok(Self {
-            client,
-            config,
-            conn: OnceCell::new(),
+            connection: Connection::Managed(Box::new(Managed {
+                client,
+                config,
+                conn: OnceCell::new(),
+            })),
         })
-    }
-
-    async fn connection(&self) -> RedisResult<ConnectionManager> {
-        self.conn
-            .get_or_try_init(|| {
-                ConnectionManager::new_with_config(self.client.clone(), self.config.clone())
-            })
-            .await
-            .cloned()
     }
 }
 
 impl Backend for Standalone {
     fn query<'a>(&'a self, cmd: &'a Cmd, _slot: Option<u16>) -> BoxFuture<'a, RedisResult<Value>> {
-        Box::pin(async move {
-            let mut conn = self.connection().await?;
-            cmd.query_async(&mut conn).await
-        })
+        match &self.connection {
+            Connection::Pipelined(pipelined) => Box::pin(pipelined.query(cmd)),
+            Connection::Managed(managed) => Box::pin(async move {
+                let Managed {
+                    client,
+                    config,
+                    conn,
+                } = &**managed;
+                let mut conn = conn
+                    .get_or_try_init(|| {
+                        ConnectionManager::new_with_config(client.clone(), config.clone())
+                    })
+                    .await?
+                    .clone();
+                cmd.query_async(&mut conn).await
+            }),
+        }
     }
 }
 

@@ -53,7 +53,11 @@ pub(crate) fn upto(key: &str, params: &AnyParams, cost: u64, peek: bool) -> Cmd 
 /// (`COSTS`, one per key; a missing one is 1). `mode` `None` takes on every key if every key
 /// allows it, else nothing; `Some` looks (`PEEK`) or takes over the limits (`FORCE`).
 pub(crate) fn all(keys: &[(&str, &AnyParams)], costs: &[u64], mode: Option<AllMode>) -> Cmd {
-    let mut cmd = redis::cmd("RL.ALL");
+    // Room for the usual command at once (growing it word by word was a visible share of a
+    // decision): per key, its name, a spec word and a few numbers.
+    let key_bytes: usize = keys.iter().map(|(key, _)| key.len()).sum();
+    let mut cmd = Cmd::with_capacity(8 + 8 * keys.len(), 32 + key_bytes + 48 * keys.len());
+    cmd.arg("RL.ALL");
     cmd.arg(keys.len());
     for (key, _) in keys {
         cmd.arg(*key);

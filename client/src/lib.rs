@@ -74,7 +74,9 @@ pub mod limiter;
 #[cfg(feature = "middleware")]
 pub mod middleware;
 pub mod offenders;
+mod pipelined;
 pub mod policy;
+mod resp;
 pub mod settle;
 mod shadow;
 mod stack;

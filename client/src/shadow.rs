@@ -37,6 +37,10 @@ impl<L: Layer> Shadow<L> {
     }
 
     async fn decide_many(&self, items: Keys<'_>, costs: &[u64]) -> MultiDecision {
+        if !items.iter().any(|(_, p)| p.is_shadow()) {
+            // Nothing to split (the usual request): no copies of the keys and costs.
+            return self.inner.decide_all(items, costs).await;
+        }
         let (shadow, enforced): (Vec<usize>, Vec<usize>) =
             (0..items.len()).partition(|&i| items.get(i).is_some_and(|(_, p)| p.is_shadow()));
         let pick = |i: &usize| items.get(*i).copied();

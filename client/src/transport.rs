@@ -7,7 +7,7 @@
 //! the breaker in one place.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -61,6 +61,8 @@ pub struct Transport {
     /// succeeds: what the health check reports as "authentication failed" or "permission
     /// denied".
     refusals: Mutex<HashMap<String, Refusal>>,
+    /// `refusals` is not empty: calls without a refusal need not look at it.
+    any_refusal: AtomicBool,
 }
 
 impl std::fmt::Debug for Transport {
@@ -98,6 +100,7 @@ impl Transport {
             errors: AtomicU64::new(0),
             last_error_log_ms: AtomicU64::new(0),
             refusals: Mutex::new(HashMap::new()),
+            any_refusal: AtomicBool::new(false),
         }
     }
 
@@ -108,8 +111,10 @@ impl Transport {
             return Err(Error::BreakerOpen);
         }
         self.redis_calls.fetch_add(1, Ordering::Relaxed);
-        let started = std::time::Instant::now();
-        let result = match tokio::time::timeout(self.timeout, self.backend.query(cmd, slot)).await {
+        // One clock read for the deadline and the histogram.
+        let started = tokio::time::Instant::now();
+        let deadline = started + self.timeout;
+        let result = match tokio::time::timeout_at(deadline, self.backend.query(cmd, slot)).await {
             Err(_) => Err(Error::Timeout(self.timeout)),
             Ok(Err(e)) => Err(Error::Redis(e)),
             Ok(Ok(v)) => Ok(v),
@@ -185,6 +190,10 @@ impl Transport {
     }
 
     fn note_refusal(&self, cmd: &Cmd, refusal: Option<Refusal>) {
+        // The common case, an answer with no refusal standing: no name to make, no lock.
+        if refusal.is_none() && !self.any_refusal.load(Ordering::Relaxed) {
+            return;
+        }
         let name = command_name(cmd);
         let mut map = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
         match refusal {
@@ -200,6 +209,8 @@ impl Transport {
                 map.retain(|c, r| *r != Refusal::AuthenticationFailed && *c != name);
             }
         }
+        // Set under the lock, so it never reads false while an entry stands.
+        self.any_refusal.store(!map.is_empty(), Ordering::Relaxed);
     }
 
     /// Refusals are configuration errors someone must fix: logged at error level, once per

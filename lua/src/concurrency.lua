@@ -306,6 +306,7 @@ local CC_TREE, CC_RANGES = M.fast_tree(), M.KINDS.C.params
 local CC_HEAD = sunpack("<I5", "\0RL\2C")
 local CC_LONGEST, CC_LAST = M.MAX_LEN.C, fmt("%d", M.MAX_LEN.C)
 local MAX_ID_LEN, LATEST_US = M.MAX_ID_LEN, M.LATEST_US
+local REPLY = M.FAST_REPLY
 -- A record's format by the length of its id (the id packed as `c<length>`).
 local RECORD = {}
 for len = 1, MAX_ID_LEN do
@@ -357,59 +358,8 @@ local function offset_text(at)
   return text
 end
 
--- Where `id`'s record starts in the table cc_live read last (its 1-based offset), when
--- that table can take the id's new expiry in place: the id's lease is the newest (the
--- list's tail) and no lease in the table has expired; false otherwise.
-local in_place = false
-
--- The live leases of a table `v` (IDS, EXP: soonest expiry first) but `id`: their number
--- and whether `id` holds one; nil when the general path must read it.
-local function cc_live(v, now, id)
-  local ids, exp, n, held = IDS, EXP, 0, false
-  in_place = false
-  local len = #v
-  if len == 0 then
-    return 0, false
-  end
-  if len < 17 or len > CC_LONGEST then
-    return nil
-  end
-  local head, width, capacity, held_n, used, first, last = sunpack("<I5I2I2I2I2I2I2", v)
-  local record = 14 + width
-  if head ~= CC_HEAD or width < 1 or width > MAX_ID_LEN or not POW2[capacity]
-    or len ~= 17 + capacity * record or held_n > used or used >= capacity
-    or (held_n == 0) ~= (first == NONE) or (held_n == 0) ~= (last == NONE) then
-    return nil
-  end
-  local cur, prev, seen, previous, tail_at = first, NONE, 0, 0, false
-  while cur ~= NONE do
-    if cur >= capacity or seen >= held_n then
-      return nil
-    end
-    local at = 18 + cur * record
-    local state, size, back, nxt, e = sunpack("<BBI2I2I8", v, at)
-    if state ~= 1 or back ~= prev or size + 1 > width or e >= LATEST_US or e < previous then
-      return nil
-    end
-    if e > now then
-      local lease = sub(v, at + 14, at + 14 + size)
-      if lease == id then
-        held, tail_at = true, nxt == NONE and at
-      else
-        n = n + 1
-        ids[n], exp[n] = lease, e
-      end
-    end
-    seen, prev, previous, cur = seen + 1, cur, e, nxt
-  end
-  if seen ~= held_n or prev ~= last then
-    return nil
-  end
-  in_place = n + 1 == seen and tail_at
-  return n, held
-end
-
--- Writes the `n` leases of IDS and EXP as M.CC.encode and store do.
+-- Writes the `n` leases of IDS and EXP as M.CC.encode and store do; false when the server
+-- refused the write.
 local function cc_store(key, n)
   local ids, exp = IDS, EXP
   local width = 1
@@ -459,11 +409,14 @@ local function cc_store(key, n)
   local at = exp[n] / 1000
   at = at - at % 1
   at = (at * 1000 < exp[n] and at + 1 or at) + M.TTL_SLACK_MS
-  call("SET", key, value, "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+  return not pcall_redis("SET", key, value, "PXAT", M.FAST_TEXT and fmt("%d", at) or at).err
 end
 
 -- `RL.CONCURRENCY key limit lease_ms ACQUIRE id` and `RL.CONCURRENCY key RELEASE id`.
-M.FAST["RL.CONCURRENCY"] = function(key, args)
+-- Direct fast code (M.FAST_DIRECT): the table is read at offsets checked against its
+-- length, and a refused server call returns nil (a refused second write of a renewal leaves
+-- the general path a table it renews the same way).
+M.FAST_DIRECT["RL.CONCURRENCY"] = function(key, args)
   local count = #args
   local release = count == 3 and args[2] == "RELEASE"
   local id = release and args[3] or args[5]
@@ -480,30 +433,91 @@ M.FAST["RL.CONCURRENCY"] = function(key, args)
       return nil
     end
   end
-  local v, now = M.fast_read(key, CC_LAST)
-  if not v then
+  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+  -- server call through redis.pcall: a failed one is a table with `err` (a string's `err`
+  -- is the string library's: nil).
+  local v = pcall_redis("GETRANGE", key, "0", CC_LAST)
+  if v == "" and pcall_redis("EXISTS", key) ~= 0 or v.err then
     return nil
   end
-  local n, held = cc_live(v, now, id)
-  if not n then
+  local t = pcall_redis("TIME")
+  if t.err then
     return nil
   end
-  local ids, exp = IDS, EXP
+  if t[1] ~= clock_s then
+    clock_s, clock_us = t[1], t[1] * 1000000
+  end
+  local now = clock_us + t[2]
+  -- The live leases of the table (IDS, EXP: soonest expiry first) but `id`'s, their number
+  -- `n`, whether `id` holds one, and `in_place`: where `id`'s record starts (its 1-based
+  -- offset) when the table can take the id's new expiry in place (the id's lease is the
+  -- newest, the list's tail, and no lease in the table has expired), else false. Nil when
+  -- the general path must read the table. (Inline: a Lua call costs about as much as ten
+  -- lines of arithmetic.)
+  local ids, exp, n, held, in_place = IDS, EXP, 0, false, false
+  local len = #v
+  if len > 0 then
+    if len < 17 or len > CC_LONGEST then
+      return nil
+    end
+    local head, width, capacity, held_n, used, first, last = sunpack("<I5I2I2I2I2I2I2", v)
+    local record = 14 + width
+    if head ~= CC_HEAD or width < 1 or width > MAX_ID_LEN or not POW2[capacity]
+      or len ~= 17 + capacity * record or held_n > used or used >= capacity
+      or (held_n == 0) ~= (first == NONE) or (held_n == 0) ~= (last == NONE) then
+      return nil
+    end
+    local cur, prev, seen, previous, tail_at = first, NONE, 0, 0, false
+    while cur ~= NONE do
+      if cur >= capacity or seen >= held_n then
+        return nil
+      end
+      local at = 18 + cur * record
+      local state, size, back, nxt, e = sunpack("<BBI2I2I8", v, at)
+      if state ~= 1 or back ~= prev or size + 1 > width or e >= LATEST_US or e < previous then
+        return nil
+      end
+      if e > now then
+        local lease = sub(v, at + 14, at + 14 + size)
+        if lease == id then
+          held, tail_at = true, nxt == NONE and at
+        else
+          n = n + 1
+          ids[n], exp[n] = lease, e
+        end
+      end
+      seen, prev, previous, cur = seen + 1, cur, e, nxt
+    end
+    if seen ~= held_n or prev ~= last then
+      return nil
+    end
+    in_place = n + 1 == seen and tail_at
+  end
   if release then
     if not held then
       return 0
     end
     if n == 0 then
-      call("DEL", key)
-    else
-      cc_store(key, n)
+      if pcall_redis("DEL", key) ~= 1 then
+        return nil
+      end
+    elseif not cc_store(key, n) then
+      return nil
     end
     return 1
   end
   local limit = p[1]
   if not held and n >= limit then
-    local frees = exp[n - limit + 1]
-    return { 0, limit, 0, frees > now and M.cdiv(frees - now, 1000) or 0, 0 }
+    -- The wait until the soonest of them frees a slot, in ms rounded up (M.cdiv, inline).
+    local wait = exp[n - limit + 1] - now
+    local ms = 0
+    if wait > 0 then
+      ms = wait / 1000
+      ms = ms - ms % 1
+      ms = ms * 1000 < wait and ms + 1 or ms
+    end
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, limit, 0, ms, 0
+    return REPLY
   end
   local expires = now + p[2]
   if in_place and (n == 0 or exp[n] <= expires) then
@@ -520,9 +534,11 @@ M.FAST["RL.CONCURRENCY"] = function(key, args)
     if M.FAST_TEXT then
       at, pxat = OFFSETS[at] or offset_text(at), fmt("%d", pxat)
     end
-    call("SETRANGE", key, at, spack("<I8", expires))
-    call("PEXPIREAT", key, pxat)
-    return { 1, limit, limit > n + 1 and limit - n - 1 or 0, 0, 0 }
+    if pcall_redis("SETRANGE", key, at, spack("<I8", expires)) ~= len or pcall_redis("PEXPIREAT", key, pxat) ~= 1 then
+      return nil
+    end
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, limit > n + 1 and limit - n - 1 or 0, 0, 0
+    return REPLY
   end
   -- `id` after the leases expiring no later than it.
   local k = n + 1
@@ -531,6 +547,9 @@ M.FAST["RL.CONCURRENCY"] = function(key, args)
     k = k - 1
   end
   ids[k], exp[k] = id, expires
-  cc_store(key, n + 1)
-  return { 1, limit, limit > n + 1 and limit - n - 1 or 0, 0, 0 }
+  if not cc_store(key, n + 1) then
+    return nil
+  end
+  REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, limit > n + 1 and limit - n - 1 or 0, 0, 0
+  return REPLY
 end

@@ -4,13 +4,19 @@
 -- tables and the arguments parsed once per distinct text. Anything else (another option,
 -- a bad argument, a value of version 2 or of other parameters, a number out of that range)
 -- returns nil before any write, and the general path answers it: same replies, same bytes,
--- same expiries, the bignums and every error text there. The fast code calls the server
--- with redis.call (cheaper than redis.pcall); the entry point runs it under pcall, so an
--- error (WRONGTYPE on the read, a refused write) also leaves the call to the general path,
--- which reports it as the module does.
+-- same expiries, the bignums and every error text there. An error of the server's
+-- (WRONGTYPE on the read, a refused write) also leaves the call to the general path, which
+-- reports it as the module does: M.FAST's code calls the server with redis.call and the
+-- entry point runs it under pcall; M.FAST_DIRECT's calls it with redis.pcall and returns
+-- nil itself (a pcall costs the server about 500 instructions a call).
 
 -- The command name as sent (exact case) -> function(keys, args) -> reply, or nil.
 M.FAST = {}
+-- The same for fast code that never raises an error: it calls the server only with
+-- redis.pcall and returns nil when a call fails (WRONGTYPE, NOPERM): before any write, or at
+-- a write whose refusal leaves a value the general path continues to the same bytes. The
+-- entry point runs it without a pcall of its own.
+M.FAST_DIRECT = {}
 
 -- 2^52: every quantity of a fast call stays below it, so sums of two stay exact.
 local FAST_MAX = 4503599627370496
@@ -125,6 +131,10 @@ function M.fast_pair_args(tree, ranges, prepare, args)
   end
   return p and cost and p, cost
 end
+
+-- The fast code's reply: one table, filled by every call (the server has read it before
+-- the next call), so that no call leaves a table for the collector to free.
+M.FAST_REPLY = {}
 
 -- Redis before 7.2 formats a number given as a command argument with printf's %.17g
 -- (costly); Valkey with a fast conversion of its own. `%d` text is cheaper than the first

@@ -80,20 +80,42 @@ end
 -- numbers (all below 2^53 for every parameter).
 local FW_HEAD, FW_LEN, FW_FORMAT = sunpack("<I5", "\0RL\1F"), M.V1_LEN.F, "<I5I8I8I8"
 local FW_TREE, FW_RANGES = M.fast_tree(), M.KINDS.F.params
+local REPLY, VALUES = M.FAST_REPLY, M.FAST_VALUES
 local function fw_prepare(limit, window_ms)
   return { limit, window_ms }
 end
 
-M.FAST["RL.FIXED"] = function(key, args)
-  local p, cost = M.fast_pair_args(FW_TREE, FW_RANGES, fw_prepare, args)
-  if not p then
+M.FAST_DIRECT["RL.FIXED"] = function(key, args)
+  -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+  local n, cost = #args, 1
+  if n == 5 and args[4] == "COST" then
+    cost = VALUES[args[5]] or M.fast_value(args[5])
+  elseif n ~= 3 then
+    return nil
+  end
+  local p = (FW_TREE[args[2]] or EMPTY)[args[3]]
+  if p == nil then
+    p = M.fast_parse(FW_TREE, args, 2, FW_RANGES, fw_prepare)
+  end
+  if not p or not cost then
     return nil
   end
   local limit, window_ms = p[1], p[2]
-  local v, now = M.fast_read(key, "35")
-  if not v then
+  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+  -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+  -- matches no value's length below.
+  local v = pcall_redis("GETRANGE", key, "0", "35")
+  if v == "" and pcall_redis("EXISTS", key) ~= 0 then
     return nil
   end
+  local t = pcall_redis("TIME")
+  if t.err then
+    return nil
+  end
+  if t[1] ~= clock_s then
+    clock_s, clock_us = t[1], t[1] * 1000000
+  end
+  local now = clock_us + t[2]
   local stored_ms, start, count
   if #v == FW_LEN then
     local head
@@ -128,13 +150,19 @@ M.FAST["RL.FIXED"] = function(key, args)
   end
   local after = used + cost
   if cost > limit or after > limit then
-    return { 0, limit, limit > used and limit - used or 0, cost > limit and -1 or until_end, used > 0 and until_end or 0 }
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] =
+      0, limit, limit > used and limit - used or 0, cost > limit and -1 or until_end, used > 0 and until_end or 0
+    return REPLY
   end
   if cost > 0 then
     at = now / 1000
     at = at - at % 1
     at = (at * 1000 < now and at + 1 or at) + until_end + M.TTL_SLACK_MS
-    call("SET", key, spack(FW_FORMAT, FW_HEAD, window_ms, start, after), "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+    if pcall_redis("SET", key, spack(FW_FORMAT, FW_HEAD, window_ms, start, after), "PXAT",
+      M.FAST_TEXT and fmt("%d", at) or at).err then
+      return nil
+    end
   end
-  return { 1, limit, limit - after, 0, after > 0 and until_end or 0 }
+  REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, limit - after, 0, after > 0 and until_end or 0
+  return REPLY
 end

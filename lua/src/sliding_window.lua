@@ -150,6 +150,7 @@ end
 -- compares counts instead: remaining = limit - current - ceil(weight / window).
 local SW_HEAD, SW_LEN, SW_FORMAT = sunpack("<I5", "\0RL\1S"), M.V1_LEN.S, "<I5I8I8I8I8"
 local SW_TREE, SW_RANGES = M.fast_tree(), M.KINDS.S.params
+local REPLY, VALUES = M.FAST_REPLY, M.FAST_VALUES
 local function sw_prepare(limit, window_ms)
   return { limit, window_ms, window_ms * 1000 }
 end
@@ -165,7 +166,13 @@ local function sw_retry(limit, w, start, at, previous, current, cost, now)
     elseif spare * w >= M.FAST_MAX then
       return nil
     else
-      local part = M.fdiv(spare * w, previous)
+      -- M.fdiv, inline (as the others below: a Lua call costs more than these lines).
+      local product = spare * w
+      local part = product / previous
+      part = part - part % 1
+      if part * previous > product then
+        part = part - 1
+      end
       if part > 0 then
         earliest = start + w - part
         earliest = earliest > at and earliest or at
@@ -178,23 +185,55 @@ local function sw_retry(limit, w, start, at, previous, current, cost, now)
       if (limit - cost) * w >= M.FAST_MAX then
         return nil
       end
-      earliest = earliest + w - M.fdiv((limit - cost) * w, current)
+      local product = (limit - cost) * w
+      local part = product / current
+      part = part - part % 1
+      if part * current > product then
+        part = part - 1
+      end
+      earliest = earliest + w - part
     end
   end
-  local retry = earliest > now and M.cdiv(earliest - now, 1000) or 0
+  if earliest <= now then
+    return 1
+  end
+  local retry = (earliest - now) / 1000
+  retry = retry - retry % 1
+  retry = retry * 1000 < earliest - now and retry + 1 or retry
   return retry > 1 and retry or 1
 end
 
-M.FAST["RL.SLIDING"] = function(key, args)
-  local p, cost = M.fast_pair_args(SW_TREE, SW_RANGES, sw_prepare, args)
-  if not p then
+M.FAST_DIRECT["RL.SLIDING"] = function(key, args)
+  -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+  local n, cost = #args, 1
+  if n == 5 and args[4] == "COST" then
+    cost = VALUES[args[5]] or M.fast_value(args[5])
+  elseif n ~= 3 then
+    return nil
+  end
+  local p = (SW_TREE[args[2]] or EMPTY)[args[3]]
+  if p == nil then
+    p = M.fast_parse(SW_TREE, args, 2, SW_RANGES, sw_prepare)
+  end
+  if not p or not cost then
     return nil
   end
   local limit, window_ms, w = p[1], p[2], p[3]
-  local v, now = M.fast_read(key, "45")
-  if not v then
+  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+  -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+  -- matches no value's length below.
+  local v = pcall_redis("GETRANGE", key, "0", "45")
+  if v == "" and pcall_redis("EXISTS", key) ~= 0 then
     return nil
   end
+  local t = pcall_redis("TIME")
+  if t.err then
+    return nil
+  end
+  if t[1] ~= clock_s then
+    clock_s, clock_us = t[1], t[1] * 1000000
+  end
+  local now = clock_us + t[2]
   local stored_ms, stored_start, previous, current
   if #v == SW_LEN then
     local head
@@ -254,9 +293,12 @@ M.FAST["RL.SLIDING"] = function(key, args)
     local pxat = now / 1000
     pxat = pxat - pxat % 1
     pxat = (pxat * 1000 < now and pxat + 1 or pxat) + reset + M.TTL_SLACK_MS
-    call("SET", key, spack(SW_FORMAT, SW_HEAD, window_ms, start / 1000, previous, current), "PXAT",
-      M.FAST_TEXT and fmt("%d", pxat) or pxat)
+    if pcall_redis("SET", key, spack(SW_FORMAT, SW_HEAD, window_ms, start / 1000, previous, current), "PXAT",
+      M.FAST_TEXT and fmt("%d", pxat) or pxat).err then
+      return nil
+    end
   end
   local remaining = limit - current - carried
-  return { allowed and 1 or 0, limit, remaining > 0 and remaining or 0, retry, reset }
+  REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = allowed and 1 or 0, limit, remaining > 0 and remaining or 0, retry, reset
+  return REPLY
 end

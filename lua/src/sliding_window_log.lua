@@ -242,38 +242,63 @@ local LG_TREE, LG_RANGES = M.fast_tree(), M.KINDS.L.params
 -- longer value is seen as such.
 local LG_LONGEST = 16 + 10 * M.MAX_LOG
 local LG_LAST = fmt("%d", LG_LONGEST)
-local FAST_MAX, MAX_LOG = M.FAST_MAX, M.MAX_LOG
+local FAST_MAX = M.FAST_MAX
+local VALUES, REPLY = M.FAST_VALUES, M.FAST_REPLY
+local FAST_TEXT, FAST_SLACK, MAX_LOG = M.FAST_TEXT, M.FAST_SLACK, M.MAX_LOG
+local LG_ENTRY = "<I7I3"
 
-M.FAST["RL.LOG"] = function(key, args)
-  local p, cost = M.fast_pair_args(LG_TREE, LG_RANGES, lg_prepare, args)
-  if not p then
+M.FAST_DIRECT["RL.LOG"] = function(key, args)
+  -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+  local n, cost = #args, 1
+  if n == 5 and args[4] == "COST" then
+    cost = VALUES[args[5]] or M.fast_value(args[5])
+  elseif n ~= 3 then
+    return nil
+  end
+  local p = (LG_TREE[args[2]] or EMPTY)[args[3]]
+  if p == nil then
+    p = M.fast_parse(LG_TREE, args, 2, LG_RANGES, lg_prepare)
+  end
+  if not p or not cost then
     return nil
   end
   local limit, window_ms, window = p[1], p[2], p[3]
-  local v, now = M.fast_read(key, LG_LAST)
-  if not v then
+  -- M.fast_read, inline, every server call through redis.pcall (M.FAST_DIRECT): a failed
+  -- read (WRONGTYPE) is a table, of length 0 but not "".
+  local v = pcall_redis("GETRANGE", key, "0", LG_LAST)
+  local len = #v
+  if len == 0 and (v ~= "" or pcall_redis("EXISTS", key) ~= 0) then
     return nil
   end
+  local t = pcall_redis("TIME")
+  local s, us = t[1], t[2]
+  if not us then
+    return nil -- an error reply
+  end
+  if s ~= clock_s then
+    clock_s, clock_us = s, s * 1000000
+  end
+  local now = clock_us + us
   -- `gone`: the running count before the oldest entry still in the window; `run`: the
   -- running count through the newest entry.
-  local len, pos, gone, run, newest = #v, 17, 0, 0, nil
+  local pos, gone, run, newest = 17, 0, 0, nil
   local at = now
   if len > 16 then
     if len > LG_LONGEST or (len - 16) % 10 ~= 0 then
       return nil
     end
-    -- The header and the oldest entry in one unpack; the newest from the end.
-    local head, stored_ms, t, r
-    head, stored_ms, gone, t, r = sunpack("<I5I8I3I7I3", v)
+    -- The header and, in the same unpack, the oldest entry (e, r); the newest from the end.
+    local head, stored_ms, e, r
+    head, stored_ms, gone, e, r = sunpack("<I5I8I3I7I3", v)
     if head ~= LG_HEAD or stored_ms ~= window_ms then
       return nil
     end
-    local last = t
+    local last = e
     run = r
     if len > 26 then
-      last, run = sunpack("<I7I3", v, len - 9)
+      last, run = sunpack(LG_ENTRY, v, len - 9)
     end
-    if last >= FAST_MAX or last < t or run < r or run - gone > MAX_LOG then
+    if last >= FAST_MAX or last < e or run < r or run - gone > MAX_LOG then
       return nil
     end
     if last > now then
@@ -281,15 +306,15 @@ M.FAST["RL.LOG"] = function(key, args)
     end
     -- The entries that left the window: their units are no longer used.
     local previous = 0
-    while t + window <= at do
-      if t < previous or r <= gone then
+    while e + window <= at do
+      if e < previous or r <= gone then
         return nil
       end
-      previous, gone, pos = t, r, pos + 10
+      previous, gone, pos = e, r, pos + 10
       if pos > len then
         break
       end
-      t, r = sunpack("<I7I3", v, pos)
+      e, r = sunpack(LG_ENTRY, v, pos)
     end
     if pos < len then
       if r <= gone then
@@ -310,60 +335,86 @@ M.FAST["RL.LOG"] = function(key, args)
   end
   local used = run - gone
   local left = limit - used
-  local excess = used + cost - limit
-  if cost > limit or excess > 0 or cost == 0 then
-    -- No write: the reset is the newest entry's (none when every entry left the window).
+  if cost > limit or used + cost > limit or cost == 0 then
+    -- Denied, or a COST 0 call: nothing is written.
     local reset = newest and M.cdiv(newest + window - now, 1000) or 0
-    if cost > limit then
-      return { 0, limit, left > 0 and left or 0, -1, reset }
+    if cost == 0 and left >= 0 then
+      REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, left, 0, reset
+      return REPLY
     end
-    if excess <= 0 then
-      return { 1, limit, left, 0, reset }
-    end
-    -- The oldest entries whose units, once out of the window, let the call in.
-    local i, t, r, previous = pos, 0, gone, gone
-    while r - gone < excess and i < len do
-      t, r = sunpack("<I7I3", v, i)
-      if r <= previous then
+    local retry = -1
+    if cost <= limit then
+      -- The oldest entries whose units, once out of the window, let the call in.
+      local excess = used + cost - limit
+      local i, e, r, previous = pos, 0, gone, gone
+      while r - gone < excess and i < len do
+        e, r = sunpack(LG_ENTRY, v, i)
+        if r <= previous then
+          return nil
+        end
+        previous, i = r, i + 10
+      end
+      if r - gone < excess then
         return nil
       end
-      previous, i = r, i + 10
+      retry = e + window > now and M.cdiv(e + window - now, 1000) or 0
     end
-    if r - gone < excess then
-      return nil
-    end
-    local retry = t + window > now and M.cdiv(t + window - now, 1000) or 0
-    return { 0, limit, left > 0 and left or 0, retry, reset }
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, limit, left > 0 and left or 0, retry, reset
+    return REPLY
   end
   local through = run + cost
   if through >= RUN_END then
     return nil
   end
-  -- Usually written at `now` (the clock did not go back): the whole window, in ms.
-  local reset = at == now and window_ms or M.cdiv(at + window - now, 1000)
+  -- Allowed: the reset (M.cdiv) and the key's expiry (M.fast_expiry) computed here, on no
+  -- call: the window from the new entry (the whole window when the clock did not go back),
+  -- and the instant rounded up to a millisecond.
+  local reset = window_ms
+  if at ~= now then
+    local gap = at + window - now
+    reset = gap / 1000
+    reset = reset - reset % 1
+    if reset * 1000 < gap then
+      reset = reset + 1
+    end
+  end
+  local pxat = now / 1000
+  pxat = pxat - pxat % 1
+  pxat = (pxat * 1000 < now and pxat + 1 or pxat) + reset + FAST_SLACK
+  if FAST_TEXT then
+    pxat = fmt("%d", pxat)
+  end
   if pos == 17 and len > 0 then
     -- Nothing left the window: the bytes before the newest entry stay as they are, so the
     -- write is in place, on both servers (one call more than a SET, but no new Lua string
     -- of the whole log to hash and to copy into the server: measured cheaper on Redis 7.0
     -- and on Valkey 9.1): the newest running count changes or an entry is appended, and
-    -- the key's expiry moves.
-    local pxat = M.fast_expiry(now, reset)
+    -- the key's expiry moves. Only the first write may fail and leave the call to the
+    -- general path (nothing written yet); the other is of the same key and kind, so it
+    -- raises, as a module command failing half-way would.
+    local written
     if newest == at then
-      call("SETRANGE", key, M.FAST_TEXT and fmt("%d", len - 3) or len - 3, spack("<I3", through))
+      written = pcall_redis("SETRANGE", key, FAST_TEXT and fmt("%d", len - 3) or len - 3, spack("<I3", through))
     else
-      call("APPEND", key, spack("<I7I3", at, through))
+      written = pcall_redis("APPEND", key, spack(LG_ENTRY, at, through))
+    end
+    if type(written) == "table" then
+      return nil -- an error reply (SETRANGE's and APPEND's own replies are numbers)
     end
     call("PEXPIREAT", key, pxat)
-    return { 1, limit, left - cost, 0, reset }
-  end
-  local value
-  if newest == at then
-    value = spack("<I5I8I3", LG_HEAD, window_ms, gone) .. sub(v, pos, len - 3) .. spack("<I3", through)
-  elseif pos < len then
-    value = spack("<I5I8I3", LG_HEAD, window_ms, gone) .. sub(v, pos, len) .. spack("<I7I3", at, through)
   else
-    value = spack("<I5I8I3I7I3", LG_HEAD, window_ms, gone, at, through)
+    local value
+    if newest == at then
+      value = spack("<I5I8I3", LG_HEAD, window_ms, gone) .. sub(v, pos, len - 3) .. spack("<I3", through)
+    elseif pos < len then
+      value = spack("<I5I8I3", LG_HEAD, window_ms, gone) .. sub(v, pos, len) .. spack(LG_ENTRY, at, through)
+    else
+      value = spack("<I5I8I3I7I3", LG_HEAD, window_ms, gone, at, through)
+    end
+    if pcall_redis("SET", key, value, "PXAT", pxat).err then
+      return nil
+    end
   end
-  call("SET", key, value, "PXAT", M.fast_expiry(now, reset))
-  return { 1, limit, left - cost, 0, reset }
+  REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, left - cost, 0, reset
+  return REPLY
 end

@@ -143,8 +143,10 @@ local function tb_prepare(capacity, rate, refill_ms)
 end
 local TB_TREE, TB_RANGES = M.fast_tree(), M.KINDS.T.params
 local TB_HEAD, TB_LEN, TB_FORMAT = sunpack("<I5", "\0RL\1T"), M.V1_LEN.T, "<I5I8I8I8I8"
+local FAST_MAX = M.FAST_MAX
+local REPLY = M.FAST_REPLY
 
-M.FAST["RL.TOKENBUCKET"] = function(key, args)
+M.FAST_DIRECT["RL.TOKENBUCKET"] = function(key, args)
   local n, cost = #args, 1
   if n == 6 and args[5] == "COST" then
     cost = M.FAST_VALUES[args[6]] or M.fast_value(args[6])
@@ -160,19 +162,30 @@ M.FAST["RL.TOKENBUCKET"] = function(key, args)
   end
   local capacity, rate, refill_ms, unit, full = p[1], p[2], p[3], p[4], p[5]
   local level, updated = full, nil
-  local v, now = M.fast_read(key, "44")
-  if not v then
+  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+  -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
+  -- matches no value's length below.
+  local v = pcall_redis("GETRANGE", key, "0", "44")
+  if v == "" and pcall_redis("EXISTS", key) ~= 0 then
     return nil
   end
+  local t = pcall_redis("TIME")
+  if t.err then
+    return nil
+  end
+  if t[1] ~= clock_s then
+    clock_s, clock_us = t[1], t[1] * 1000000
+  end
+  local now = clock_us + t[2]
   if #v == TB_LEN then
-    local head, at_low, at_high, ms_low, ms_high, low, high, top = sunpack("<I5I6I2I6I2I6I2I8", v)
+    local head, ms, top
+    head, updated, ms, level, top = sunpack(TB_FORMAT, v)
     -- The stored instant below 2^52 us, the same refill_ms, a level below 2^52 and not
-    -- over the most (else the general path: rescaling, bignums, the corrupt error).
-    if head ~= TB_HEAD or at_high >= 16 or ms_high ~= 0 or ms_low ~= refill_ms or high >= 16 or top ~= 0 then
-      return nil
-    end
-    updated, level = at_low + at_high * 281474976710656, low + high * 281474976710656
-    if level > p[6] then
+    -- over the most (else the general path: rescaling, bignums, the corrupt error). Each
+    -- field is read whole as a double: one over 2^53 is rounded, but to no less than 2^53
+    -- (rounding keeps the order), so the bounds below refuse it as they refuse it exact.
+    if head ~= TB_HEAD or updated >= FAST_MAX or ms ~= refill_ms or level >= FAST_MAX or top ~= 0
+      or level > p[6] then
       return nil
     end
   elseif v ~= "" then
@@ -188,14 +201,34 @@ M.FAST["RL.TOKENBUCKET"] = function(key, args)
   end
   local lag = as_of - now
   local need = cost * unit
+  local gap = full - level
   if cost > capacity or level < need then
-    local wait = M.fast_wait
-    return { 0, capacity, M.fdiv(level, unit), cost > capacity and -1 or wait(need - level, rate, lag),
-      wait(full - level, rate, lag) }
+    -- Denied: the waits (M.fast_wait) and the tokens left (M.fdiv) computed here, on no
+    -- call, each quotient by `/` corrected by one step.
+    local retry = -1
+    if cost <= capacity then
+      local short = need - level
+      local w = short / rate
+      w = w - w % 1
+      w = (w * rate < short and w + 1 or w) + lag
+      retry = w / 1000
+      retry = retry - retry % 1
+      retry = retry * 1000 < w and retry + 1 or retry
+    end
+    local w = gap / rate
+    w = w - w % 1
+    w = (w * rate < gap and w + 1 or w) + lag
+    local reset = w / 1000
+    reset = reset - reset % 1
+    local left = level / unit
+    left = left - left % 1
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, capacity, left * unit > level and left - 1 or left, retry,
+      reset * 1000 < w and reset + 1 or reset
+    return REPLY
   end
   -- Allowed: the reset (M.fast_wait) computed here, on no call.
   level = level - need
-  local gap = full - level
+  gap = gap + need
   local w = gap / rate
   w = w - w % 1
   w = (w * rate < gap and w + 1 or w) + lag
@@ -206,9 +239,13 @@ M.FAST["RL.TOKENBUCKET"] = function(key, args)
     local at = now / 1000
     at = at - at % 1
     at = (at * 1000 < now and at + 1 or at) + reset + M.FAST_SLACK
-    call("SET", key, spack(TB_FORMAT, TB_HEAD, as_of, refill_ms, level, 0), "PXAT", M.FAST_TEXT and fmt("%d", at) or at)
+    if pcall_redis("SET", key, spack(TB_FORMAT, TB_HEAD, as_of, refill_ms, level, 0), "PXAT",
+      M.FAST_TEXT and fmt("%d", at) or at).err then
+      return nil
+    end
   end
   local left = level / unit
   left = left - left % 1
-  return { 1, capacity, left * unit > level and left - 1 or left, 0, reset }
+  REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, capacity, left * unit > level and left - 1 or left, 0, reset
+  return REPLY
 end

@@ -66,6 +66,11 @@ pub const TWIN_RULES: &[&str] = &[
     "+exists",
     "+getrange",
     "+set",
+    "+del",
+    "+pttl",
+    "+setrange",
+    "+append",
+    "+pexpireat",
 ];
 
 /// Certificates in a fresh directory: a CA, a server certificate for `127.0.0.1` only (no

@@ -30,6 +30,7 @@ mod hostile_input;
 mod hostile_sizes;
 mod hostile_values;
 mod luatwin;
+mod luatwin_acl;
 mod luatwin_commands;
 mod luatwin_errors;
 mod luatwin_model;

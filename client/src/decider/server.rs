@@ -227,6 +227,14 @@ impl ServerDecider {
         costs: &[u64],
         mode: Option<AllMode>,
     ) -> Vec<SlotReply> {
+        if !self.transport.is_cluster() {
+            // One server, one call: no grouping by slot, no concurrent calls to join.
+            let cmd = command::all(items, costs, mode);
+            let reply = (self.send(route, &cmd, None).await)
+                .and_then(|v| decision::parse_all(&v, items.len()));
+            let members = (0..items.len()).collect();
+            return vec![SlotReply { members, reply }];
+        }
         let keys: Vec<&str> = items.iter().map(|(k, _)| *k).collect();
         let groups = command::slot_groups(&keys, self.transport.is_cluster());
         let calls = groups.into_iter().map(|(slot, members)| async move {

@@ -73,6 +73,10 @@ impl<L: Layer> Leased<L> {
                 Reserve::Ordinary => {}
             }
         }
+        if reserved.is_empty() {
+            // No key served from a lease: every one goes to Redis, as asked.
+            return self.inner.decide_all(items, costs).await;
+        }
         let rest: Vec<usize> = (0..items.len())
             .filter(|&i| leased.get(i).is_some_and(Option::is_none))
             .collect();

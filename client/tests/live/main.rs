@@ -8,6 +8,7 @@
 
 mod bans;
 mod cluster;
+mod connection;
 mod costs;
 mod fleet;
 mod lease;
