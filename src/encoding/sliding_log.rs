@@ -426,6 +426,28 @@ mod tests {
             prop_assert_eq!(SlidingLogState::decode(state.encode().as_bytes()), Ok(state));
         }
 
+        /// Any version 3 body (the twin's running counts) decodes to a valid log or is
+        /// refused, never more than the largest limit, and the log round-trips through the
+        /// version 1 the module writes.
+        #[test]
+        fn random_twin_bodies_are_valid_or_refused(
+            base in 0u32..64,
+            steps in prop::collection::vec((0u64..3, 0u32..3), 0..40),
+        ) {
+            let mut entries = vec![];
+            let (mut at, mut run) = (1_700_000_000_000_000u64, base);
+            for (gap, more) in steps {
+                at = at.wrapping_add(gap).wrapping_sub(1);
+                run = run.wrapping_add(more).wrapping_sub(1) & 0xff_ffff;
+                entries.push((at, run));
+            }
+            if let Ok(state) = SlidingLogState::decode(&twin(1_000, base, &entries)) {
+                prop_assert!(state.total() <= MAX_LIMIT);
+                prop_assert!(state.entries.iter().all(|e| e.count >= 1));
+                prop_assert_eq!(SlidingLogState::decode(state.encode().as_bytes()), Ok(state));
+            }
+        }
+
         /// Whatever decodes is a valid log with exactly one encoding.
         #[test]
         fn random_bodies_never_panic(body in prop::collection::vec(any::<u8>(), 0..200)) {
