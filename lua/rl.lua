@@ -263,7 +263,8 @@ local function build()
   -- Stored bytes: magic "\0RL", version, tag, fields (src/encoding): version 1 has
   -- little-endian fixed-width fields (a log: varints), version 2 the fields of a fixed-size
   -- state as varints (the module writes it for T, S, F, G; the twin writes version 1), a
-  -- concurrency limiter's lease table, and a log of fixed-width entries (the twin writes it).
+  -- concurrency limiter's lease table, and a log of fixed-width entries (the twin's earlier
+  -- layout); version 3 a log of fixed-width entries with running counts (the twin writes it).
 
   function M.corrupt(tag)
     M.fail("ERR key holds a corrupt redis-rl " .. M.KINDS[tag].name .. " limiter")
@@ -289,7 +290,8 @@ local function build()
       M.not_ours()
     end
     local version, stored = byte(v, 4), sub(v, 5, 5)
-    if version ~= 1 and not (version == 2 and (stored == "C" or stored == "L" or M.V1_LEN[stored])) then
+    if version ~= 1 and not (version == 2 and (stored == "C" or stored == "L" or M.V1_LEN[stored]))
+      and not (version == 3 and stored == "L") then
       M.fail("ERR key holds a redis-rl limiter in format version " .. version .. ", this module reads version 1")
     end
     if not M.KINDS[stored] then
@@ -2145,14 +2147,21 @@ local function build()
   -- ------------------------------------------------------------------------------------------
   -- lua/src/sliding_window_log.lua
   -- Sliding window log (core/src/sliding_log.rs): entries oldest first. The module writes
-  -- version 1 (varints: small); the twin writes version 2 (src/encoding/sliding_log.rs):
-  -- `window_ms` (8 bytes), the total count (2), then per entry its instant (8) and count (2),
-  -- little-endian, which its fast code reads and drops at computed offsets, a constant
-  -- number of Lua operations per call. Each side reads both.
+  -- version 1 (varints: small); the twin writes version 3 (src/encoding/sliding_log.rs):
+  -- `window_ms` (8 bytes), the running count before the first entry (3), then per entry its
+  -- instant (7) and the running count through it (3), little-endian. Its fast code reads
+  -- and drops entries at computed offsets (a constant number of Lua operations per call),
+  -- and the units in the window are two running counts apart, so a call that drops nothing
+  -- appends 10 bytes and leaves the rest as it is: no total to rewrite in front. Version 2
+  -- (the twin's earlier layout: a total, then instants and counts) is still read. Each side
+  -- reads every version.
 
   M.LG = M.window_algorithm("L")
   M.MAX_LOG = M.KINDS.L.params[1][3]
-  local LG_HEAD = sunpack("<I5", "\0RL\2L")
+  local LG_HEAD = sunpack("<I5", "\0RL\3L")
+  -- Running counts stay below 2^24 (3 bytes): a call that would reach it leaves the write to
+  -- the general path, whose log starts again from 0.
+  local RUN_END = 16777216
 
   -- A version 2 log's entries (nil when not a valid one).
   local function read_fixed_log(v)
@@ -2177,10 +2186,36 @@ local function build()
     return sum == total and { window_ms = window_ms, times = times, counts = counts }
   end
 
+  -- A version 3 log's entries (nil when not a valid one).
+  local function read_running_log(v)
+    local len = #v
+    if len < 16 or (len - 16) % 10 ~= 0 then
+      return nil
+    end
+    local window_ms, base = M.read_u64(v, 6), sunpack("<I3", v, 14)
+    if not M.valid_duration(window_ms) then
+      return nil
+    end
+    local times, counts, previous, run = {}, {}, 0, base
+    for pos = 17, len, 10 do
+      local at, through = sunpack("<I7I3", v, pos)
+      if at > M.LATEST_US or at < previous or through <= run or through - base > M.MAX_LOG then
+        return nil
+      end
+      times[#times + 1] = at
+      counts[#counts + 1] = through - run
+      previous, run = at, through
+    end
+    return { window_ms = window_ms, times = times, counts = counts }
+  end
+
   function M.LG.read(key)
     local v = M.read_value(key, "L")
     if not v then
       return nil
+    end
+    if byte(v, 4) == 3 then
+      return read_running_log(v) or M.corrupt("L")
     end
     if byte(v, 4) == 2 then
       return read_fixed_log(v) or M.corrupt("L")
@@ -2215,12 +2250,12 @@ local function build()
   end
 
   function M.LG.encode(s)
-    local parts, total = {}, 0
+    local parts, run = {}, 0
     for i = 1, #s.times do
-      parts[i + 1] = spack("<I8I2", s.times[i], s.counts[i])
-      total = total + s.counts[i]
+      run = run + s.counts[i]
+      parts[i + 1] = spack("<I7I3", s.times[i], run)
     end
-    parts[1] = spack("<I5I8I2", LG_HEAD, s.window_ms, total)
+    parts[1] = spack("<I5I8I3", LG_HEAD, s.window_ms, 0)
     return table.concat(parts)
   end
 
@@ -2341,25 +2376,26 @@ local function build()
   end
 
   -- The fast path (see fast.lua) of `RL.LOG key limit window_ms [COST n]`: M.LG.check on a
-  -- missing key or a version 2 log of the same window, in one function. The entries that
+  -- missing key or a version 3 log of the same window, in one function. The entries that
   -- left the window are read from the front and dropped with a substring; the units still
-  -- in it are the stored total less theirs; a denial reads entries from the front until
-  -- enough units would leave; a write appends one entry (or adds to the newest at the same
-  -- instant). The fast code checks the header, the length and the entries it reads (the
-  -- general path checks every entry).
+  -- in it are the newest running count less the last one dropped; a denial reads entries
+  -- from the front until enough units would leave; a write appends one entry (or raises
+  -- the newest's running count at the same instant). The fast code checks the header, the
+  -- length and the entries it reads (the general path checks every entry).
   local function lg_prepare(limit, window_ms)
     return window_ms * 1000 < M.FAST_MAX and { limit, window_ms, window_ms * 1000 }
   end
   local LG_TREE, LG_RANGES = M.fast_tree(), M.KINDS.L.params
-  -- The longest valid version 2 log, and GETRANGE's last offset: one byte more, so a
+  -- The longest valid version 3 log, and GETRANGE's last offset: one byte more, so a
   -- longer value is seen as such.
-  local LG_LONGEST = 15 + 10 * M.MAX_LOG
+  local LG_LONGEST = 16 + 10 * M.MAX_LOG
   local LG_LAST = fmt("%d", LG_LONGEST)
   local FAST_MAX = M.FAST_MAX
-  local IN_PLACE = M.IN_PLACE
   local VALUES, REPLY = M.FAST_VALUES, M.FAST_REPLY
   local FAST_TEXT, FAST_SLACK, MAX_LOG = M.FAST_TEXT, M.FAST_SLACK, M.MAX_LOG
-  local LG_ENTRY = "<I8I2"
+  local LG_ENTRY = "<I7I3"
+  -- A function's globals are looked up through the library's environment: a local is cheaper.
+  local type = type
 
   M.FAST_DIRECT["RL.LOG"] = function(key, args)
     -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
@@ -2393,55 +2429,61 @@ local function build()
       clock_s, clock_us = s, s * 1000000
     end
     local now = clock_us + us
-    local pos, used, newest = 16, 0, nil
+    -- `gone`: the running count before the oldest entry still in the window; `run`: the
+    -- running count through the newest entry.
+    local pos, gone, run, newest = 17, 0, 0, nil
     local at = now
-    if len > 0 then
-      if len < 15 or len > LG_LONGEST or (len - 15) % 10 ~= 0 then
+    if len > 16 then
+      if len > LG_LONGEST or (len - 16) % 10 ~= 0 then
         return nil
       end
-      -- The header and, in the same unpack, the oldest entry (e, c) when there is one.
-      local head, stored_ms, total, e, c
-      if len > 15 then
-        head, stored_ms, total, e, c = sunpack("<I5I8I2I8I2", v)
-      else
-        head, stored_ms, total = sunpack("<I5I8I2", v)
-      end
-      if head ~= LG_HEAD or stored_ms ~= window_ms or total > MAX_LOG then
+      -- The header and, in the same unpack, the oldest entry (e, r); the newest from the end.
+      local head, stored_ms, e, r
+      head, stored_ms, gone, e, r = sunpack("<I5I8I3I7I3", v)
+      if head ~= LG_HEAD or stored_ms ~= window_ms then
         return nil
       end
-      used = total
-      if len > 15 then
-        local last, count = e, c
-        if len > 25 then
-          last, count = sunpack(LG_ENTRY, v, len - 9)
-        end
-        if last >= FAST_MAX or count == 0 then
+      local last = e
+      run = r
+      if len > 26 then
+        last, run = sunpack(LG_ENTRY, v, len - 9)
+      end
+      if last >= FAST_MAX or last < e or run < r or run - gone > MAX_LOG then
+        return nil
+      end
+      if last > now then
+        at = last
+      end
+      -- The entries that left the window: their units are no longer used.
+      local previous = 0
+      while e + window <= at do
+        if e < previous or r <= gone then
           return nil
         end
-        if last > now then
-          at = last
+        previous, gone, pos = e, r, pos + 10
+        if pos > len then
+          break
         end
-        -- The entries that left the window: their units are no longer used.
-        local previous = 0
-        while e + window <= at do
-          if e < previous or c == 0 or c > used then
-            return nil
-          end
-          previous, used, pos = e, used - c, pos + 10
-          if pos >= len then
-            break
-          end
-          e, c = sunpack(LG_ENTRY, v, pos)
-        end
-        if pos < len then
-          newest = last
-        elseif used ~= 0 then
+        e, r = sunpack(LG_ENTRY, v, pos)
+      end
+      if pos < len then
+        if r <= gone then
           return nil
         end
-      elseif total ~= 0 then
+        newest = last
+      end
+    elseif len > 0 then
+      if len ~= 16 then
         return nil
       end
+      local head, stored_ms
+      head, stored_ms, gone = sunpack("<I5I8I3", v)
+      if head ~= LG_HEAD or stored_ms ~= window_ms then
+        return nil
+      end
+      run = gone
     end
+    local used = run - gone
     local left = limit - used
     if cost > limit or used + cost > limit or cost == 0 then
       -- Denied, or a COST 0 call: nothing is written.
@@ -2454,12 +2496,15 @@ local function build()
       if cost <= limit then
         -- The oldest entries whose units, once out of the window, let the call in.
         local excess = used + cost - limit
-        local i, freed, e, c = pos, 0, 0, 0
-        while freed < excess and i < len do
-          e, c = sunpack(LG_ENTRY, v, i)
-          freed, i = freed + c, i + 10
+        local i, e, r, previous = pos, 0, gone, gone
+        while r - gone < excess and i < len do
+          e, r = sunpack(LG_ENTRY, v, i)
+          if r <= previous then
+            return nil
+          end
+          previous, i = r, i + 10
         end
-        if freed < excess or c == 0 then
+        if r - gone < excess then
           return nil
         end
         retry = e + window > now and M.cdiv(e + window - now, 1000) or 0
@@ -2467,13 +2512,21 @@ local function build()
       REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 0, limit, left > 0 and left or 0, retry, reset
       return REPLY
     end
+    local through = run + cost
+    if through >= RUN_END then
+      return nil
+    end
     -- Allowed: the reset (M.cdiv) and the key's expiry (M.fast_expiry) computed here, on no
-    -- call: the window from the new entry, and the instant rounded up to a millisecond.
-    local gap = at + window - now
-    local reset = gap / 1000
-    reset = reset - reset % 1
-    if reset * 1000 < gap then
-      reset = reset + 1
+    -- call: the window from the new entry (the whole window when the clock did not go back),
+    -- and the instant rounded up to a millisecond.
+    local reset = window_ms
+    if at ~= now then
+      local gap = at + window - now
+      reset = gap / 1000
+      reset = reset - reset % 1
+      if reset * 1000 < gap then
+        reset = reset + 1
+      end
     end
     local pxat = now / 1000
     pxat = pxat - pxat % 1
@@ -2481,27 +2534,32 @@ local function build()
     if FAST_TEXT then
       pxat = fmt("%d", pxat)
     end
-    if pos == 16 and len > 0 and IN_PLACE then
-      -- Nothing left the window: the stored total and the newest entry change (or one is
-      -- appended) in place, and the key's expiry moves. Only the first write may fail and
-      -- leave the call to the general path (nothing written yet); the others are of the same
-      -- key and kind, so they raise, as a module command failing half-way would.
-      if type(pcall_redis("SETRANGE", key, "13", spack("<I2", used + cost))) == "table" then
-        return nil -- an error reply (SETRANGE's own reply is a number)
-      end
+    if pos == 17 and len > 0 then
+      -- Nothing left the window: the bytes before the newest entry stay as they are, so the
+      -- write is in place, on both servers (one call more than a SET, but no new Lua string
+      -- of the whole log to hash and to copy into the server: measured cheaper on Redis 7.0
+      -- and on Valkey 9.1): the newest running count changes or an entry is appended, and
+      -- the key's expiry moves. Only the first write may fail and leave the call to the
+      -- general path (nothing written yet); the other is of the same key and kind, so it
+      -- raises, as a module command failing half-way would.
+      local written
       if newest == at then
-        call("SETRANGE", key, FAST_TEXT and fmt("%d", len - 2) or len - 2, spack("<I2", sunpack("<I2", v, len - 1) + cost))
+        written = pcall_redis("SETRANGE", key, FAST_TEXT and fmt("%d", len - 3) or len - 3, spack("<I3", through))
       else
-        call("APPEND", key, spack(LG_ENTRY, at, cost))
+        written = pcall_redis("APPEND", key, spack(LG_ENTRY, at, through))
+      end
+      if type(written) == "table" then
+        return nil -- an error reply (SETRANGE's and APPEND's own replies are numbers)
       end
       call("PEXPIREAT", key, pxat)
     else
       local value
       if newest == at then
-        value = spack("<I5I8I2", LG_HEAD, window_ms, used + cost) .. sub(v, pos, len - 2)
-          .. spack("<I2", sunpack("<I2", v, len - 1) + cost)
+        value = spack("<I5I8I3", LG_HEAD, window_ms, gone) .. sub(v, pos, len - 3) .. spack("<I3", through)
+      elseif pos < len then
+        value = spack("<I5I8I3", LG_HEAD, window_ms, gone) .. sub(v, pos, len) .. spack(LG_ENTRY, at, through)
       else
-        value = spack("<I5I8I2", LG_HEAD, window_ms, used + cost) .. sub(v, pos, len) .. spack(LG_ENTRY, at, cost)
+        value = spack("<I5I8I3I7I3", LG_HEAD, window_ms, gone, at, through)
       end
       if pcall_redis("SET", key, value, "PXAT", pxat).err then
         return nil

@@ -1,7 +1,8 @@
 -- Stored bytes: magic "\0RL", version, tag, fields (src/encoding): version 1 has
 -- little-endian fixed-width fields (a log: varints), version 2 the fields of a fixed-size
 -- state as varints (the module writes it for T, S, F, G; the twin writes version 1), a
--- concurrency limiter's lease table, and a log of fixed-width entries (the twin writes it).
+-- concurrency limiter's lease table, and a log of fixed-width entries (the twin's earlier
+-- layout); version 3 a log of fixed-width entries with running counts (the twin writes it).
 
 function M.corrupt(tag)
   M.fail("ERR key holds a corrupt redis-rl " .. M.KINDS[tag].name .. " limiter")
@@ -27,7 +28,8 @@ function M.tag_of(v)
     M.not_ours()
   end
   local version, stored = byte(v, 4), sub(v, 5, 5)
-  if version ~= 1 and not (version == 2 and (stored == "C" or stored == "L" or M.V1_LEN[stored])) then
+  if version ~= 1 and not (version == 2 and (stored == "C" or stored == "L" or M.V1_LEN[stored]))
+    and not (version == 3 and stored == "L") then
     M.fail("ERR key holds a redis-rl limiter in format version " .. version .. ", this module reads version 1")
   end
   if not M.KINDS[stored] then

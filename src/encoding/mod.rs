@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! offset 0  3 bytes  magic "\0RL" (a NUL first: no text value starts like this)
-//! offset 3  1 byte   format version (1, or 2: see below)
+//! offset 3  1 byte   format version (1, or 2, or 3 for a log: see below)
 //! offset 4  1 byte   algorithm tag: 'T' token bucket, 'S' sliding window,
 //!                    'L' sliding window log, 'C' concurrency, 'F' fixed window,
 //!                    'G' GCRA
@@ -18,7 +18,8 @@
 //! a value is at most 30 bytes for realistic parameters (13 to 25: one string header size
 //! class and one allocation class smaller than version 1's 29 and 37 bytes on Redis, 16 bytes
 //! less per key). Version 1 values are still read, and become version 2 on their next write.
-//! For the concurrency limiter, version 2 is its lease table (`lease_table`).
+//! For the concurrency limiter, version 2 is its lease table (`lease_table`). For the sliding
+//! window log, versions 2 and 3 are the fixed-width logs the Lua twin writes (`sliding_log`).
 //!
 //! Decoding checks magic, version, tag, exact length and field ranges (a varint in its
 //! shortest form only, so every state has exactly one encoding), so anything we did not
@@ -54,6 +55,9 @@ pub const MAGIC: [u8; 3] = *b"\0RL";
 pub const VERSION: u8 = 1;
 /// The compact format version of the fixed-size states (fields as varints).
 pub const COMPACT_VERSION: u8 = 2;
+/// The sliding window log the Lua twin writes since version 3 of its layout (read here,
+/// never written: see `sliding_log`).
+pub const TWIN_LOG_VERSION: u8 = 3;
 /// Length of the header (magic, version, algorithm tag) that starts every value.
 pub const HEADER_LEN: usize = MAGIC.len() + 2;
 /// Room for the largest encoded value.
@@ -156,6 +160,10 @@ pub trait Stored: Sized {
     /// The least and most bytes of a compact (version 2) body, for a state that has that
     /// form (then it is the one written); `None`: version 1 only.
     const COMPACT_BODY: Option<(usize, usize)> = None;
+    /// The least and most bytes of a body in format [`TWIN_LOG_VERSION`], for the state
+    /// that has that form (read with [`Self::decode_twin`], never written); `None`: no such
+    /// form.
+    const TWIN_BODY: Option<(usize, usize)> = None;
 
     /// True if a value of `len` bytes (header included) may be a valid state: only such a
     /// value is ever read whole.
@@ -163,7 +171,9 @@ pub trait Stored: Sized {
         let Some(body) = len.checked_sub(HEADER_LEN) else {
             return false;
         };
-        Self::plausible_body(VERSION, body) || Self::plausible_body(COMPACT_VERSION, body)
+        Self::plausible_body(VERSION, body)
+            || Self::plausible_body(COMPACT_VERSION, body)
+            || Self::plausible_body(TWIN_LOG_VERSION, body)
     }
 
     /// True if a body of `len` bytes may be valid in format `version`.
@@ -171,6 +181,9 @@ pub trait Stored: Sized {
         match (version, Self::COMPACT_BODY) {
             (COMPACT_VERSION, Some((least, most))) => (least..=most).contains(&len),
             (COMPACT_VERSION, None) => false,
+            (TWIN_LOG_VERSION, _) => {
+                Self::TWIN_BODY.is_some_and(|(least, most)| (least..=most).contains(&len))
+            }
             _ if Self::VARIABLE_LEN => (Self::BODY_LEN..=Self::MAX_BODY_LEN).contains(&len),
             _ => len == Self::BODY_LEN,
         }
@@ -180,6 +193,11 @@ pub trait Stored: Sized {
     fn encode_compact(&self, _out: &mut Compact<'_>) {}
     /// Reads the compact fields; `None` if a field is out of range.
     fn decode_compact(_body: &mut Reader<'_>) -> Option<Self> {
+        None
+    }
+    /// Reads a [`TWIN_LOG_VERSION`] body (only called when `TWIN_BODY` is set); `None` if
+    /// a field is out of range.
+    fn decode_twin(_body: &mut Reader<'_>) -> Option<Self> {
         None
     }
 
@@ -287,6 +305,8 @@ pub trait Stored: Sized {
         };
         let state = if version == COMPACT_VERSION && Self::COMPACT_BODY.is_some() {
             Self::decode_compact(&mut reader)
+        } else if version == TWIN_LOG_VERSION {
+            Self::decode_twin(&mut reader)
         } else {
             Self::decode_body(&mut reader)
         };
@@ -315,7 +335,8 @@ pub fn algorithm_of(bytes: &[u8]) -> Result<Kind, DecodeError> {
     // limiter's lease table.
     let kind = Kind::from_tag(tag);
     let v2 = (version == lease_table::VERSION && kind == Some(Kind::Concurrency))
-        || (version == COMPACT_VERSION && kind.is_some_and(has_compact_form));
+        || (version == COMPACT_VERSION && kind.is_some_and(has_compact_form))
+        || (version == TWIN_LOG_VERSION && kind == Some(Kind::SlidingLog));
     if version != VERSION && !v2 {
         return Err(DecodeError::UnsupportedVersion(version));
     }

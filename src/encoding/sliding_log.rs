@@ -9,6 +9,10 @@ use super::{duration_ms_in_range, Encoded, Kind, Reader, Stored, Writer};
 /// of its entries (the instant u64, the count u16).
 const FIXED_HEAD: usize = 10;
 const FIXED_ENTRY: usize = 10;
+/// Bytes of a version 3 log's fixed part (`window_ms` u64, the running count before its
+/// first entry u24) and of each of its entries (the instant u56, the running count u24).
+const TWIN_HEAD: usize = 11;
+const TWIN_ENTRY: usize = 10;
 
 /// Sliding window log fields: a varint (LEB128) of `window_ms`, then one varint per entry,
 /// oldest first, holding the microseconds since the previous entry (since the epoch for the
@@ -33,6 +37,16 @@ impl Stored for SlidingLogState {
     /// an entry against about 2), which is why the module keeps writing version 1.
     const COMPACT_BODY: Option<(usize, usize)> =
         Some((FIXED_HEAD, FIXED_HEAD + FIXED_ENTRY * MAX_LIMIT as usize));
+    /// Version 3 (read, never written here): the fixed-width log the Lua twin writes since
+    /// version 2 cost it a rewrite of the header on every call. Little-endian: `window_ms`
+    /// (8 bytes), the running count before the first entry (3), then per entry, oldest
+    /// first, its instant in µs (7) and the running count through it (3): an entry's count
+    /// is its running count less the one before it (at least 1), the log's total is the
+    /// last running count less the first field. An append leaves the bytes before it as
+    /// they are (the twin appends in place), and dropping the oldest entries only moves the
+    /// first running count. Instants never decrease.
+    const TWIN_BODY: Option<(usize, usize)> =
+        Some((TWIN_HEAD, TWIN_HEAD + TWIN_ENTRY * MAX_LIMIT as usize));
 
     /// Version 1, whatever was read (see `COMPACT_BODY`).
     fn encode(&self) -> Encoded {
@@ -65,6 +79,29 @@ impl Stored for SlidingLogState {
             });
         }
         (sum == total).then_some(SlidingLogState { window_ms, entries })
+    }
+
+    fn decode_twin(body: &mut Reader<'_>) -> Option<Self> {
+        let window_ms = duration_ms_in_range(body.u64()?)?;
+        let base = body.uint::<3>()?;
+        if !body.remaining().is_multiple_of(TWIN_ENTRY) {
+            return None;
+        }
+        let mut entries = Vec::with_capacity(body.remaining() / TWIN_ENTRY);
+        let (mut previous_at, mut previous_run) = (0, base);
+        while !body.is_empty() {
+            let at = body.uint::<7>()?;
+            let run = body.uint::<3>()?;
+            if at < previous_at || run <= previous_run || run - base > MAX_LIMIT {
+                return None;
+            }
+            entries.push(LogEntry {
+                at: Micros(at),
+                count: run - previous_run,
+            });
+            (previous_at, previous_run) = (at, run);
+        }
+        Some(SlidingLogState { window_ms, entries })
     }
 
     fn encode_body(&self, out: &mut Writer<'_>) {
@@ -309,6 +346,58 @@ mod tests {
         );
     }
 
+    /// Version 3 as the Lua twin writes it: `window_ms`, the running count before the
+    /// first entry, then instant and running count per entry (7 and 3 bytes little-endian).
+    fn twin(window_ms: u64, base: u32, entries: &[(u64, u32)]) -> Vec<u8> {
+        let mut v = [
+            &b"\0RL\x03L"[..],
+            &window_ms.to_le_bytes(),
+            &base.to_le_bytes()[..3],
+        ]
+        .concat();
+        for (at, run) in entries {
+            v.extend_from_slice(&at.to_le_bytes()[..7]);
+            v.extend_from_slice(&run.to_le_bytes()[..3]);
+        }
+        v
+    }
+
+    #[test]
+    fn reads_the_twins_running_count_log_and_writes_version_1() {
+        let base = 1_700_000_000_000_000;
+        let value = twin(1_000, 70_000, &[(base, 70_001), (base + 100, 70_004)]);
+        let state = SlidingLogState::decode(&value).unwrap();
+        assert_eq!(state, log(vec![entry(base, 1), entry(base + 100, 3)]));
+        assert_eq!(&state.encode().as_bytes()[..5], b"\0RL\x01L");
+        assert_eq!(
+            SlidingLogState::decode(&twin(1_000, 5, &[])),
+            Ok(log(vec![]))
+        );
+        assert!(SlidingLogState::plausible_len(value.len()));
+        assert_eq!(crate::encoding::algorithm_of(&value), Ok(Kind::SlidingLog));
+        let full: Vec<_> = (1..=10_000).map(|i| (base + i, i as u32)).collect();
+        assert_eq!(
+            SlidingLogState::decode(&twin(1_000, 0, &full)).map(|s| s.total()),
+            Ok(10_000)
+        );
+        let too_many = [&full[..], &[(base + 20_000, 10_001)]].concat();
+        let corrupt = Err(DecodeError::Corrupt(Kind::SlidingLog));
+        for (value, why) in [
+            (twin(0, 0, &[(base, 1)]), "window 0"),
+            (twin(1_000, 3, &[(base, 3)]), "count 0"),
+            (twin(1_000, 3, &[(base, 2)]), "running count going back"),
+            (
+                twin(1_000, 0, &[(base, 1), (base - 1, 2)]),
+                "instants going back",
+            ),
+            (twin(1_000, 7, &[(base, 10_008)]), "over the largest limit"),
+            (twin(1_000, 0, &too_many), "one entry too many"),
+            (value[..value.len() - 1].to_vec(), "truncated"),
+        ] {
+            assert_eq!(SlidingLogState::decode(&value), corrupt, "{why}");
+        }
+    }
+
     #[test]
     fn a_value_longer_than_any_valid_log_is_corrupt_whatever_its_bytes() {
         let longest = SlidingLogState::MAX_BODY_LEN;
@@ -335,6 +424,28 @@ mod tests {
             }).collect();
             let state = SlidingLogState { window_ms, entries };
             prop_assert_eq!(SlidingLogState::decode(state.encode().as_bytes()), Ok(state));
+        }
+
+        /// Any version 3 body (the twin's running counts) decodes to a valid log or is
+        /// refused, never more than the largest limit, and the log round-trips through the
+        /// version 1 the module writes.
+        #[test]
+        fn random_twin_bodies_are_valid_or_refused(
+            base in 0u32..64,
+            steps in prop::collection::vec((0u64..3, 0u32..3), 0..40),
+        ) {
+            let mut entries = vec![];
+            let (mut at, mut run) = (1_700_000_000_000_000u64, base);
+            for (gap, more) in steps {
+                at = at.wrapping_add(gap).wrapping_sub(1);
+                run = run.wrapping_add(more).wrapping_sub(1) & 0xff_ffff;
+                entries.push((at, run));
+            }
+            if let Ok(state) = SlidingLogState::decode(&twin(1_000, base, &entries)) {
+                prop_assert!(state.total() <= MAX_LIMIT);
+                prop_assert!(state.entries.iter().all(|e| e.count >= 1));
+                prop_assert_eq!(SlidingLogState::decode(state.encode().as_bytes()), Ok(state));
+            }
         }
 
         /// Whatever decodes is a valid log with exactly one encoding.

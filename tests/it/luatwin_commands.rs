@@ -359,3 +359,106 @@ fn corrupt_values_and_the_first_error_as_the_module() {
         assert_same(&argv[0], &m, &t, 0, &format!("{argv:?}"));
     }
 }
+
+/// A log in the twin's earlier layout (version 2: a total, then instants and counts) is
+/// read and continued by the twin as by the module, and the twin's own layout (version 3:
+/// running counts) by the module: a fleet moves between them without a reset.
+#[test]
+fn the_twins_earlier_log_layout_is_read_and_continued() {
+    let server = Server::start();
+    let mut conn = server.client();
+    load(&mut conn);
+    let time: Vec<String> = redis::cmd("TIME").query(&mut conn).unwrap();
+    let now = time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap();
+    let mut v2 = [
+        &b"\0RL\x02L"[..],
+        &60_000u64.to_le_bytes(),
+        &3u16.to_le_bytes(),
+    ]
+    .concat();
+    for (at, count) in [(now - 3_000_000, 2u16), (now - 1_000_000, 1)] {
+        v2.extend_from_slice(&at.to_le_bytes());
+        v2.extend_from_slice(&count.to_le_bytes());
+    }
+    for key in ["{l}:m", "{l}:t"] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(v2.as_slice())
+            .query(&mut conn)
+            .unwrap();
+    }
+    // Twice each: the twin's general path reads version 2, its fast code then version 3.
+    for step in 0..2 {
+        let argv = strings(&["RL.LOG", "10", "60000", "COST", "2"]);
+        let m = run(&mut conn, false, "{l}:m", &argv);
+        let t = run(&mut conn, true, "{l}:t", &argv);
+        assert_same("RL.LOG", &m, &t, 0, &format!("step {step}"));
+    }
+    let stored: Vec<u8> = redis::cmd("GET").arg("{l}:t").query(&mut conn).unwrap();
+    assert_eq!(&stored[..5], b"\0RL\x03L");
+    assert_eq!(stored.len(), 16 + 4 * 10, "{stored:?}");
+    // The module reads the twin's log as its own (the instants of the two writes may fall
+    // in different milliseconds).
+    let state =
+        |conn: &mut redis::Connection, key: &str| run(conn, false, key, &strings(&["RL.STATE"]));
+    assert_same(
+        "RL.STATE",
+        &state(&mut conn, "{l}:m"),
+        &state(&mut conn, "{l}:t"),
+        1_000,
+        "state",
+    );
+    let m = run(
+        &mut conn,
+        false,
+        "{l}:m",
+        &strings(&["RL.LOG", "10", "60000", "COST", "3"]),
+    );
+    let t = run(
+        &mut conn,
+        false,
+        "{l}:t",
+        &strings(&["RL.LOG", "10", "60000", "COST", "3"]),
+    );
+    assert_same("RL.LOG", &m, &t, 0, "the module on the twin's log");
+}
+
+/// The running counts of the twin's log stay below 2^24: a call that would reach it is
+/// written by the twin's general path, which starts them again from 0 (the same log).
+#[test]
+fn the_twins_running_counts_start_again_below_2_24() {
+    let server = Server::start();
+    let mut conn = server.client();
+    load(&mut conn);
+    let time: Vec<String> = redis::cmd("TIME").query(&mut conn).unwrap();
+    let now = time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap();
+    let top = (1u32 << 24) - 3;
+    let mut v3 = [
+        &b"\0RL\x03L"[..],
+        &60_000u64.to_le_bytes(),
+        &top.to_le_bytes()[..3],
+    ]
+    .concat();
+    v3.extend_from_slice(&(now - 1_000_000).to_le_bytes()[..7]);
+    v3.extend_from_slice(&(top + 1).to_le_bytes()[..3]);
+    for key in ["{r}:m", "{r}:t"] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(v3.as_slice())
+            .query(&mut conn)
+            .unwrap();
+    }
+    for cost in ["1", "2"] {
+        let argv = strings(&["RL.LOG", "10", "60000", "COST", cost]);
+        let m = run(&mut conn, false, "{r}:m", &argv);
+        let t = run(&mut conn, true, "{r}:t", &argv);
+        assert_same("RL.LOG", &m, &t, 0, &format!("cost {cost}"));
+    }
+    let stored: Vec<u8> = redis::cmd("GET").arg("{r}:t").query(&mut conn).unwrap();
+    let run_at = |at: usize| u32::from_le_bytes([stored[at], stored[at + 1], stored[at + 2], 0]);
+    assert_eq!(stored.len(), 16 + 3 * 10, "{stored:?}");
+    assert_eq!(
+        [run_at(13), run_at(23), run_at(33), run_at(43)],
+        [0, 1, 2, 4]
+    );
+}

@@ -261,6 +261,33 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
             .query(&mut conn)
             .unwrap();
     }
+    // Damaged version 3 logs (the twin's running counts): likewise.
+    let log3 = |base: u32, entries: &[(u64, u32)]| {
+        let mut v = [
+            &b"\0RL\x03L"[..],
+            &1000u64.to_le_bytes(),
+            &base.to_le_bytes()[..3],
+        ]
+        .concat();
+        for (at, through) in entries {
+            v.extend_from_slice(&at.to_le_bytes()[..7]);
+            v.extend_from_slice(&through.to_le_bytes()[..3]);
+        }
+        v
+    };
+    for (key, value) in [
+        ("{e}:log3-zero", log3(4, &[(1, 5), (2, 5)])),
+        ("{e}:log3-below", log3(4, &[(1, 3)])),
+        ("{e}:log3-back", log3(0, &[(5, 1), (4, 2)])),
+        ("{e}:log3-over", log3(0, &[(1, 5), (2, 10_006)])),
+        ("{e}:log3-short", log3(0, &[(1, 1)])[..20].to_vec()),
+    ] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .query(&mut conn)
+            .unwrap();
+    }
     let _: () = redis::cmd("SET")
         .arg("{e}:empty")
         .arg("")
@@ -286,6 +313,11 @@ fn same_error_texts_as_the_module_and_nothing_changes() {
         "{e}:log2-zero",
         "{e}:log2-back",
         "{e}:log2-short",
+        "{e}:log3-zero",
+        "{e}:log3-below",
+        "{e}:log3-back",
+        "{e}:log3-over",
+        "{e}:log3-short",
     ];
     for key in keys {
         for args in [

@@ -208,7 +208,7 @@ impl Spec {
 /// The stored bytes the twin writes (README's format, which the module reads): version 1,
 /// 8-byte little-endian fields (16 for a u128), for the fixed-size states whose fields are
 /// all below 2^53 (what the twin packs with the server's `struct` library), else version 2
-/// (varints, a window as its index); version 2 fixed-width entries for a log.
+/// (varints, a window as its index); version 3 fixed-width entries for a log.
 pub(crate) fn encode(state: &AnyState) -> Vec<u8> {
     fn varint(out: &mut Vec<u8>, v: u64) {
         wide(out, u128::from(v));
@@ -260,17 +260,41 @@ pub(crate) fn encode(state: &AnyState) -> Vec<u8> {
             varint(&mut out, s.count);
         }
         AnyState::SlidingLog(s) => {
-            // Version 2: fixed-width entries (src/encoding/sliding_log.rs).
-            out.push(b'L');
+            // Version 3: fixed-width entries with running counts, from 0
+            // (src/encoding/sliding_log.rs).
+            let mut out = b"\0RL\x03L".to_vec();
             out.extend_from_slice(&s.window_ms.to_le_bytes());
-            out.extend_from_slice(&(s.total() as u16).to_le_bytes());
+            out.extend_from_slice(&[0; 3]);
+            let mut run = 0u64;
             for e in &s.entries {
-                out.extend_from_slice(&e.at.0.to_le_bytes());
-                out.extend_from_slice(&(e.count as u16).to_le_bytes());
+                run += e.count;
+                out.extend_from_slice(&e.at.0.to_le_bytes()[..7]);
+                out.extend_from_slice(&run.to_le_bytes()[..3]);
             }
+            return out;
         }
     }
     out
+}
+
+/// A version 3 log's bytes with its running counts taken from 0: the twin's fast code
+/// keeps the running count of the entries it dropped (it rewrites no entry), its general
+/// code starts again from 0, and both stand for the same log. Other bytes as they are.
+pub(crate) fn rebased(mut value: Vec<u8>) -> Vec<u8> {
+    if !value.starts_with(b"\0RL\x03L")
+        || value.len() < 16
+        || !(value.len() - 16).is_multiple_of(10)
+    {
+        return value;
+    }
+    let run = |v: &[u8], at: usize| u32::from_le_bytes([v[at], v[at + 1], v[at + 2], 0]);
+    let base = run(&value, 13);
+    value[13..16].fill(0);
+    for at in (16..value.len()).step_by(10) {
+        let through = run(&value, at + 7).wrapping_sub(base);
+        value[at + 7..at + 10].copy_from_slice(&through.to_le_bytes()[..3]);
+    }
+    value
 }
 
 /// The module's reply fields for a decision (`src/reply.rs`).

@@ -229,24 +229,27 @@ fn the_stored_value_is_the_documented_layout() {
 }
 
 /// Values with the log's header that it cannot read: a zero window, a truncated entry,
-/// a truncated version 2, a newer format version (the refusals every command shares are in `conformance.rs`).
+/// a truncated version 2 or 3, a newer format version (the refusals every command shares are in `conformance.rs`).
 #[test]
 fn damaged_and_future_logs_are_refused_and_left_untouched() {
     let server = Server::start();
     let mut c = server.client();
     set_bytes(&mut c, "zero-window", b"\0RL\x01L\x00");
     set_bytes(&mut c, "truncated", b"\0RL\x01L\xe8\x07\x80");
-    // Version 2 (the Lua twin's fixed-width log) cut short, and version 3 (not yet written).
+    // Versions 2 and 3 (the Lua twin's fixed-width logs) cut short, and version 4 (not
+    // yet written).
     set_bytes(&mut c, "v2-short", b"\0RL\x02L\xe8\x07");
-    set_bytes(&mut c, "v3", b"\0RL\x03L\xe8\x07");
+    set_bytes(&mut c, "v3-short", b"\0RL\x03L\xe8\x07");
+    set_bytes(&mut c, "v4", b"\0RL\x04L\xe8\x07");
     let corrupt = "ERR key holds a corrupt redis-rl sliding window log limiter";
     for (key, expected) in [
         ("zero-window", corrupt),
         ("truncated", corrupt),
         ("v2-short", corrupt),
+        ("v3-short", corrupt),
         (
-            "v3",
-            "ERR key holds a redis-rl limiter in format version 3, this module reads version 1",
+            "v4",
+            "ERR key holds a redis-rl limiter in format version 4, this module reads version 1",
         ),
     ] {
         for options in [&[][..], &["PEEK"], &["COST", "0"], &["COST", "11"]] {

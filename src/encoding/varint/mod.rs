@@ -339,6 +339,14 @@ impl Reader<'_> {
         self.take::<8>().map(u64::from_le_bytes)
     }
 
+    /// An unsigned little-endian field of `N` bytes (at most 8).
+    pub(crate) fn uint<const N: usize>(&mut self) -> Option<u64> {
+        let bytes = self.take::<N>()?;
+        let mut wide = [0u8; 8];
+        wide.get_mut(..N)?.copy_from_slice(&bytes);
+        Some(u64::from_le_bytes(wide))
+    }
+
     pub(crate) fn u128(&mut self) -> Option<u128> {
         self.take::<16>().map(u128::from_le_bytes)
     }
