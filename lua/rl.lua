@@ -875,18 +875,16 @@ local function build()
   -- tables and the arguments parsed once per distinct text. Anything else (another option,
   -- a bad argument, a value of version 2 or of other parameters, a number out of that range)
   -- returns nil before any write, and the general path answers it: same replies, same bytes,
-  -- same expiries, the bignums and every error text there. An error of the server's
-  -- (WRONGTYPE on the read, a refused write) also leaves the call to the general path, which
-  -- reports it as the module does: M.FAST's code calls the server with redis.call and the
-  -- entry point runs it under pcall; M.FAST_DIRECT's calls it with redis.pcall and returns
-  -- nil itself (a pcall costs the server about 500 instructions a call).
+  -- same expiries, the bignums and every error text there. The fast code calls the server with
+  -- redis.pcall and returns nil itself when a call fails (WRONGTYPE, NOPERM): before any write,
+  -- or at a write whose refusal leaves a value the general path continues to the same bytes;
+  -- so the entry point runs it without a pcall of its own (about 500 server instructions a
+  -- call). Each command's fast code is one function: it reads the key (GETRANGE from 0, and
+  -- EXISTS when that is empty), the server's clock (TIME) and its arguments (the caches below)
+  -- inline, and computes its waits and expiry inline, since a call from one Lua function to
+  -- another costs the server about as much as ten lines of arithmetic.
 
-  -- The command name as sent (exact case) -> function(keys, args) -> reply, or nil.
-  M.FAST = {}
-  -- The same for fast code that never raises an error: it calls the server only with
-  -- redis.pcall and returns nil when a call fails (WRONGTYPE, NOPERM): before any write, or at
-  -- a write whose refusal leaves a value the general path continues to the same bytes. The
-  -- entry point runs it without a pcall of its own.
+  -- The command name as sent (exact case) -> function(key, args) -> reply, or nil.
   M.FAST_DIRECT = {}
 
   -- 2^52: every quantity of a fast call stays below it, so sums of two stay exact.
@@ -973,36 +971,6 @@ local function build()
     return tree
   end
 
-  -- The key's first bytes (GETRANGE 0 `last`, a string constant; "" when the key is missing)
-  -- and the server's time in us (M.now_us, here in the same call) and its whole second in
-  -- us; nil when the general path must answer (an empty string).
-  function M.fast_read(key, last)
-    local v = call("GETRANGE", key, "0", last)
-    if v == "" and call("EXISTS", key) ~= 0 then
-      return nil
-    end
-    local t = call("TIME")
-    if t[1] ~= clock_s then
-      clock_s, clock_us = t[1], t[1] * 1000000
-    end
-    return v, clock_us + t[2], clock_us
-  end
-
-  -- The parameters (`prepare`d, from `tree`) and cost of `RL.X key a b [COST n]`, or nil.
-  function M.fast_pair_args(tree, ranges, prepare, args)
-    local n, cost = #args, 1
-    if n == 5 and args[4] == "COST" then
-      cost = VALUES[args[5]] or M.fast_value(args[5])
-    elseif n ~= 3 then
-      return nil
-    end
-    local p = (tree[args[2]] or EMPTY)[args[3]]
-    if p == nil then
-      p = M.fast_parse(tree, args, 2, ranges, prepare)
-    end
-    return p and cost and p, cost
-  end
-
   -- The fast code's reply: one table, filled by every call (the server has read it before
   -- the next call), so that no call leaves a table for the collector to free.
   M.FAST_REPLY = {}
@@ -1020,35 +988,13 @@ local function build()
   M.IN_PLACE = M.FAST_TEXT
   M.FAST_SLACK = M.TTL_SLACK_MS
 
-  -- SET's PXAT for a write at `now` (us) whose reply says `reset` ms: the instant rounded up
-  -- to a millisecond, plus the reset and the slack, as M.write.
-  function M.fast_expiry(now, reset)
-    local at = now / 1000
-    at = at - at % 1
-    at = (at * 1000 < now and at + 1 or at) + reset + M.TTL_SLACK_MS
-    return M.FAST_TEXT and fmt("%d", at) or at
-  end
-
-  -- Exact quotients of integers below 2^52 (a / b rounds; one step corrects it).
-  function M.fdiv(a, b)
-    local q = floor(a / b)
-    if q * b > a then
-      return q - 1
-    end
-    return q
-  end
-
+  -- The exact quotient of integers below 2^52, rounded up (a / b rounds; one step corrects it).
   function M.cdiv(a, b)
     local q = floor(a / b)
     if q * b < a then
       return q + 1
     end
     return q
-  end
-
-  -- Milliseconds, rounded up, of `lag` us plus the time `gap` takes at `rate` per us (rounded up).
-  function M.fast_wait(gap, rate, lag)
-    return M.cdiv(M.cdiv(gap, rate) + lag, 1000)
   end
 
   -- ------------------------------------------------------------------------------------------
@@ -1217,7 +1163,7 @@ local function build()
     end
     local capacity, rate, refill_ms, unit, full = p[1], p[2], p[3], p[4], p[5]
     local level, updated = full, nil
-    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+    -- The key and the clock read inline (a Lua call costs about as much as ten lines of arithmetic), every
     -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
     -- matches no value's length below.
     local v = pcall_redis("GETRANGE", key, "0", "44")
@@ -1258,7 +1204,7 @@ local function build()
     local need = cost * unit
     local gap = full - level
     if cost > capacity or level < need then
-      -- Denied: the waits (M.fast_wait) and the tokens left (M.fdiv) computed here, on no
+      -- Denied: the waits and the tokens left computed here, on no
       -- call, each quotient by `/` corrected by one step.
       local retry = -1
       if cost <= capacity then
@@ -1281,7 +1227,7 @@ local function build()
         reset * 1000 < w and reset + 1 or reset
       return REPLY
     end
-    -- Allowed: the reset (M.fast_wait) computed here, on no call.
+    -- Allowed: the reset computed here, on no call.
     level = level - need
     gap = gap + need
     local w = gap / rate
@@ -1475,7 +1421,7 @@ local function build()
       elseif spare * w >= M.FAST_MAX then
         return nil
       else
-        -- M.fdiv, inline (as the others below: a Lua call costs more than these lines).
+        -- A quotient rounded down, by `/` corrected by one step (inline, as the others below: a Lua call costs more than these lines).
         local product = spare * w
         local part = product / previous
         part = part - part % 1
@@ -1513,7 +1459,7 @@ local function build()
   end
 
   M.FAST_DIRECT["RL.SLIDING"] = function(key, args)
-    -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+    -- `key a b [COST n]` parsed inline (a Lua call costs about as much as ten lines of arithmetic).
     local n, cost = #args, 1
     if n == 5 and args[4] == "COST" then
       cost = VALUES[args[5]] or M.fast_value(args[5])
@@ -1528,7 +1474,7 @@ local function build()
       return nil
     end
     local limit, window_ms, w = p[1], p[2], p[3]
-    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+    -- The key and the clock read inline (a Lua call costs about as much as ten lines of arithmetic), every
     -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
     -- matches no value's length below.
     local v = pcall_redis("GETRANGE", key, "0", "45")
@@ -1702,7 +1648,7 @@ local function build()
   end
 
   M.FAST_DIRECT["RL.FIXED"] = function(key, args)
-    -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+    -- `key a b [COST n]` parsed inline (a Lua call costs about as much as ten lines of arithmetic).
     local n, cost = #args, 1
     if n == 5 and args[4] == "COST" then
       cost = VALUES[args[5]] or M.fast_value(args[5])
@@ -1717,7 +1663,7 @@ local function build()
       return nil
     end
     local limit, window_ms = p[1], p[2]
-    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+    -- The key and the clock read inline (a Lua call costs about as much as ten lines of arithmetic), every
     -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
     -- matches no value's length below.
     local v = pcall_redis("GETRANGE", key, "0", "35")
@@ -2029,7 +1975,7 @@ local function build()
     if span >= HALF_FAST then
       return nil
     end
-    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+    -- The key and the clock read inline (a Lua call costs about as much as ten lines of arithmetic), every
     -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
     -- matches no value's length below.
     local v = pcall_redis("GETRANGE", key, "0", "44")
@@ -2398,7 +2344,7 @@ local function build()
   local type = type
 
   M.FAST_DIRECT["RL.LOG"] = function(key, args)
-    -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+    -- `key a b [COST n]` parsed inline (a Lua call costs about as much as ten lines of arithmetic).
     local n, cost = #args, 1
     if n == 5 and args[4] == "COST" then
       cost = VALUES[args[5]] or M.fast_value(args[5])
@@ -2413,7 +2359,7 @@ local function build()
       return nil
     end
     local limit, window_ms, window = p[1], p[2], p[3]
-    -- M.fast_read, inline, every server call through redis.pcall (M.FAST_DIRECT): a failed
+    -- The key and the clock read inline, every server call through redis.pcall: a failed
     -- read (WRONGTYPE) is a table, of length 0 but not "".
     local v = pcall_redis("GETRANGE", key, "0", LG_LAST)
     local len = #v
@@ -2516,7 +2462,7 @@ local function build()
     if through >= RUN_END then
       return nil
     end
-    -- Allowed: the reset (M.cdiv) and the key's expiry (M.fast_expiry) computed here, on no
+    -- Allowed: the reset (M.cdiv) and the key's expiry (the PXAT instant) computed here, on no
     -- call: the window from the new entry (the whole window when the clock did not go back),
     -- and the instant rounded up to a millisecond.
     local reset = window_ms
@@ -3219,7 +3165,7 @@ local function build()
         return nil
       end
     end
-    -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+    -- The key and the clock read inline (a Lua call costs about as much as ten lines of arithmetic), every
     -- server call through redis.pcall: a failed one is a table with `err` (a string's `err`
     -- is the string library's: nil).
     local v = pcall_redis("GETRANGE", key, "0", CC_LAST)
@@ -3766,34 +3712,25 @@ local function build()
 end
 
 local M
--- M.FAST and M.FAST_DIRECT once built (empty before: the first call takes the general
--- path, which builds), so that the common call looks its fast code up in one step.
-local FAST, DIRECT = {}, {}
+-- M.FAST_DIRECT once built (empty before: the first call takes the general path, which
+-- builds), so that the common call looks its fast code up in one step.
+local DIRECT = {}
 
 local function built()
   M = build()
-  FAST, DIRECT = M.FAST, M.FAST_DIRECT
+  DIRECT = M.FAST_DIRECT
 end
 
 -- One call: `keys` and `args` as FCALL (or EVALSHA) passes them.
 local function rl(keys, args)
-  -- The common call on its fast code (lua/src/fast.lua); nil, or an error of the server's
-  -- (before any write: WRONGTYPE), leaves it to the general path. Direct fast code raises
-  -- no error (it returns nil instead), so it runs without the cost of a pcall.
+  -- The common call on its fast code (lua/src/fast.lua), which raises no error: nil (another
+  -- form of call, a refused server call) leaves it to the general path.
   if #keys == 1 then
     local direct = DIRECT[args[1]]
     if direct then
       local reply = direct(keys[1], args)
       if reply then
         return reply
-      end
-    else
-      local fast = FAST[args[1]]
-      if fast then
-        local ok, reply = pcall(fast, keys[1], args)
-        if ok and reply then
-          return reply
-        end
       end
     end
   end

@@ -433,7 +433,7 @@ M.FAST_DIRECT["RL.CONCURRENCY"] = function(key, args)
       return nil
     end
   end
-  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+  -- The key and the clock read inline (a Lua call costs about as much as ten lines of arithmetic), every
   -- server call through redis.pcall: a failed one is a table with `err` (a string's `err`
   -- is the string library's: nil).
   local v = pcall_redis("GETRANGE", key, "0", CC_LAST)

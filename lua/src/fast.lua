@@ -4,18 +4,16 @@
 -- tables and the arguments parsed once per distinct text. Anything else (another option,
 -- a bad argument, a value of version 2 or of other parameters, a number out of that range)
 -- returns nil before any write, and the general path answers it: same replies, same bytes,
--- same expiries, the bignums and every error text there. An error of the server's
--- (WRONGTYPE on the read, a refused write) also leaves the call to the general path, which
--- reports it as the module does: M.FAST's code calls the server with redis.call and the
--- entry point runs it under pcall; M.FAST_DIRECT's calls it with redis.pcall and returns
--- nil itself (a pcall costs the server about 500 instructions a call).
+-- same expiries, the bignums and every error text there. The fast code calls the server with
+-- redis.pcall and returns nil itself when a call fails (WRONGTYPE, NOPERM): before any write,
+-- or at a write whose refusal leaves a value the general path continues to the same bytes;
+-- so the entry point runs it without a pcall of its own (about 500 server instructions a
+-- call). Each command's fast code is one function: it reads the key (GETRANGE from 0, and
+-- EXISTS when that is empty), the server's clock (TIME) and its arguments (the caches below)
+-- inline, and computes its waits and expiry inline, since a call from one Lua function to
+-- another costs the server about as much as ten lines of arithmetic.
 
--- The command name as sent (exact case) -> function(keys, args) -> reply, or nil.
-M.FAST = {}
--- The same for fast code that never raises an error: it calls the server only with
--- redis.pcall and returns nil when a call fails (WRONGTYPE, NOPERM): before any write, or at
--- a write whose refusal leaves a value the general path continues to the same bytes. The
--- entry point runs it without a pcall of its own.
+-- The command name as sent (exact case) -> function(key, args) -> reply, or nil.
 M.FAST_DIRECT = {}
 
 -- 2^52: every quantity of a fast call stays below it, so sums of two stay exact.
@@ -102,36 +100,6 @@ function M.fast_tree()
   return tree
 end
 
--- The key's first bytes (GETRANGE 0 `last`, a string constant; "" when the key is missing)
--- and the server's time in us (M.now_us, here in the same call) and its whole second in
--- us; nil when the general path must answer (an empty string).
-function M.fast_read(key, last)
-  local v = call("GETRANGE", key, "0", last)
-  if v == "" and call("EXISTS", key) ~= 0 then
-    return nil
-  end
-  local t = call("TIME")
-  if t[1] ~= clock_s then
-    clock_s, clock_us = t[1], t[1] * 1000000
-  end
-  return v, clock_us + t[2], clock_us
-end
-
--- The parameters (`prepare`d, from `tree`) and cost of `RL.X key a b [COST n]`, or nil.
-function M.fast_pair_args(tree, ranges, prepare, args)
-  local n, cost = #args, 1
-  if n == 5 and args[4] == "COST" then
-    cost = VALUES[args[5]] or M.fast_value(args[5])
-  elseif n ~= 3 then
-    return nil
-  end
-  local p = (tree[args[2]] or EMPTY)[args[3]]
-  if p == nil then
-    p = M.fast_parse(tree, args, 2, ranges, prepare)
-  end
-  return p and cost and p, cost
-end
-
 -- The fast code's reply: one table, filled by every call (the server has read it before
 -- the next call), so that no call leaves a table for the collector to free.
 M.FAST_REPLY = {}
@@ -149,33 +117,11 @@ M.FAST_TEXT = (redis.REDIS_VERSION_NUM or 0) < 0x070200
 M.IN_PLACE = M.FAST_TEXT
 M.FAST_SLACK = M.TTL_SLACK_MS
 
--- SET's PXAT for a write at `now` (us) whose reply says `reset` ms: the instant rounded up
--- to a millisecond, plus the reset and the slack, as M.write.
-function M.fast_expiry(now, reset)
-  local at = now / 1000
-  at = at - at % 1
-  at = (at * 1000 < now and at + 1 or at) + reset + M.TTL_SLACK_MS
-  return M.FAST_TEXT and fmt("%d", at) or at
-end
-
--- Exact quotients of integers below 2^52 (a / b rounds; one step corrects it).
-function M.fdiv(a, b)
-  local q = floor(a / b)
-  if q * b > a then
-    return q - 1
-  end
-  return q
-end
-
+-- The exact quotient of integers below 2^52, rounded up (a / b rounds; one step corrects it).
 function M.cdiv(a, b)
   local q = floor(a / b)
   if q * b < a then
     return q + 1
   end
   return q
-end
-
--- Milliseconds, rounded up, of `lag` us plus the time `gap` takes at `rate` per us (rounded up).
-function M.fast_wait(gap, rate, lag)
-  return M.cdiv(M.cdiv(gap, rate) + lag, 1000)
 end

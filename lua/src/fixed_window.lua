@@ -86,7 +86,7 @@ local function fw_prepare(limit, window_ms)
 end
 
 M.FAST_DIRECT["RL.FIXED"] = function(key, args)
-  -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+  -- `key a b [COST n]` parsed inline (a Lua call costs about as much as ten lines of arithmetic).
   local n, cost = #args, 1
   if n == 5 and args[4] == "COST" then
     cost = VALUES[args[5]] or M.fast_value(args[5])
@@ -101,7 +101,7 @@ M.FAST_DIRECT["RL.FIXED"] = function(key, args)
     return nil
   end
   local limit, window_ms = p[1], p[2]
-  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+  -- The key and the clock read inline (a Lua call costs about as much as ten lines of arithmetic), every
   -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
   -- matches no value's length below.
   local v = pcall_redis("GETRANGE", key, "0", "35")

@@ -58,34 +58,25 @@ local function build()
 end
 
 local M
--- M.FAST and M.FAST_DIRECT once built (empty before: the first call takes the general
--- path, which builds), so that the common call looks its fast code up in one step.
-local FAST, DIRECT = {}, {}
+-- M.FAST_DIRECT once built (empty before: the first call takes the general path, which
+-- builds), so that the common call looks its fast code up in one step.
+local DIRECT = {}
 
 local function built()
   M = build()
-  FAST, DIRECT = M.FAST, M.FAST_DIRECT
+  DIRECT = M.FAST_DIRECT
 end
 
 -- One call: `keys` and `args` as FCALL (or EVALSHA) passes them.
 local function rl(keys, args)
-  -- The common call on its fast code (lua/src/fast.lua); nil, or an error of the server's
-  -- (before any write: WRONGTYPE), leaves it to the general path. Direct fast code raises
-  -- no error (it returns nil instead), so it runs without the cost of a pcall.
+  -- The common call on its fast code (lua/src/fast.lua), which raises no error: nil (another
+  -- form of call, a refused server call) leaves it to the general path.
   if #keys == 1 then
     local direct = DIRECT[args[1]]
     if direct then
       local reply = direct(keys[1], args)
       if reply then
         return reply
-      end
-    else
-      local fast = FAST[args[1]]
-      if fast then
-        local ok, reply = pcall(fast, keys[1], args)
-        if ok and reply then
-          return reply
-        end
       end
     end
   end

@@ -242,7 +242,7 @@ local function gcra_fast(key, args)
   if span >= HALF_FAST then
     return nil
   end
-  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+  -- The key and the clock read inline (a Lua call costs about as much as ten lines of arithmetic), every
   -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
   -- matches no value's length below.
   local v = pcall_redis("GETRANGE", key, "0", "44")

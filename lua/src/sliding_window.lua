@@ -166,7 +166,7 @@ local function sw_retry(limit, w, start, at, previous, current, cost, now)
     elseif spare * w >= M.FAST_MAX then
       return nil
     else
-      -- M.fdiv, inline (as the others below: a Lua call costs more than these lines).
+      -- A quotient rounded down, by `/` corrected by one step (inline, as the others below: a Lua call costs more than these lines).
       local product = spare * w
       local part = product / previous
       part = part - part % 1
@@ -204,7 +204,7 @@ local function sw_retry(limit, w, start, at, previous, current, cost, now)
 end
 
 M.FAST_DIRECT["RL.SLIDING"] = function(key, args)
-  -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+  -- `key a b [COST n]` parsed inline (a Lua call costs about as much as ten lines of arithmetic).
   local n, cost = #args, 1
   if n == 5 and args[4] == "COST" then
     cost = VALUES[args[5]] or M.fast_value(args[5])
@@ -219,7 +219,7 @@ M.FAST_DIRECT["RL.SLIDING"] = function(key, args)
     return nil
   end
   local limit, window_ms, w = p[1], p[2], p[3]
-  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+  -- The key and the clock read inline (a Lua call costs about as much as ten lines of arithmetic), every
   -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
   -- matches no value's length below.
   local v = pcall_redis("GETRANGE", key, "0", "45")

@@ -250,7 +250,7 @@ local LG_ENTRY = "<I7I3"
 local type = type
 
 M.FAST_DIRECT["RL.LOG"] = function(key, args)
-  -- M.fast_pair_args, inline (a Lua call costs about as much as ten lines of arithmetic).
+  -- `key a b [COST n]` parsed inline (a Lua call costs about as much as ten lines of arithmetic).
   local n, cost = #args, 1
   if n == 5 and args[4] == "COST" then
     cost = VALUES[args[5]] or M.fast_value(args[5])
@@ -265,7 +265,7 @@ M.FAST_DIRECT["RL.LOG"] = function(key, args)
     return nil
   end
   local limit, window_ms, window = p[1], p[2], p[3]
-  -- M.fast_read, inline, every server call through redis.pcall (M.FAST_DIRECT): a failed
+  -- The key and the clock read inline, every server call through redis.pcall: a failed
   -- read (WRONGTYPE) is a table, of length 0 but not "".
   local v = pcall_redis("GETRANGE", key, "0", LG_LAST)
   local len = #v
@@ -368,7 +368,7 @@ M.FAST_DIRECT["RL.LOG"] = function(key, args)
   if through >= RUN_END then
     return nil
   end
-  -- Allowed: the reset (M.cdiv) and the key's expiry (M.fast_expiry) computed here, on no
+  -- Allowed: the reset (M.cdiv) and the key's expiry (the PXAT instant) computed here, on no
   -- call: the window from the new entry (the whole window when the clock did not go back),
   -- and the instant rounded up to a millisecond.
   local reset = window_ms

@@ -162,7 +162,7 @@ M.FAST_DIRECT["RL.TOKENBUCKET"] = function(key, args)
   end
   local capacity, rate, refill_ms, unit, full = p[1], p[2], p[3], p[4], p[5]
   local level, updated = full, nil
-  -- M.fast_read, inline (a Lua call costs about as much as ten lines of arithmetic), every
+  -- The key and the clock read inline (a Lua call costs about as much as ten lines of arithmetic), every
   -- server call through redis.pcall (M.FAST_DIRECT): a failed read is a table, which
   -- matches no value's length below.
   local v = pcall_redis("GETRANGE", key, "0", "44")
@@ -203,7 +203,7 @@ M.FAST_DIRECT["RL.TOKENBUCKET"] = function(key, args)
   local need = cost * unit
   local gap = full - level
   if cost > capacity or level < need then
-    -- Denied: the waits (M.fast_wait) and the tokens left (M.fdiv) computed here, on no
+    -- Denied: the waits and the tokens left computed here, on no
     -- call, each quotient by `/` corrected by one step.
     local retry = -1
     if cost <= capacity then
@@ -226,7 +226,7 @@ M.FAST_DIRECT["RL.TOKENBUCKET"] = function(key, args)
       reset * 1000 < w and reset + 1 or reset
     return REPLY
   end
-  -- Allowed: the reset (M.fast_wait) computed here, on no call.
+  -- Allowed: the reset computed here, on no call.
   level = level - need
   gap = gap + need
   local w = gap / rate
