@@ -39,6 +39,8 @@ mod reload;
 mod rls;
 #[path = "gateway/rls_limits.rs"]
 mod rls_limits;
+#[path = "gateway/rls_security.rs"]
+mod rls_security;
 #[path = "gateway/rules.rs"]
 mod rules;
 #[path = "gateway/settle.rs"]
