@@ -17,6 +17,8 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 // The proxy, operations, reload, hardening and Redis TLS tests, in this one test binary.
+#[path = "gateway/acl.rs"]
+mod acl;
 #[path = "gateway/bans.rs"]
 mod bans;
 #[path = "gateway/costs.rs"]
