@@ -120,7 +120,7 @@ async fn requests_past_the_bounds_are_refused_naming_the_limit() {
     let server = Server::start();
     let yaml =
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n";
-    let (mut rls, _) = gateway(&server, "rls-bounds", yaml, &["--rls-max-entries", "3"]).await;
+    let (mut rls, _) = gateway(&server, "rls-bounds", yaml, &[]).await;
     let refusal = async |rls: &mut Rls, req: RateLimitRequest| {
         let e = rls.client.should_rate_limit(req).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
@@ -138,24 +138,42 @@ async fn requests_past_the_bounds_are_refused_naming_the_limit() {
         refusal(&mut rls, many).await,
         "rate limit request has 20000 descriptors, more than --rls-max-descriptors 64"
     );
+    let entries: Vec<(String, String)> = (0..33).map(|i| (format!("k{i}"), "v".into())).collect();
     let wide = RateLimitRequest {
         domain: "d".into(),
         descriptors: vec![
             descriptor(&[("k", "v")]),
-            descriptor(&[("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")]),
+            descriptor(
+                &entries
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect::<Vec<_>>(),
+            ),
         ],
         hits_addend: 1,
     };
     assert_eq!(
         refusal(&mut rls, wide).await,
-        "rate limit descriptor 1 has 4 entries, more than --rls-max-entries 3"
+        "rate limit descriptor 1 has 33 entries, more than --rls-max-entries 32"
     );
     assert_eq!(
         rls.left("d", &[("k", "v")]).await,
         5,
         "a refusal takes nothing"
     );
-    let at_bound: Vec<_> = (0..64)
+    // The bounds are flags.
+    drop(rls);
+    let (mut rls, _) = gateway(&server, "rls-bounds", yaml, &["--rls-max-descriptors", "2"]).await;
+    let three = RateLimitRequest {
+        domain: "d".into(),
+        descriptors: vec![descriptor(&[("k", "v")]); 3],
+        hits_addend: 1,
+    };
+    assert_eq!(
+        refusal(&mut rls, three).await,
+        "rate limit request has 3 descriptors, more than --rls-max-descriptors 2"
+    );
+    let at_bound: Vec<_> = (0..2)
         .map(|i| descriptor(&[("k", &format!("{i}"))]))
         .collect();
     assert_eq!(rls.ask("d", at_bound, 1).await.overall_code, OK);
