@@ -222,6 +222,16 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_RLS_HOT_RATE", default_value_t = 0)]
     pub rls_hot_rate: u64,
 
+    /// The most descriptors one ShouldRateLimit call may carry; a call with more is refused
+    /// (INVALID_ARGUMENT naming this flag) before any work.
+    #[arg(long, env = "RL_GATEWAY_RLS_MAX_DESCRIPTORS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub rls_max_descriptors: u32,
+
+    /// The most entries one descriptor of a ShouldRateLimit call may carry; a call with more
+    /// is refused (INVALID_ARGUMENT naming this flag) before any work.
+    #[arg(long, env = "RL_GATEWAY_RLS_MAX_ENTRIES", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub rls_max_entries: u32,
+
     /// Answer forward-auth checks on this address (nginx auth_request, Traefik ForwardAuth,
     /// Caddy forward_auth): the original request described by X-Forwarded-Method/Uri/Host/For
     /// or X-Original-Method/URI, decided with the configuration's limits: 200, 429 or 403.

@@ -202,6 +202,11 @@ async fn run(args: Args) -> Result<(), String> {
                 config: path.clone(),
                 response_headers: args.rls_response_headers,
                 hot_per_second: args.rls_hot_rate,
+                bounds: rls::RequestBounds {
+                    max_descriptors: usize::try_from(args.rls_max_descriptors)
+                        .unwrap_or(usize::MAX),
+                    max_entries: usize::try_from(args.rls_max_entries).unwrap_or(usize::MAX),
+                },
             };
             Some(rls::bind(&opts, limiter.clone(), live.clone()).await?)
         }

@@ -17,6 +17,8 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 // The proxy, operations, reload, hardening and Redis TLS tests, in this one test binary.
+#[path = "gateway/acl.rs"]
+mod acl;
 #[path = "gateway/bans.rs"]
 mod bans;
 #[path = "gateway/costs.rs"]
@@ -39,6 +41,8 @@ mod reload;
 mod rls;
 #[path = "gateway/rls_limits.rs"]
 mod rls_limits;
+#[path = "gateway/rls_security.rs"]
+mod rls_security;
 #[path = "gateway/rules.rs"]
 mod rules;
 #[path = "gateway/settle.rs"]
