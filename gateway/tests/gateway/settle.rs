@@ -288,11 +288,6 @@ fn check_config_explains_cost_settle_and_delay_and_refuses_bad_ones() {
     }
 }
 
-/// `method` `path` on `port` with `headers`: the status.
-async fn status_of(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> u16 {
-    request(port, None, method, path, headers).await.unwrap().0
-}
-
 /// The units left of the rule's hour for `subject` (`global`, `ip:203.0.113.5`).
 fn left_of(server: &Server, subject: &str) -> i64 {
     let key = format!("st:{{{subject}}}:r:tokens");
