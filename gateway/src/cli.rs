@@ -238,6 +238,18 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_AUTH_LISTEN")]
     pub auth_listen: Option<SocketAddr>,
 
+    /// File holding the gateway's secret (at least 32 bytes; keep it like a password): it
+    /// signs the rl-settle-token of forward-auth checks and keys the API-key digests that
+    /// /top and /bans show. Without it, a secret is made up at each start: only that
+    /// process then accepts its own tokens, so a fleet behind one load balancer shares a file.
+    #[arg(long, env = "RL_GATEWAY_SECRET_FILE")]
+    pub secret_file: Option<PathBuf>,
+
+    /// How long, in milliseconds, a forward-auth check's rl-settle-token can be spent by a
+    /// `POST /.rl/settle` report (once).
+    #[arg(long, env = "RL_GATEWAY_SETTLE_TOKEN_TTL_MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub settle_token_ttl_ms: u64,
+
     /// Threads that serve the listeners; 0: one per CPU the process may run on. With one,
     /// a single-threaded scheduler runs everything: tasks woken meanwhile wait behind the
     /// ready ones, so Redis commands and socket writes of concurrent requests leave in

@@ -23,6 +23,8 @@ mod acl;
 mod bans;
 #[path = "gateway/costs.rs"]
 mod costs;
+#[path = "gateway/deny_cache.rs"]
+mod deny_cache;
 #[path = "gateway/fleet.rs"]
 mod fleet;
 #[path = "gateway/forward_auth.rs"]

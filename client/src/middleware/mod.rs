@@ -82,6 +82,7 @@ mod layer;
 mod plan;
 mod request;
 mod service;
+mod settle_token;
 mod settlement;
 mod trace;
 
@@ -100,5 +101,6 @@ pub use redis_rl_policy::{
 };
 pub use request::{Extensions, RequestInfo, RequestView, RoutePattern};
 pub use service::RateLimitService;
-pub use settlement::{PendingSettle, SettleReport};
+pub use settle_token::{SettleTokens, TokenError, DEFAULT_TOKEN_TTL, SETTLE_TOKEN};
+pub use settlement::{IssueSettleToken, PendingSettle, SettleReport};
 pub use trace::{TraceContext, TRACEPARENT};
