@@ -16,9 +16,10 @@ usage() { echo "usage: $0 PREFIX   (for example: $0 /opt/redis-rl)" >&2; exit 2;
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$1"
 prefix=$(cd "$1" && pwd)
+# redis.conf quotes the paths; the systemd unit reads % as a specifier; sed uses #.
 case $prefix in
-*'"'* | *'\'* | *"
-"*) echo "install.sh: PREFIX may not hold a quote, a backslash or a newline: $prefix" >&2; exit 2 ;;
+*'"'* | *'\'* | *%* | *'#'* | *"
+"*) echo "install.sh: PREFIX may not hold a quote, a backslash, %, # or a newline: $prefix" >&2; exit 2 ;;
 esac
 
 mkdir -p "$prefix/lib" "$prefix/etc" "$prefix/var" "$prefix/share/redis-rl" "$prefix/share/doc/redis-rl"
@@ -45,7 +46,11 @@ dir "$prefix/var"
 save 3600 1 300 100 60 10000
 appendonly no
 EOF
-sed "s#/opt/redis-rl#$prefix#g" "$here/redis-rl.service" > "$prefix/share/redis-rl/redis-rl.service"
+# The unit names PREFIX in a quoted ExecStart argument and in a file:// URL (a space as %20,
+# written %%20 since % starts a systemd specifier).
+url_prefix=$(printf '%s' "$prefix" | sed 's/ /%%20/g')
+sed -e "/^Documentation=/s#/opt/redis-rl#$url_prefix#" -e "s#/opt/redis-rl#$prefix#g" \
+  "$here/redis-rl.service" > "$prefix/share/redis-rl/redis-rl.service"
 
 echo "installed redis-rl $(cat "$here/VERSION") in $prefix"
 echo "  start:   redis-server $conf"

@@ -55,8 +55,12 @@ prefix="$work/opt/redis rl"
 "$moddir/install.sh" "$prefix" >/dev/null
 grep -qx "loadmodule \"$prefix/lib/libredis_rl.so\"" "$prefix/etc/redis.conf" ||
   fail "install.sh's redis.conf does not load $prefix/lib/libredis_rl.so by absolute path"
-grep -q "ExecStart=/usr/bin/redis-server $prefix/etc/redis.conf" "$prefix/share/redis-rl/redis-rl.service" ||
+grep -qF "ExecStart=/usr/bin/redis-server \"$prefix/etc/redis.conf\"" "$prefix/share/redis-rl/redis-rl.service" ||
   fail "install.sh's systemd unit does not start $prefix/etc/redis.conf"
+if command -v systemd-analyze >/dev/null; then
+  systemd-analyze verify --man=no "$prefix/share/redis-rl/redis-rl.service" ||
+    fail "install.sh's systemd unit does not pass systemd-analyze verify"
+fi
 mkdir "$work/elsewhere"
 port=$(python3 "$root/scripts/ports.py")
 (cd "$work/elsewhere" && exec "$SERVER" "$prefix/etc/redis.conf" --port "$port" --bind 127.0.0.1 --daemonize no >"$work/server.log" 2>&1) &
