@@ -14,13 +14,14 @@ set -eu
 usage() { echo "usage: $0 PREFIX   (for example: $0 /opt/redis-rl)" >&2; exit 2; }
 [ $# -eq 1 ] && [ -n "$1" ] || usage
 here=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$1"
-prefix=$(cd "$1" && pwd)
+case $1 in /*) prefix=$1 ;; *) prefix=$(pwd)/$1 ;; esac
 # redis.conf quotes the paths; the systemd unit reads % as a specifier; sed uses #.
 case $prefix in
 *'"'* | *'\'* | *%* | *'#'* | *"
 "*) echo "install.sh: PREFIX may not hold a quote, a backslash, %, # or a newline: $prefix" >&2; exit 2 ;;
 esac
+mkdir -p "$prefix"
+prefix=$(cd "$prefix" && pwd)
 
 mkdir -p "$prefix/lib" "$prefix/etc" "$prefix/var" "$prefix/share/redis-rl" "$prefix/share/doc/redis-rl"
 # A new file renamed over the old one: a running server keeps the mapping it loaded.
