@@ -196,7 +196,7 @@ test-ops:
 # tarball (with install.sh PREFIX), the rl-gateway tarball, a manylinux2014 Python wheel and
 # SHA256SUMS. The version is Cargo.toml's [workspace.package] version. They share one target
 # directory (target/x86_64-unknown-linux-gnu), apart from the host build of `make build`.
-dist: build
+dist: deps
 	CARGO="$(CARGO)" bash scripts/dist.sh
 
 # The artifacts as a user gets them (part of make test): the three of make dist, each binary's
@@ -206,7 +206,7 @@ dist: build
 # scripts/dist_smoke.py against them, then `make release`'s changelog and version steps
 # (scripts/release_test.py). The gateway's zig release build is the dearest part (see
 # docs/src/development.md, "Release builds", for the figures).
-test-dist: build
+test-dist: deps
 	CARGO="$(CARGO)" bash scripts/dist.sh module gateway wheel
 	bash scripts/dist_smoke.sh
 	python3 scripts/release_test.py
