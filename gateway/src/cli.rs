@@ -7,6 +7,14 @@ use clap::{Parser, ValueEnum};
 use ipnet::IpNet;
 use redis_rl_client::middleware::Dimension;
 
+/// `--version`: the release and the commit it was built from (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("RL_GIT_COMMIT"),
+    ")"
+);
+
 /// What to do when Redis is unavailable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
@@ -29,7 +37,7 @@ pub enum Mode {
 /// GET /healthz, GET /metrics, GET /bans, DELETE /bans/<policy>?key=<key> and GET /top are
 /// built in and never limited (on --admin-listen when given). SIGHUP re-reads --config; a bad file is refused and the running one kept.
 #[derive(Clone, Debug, Parser)]
-#[command(name = "rl-gateway", version, about, long_about)]
+#[command(name = "rl-gateway", version = VERSION, about, long_about)]
 pub struct Args {
     /// Address to listen on.
     #[arg(long, env = "RL_GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
