@@ -14,6 +14,7 @@ mod proxy_pool;
 mod reload;
 mod rls;
 mod settle_body;
+mod watch;
 
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::process::ExitCode;
@@ -202,6 +203,7 @@ async fn run(args: Args) -> Result<(), String> {
                 config: path.clone(),
                 response_headers: args.rls_response_headers,
                 hot_per_second: args.rls_hot_rate,
+                watch: !args.no_watch,
             };
             Some(rls::bind(&opts, limiter.clone(), live.clone()).await?)
         }
@@ -219,6 +221,12 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let overflow = limits::overflow(public_ops.clone());
     let router = app::public(live.clone(), public_ops);
+    // Kept for the life of the process.
+    let _config_watch = if args.no_watch {
+        None
+    } else {
+        reload::watch(&live)?
+    };
     #[cfg(unix)]
     tokio::spawn(reload::on_sighup(live, hangups));
 

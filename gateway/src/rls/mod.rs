@@ -2,8 +2,9 @@
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` and
 //! `grpc.health.v1.Health/Check`, reading envoyproxy/ratelimit's configuration
 //! (`--rls-config`, a file or a directory) and deciding with the gateway's limiter: the
-//! same Redis, breaker, failure mode, deny cache and leases. SIGHUP re-reads the
-//! configuration; one that does not load is refused and the running one stays.
+//! same Redis, breaker, failure mode, deny cache and leases. SIGHUP, and a change in the
+//! configuration's directory, re-read the configuration; one that does not load is refused
+//! and the running one stays.
 
 pub mod config;
 mod decide;
@@ -31,11 +32,15 @@ pub struct RlsOptions {
     pub config: PathBuf,
     pub response_headers: bool,
     pub hot_per_second: u64,
+    /// Reload when the configuration's directory changes.
+    pub watch: bool,
 }
 
 /// A bound, configured service, ready to serve.
 pub struct Bound {
     listener: tokio::net::TcpListener,
+    /// The watch of the configuration's directory (stops when dropped).
+    watch: Option<crate::watch::DirWatch>,
     service: service::Rls,
 }
 
@@ -55,10 +60,17 @@ pub async fn bind(
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await
         .map_err(|e| format!("--rls-listen {}: {e}", opts.listen))?;
+    let config = Arc::new(ArcSwap::from_pointee(loaded));
+    let watch = if opts.watch {
+        Some(watch(config.clone(), opts.config.clone())?)
+    } else {
+        None
+    };
     Ok(Bound {
         listener,
+        watch,
         service: service::Rls {
-            config: Arc::new(ArcSwap::from_pointee(loaded)),
+            config,
             limiter,
             gateway,
             response_headers: opts.response_headers,
@@ -74,13 +86,15 @@ impl Bound {
 
     /// Serves until `stop` within `limits` (the public listener's: connection cap, preface
     /// and idle timeouts, and `body_timeout` for a whole call); reloads the configuration
-    /// from `path` on each SIGHUP meanwhile.
+    /// from `path` on each SIGHUP and each change of its directory meanwhile.
     pub async fn serve(
         self,
         path: PathBuf,
         limits: ListenerLimits,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), String> {
+        // Kept until the service stops.
+        let _watch = self.watch;
         #[cfg(unix)]
         tokio::spawn(reload_on_sighup(self.service.config.clone(), path));
         #[cfg(not(unix))]
@@ -113,8 +127,7 @@ const STREAMS_PER_CONNECTION: u32 = 1024;
 /// Idle time before TCP keepalive probes start.
 const TCP_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Re-reads the configuration on each SIGHUP: a file that does not load is logged and
-/// counted, and the running configuration stays.
+/// Re-reads the configuration on each SIGHUP.
 #[cfg(unix)]
 async fn reload_on_sighup(live: Arc<ArcSwap<RlsConfig>>, path: PathBuf) {
     use tokio::signal::unix::{signal, SignalKind};
@@ -123,16 +136,34 @@ async fn reload_on_sighup(live: Arc<ArcSwap<RlsConfig>>, path: PathBuf) {
         return;
     };
     while hup.recv().await.is_some() {
-        match RlsConfig::load(&path) {
-            Ok(c) => {
-                tracing::info!(path = %path.display(), domains = c.domains.len(), "rate limit service configuration reloaded");
-                live.store(Arc::new(c));
-                metrics::counter!("rl_rls_config_reloads_total", "result" => "ok").increment(1);
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "rate limit service configuration refused; the running one stays");
-                metrics::counter!("rl_rls_config_reloads_total", "result" => "error").increment(1);
-            }
+        reload(&live, &path, "SIGHUP");
+    }
+}
+
+/// Re-reads the configuration whenever its directory changes (a file of a directory, or
+/// the directory holding the file: a ConfigMap's `..data` swap is seen either way).
+pub fn watch(
+    live: Arc<ArcSwap<RlsConfig>>,
+    path: PathBuf,
+) -> Result<crate::watch::DirWatch, String> {
+    let (dir, names) = crate::watch::Names::for_path(&path);
+    let on_change = move || reload(&live, &path, "file changed");
+    crate::watch::watch_dir(&dir, names, false, crate::watch::DEFAULT_QUIET, on_change)
+        .map_err(|e| format!("--rls-config: {e}"))
+}
+
+/// Loads the configuration at `path` and swaps it in (on `cause`): one that does not load
+/// is logged and counted, and the running configuration stays.
+pub fn reload(live: &ArcSwap<RlsConfig>, path: &std::path::Path, cause: &str) {
+    match RlsConfig::load(path) {
+        Ok(c) => {
+            tracing::info!(path = %path.display(), domains = c.domains.len(), cause, "rate limit service configuration reloaded");
+            live.store(Arc::new(c));
+            metrics::counter!("rl_rls_config_reloads_total", "result" => "ok").increment(1);
+        }
+        Err(e) => {
+            tracing::error!(error = %e, cause, "rate limit service configuration refused; the running one stays");
+            metrics::counter!("rl_rls_config_reloads_total", "result" => "error").increment(1);
         }
     }
 }
