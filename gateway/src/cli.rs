@@ -220,6 +220,12 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_RLS_CONFIG", requires = "rls_listen")]
     pub rls_config: Option<PathBuf>,
 
+    /// Several files of --rls-config may define one domain: their descriptors are merged
+    /// into it (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); the same descriptor in two
+    /// files is still refused. Without it a domain defined twice is refused.
+    #[arg(long, env = "RL_GATEWAY_RLS_MERGE_DOMAINS")]
+    pub rls_merge_domains: bool,
+
     /// Answer ShouldRateLimit with response_headers_to_add: RateLimit, RateLimit-Policy and
     /// X-RateLimit-Limit/Remaining/Reset.
     #[arg(long, env = "RL_GATEWAY_RLS_RESPONSE_HEADERS")]

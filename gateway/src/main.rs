@@ -201,6 +201,7 @@ async fn run(args: Args) -> Result<(), String> {
             let opts = rls::RlsOptions {
                 listen,
                 config: path.clone(),
+                merge_domains: args.rls_merge_domains,
                 response_headers: args.rls_response_headers,
                 hot_per_second: args.rls_hot_rate,
                 watch: !args.no_watch,
@@ -277,13 +278,12 @@ async fn run(args: Args) -> Result<(), String> {
     );
     if let Some(rls) = rls {
         let mut rx = stopped.clone();
-        let path = args.rls_config.clone().unwrap_or_default();
         tracing::info!(listen = ?rls.local_addr(), "rate limit service listening");
         tokio::spawn(async move {
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
-            if let Err(e) = rls.serve(path, limits, stop).await {
+            if let Err(e) = rls.serve(limits, stop).await {
                 tracing::error!(error = %e, "rate limit service failed");
             }
         });

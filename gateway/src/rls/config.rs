@@ -160,6 +160,16 @@ pub struct Level {
     pub wildcards: Vec<(String, Vec<String>)>,
 }
 
+/// How files are read into one configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Several files may define one domain: their descriptors are added to the domain's
+    /// top level, in file order (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`); the same
+    /// descriptor in two of them is still refused. Without it a second file of a domain is
+    /// refused.
+    pub merge_domains: bool,
+}
+
 /// A loaded configuration: the domains and the files they came from.
 #[derive(Debug, Default)]
 pub struct RlsConfig {
@@ -170,7 +180,7 @@ pub struct RlsConfig {
 impl RlsConfig {
     /// Reads `path`: a YAML file, or every `.yaml`/`.yml` file of a directory (in name order;
     /// subdirectories and other files are skipped).
-    pub fn load(path: &Path) -> Result<RlsConfig, String> {
+    pub fn load(path: &Path, options: LoadOptions) -> Result<RlsConfig, String> {
         let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut files = Vec::new();
         if meta.is_dir() {
@@ -194,13 +204,22 @@ impl RlsConfig {
             let text = crate::files::read_text(f)?;
             sources.push((f.display().to_string(), text));
         }
-        let mut config = Self::from_sources(&sources)?;
+        let mut config = Self::from_sources_with(&sources, options)?;
         config.files = files;
         Ok(config)
     }
 
     /// Builds a configuration from `(file name, YAML text)` pairs.
+    #[cfg(test)]
     pub fn from_sources(sources: &[(String, String)]) -> Result<RlsConfig, String> {
+        Self::from_sources_with(sources, LoadOptions::default())
+    }
+
+    /// [`from_sources`](Self::from_sources) with `options`.
+    pub fn from_sources_with(
+        sources: &[(String, String)],
+        options: LoadOptions,
+    ) -> Result<RlsConfig, String> {
         let mut config = RlsConfig::default();
         for (name, text) in sources {
             let fail = |msg: String| format!("{name}: {msg}");
@@ -217,12 +236,20 @@ impl RlsConfig {
             if domain.is_empty() {
                 return Err(fail("config file cannot have empty domain".into()));
             }
-            if config.domains.contains_key(&domain) {
-                return Err(fail(format!("duplicate domain '{domain}' in config file")));
+            let parent = format!("{domain}.");
+            match config.domains.get_mut(&domain) {
+                Some(level) if options.merge_domains => {
+                    load_level(level, &root, &parent).map_err(fail)?;
+                }
+                Some(_) => {
+                    return Err(fail(format!("duplicate domain '{domain}' in config file")));
+                }
+                None => {
+                    let mut level = Level::default();
+                    load_level(&mut level, &root, &parent).map_err(fail)?;
+                    config.domains.insert(domain, level);
+                }
             }
-            let mut level = Level::default();
-            load_level(&mut level, &root, &format!("{domain}.")).map_err(fail)?;
-            config.domains.insert(domain, level);
         }
         Ok(config)
     }
@@ -542,6 +569,25 @@ mod tests {
         let b = ("b.yaml".to_string(), "domain: d\n".to_string());
         let err = RlsConfig::from_sources(&[a, b]).unwrap_err();
         assert_eq!(err, "b.yaml: duplicate domain 'd' in config file");
+    }
+
+    #[test]
+    fn merged_domains_add_their_descriptors_and_still_refuse_a_duplicate() {
+        let merge = LoadOptions {
+            merge_domains: true,
+        };
+        let rule = |k: &str, n: u32| {
+            format!("domain: d\ndescriptors:\n  - key: {k}\n    rate_limit: {{unit: second, requests_per_unit: {n}}}\n")
+        };
+        let a = ("a.yaml".to_string(), rule("key1", 10));
+        let b = ("b.yaml".to_string(), rule("key2", 20));
+        let c = RlsConfig::from_sources_with(&[a.clone(), b], merge).unwrap();
+        let d = &c.domains["d"];
+        let n = |k: &str| d.nodes[k].rule.as_ref().unwrap().requests_per_unit;
+        assert_eq!((n("key1"), n("key2")), (10, 20));
+        let again = ("c.yaml".to_string(), rule("key1", 30));
+        let err = RlsConfig::from_sources_with(&[a, again], merge).unwrap_err();
+        assert_eq!(err, "c.yaml: duplicate descriptor composite key 'd.key1'");
     }
 
     #[test]

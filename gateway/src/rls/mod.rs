@@ -24,12 +24,14 @@ use redis_rl_client::Limiter;
 
 use crate::limits::ListenerLimits;
 use crate::reload::Live;
-use config::RlsConfig;
+use config::{LoadOptions, RlsConfig};
 
 /// What `--rls-*` asked for.
 pub struct RlsOptions {
     pub listen: SocketAddr,
     pub config: PathBuf,
+    /// Merge the files of one domain (`--rls-merge-domains`).
+    pub merge_domains: bool,
     pub response_headers: bool,
     pub hot_per_second: u64,
     /// Reload when the configuration's directory changes.
@@ -39,6 +41,7 @@ pub struct RlsOptions {
 /// A bound, configured service, ready to serve.
 pub struct Bound {
     listener: tokio::net::TcpListener,
+    source: Source,
     /// The watch of the configuration's directory (stops when dropped).
     watch: Option<crate::watch::DirWatch>,
     service: service::Rls,
@@ -50,7 +53,13 @@ pub async fn bind(
     limiter: Limiter,
     gateway: Arc<Live>,
 ) -> Result<Bound, String> {
-    let loaded = RlsConfig::load(&opts.config).map_err(|e| format!("--rls-config: {e}"))?;
+    let source = Source {
+        path: opts.config.clone(),
+        options: LoadOptions {
+            merge_domains: opts.merge_domains,
+        },
+    };
+    let loaded = source.load().map_err(|e| format!("--rls-config: {e}"))?;
     tracing::info!(
         path = %opts.config.display(),
         domains = loaded.domains.len(),
@@ -62,12 +71,13 @@ pub async fn bind(
         .map_err(|e| format!("--rls-listen {}: {e}", opts.listen))?;
     let config = Arc::new(ArcSwap::from_pointee(loaded));
     let watch = if opts.watch {
-        Some(watch(config.clone(), opts.config.clone())?)
+        Some(watch(config.clone(), source.clone())?)
     } else {
         None
     };
     Ok(Bound {
         listener,
+        source,
         watch,
         service: service::Rls {
             config,
@@ -86,19 +96,16 @@ impl Bound {
 
     /// Serves until `stop` within `limits` (the public listener's: connection cap, preface
     /// and idle timeouts, and `body_timeout` for a whole call); reloads the configuration
-    /// from `path` on each SIGHUP and each change of its directory meanwhile.
+    /// on each SIGHUP and each change of its directory meanwhile.
     pub async fn serve(
         self,
-        path: PathBuf,
         limits: ListenerLimits,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), String> {
         // Kept until the service stops.
         let _watch = self.watch;
         #[cfg(unix)]
-        tokio::spawn(reload_on_sighup(self.service.config.clone(), path));
-        #[cfg(not(unix))]
-        let _ = path;
+        tokio::spawn(reload_on_sighup(self.service.config.clone(), self.source));
         let (reporter, health) = tonic_health::server::health_reporter();
         reporter
             .set_serving::<RateLimitServiceServer<service::Rls>>()
@@ -121,6 +128,19 @@ impl Bound {
     }
 }
 
+/// Where the configuration is read from (a file or a directory), and how.
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub path: PathBuf,
+    pub options: LoadOptions,
+}
+
+impl Source {
+    pub fn load(&self) -> Result<RlsConfig, String> {
+        RlsConfig::load(&self.path, self.options)
+    }
+}
+
 /// Calls in flight on one connection (announced as HTTP/2's MAX_CONCURRENT_STREAMS, and
 /// enforced): Envoy sends every check of a worker over one or a few connections.
 const STREAMS_PER_CONNECTION: u32 = 1024;
@@ -129,14 +149,14 @@ const TCP_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Re-reads the configuration on each SIGHUP.
 #[cfg(unix)]
-async fn reload_on_sighup(live: Arc<ArcSwap<RlsConfig>>, path: PathBuf) {
+async fn reload_on_sighup(live: Arc<ArcSwap<RlsConfig>>, source: Source) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::warn!("cannot listen for SIGHUP: no reload of --rls-config");
         return;
     };
     while hup.recv().await.is_some() {
-        reload(&live, &path, "SIGHUP");
+        reload(&live, &source, "SIGHUP");
     }
 }
 
@@ -144,20 +164,20 @@ async fn reload_on_sighup(live: Arc<ArcSwap<RlsConfig>>, path: PathBuf) {
 /// the directory holding the file: a ConfigMap's `..data` swap is seen either way).
 pub fn watch(
     live: Arc<ArcSwap<RlsConfig>>,
-    path: PathBuf,
+    source: Source,
 ) -> Result<crate::watch::DirWatch, String> {
-    let (dir, names) = crate::watch::Names::for_path(&path);
-    let on_change = move || reload(&live, &path, "file changed");
+    let (dir, names) = crate::watch::Names::for_path(&source.path);
+    let on_change = move || reload(&live, &source, "file changed");
     crate::watch::watch_dir(&dir, names, false, crate::watch::DEFAULT_QUIET, on_change)
         .map_err(|e| format!("--rls-config: {e}"))
 }
 
-/// Loads the configuration at `path` and swaps it in (on `cause`): one that does not load
-/// is logged and counted, and the running configuration stays.
-pub fn reload(live: &ArcSwap<RlsConfig>, path: &std::path::Path, cause: &str) {
-    match RlsConfig::load(path) {
+/// Loads the configuration from `source` and swaps it in (on `cause`): one that does not
+/// load is logged and counted, and the running configuration stays.
+pub fn reload(live: &ArcSwap<RlsConfig>, source: &Source, cause: &str) {
+    match source.load() {
         Ok(c) => {
-            tracing::info!(path = %path.display(), domains = c.domains.len(), cause, "rate limit service configuration reloaded");
+            tracing::info!(path = %source.path.display(), domains = c.domains.len(), cause, "rate limit service configuration reloaded");
             live.store(Arc::new(c));
             metrics::counter!("rl_rls_config_reloads_total", "result" => "ok").increment(1);
         }

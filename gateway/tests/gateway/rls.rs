@@ -607,6 +607,16 @@ async fn one_decision_across_descriptors_hits_addend_headers_and_health() {
         (OK, Some((3, 3)))
     );
     assert_eq!(rls.ask("own", vec![d], 0).await.overall_code, OVER);
+    // A domain the configuration does not define limits nothing, not even by the
+    // request's own override (as envoyproxy/ratelimit answers).
+    let mut d = descriptor(&[("tenant", "t1")]);
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit: 0,
+        unit: 3,
+    });
+    let r = rls.ask("no_such_domain", vec![d], 1).await;
+    assert_eq!((r.overall_code, r.statuses[0].code), (OK, OK));
+    assert_eq!(r.statuses[0].current_limit, None);
 
     // An empty domain is an error (Envoy then applies its failure_mode_deny).
     let err = rls
@@ -673,5 +683,52 @@ async fn a_refused_configuration_stops_the_start_naming_file_and_entry() {
         );
         assert!(err.contains(expected), "{err}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG` (its test/config merge_domain_key*.yaml):
+/// with `--rls-merge-domains` the files of one domain add up; the same descriptor twice is
+/// still refused; without the flag the second file of a domain is.
+#[tokio::test]
+async fn files_of_one_domain_merge_with_the_option() {
+    let server = Server::start();
+    let dir = std::env::temp_dir().join(format!("rl-rls-merge-{}", server.port));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |key: &str, value: &str, n: u32| {
+        format!("domain: test-domain\ndescriptors:\n  - key: {key}\n    value: {value}\n    rate_limit:\n      unit: minute\n      requests_per_unit: {n}\n")
+    };
+    std::fs::write(dir.join("key1.yaml"), file("key1", "value1", 10)).unwrap();
+    std::fs::write(dir.join("key2.yaml"), file("key2", "value2", 20)).unwrap();
+    let mut rls = start(&server, &dir, &["--rls-merge-domains"]).await;
+    let s = rls.one("test-domain", &[("key1", "value1")], 0).await;
+    assert_eq!(limit_of(&s), Some((10, 2)));
+    let s = rls.one("test-domain", &[("key2", "value2")], 0).await;
+    assert_eq!(limit_of(&s), Some((20, 2)));
+    drop(rls);
+
+    let refused = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rl-gateway"))
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--rls-listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--rls-config", dir.to_str().unwrap(), "--log", "error"])
+            .args(["--redis", "redis://127.0.0.1:1/"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = refused(&[]);
+    assert!(
+        err.contains("key2.yaml: duplicate domain 'test-domain' in config file"),
+        "{err}"
+    );
+    std::fs::write(dir.join("key3.yaml"), file("key1", "value1", 30)).unwrap();
+    let err = refused(&["--rls-merge-domains"]);
+    assert!(
+        err.contains("key3.yaml: duplicate descriptor composite key 'test-domain.key1_value1'"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
