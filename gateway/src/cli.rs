@@ -107,7 +107,9 @@ pub struct Args {
 
     /// Check a configuration file and exit: print the effective plan (dimensions, tiers,
     /// rules, windows, keys, which requests they match) and exit 0, or the error naming the
-    /// file, line and field and exit 1. Nothing is started.
+    /// file, line and field and exit 1. Nothing is started. A `.yaml`/`.yml` file or a
+    /// directory is checked as --rls-config (envoyproxy/ratelimit's YAML, with
+    /// --rls-merge-domains if given): its rules, or the error with file, line and column.
     #[arg(long, value_name = "FILE")]
     pub check_config: Option<PathBuf>,
 

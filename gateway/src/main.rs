@@ -33,6 +33,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(path) = &args.check_config {
+        if rls::is_rls_config(path) {
+            return check_rls_config(path, args.rls_merge_domains);
+        }
         return check_config(path, &args.routes);
     }
     let workers = match args.workers {
@@ -120,6 +123,32 @@ fn check_config(path: &std::path::Path, routes: &[String]) -> ExitCode {
     match engine {
         Ok(engine) => {
             println!("{}: ok\n\n{}", path.display(), engine.explain());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rl-gateway: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--check-config` of envoyproxy/ratelimit's YAML (a `.yaml`/`.yml` file or a directory):
+/// the rules (exit 0) or the error naming the file, line and column (exit 1).
+fn check_rls_config(path: &std::path::Path, merge_domains: bool) -> ExitCode {
+    let options = rls::config::LoadOptions { merge_domains };
+    match rls::config::RlsConfig::load(path, options) {
+        Ok(config) => {
+            let count = |n: usize, what: &str| match n {
+                1 => format!("1 {what}"),
+                n => format!("{n} {what}s"),
+            };
+            println!(
+                "{}: ok ({}, {})\n\n{}",
+                path.display(),
+                count(config.files.len(), "file"),
+                count(config.domains.len(), "domain"),
+                config.explain()
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {

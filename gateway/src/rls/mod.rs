@@ -13,6 +13,7 @@ mod listener;
 mod lookup;
 mod plan;
 mod service;
+mod yaml_position;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -126,6 +127,15 @@ impl Bound {
             .await
             .map_err(|e| format!("rate limit service: {e}"))
     }
+}
+
+/// Whether `path` is envoyproxy/ratelimit's YAML (a `.yaml`/`.yml` file, or a directory of
+/// them) rather than the gateway's TOML, for `--check-config`.
+pub fn is_rls_config(path: &std::path::Path) -> bool {
+    path.is_dir()
+        || path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"))
 }
 
 /// Where the configuration is read from (a file or a directory), and how.
