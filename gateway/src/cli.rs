@@ -33,9 +33,11 @@ pub enum Mode {
 #[derive(Clone, Debug, Parser)]
 #[command(name = "rl-gateway", version, about, long_about)]
 pub struct Args {
-    /// Address to listen on.
-    #[arg(long, env = "RL_GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
-    pub listen: SocketAddr,
+    /// Address of the gateway's own listener (the proxy, or demo answers without
+    /// --upstream; /healthz and /metrics unless --admin-listen) [default: 127.0.0.1:8080,
+    /// and none with --auth-listen or --rls-listen: give it to serve both].
+    #[arg(long, env = "RL_GATEWAY_LISTEN")]
+    pub listen: Option<SocketAddr>,
 
     /// Serve /healthz, /metrics, /bans and /top on this address only (e.g. 127.0.0.1:9090); the public
     /// listener then forwards those paths like any other.
@@ -254,6 +256,21 @@ pub struct Args {
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, env = "RL_GATEWAY_LOG", default_value = "info")]
     pub log: tracing::Level,
+}
+
+/// `--listen` when not given, and no other listener is asked for.
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    8080,
+));
+
+impl Args {
+    /// The gateway's own listener: `--listen`, else 127.0.0.1:8080 unless the gateway was
+    /// started for forward auth or the rate limit service only.
+    pub fn public_listen(&self) -> Option<SocketAddr> {
+        let other = self.auth_listen.is_some() || self.rls_listen.is_some();
+        self.listen.or((!other).then_some(DEFAULT_LISTEN))
+    }
 }
 
 /// A dimension by its configuration name.

@@ -260,10 +260,23 @@ async fn run(args: Args) -> Result<(), String> {
     #[cfg(unix)]
     tokio::spawn(reload::on_sighup(live, hangups));
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| format!("--listen {}: {e}", args.listen))?;
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let listener = match args.public_listen() {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("--listen {addr}: {e}"))?,
+        ),
+        None => None,
+    };
+    let local = match &listener {
+        Some(l) => l.local_addr().map_err(|e| e.to_string())?.to_string(),
+        None => "(none: no --listen)".to_string(),
+    };
+    if listener.is_none() && args.admin_listen.is_none() {
+        tracing::warn!(
+            "no --listen and no --admin-listen: /healthz and /metrics are not served (give --admin-listen)"
+        );
+    }
     let admin = match admin {
         Some((addr, router)) => {
             let l = tokio::net::TcpListener::bind(addr)
@@ -348,17 +361,25 @@ async fn run(args: Args) -> Result<(), String> {
             rx,
         ));
     }
-    limits::serve(
-        limits::Listener {
-            listener,
-            router,
-            overflow,
-            limits,
-            name: "public",
-        },
-        stopped,
-    )
-    .await;
+    match listener {
+        Some(listener) => {
+            limits::serve(
+                limits::Listener {
+                    listener,
+                    router,
+                    overflow,
+                    limits,
+                    name: "public",
+                },
+                stopped,
+            )
+            .await
+        }
+        None => {
+            let mut stopped = stopped;
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    }
     // Leave the fleet at once (the others stop counting this gateway at their next
     // heartbeat) and give back what the leases hold.
     limiter.shutdown().await;
