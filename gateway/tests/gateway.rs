@@ -41,6 +41,8 @@ mod reload;
 mod rls;
 #[path = "gateway/rls_limits.rs"]
 mod rls_limits;
+#[path = "gateway/rls_upstream.rs"]
+mod rls_upstream;
 #[path = "gateway/rules.rs"]
 mod rules;
 #[path = "gateway/settle.rs"]
