@@ -355,6 +355,8 @@ fn help_documents_every_flag() {
         "--redis-ca",
         "--redis-cert",
         "--redis-key",
+        "--no-watch",
+        "--rls-merge-domains",
         "rediss://",
         "RL_GATEWAY_REDIS",
     ] {
