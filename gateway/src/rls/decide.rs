@@ -101,45 +101,7 @@ pub async fn decide(limiter: &Limiter, planned: &[Planned]) -> (Vec<Option<Decis
             }
         }
     }
-    if refused {
-        answer_what_is_left(limiter, &counters, &mut out).await;
-    }
     (out, refused)
-}
-
-/// A refused request took nothing, but the answers of its counters that did not refuse it
-/// are not what they hold (`RL.ALL` stops at the denial): look at them, all in one call,
-/// and answer what each has left, as envoyproxy/ratelimit does when it does not count a
-/// refused request. When Redis does not answer the look, the answers stay as they were.
-async fn answer_what_is_left(
-    limiter: &Limiter,
-    counters: &[Counter<'_>],
-    out: &mut [Option<Decision>],
-) {
-    let allowed = |c: &&Counter<'_>| {
-        c.members
-            .iter()
-            .any(|&i| matches!(out.get(i), Some(Some(d)) if !d.is_denied()))
-    };
-    let looked: Vec<&Counter<'_>> = counters.iter().filter(allowed).collect();
-    if looked.is_empty() {
-        return;
-    }
-    let items: Vec<(&str, &Policy)> = looked.iter().map(|c| (c.key, &c.policy)).collect();
-    let nothing = vec![0; items.len()];
-    let Ok(now) = limiter.peek_all_units(&items, &nothing).await else {
-        return;
-    };
-    for (c, d) in looked.iter().zip(now) {
-        for &i in &c.members {
-            if let Some(Some(old)) = out.get_mut(i) {
-                if !old.is_denied() {
-                    old.remaining = d.remaining;
-                    old.reset_after = d.reset_after;
-                }
-            }
-        }
-    }
 }
 
 /// The decision for a rule of 0 requests per unit: every hit is over; a cost of 0 is not.
