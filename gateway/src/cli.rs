@@ -37,13 +37,16 @@ pub enum Mode {
 /// GET /healthz, GET /metrics, GET /bans, DELETE /bans/<policy>?key=<key>, GET /top and
 /// DELETE /limits?key=<key> are built in and never limited (on --admin-listen when given;
 /// without it the admin calls answer only a loopback caller that forwards for nobody).
-/// SIGHUP re-reads --config; a bad file is refused and the running one kept.
+/// SIGHUP re-reads --config and --rls-config, and so does a change in their directory
+/// (unless --no-watch); a bad file is refused and the running one kept.
 #[derive(Clone, Debug, Parser)]
 #[command(name = "rl-gateway", version = VERSION, about, long_about)]
 pub struct Args {
-    /// Address to listen on.
-    #[arg(long, env = "RL_GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
-    pub listen: SocketAddr,
+    /// Address of the gateway's own listener (the proxy, or demo answers without
+    /// --upstream; /healthz and /metrics unless --admin-listen) [default: 127.0.0.1:8080,
+    /// and none with --auth-listen or --rls-listen: give it to serve both].
+    #[arg(long, env = "RL_GATEWAY_LISTEN")]
+    pub listen: Option<SocketAddr>,
 
     /// Serve /healthz, /metrics, /bans, /top and /limits on this address only (e.g.
     /// 127.0.0.1:9090); the public listener then forwards those paths like any other.
@@ -103,13 +106,21 @@ pub struct Args {
     /// TOML file with tiers (and their per-dimension overrides), dimension limits, rules,
     /// several windows per rate, API key header, IPv6 prefix, access lists, trusted proxies
     /// and failure mode (the book's "Rules and gateway configuration"). Flags below override
-    /// it. Re-read on SIGHUP.
+    /// it. Re-read on SIGHUP and when it changes.
     #[arg(long, env = "RL_GATEWAY_CONFIG")]
     pub config: Option<PathBuf>,
 
+    /// Do not watch the directories of --config and --rls-config: reload on SIGHUP only.
+    /// Without it a change in them (a file written or renamed, a Kubernetes ConfigMap's
+    /// `..data` swap) reloads the configuration a moment after the last change.
+    #[arg(long, env = "RL_GATEWAY_NO_WATCH")]
+    pub no_watch: bool,
+
     /// Check a configuration file and exit: print the effective plan (dimensions, tiers,
     /// rules, windows, keys, which requests they match) and exit 0, or the error naming the
-    /// file, line and field and exit 1. Nothing is started.
+    /// file, line and field and exit 1. Nothing is started. A `.yaml`/`.yml` file or a
+    /// directory is checked as --rls-config (envoyproxy/ratelimit's YAML, with
+    /// --rls-merge-domains if given): its rules, or the error with file, line and column.
     #[arg(long, value_name = "FILE")]
     pub check_config: Option<PathBuf>,
 
@@ -218,9 +229,15 @@ pub struct Args {
     pub rls_listen: Option<SocketAddr>,
 
     /// envoyproxy/ratelimit's configuration for --rls-listen: a YAML file or a directory of
-    /// them (several domains). Re-read on SIGHUP.
+    /// them (several domains). Re-read on SIGHUP and when it changes.
     #[arg(long, env = "RL_GATEWAY_RLS_CONFIG", requires = "rls_listen")]
     pub rls_config: Option<PathBuf>,
+
+    /// Several files of --rls-config may define one domain: their descriptors are merged
+    /// into it (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); the same descriptor in two
+    /// files is still refused. Without it a domain defined twice is refused.
+    #[arg(long, env = "RL_GATEWAY_RLS_MERGE_DOMAINS")]
+    pub rls_merge_domains: bool,
 
     /// Answer ShouldRateLimit with response_headers_to_add: RateLimit, RateLimit-Policy and
     /// X-RateLimit-Limit/Remaining/Reset.
@@ -270,6 +287,21 @@ pub struct Args {
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, env = "RL_GATEWAY_LOG", default_value = "info")]
     pub log: tracing::Level,
+}
+
+/// `--listen` when not given, and no other listener is asked for.
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    8080,
+));
+
+impl Args {
+    /// The gateway's own listener: `--listen`, else 127.0.0.1:8080 unless the gateway was
+    /// started for forward auth or the rate limit service only.
+    pub fn public_listen(&self) -> Option<SocketAddr> {
+        let other = self.auth_listen.is_some() || self.rls_listen.is_some();
+        self.listen.or((!other).then_some(DEFAULT_LISTEN))
+    }
 }
 
 /// A dimension by its configuration name.

@@ -15,6 +15,7 @@ mod reload;
 mod rls;
 mod secret;
 mod settle_body;
+mod watch;
 
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::process::ExitCode;
@@ -35,6 +36,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(path) = &args.check_config {
+        if rls::is_rls_config(path) {
+            return check_rls_config(path, args.rls_merge_domains);
+        }
         return check_config(path, &args.routes);
     }
     let workers = match args.workers {
@@ -131,6 +135,32 @@ fn check_config(path: &std::path::Path, routes: &[String]) -> ExitCode {
     }
 }
 
+/// `--check-config` of envoyproxy/ratelimit's YAML (a `.yaml`/`.yml` file or a directory):
+/// the rules (exit 0) or the error naming the file, line and column (exit 1).
+fn check_rls_config(path: &std::path::Path, merge_domains: bool) -> ExitCode {
+    let options = rls::config::LoadOptions { merge_domains };
+    match rls::config::RlsConfig::load(path, options) {
+        Ok(config) => {
+            let count = |n: usize, what: &str| match n {
+                1 => format!("1 {what}"),
+                n => format!("{n} {what}s"),
+            };
+            println!(
+                "{}: ok ({}, {})\n\n{}",
+                path.display(),
+                count(config.files.len(), "file"),
+                count(config.domains.len(), "domain"),
+                config.explain()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rl-gateway: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn run(args: Args) -> Result<(), String> {
     #[cfg(unix)]
     let hangups = reload::hangups();
@@ -210,6 +240,7 @@ async fn run(args: Args) -> Result<(), String> {
             let opts = rls::RlsOptions {
                 listen,
                 config: path.clone(),
+                merge_domains: args.rls_merge_domains,
                 response_headers: args.rls_response_headers,
                 hot_per_second: args.rls_hot_rate,
                 bounds: rls::RequestBounds {
@@ -217,6 +248,7 @@ async fn run(args: Args) -> Result<(), String> {
                         .unwrap_or(usize::MAX),
                     max_entries: usize::try_from(args.rls_max_entries).unwrap_or(usize::MAX),
                 },
+                watch: !args.no_watch,
             };
             Some(rls::bind(&opts, limiter.clone(), live.clone()).await?)
         }
@@ -239,13 +271,32 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let overflow = limits::overflow(public_ops.clone());
     let router = app::public(live.clone(), public_ops);
+    // Kept for the life of the process.
+    let _config_watch = if args.no_watch {
+        None
+    } else {
+        reload::watch(&live)?
+    };
     #[cfg(unix)]
     tokio::spawn(reload::on_sighup(live, hangups));
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| format!("--listen {}: {e}", args.listen))?;
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let listener = match args.public_listen() {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("--listen {addr}: {e}"))?,
+        ),
+        None => None,
+    };
+    let local = match &listener {
+        Some(l) => l.local_addr().map_err(|e| e.to_string())?.to_string(),
+        None => "(none: no --listen)".to_string(),
+    };
+    if listener.is_none() && args.admin_listen.is_none() {
+        tracing::warn!(
+            "no --listen and no --admin-listen: /healthz and /metrics are not served (give --admin-listen)"
+        );
+    }
     let admin = match admin {
         Some((addr, router)) => {
             let l = tokio::net::TcpListener::bind(addr)
@@ -289,13 +340,12 @@ async fn run(args: Args) -> Result<(), String> {
     );
     if let Some(rls) = rls {
         let mut rx = stopped.clone();
-        let path = args.rls_config.clone().unwrap_or_default();
         tracing::info!(listen = ?rls.local_addr(), "rate limit service listening");
         tokio::spawn(async move {
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
-            if let Err(e) = rls.serve(path, limits, stop).await {
+            if let Err(e) = rls.serve(limits, stop).await {
                 tracing::error!(error = %e, "rate limit service failed");
             }
         });
@@ -331,17 +381,25 @@ async fn run(args: Args) -> Result<(), String> {
             rx,
         ));
     }
-    limits::serve(
-        limits::Listener {
-            listener,
-            router,
-            overflow,
-            limits,
-            name: "public",
-        },
-        stopped,
-    )
-    .await;
+    match listener {
+        Some(listener) => {
+            limits::serve(
+                limits::Listener {
+                    listener,
+                    router,
+                    overflow,
+                    limits,
+                    name: "public",
+                },
+                stopped,
+            )
+            .await
+        }
+        None => {
+            let mut stopped = stopped;
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    }
     // Leave the fleet at once (the others stop counting this gateway at their next
     // heartbeat) and give back what the leases hold.
     limiter.shutdown().await;
