@@ -299,7 +299,16 @@ descriptors:
             requests_per_unit: 42,
             unit: 2,
         });
-        let p = plan(&c, "rl", "any", std::slice::from_ref(&d), 0, FailureMode::Open, 0).unwrap();
+        let p = plan(
+            &c,
+            "rl",
+            "any",
+            std::slice::from_ref(&d),
+            0,
+            FailureMode::Open,
+            0,
+        )
+        .unwrap();
         let Planned::Limited(l) = &p[0] else { panic!() };
         assert_eq!((l.requests_per_unit, l.unit), (42, Unit::Minute));
         assert_eq!(l.key, "rl:rls:any:tenant=t1:fixed_window:60");
