@@ -42,8 +42,11 @@ export PATH="$PWD/$venv/bin:$PATH"
 # not found, so bindgen reads the host's (the types redismodule.h uses have one layout on
 # x86_64 glibc whatever its version). Linking is zig's, against glibc 2.17.
 clang_include="$(clang -print-resource-dir)/include"
-export "BINDGEN_EXTRA_CLANG_ARGS_$TRIPLE=-I$clang_include -I/usr/include/x86_64-linux-gnu -I/usr/include"
+# (The variable's name holds dashes, which bash cannot export: env passes it.)
+bindgen_env=(env "BINDGEN_EXTRA_CLANG_ARGS_$TRIPLE=-I$clang_include -I/usr/include/x86_64-linux-gnu -I/usr/include")
 
+# dist/ holds exactly what this run builds: no artifact of another commit stays beside them.
+rm -rf "$DIST"
 mkdir -p "$DIST"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -53,7 +56,7 @@ for part in $parts; do
   case $part in
   module)
     echo "dist: the module for glibc $GLIBC"
-    $CARGO zigbuild --release --target "$TRIPLE.$GLIBC"
+    "${bindgen_env[@]}" $CARGO zigbuild --release --target "$TRIPLE.$GLIBC"
     name=libredis_rl-$version-linux-x86_64
     mkdir -p "$stage/$name"
     cp "$OUT/libredis_rl.so" "${docs[@]}" deploy/install.sh deploy/systemd/redis-rl.service "$stage/$name/"
@@ -62,7 +65,7 @@ for part in $parts; do
     ;;
   gateway)
     echo "dist: rl-gateway for glibc $GLIBC"
-    $CARGO zigbuild --release -p rl-gateway --target "$TRIPLE.$GLIBC"
+    "${bindgen_env[@]}" $CARGO zigbuild --release -p rl-gateway --target "$TRIPLE.$GLIBC"
     name=rl-gateway-$version-linux-x86_64
     mkdir -p "$stage/$name"
     cp "$OUT/rl-gateway" "${docs[@]}" deploy/gateway/gateway.toml deploy/systemd/rl-gateway-*.service "$stage/$name/"

@@ -8,7 +8,8 @@
 3. Bumps the one version (Cargo.toml's [workspace.package], Cargo.lock, redis_rl.__version__,
    node/package.json when it exists), checks them (scripts/check_versions.py), commits
    "Release x.y.z" and tags vx.y.z (annotated, with the notes); nothing is pushed.
-4. Builds the artifacts (`make dist`) and writes dist/RELEASE-NOTES.md, the version's section.
+4. Builds the artifacts (`make dist`), checks them as make test-dist does (the gateway's too:
+   scripts/dist_smoke.sh) and writes dist/RELEASE-NOTES.md, the version's section.
 
 Usage: release.py VERSION [--no-dist] [--date YYYY-MM-DD]"""
 
@@ -152,6 +153,8 @@ def main() -> None:
     print(f"release: committed and tagged v{version} ({git('rev-parse', '--short', 'HEAD').strip()})")
     if not args.no_dist:
         subprocess.run(["make", "dist"], cwd=ROOT, check=True)
+        # make test-dist's checks on all three artifacts, the gateway's included.
+        subprocess.run(["bash", "scripts/dist_smoke.sh"], cwd=ROOT, check=True)
         (ROOT / "dist" / "RELEASE-NOTES.md").write_text(f"# redis-rl {version}\n\n{notes(changelog, version)}")
         print("release: artifacts and RELEASE-NOTES.md in dist/")
     print(f"release: publish with `git push origin HEAD v{version}`")
