@@ -67,8 +67,8 @@ async fn serve(args: Args) -> ExitCode {
         .init();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
+        // Once, on stderr (the log lines go to stdout: a terminal showed both).
         Err(e) => {
-            tracing::error!("{e}");
             eprintln!("rl-gateway: {e}");
             ExitCode::FAILURE
         }
@@ -107,6 +107,21 @@ pub(crate) fn config(args: &Args) -> Result<RateLimitConfig, String> {
     Ok(config)
 }
 
+/// What the local fallback divides a limit by, for the start-up line: the static
+/// `instances`, else the live fleet size (membership leases in Redis), else 1 (alone).
+fn instances_shown(config: &RateLimitConfig) -> String {
+    match config.instances {
+        Some(n) => n.to_string(),
+        None if config.fleet.membership => "live".to_string(),
+        None => "1".to_string(),
+    }
+}
+
+/// A listener's address as `127.0.0.1:8081` (`-` when it is not known).
+fn address_shown(addr: Option<std::net::SocketAddr>) -> String {
+    addr.map_or_else(|| "-".to_string(), |a| a.to_string())
+}
+
 /// `--check-config FILE`: the effective plan (exit 0) or the error naming the line and the
 /// field (exit 1), without starting anything.
 fn check_config(path: &std::path::Path, routes: &[String]) -> ExitCode {
@@ -132,6 +147,10 @@ async fn run(args: Args) -> Result<(), String> {
     #[cfg(unix)]
     let hangups = reload::hangups();
     let config = config(&args)?;
+    // Before anything records (the fleet's first heartbeat): a metric recorded earlier
+    // would be lost.
+    let prometheus = ops::install_recorder()?;
+    ops::at_zero(&config);
     let builder = Limiter::builder()
         .timeout(Duration::from_millis(args.timeout_ms.max(1)))
         .breaker(BreakerConfig {
@@ -167,7 +186,6 @@ async fn run(args: Args) -> Result<(), String> {
         Duration::from_millis(args.tier_cache_ms),
         NonZeroUsize::new(100_000).unwrap_or(NonZeroUsize::MIN),
     );
-    let prometheus = ops::install_recorder()?;
     let upstream = match &args.upstream {
         Some(url) => Some(proxy::Upstream::new(&proxy::UpstreamOptions {
             url,
@@ -240,7 +258,7 @@ async fn run(args: Args) -> Result<(), String> {
         admin = %args.admin_listen.map_or_else(|| "(on --listen)".to_string(), |a| a.to_string()),
         redis = %redacted(&args.redis),
         failure_mode = ?config.failure_mode,
-        instances = config.instances.map_or(0, NonZeroU32::get),
+        instances = %instances_shown(&config),
         fleet = config.fleet.membership,
         hot = ?config.hot,
         upstream = args.upstream.as_deref().unwrap_or("(demo responses)"),
@@ -270,7 +288,7 @@ async fn run(args: Args) -> Result<(), String> {
     if let Some(rls) = rls {
         let mut rx = stopped.clone();
         let path = args.rls_config.clone().unwrap_or_default();
-        tracing::info!(listen = ?rls.local_addr(), "rate limit service listening");
+        tracing::info!(listen = %address_shown(rls.local_addr()), "rate limit service listening");
         tokio::spawn(async move {
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
@@ -281,7 +299,7 @@ async fn run(args: Args) -> Result<(), String> {
         });
     }
     if let Some((l, app)) = forward_auth {
-        tracing::info!(listen = ?l.local_addr().ok(), "forward auth listening");
+        tracing::info!(listen = %address_shown(l.local_addr().ok()), "forward auth listening");
         tokio::spawn(limits::serve(
             limits::Listener {
                 listener: l,
