@@ -244,3 +244,42 @@ async fn a_fresh_gateway_exports_every_metric_the_dashboard_and_alerts_read() {
     }
     let _ = std::fs::remove_file(&config);
 }
+
+/// The start-up lines show addresses as addresses (`listen=127.0.0.1:8081`, not
+/// `Some(...)`) and what the fallback divides by (`instances=live`, not `instances=0`).
+#[tokio::test]
+async fn the_start_up_log_shows_plain_addresses_and_the_fleet_size_it_divides_by() {
+    let server = Server::start();
+    let dir = super::test_dir("start-log", server.port);
+    let yaml = dir.join("rls.yaml");
+    std::fs::write(
+        &yaml,
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n",
+    )
+    .unwrap();
+    let log_path = dir.join("gateway.log");
+    let (listen, rls) = (redis_rl_testkit::free_port(), redis_rl_testkit::free_port());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rl-gateway"))
+        .args(["--listen", &format!("127.0.0.1:{listen}")])
+        .args(["--rls-listen", &format!("127.0.0.1:{rls}")])
+        .args(["--rls-config", yaml.to_str().unwrap()])
+        .args(["--redis", &server.url(), "--log", "info"])
+        .env("NO_COLOR", "1")
+        .stdout(std::fs::File::create(&log_path).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut log = String::new();
+    eventually("the start-up lines", async || {
+        log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        log.contains("rate limit service listening") && log.contains("rl-gateway listening")
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!log.contains("Some("), "{log}");
+    assert!(log.contains(&format!("listen=127.0.0.1:{rls}")), "{log}");
+    assert!(log.contains(&format!("listen=127.0.0.1:{listen}")), "{log}");
+    assert!(log.contains("instances=live"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
