@@ -103,11 +103,16 @@ impl Config {
     /// Parses and validates JSON of the same schema (a configuration built in code, such
     /// as a Python mapping); errors name `source`, the line and column, and the field.
     pub fn from_json_named(text: &str, source: &str) -> Result<Config, ConfigError> {
-        let config: Config = serde_json::from_str(text).map_err(|e| ConfigError {
-            source: source.to_string(),
-            line: Some(e.line()),
-            field: None,
-            message: e.to_string(),
+        let config: Config = serde_json::from_str(text).map_err(|e| {
+            let message = e.to_string();
+            ConfigError {
+                source: source.to_string(),
+                line: Some(e.line()),
+                field: None,
+                // JSON's errors name no table: a window's field alone would mislead.
+                message: crate::rate::window_field(&message)
+                    .map_or(message.clone(), |(_, rest)| rest.to_string()),
+            }
         })?;
         config.validate().map_err(|e| ConfigError {
             source: source.to_string(),
