@@ -14,7 +14,8 @@ use super::headers::{to_response, write_headers};
 use super::hold::{hold, Hold};
 use super::plan::Shared;
 use super::request::{RequestInfo, RequestView};
-use super::settlement::{PendingSettle, SettleReport};
+use super::settle_token::{SettleTokens, SETTLE_TOKEN};
+use super::settlement::{IssueSettleToken, PendingSettle, SettleReport};
 use super::trace::{TraceContext, TRACEPARENT_NAME};
 use crate::backend::BoxFuture;
 use crate::decision::{Decision, MultiDecision, Source};
@@ -182,9 +183,9 @@ async fn decide(
         Ok(b) => b,
         Err(r) => return Before::Refuse(r, tier_label),
     };
-    if view.extensions.get::<SettleReport>().is_some() {
+    if let Some(SettleReport(tokens)) = view.extensions.get::<SettleReport>() {
         return Before::Refuse(
-            report(shared, &plan, booking, &view, request_id).await,
+            report(shared, &plan, booking, &view, tokens, request_id).await,
             tier_label,
         );
     }
@@ -276,30 +277,94 @@ async fn decide(
     }
 }
 
-/// A report of a response's actual cost ([`SettleReport`]): the plan's reservation settled
-/// from the report's own headers, nothing taken, 204.
+/// A report of a response's actual cost ([`SettleReport`]): the reservation its
+/// `rl-settle-token` names, on the keys of the described request the token names, settled
+/// from the report's own headers, nothing taken, 204. Refused (nothing settled) without a
+/// valid token (403), with one spent before (409), or when Redis cannot record the spending
+/// (503).
 async fn report(
     shared: &Shared,
     plan: &Plan,
     booking: redis_rl_policy::Booking,
     view: &RequestView<'_>,
+    tokens: &SettleTokens,
     request_id: &str,
 ) -> redis_rl_policy::Response {
-    let items = plan
-        .items
-        .iter()
-        .filter_map(|item| {
-            let p = policy_of(item, shared.mode).ok()?;
-            Some((item.key.clone(), p, true))
-        })
-        .collect();
-    PendingSettle::new(shared.limiter.clone(), items, booking)
+    let now_ms = crate::transport::wall_ms();
+    let token = view.headers.get(SETTLE_TOKEN).and_then(|v| v.to_str().ok());
+    let reservation = match tokens.verify(token, now_ms) {
+        Ok(r) => r,
+        Err(e) => return settle_refused(403, e.detail(), request_id),
+    };
+    // Each item of the described request that the token names (each token item once),
+    // with the units reserved there: a report settles its own reservation and no more.
+    let mut named = reservation.items.clone();
+    let mut items = Vec::new();
+    let mut bound = redis_rl_policy::Booking {
+        units: Vec::new(),
+        settle: Vec::new(),
+    };
+    for (item, header) in plan.items.iter().zip(&booking.settle) {
+        let Ok(p) = policy_of(item, shared.mode) else {
+            continue;
+        };
+        let Some(at) = named.iter().position(|(k, _)| *k == item.key) else {
+            continue;
+        };
+        let (key, reserved) = named.swap_remove(at);
+        items.push((key, p, reserved > 0));
+        bound.units.push(reserved);
+        bound.settle.push(header.clone());
+    }
+    if items.is_empty() {
+        return settle_refused(
+            403,
+            "the rl-settle-token names none of the described request's keys",
+            request_id,
+        );
+    }
+    let prefix = &shared.engine.config().key_prefix;
+    match super::settle_token::spend(&shared.limiter, prefix, &reservation, now_ms).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return settle_refused(409, "the rl-settle-token was spent already", request_id)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "a settlement report could not be recorded: refused");
+            return settle_refused(503, "redis unavailable: the reservation stands", request_id);
+        }
+    }
+    PendingSettle::new(shared.limiter.clone(), items, bound)
         .settle(view.headers)
         .await;
     redis_rl_policy::Response {
         status: 204,
         headers: vec![("x-request-id", request_id.to_owned())],
         body: String::new(),
+    }
+}
+
+/// A refused settlement report: a problem body saying why.
+fn settle_refused(status: u16, detail: &str, request_id: &str) -> redis_rl_policy::Response {
+    let title = match status {
+        409 => "Conflict",
+        503 => "Service Unavailable",
+        _ => "Forbidden",
+    };
+    let body = serde_json::json!({
+        "type": "about:blank",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "request_id": request_id,
+    });
+    redis_rl_policy::Response {
+        status,
+        headers: vec![
+            ("content-type", "application/problem+json".to_owned()),
+            ("x-request-id", request_id.to_owned()),
+        ],
+        body: body.to_string(),
     }
 }
 
@@ -349,7 +414,14 @@ where
             tokio::time::sleep(h.wait).await;
             drop(h.held);
         }
+        let mut token = None;
         if let Some(s) = &settle {
+            // A check answered for a proxy (forward auth): the reservation is settled by a
+            // report presenting this token, not from this answer.
+            if let Some(IssueSettleToken(tokens)) = req.extensions().get::<IssueSettleToken>() {
+                token = HeaderValue::try_from(s.token(tokens)).ok();
+                s.claim();
+            }
             req.extensions_mut().insert(s.clone());
         }
         if let Ok(v) = HeaderValue::try_from(request_id.as_str()) {
@@ -364,6 +436,9 @@ where
         }
         let headers = response.headers_mut();
         write_headers(headers, &added);
+        if let Some(t) = token {
+            headers.insert(http::HeaderName::from_static(SETTLE_TOKEN), t);
+        }
         if let Ok(v) = HeaderValue::try_from(request_id.as_str()) {
             headers.insert(REQUEST_ID_NAME, v);
         }
