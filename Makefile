@@ -26,8 +26,16 @@ deps:
 build: deps
 	$(CARGO) build --release
 
+# `make run PORT=6380` where the port is taken (a Debian host with redis-server installed
+# runs one on 6379). Only a PORT given on the command line counts: a PORT in the environment
+# (set by many platforms for a web service) does not move Redis.
+RUN_PORT := $(if $(filter command line,$(origin PORT)),$(PORT),6379)
 run: build
-	redis-server redis.conf
+	@if (exec 3<>/dev/tcp/127.0.0.1/$(RUN_PORT)) 2>/dev/null; then \
+	  echo "make run: port $(RUN_PORT) is taken (another Redis?): stop it, or pick another port: make run PORT=6380" >&2; \
+	  exit 1; \
+	fi
+	redis-server redis.conf --port $(RUN_PORT)
 
 test: build test-unit test-redis test-valkey test-python test-docs test-dist test-ops
 
@@ -192,7 +200,8 @@ fleet: deps
 
 # The operations files: deploy/prometheus/alerts.yml passes `promtool check rules` and its unit
 # tests (alerts_test.yml), and every metric the alerts and deploy/grafana/redis-rl.json query is
-# recorded by the gateway or the middleware (scripts/check_ops.py). promtool comes with Debian's
+# recorded by the gateway or the middleware (scripts/check_ops.py); `make run PORT=...` uses
+# that port and refuses a taken one (scripts/make_run_test.py). promtool comes with Debian's
 # prometheus package, installed here when missing.
 test-ops:
 	@command -v promtool >/dev/null || { echo "installing: prometheus (promtool)"; \
@@ -200,6 +209,7 @@ test-ops:
 	promtool check rules deploy/prometheus/alerts.yml
 	promtool test rules deploy/prometheus/alerts_test.yml
 	python3 scripts/check_ops.py
+	python3 scripts/make_run_test.py
 
 # Release artifacts in dist/ (scripts/dist.sh), every binary linked for glibc 2.17 and later
 # by zig (cargo-zigbuild, ziglang and maturin from PyPI, pinned in target/dist-venv): the module

@@ -32,6 +32,17 @@ pub enum Source {
 }
 
 impl Source {
+    /// Every source, for metrics that start at zero.
+    pub const ALL: [Source; 7] = [
+        Source::Redis,
+        Source::DenyCache,
+        Source::Local,
+        Source::Lease,
+        Source::FailOpen,
+        Source::FailClosed,
+        Source::Unchecked,
+    ];
+
     /// A short name for logs and metrics.
     pub const fn name(&self) -> &'static str {
         match self {

@@ -74,8 +74,8 @@ async fn serve(args: Args) -> ExitCode {
         .init();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
+        // Once, on stderr (the log lines go to stdout: a terminal showed both).
         Err(e) => {
-            tracing::error!("{e}");
             eprintln!("rl-gateway: {e}");
             ExitCode::FAILURE
         }
@@ -112,6 +112,21 @@ pub(crate) fn config(args: &Args) -> Result<RateLimitConfig, String> {
     }
     config.check().map_err(|e| e.to_string())?;
     Ok(config)
+}
+
+/// What the local fallback divides a limit by, for the start-up line: the static
+/// `instances`, else the live fleet size (membership leases in Redis), else 1 (alone).
+fn instances_shown(config: &RateLimitConfig) -> String {
+    match config.instances {
+        Some(n) => n.to_string(),
+        None if config.fleet.membership => "live".to_string(),
+        None => "1".to_string(),
+    }
+}
+
+/// A listener's address as `127.0.0.1:8081` (`-` when it is not known).
+fn address_shown(addr: Option<std::net::SocketAddr>) -> String {
+    addr.map_or_else(|| "-".to_string(), |a| a.to_string())
 }
 
 /// `--check-config FILE`: the effective plan (exit 0) or the error naming the line and the
@@ -165,6 +180,10 @@ async fn run(args: Args) -> Result<(), String> {
     #[cfg(unix)]
     let hangups = reload::hangups();
     let config = config(&args)?;
+    // Before anything records (the fleet's first heartbeat): a metric recorded earlier
+    // would be lost.
+    let prometheus = ops::install_recorder()?;
+    ops::at_zero(&config);
     let builder = Limiter::builder()
         .timeout(Duration::from_millis(args.timeout_ms.max(1)))
         .breaker(BreakerConfig {
@@ -207,7 +226,6 @@ async fn run(args: Args) -> Result<(), String> {
         NonZeroUsize::new(100_000).unwrap_or(NonZeroUsize::MIN),
     );
     let secret = secret::load(args.secret_file.as_deref())?;
-    let prometheus = ops::install_recorder()?;
     let upstream = match &args.upstream {
         Some(url) => Some(proxy::Upstream::new(&proxy::UpstreamOptions {
             url,
@@ -311,7 +329,7 @@ async fn run(args: Args) -> Result<(), String> {
         admin = %args.admin_listen.map_or_else(|| "(on --listen)".to_string(), |a| a.to_string()),
         redis = %redacted(&args.redis),
         failure_mode = ?config.failure_mode,
-        instances = config.instances.map_or(0, NonZeroU32::get),
+        instances = %instances_shown(&config),
         fleet = config.fleet.membership,
         hot = ?config.hot,
         upstream = args.upstream.as_deref().unwrap_or("(demo responses)"),
@@ -340,7 +358,7 @@ async fn run(args: Args) -> Result<(), String> {
     );
     if let Some(rls) = rls {
         let mut rx = stopped.clone();
-        tracing::info!(listen = ?rls.local_addr(), "rate limit service listening");
+        tracing::info!(listen = %address_shown(rls.local_addr()), "rate limit service listening");
         tokio::spawn(async move {
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
@@ -351,7 +369,7 @@ async fn run(args: Args) -> Result<(), String> {
         });
     }
     if let Some((l, app)) = forward_auth {
-        tracing::info!(listen = ?l.local_addr().ok(), "forward auth listening");
+        tracing::info!(listen = %address_shown(l.local_addr().ok()), "forward auth listening");
         tokio::spawn(limits::serve(
             limits::Listener {
                 listener: l,

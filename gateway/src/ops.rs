@@ -58,12 +58,43 @@ pub fn install_recorder() -> Result<PrometheusHandle, String> {
     Ok(handle)
 }
 
+/// Registers at 0 the series of the gateway and the limiter that no configuration names:
+/// a dashboard's panel or an alert then reads 0 before the first event, not "no data" (the
+/// middleware registers the configuration's own label sets: dimensions, rules, tiers).
+pub fn at_zero(config: &RateLimitConfig) {
+    for to in ["open", "half_open", "closed"] {
+        metrics::counter!("rl_breaker_transitions_total", "to" => to).increment(0);
+    }
+    for result in ["ok", "error"] {
+        metrics::counter!("rl_config_reloads_total", "result" => result).increment(0);
+    }
+    for name in [
+        "rl_lease_takes_total",
+        "rl_lease_hits_total",
+        "rl_lease_refunds_total",
+        "rl_lease_units_granted_total",
+        "rl_lease_units_refunded_total",
+        "rl_lease_units_dropped_total",
+    ] {
+        metrics::counter!(name).increment(0);
+    }
+    for outcome in ["ok", "error_reply", "unavailable", "timeout"] {
+        // Registered, nothing observed: its buckets, count and sum at 0.
+        let _ = metrics::histogram!("rl_redis_call_duration_seconds", "outcome" => outcome);
+    }
+    metrics::gauge!("rl_breaker_open").set(0.0);
+    metrics::gauge!("rl_held_requests").set(0.0);
+    // What the local fallback divides by until the fleet's first heartbeat answers.
+    let alone = config.instances.map_or(1, std::num::NonZeroU32::get);
+    metrics::gauge!("rl_fleet_size").set(f64::from(alone));
+}
+
 /// The HELP text of every metric (the exporter writes TYPE itself). A metric recorded
 /// without a line here would have no HELP: the integration test checks that each has one.
 fn describe() {
     describe_counter!(
         "rl_requests_total",
-        "Rate-limit decisions per dimension of each request, by outcome (allowed, denied, shadow_denied; banned: refused by a ban of that dimension or rule)."
+        "Rate-limit decisions per dimension of each request, by outcome (allowed, denied, delayed: refused, held by delay_max_ms and served, shadow_denied; banned: refused by a ban of that dimension or rule)."
     );
     describe_counter!(
         "rl_responses_total",
@@ -155,7 +186,7 @@ fn describe() {
     );
     describe_gauge!(
         "rl_held_requests",
-        "Requests held by delay_max_ms right now (at most delay_max_held)."
+        "Requests held by delay_max_ms right now in the process (at most delay_max_held, across listeners and reloads)."
     );
     describe_counter!(
         "rl_connections_refused_total",

@@ -63,9 +63,10 @@ struct Base {
     host: Option<HeaderValue>,
     path: String,
     timeout: Duration,
-    /// `rl_upstream_duration_seconds` by outcome, registered on first use (after the
-    /// recorder is installed): a label lookup per request was a visible cost.
-    durations: std::sync::OnceLock<Durations>,
+    /// `rl_upstream_duration_seconds` by outcome, registered once (a label lookup per
+    /// request was a visible cost) when the upstream is built, after the recorder is
+    /// installed: every outcome's histogram is on /metrics, at 0, before the first call.
+    durations: Durations,
 }
 
 /// The outcomes of an upstream call, as the duration histogram labels them.
@@ -120,7 +121,7 @@ impl Upstream {
                 host: HeaderValue::from_str(authority.as_str()).ok(),
                 path: uri.path().trim_end_matches('/').to_string(),
                 timeout: o.response_timeout,
-                durations: std::sync::OnceLock::new(),
+                durations: Durations::new(),
             }),
             connections: Connections::new(connector, origin),
         })
@@ -260,7 +261,7 @@ impl Upstream {
                 )
             }
         };
-        let durations = self.base.durations.get_or_init(Durations::new);
+        let durations = &self.base.durations;
         if let Some(i) = OUTCOMES.iter().position(|o| *o == outcome) {
             durations.0[i].record(started.elapsed().as_secs_f64());
         }

@@ -226,9 +226,6 @@ function M.run_refund(args)
   return { refunded, view.limit, view.remaining, 0, view.reset }
 end
 
--- RL.STATE key: the algorithm, the fields its view shows now, and the TTL (-1: none), as
--- the module's map, here a flat array (what the module sends a RESP2 client); nil when the
--- key is missing. Never writes.
 -- RL.STATE's and RL.RESET's one key and its first bytes (nil: missing).
 local function key_and_head(name, args)
   if #M.KEYS ~= 1 or #args ~= 1 then
@@ -238,6 +235,12 @@ local function key_and_head(name, args)
   return key, M.get_prefix(key, 4)
 end
 
+-- RL.STATE key: the algorithm, the fields its view shows now, and the TTL (-1: none), as
+-- the module's map: a table under `map` is a map for a RESP3 caller and its pairs as a flat
+-- array for a RESP2 caller (the server converts; no `redis.setresp(3)` needed, which would
+-- turn the missing key's `false` into a RESP3 boolean). A Lua table keeps no order, so the
+-- pairs come in the server's table order, not the module's: read them by name. nil when the
+-- key is missing. Never writes.
 function M.run_state(name, args)
   local key, head = key_and_head(name, args)
   if not head then
@@ -246,13 +249,13 @@ function M.run_state(name, args)
   local tag = M.tag_of(head)
   local algo = M.ALGO[tag]
   local s = algo.read(key)
-  local reply = { "algorithm", M.KINDS[tag].name }
-  for _, v in ipairs(algo.view(s, M.now_us())) do
-    reply[#reply + 1] = v
+  local pairs_of = { algorithm = M.KINDS[tag].name }
+  local view = algo.view(s, M.now_us())
+  for i = 1, #view, 2 do
+    pairs_of[view[i]] = view[i + 1]
   end
-  reply[#reply + 1] = "ttl_ms"
-  reply[#reply + 1] = call("PTTL", key)
-  return reply
+  pairs_of.ttl_ms = call("PTTL", key)
+  return { map = pairs_of }
 end
 
 -- RL.RESET key: deletes a limiter whatever its algorithm or state (even corrupt or of a

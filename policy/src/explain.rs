@@ -56,6 +56,10 @@ fn windows(label: &str, c: &Compiled) -> String {
     if let Some(ms) = c.delay_max_ms {
         out.push(format!("(held up to {ms} ms instead of 429)"));
     }
+    // Shadow items never ban (Plan::ban_targets).
+    if let Some(ban) = c.ban.filter(|_| !c.shadow) {
+        out.push(format!("(banned {ban}, key <key>:ban)"));
+    }
     out.join(", ")
 }
 

@@ -43,10 +43,16 @@ pub struct FieldError {
 }
 
 impl FieldError {
+    /// `message` about `field`; a message led by a window's field (`limits[1].limit: ...`)
+    /// names that field under `field`.
     pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
+        let (field, message) = (field.into(), message.into());
+        match crate::rate::window_field(&message) {
+            Some((sub, rest)) => Self {
+                field: join(&field, sub),
+                message: rest.to_string(),
+            },
+            None => Self { field, message },
         }
     }
 
@@ -67,11 +73,27 @@ impl Config {
     pub fn from_toml_named(text: &str, source: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| line_of(text, s.start));
+            let field = line.and_then(|l| field_at(text, l));
+            let message = message_of(&e);
+            // A window's error names its field under the table (a rule, a tier) whose
+            // deserialization refused it: that field's own line.
+            if let (Some(table), Some((sub, rest))) =
+                (table_at(text, line), crate::rate::window_field(&message))
+            {
+                let table = failing_rule(text).unwrap_or(table);
+                let field = join(&table, sub);
+                return ConfigError {
+                    source: source.to_string(),
+                    line: locate(text, &field).or(line),
+                    field: Some(field),
+                    message: rest.to_string(),
+                };
+            }
             ConfigError {
                 source: source.to_string(),
                 line,
-                field: line.and_then(|l| field_at(text, l)),
-                message: message_of(&e),
+                field,
+                message,
             }
         })?;
         config.validate().map_err(|e| e.locate(text, source))?;
@@ -81,11 +103,16 @@ impl Config {
     /// Parses and validates JSON of the same schema (a configuration built in code, such
     /// as a Python mapping); errors name `source`, the line and column, and the field.
     pub fn from_json_named(text: &str, source: &str) -> Result<Config, ConfigError> {
-        let config: Config = serde_json::from_str(text).map_err(|e| ConfigError {
-            source: source.to_string(),
-            line: Some(e.line()),
-            field: None,
-            message: e.to_string(),
+        let config: Config = serde_json::from_str(text).map_err(|e| {
+            let message = e.to_string();
+            ConfigError {
+                source: source.to_string(),
+                line: Some(e.line()),
+                field: None,
+                // JSON's errors name no table: a window's field alone would mislead.
+                message: crate::rate::window_field(&message)
+                    .map_or(message.clone(), |(_, rest)| rest.to_string()),
+            }
         })?;
         config.validate().map_err(|e| ConfigError {
             source: source.to_string(),
@@ -299,8 +326,45 @@ fn field_at(text: &str, line: usize) -> Option<String> {
     }
 }
 
-/// The first line that sets `field` or opens its table (or a table or key containing it).
+/// `rules[i]` of the first rule that does not load on its own: an error inside a rule is
+/// reported at the start of the whole `rules` array.
+fn failing_rule(text: &str) -> Option<String> {
+    let table: toml::Table = toml::from_str(text).ok()?;
+    let rules = table.get("rules")?.as_array()?;
+    rules
+        .iter()
+        .position(|r| r.clone().try_into::<crate::rule::Rule>().is_err())
+        .map(|i| format!("rules[{i}]"))
+}
+
+/// The table (`rules[0]`, `tiers.pro`) open at `line` (1-based), if any.
+fn table_at(text: &str, line: Option<usize>) -> Option<String> {
+    let mut arrays = std::collections::HashMap::new();
+    let mut table = None;
+    for l in text.lines().take(line?) {
+        if let Some(h) = header(l, &mut arrays) {
+            table = Some(h);
+        }
+    }
+    table
+}
+
+/// The first line that sets `field` or opens its table (or a table or key containing it);
+/// a field that no line sets (a window of `limits`, a default) is looked for as the field
+/// it is under (`rules[0].limits[1].limit` on the line of `rules[0].limits`).
 fn locate(text: &str, field: &str) -> Option<usize> {
+    let found = locate_exactly(text, field);
+    if found.is_some() {
+        return found;
+    }
+    let parent = field
+        .rfind(['.', '['])
+        .map(|at| &field[..at])
+        .filter(|p| !p.is_empty())?;
+    locate(text, parent)
+}
+
+fn locate_exactly(text: &str, field: &str) -> Option<usize> {
     let mut arrays = std::collections::HashMap::new();
     let mut table = String::new();
     let within = |path: &str| field == path || field.starts_with(&format!("{path}."));
@@ -332,7 +396,16 @@ mod tests {
     fn errors_name_file_line_and_field() {
         for (text, expected) in [
             ("keyprefix = \"x\"", "f.toml:1: keyprefix: unknown field `keyprefix`"),
-            ("\n[ip]\nlimit = 0", "f.toml:2: ip: invalid policy: limit must be"),
+            ("\n[ip]\nlimit = 0", "f.toml:3: ip.limit: invalid policy: limit must be"),
+            (
+                "[[rules]]\nname = \"a\"\nkey = [\"ip\"]\nlimit = 0\n",
+                "f.toml:4: rules[0].limit: invalid policy: limit must be",
+            ),
+            (
+                "[[rules]]\nname = \"a\"\nkey = [\"ip\"]\nlimit = 1\n[[rules]]\nname = \"b\"\nkey = [\"ip\"]\n\
+                 limits = [\"10/second\", { limit = 5, window_ms = 0 }]\n",
+                "f.toml:8: rules[1].limits[1].window_ms: invalid policy: window_ms must be",
+            ),
             ("\n[ip]\nlimt = 0", "f.toml:3: ip.limt: unknown field `limt`"),
             ("key_prefix = \"{a}\"", "f.toml:1: key_prefix: key_prefix must be non-empty"),
             ("key_prefix = \"a\"\ndefault_tier = \"gold\"", "f.toml:2: default_tier: default_tier \"gold\""),
@@ -349,7 +422,7 @@ mod tests {
             ("[access]\ndeny_api_keys = [\"a b\"]", "f.toml:2: access.deny_api_keys: access: API keys"),
             (
                 "[tiers.free]\nlimit = 1\n[tiers.free.ip]\nlimit = 0",
-                "f.toml:3: tiers.free.ip: invalid policy: limit",
+                "f.toml:4: tiers.free.ip.limit: invalid policy: limit",
             ),
             ("[tiers.free]\nlimit = 1\n[tiers.free.api]\nlimit = 1", "unknown field `api`"),
             (

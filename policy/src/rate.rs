@@ -169,7 +169,8 @@ impl Rate {
         }
         crate::delay::check(self.delay_max_ms)?;
         let mut specs: Vec<LimitSpec> = Vec::with_capacity(self.windows.len());
-        for w in &self.windows {
+        let several = self.windows.len() > 1;
+        for (i, w) in self.windows.iter().enumerate() {
             let spec = match w.period {
                 Some(period) => {
                     // The anchor is a monthly period's; the other periods start on day 1.
@@ -188,7 +189,7 @@ impl Rate {
                     w.burst.or(self.burst),
                 ),
             }
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| window_error(several, i, &e))?;
             if specs.iter().any(|s| s.label() == spec.label()) {
                 return Err(format!(
                     "two limits with the same window of {} (each window is its own key)",
@@ -231,6 +232,39 @@ pub struct RateOverride {
     pub delay_max_ms: Option<u64>,
     /// Refuse a key for a while after repeated refusals.
     pub ban: Option<Ban>,
+}
+
+/// The fields of a window, as a configuration writes them.
+const WINDOW_FIELDS: [&str; 3] = ["limit", "window_ms", "burst"];
+
+/// A window's error led by the field under the rate it is about (`limit: ...` for a rate
+/// of one window, `limits[1].limit: ...` of several), which the loader moves into the
+/// error's field path ([`crate::load::FieldError`]).
+fn window_error(several: bool, i: usize, e: &crate::limit::InvalidLimit) -> String {
+    let name = e.0.name;
+    if !WINDOW_FIELDS.contains(&name) {
+        return e.to_string();
+    }
+    if several {
+        format!("limits[{i}].{name}: {e}")
+    } else {
+        format!("{name}: {e}")
+    }
+}
+
+/// Splits a message led by a window's field (see [`window_error`]) into that field and the
+/// rest.
+pub(crate) fn window_field(message: &str) -> Option<(&str, &str)> {
+    let (field, rest) = message.split_once(": ")?;
+    let name = match field.strip_prefix("limits[") {
+        Some(indexed) => {
+            let (index, name) = indexed.split_once("].")?;
+            index.parse::<usize>().ok()?;
+            name
+        }
+        None => field,
+    };
+    WINDOW_FIELDS.contains(&name).then_some((field, rest))
 }
 
 /// Declares the raw (deserialized) form of a configuration table that takes a rate's fields,

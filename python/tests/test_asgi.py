@@ -163,10 +163,10 @@ def test_toml_config_file_and_errors(tmp_path):
     load_engine({"hot": ["global", "ip"], "fleet": {"membership": False}, "leases": {"lifetime_ms": 100}})
     for text, message in [
         ("colour = 1", "f.toml:1: colour: unknown field `colour`"),
-        ("\n[ip]\nlimit = 0", "f.toml:2: ip: invalid policy: limit must be an integer between 1 and 1000000000000000"),
-        ("[ip]\nlimit = 5\nwindow_ms = 0", "f.toml:1: ip: invalid policy: window_ms must be an integer between 1"),
+        ("\n[ip]\nlimit = 0", "f.toml:3: ip.limit: invalid policy: limit must be an integer between 1 and 1000000000000000"),
+        ("[ip]\nlimit = 5\nwindow_ms = 0", "f.toml:3: ip.window_ms: invalid policy: window_ms must be an integer between 1"),
         ("[tiers.x]\nlimit = 5", 'f.toml: default_tier: default_tier "free" is not among the tiers'),
-        ('[tiers.free]\nlimit = 20000\nalgorithm = "log"', "f.toml:1: tiers.free: invalid policy: limit must be an integer between 1 and 10000"),
+        ('[tiers.free]\nlimit = 20000\nalgorithm = "log"', "f.toml:2: tiers.free.limit: invalid policy: limit must be an integer between 1 and 10000"),
         ('key_prefix = "a{b}"', "f.toml:1: key_prefix: key_prefix must be non-empty and must not contain braces"),
         ('dimensions = ["apikey"]', "f.toml:1: dimensions: unknown variant `apikey`"),
         ("[ip]\nlimit = 5\nspeed = 1", "f.toml:3: ip.speed: unknown field `speed`"),

@@ -104,7 +104,7 @@ def test_tier_overrides_parse_as_rust_and_keep_the_algorithm():
         assert expected in text, (expected, text)
     assert "tier free," not in text
     for text, message in [
-        ("[tiers.free]\nlimit = 1\n[tiers.free.ip]\nlimit = 0", "<t>:3: tiers.free.ip: invalid policy: limit must be"),
+        ("[tiers.free]\nlimit = 1\n[tiers.free.ip]\nlimit = 0", "<t>:4: tiers.free.ip.limit: invalid policy: limit must be"),
         ("[tiers.free]\nlimit = 1\n[tiers.free.api]\nlimit = 1", "unknown field `api`"),
         ("[tiers.free]\nlimit = 1\n[tiers.free.endpoint]\nlimt = 1", "<t>:4: tiers.free.endpoint.limt: unknown field `limt`"),
         ("ipv6_prefix = 0", "ipv6_prefix must be between 1 and 128"),

@@ -1,7 +1,8 @@
 """The golden command files (``testdata/commands/*.txt``, format in ``testdata/README.md``),
 the same ones the Rust tests run: through redis-py against the module, and against a server
 without it through the package's Lua twin (``FCALL rl`` of ``redis_rl._core.LUA_TWIN``,
-the library the limiter loads), every reply and error text as written there."""
+the library the limiter loads), every reply and error text as written there, over RESP2 and
+RESP3."""
 
 from __future__ import annotations
 
@@ -110,10 +111,11 @@ def test_the_golden_files_are_there() -> None:
     assert len(FILES) >= 8, os.listdir(COMMANDS)
 
 
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
 @pytest.mark.parametrize("twin", [False, True], ids=["module", "twin"])
-def test_every_golden_reply(twin: bool) -> None:
+def test_every_golden_reply(twin: bool, protocol: int) -> None:
     server = Server(module=not twin)
-    client = redis.Redis(port=server.port, socket_timeout=5)
+    client = redis.Redis(port=server.port, socket_timeout=5, protocol=protocol)
     try:
         if twin:
             client.execute_command("FUNCTION", "LOAD", "REPLACE", LUA_TWIN)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import redis
 import redis.asyncio as aioredis
 
@@ -12,7 +13,11 @@ from redis_rl import Limiter, Policy, Source, SyncLimiter
 from redis_rl._engine import LuaTwin
 
 
-def test_the_twin_answers_like_the_module(server, bare_server, prefix):
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_the_twin_answers_like_the_module(server, bare_server, prefix, protocol):
+    """The module's and the twin's decisions, read alike by the limiter over RESP2 and over
+    RESP3 (redis-py 8's default)."""
+    prefix = f"{prefix}:{protocol}"
     policies = [
         Policy.token_bucket(10, 10, 1000),
         Policy.sliding(5, 3_600_000),
@@ -20,8 +25,8 @@ def test_the_twin_answers_like_the_module(server, bare_server, prefix):
         Policy.gcra(10, 1000, burst=2),
         Policy.log(2, 3_600_000),
     ]
-    with_module = SyncLimiter(redis.Redis(port=server.port), deny_cache=0)
-    twin = SyncLimiter(redis.Redis(port=bare_server.port), deny_cache=0)
+    with_module = SyncLimiter(redis.Redis(port=server.port, protocol=protocol), deny_cache=0)
+    twin = SyncLimiter(redis.Redis(port=bare_server.port, protocol=protocol), deny_cache=0)
     try:
         for i, p in enumerate(policies):
             for cost in (1, 2, 0, 1, 11):
@@ -77,13 +82,15 @@ def test_the_twin_can_be_turned_off(bare_server, prefix):
         lim.close()
 
 
-def test_the_embedded_twin_has_the_module_s_other_commands(server, bare_server, prefix):
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_the_embedded_twin_has_the_module_s_other_commands(server, bare_server, prefix, protocol):
     """RL.THROTTLE, RL.CONCURRENCY, RL.STATE and RL.RESET through the twin the package embeds
-    (on a server without the module) reply as the module does."""
+    (on a server without the module) reply as the module does, over RESP2 and RESP3."""
     from redis_rl._core import LUA_TWIN
 
-    module = redis.Redis(port=server.port)
-    bare = redis.Redis(port=bare_server.port)
+    prefix = f"{prefix}:{protocol}"
+    module = redis.Redis(port=server.port, protocol=protocol)
+    bare = redis.Redis(port=bare_server.port, protocol=protocol)
     try:
         bare.function_load(LUA_TWIN, replace=True)
         calls = [
@@ -111,7 +118,9 @@ def test_the_embedded_twin_has_the_module_s_other_commands(server, bare_server, 
             except redis.ResponseError as e:
                 b = str(e)
             if argv[0] == "RL.STATE" and a is not None:
-                # Expiry instants and the TTL move with the clock; the rest is equal.
+                # A map from both in RESP3, its pairs in RESP2 (the twin's in its Lua table's
+                # order); expiry instants and the TTL move with the clock, the rest is equal.
+                assert type(a) is type(b), (protocol, a, b)
                 a, b = _timeless(a), _timeless(b)
             elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b) == 5:
                 # The two calls run a moment apart: their waits (the last two fields) may
@@ -124,18 +133,12 @@ def test_the_embedded_twin_has_the_module_s_other_commands(server, bare_server, 
         bare.close()
 
 
-def _timeless(reply: object) -> list[object]:
-    """RL.STATE's names and values (a map from the module, a flat array from the twin),
-    without the values of the `*_ms` instants and TTL."""
+def _timeless(reply: object) -> dict[object, object]:
+    """RL.STATE's names and values (a map in RESP3, a flat array in RESP2), without the
+    values of the `*_ms` instants and TTL."""
     if isinstance(reply, dict):
-        reply = [x for pair in reply.items() for x in pair]
-    assert isinstance(reply, list)
-    out: list[object] = []
-    name = b""
-    for i, v in enumerate(reply):
-        if i % 2 == 0:
-            name = v if isinstance(v, bytes) else b""
-            out.append(v)
-        elif not name.endswith(b"ms"):
-            out.append(v)
-    return out
+        pairs = list(reply.items())
+    else:
+        assert isinstance(reply, list)
+        pairs = list(zip(reply[::2], reply[1::2]))
+    return {name: None if isinstance(name, bytes) and name.endswith(b"ms") else value for name, value in pairs}

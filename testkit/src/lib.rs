@@ -45,4 +45,6 @@ pub use checks::*;
 pub use cluster::Cluster;
 pub use cmd::*;
 pub use rng::Rng;
-pub use server::{aof_bytes, free_port, log_tail, module_path, server_binary, Server, MASTER_ARGS};
+pub use server::{
+    aof_bytes, free_port, log_tail, module_path, server_binary, Server, MASTER_ARGS, PROTOCOLS,
+};

@@ -31,6 +31,10 @@ pub fn module_path() -> PathBuf {
     path
 }
 
+/// Both protocols a client may speak: every reply the limiter sends is checked under each.
+pub const PROTOCOLS: [redis::ProtocolVersion; 2] =
+    [redis::ProtocolVersion::RESP2, redis::ProtocolVersion::RESP3];
+
 /// A loopback port to listen on, outside the kernel's ephemeral range and unique among
 /// every test process on the machine (see [`crate::ports`]): a server restarted on it later
 /// finds it still free.
@@ -218,6 +222,22 @@ impl Server {
     /// A new synchronous connection.
     pub fn client(&self) -> redis::Connection {
         self.try_connect().expect("connect to test server")
+    }
+
+    /// A new synchronous connection speaking `protocol` (RESP3: the crate sends `HELLO 3`
+    /// first, as redis-py 8 and go-redis v9 do by default).
+    pub fn client_speaking(&self, protocol: redis::ProtocolVersion) -> redis::Connection {
+        redis::Client::open(self.url_speaking(protocol))
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+            .expect("connect to test server")
+    }
+
+    /// [`Server::url`] with the protocol to speak (`?protocol=resp3`).
+    pub fn url_speaking(&self, protocol: redis::ProtocolVersion) -> String {
+        match protocol {
+            redis::ProtocolVersion::RESP2 => self.url(),
+            redis::ProtocolVersion::RESP3 => format!("{}?protocol=resp3", self.url()),
+        }
     }
 
     /// Kills the server now (SIGKILL), as in an outage, keeping its directory.

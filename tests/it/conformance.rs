@@ -1,52 +1,45 @@
 //! The conformance suite of `redis_rl_testkit::conformance`, run for every algorithm of the
 //! core's registry: what each command shares with the others (refusals, argument errors,
 //! reply shape, storage, replication, atomicity) is checked here once; each algorithm's own
-//! file keeps what is particular to it.
+//! file keeps what is particular to it. The checks on one connection run under RESP2 and RESP3.
 
 use redis_rl_core::Kind;
 use redis_rl_testkit::conformance::*;
 use redis_rl_testkit::*;
 
+/// Runs `check` on a fresh dataset once per protocol (RESP2, then RESP3 after `HELLO 3`).
+fn under_each_protocol(check: impl Fn(&mut redis::Connection)) {
+    let server = Server::start();
+    for protocol in PROTOCOLS {
+        let mut c = server.client_speaking(protocol);
+        query::<()>(&mut c, &["FLUSHALL"]);
+        check(&mut c);
+    }
+}
+
 #[test]
 fn every_command_refuses_every_other_kind_of_key_untouched() {
-    let server = Server::start();
-    wrong_type_matrix(&mut server.client());
+    under_each_protocol(wrong_type_matrix);
 }
 
 #[test]
 fn every_bad_argument_is_refused_with_its_text_and_changes_nothing() {
-    let server = Server::start();
-    let mut c = server.client();
-    for &kind in Kind::ALL {
-        bad_arguments(&mut c, kind);
-    }
+    under_each_protocol(|c| Kind::ALL.iter().for_each(|&kind| bad_arguments(c, kind)));
 }
 
 #[test]
 fn the_edges_of_every_range_are_accepted() {
-    let server = Server::start();
-    let mut c = server.client();
-    for &kind in Kind::ALL {
-        edges_accepted(&mut c, kind);
-    }
+    under_each_protocol(|c| Kind::ALL.iter().for_each(|&kind| edges_accepted(c, kind)));
 }
 
 #[test]
 fn a_fresh_key_replies_peeks_and_denies_alike() {
-    let server = Server::start();
-    let mut c = server.client();
-    for &kind in Kind::ALL {
-        fresh_reply(&mut c, kind);
-    }
+    under_each_protocol(|c| Kind::ALL.iter().for_each(|&kind| fresh_reply(c, kind)));
 }
 
 #[test]
 fn a_limiter_is_one_plain_string_that_dump_and_restore_copy() {
-    let server = Server::start();
-    let mut c = server.client();
-    for &kind in Kind::ALL {
-        plain_string(&mut c, kind);
-    }
+    under_each_protocol(|c| Kind::ALL.iter().for_each(|&kind| plain_string(c, kind)));
 }
 
 #[test]

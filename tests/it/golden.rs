@@ -1,6 +1,7 @@
 //! The golden command files (`testdata/commands/*.txt`, format in `testdata/README.md`):
 //! each file on a fresh dataset, through the module and through the Lua twin on the same
-//! server, must get exactly the replies and error texts written there. Python's tests read
+//! server, must get exactly the replies and error texts written there, to a RESP2 client and
+//! to a RESP3 one. Python's tests read
 //! the same files (`python/tests/test_golden.py`).
 
 use redis_rl_testkit::golden::{self, Via};
@@ -8,13 +9,12 @@ use redis_rl_testkit::*;
 
 fn run_all(via: Via) {
     let server = Server::start();
-    let mut c = server.client();
     if via == Via::Twin {
         let _: String = redis::cmd("FUNCTION")
             .arg("LOAD")
             .arg("REPLACE")
             .arg(include_str!("../../lua/rl.lua"))
-            .query(&mut c)
+            .query(&mut server.client())
             .expect("FUNCTION LOAD");
     }
     let files = golden::files();
@@ -24,9 +24,14 @@ fn run_all(via: Via) {
         files.len()
     );
     let mut wrong = Vec::new();
-    for (_, cases) in &files {
-        query::<()>(&mut c, &["FLUSHALL"]);
-        wrong.extend(golden::run(&mut c, cases, via));
+    // The same replies to a RESP2 client and to a RESP3 one (`HELLO 3`).
+    for protocol in PROTOCOLS {
+        let mut c = server.client_speaking(protocol);
+        for (_, cases) in &files {
+            query::<()>(&mut c, &["FLUSHALL"]);
+            let found = golden::run(&mut c, cases, via);
+            wrong.extend(found.into_iter().map(|w| format!("{protocol:?}: {w}")));
+        }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -252,10 +252,12 @@ pub(crate) fn assert_same(module: &Value, twin: &Value, tolerance: i64, what: &s
 #[test]
 pub(crate) fn same_replies_as_the_module() {
     let server = Server::start();
-    let mut conn = server.client();
-    let sha = load(&mut conn, SCRIPT);
+    let sha = load(&mut server.client(), SCRIPT);
+    // Every seed on a connection of its own, RESP2 and RESP3 in turn.
+    let mut conns = PROTOCOLS.map(|p| server.client_speaking(p));
     let began = Instant::now();
     for seed in 0..30u64 {
+        let conn = &mut conns[seed as usize % PROTOCOLS.len()];
         let mut r = Rng::new(seed * 104_729 + 3);
         let n = r.range(1, 3) as usize;
         let kinds: Vec<Kind> = (0..n).map(|_| r.pick(&KINDS)).collect();
@@ -284,9 +286,9 @@ pub(crate) fn same_replies_as_the_module() {
                 cmd.query(conn)
                     .unwrap_or_else(|e| panic!("seed {seed} step {step} {name} {rest:?}: {e}"))
             };
-            let m = run(&mut conn, &sets[0], 0);
-            let t = run(&mut conn, &sets[1], 1);
-            let x = run(&mut conn, &sets[2], r.below(3));
+            let m = run(conn, &sets[0], 0);
+            let t = run(conn, &sets[1], 1);
+            let x = run(conn, &sets[2], r.below(3));
             let tolerance = began.elapsed().as_millis() as i64 + 2;
             let what = format!("seed {seed} step {step} {name} {rest:?}");
             assert_same(&m, &t, tolerance, &what);
@@ -299,18 +301,23 @@ pub(crate) fn same_replies_as_the_module() {
             if matches!(kind, Kind::Sw | Kind::Fw) {
                 let fields = if *kind == Kind::Sw { 10 } else { 6 };
                 let state = |conn: &mut redis::Connection, key: &str| {
-                    let v: Vec<Value> = redis::cmd("RL.STATE").arg(key).query(conn).unwrap();
+                    // A map in RESP3, its pairs flattened in RESP2.
+                    let v = match redis::cmd("RL.STATE").arg(key).query(conn).unwrap() {
+                        Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+                        Value::Array(items) => items,
+                        other => panic!("RL.STATE replied {other:?}"),
+                    };
                     v[..fields].to_vec()
                 };
-                let m = state(&mut conn, &sets[0][i]);
-                assert_eq!(m, state(&mut conn, &sets[1][i]), "seed {seed} key {i}");
-                assert_eq!(m, state(&mut conn, &sets[2][i]), "seed {seed} key {i}");
+                let m = state(conn, &sets[0][i]);
+                assert_eq!(m, state(conn, &sets[1][i]), "seed {seed} key {i}");
+                assert_eq!(m, state(conn, &sets[2][i]), "seed {seed} key {i}");
             }
             // A quota's period holds no instant either, and the twin writes it as the module.
             if *kind == Kind::Qu {
-                let m = get(&mut conn, &sets[0][i]);
-                assert_eq!(m, get(&mut conn, &sets[1][i]), "seed {seed} key {i}");
-                assert_eq!(m, get(&mut conn, &sets[2][i]), "seed {seed} key {i}");
+                let m = get(conn, &sets[0][i]);
+                assert_eq!(m, get(conn, &sets[1][i]), "seed {seed} key {i}");
+                assert_eq!(m, get(conn, &sets[2][i]), "seed {seed} key {i}");
             }
         }
     }

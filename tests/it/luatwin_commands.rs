@@ -43,8 +43,26 @@ fn strings(words: &[&str]) -> Vec<String> {
     words.iter().map(|s| s.to_string()).collect()
 }
 
-/// A reply as text: integers, strings and nil, flattened (RL.STATE's map is an array in
-/// RESP2, from both).
+/// RL.STATE's reply as its pairs sorted by name, in the same kind of reply: the module
+/// sends its pairs in a fixed order, the twin in its Lua table's (a map in RESP3, its pairs
+/// flattened in RESP2, from both).
+fn by_name(v: &Value) -> Value {
+    let mut pairs: Vec<(Value, Value)> = match v {
+        Value::Map(pairs) => pairs.clone(),
+        Value::Array(items) => items
+            .chunks(2)
+            .map(|c| (c[0].clone(), c.get(1).cloned().unwrap_or(Value::Nil)))
+            .collect(),
+        other => return other.clone(),
+    };
+    pairs.sort_by_key(|(k, _)| format!("{k:?}"));
+    match v {
+        Value::Map(_) => Value::Map(pairs),
+        _ => Value::Array(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()),
+    }
+}
+
+/// A reply as text: integers, strings and nil, flattened.
 fn flat(v: &Value, out: &mut Vec<String>) {
     match v {
         Value::Array(items) => items.iter().for_each(|i| flat(i, out)),
@@ -73,9 +91,19 @@ fn assert_same(
     match (m, t) {
         (Err(m), Err(t)) => assert_eq!(error_text(m), error_text(t), "{what}"),
         (Ok(m), Ok(t)) => {
+            assert_eq!(
+                std::mem::discriminant(m),
+                std::mem::discriminant(t),
+                "{what}: another kind of reply: module {m:?}, twin {t:?}"
+            );
+            let (m, t) = if cmd == "RL.STATE" {
+                (by_name(m), by_name(t))
+            } else {
+                (m.clone(), t.clone())
+            };
             let (mut a, mut b) = (vec![], vec![]);
-            flat(m, &mut a);
-            flat(t, &mut b);
+            flat(&m, &mut a);
+            flat(&t, &mut b);
             assert_eq!(a.len(), b.len(), "{what}: module {a:?}, twin {b:?}");
             for i in 0..a.len() {
                 let timed = match cmd {
@@ -120,8 +148,15 @@ fn twin_is_assembled_from_lua_src_and_the_registry() {
 #[test]
 fn throttle_concurrency_state_and_reset_as_the_module() {
     let server = Server::start();
-    let mut conn = server.client();
-    load(&mut conn);
+    load(&mut server.client());
+    for protocol in PROTOCOLS {
+        let mut conn = server.client_speaking(protocol);
+        query::<()>(&mut conn, &["FLUSHALL"]);
+        throttle_concurrency_state_and_reset(&mut conn);
+    }
+}
+
+fn throttle_concurrency_state_and_reset(conn: &mut redis::Connection) {
     let began = Instant::now();
     for seed in 0..12u64 {
         let mut r = Rng::new(seed * 7_919 + 11);
@@ -162,9 +197,9 @@ fn throttle_concurrency_state_and_reset_as_the_module() {
                 _ => (r.below(2) as usize, strings(&["RL.RESET"])),
             };
             let [mk, tk, xk] = &keys[which];
-            let m = run(&mut conn, false, mk, &argv);
-            let t = run(&mut conn, true, tk, &argv);
-            let x = run(&mut conn, r.percent(50), xk, &argv);
+            let m = run(conn, false, mk, &argv);
+            let t = run(conn, true, tk, &argv);
+            let x = run(conn, r.percent(50), xk, &argv);
             let tolerance = began.elapsed().as_millis() as i64 + 2;
             let what = format!("seed {seed} step {step} {argv:?}");
             assert_same(&argv[0], &m, &t, tolerance, &what);
@@ -181,9 +216,9 @@ fn throttle_concurrency_state_and_reset_as_the_module() {
                 let at = |conn: &mut redis::Connection, key: &str| -> i64 {
                     redis::cmd("PEXPIRETIME").arg(key).query(conn).unwrap()
                 };
-                let expected = at(&mut conn, mk);
+                let expected = at(conn, mk);
                 for key in [tk, xk] {
-                    let got = at(&mut conn, key);
+                    let got = at(conn, key);
                     assert!(
                         (got - expected).abs() <= tolerance || (got < 0 && got == expected),
                         "{what}: expiry of {key}: {got}, module's {expected}"
@@ -200,8 +235,15 @@ fn throttle_concurrency_state_and_reset_as_the_module() {
 #[test]
 fn a_newest_lease_taken_again_shorter_as_the_module() {
     let server = Server::start();
-    let mut conn = server.client();
-    load(&mut conn);
+    load(&mut server.client());
+    for protocol in PROTOCOLS {
+        let mut conn = server.client_speaking(protocol);
+        query::<()>(&mut conn, &["FLUSHALL"]);
+        a_newest_lease_taken_again_shorter(&mut conn);
+    }
+}
+
+fn a_newest_lease_taken_again_shorter(conn: &mut redis::Connection) {
     let began = Instant::now();
     let calls = [
         ["2", "600000", "ACQUIRE", "a"],
@@ -213,15 +255,17 @@ fn a_newest_lease_taken_again_shorter_as_the_module() {
     for (step, call) in calls.iter().enumerate() {
         let mut argv = strings(&["RL.CONCURRENCY"]);
         argv.extend(strings(call));
-        let m = run(&mut conn, false, "{s}:m", &argv);
-        let t = run(&mut conn, true, "{s}:t", &argv);
+        let m = run(conn, false, "{s}:m", &argv);
+        let t = run(conn, true, "{s}:t", &argv);
         let tolerance = began.elapsed().as_millis() as i64 + 2;
         assert_same(&argv[0], &m, &t, tolerance, &format!("step {step}"));
         let state = strings(&["RL.STATE"]);
         let (m, t) = (
-            run(&mut conn, false, "{s}:m", &state),
-            run(&mut conn, true, "{s}:t", &state),
+            run(conn, false, "{s}:m", &state),
+            run(conn, true, "{s}:t", &state),
         );
+        // The TTLs are read a moment apart too.
+        let tolerance = began.elapsed().as_millis() as i64 + 2;
         assert_same(
             "RL.STATE",
             &m,
@@ -232,7 +276,7 @@ fn a_newest_lease_taken_again_shorter_as_the_module() {
         let at = |conn: &mut redis::Connection, key: &str| -> i64 {
             redis::cmd("PEXPIRETIME").arg(key).query(conn).unwrap()
         };
-        let (m, t) = (at(&mut conn, "{s}:m"), at(&mut conn, "{s}:t"));
+        let (m, t) = (at(conn, "{s}:m"), at(conn, "{s}:t"));
         assert!(
             (m - t).abs() <= tolerance,
             "step {step}: key expires at {t}, module's at {m}"
@@ -243,8 +287,15 @@ fn a_newest_lease_taken_again_shorter_as_the_module() {
 #[test]
 fn corrupt_values_and_the_first_error_as_the_module() {
     let server = Server::start();
-    let mut conn = server.client();
-    load(&mut conn);
+    load(&mut server.client());
+    for protocol in PROTOCOLS {
+        let mut conn = server.client_speaking(protocol);
+        query::<()>(&mut conn, &["FLUSHALL"]);
+        corrupt_values_and_the_first_error(&mut conn);
+    }
+}
+
+fn corrupt_values_and_the_first_error(conn: &mut redis::Connection) {
     let set = |conn: &mut redis::Connection, key: &str, value: &[u8]| {
         let _: () = redis::cmd("SET").arg(key).arg(value).query(conn).unwrap();
     };
@@ -266,7 +317,7 @@ fn corrupt_values_and_the_first_error_as_the_module() {
         ("{c}:newer", b"\0RL\x07T"),
     ];
     for (key, value) in values {
-        set(&mut conn, key, value);
+        set(conn, key, value);
         for argv in [
             strings(&["RL.TOKENBUCKET", "10", "1", "1000"]),
             strings(&["RL.THROTTLE", "1", "1", "1"]),
@@ -274,8 +325,8 @@ fn corrupt_values_and_the_first_error_as_the_module() {
             strings(&["RL.CONCURRENCY", "RELEASE", "a"]),
             strings(&["RL.STATE"]),
         ] {
-            let m = run(&mut conn, false, key, &argv);
-            let t = run(&mut conn, true, key, &argv);
+            let m = run(conn, false, key, &argv);
+            let t = run(conn, true, key, &argv);
             assert_same(&argv[0], &m, &t, 1000, &format!("{key} {argv:?}"));
             assert!(t.is_err(), "{key} {argv:?}: the twin accepted {t:?}");
         }
@@ -284,19 +335,15 @@ fn corrupt_values_and_the_first_error_as_the_module() {
         .arg("{c}:hash")
         .arg("f")
         .arg("v")
-        .query(&mut conn)
+        .query(conn)
         .unwrap();
     for key in ["{c}:hash", "{c}:text", "{c}:tb", "{c}:missing"] {
         // Each side on its own copy: a reset deletes.
         let copy = format!("{key}:copy");
-        let _: Value = redis::cmd("COPY")
-            .arg(key)
-            .arg(&copy)
-            .query(&mut conn)
-            .unwrap();
+        let _: Value = redis::cmd("COPY").arg(key).arg(&copy).query(conn).unwrap();
         let argv = strings(&["RL.RESET"]);
-        let m = run(&mut conn, false, key, &argv);
-        let t = run(&mut conn, true, &copy, &argv);
+        let m = run(conn, false, key, &argv);
+        let t = run(conn, true, &copy, &argv);
         assert_same("RL.RESET", &m, &t, 0, key);
     }
     // Several errors in one call: the one the module names.
@@ -353,8 +400,8 @@ fn corrupt_values_and_the_first_error_as_the_module() {
         &["RL.STATE", "extra"],
     ] {
         let argv = strings(argv);
-        let m = run(&mut conn, false, "{c}:fresh", &argv);
-        let t = run(&mut conn, true, "{c}:fresh", &argv);
+        let m = run(conn, false, "{c}:fresh", &argv);
+        let t = run(conn, true, "{c}:fresh", &argv);
         assert!(m.is_err(), "{argv:?}: the module accepted it");
         assert_same(&argv[0], &m, &t, 0, &format!("{argv:?}"));
     }

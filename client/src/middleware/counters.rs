@@ -11,6 +11,54 @@ use std::hash::Hash;
 use std::sync::Mutex;
 
 use metrics::Counter;
+use redis_rl_policy::Engine;
+
+use crate::decision::Source;
+
+/// The outcomes of `rl_requests_total`: allowed, refused (`denied`), refused then held by
+/// `delay_max_ms` and served (`delayed`), over a shadow limit (`shadow_denied`), refused by
+/// a ban (`banned`).
+pub(crate) const REQUEST_OUTCOMES: [&str; 5] =
+    ["allowed", "denied", "delayed", "shadow_denied", "banned"];
+
+/// The label values of `rl_access_total`.
+pub(crate) const ACCESS_LISTS: [&str; 3] = ["allow", "deny", "bad_key"];
+
+/// Registers, at 0, the series of every label set the configuration can produce (its
+/// dimensions and rules, its tiers), so that a dashboard's panel or an alert reads 0, not
+/// "no data", before the first such request: `rl_requests_total`, `rl_decisions_total`,
+/// `rl_fallback_total`, `rl_responses_total` (status 429) and `rl_access_total`.
+pub(crate) fn at_zero(engine: &Engine) {
+    let config = engine.config();
+    let labels = config
+        .dimensions
+        .iter()
+        .map(|d| d.name().to_owned())
+        .chain(config.rules.iter().map(|r| r.name.clone()));
+    for dimension in labels {
+        for outcome in REQUEST_OUTCOMES {
+            metrics::counter!("rl_requests_total", "dimension" => dimension.clone(), "outcome" => outcome)
+                .increment(0);
+        }
+        for source in Source::ALL {
+            metrics::counter!("rl_decisions_total", "dimension" => dimension.clone(), "source" => source.name())
+                .increment(0);
+            if source.is_fallback() {
+                metrics::counter!("rl_fallback_total", "dimension" => dimension.clone(), "source" => source.name())
+                    .increment(0);
+            }
+        }
+    }
+    // The tier labels: each tier, `none` (no API key) and `-` (the access lists decided).
+    let tiers = config.tiers.keys().map(String::as_str).chain(["none", "-"]);
+    for tier in tiers {
+        metrics::counter!("rl_responses_total", "status" => "429", "tier" => tier.to_owned())
+            .increment(0);
+    }
+    for list in ACCESS_LISTS {
+        metrics::counter!("rl_access_total", "list" => list).increment(0);
+    }
+}
 
 type ByLabel<K> = Mutex<HashMap<String, HashMap<K, Counter>>>;
 

@@ -1,7 +1,6 @@
 //! What every service of a layer shares: the limiter, the tier resolver and the policy
 //! engine built from the configuration.
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use redis_rl_policy::Engine;
@@ -20,11 +19,6 @@ pub(crate) struct Shared {
     pub(crate) resolver: Arc<dyn TierResolver>,
     pub(crate) engine: Engine,
     pub(crate) mode: FailureMode,
-    /// Requests held by `delay_max_ms` right now.
-    pub(crate) held: AtomicUsize,
-    /// Held requests are booked one at a time (look, then take with `FORCE`): two requests
-    /// of this process never get the same slot.
-    pub(crate) booking: tokio::sync::Mutex<()>,
     /// Refusals, queued towards bans and the top offenders.
     pub(crate) offenders: Offenders,
     /// Bans read from Redis a moment ago.
@@ -46,6 +40,7 @@ impl Shared {
         let mode = config.failure_mode();
         let engine = Engine::new(config, routes)
             .map_err(|e| Error::Config(format!("{}: {}", e.field, e.message)))?;
+        super::counters::at_zero(&engine);
         let offenders = Offenders::new(limiter.clone(), engine.config().key_prefix.clone());
         Ok(Shared {
             offenders,
@@ -55,8 +50,6 @@ impl Shared {
             resolver,
             engine,
             mode,
-            held: AtomicUsize::new(0),
-            booking: tokio::sync::Mutex::new(()),
         })
     }
 }

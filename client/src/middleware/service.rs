@@ -82,21 +82,21 @@ fn outcome(d: &Decision) -> Outcome {
 /// What the engine decided before the inner service runs.
 /// Each carries the `tier` label of the response's metrics: the tier whose limits applied,
 /// `none` for a key-less request, `-` when the access lists decided.
-enum Before<'a> {
+enum Before {
     Refuse(redis_rl_policy::Response, String),
-    Call(Go<'a>),
+    Call(Go),
 }
 
 /// An allowed (or held) request: the headers of its answer, the tier label, how long to
 /// hold it first, and the settlement of its cost after the response.
-struct Go<'a> {
+struct Go {
     headers: Vec<(&'static str, String)>,
     tier: String,
-    hold: Option<Hold<'a>>,
+    hold: Option<Hold>,
     settle: Option<PendingSettle>,
 }
 
-impl Go<'_> {
+impl Go {
     fn plain(tier: &str) -> Self {
         Self {
             headers: Vec::new(),
@@ -125,12 +125,12 @@ fn engine_request<'a>(
     }
 }
 
-async fn decide<'s>(
-    shared: &'s Shared,
+async fn decide(
+    shared: &Shared,
     info: &dyn RequestInfo,
     view: RequestView<'_>,
     request_id: &str,
-) -> Before<'s> {
+) -> Before {
     let front_route = info.route(&view);
     let peer = info.peer_ip(&view);
     let headers = HttpHeaders(view.headers);
@@ -219,8 +219,6 @@ async fn decide<'s>(
         let refusal = super::bans::refusal(shared, &plan, index, remaining_ms, request_id);
         return Before::Refuse(refusal, tier_label);
     }
-    count(shared, &plan, &md);
-    super::bans::refused(shared, &plan, &md, &targets);
     let outcomes: Vec<Outcome> = md.decisions.iter().map(outcome).collect();
     // The span names the policy the response reports, allowed or refused.
     if let Some(item) =
@@ -247,6 +245,9 @@ async fn decide<'s>(
             if r.status == 429 {
                 let held = hold(shared, &plan, &items, &booking.units, &outcomes, request_id);
                 if let Some(h) = held.await {
+                    // Served after its wait: not a refusal (neither in the counters nor
+                    // towards bans and the top offenders).
+                    count(shared, &plan, &md, true);
                     tracing::debug!(wait_ms = ?h.wait, "request held for its slot");
                     return Before::Call(Go {
                         headers: h.headers.clone(),
@@ -256,17 +257,23 @@ async fn decide<'s>(
                     });
                 }
             }
+            count(shared, &plan, &md, false);
+            super::bans::refused(shared, &plan, &md, &targets);
             tracing::debug!(status = r.status, "request refused");
             Before::Refuse(r, tier_label)
         }
         // The span's dimension is recorded above, from the item these headers report: a
         // second record would repeat the field in every log line (`dimension=ip dimension=ip`).
-        Rendered::Headers(h) => Before::Call(Go {
-            headers: h,
-            tier: tier_label,
-            hold: None,
-            settle,
-        }),
+        Rendered::Headers(h) => {
+            count(shared, &plan, &md, false);
+            super::bans::refused(shared, &plan, &md, &targets);
+            Before::Call(Go {
+                headers: h,
+                tier: tier_label,
+                hold: None,
+                settle,
+            })
+        }
     }
 }
 
@@ -451,14 +458,22 @@ fn counted<B>(shared: &Shared, response: Response<B>, tier: &str) -> Response<B>
     response
 }
 
-fn count(shared: &Shared, plan: &Plan, md: &MultiDecision) {
+/// Counts a decided request in `rl_requests_total` by dimension and outcome (the
+/// [`REQUEST_OUTCOMES`] but `banned`) and `rl_decisions_total`. `held`: refused, then held
+/// by `delay_max_ms` and served: the refusing item counts as `delayed`, the others (booked
+/// with it) as `allowed`.
+fn count(shared: &Shared, plan: &Plan, md: &MultiDecision, held: bool) {
     for (i, (p, d)) in plan.items.iter().zip(&md.decisions).enumerate() {
         let dimension = &p.label;
         let outcome = if md.denied == Some(i) {
-            "denied"
+            if held {
+                "delayed"
+            } else {
+                "denied"
+            }
         } else if d.shadow && d.is_denied() {
             "shadow_denied"
-        } else if md.denied.is_some() {
+        } else if md.denied.is_some() && !held {
             continue; // not consumed: the request was refused by another policy
         } else {
             "allowed"

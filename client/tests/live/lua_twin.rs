@@ -135,3 +135,44 @@ async fn on_a_cluster_without_the_module() {
     assert_eq!(both.denied, Some(1));
     assert_eq!(l.peek("user:1", &tb, 0).await.remaining, 1, "refunded");
 }
+
+/// A client speaking RESP3 (`?protocol=resp3`: `HELLO 3` on every connection, as redis-py 8
+/// and go-redis v9 do by default) reads the module's and the twin's decisions as a RESP2
+/// client does.
+#[tokio::test]
+async fn the_decisions_read_alike_under_resp3() {
+    let module = Server::start();
+    let plain = Server::start_plain(&[]);
+    let tb = Policy::token_bucket(3, 1, 3_600_000).unwrap();
+    let s = Policy::sliding(1, 60_000).unwrap();
+    for server in [&module, &plain] {
+        for protocol in redis_rl_testkit::PROTOCOLS {
+            let l = Limiter::builder()
+                .timeout(Duration::from_millis(500))
+                .standalone(&server.url_speaking(protocol))
+                .unwrap();
+            let key = format!("{protocol:?}:alice");
+            for left in [2, 1, 0] {
+                let d = l.check(&key, &tb).await;
+                assert_eq!(d.source, Source::Redis, "{protocol:?}");
+                assert!(d.allows(), "{protocol:?}");
+                assert_eq!(d.remaining, left, "{protocol:?}");
+            }
+            let d = l.check(&key, &tb).await;
+            assert_eq!(
+                (d.source, d.allows()),
+                (Source::Redis, false),
+                "{protocol:?}"
+            );
+            assert!(d.retry_after().unwrap() > Duration::from_secs(1_000));
+            let (a, b) = (format!("{{{protocol:?}}}:a"), format!("{{{protocol:?}}}:b"));
+            assert!(l
+                .check_all(&[(a.as_str(), s), (b.as_str(), tb)])
+                .await
+                .allows());
+            let md = l.check_all(&[(a.as_str(), s), (b.as_str(), tb)]).await;
+            assert_eq!(md.denied, Some(0), "{protocol:?}");
+            assert_eq!(l.peek(&b, &tb, 0).await.remaining, 2, "{protocol:?}");
+        }
+    }
+}

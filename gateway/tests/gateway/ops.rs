@@ -152,3 +152,134 @@ async fn metrics_describe_every_family_and_have_latency_histograms() {
         "{text}"
     );
 }
+
+/// The metric names an expression queries (`rl_...`, histograms through `_bucket`, `_count`
+/// and `_sum`).
+fn queried_names(expr: &str, out: &mut BTreeSet<String>) {
+    let mut rest = expr;
+    while let Some(at) = rest.find("rl_") {
+        let starts_word = at == 0
+            || !rest.as_bytes()[at - 1].is_ascii_alphanumeric() && rest.as_bytes()[at - 1] != b'_';
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+            .unwrap_or(tail.len());
+        if starts_word {
+            out.insert(tail[..end].to_string());
+        }
+        rest = &tail[end..];
+    }
+}
+
+/// Every metric that deploy/grafana/redis-rl.json and deploy/prometheus/alerts.yml query
+/// (read from those files, so the check follows them), as /metrics must show it.
+fn dashboard_and_alert_metrics() -> BTreeSet<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut names = BTreeSet::new();
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("deploy/grafana/redis-rl.json")).unwrap(),
+    )
+    .unwrap();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            queried_names(target["expr"].as_str().unwrap_or(""), &mut names);
+        }
+    }
+    for var in dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        queried_names(var["query"].as_str().unwrap_or(""), &mut names);
+    }
+    let alerts: serde_yaml_ng::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(root.join("deploy/prometheus/alerts.yml")).unwrap(),
+    )
+    .unwrap();
+    for group in alerts["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            queried_names(rule["expr"].as_str().unwrap_or(""), &mut names);
+        }
+    }
+    assert!(names.len() >= 17, "{names:?}");
+    names
+}
+
+/// A gateway that has served nothing yet exports every metric a panel or an alert reads, at
+/// 0: "no data" would hide exactly the first breaker opening, fallback or failed reload.
+#[tokio::test]
+async fn a_fresh_gateway_exports_every_metric_the_dashboard_and_alerts_read() {
+    let server = Server::start();
+    let app = Router::new().route("/{*rest}", get(|| async { "up" }));
+    let up = Upstream::plain(app).await;
+    let config = std::env::temp_dir().join(format!("rl-gw-fresh-{}.toml", server.port));
+    std::fs::write(
+        &config,
+        "[[rules]]\nname = \"login\"\npaths = [\"/login\"]\nkey = [\"ip\"]\nlimit = 5\n",
+    )
+    .unwrap();
+    let gw = Gateway::launch(&proxy_args(&server, &up, &config), true, None).await;
+    let (status, _, text) = gw.ops("/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    let samples: BTreeSet<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    let missing: Vec<String> = dashboard_and_alert_metrics()
+        .into_iter()
+        .filter(|name| !samples.contains(name.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "missing {missing:?} in:\n{text}");
+    // The label sets of the configuration, at 0 (its rule among the dimensions).
+    for series in [
+        "rl_requests_total{dimension=\"login\",outcome=\"denied\"} 0",
+        "rl_requests_total{dimension=\"ip\",outcome=\"delayed\"} 0",
+        "rl_fallback_total{dimension=\"login\",source=\"local\"} 0",
+        "rl_config_reloads_total{result=\"error\"} 0",
+        "rl_breaker_transitions_total{to=\"open\"} 0",
+        "rl_access_total{list=\"deny\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == series), "no {series} in:\n{text}");
+    }
+    let _ = std::fs::remove_file(&config);
+}
+
+/// The start-up lines show addresses as addresses (`listen=127.0.0.1:8081`, not
+/// `Some(...)`) and what the fallback divides by (`instances=live`, not `instances=0`).
+#[tokio::test]
+async fn the_start_up_log_shows_plain_addresses_and_the_fleet_size_it_divides_by() {
+    let server = Server::start();
+    let dir = super::test_dir("start-log", server.port);
+    let yaml = dir.join("rls.yaml");
+    std::fs::write(
+        &yaml,
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n",
+    )
+    .unwrap();
+    let log_path = dir.join("gateway.log");
+    let (listen, rls) = (redis_rl_testkit::free_port(), redis_rl_testkit::free_port());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rl-gateway"))
+        .args(["--listen", &format!("127.0.0.1:{listen}")])
+        .args(["--rls-listen", &format!("127.0.0.1:{rls}")])
+        .args(["--rls-config", yaml.to_str().unwrap()])
+        .args(["--redis", &server.url(), "--log", "info"])
+        .env("NO_COLOR", "1")
+        .stdout(std::fs::File::create(&log_path).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut log = String::new();
+    eventually("the start-up lines", async || {
+        log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        log.contains("rate limit service listening") && log.contains("rl-gateway listening")
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!log.contains("Some("), "{log}");
+    assert!(log.contains(&format!("listen=127.0.0.1:{rls}")), "{log}");
+    assert!(log.contains(&format!("listen=127.0.0.1:{listen}")), "{log}");
+    assert!(log.contains("instances=live"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

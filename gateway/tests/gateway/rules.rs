@@ -330,3 +330,54 @@ async fn a_bad_rule_is_refused_at_start_at_reload_and_by_check_config() {
     drop(gw);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--check-config` shows each policy's ban in the plan; a zero limit is refused naming its
+/// field and line (not only its rule); a refused start prints its error once.
+#[test]
+fn check_config_shows_bans_names_a_zero_limits_field_and_a_start_error_once() {
+    let dir = test_dir("check-ban", redis_rl_testkit::free_port());
+    let banned = dir.join("banned.toml");
+    std::fs::write(
+        &banned,
+        "[[rules]]\nname = \"login\"\npaths = [\"/login\"]\nkey = [\"ip\"]\nlimit = 5\n\
+         ban = { after = 3, within_ms = 60000, for_ms = 600000, escalate = 2 }\n",
+    )
+    .unwrap();
+    let checked = check_config(&banned);
+    assert!(checked.status.success(), "{checked:?}");
+    let plan = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        plan.contains("(banned after 3 refusals within 60000 ms, for 600000 ms (x2 per ban"),
+        "{plan}"
+    );
+
+    let zero = dir.join("zero.toml");
+    std::fs::write(
+        &zero,
+        "[[rules]]\nname = \"a\"\nkey = [\"ip\"]\nlimit = 1\n\n[[rules]]\nname = \"b\"\n\
+         key = [\"ip\"]\nlimits = [\"10/second\", { limit = 0, window_ms = 60000 }]\n",
+    )
+    .unwrap();
+    let expected = format!(
+        "{}:9: rules[1].limits[1].limit: invalid policy: limit must be",
+        zero.display()
+    );
+    let checked = check_config(&zero);
+    assert_eq!(checked.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&checked.stderr);
+    assert!(err.contains(&expected), "{err}");
+
+    let start = Command::new(env!("CARGO_BIN_EXE_rl-gateway"))
+        .args(["--listen", "127.0.0.1:0", "--config"])
+        .arg(&zero)
+        .output()
+        .unwrap();
+    assert!(!start.status.success());
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&start.stdout),
+        String::from_utf8_lossy(&start.stderr)
+    );
+    assert_eq!(all.matches(&expected).count(), 1, "{all}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -233,6 +233,22 @@ async fn held_then_forwarded(server: Server) {
         text.contains("rl_delayed_total{outcome=\"too_long\"}"),
         "{text}"
     );
+    // Held, then served: counted as delayed, not refused, and never an offender.
+    for series in [
+        "rl_requests_total{dimension=\"slow\",outcome=\"delayed\"} 2",
+        "rl_requests_total{dimension=\"slow\",outcome=\"denied\"} 0",
+        "rl_requests_total{dimension=\"strict\",outcome=\"denied\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == series), "no {series} in:\n{text}");
+    }
+    let mut top = serde_json::Value::Null;
+    eventually("the refusal in /top", async || {
+        let (_, _, body) = gw.ops("/top").await.unwrap();
+        top = serde_json::from_str(&body).unwrap();
+        top["top"]["strict"][0]["refused"] == 1
+    })
+    .await;
+    assert_eq!(top["top"]["slow"], serde_json::json!([]), "{top}");
 }
 
 #[tokio::test]
@@ -251,6 +267,42 @@ async fn held_requests_are_capped() {
         "{text}"
     );
     assert!(text.contains("rl_held_requests 0"), "{text}");
+}
+
+/// The cap is the process's: a request held under the configuration loaded before a SIGHUP
+/// still counts against the cap of the one after it (each generation counted its own, and
+/// the gauge showed one generation's count).
+#[tokio::test]
+async fn the_cap_on_held_requests_spans_reloads() {
+    let server = Server::start();
+    let (gw, _up) = start(&server, "cap-reload", &delayed(1, 6_000, 15_000)).await;
+    assert_eq!(send(&gw, "/slow", &[]).await.0, 200);
+    let first = tokio::spawn({
+        let port = gw.port;
+        async move { get_from(port, "/slow", &[]).await.unwrap().0 }
+    });
+    let held = |n: u32| {
+        let gw = &gw;
+        async move {
+            let (_, _, text) = gw.ops("/metrics").await.unwrap();
+            text.lines().any(|l| l == format!("rl_held_requests {n}"))
+        }
+    };
+    eventually("one request held", async || held(1).await).await;
+    gw.hangup();
+    eventually("reloaded", async || {
+        gw.health().await["config"]["generation"] == 2
+    })
+    .await;
+    // Held under the old configuration, still held: no room under the new one.
+    let (status, _, body) = send(&gw, "/slow", &[]).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        held(1).await,
+        "the gauge counts the process's held requests"
+    );
+    assert_eq!(first.await.unwrap(), 200, "held, then forwarded");
+    assert!(held(0).await);
 }
 
 #[test]
