@@ -1,12 +1,12 @@
-//! What every service of a layer shares: the limiter, the tier resolver and the policy
-//! engine built from the configuration.
+//! What every service of a layer shares: the limiter, the tier resolver and the request
+//! flow of the configuration.
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
+use std::time::Instant;
 
+use redis_rl_flow::Flow;
 use redis_rl_policy::Engine;
 
-use super::bans::BanMemory;
 use super::config::{RateLimitConfig, RateLimitConfigExt};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
@@ -14,21 +14,20 @@ use crate::offenders::Offenders;
 use crate::policy::FailureMode;
 use crate::tier::TierResolver;
 
-/// The limiter, the tier resolver and the engine.
+/// The limiter, the tier resolver and the flow.
 pub(crate) struct Shared {
     pub(crate) limiter: Limiter,
     pub(crate) resolver: Arc<dyn TierResolver>,
-    pub(crate) engine: Engine,
+    /// The request flow (the policy engine, bans read a moment ago, held requests).
+    pub(crate) flow: Flow,
     pub(crate) mode: FailureMode,
-    /// Requests held by `delay_max_ms` right now.
-    pub(crate) held: AtomicUsize,
+    /// The origin of the flow's monotonic milliseconds.
+    started: Instant,
     /// Held requests are booked one at a time (look, then take with `FORCE`): two requests
     /// of this process never get the same slot.
     pub(crate) booking: tokio::sync::Mutex<()>,
     /// Refusals, queued towards bans and the top offenders.
     pub(crate) offenders: Offenders,
-    /// Bans read from Redis a moment ago.
-    pub(crate) ban_memory: BanMemory,
     /// The per-request counters' handles.
     pub(crate) counters: super::counters::Counters,
 }
@@ -49,14 +48,18 @@ impl Shared {
         let offenders = Offenders::new(limiter.clone(), engine.config().key_prefix.clone());
         Ok(Shared {
             offenders,
-            ban_memory: BanMemory::default(),
             counters: super::counters::Counters::default(),
             limiter,
             resolver,
-            engine,
+            flow: Flow::new(engine),
             mode,
-            held: AtomicUsize::new(0),
+            started: Instant::now(),
             booking: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// The flow's clock: milliseconds since the layer was built.
+    pub(crate) fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 }

@@ -3,21 +3,21 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use std::time::Duration;
+
 use http::{HeaderValue, Request, Response};
-use redis_rl_policy::{render, Admission, Outcome, Plan, Rendered};
+use redis_rl_flow::{HttpRequest, RequestFlow, Step};
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::config::policy_of;
-use super::extract::{self, HttpHeaders, REQUEST_ID_NAME};
+use super::drive;
+use super::extract::{self, REQUEST_ID_NAME};
 use super::headers::{to_response, write_headers};
-use super::hold::{hold, Hold};
 use super::plan::Shared;
 use super::request::{RequestInfo, RequestView};
 use super::settlement::{PendingSettle, SettleReport};
 use super::trace::{TraceContext, TRACEPARENT_NAME};
 use crate::backend::BoxFuture;
-use crate::decision::{Decision, MultiDecision, Source};
 use crate::policy::Policy;
 
 /// The service made by [`RateLimitLayer`](super::RateLimitLayer): any
@@ -65,37 +65,148 @@ where
     }
 }
 
-/// The decision of one outcome, as the engine renders it.
-fn outcome(d: &Decision) -> Outcome {
-    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    Outcome {
-        verdict: d.verdict.map(ms).into(),
-        remaining: d.remaining,
-        reset_after_ms: ms(d.reset_after),
-        shadow: d.shadow,
-        fail_open: d.source == Source::FailOpen,
-        fail_closed: d.source == Source::FailClosed,
-    }
-}
-
-/// What the engine decided before the inner service runs.
+/// What the flow decided before the inner service runs.
 /// Each carries the `tier` label of the response's metrics: the tier whose limits applied,
 /// `none` for a key-less request, `-` when the access lists decided.
-enum Before<'a> {
+enum Before {
     Refuse(redis_rl_policy::Response, String),
-    Call(Go<'a>),
+    Call(Go),
 }
 
 /// An allowed (or held) request: the headers of its answer, the tier label, how long to
-/// hold it first, and the settlement of its cost after the response.
-struct Go<'a> {
+/// hold it first (its flow kept until then: its place under the cap of held requests),
+/// and the settlement of its cost after the response.
+struct Go {
     headers: Vec<(&'static str, String)>,
     tier: String,
-    hold: Option<Hold<'a>>,
+    hold: Option<(Duration, RequestFlow)>,
     settle: Option<PendingSettle>,
 }
 
-impl Go<'_> {
+/// The request as the flow takes it: plain owned data.
+fn flow_request(
+    view: &RequestView<'_>,
+    peer: Option<std::net::IpAddr>,
+    route: Option<String>,
+    request_id: &str,
+    trace_id: &str,
+) -> HttpRequest {
+    HttpRequest {
+        method: view.method.as_str().to_owned(),
+        path: view.uri.path().to_owned(),
+        host: view.uri.host().map(str::to_owned),
+        headers: view
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+            .collect(),
+        peer,
+        route,
+        request_id: request_id.to_owned(),
+        trace_id: Some(trace_id.to_owned()),
+        settle_report: view.extensions.get::<SettleReport>().is_some(),
+    }
+}
+
+/// Runs the request's flow: each step's limiter call, tier lookup or Redis read here, every
+/// decision in the flow.
+async fn decide(
+    shared: &Shared,
+    info: &dyn RequestInfo,
+    view: RequestView<'_>,
+    request_id: &str,
+    trace_id: &str,
+) -> Before {
+    let req = flow_request(
+        &view,
+        info.peer_ip(&view),
+        info.route(&view),
+        request_id,
+        trace_id,
+    );
+    let (mut flow, mut step) = shared.flow.start(req, shared.now_ms());
+    // Built at the limiter call, kept for a hold and the settlement.
+    let mut policies: Vec<Policy> = Vec::new();
+    let mut booking_lock = None;
+    loop {
+        step = match step {
+            Step::Tier { api_key } => {
+                let tier = shared.resolver.tier(&api_key).await;
+                flow.tier(tier)
+            }
+            Step::Book(book) => {
+                policies = match drive::policies(shared, flow.plan()) {
+                    Some(p) => p,
+                    None => return Before::Call(Go::plain(&flow_tier(&flow))),
+                };
+                let (decided, denied, bans) = drive::book(shared, &book, &policies).await;
+                flow.booked(decided, denied, bans, shared.now_ms())
+            }
+            Step::Peek(takes) => {
+                booking_lock = Some(shared.booking.lock().await);
+                flow.peeked(drive::peek(shared, &takes, &policies).await)
+            }
+            Step::Force(takes) => {
+                let ok = drive::force(shared, &takes, &policies).await;
+                booking_lock = None;
+                flow.forced(ok)
+            }
+            Step::Respond(reply) => {
+                drop(booking_lock);
+                let tier = reply.record.tier.clone();
+                let before_limits = reply.record.access.is_some();
+                drive::record(shared, reply.record, &policies);
+                let status = reply.response.status;
+                if before_limits {
+                    tracing::debug!(status, "request refused before any limit");
+                } else if status != 204 {
+                    tracing::debug!(status, "request refused");
+                }
+                if let Some(settle) = reply.settle {
+                    // A report of a response's cost: settled from the report's own headers.
+                    let policies = match drive::policies(shared, flow.plan()) {
+                        Some(p) => p,
+                        None => return Before::Refuse(reply.response, tier),
+                    };
+                    PendingSettle::new(shared.limiter.clone(), settle, policies)
+                        .settle(view.headers)
+                        .await;
+                }
+                return Before::Refuse(reply.response, tier);
+            }
+            Step::Forward(forward) => {
+                drop(booking_lock);
+                let tier = forward.record.tier.clone();
+                if forward.hold_ms.is_some() {
+                    metrics::gauge!("rl_held_requests").set(shared.flow.held() as f64);
+                }
+                drive::record(shared, forward.record, &policies);
+                let settle = forward
+                    .settle
+                    .map(|s| PendingSettle::new(shared.limiter.clone(), s, policies));
+                let hold = forward.hold_ms.map(|ms| {
+                    tracing::debug!(wait_ms = ms, "request held for its slot");
+                    (Duration::from_millis(ms), flow)
+                });
+                return Before::Call(Go {
+                    headers: forward.headers,
+                    tier,
+                    hold,
+                    settle,
+                });
+            }
+        };
+    }
+}
+
+fn flow_tier(flow: &RequestFlow) -> String {
+    flow.plan()
+        .tier
+        .clone()
+        .unwrap_or_else(|| "none".to_owned())
+}
+
+impl Go {
     fn plain(tier: &str) -> Self {
         Self {
             headers: Vec::new(),
@@ -103,196 +214,6 @@ impl Go<'_> {
             hold: None,
             settle: None,
         }
-    }
-}
-
-/// The engine's view of a request (not kept across an await: the headers are a trait
-/// object).
-fn engine_request<'a>(
-    view: &RequestView<'a>,
-    headers: &'a HttpHeaders<'a>,
-    peer: Option<std::net::IpAddr>,
-    route: Option<&'a str>,
-) -> redis_rl_policy::Request<'a> {
-    redis_rl_policy::Request {
-        method: view.method.as_str(),
-        path: view.uri.path(),
-        host: view.uri.host(),
-        headers,
-        peer,
-        route,
-    }
-}
-
-async fn decide<'s>(
-    shared: &'s Shared,
-    info: &dyn RequestInfo,
-    view: RequestView<'_>,
-    request_id: &str,
-) -> Before<'s> {
-    let front_route = info.route(&view);
-    let peer = info.peer_ip(&view);
-    let headers = HttpHeaders(view.headers);
-    let admission = shared.engine.admit(
-        &engine_request(&view, &headers, peer, front_route.as_deref()),
-        request_id,
-    );
-    let id = match admission {
-        Admission::Refuse(r) => {
-            let on = if r.status == 400 { "bad_key" } else { "deny" };
-            metrics::counter!("rl_access_total", "list" => on).increment(1);
-            tracing::debug!(status = r.status, "request refused before any limit");
-            return Before::Refuse(r, "-".to_owned());
-        }
-        Admission::Pass(_) => {
-            metrics::counter!("rl_access_total", "list" => "allow").increment(1);
-            return Before::Call(Go::plain("-"));
-        }
-        Admission::Limit(id) => id,
-    };
-    if let Some(t) = &id.tenant {
-        tracing::Span::current().record("tenant", tracing::field::display(t));
-    }
-    let tier = match &id.api_key {
-        Some(key) => shared.resolver.tier(key).await,
-        None => None,
-    };
-    let plan = shared.engine.plan(
-        &engine_request(&view, &headers, peer, front_route.as_deref()),
-        &id,
-        tier.as_deref(),
-    );
-    if let Some(t) = &plan.tier {
-        tracing::Span::current().record("tier", tracing::field::display(t));
-    }
-    // The engine falls back to the default tier for a name it does not know: a typo in the
-    // tier hash must not pass silently.
-    if let Some(asked) = tier.as_deref() {
-        if plan.tier.as_deref() != Some(asked) {
-            crate::tier::unknown_tier(asked);
-        }
-    }
-    let tier_label = plan.tier.clone().unwrap_or_else(|| "none".to_owned());
-    // The units of each item: 1, or a rule's `cost` header (a bad one: 400, nothing taken).
-    let booking = match shared.engine.booking(
-        &engine_request(&view, &headers, peer, front_route.as_deref()),
-        &plan,
-        request_id,
-    ) {
-        Ok(b) => b,
-        Err(r) => return Before::Refuse(r, tier_label),
-    };
-    if view.extensions.get::<SettleReport>().is_some() {
-        return Before::Refuse(
-            report(shared, &plan, booking, &view, request_id).await,
-            tier_label,
-        );
-    }
-    let mut items: Vec<(&str, Policy)> = Vec::with_capacity(plan.items.len());
-    for item in &plan.items {
-        match policy_of(item, shared.mode) {
-            Ok(p) => items.push((item.key.as_str(), p)),
-            // The engine validated every window with the same ranges: not reached. Were it
-            // reached, the request passes unlimited (logged) rather than being decided on
-            // items no longer aligned with the plan's units and headers.
-            Err(e) => {
-                tracing::error!(error = %e, policy = %item.name, "policy skipped");
-                return Before::Call(Go::plain(&tier_label));
-            }
-        }
-    }
-    // The ban check goes with the limiter call: one round trip of latency (none for a ban
-    // read a moment ago).
-    let targets = plan.ban_targets();
-    if let Some((index, remaining_ms)) = shared.ban_memory.recall(&targets) {
-        let refusal = super::bans::refusal(shared, &plan, index, remaining_ms, request_id);
-        return Before::Refuse(refusal, tier_label);
-    }
-    let (md, ban) = futures_util::join!(
-        shared.limiter.check_all_units(&items, &booking.units),
-        super::bans::first_active(&shared.limiter, &targets)
-    );
-    if let Some((index, remaining_ms)) = ban {
-        shared.ban_memory.remember(&targets, index, remaining_ms);
-        super::bans::give_back(shared, &items, &booking.units, &md);
-        let refusal = super::bans::refusal(shared, &plan, index, remaining_ms, request_id);
-        return Before::Refuse(refusal, tier_label);
-    }
-    count(shared, &plan, &md);
-    super::bans::refused(shared, &plan, &md, &targets);
-    let outcomes: Vec<Outcome> = md.decisions.iter().map(outcome).collect();
-    // The span names the policy the response reports, allowed or refused.
-    if let Some(item) =
-        redis_rl_policy::reported_index(&plan, &outcomes, md.denied).and_then(|i| plan.items.get(i))
-    {
-        tracing::Span::current().record("dimension", tracing::field::display(&item.label));
-    }
-    let settle = booking.settles().then(|| {
-        let owned = items
-            .iter()
-            .zip(&md.decisions)
-            .map(|((k, p), d)| {
-                (
-                    (*k).to_owned(),
-                    *p,
-                    d.source == Source::Redis && !d.is_denied(),
-                )
-            })
-            .collect();
-        PendingSettle::new(shared.limiter.clone(), owned, booking.clone())
-    });
-    match render(&plan, &outcomes, md.denied, request_id) {
-        Rendered::Refuse(r) => {
-            if r.status == 429 {
-                let held = hold(shared, &plan, &items, &booking.units, &outcomes, request_id);
-                if let Some(h) = held.await {
-                    tracing::debug!(wait_ms = ?h.wait, "request held for its slot");
-                    return Before::Call(Go {
-                        headers: h.headers.clone(),
-                        tier: tier_label,
-                        hold: Some(h),
-                        settle: settle.map(PendingSettle::all_in_redis),
-                    });
-                }
-            }
-            tracing::debug!(status = r.status, "request refused");
-            Before::Refuse(r, tier_label)
-        }
-        // The span's dimension is recorded above, from the item these headers report: a
-        // second record would repeat the field in every log line (`dimension=ip dimension=ip`).
-        Rendered::Headers(h) => Before::Call(Go {
-            headers: h,
-            tier: tier_label,
-            hold: None,
-            settle,
-        }),
-    }
-}
-
-/// A report of a response's actual cost ([`SettleReport`]): the plan's reservation settled
-/// from the report's own headers, nothing taken, 204.
-async fn report(
-    shared: &Shared,
-    plan: &Plan,
-    booking: redis_rl_policy::Booking,
-    view: &RequestView<'_>,
-    request_id: &str,
-) -> redis_rl_policy::Response {
-    let items = plan
-        .items
-        .iter()
-        .filter_map(|item| {
-            let p = policy_of(item, shared.mode).ok()?;
-            Some((item.key.clone(), p, true))
-        })
-        .collect();
-    PendingSettle::new(shared.limiter.clone(), items, booking)
-        .settle(view.headers)
-        .await;
-    redis_rl_policy::Response {
-        status: 204,
-        headers: vec![("x-request-id", request_id.to_owned())],
-        body: String::new(),
     }
 }
 
@@ -322,14 +243,16 @@ where
         dimension = tracing::field::Empty,
     );
     async move {
-        let go = match decide(&shared, info.as_ref(), RequestView::of(&req), &request_id).await {
-            Before::Refuse(r, tier) => {
-                return Ok(counted(
-                    &shared,
-                    to_response(r.with_trace_id(&trace_id)),
-                    &tier,
-                ))
-            }
+        let go = match decide(
+            &shared,
+            info.as_ref(),
+            RequestView::of(&req),
+            &request_id,
+            &trace_id,
+        )
+        .await
+        {
+            Before::Refuse(r, tier) => return Ok(counted(&shared, to_response(r), &tier)),
             Before::Call(go) => go,
         };
         let Go {
@@ -338,9 +261,10 @@ where
             hold,
             settle,
         } = go;
-        if let Some(h) = hold {
-            tokio::time::sleep(h.wait).await;
-            drop(h.held);
+        if let Some((wait, flow)) = hold {
+            tokio::time::sleep(wait).await;
+            drop(flow); // its place under the cap of held requests
+            metrics::gauge!("rl_held_requests").set(shared.flow.held() as f64);
         }
         if let Some(s) = &settle {
             req.extensions_mut().insert(s.clone());
@@ -374,26 +298,6 @@ where
 fn counted<B>(shared: &Shared, response: Response<B>, tier: &str) -> Response<B> {
     shared.counters.response(tier, response.status());
     response
-}
-
-fn count(shared: &Shared, plan: &Plan, md: &MultiDecision) {
-    for (i, (p, d)) in plan.items.iter().zip(&md.decisions).enumerate() {
-        let dimension = &p.label;
-        let outcome = if md.denied == Some(i) {
-            "denied"
-        } else if d.shadow && d.is_denied() {
-            "shadow_denied"
-        } else if md.denied.is_some() {
-            continue; // not consumed: the request was refused by another policy
-        } else {
-            "allowed"
-        };
-        shared.counters.request(dimension, outcome);
-        shared.counters.decision(dimension, d.source.name());
-        if d.source.is_fallback() {
-            metrics::counter!("rl_fallback_total", "dimension" => dimension.clone(), "source" => d.source.name()).increment(1);
-        }
-    }
 }
 
 #[cfg(all(test, feature = "axum"))]
