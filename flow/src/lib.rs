@@ -102,4 +102,4 @@ pub use bans::{ban_remaining_ms, BanMemory, BAN_MEMORY, BAN_RECHECK, BAN_RECHECK
 pub use machine::{Flow, RequestFlow};
 pub use record::{Count, Record, Refusal};
 pub use request::HttpRequest;
-pub use step::{Book, Decided, Forward, Reply, Settle, Source, Step, Take};
+pub use step::{Book, Decided, Forward, Reply, Settle, SettledHeader, Source, Step, Take};

@@ -143,6 +143,9 @@ pub struct Forward {
     pub record: Record,
 }
 
+/// A settled header and what happened (`exact`, `refund`, `charge`, `missing`, `invalid`).
+pub type SettledHeader = (String, &'static str);
+
 /// A reservation to settle after the response: the actual cost is read from the
 /// response's headers, else from its trailers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -180,10 +183,7 @@ impl Settle {
     /// What to do with each item that Redis took, from the response's `headers` (or
     /// trailers): refund (`RL.REFUND`) or charge (`FORCE`) the difference, and for each
     /// settled header what happened (`exact`, `refund`, `charge`, `missing`, `invalid`).
-    pub fn adjust(
-        &self,
-        headers: &dyn Headers,
-    ) -> (Vec<(Take, Adjust)>, Vec<(String, &'static str)>) {
+    pub fn adjust(&self, headers: &dyn Headers) -> (Vec<(Take, Adjust)>, Vec<SettledHeader>) {
         let (adjust, outcomes) = self.booking.settlement(headers);
         let items = self
             .items

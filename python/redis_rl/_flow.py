@@ -52,7 +52,7 @@ async def book(limiter: Limiter, takes: Sequence[Take], ban_keys: Sequence[str],
             log.debug("ban not read: key=%s error=%r", key, e)
             return None
 
-    md, *bans = await asyncio.gather(limiter.check_all(items, units), *(pttl(k) for k in ban_keys))
+    md, bans = await asyncio.gather(limiter.check_all(items, units), asyncio.gather(*(pttl(k) for k in ban_keys)))
     return [outcome(d) for d in md.decisions], md.denied_index, list(bans)
 
 

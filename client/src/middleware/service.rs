@@ -79,7 +79,7 @@ enum Before {
 struct Go {
     headers: Vec<(&'static str, String)>,
     tier: String,
-    hold: Option<(Duration, RequestFlow)>,
+    hold: Option<(Duration, Box<RequestFlow>)>,
     settle: Option<PendingSettle>,
 }
 
@@ -186,7 +186,7 @@ async fn decide(
                     .map(|s| PendingSettle::new(shared.limiter.clone(), s, policies));
                 let hold = forward.hold_ms.map(|ms| {
                     tracing::debug!(wait_ms = ms, "request held for its slot");
-                    (Duration::from_millis(ms), flow)
+                    (Duration::from_millis(ms), Box::new(flow))
                 });
                 return Before::Call(Go {
                     headers: forward.headers,
