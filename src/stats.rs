@@ -74,7 +74,20 @@ fn info_name(name: &std::ffi::CStr) -> String {
     name.strip_prefix("rl.").unwrap_or(&name).to_string()
 }
 
-/// The `INFO rl` section: `<command>_calls`, `_allowed`, `_denied`, `_errors` per command,
+/// The release (Cargo.toml's workspace version), for `INFO rl`.
+const VERSION: &std::ffi::CStr = cstr(concat!(env!("CARGO_PKG_VERSION"), "\0"));
+/// The commit the module was built from (build.rs), for `INFO rl`.
+const GIT_COMMIT: &std::ffi::CStr = cstr(concat!(env!("RL_GIT_COMMIT"), "\0"));
+
+/// A compile-time C string of a `concat!` ending in NUL (a bad one fails the build).
+const fn cstr(text: &'static str) -> &'static std::ffi::CStr {
+    match std::ffi::CStr::from_bytes_with_nul(text.as_bytes()) {
+        Ok(c) => c,
+        Err(_) => panic!("not a C string"),
+    }
+}
+
+/// The `INFO rl` section: `version` and `git_commit` (the build's), `<command>_calls`, `_allowed`, `_denied`, `_errors` per command,
 /// in the order of the command table, then the replication mode (`replication_mode`:
 /// `effects` or `verbatim`) and `writes_replayed` (RL writes that ran from the replication
 /// stream or while loading: non-zero only if a master ever sent an RL call itself, see
@@ -106,6 +119,12 @@ pub extern "C" fn info(ctx: *mut redis_module::raw::RedisModuleInfoCtx, _for_cra
                 // SAFETY: valid context and NUL-terminated field name.
                 unsafe { add_field(ctx, field.as_ptr(), value) };
             }
+        }
+    }
+    // SAFETY: the API table is filled at module load; valid context and NUL-terminated texts.
+    if let Some(add_text) = unsafe { raw::RedisModule_InfoAddFieldCString } {
+        for (field, text) in [(c"version", VERSION), (c"git_commit", GIT_COMMIT)] {
+            unsafe { add_text(ctx, field.as_ptr(), text.as_ptr()) };
         }
     }
     let mode = match crate::replication::mode() {

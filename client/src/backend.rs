@@ -36,7 +36,7 @@ impl TlsFiles {
 }
 
 /// A client for `url`: with `tls` material when given (the URL must be `rediss://`).
-fn open_client(url: &str, tls: Option<&TlsFiles>) -> RedisResult<redis::Client> {
+pub(crate) fn open_client(url: &str, tls: Option<&TlsFiles>) -> RedisResult<redis::Client> {
     match tls {
         Some(files) => redis::Client::build_with_tls(url, files.certificates()),
         None => redis::Client::open(url),

@@ -1,6 +1,11 @@
 //! Hot-key deny cache: after Redis denies a key with a wait, deny it locally until the wait
 //! is over, so a flood on a blocked key costs Redis nothing.
 //!
+//! A cached refusal never outlives what Redis said: it ends at the reply's retry time, and
+//! never after its reset time (a fixed window's or quota's end). Units given back to a key
+//! (a refund, a settlement) or its reset drop its refusal at once: here through the
+//! refund, across a fleet through [`crate::Limiter::share_denials`].
+//!
 //! [`DenyCache`] is the bounded store; [`DenyCached`] is the layer that puts it in front
 //! of a [`Decider`].
 
@@ -79,13 +84,29 @@ impl DenyCache {
             return;
         }
         let now = Instant::now();
+        // The refusal holds until the retry time, and never past the reset (a window's
+        // end): then Redis's answer has changed whatever the retry time said.
+        let wait = match decision.reset_after {
+            Duration::ZERO => retry_after,
+            reset => retry_after.min(reset),
+        };
         let entry = Entry {
-            until: now + retry_after,
+            until: now + wait,
             cost,
             limit: decision.limit,
             reset_at: now + decision.reset_after,
         };
         self.lock().put(key.to_string(), entry);
+    }
+
+    /// Forgets `key`'s refusal (units were given back, or the key was reset).
+    pub fn forget(&self, key: &str) {
+        self.lock().pop(key);
+    }
+
+    /// Forgets every refusal (refunds elsewhere in the fleet may have been missed).
+    pub fn clear(&self) {
+        self.lock().clear();
     }
 
     /// Keys currently remembered (including expired ones not yet evicted).
@@ -124,6 +145,20 @@ impl<D: Decider> DenyCached<D> {
     /// Decisions answered by the cache since start.
     pub fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Forgets `key`'s cached refusal (no cache: nothing to do).
+    pub fn forget(&self, key: &str) {
+        if let Some(cache) = &self.cache {
+            cache.forget(key);
+        }
+    }
+
+    /// Forgets every cached refusal.
+    pub fn clear(&self) {
+        if let Some(cache) = &self.cache {
+            cache.clear();
+        }
     }
 
     fn cached(&self, key: &str, cost: u64) -> Option<Decision> {
@@ -210,8 +245,13 @@ impl<D: Decider> Decider for DenyCached<D> {
         Box::pin(self.take_upto_cached(call))
     }
 
+    /// Units given back may admit what was refused: the key's cached refusal goes.
     fn refund<'a>(&'a self, units: Refund<'a>) -> Decided<'a, u64> {
-        self.inner.refund(units)
+        Box::pin(async move {
+            let given = self.inner.refund(units).await;
+            self.forget(units.key);
+            given
+        })
     }
 
     /// Asked of Redis itself: the cache's waits would be stale for a look, and a forced
@@ -263,6 +303,26 @@ mod tests {
         allowed.verdict = Verdict::Allowed;
         cache.remember("a", 1, &allowed);
         assert!(cache.get("a", 1).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_never_outlives_the_reset_and_goes_when_forgotten() {
+        let cache = DenyCache::new(NonZeroUsize::new(8).unwrap());
+        // A fixed window ending in 200 ms that says "retry in 5 s" (a cost the window's
+        // end frees): the window's end is when Redis's answer changes.
+        let mut d = denied(5_000);
+        d.reset_after = Duration::from_millis(200);
+        cache.remember("k", 1, &d);
+        assert!(cache.get("k", 1).is_some());
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert!(cache.get("k", 1).is_none(), "the window ended: ask Redis");
+        cache.remember("k", 1, &denied(5_000));
+        cache.remember("j", 1, &denied(5_000));
+        cache.forget("k");
+        assert!(cache.get("k", 1).is_none(), "units given back: ask Redis");
+        assert!(cache.get("j", 1).is_some());
+        cache.clear();
+        assert!(cache.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -309,17 +309,30 @@ async fn renew(
     slot: Option<u16>,
 ) -> Result<Reading> {
     let read = members(&transport.call(cmd, slot).await?)?;
-    // RL.STATE is read-only and cheap; a server without it (an old module) cannot say.
+    // RL.STATE is read-only and cheap. A count that could not be checked (refused to the
+    // limiter's user, not answered in time) is not believed: forged leases would count.
     let trusted = match transport.call(&state(config), slot).await {
-        Ok(v) => last_expiry_ms(&v).is_none_or(|last| !forged(last, wall_ms(), config.ttl)),
-        Err(_) => true,
+        Ok(v) => match last_expiry_ms(&v) {
+            Some(last) if forged(last, wall_ms(), config.ttl) => Trust::Forged,
+            _ => Trust::Yes,
+        },
+        Err(e) => Trust::Unchecked(e.to_string()),
     };
     Ok(Reading { read, trusted })
 }
 
+/// Whether a reading's count is believed.
+enum Trust {
+    Yes,
+    /// The key holds a lease longer than a member can ask for.
+    Forged,
+    /// RL.STATE failed: the leases' length is unknown.
+    Unchecked(String),
+}
+
 struct Reading {
     read: NonZeroU32,
-    trusted: bool,
+    trusted: Trust,
 }
 
 async fn heartbeat(config: FleetConfig, transport: Arc<Transport>, view: Arc<FleetView>) {
@@ -344,7 +357,7 @@ async fn heartbeat(config: FleetConfig, transport: Arc<Transport>, view: Arc<Fle
         interval.tick().await;
         match renew(&config, &transport, &cmd, slot).await {
             Ok(Reading {
-                trusted: false,
+                trusted: Trust::Forged,
                 read,
             }) => {
                 if warn_due(&mut last_warn) {
@@ -354,6 +367,21 @@ async fn heartbeat(config: FleetConfig, transport: Arc<Transport>, view: Arc<Fle
                         ttl_ms = millis(config.ttl),
                         "fleet: the key holds a lease longer than ttl_ms (written by something \
                          other than this fleet's gateways): its count is ignored, the size stays"
+                    );
+                }
+                metrics::counter!("rl_fleet_untrusted_total").increment(1);
+            }
+            Ok(Reading {
+                trusted: Trust::Unchecked(error),
+                read,
+            }) => {
+                if warn_due(&mut last_warn) {
+                    tracing::warn!(
+                        fleet = %config.key,
+                        read = read.get(),
+                        %error,
+                        "fleet: RL.STATE failed, so the leases' length cannot be checked: the \
+                         count is ignored, the size stays (the limiter's user needs RL.STATE)"
                     );
                 }
                 metrics::counter!("rl_fleet_untrusted_total").increment(1);

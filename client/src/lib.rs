@@ -64,6 +64,7 @@ pub mod breaker;
 mod command;
 pub mod decider;
 pub mod decision;
+mod denials;
 pub mod deny_cache;
 pub mod error;
 pub mod failover;

@@ -62,6 +62,12 @@ struct Inner {
     stack: Stack,
     fleet: Arc<FleetView>,
     membership: Mutex<Option<Membership>>,
+    /// The deny cache layer, for forgetting refusals.
+    cached: Cached,
+    /// The fleet's channel of forgotten refusals.
+    denials: crate::denials::Denials,
+    /// Sends RL.RESET by the engine in use (the module's command or the twin's).
+    resets: crate::decider::ServerDecider,
 }
 
 /// The client's entry point: cheap to clone, share one per process.
@@ -223,7 +229,40 @@ impl Limiter {
             algorithm: policy.params(),
             amount,
         };
-        self.inner.stack.decider().refund(units).await
+        let given = self.inner.stack.decider().refund(units).await;
+        // The units may admit what the fleet's deny caches refuse.
+        self.announce(&[key]);
+        given
+    }
+
+    /// Deletes `key`'s limiter state (`RL.RESET`, the module's or the twin's): true when it
+    /// held some. Its cached refusal goes too, in this process and, with
+    /// [`share_denials`](Self::share_denials), in every limiter of the fleet.
+    pub async fn reset(&self, key: &str) -> Result<bool> {
+        let deleted = self.inner.resets.reset(key).await;
+        self.inner.cached.forget(key);
+        self.announce(&[key]);
+        deleted
+    }
+
+    /// Shares forgotten refusals with every limiter listening on `channel` (gateways of one
+    /// fleet use `<key_prefix>:denials`): this limiter publishes there the keys its refunds,
+    /// settlements and resets give units back to, and drops from its deny cache the keys
+    /// others publish. Needs `PUBLISH` and `SUBSCRIBE` on the channel for the limiter's user,
+    /// and a limiter built on a URL (its own connection listens). Without it, a refusal
+    /// cached by another process holds until its retry time.
+    pub fn share_denials(&self, channel: impl Into<String>) -> Result<()> {
+        self.inner
+            .denials
+            .share(channel.into(), self.inner.cached.clone())
+    }
+
+    /// Forgets the cached refusals of `keys` here, and tells the fleet.
+    pub(crate) fn announce(&self, keys: &[&str]) {
+        for key in keys {
+            self.inner.cached.forget(key);
+        }
+        self.inner.denials.announce(&self.inner.transport, keys);
     }
 
     /// Joins a fleet: registers this limiter (one per gateway process) on `config.key` and

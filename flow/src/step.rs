@@ -196,6 +196,41 @@ impl Settle {
         (items, outcomes)
     }
 
+    /// Each item's key and the units Redis took on it (0 where it took nothing): what a
+    /// settlement token names, for a report to settle later.
+    pub fn reserved(&self) -> Vec<(String, u64)> {
+        self.items
+            .iter()
+            .map(|(t, in_redis)| (t.key.clone(), if *in_redis { t.units } else { 0 }))
+            .collect()
+    }
+
+    /// The part of this settlement a token's reservation names (`named`: key and units
+    /// reserved, as [`Settle::reserved`] gave them): each item of the plan whose key it
+    /// names, once per named key, with the named units (in Redis when more than 0). `None`
+    /// when it names none of them: a report settles its own reservation and no more.
+    pub fn bound_to(&self, named: &[(String, u64)]) -> Option<Settle> {
+        let mut named = named.to_vec();
+        let mut items = Vec::new();
+        let mut booking = Booking::default();
+        for ((take, _), header) in self.items.iter().zip(&self.booking.settle) {
+            let Some(at) = named.iter().position(|(k, _)| *k == take.key) else {
+                continue;
+            };
+            let (_, reserved) = named.swap_remove(at);
+            items.push((
+                Take {
+                    units: reserved,
+                    ..take.clone()
+                },
+                reserved > 0,
+            ));
+            booking.units.push(reserved);
+            booking.settle.push(header.clone());
+        }
+        (!items.is_empty()).then(|| Settle::new(items, booking))
+    }
+
     /// The same settlement with every item in Redis (a held request's units were booked
     /// there with `FORCE`).
     pub(crate) fn all_in_redis(mut self) -> Self {

@@ -1,8 +1,13 @@
 //! Admin endpoints on the operations router (the admin listener, or the public one without
 //! `--admin-listen`): `GET /bans` lists the fleet's bans, `DELETE /bans/<policy>?key=<key>`
 //! lifts one, `GET /top` shows the most refused keys per rule and dimension over the last
-//! minutes (fleet-wide: every gateway writes its refusals to Redis). Without an admin
-//! listener, lifting is refused to any peer but loopback.
+//! minutes (fleet-wide: every gateway writes its refusals to Redis), `DELETE /limits?key=<key>`
+//! resets a key (its count and every gateway's cached refusal of it).
+//!
+//! They show other clients' addresses and tenants and change limits, so they answer only on
+//! the admin listener; without one, only a loopback peer that is not a proxy (the request
+//! carries no forwarding header: a proxy on the same host would otherwise lend its address
+//! to any client) gets an answer, anyone else 403.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,7 +15,7 @@ use std::sync::Arc;
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -31,7 +36,31 @@ pub fn router(ops: Arc<Ops>) -> Router {
         .route("/bans", get(list))
         .route("/bans/{policy}", axum::routing::delete(lift))
         .route("/top", get(top))
+        .route("/limits", axum::routing::delete(reset))
         .with_state(ops)
+}
+
+/// Headers by which a proxy says whom it forwards for.
+const FORWARDING: [&str; 3] = ["x-forwarded-for", "x-real-ip", "forwarded"];
+
+/// `None` when the caller may use the admin calls: on the admin listener anyone who can
+/// reach it; on the public listener a loopback peer that forwards for nobody.
+fn refused(ops: &Ops, peer: SocketAddr, headers: &HeaderMap) -> Option<Response> {
+    if ops.admin {
+        return None;
+    }
+    let local = peer.ip().to_canonical().is_loopback();
+    let forwarded = FORWARDING.iter().any(|h| headers.contains_key(*h));
+    if local && !forwarded {
+        return None;
+    }
+    Some(
+        (
+            StatusCode::FORBIDDEN,
+            Json(json!({ "error": "admin calls answer on --admin-listen (or to this machine, not through a proxy)" })),
+        )
+            .into_response(),
+    )
 }
 
 fn unavailable(e: &redis_rl_client::Error) -> Response {
@@ -60,7 +89,15 @@ fn number<T: std::str::FromStr>(
 }
 
 /// `GET /bans[?limit=n]`: `{"bans": [{policy, key, level, remaining_ms}]}`, longest first.
-async fn list(State(ops): State<Arc<Ops>>, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn list(
+    State(ops): State<Arc<Ops>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    if let Some(r) = refused(&ops, peer, &headers) {
+        return r;
+    }
     let limit = match number(&q, "limit", MAX_LISTED) {
         Ok(n) => n.clamp(1, MAX_LISTED),
         Err(e) => return bad(e),
@@ -86,17 +123,13 @@ async fn list(State(ops): State<Arc<Ops>>, Query(q): Query<HashMap<String, Strin
 async fn lift(
     State(ops): State<Arc<Ops>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     Path(policy): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    // On the public listener (no --admin-listen) only the machine itself may lift a ban:
-    // a banned client must not lift its own.
-    if !ops.admin && !peer.ip().to_canonical().is_loopback() {
-        return (
-            StatusCode::FORBIDDEN,
-            Json(json!({ "error": "lift bans on --admin-listen (or from this machine)" })),
-        )
-            .into_response();
+    // A banned client must not lift its own ban, not even through a proxy on this host.
+    if let Some(r) = refused(&ops, peer, &headers) {
+        return r;
     }
     let Some(key) = q.get("key").filter(|k| !k.is_empty()) else {
         return bad("give the banned key: DELETE /bans/<policy>?key=<key>".to_string());
@@ -115,7 +148,15 @@ async fn lift(
 
 /// `GET /top[?minutes=m&n=k]`: `{"minutes": m, "top": {"<policy>": [{key, refused}]}}`,
 /// every dimension and rule of the configuration, most refused first.
-async fn top(State(ops): State<Arc<Ops>>, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn top(
+    State(ops): State<Arc<Ops>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    if let Some(r) = refused(&ops, peer, &headers) {
+        return r;
+    }
     let window = redis_rl_client::middleware::TOP_MINUTES;
     let minutes = match number(&q, "minutes", window) {
         Ok(m) if (1..=window).contains(&m) => m,
@@ -149,6 +190,33 @@ async fn top(State(ops): State<Arc<Ops>>, Query(q): Query<HashMap<String, String
                 .collect();
             Json(json!({ "minutes": minutes, "top": top })).into_response()
         }
+        Err(e) => unavailable(&e),
+    }
+}
+
+/// `DELETE /limits?key=<key>`: resets the key (`RL.RESET`) and drops its cached refusal in
+/// every gateway of the fleet: 200 `{"reset": true}`, or 404 `{"reset": false}` when Redis
+/// held nothing for it (cached refusals are dropped all the same).
+async fn reset(
+    State(ops): State<Arc<Ops>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    if let Some(r) = refused(&ops, peer, &headers) {
+        return r;
+    }
+    let Some(key) = q.get("key").filter(|k| !k.is_empty()) else {
+        return bad("give the key: DELETE /limits?key=<key>".to_string());
+    };
+    let prefix = ops.live.current().config.key_prefix.clone();
+    // Only keys of this gateway's prefix: the admin call cannot delete other data.
+    if !key.starts_with(&format!("{prefix}:")) {
+        return bad(format!("key must start with {prefix}:"));
+    }
+    match ops.live.parts().limiter.reset(key).await {
+        Ok(true) => Json(json!({ "reset": true })).into_response(),
+        Ok(false) => (StatusCode::NOT_FOUND, Json(json!({ "reset": false }))).into_response(),
         Err(e) => unavailable(&e),
     }
 }

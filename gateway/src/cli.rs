@@ -7,6 +7,14 @@ use clap::{Parser, ValueEnum};
 use ipnet::IpNet;
 use redis_rl_client::middleware::Dimension;
 
+/// `--version`: the release and the commit it was built from (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("RL_GIT_COMMIT"),
+    ")"
+);
+
 /// What to do when Redis is unavailable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
@@ -29,7 +37,7 @@ pub enum Mode {
 /// GET /healthz, GET /metrics, GET /bans, DELETE /bans/<policy>?key=<key> and GET /top are
 /// built in and never limited (on --admin-listen when given). SIGHUP re-reads --config; a bad file is refused and the running one kept.
 #[derive(Clone, Debug, Parser)]
-#[command(name = "rl-gateway", version, about, long_about)]
+#[command(name = "rl-gateway", version = VERSION, about, long_about)]
 pub struct Args {
     /// Address to listen on.
     #[arg(long, env = "RL_GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
@@ -222,11 +230,33 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_RLS_HOT_RATE", default_value_t = 0)]
     pub rls_hot_rate: u64,
 
+    /// The most descriptors one ShouldRateLimit call may carry; a call with more is refused
+    /// (INVALID_ARGUMENT naming this flag) before any work.
+    #[arg(long, env = "RL_GATEWAY_RLS_MAX_DESCRIPTORS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub rls_max_descriptors: u32,
+
+    /// The most entries one descriptor of a ShouldRateLimit call may carry; a call with more
+    /// is refused (INVALID_ARGUMENT naming this flag) before any work.
+    #[arg(long, env = "RL_GATEWAY_RLS_MAX_ENTRIES", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub rls_max_entries: u32,
+
     /// Answer forward-auth checks on this address (nginx auth_request, Traefik ForwardAuth,
     /// Caddy forward_auth): the original request described by X-Forwarded-Method/Uri/Host/For
     /// or X-Original-Method/URI, decided with the configuration's limits: 200, 429 or 403.
     #[arg(long, env = "RL_GATEWAY_AUTH_LISTEN")]
     pub auth_listen: Option<SocketAddr>,
+
+    /// File holding the gateway's secret (at least 32 bytes; keep it like a password): it
+    /// signs the rl-settle-token of forward-auth checks and keys the API-key digests that
+    /// /top and /bans show. Without it, a secret is made up at each start: only that
+    /// process then accepts its own tokens, so a fleet behind one load balancer shares a file.
+    #[arg(long, env = "RL_GATEWAY_SECRET_FILE")]
+    pub secret_file: Option<PathBuf>,
+
+    /// How long, in milliseconds, a forward-auth check's rl-settle-token can be spent by a
+    /// `POST /.rl/settle` report (once).
+    #[arg(long, env = "RL_GATEWAY_SETTLE_TOKEN_TTL_MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub settle_token_ttl_ms: u64,
 
     /// Threads that serve the listeners; 0: one per CPU the process may run on. With one,
     /// a single-threaded scheduler runs everything: tasks woken meanwhile wait behind the

@@ -17,8 +17,11 @@
 //! A check reserves a rule's `cost` header like the proxy does, but the calling proxy never
 //! shows the gateway the upstream's response: a rule's `settle` is done by a report,
 //! `POST /.rl/settle` describing the same request (the same headers as its check, so the
-//! same keys and reservation) plus the `settle` header with the actual units, sent by the
-//! upstream or the proxy once the response is known. It answers 204 and takes nothing.
+//! same keys) plus the `settle` header with the actual units and the `rl-settle-token` the
+//! check answered, sent by the upstream or the proxy once the response is known. The token
+//! (signed with the gateway's secret, spent once, expiring) names the reservation, so a
+//! report settles that reservation and nothing else: it answers 204 and takes nothing, or
+//! 403/409 with a problem body when the token is missing, forged, expired or spent.
 
 use std::net::{IpAddr, SocketAddr};
 use std::panic::AssertUnwindSafe;
@@ -30,7 +33,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::any;
 use axum::Router;
-use redis_rl_client::middleware::{RateLimitLayer, SettleReport};
+use redis_rl_client::middleware::{IssueSettleToken, RateLimitLayer, SettleReport, SettleTokens};
 use tower::ServiceExt;
 
 use crate::reload::Live;
@@ -54,13 +57,16 @@ pub const SETTLE_PATH: &str = "/.rl/settle";
 pub struct ForwardAuth {
     live: Arc<Live>,
     built: Mutex<Option<(u64, Router)>>,
+    /// Signs the checks' settlement tokens and checks the reports'.
+    tokens: SettleTokens,
 }
 
 impl ForwardAuth {
-    pub fn new(live: Arc<Live>) -> Result<Arc<Self>, String> {
+    pub fn new(live: Arc<Live>, tokens: SettleTokens) -> Result<Arc<Self>, String> {
         let auth = Arc::new(Self {
             live,
             built: Mutex::new(None),
+            tokens,
         });
         let _checked = auth.router()?; // a configuration this cannot use is a start-up error
         Ok(auth)
@@ -128,7 +134,13 @@ async fn check(
         return status_only(StatusCode::BAD_REQUEST);
     };
     if report {
-        original.extensions_mut().insert(SettleReport);
+        original
+            .extensions_mut()
+            .insert(SettleReport(auth.tokens.clone()));
+    } else {
+        original
+            .extensions_mut()
+            .insert(IssueSettleToken(auth.tokens.clone()));
     }
     let response = match router.oneshot(original).await {
         Ok(r) => r,

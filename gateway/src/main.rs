@@ -13,6 +13,7 @@ mod proxy;
 mod proxy_pool;
 mod reload;
 mod rls;
+mod secret;
 mod settle_body;
 
 use std::num::{NonZeroU32, NonZeroUsize};
@@ -21,7 +22,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use redis_rl_client::middleware::{FailureModeName, RateLimitConfig, RateLimitConfigExt};
+use redis_rl_client::middleware::{
+    FailureModeName, RateLimitConfig, RateLimitConfigExt, SettleTokens,
+};
 use redis_rl_client::{BreakerConfig, LeaseConfig, Limiter, RedisHashTiers};
 
 use crate::cli::{Args, Mode};
@@ -161,12 +164,19 @@ async fn run(args: Args) -> Result<(), String> {
     if let Some(fleet) = config.fleet_config() {
         limiter.join_fleet(fleet).map_err(|e| e.to_string())?;
     }
+    // Refunds, settlements and resets in one gateway end the others' cached refusals.
+    if args.deny_cache > 0 {
+        limiter
+            .share_denials(format!("{}:denials", config.key_prefix))
+            .map_err(|e| e.to_string())?;
+    }
     let tiers = RedisHashTiers::new(
         limiter.clone(),
         args.tier_hash.clone(),
         Duration::from_millis(args.tier_cache_ms),
         NonZeroUsize::new(100_000).unwrap_or(NonZeroUsize::MIN),
     );
+    let secret = secret::load(args.secret_file.as_deref())?;
     let prometheus = ops::install_recorder()?;
     let upstream = match &args.upstream {
         Some(url) => Some(proxy::Upstream::new(&proxy::UpstreamOptions {
@@ -202,6 +212,11 @@ async fn run(args: Args) -> Result<(), String> {
                 config: path.clone(),
                 response_headers: args.rls_response_headers,
                 hot_per_second: args.rls_hot_rate,
+                bounds: rls::RequestBounds {
+                    max_descriptors: usize::try_from(args.rls_max_descriptors)
+                        .unwrap_or(usize::MAX),
+                    max_entries: usize::try_from(args.rls_max_entries).unwrap_or(usize::MAX),
+                },
             };
             Some(rls::bind(&opts, limiter.clone(), live.clone()).await?)
         }
@@ -209,7 +224,12 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let forward_auth = match args.auth_listen {
         Some(addr) => {
-            let app = forward_auth::ForwardAuth::new(live.clone())?.app();
+            let ttl = Duration::from_millis(args.settle_token_ttl_ms);
+            let tokens = match &secret {
+                Some(s) => SettleTokens::new(s, ttl),
+                None => SettleTokens::random(ttl),
+            };
+            let app = forward_auth::ForwardAuth::new(live.clone(), tokens)?.app();
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| format!("--auth-listen {addr}: {e}"))?;

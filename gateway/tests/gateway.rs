@@ -17,10 +17,14 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 // The proxy, operations, reload, hardening and Redis TLS tests, in this one test binary.
+#[path = "gateway/acl.rs"]
+mod acl;
 #[path = "gateway/bans.rs"]
 mod bans;
 #[path = "gateway/costs.rs"]
 mod costs;
+#[path = "gateway/deny_cache.rs"]
+mod deny_cache;
 #[path = "gateway/fleet.rs"]
 mod fleet;
 #[path = "gateway/forward_auth.rs"]
@@ -39,6 +43,8 @@ mod reload;
 mod rls;
 #[path = "gateway/rls_limits.rs"]
 mod rls_limits;
+#[path = "gateway/rls_security.rs"]
+mod rls_security;
 #[path = "gateway/rules.rs"]
 mod rules;
 #[path = "gateway/settle.rs"]

@@ -24,8 +24,16 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// `--version`: the release and the commit it was built from (build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("RL_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
-#[command(name = "rl-loadgen", about = "The load generator of `make fleet`")]
+#[command(name = "rl-loadgen", version = VERSION, about = "The load generator of `make fleet`")]
 struct Cli {
     /// Runtime worker threads.
     #[arg(long, default_value_t = 1, global = true)]

@@ -9,6 +9,7 @@ use ipnet::IpNet;
 use crate::access::{Access, AccessList};
 use crate::ban::Ban;
 use crate::identity::{self, canonical_net, hex16};
+use crate::key_part::escape_key_part;
 use crate::limit::{FailureModeName, LimitSpec};
 use crate::load::FieldError;
 use crate::path::{normalize_path, Template};
@@ -411,18 +412,16 @@ fn request_host(req: &Request<'_>) -> Option<String> {
     (!host.is_empty()).then(|| host.to_ascii_lowercase())
 }
 
-/// A key part's value as it appears in a key: short safe text as is, anything else as
-/// `~` and a digest, so a header value cannot change a key's hash slot or inject a part.
+/// A key part's value as it appears in a key: escaped by the rule every key builder
+/// shares ([`escape_key_part`]), so a header value cannot change a key's hash slot or
+/// inject a part; an empty value, or one whose escaped text is over 64 bytes, as `~` and a
+/// digest (`~` is never in escaped text).
 fn part_text(value: &str) -> String {
-    let safe = value.len() <= 64
-        && !value.is_empty()
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if safe {
-        value.to_string()
-    } else {
+    let escaped = escape_key_part(value);
+    if escaped.is_empty() || escaped.len() > 64 {
         format!("~{}", hex16(value.as_bytes()))
+    } else {
+        escaped
     }
 }
 
@@ -468,7 +467,7 @@ impl Facts<'_> {
             let text = match part {
                 KeyPart::ApiKey => format!("k:{}", self.id.tenant.as_ref()?),
                 KeyPart::Ip => format!("ip:{}", self.client),
-                KeyPart::Route => format!("route:{}", self.route),
+                KeyPart::Route => format!("route:{}", escape_key_part(self.route)),
                 KeyPart::Method => format!("m:{}", part_text(self.method)),
                 KeyPart::Host => format!("host:{}", part_text(self.host?)),
                 KeyPart::Tier => format!("tier:{}", part_text(self.tier?)),

@@ -165,11 +165,14 @@ fn rules_match_by_path_template_method_host_header_and_tier() {
 #[test]
 fn keys_by_each_part() {
     let tenant = crate::tenant_id("k1");
+    let long = "x".repeat(65);
     let headers: &[(&str, &str)] = &[
         ("x-api-key", "k1"),
         ("host", "api.example.com"),
         ("x-tenant", "acme"),
         ("x-odd", "a}b{c"),
+        ("x-colon", "alice:sub"),
+        ("x-long", &long),
     ];
     let key_of = |parts: &str| {
         let e = engine(&format!(
@@ -179,13 +182,12 @@ fn keys_by_each_part() {
         assert_eq!(keys.len(), 1, "{parts}: {keys:?}");
         keys[0].clone()
     };
-    let odd = format!("~{}", crate::identity::hex16(b"a}b{c"));
     for (parts, expected) in [
         ("[\"api_key\"]", format!("rl:{{k:{tenant}}}:r:r")),
         ("[\"ip\"]", "rl:{ip:192.0.2.1}:r:r".to_string()),
         (
             "[\"route\"]",
-            "rl:{r:r}:r:r:route:/api/items/{id}".to_string(),
+            "rl:{r:r}:r:r:route:/api/items/%7Bid%7D".to_string(),
         ),
         ("[\"method\"]", "rl:{m:POST}:r:r".to_string()),
         ("[\"host\"]", "rl:{host:api.example.com}:r:r".to_string()),
@@ -195,10 +197,24 @@ fn keys_by_each_part() {
             "[\"header:X-Tenant\"]",
             "rl:{h:x-tenant=acme}:r:r".to_string(),
         ),
-        ("[\"header:x-odd\"]", format!("rl:{{h:x-odd={odd}}}:r:r")),
+        (
+            "[\"header:x-odd\"]",
+            "rl:{h:x-odd=a%7Db%7Bc}:r:r".to_string(),
+        ),
+        (
+            "[\"header:x-colon\"]",
+            "rl:{h:x-colon=alice%3Asub}:r:r".to_string(),
+        ),
+        (
+            "[\"header:x-long\"]",
+            format!(
+                "rl:{{h:x-long=~{}}}:r:r",
+                crate::identity::hex16(long.as_bytes())
+            ),
+        ),
         (
             "[\"route\", \"ip\", \"method\"]",
-            "rl:{ip:192.0.2.1}:r:r:route:/api/items/{id}:m:POST".to_string(),
+            "rl:{ip:192.0.2.1}:r:r:route:/api/items/%7Bid%7D:m:POST".to_string(),
         ),
     ] {
         assert_eq!(key_of(parts), expected, "{parts}");

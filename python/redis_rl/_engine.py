@@ -337,9 +337,25 @@ class Engine:
         if amount == 0:
             return 0
         result = yield refund_command(key, policy, amount)
+        # The units given back may admit what the deny cache refuses.
+        self._forget_denial(key)
         if isinstance(result, Failed):
             raise result.error
         return parse_refund(result.value)
+
+    def reset(self, key: str) -> Op:
+        """``RL.RESET key`` (the module's or the Lua twin's): True when the key held a
+        limiter; the key's cached refusal goes too. Raises the call's error."""
+        _check_key(key)
+        result = yield ("RL.RESET", key)
+        self._forget_denial(key)
+        if isinstance(result, Failed):
+            raise result.error
+        return int(result.value) == 1
+
+    def _forget_denial(self, key: str) -> None:
+        if self.deny_cache is not None:
+            self.deny_cache.forget(key)
 
     def settle_reservation(self, key: str, policy: Policy, reserved: int, actual: int) -> Op:
         """Settles a reservation of ``reserved`` units against the ``actual`` cost: refunds

@@ -1,5 +1,9 @@
 """Hot-key deny cache: after Redis denies a key with a wait, deny it locally until the wait
-is over, so a flood on a blocked key reaches Redis at most once per retry interval."""
+is over, so a flood on a blocked key reaches Redis at most once per retry interval.
+
+A cached refusal never outlives what Redis said: it ends at the retry time and never after
+the reset time (a fixed window's or quota's end), and the limiter forgets a key's refusal
+when it gives units back to it (a refund, a settlement) or resets it."""
 
 from __future__ import annotations
 
@@ -51,12 +55,24 @@ class DenyCache:
         if d.allowed or not d.retry_after_ms:
             return
         now = time.monotonic()
-        entry = (now + d.retry_after_ms / 1000, cost, d.limit, now + d.reset_after_ms / 1000)
+        # Until the retry time, and never past the reset (a window's end).
+        wait_ms = min(d.retry_after_ms, d.reset_after_ms) if d.reset_after_ms else d.retry_after_ms
+        entry = (now + wait_ms / 1000, cost, d.limit, now + d.reset_after_ms / 1000)
         with self._lock:
             self._entries[key] = entry
             self._entries.move_to_end(key)
             while len(self._entries) > self.capacity:
                 self._entries.popitem(last=False)
+
+    def forget(self, key: str) -> None:
+        """Forgets ``key``'s refusal (units were given back, or the key was reset)."""
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        """Forgets every refusal."""
+        with self._lock:
+            self._entries.clear()
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -79,6 +79,12 @@ class Limiter(Front):
         returns the units given back. Raises when Redis cannot answer."""
         return cast(int, await self._run(self._engine.refund(key, policy, amount)))
 
+    async def reset(self, key: str) -> bool:
+        """Deletes ``key``'s limiter state (``RL.RESET``, the module's or the Lua twin's):
+        True when it held some. Its cached refusal in this limiter goes too. Raises when
+        Redis cannot answer."""
+        return cast(bool, await self._run(self._engine.reset(key)))
+
     async def settle(self, key: str, policy: Policy, reserved: int, actual: int) -> Settled:
         """Settles a reservation of ``reserved`` units of ``policy`` on ``key`` (taken
         earlier with ``check(..., cost=reserved)``) against the ``actual`` cost: refunds

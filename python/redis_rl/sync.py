@@ -58,6 +58,10 @@ class SyncLimiter(Front):
         """Gives back up to ``amount`` units; see ``redis_rl.Limiter.refund``."""
         return cast(int, self._run(self._engine.refund(key, policy, amount)))
 
+    def reset(self, key: str) -> bool:
+        """Deletes ``key``'s limiter state; see ``redis_rl.Limiter.reset``."""
+        return cast(bool, self._run(self._engine.reset(key)))
+
     def settle(self, key: str, policy: Policy, reserved: int, actual: int) -> Settled:
         """Settles a reservation of ``reserved`` units of ``policy`` on ``key`` (taken
         earlier with ``check(..., cost=reserved)``) against the ``actual`` cost: refunds

@@ -21,7 +21,7 @@ pub const NARROW_USER: &str = "narrow";
 
 /// A user with only what the limiter needs (`minimal`, password `minimal`): the ACL rules
 /// of docs/src/security.md, [`BASE_RULES`] and then [`MODULE_RULES`] or [`TWIN_RULES`] as
-/// the server has the module.
+/// the server has the module, then [`GATEWAY_RULES`].
 pub const MINIMAL_USER: &str = "minimal";
 
 /// The rules the limiter's user needs either way: its keys, connecting, the tier lookups.
@@ -37,6 +37,28 @@ pub const BASE_RULES: &[&str] = &[
     "+command|info",
     "+hget",
     "+hscan",
+];
+
+/// The rules of bans and top offenders (rl-gateway, the middleware), after the others:
+/// their commands and those their scripts call.
+pub const GATEWAY_RULES: &[&str] = &[
+    "+eval",
+    "+get",
+    "+del",
+    "+pttl",
+    "+set",
+    "+incr",
+    "+pexpire",
+    "+pexpireat",
+    "+time",
+    "+zadd",
+    "+zincrby",
+    "+zcard",
+    "+zrange",
+    "+zrangebyscore",
+    "+zrem",
+    "+zremrangebyrank",
+    "+zremrangebyscore",
 ];
 
 /// The rules the limiter's user needs with the module, after [`BASE_RULES`].
@@ -228,6 +250,7 @@ pub(crate) fn server_command(
         .args(["--user", MINIMAL_USER, "on", &format!(">{MINIMAL_USER}")])
         .args(BASE_RULES)
         .args(if module { MODULE_RULES } else { TWIN_RULES })
+        .args(GATEWAY_RULES)
         .args([
             "--user",
             NARROW_USER,

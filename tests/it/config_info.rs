@@ -92,6 +92,43 @@ fn info_counts_calls_decisions_and_errors_per_command() {
     assert_eq!(field(&mut c, "rl_tokenbucket_calls"), "0");
 }
 
+/// `INFO rl` names the release and the commit the module was built from (build.rs), and
+/// `MODULE LIST` shows the release as major * 10000 + minor * 100 + patch.
+#[test]
+fn info_and_module_list_report_the_release_and_the_commit() {
+    let server = Server::start();
+    let mut c = server.client();
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        info_field(&mut c, "rl", "rl_version").as_deref(),
+        Some(version)
+    );
+    let commit = info_field(&mut c, "rl", "rl_git_commit").unwrap_or_default();
+    assert_eq!(commit, env!("RL_GIT_COMMIT"));
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success());
+    if let Some(head) = head {
+        assert_eq!(
+            commit,
+            String::from_utf8_lossy(&head.stdout).trim(),
+            "built from HEAD"
+        );
+    }
+    let numbers: Vec<i64> = version.split('.').map(|n| n.parse().unwrap()).collect();
+    let expected = numbers[0] * 10_000 + numbers[1] * 100 + numbers[2];
+    let modules: Vec<std::collections::HashMap<String, redis::Value>> =
+        query(&mut c, &["MODULE", "LIST"]);
+    let rl = modules
+        .iter()
+        .find(|m| m.get("name") == Some(&redis::Value::BulkString(b"rl".to_vec())))
+        .expect("rl in MODULE LIST");
+    assert_eq!(rl.get("ver"), Some(&redis::Value::Int(expected)));
+}
+
 /// Starts the server with the module and `args`, listening on a unix socket only, and returns
 /// its exit status and log once it exits (killed after 10 s: a server that loaded the module
 /// keeps running).

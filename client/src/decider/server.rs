@@ -74,6 +74,21 @@ impl ServerDecider {
         })
     }
 
+    /// `RL.RESET key` (the module's command or the twin's): true when the key held a
+    /// limiter.
+    pub async fn reset(&self, key: &str) -> Result<bool> {
+        let route = self.wire.route(&self.transport).await?;
+        let mut cmd = redis::cmd("RL.RESET");
+        cmd.arg(key);
+        match self.send_on(route, key, &cmd).await? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(Error::Reply {
+                command: "RL.RESET",
+                detail: format!("{other:?}"),
+            }),
+        }
+    }
+
     /// The route for calls on `algorithms`: the twin refuses policies whose waits it could
     /// not reply exactly, before any call.
     async fn route<'p>(

@@ -9,6 +9,7 @@ use super::{Cached, Inner, Limiter, Stack, DEFAULT_TIMEOUT};
 use crate::backend::{Backend, Cluster, Standalone, TlsFiles};
 use crate::breaker::BreakerConfig;
 use crate::decider::{Decider, Engine, ServerDecider};
+use crate::denials::{Denials, Source};
 use crate::deny_cache::{DenyCache, DenyCached};
 use crate::error::Result;
 use crate::failover::Failover;
@@ -129,18 +130,31 @@ impl LimiterBuilder {
     /// `rediss://` for TLS).
     pub fn standalone(self, url: &str) -> Result<Limiter> {
         let backend = Standalone::with_tls(url, self.timeout, self.tls.clone())?;
-        Ok(self.backend(Arc::new(backend)))
+        let source = Source {
+            url: url.to_owned(),
+            tls: self.tls.clone(),
+        };
+        Ok(self.build(Arc::new(backend), Some(source)))
     }
 
     /// A limiter on a Redis Cluster reached through the seed `nodes` (URLs as for
     /// [`standalone`](Self::standalone)).
     pub fn cluster(self, nodes: &[String]) -> Result<Limiter> {
         let backend = Cluster::with_tls(nodes, self.timeout, self.tls.clone())?;
-        Ok(self.backend(Arc::new(backend)))
+        // A PUBLISH reaches every node of a cluster: one seed node is enough to listen.
+        let source = nodes.first().map(|url| Source {
+            url: url.clone(),
+            tls: self.tls.clone(),
+        });
+        Ok(self.build(Arc::new(backend), source))
     }
 
     /// A limiter on any [`Backend`] (tests use this to inject faults).
     pub fn backend(self, backend: Arc<dyn Backend>) -> Limiter {
+        self.build(backend, None)
+    }
+
+    fn build(self, backend: Arc<dyn Backend>, source: Option<Source>) -> Limiter {
         let transport = Arc::new(Transport::new(
             backend,
             self.timeout,
@@ -159,7 +173,8 @@ impl LimiterBuilder {
             LocalLimiter::new(self.local_capacity),
             fleet.clone(),
         );
-        let leases = Leases::new(self.leases, cached, fleet.clone());
+        let leases = Leases::new(self.leases, cached.clone(), fleet.clone());
+        let resets = ServerDecider::new(transport.clone(), self.engine);
         let stack: Stack = Shadow::new(Leased::new(failover, leases));
         Limiter {
             inner: Arc::new(Inner {
@@ -167,6 +182,9 @@ impl LimiterBuilder {
                 stack,
                 fleet,
                 membership: Mutex::new(None),
+                cached,
+                denials: Denials::new(source),
+                resets,
             }),
         }
     }

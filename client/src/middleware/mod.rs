@@ -81,6 +81,7 @@ mod layer;
 mod plan;
 mod request;
 mod service;
+mod settle_token;
 mod settlement;
 mod trace;
 
@@ -94,8 +95,11 @@ pub use config::{
 pub use extract::{client_network, request_id, tenant_id, API_KEY, REQUEST_ID};
 pub use headers::{to_response, write_headers};
 pub use layer::RateLimitLayer;
-pub use redis_rl_policy::{normalize_path, Access, Engine, KeyError, TOP_ENTRIES, TOP_MINUTES};
+pub use redis_rl_policy::{
+    escape_key_part, normalize_path, Access, Engine, KeyError, TOP_ENTRIES, TOP_MINUTES,
+};
 pub use request::{Extensions, RequestInfo, RequestView, RoutePattern};
 pub use service::RateLimitService;
-pub use settlement::{PendingSettle, SettleReport};
+pub use settle_token::{SettleTokens, TokenError, DEFAULT_TOKEN_TTL, SETTLE_TOKEN};
+pub use settlement::{IssueSettleToken, PendingSettle, SettleReport};
 pub use trace::{TraceContext, TRACEPARENT};

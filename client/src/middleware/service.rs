@@ -15,7 +15,8 @@ use super::extract::{self, REQUEST_ID_NAME};
 use super::headers::{to_response, write_headers};
 use super::plan::Shared;
 use super::request::{RequestInfo, RequestView};
-use super::settlement::{PendingSettle, SettleReport};
+use super::settle_token::{SettleTokens, SETTLE_TOKEN};
+use super::settlement::{IssueSettleToken, PendingSettle, SettleReport};
 use super::trace::{TraceContext, TRACEPARENT_NAME};
 use crate::backend::BoxFuture;
 use crate::policy::Policy;
@@ -162,15 +163,15 @@ async fn decide(
                 } else if status != 204 {
                     tracing::debug!(status, "request refused");
                 }
-                if let Some(settle) = reply.settle {
-                    // A report of a response's cost: settled from the report's own headers.
-                    let policies = match drive::policies(shared, flow.plan()) {
-                        Some(p) => p,
-                        None => return Before::Refuse(reply.response, tier),
+                let report = view.extensions.get::<SettleReport>();
+                if let (Some(settle), Some(SettleReport(tokens))) = (reply.settle, report) {
+                    // A report of a response's cost: the reservation its token names,
+                    // settled from the report's own headers.
+                    let Some(policies) = drive::policies(shared, flow.plan()) else {
+                        return Before::Refuse(reply.response, tier);
                     };
-                    PendingSettle::new(shared.limiter.clone(), settle, policies)
-                        .settle(view.headers)
-                        .await;
+                    let r = settle_report(shared, settle, policies, &view, tokens, request_id);
+                    return Before::Refuse(r.await, tier);
                 }
                 return Before::Refuse(reply.response, tier);
             }
@@ -196,6 +197,78 @@ async fn decide(
                 });
             }
         };
+    }
+}
+
+/// A report of a response's actual cost ([`SettleReport`]): the reservation its
+/// `rl-settle-token` names, on the keys of the described request the token names, settled
+/// from the report's own headers, nothing taken, 204. Refused (nothing settled) without a
+/// valid token (403), with one spent before (409), or when Redis cannot record the spending
+/// (503).
+async fn settle_report(
+    shared: &Shared,
+    settle: redis_rl_flow::Settle,
+    policies: Vec<Policy>,
+    view: &RequestView<'_>,
+    tokens: &SettleTokens,
+    request_id: &str,
+) -> redis_rl_policy::Response {
+    let now_ms = crate::transport::wall_ms();
+    let token = view.headers.get(SETTLE_TOKEN).and_then(|v| v.to_str().ok());
+    let reservation = match tokens.verify(token, now_ms) {
+        Ok(r) => r,
+        Err(e) => return settle_refused(403, e.detail(), request_id),
+    };
+    // A report settles its own reservation and no more.
+    let Some(bound) = settle.bound_to(&reservation.items) else {
+        return settle_refused(
+            403,
+            "the rl-settle-token names none of the described request's keys",
+            request_id,
+        );
+    };
+    let prefix = &shared.flow.engine().config().key_prefix;
+    match super::settle_token::spend(&shared.limiter, prefix, &reservation, now_ms).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return settle_refused(409, "the rl-settle-token was spent already", request_id)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "a settlement report could not be recorded: refused");
+            return settle_refused(503, "redis unavailable: the reservation stands", request_id);
+        }
+    }
+    PendingSettle::new(shared.limiter.clone(), bound, policies)
+        .settle(view.headers)
+        .await;
+    redis_rl_policy::Response {
+        status: 204,
+        headers: vec![("x-request-id", request_id.to_owned())],
+        body: String::new(),
+    }
+}
+
+/// A refused settlement report: a problem body saying why.
+fn settle_refused(status: u16, detail: &str, request_id: &str) -> redis_rl_policy::Response {
+    let title = match status {
+        409 => "Conflict",
+        503 => "Service Unavailable",
+        _ => "Forbidden",
+    };
+    let body = serde_json::json!({
+        "type": "about:blank",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "request_id": request_id,
+    });
+    redis_rl_policy::Response {
+        status,
+        headers: vec![
+            ("content-type", "application/problem+json".to_owned()),
+            ("x-request-id", request_id.to_owned()),
+        ],
+        body: body.to_string(),
     }
 }
 
@@ -266,7 +339,14 @@ where
             drop(flow); // its place under the cap of held requests
             metrics::gauge!("rl_held_requests").set(shared.flow.held() as f64);
         }
+        let mut token = None;
         if let Some(s) = &settle {
+            // A check answered for a proxy (forward auth): the reservation is settled by a
+            // report presenting this token, not from this answer.
+            if let Some(IssueSettleToken(tokens)) = req.extensions().get::<IssueSettleToken>() {
+                token = HeaderValue::try_from(s.token(tokens)).ok();
+                s.claim();
+            }
             req.extensions_mut().insert(s.clone());
         }
         if let Ok(v) = HeaderValue::try_from(request_id.as_str()) {
@@ -281,6 +361,9 @@ where
         }
         let headers = response.headers_mut();
         write_headers(headers, &added);
+        if let Some(t) = token {
+            headers.insert(http::HeaderName::from_static(SETTLE_TOKEN), t);
+        }
         if let Ok(v) = HeaderValue::try_from(request_id.as_str()) {
             headers.insert(REQUEST_ID_NAME, v);
         }

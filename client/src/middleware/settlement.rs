@@ -18,17 +18,26 @@ use redis_rl_flow::Settle;
 use redis_rl_policy::Adjust;
 
 use super::extract::HttpHeaders;
+use super::settle_token::SettleTokens;
 use crate::limiter::Limiter;
 use crate::policy::Policy;
 
 /// A request extension saying "this request reports a response, it is not one to check":
-/// the middleware plans it as usual (the same keys and reservation as the check of the
-/// request it describes) and settles the reservation from the request's own headers (the
-/// `settle` header carrying the actual units), taking nothing, and answers 204. Set only by
-/// trusted code (rl-gateway's forward-auth listener for `POST /.rl/settle`), never from a
-/// header a client could send.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SettleReport;
+/// the middleware plans it as usual (the same keys as the check of the request it
+/// describes) and settles, from the request's own headers (the `settle` header carrying
+/// the actual units), the reservation its `rl-settle-token` names, taking nothing, and
+/// answers 204. A report without a valid, unspent token of these [`SettleTokens`] is
+/// refused (403, or 409 when the token was spent already). Set only by trusted code
+/// (rl-gateway's forward-auth listener for `POST /.rl/settle`), never from a header a
+/// client could send.
+#[derive(Clone, Debug)]
+pub struct SettleReport(pub SettleTokens);
+
+/// A request extension asking for an `rl-settle-token` on the answer of a check that
+/// reserves units to be settled later by a report ([`SettleReport`]): rl-gateway's
+/// forward-auth listener sets it. The check's own settlement is then left to the report.
+#[derive(Clone, Debug)]
+pub struct IssueSettleToken(pub SettleTokens);
 
 /// A reservation to settle once the response is known (the flow's [`Settle`], with the
 /// limiter and each plan item's policy); clones share it, and it is settled at most once.
@@ -53,6 +62,12 @@ impl PendingSettle {
             claimed: AtomicBool::new(false),
             done: AtomicBool::new(false),
         }))
+    }
+
+    /// A token naming this reservation: each key and the units Redis took on it (0 where it
+    /// took nothing), for a report to settle later.
+    pub(crate) fn token(&self, tokens: &SettleTokens) -> String {
+        tokens.issue(self.0.settle.reserved(), crate::transport::wall_ms())
     }
 
     /// The response headers (or trailers) the actual cost is read from, in lower case.

@@ -94,3 +94,83 @@ async fn the_fallback_divides_by_the_last_known_fleet_size_after_redis_is_killed
         "100 / 4 members; the static one: 100 / 1"
     );
 }
+
+/// Writes `n` members with 31-year leases into `key`, as an attacker with write access would.
+fn forge(server: &Server, key: &str, n: usize) {
+    let mut c = server.client();
+    for i in 0..n {
+        let id = format!("forged-{i}");
+        let _: Vec<i64> = redis_rl_testkit::query(
+            &mut c,
+            &[
+                "RL.CONCURRENCY",
+                key,
+                "10000",
+                "1000000000000",
+                "ACQUIRE",
+                &id,
+            ],
+        );
+    }
+}
+
+/// Heartbeat after heartbeat, every member still counts `size`.
+async fn stays(fleet: &[Limiter], size: u32) {
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for l in fleet {
+            assert_eq!(l.fleet_size().map(|n| n.get()), Some(size));
+        }
+    }
+}
+
+/// Leases longer than the fleet's ttl, written by someone else, never count, whatever their
+/// number.
+#[tokio::test]
+async fn leases_longer_than_the_ttl_never_count() {
+    let server = Server::start();
+    let fleet: Vec<Limiter> = (0..2).map(|_| member(&server, "fl:{fleet}")).collect();
+    all_see(&fleet, 2).await;
+    forge(&server, "fl:{fleet}", 2_000);
+    stays(&fleet, 2).await;
+}
+
+/// A member that cannot check the leases' length (RL.STATE refused to its user, or not
+/// answered in time) does not believe the count either: the size stays.
+#[tokio::test]
+async fn a_count_that_cannot_be_checked_is_not_believed() {
+    let server = Server::start();
+    let _: String = redis_rl_testkit::query(
+        &mut server.client(),
+        &[
+            "ACL",
+            "SETUSER",
+            "nostate",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "+rl.state",
+        ],
+    );
+    let url = format!("redis://nostate:pw@127.0.0.1:{}/", server.port);
+    let l = Limiter::builder()
+        .timeout(Duration::from_millis(500))
+        .standalone(&url)
+        .unwrap();
+    l.join_fleet(FleetConfig {
+        heartbeat: Duration::from_millis(100),
+        ttl: Duration::from_millis(2_000),
+        ..FleetConfig::new("fs:{fleet}")
+    })
+    .unwrap();
+    let fleet = [l];
+    all_see(&fleet, 1).await;
+    let _: String = redis_rl_testkit::query(
+        &mut server.client(),
+        &["ACL", "SETUSER", "nostate", "-rl.state"],
+    );
+    forge(&server, "fs:{fleet}", 2_000);
+    stays(&fleet, 1).await;
+}

@@ -10,6 +10,7 @@ mod bans;
 mod cluster;
 mod connection;
 mod costs;
+mod denials;
 mod fleet;
 mod lease;
 mod limiter;

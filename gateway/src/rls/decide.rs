@@ -6,11 +6,12 @@
 //! `RL.ALL` takes makes several calls, in order, giving back what the earlier ones took when
 //! a later one denies.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use redis_rl_client::{Decision, Limiter, Policy, Source, Verdict};
 
-use super::plan::{Limited, Planned};
+use super::plan::{Limited, Planned, MAX_HITS};
 
 /// The most keys of one `RL.ALL` (the module's default `rl.max-all-keys`).
 const MAX_KEYS_PER_CALL: usize = 16;
@@ -26,15 +27,22 @@ struct Counter<'a> {
 
 /// The decision of each descriptor (`None`: not counted, no limit), and whether the request
 /// is refused (an enforced descriptor denied it).
+///
+/// A counter asked for more than [`MAX_HITS`] in one request (one descriptor's
+/// `hits_addend`, or several descriptors of one counter added up) can never be admitted:
+/// it is answered over the limit here, without asking Redis, which would refuse the cost as
+/// an error, and an error is decided by the failure mode (`open` would admit it).
 pub async fn decide(limiter: &Limiter, planned: &[Planned]) -> (Vec<Option<Decision>>, bool) {
     let mut out: Vec<Option<Decision>> = vec![None; planned.len()];
     let mut counters: Vec<Counter<'_>> = Vec::new();
+    // Each counter's place in `counters`: one lookup per descriptor, linear in the request.
+    let mut index: HashMap<&str, usize> = HashMap::new();
     let mut refused = false;
     for (i, p) in planned.iter().enumerate() {
         let Planned::Limited(l) = p else { continue };
         let Some(policy) = l.policy else {
             // 0 requests per unit: no counter to ask, every hit is over the limit.
-            let d = zero_limit(l);
+            let d = never(l, l.cost);
             refused |= d.is_denied() && !l.shadow;
             if let Some(slot) = out.get_mut(i) {
                 *slot = Some(d);
@@ -49,19 +57,38 @@ pub async fn decide(limiter: &Limiter, planned: &[Planned]) -> (Vec<Option<Decis
             }
             continue;
         }
-        match counters.iter_mut().find(|c| c.key == l.key) {
+        match index
+            .get(l.key.as_str())
+            .and_then(|&ci| counters.get_mut(ci))
+        {
             Some(c) => {
                 c.cost = c.cost.saturating_add(l.cost);
                 c.members.push(i);
             }
-            None => counters.push(Counter {
-                key: &l.key,
-                policy,
-                cost: l.cost,
-                members: vec![i],
-            }),
+            None => {
+                index.insert(&l.key, counters.len());
+                counters.push(Counter {
+                    key: &l.key,
+                    policy,
+                    cost: l.cost,
+                    members: vec![i],
+                });
+            }
         }
     }
+    // Counters that can never admit this request: answered now, not sent.
+    counters.retain(|c| {
+        if c.cost <= MAX_HITS {
+            return true;
+        }
+        refused |= !c.policy.is_shadow();
+        for &i in &c.members {
+            if let (Some(slot), Some(Planned::Limited(l))) = (out.get_mut(i), planned.get(i)) {
+                *slot = Some(never(l, c.cost));
+            }
+        }
+        false
+    });
 
     // Calls: the counters in order, at most MAX_KEYS_PER_CALL each (one call for any
     // request of up to that many counters), each counter its own cost.
@@ -151,16 +178,17 @@ async fn exact_counters(limiter: &Limiter, planned: &[Planned], out: &mut [Optio
     }
 }
 
-/// The decision for a rule of 0 requests per unit: every hit is over; a cost of 0 is not.
-fn zero_limit(l: &Limited) -> Decision {
+/// The decision for a cost no counter of `l`'s rule can ever admit (a rule of 0 requests
+/// per unit, or a cost over [`MAX_HITS`]): every hit is over; a cost of 0 is not.
+fn never(l: &Limited, cost: u64) -> Decision {
     let window = Duration::from_secs(l.unit.seconds());
     Decision {
-        verdict: if l.cost == 0 {
+        verdict: if cost == 0 {
             Verdict::Allowed
         } else {
             Verdict::Never
         },
-        limit: 0,
+        limit: u64::from(l.requests_per_unit),
         remaining: 0,
         reset_after: window,
         source: Source::Redis,

@@ -84,18 +84,50 @@ fn reset_secs(l: &Limited, d: &Decision) -> u64 {
     }
 }
 
-/// The rule's name in the fields: its `name`, else its metric key; quotes and backslashes
-/// (which would end the structured-field string) replaced.
 /// Whole seconds, rounded up: a client that waits the advertised time is never early.
 fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
+/// The rule's name in the fields: its `name`, else its metric key, as the text of a
+/// structured-field string: every character a header value or such a string cannot hold
+/// (`"`, `\`, control characters such as CR and LF, anything outside printable ASCII) is
+/// `_`, so nothing from a file or a request can end the string or the header.
 fn name(l: &Limited) -> String {
     let n = if l.name.is_empty() {
         &l.metric
     } else {
         &l.name
     };
-    n.replace(['"', '\\'], "_")
+    n.chars()
+        .map(|c| {
+            if c == ' ' || (c.is_ascii_graphic() && c != '"' && c != '\\') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rls::config::Unit;
+
+    #[test]
+    fn names_cannot_end_the_string_or_the_header() {
+        let l = Limited {
+            requests_per_unit: 1,
+            unit: Unit::Second,
+            name: "a\"b\\c\r\nX-Evil: 1\u{e9}".into(),
+            shadow: false,
+            key: String::new(),
+            metric: String::new(),
+            policy: None,
+            cost: 1,
+            refund: false,
+        };
+        assert_eq!(name(&l), "a_b_c__X-Evil: 1_");
+    }
 }

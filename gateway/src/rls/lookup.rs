@@ -3,13 +3,15 @@
 //! value in file order, then `key` alone; the rule counts only when it sits at the level of
 //! the descriptor's last entry.
 
+use redis_rl_client::middleware::escape_key_part;
+
 use super::config::{wildcard_match, Level, Rule};
 
 /// A descriptor's rule, with the names it is counted and reported under.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Matched<'a> {
     pub rule: &'a Rule,
-    /// The counter's identity: `domain_key_value_..._` from the request's values, a
+    /// The counter's identity: `domain:key=value:...` from the request's values, a
     /// `share_threshold` wildcard's pattern in place of the values it matched (so they
     /// share one counter).
     pub counter: String,
@@ -101,14 +103,16 @@ pub fn find<'a>(domain: &str, tree: &'a Level, entries: &[(&str, &str)]) -> Opti
     })
 }
 
-/// `domain_key1_value1_key2_value2_`: envoyproxy/ratelimit's cache key without its window.
+/// `domain:key1=value1:key2=value2`, each part escaped by the rule every key builder of
+/// the gateway shares ([`escape_key_part`]): no domain, key or value can pass for another
+/// part (envoyproxy/ratelimit's `domain_key1_value1_` cannot tell `a_b=c` from `a=b_c`).
 pub fn counter_name<'a>(domain: &str, entries: impl Iterator<Item = (&'a str, &'a str)>) -> String {
-    let mut c = format!("{domain}_");
+    let mut c = escape_key_part(domain);
     for (k, v) in entries {
-        c.push_str(k);
-        c.push('_');
-        c.push_str(v);
-        c.push('_');
+        c.push(':');
+        c.push_str(&escape_key_part(k));
+        c.push('=');
+        c.push_str(&escape_key_part(v));
     }
     c
 }
@@ -165,7 +169,7 @@ descriptors:
             names(&[("key1", "value1"), ("subkey1", "x")]),
             Some((
                 5,
-                "d_key1_value1_subkey1_x_".into(),
+                "d:key1=value1:subkey1=x".into(),
                 "d.key1_value1.subkey1".into()
             ))
         );
@@ -198,10 +202,25 @@ descriptors:
     fn share_threshold_counts_every_match_on_one_counter() {
         let a = names(&[("files", "files/a.pdf")]).unwrap();
         let b = names(&[("files", "files/b.csv")]).unwrap();
-        assert_eq!(a.1, "d_files_files/*_");
+        assert_eq!(a.1, "d:files=files/%2A");
         assert_eq!(a.1, b.1);
         let x = names(&[("wild", "foo1")]).unwrap();
         let y = names(&[("wild", "foo2")]).unwrap();
         assert_ne!(x.1, y.1, "without share_threshold each value has its own");
+    }
+
+    #[test]
+    fn counters_of_different_entries_never_share_a_name() {
+        let name =
+            |domain: &str, entries: &[(&str, &str)]| counter_name(domain, entries.iter().copied());
+        assert_ne!(
+            name("d", &[("user", "alice_sub_bob")]),
+            name("d", &[("user", "alice"), ("sub", "bob")])
+        );
+        assert_ne!(name("d_user", &[("x", "y")]), name("d", &[("user_x", "y")]));
+        assert_ne!(
+            name("d", &[("a", "b:c=d")]),
+            name("d", &[("a", "b"), ("c", "d")])
+        );
     }
 }

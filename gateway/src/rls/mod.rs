@@ -5,8 +5,10 @@
 //! same Redis, breaker, failure mode, deny cache and leases. SIGHUP re-reads the
 //! configuration; one that does not load is refused and the running one stays.
 
+mod budget;
 pub mod config;
 mod decide;
+mod frames;
 mod headers;
 mod listener;
 mod lookup;
@@ -24,6 +26,7 @@ use redis_rl_client::Limiter;
 use crate::limits::ListenerLimits;
 use crate::reload::Live;
 use config::RlsConfig;
+pub use service::RequestBounds;
 
 /// What `--rls-*` asked for.
 pub struct RlsOptions {
@@ -31,6 +34,7 @@ pub struct RlsOptions {
     pub config: PathBuf,
     pub response_headers: bool,
     pub hot_per_second: u64,
+    pub bounds: RequestBounds,
 }
 
 /// A bound, configured service, ready to serve.
@@ -63,6 +67,7 @@ pub async fn bind(
             gateway,
             response_headers: opts.response_headers,
             hot_per_second: opts.hot_per_second,
+            bounds: opts.bounds,
         },
     })
 }
@@ -99,8 +104,12 @@ impl Bound {
             .max_concurrent_streams(STREAMS_PER_CONNECTION)
             .concurrency_limit_per_connection(STREAMS_PER_CONNECTION as usize)
             .timeout(limits.body_timeout)
+            .layer(budget::BudgetLayer::new())
             .add_service(health)
-            .add_service(RateLimitServiceServer::new(self.service))
+            .add_service(
+                RateLimitServiceServer::new(self.service)
+                    .max_decoding_message_size(budget::MAX_MESSAGE_BYTES),
+            )
             .serve_with_incoming_shutdown(incoming, stop)
             .await
             .map_err(|e| format!("rate limit service: {e}"))

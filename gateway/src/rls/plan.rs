@@ -2,6 +2,7 @@
 //! configuration's, or the request's own `limit` override), its cost (`hits_addend`), and
 //! `replaces` applied across the request's descriptors, as envoyproxy/ratelimit does.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -10,8 +11,13 @@ use redis_rl_client::{FailureMode, Policy};
 use super::config::{Counting, Level, RlsConfig, Rule, Unit};
 use super::lookup;
 
-/// The largest cost one descriptor may ask for (the module's bound on any count).
-const MAX_HITS: u64 = 1_000_000_000_000_000;
+/// The largest cost one counter may be asked for in one call (the module's bound on any
+/// count): a request asking more can never be admitted (see `decide`).
+pub const MAX_HITS: u64 = 1_000_000_000_000_000;
+
+/// The metric key of every descriptor counted on its own `limit`: its domain, keys and
+/// values come from the request, and metric labels come only from the configuration.
+pub const OVERRIDE_METRIC: &str = "limit_override";
 
 /// What one request descriptor gets.
 #[derive(Debug)]
@@ -32,7 +38,7 @@ pub struct Limited {
     pub unit: Unit,
     pub name: String,
     pub shadow: bool,
-    /// The Redis key of the counter.
+    /// The Redis key of the counter: `<key_prefix>:rls:<counter>:<counting>:<seconds>`.
     pub key: String,
     /// The metric key (bounded: the rule's place in the tree unless the file asks for values).
     pub metric: String,
@@ -47,10 +53,12 @@ pub struct Limited {
 #[derive(Debug, PartialEq, Eq)]
 pub struct BadRequest(pub String);
 
-/// Plans every descriptor of a request in `domain`. `failure` is the gateway's failure mode;
-/// `hot_per_second`: rules at least this fast are served from leases (0: none).
+/// Plans every descriptor of a request in `domain`, its counters under `key_prefix` (the
+/// gateway configuration's). `failure` is the gateway's failure mode; `hot_per_second`:
+/// rules at least this fast are served from leases (0: none).
 pub fn plan(
     config: &RlsConfig,
+    key_prefix: &str,
     domain: &str,
     descriptors: &[RateLimitDescriptor],
     request_hits: u32,
@@ -86,11 +94,8 @@ pub fn plan(
         found.push(match over {
             Some((requests_per_unit, unit)) => {
                 // The request's own limit: counted per descriptor values, reported under
-                // the keys alone so metrics stay bounded.
-                let metric = std::iter::once(domain)
-                    .chain(entries.iter().map(|(k, _)| *k))
-                    .collect::<Vec<_>>()
-                    .join(".");
+                // one metric key (its domain and keys are the request's).
+                let metric = OVERRIDE_METRIC.to_string();
                 let counter = lookup::counter_name(domain, entries.iter().copied());
                 Some((
                     Rule {
@@ -113,7 +118,7 @@ pub fn plan(
             }
         });
     }
-    let replaced: Vec<&str> = found
+    let replaced: HashSet<&str> = found
         .iter()
         .flatten()
         .flat_map(|(r, _, _)| r.replaces.iter().map(String::as_str))
@@ -128,7 +133,7 @@ pub fn plan(
             planned.push(Planned::Unlimited);
             continue;
         }
-        if rule.name.as_deref().is_some_and(|n| replaced.contains(&n)) {
+        if rule.name.as_deref().is_some_and(|n| replaced.contains(n)) {
             planned.push(Planned::NoLimit);
             continue;
         }
@@ -136,16 +141,9 @@ pub fn plan(
             planned.push(Planned::NoLimit);
             continue;
         };
-        let cost = match &d.hits_addend {
-            Some(h) if h.value > MAX_HITS => {
-                return Err(BadRequest(format!(
-                    "hits_addend must be at most {MAX_HITS}, got {}",
-                    h.value
-                )))
-            }
-            Some(h) => h.value,
-            None => request_cost,
-        };
+        // Over MAX_HITS: never admitted, answered OVER_LIMIT by `decide` (an error would
+        // let Envoy's and the gateway's failure modes admit it).
+        let cost = d.hits_addend.as_ref().map_or(request_cost, |h| h.value);
         let policy = policy(rule.counting, rule.requests_per_unit, unit).map(|p| {
             let per_second = u64::from(rule.requests_per_unit) / unit.seconds();
             p.on_failure(failure)
@@ -157,7 +155,11 @@ pub fn plan(
             unit,
             name: rule.name.clone().unwrap_or_default(),
             shadow: rule.shadow_mode,
-            key: format!("rls:{counter}:{}:{}", rule.counting.name(), unit.seconds()),
+            key: format!(
+                "{key_prefix}:rls:{counter}:{}:{}",
+                rule.counting.name(),
+                unit.seconds()
+            ),
             metric: metric.clone(),
             policy,
             cost,
@@ -239,13 +241,13 @@ descriptors:
     fn replaces_drops_the_named_rule_only_when_both_match() {
         let c = RlsConfig::from_sources(&[("f".into(), EXAMPLE7.into())]).unwrap();
         let one = [descriptor(&[("key_1", "value_1"), ("user", "bkthomps")])];
-        let p = plan(&c, "example7", &one, 0, FailureMode::Open, 0).unwrap();
+        let p = plan(&c, "rl", "example7", &one, 0, FailureMode::Open, 0).unwrap();
         assert_eq!(limits(&p), [Some((5, 1))]);
         let both = [
             descriptor(&[("key_1", "value_1"), ("user", "bkthomps")]),
             descriptor(&[("key_2", "value_2"), ("user", "bkthomps")]),
         ];
-        let p = plan(&c, "example7", &both, 0, FailureMode::Open, 0).unwrap();
+        let p = plan(&c, "rl", "example7", &both, 0, FailureMode::Open, 0).unwrap();
         assert_eq!(limits(&p), [None, Some((10, 1))]);
     }
 
@@ -257,6 +259,7 @@ descriptors:
         a.hits_addend = Some(UInt64Value { value: 0 });
         let p = plan(
             &c,
+            "rl",
             "example7",
             &[a.clone(), b.clone()],
             3,
@@ -267,6 +270,7 @@ descriptors:
         assert_eq!(limits(&p), [Some((5, 0)), Some((5, 3))]);
         let p = plan(
             &c,
+            "rl",
             "example7",
             std::slice::from_ref(&b),
             0,
@@ -276,31 +280,37 @@ descriptors:
         .unwrap();
         assert_eq!(limits(&p), [Some((5, 1))]);
         a.hits_addend = Some(UInt64Value { value: u64::MAX });
-        assert!(plan(&c, "example7", &[a], 0, FailureMode::Open, 0).is_err());
+        let p = plan(&c, "rl", "example7", &[a], 0, FailureMode::Open, 0).unwrap();
+        assert_eq!(
+            limits(&p),
+            [Some((5, u64::MAX))],
+            "answered by decide, not refused"
+        );
     }
 
     #[test]
-    fn a_limit_override_counts_per_value_and_reports_keys_only() {
+    fn a_limit_override_counts_per_value_under_one_metric_key() {
         let c = RlsConfig::default();
         let mut d = descriptor(&[("tenant", "t1")]);
         d.limit = Some(RateLimitOverride {
             requests_per_unit: 42,
             unit: 2,
         });
-        let p = plan(&c, "any", &[d], 0, FailureMode::Open, 0).unwrap();
+        let p = plan(&c, "rl", "any", &[d], 0, FailureMode::Open, 0).unwrap();
         let Planned::Limited(l) = &p[0] else { panic!() };
         assert_eq!((l.requests_per_unit, l.unit), (42, Unit::Minute));
-        assert_eq!(l.key, "rls:any_tenant_t1_:fixed_window:60");
-        assert_eq!(l.metric, "any.tenant");
+        assert_eq!(l.key, "rl:rls:any:tenant=t1:fixed_window:60");
+        assert_eq!(l.metric, OVERRIDE_METRIC);
     }
 
     #[test]
     fn empty_domain_or_descriptors_are_bad_requests() {
         let c = RlsConfig::default();
-        assert!(plan(&c, "", &[descriptor(&[])], 0, FailureMode::Open, 0).is_err());
-        assert!(plan(&c, "d", &[], 0, FailureMode::Open, 0).is_err());
+        assert!(plan(&c, "rl", "", &[descriptor(&[])], 0, FailureMode::Open, 0).is_err());
+        assert!(plan(&c, "rl", "d", &[], 0, FailureMode::Open, 0).is_err());
         let p = plan(
             &c,
+            "rl",
             "unknown",
             &[descriptor(&[("a", "b")])],
             0,

@@ -25,6 +25,45 @@ use crate::reload::Live;
 /// (envoyproxy/ratelimit's default `NEAR_LIMIT_RATIO`).
 const NEAR_LIMIT_PERCENT: u64 = 80;
 
+/// The metric label of a domain the configuration does not define (requests that carry
+/// their own `limit` can name any): labels come only from the configuration.
+const UNCONFIGURED_DOMAIN: &str = "<other>";
+
+/// How much one `ShouldRateLimit` call may ask for (`--rls-max-descriptors`,
+/// `--rls-max-entries`): a call past either is refused before any work.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestBounds {
+    pub max_descriptors: usize,
+    /// Entries of one descriptor.
+    pub max_entries: usize,
+}
+
+impl RequestBounds {
+    /// Refuses a request past a bound, naming the bound and its flag.
+    fn check(&self, req: &RateLimitRequest) -> Result<(), Status> {
+        let n = req.descriptors.len();
+        if n > self.max_descriptors {
+            return Err(Status::invalid_argument(format!(
+                "rate limit request has {n} descriptors, more than --rls-max-descriptors {}",
+                self.max_descriptors
+            )));
+        }
+        if let Some((i, d)) = req
+            .descriptors
+            .iter()
+            .enumerate()
+            .find(|(_, d)| d.entries.len() > self.max_entries)
+        {
+            return Err(Status::invalid_argument(format!(
+                "rate limit descriptor {i} has {} entries, more than --rls-max-entries {}",
+                d.entries.len(),
+                self.max_entries
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// The service: the live RLS configuration, the gateway's limiter and failure mode.
 pub struct Rls {
     pub config: Arc<ArcSwap<RlsConfig>>,
@@ -34,6 +73,7 @@ pub struct Rls {
     pub response_headers: bool,
     /// Rules of at least this many requests per second are served from leases (0: none).
     pub hot_per_second: u64,
+    pub bounds: RequestBounds,
 }
 
 #[tonic::async_trait]
@@ -43,10 +83,17 @@ impl RateLimitService for Rls {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let req = request.into_inner();
-        let failure = self.gateway.current().config.failure_mode();
+        if let Err(refusal) = self.bounds.check(&req) {
+            metrics::counter!("rl_rls_requests_refused_total", "reason" => "too_large")
+                .increment(1);
+            return Err(refusal);
+        }
+        let gateway = self.gateway.current();
+        let failure = gateway.config.failure_mode();
         let config = self.config.load();
         let planned = plan::plan(
             &config,
+            &gateway.config.key_prefix,
             &req.domain,
             &req.descriptors,
             req.hits_addend,
@@ -55,11 +102,16 @@ impl RateLimitService for Rls {
         )
         .map_err(|e| Status::invalid_argument(e.0))?;
         let (decisions, refused) = super::decide::decide(&self.limiter, &planned).await;
+        let domain_label = if config.domains.contains_key(&req.domain) {
+            req.domain.as_str()
+        } else {
+            UNCONFIGURED_DOMAIN
+        };
         let mut statuses = Vec::with_capacity(planned.len());
         for (p, d) in planned.iter().zip(&decisions) {
             statuses.push(status(p, d.as_ref()));
             if let (Planned::Limited(l), Some(d)) = (p, d) {
-                count(&req.domain, l, d, refused);
+                count(domain_label, l, d, refused);
             }
         }
         let overall = if refused { Code::OverLimit } else { Code::Ok };
@@ -129,7 +181,8 @@ fn proto_duration(d: Duration) -> ProtoDuration {
 }
 
 /// envoyproxy/ratelimit's per-rule counters, by domain and metric key (the rule's place in
-/// the tree; values only where the file asks): hits, over the limit, near it (past 80%),
+/// the tree; values only where the file asks; a configured domain, else one label, and
+/// one key for every descriptor with its own limit): hits, over the limit, near it (past 80%),
 /// within it, and shadow-mode passes (over the limit, answered OK). Each counts the hits
 /// (`hits_addend`), as there.
 fn count(domain: &str, l: &plan::Limited, d: &Decision, refused: bool) {

@@ -292,3 +292,57 @@ async fn top_offenders_merge_both_gateways_in_bounded_sets() {
     let (_, top) = admin(&a, "GET", "/top?n=3&minutes=1").await;
     assert_eq!(top["top"]["login"].as_array().unwrap().len(), 3, "{top}");
 }
+
+/// Without `--admin-listen`, the admin calls show other clients' data and change limits:
+/// only this machine answers, and a proxy on this machine forwarding a client (who might be
+/// the banned one) is not this machine.
+#[tokio::test]
+async fn without_an_admin_listener_only_a_local_caller_that_is_no_proxy_gets_admin_calls() {
+    let server = Server::start();
+    let path = named_config(
+        &server,
+        "admin-local",
+        &rules(
+            "al",
+            "ban = { after = 1, within_ms = 60000, for_ms = 60000 }\n",
+        ),
+    );
+    let gw = Gateway::launch(
+        &["--redis", &server.url(), "--config", path.to_str().unwrap()],
+        false,
+        None,
+    )
+    .await;
+    let ip = "198.51.100.9";
+    for _ in 0..3 {
+        from(&gw, ip, "/login").await;
+    }
+    let subject = format!("al:{{ip:{ip}}}:r:login");
+    eventually("the client is banned", async || {
+        banned(&from(&gw, ip, "/login").await.2)
+    })
+    .await;
+    let lift = format!(
+        "/bans/login?key={}",
+        subject.replace('{', "%7B").replace('}', "%7D")
+    );
+    let through_proxy = [("x-forwarded-for", ip)];
+    // Through a proxy on this host: the banned client cannot lift its own ban, nor read
+    // the others' addresses.
+    for (method, p) in [
+        ("DELETE", lift.as_str()),
+        ("GET", "/bans"),
+        ("GET", "/top"),
+        ("DELETE", "/limits?key=al:x"),
+    ] {
+        let (status, _, body) = send(gw.port, method, p, &through_proxy).await;
+        assert_eq!(status, 403, "{method} {p}: {body}");
+    }
+    let (status, _, _) = send(gw.port, "DELETE", &lift, &[("x-real-ip", ip)]).await;
+    assert_eq!(status, 403);
+    assert!(banned(&from(&gw, ip, "/login").await.2), "still banned");
+    // The machine itself (an operator's curl on the host) may.
+    assert_eq!(send(gw.port, "GET", "/top", &[]).await.0, 200);
+    assert_eq!(send(gw.port, "GET", "/bans", &[]).await.0, 200);
+    assert_eq!(send(gw.port, "DELETE", &lift, &[]).await.0, 200);
+}

@@ -84,9 +84,9 @@ const EXAMPLE9_MIDDLE: &str = "domain: example9\ndescriptors:\n  - key: path\n  
 const EXAMPLE9_MULTIPLE: &str = "domain: example9\ndescriptors:\n  - key: route\n    value: /api/*/resource/*/action\n    rate_limit:\n      unit: minute\n      requests_per_unit: 20\n";
 
 pub(super) struct Rls {
-    gw: Gateway,
-    client: RateLimitServiceClient<Channel>,
-    port: u16,
+    pub(super) gw: Gateway,
+    pub(super) client: RateLimitServiceClient<Channel>,
+    pub(super) port: u16,
 }
 
 /// The gateway with `--rls-listen` on a free port and `config` (a file or directory).

@@ -288,15 +288,21 @@ fn check_config_explains_cost_settle_and_delay_and_refuses_bad_ones() {
     }
 }
 
-/// `method` `path` on `port` with `headers`: the status.
-async fn status_of(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> u16 {
-    request(port, None, method, path, headers).await.unwrap().0
+/// The units left of the rule's hour for `subject` (`global`, `ip:203.0.113.5`).
+fn left_of(server: &Server, subject: &str) -> i64 {
+    let key = format!("st:{{{subject}}}:r:tokens");
+    let reply: Vec<i64> = query(
+        &mut server.client(),
+        &["RL.FIXED", &key, "1000", "3600000", "COST", "0"],
+    );
+    reply[2]
 }
 
 #[tokio::test]
-async fn forward_auth_reserves_on_the_check_and_settles_on_a_report() {
+async fn forward_auth_reserves_on_the_check_and_settles_on_a_report_with_its_token() {
     let server = Server::start();
-    let config = named_config(&server, "fwd-settle", &settled());
+    let per_ip = settled().replace("key = [\"global\"]", "key = [\"ip\"]");
+    let config = named_config(&server, "fwd-settle", &per_ip);
     let args = [
         "--redis",
         &server.url(),
@@ -304,31 +310,74 @@ async fn forward_auth_reserves_on_the_check_and_settles_on_a_report() {
         config.to_str().unwrap(),
     ];
     let (_gw, auth) = Gateway::listening(&args, "--auth-listen").await;
-    let before = left(&server);
-    let describe = |extra: &[(&'static str, &'static str)]| {
+    let (me, victim) = ("ip:203.0.113.5", "ip:203.0.113.77");
+    let left = || left_of(&server, me);
+    let before = left();
+    let describe = |extra: &[(&'static str, &str)]| -> Vec<(&'static str, String)> {
         let mut h = vec![
-            ("x-forwarded-method", "POST"),
-            ("x-forwarded-uri", "/v1/chat"),
-            ("x-forwarded-for", "203.0.113.5"),
-            ("x-max-tokens", "100"),
+            ("x-forwarded-method", "POST".to_owned()),
+            ("x-forwarded-uri", "/v1/chat".to_owned()),
+            ("x-forwarded-for", "203.0.113.5".to_owned()),
+            ("x-max-tokens", "100".to_owned()),
         ];
-        h.extend_from_slice(extra);
+        h.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
         h
     };
-    // The check reserves the request's cost header.
-    assert_eq!(status_of(auth, "GET", "/", &describe(&[])).await, 200);
-    assert_eq!(left(&server), before - 100);
-    // The upstream's usage reported after the response: the difference given back...
-    let report = describe(&[("x-tokens-used", "30")]);
-    assert_eq!(status_of(auth, "POST", "/.rl/settle", &report).await, 204);
-    assert_eq!(left(&server), before - 30);
-    // ...or taken.
-    assert_eq!(status_of(auth, "GET", "/", &describe(&[])).await, 200);
-    let report = describe(&[("x-tokens-used", "160")]);
-    assert_eq!(status_of(auth, "POST", "/.rl/settle", &report).await, 204);
-    assert_eq!(left(&server), before - 30 - 160);
+    let send = |method: &'static str, path: &'static str, h: Vec<(&'static str, String)>| async move {
+        let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        request(auth, None, method, path, &h).await.unwrap()
+    };
+    // The check reserves the request's cost header and answers the reservation's token.
+    let (status, headers, _) = send("GET", "/", describe(&[])).await;
+    assert_eq!(status, 200);
+    assert_eq!(left(), before - 100);
+    let token = headers["rl-settle-token"].to_str().unwrap().to_owned();
+    // A report without the token (anyone's word) settles nothing: 403 with a problem body.
+    let (status, headers, body) =
+        send("POST", "/.rl/settle", describe(&[("x-tokens-used", "0")])).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(body.contains("rl-settle-token"), "{body}");
+    assert_eq!(left(), before - 100, "nothing given back");
+    // A forged or altered token neither.
+    let forged = format!("{}x", token);
+    let report = describe(&[("x-tokens-used", "0"), ("rl-settle-token", &forged)]);
+    assert_eq!(send("POST", "/.rl/settle", report).await.0, 403);
+    assert_eq!(left(), before - 100);
+    // My token aimed at another subject (the report describes the victim): refused, the
+    // victim untouched (a charge would otherwise take from them).
+    let victim_before = left_of(&server, victim);
+    let mut aimed = describe(&[
+        ("x-tokens-used", "999999999999999"),
+        ("rl-settle-token", &token),
+    ]);
+    aimed[2].1 = "203.0.113.77".to_owned();
+    let (status, _, body) = send("POST", "/.rl/settle", aimed).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(left_of(&server, victim), victim_before);
+    // The upstream's usage with the token: the difference given back...
+    let report = describe(&[("x-tokens-used", "30"), ("rl-settle-token", &token)]);
+    assert_eq!(send("POST", "/.rl/settle", report.clone()).await.0, 204);
+    assert_eq!(left(), before - 30);
+    // ...once: the same token again is refused (409), nothing moves.
+    let (status, _, body) = send("POST", "/.rl/settle", report).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(left(), before - 30);
+    // A report claiming more reserved units than its token names gives back at most those.
+    let (_, headers, _) = send("GET", "/", describe(&[])).await;
+    let token = headers["rl-settle-token"].to_str().unwrap().to_owned();
+    let mut report = describe(&[("x-tokens-used", "0"), ("rl-settle-token", &token)]);
+    report[3].1 = "900".to_owned();
+    assert_eq!(send("POST", "/.rl/settle", report).await.0, 204);
+    assert_eq!(left(), before - 30, "the 100 reserved came back, not 900");
+    // Under-reserved: the difference taken.
+    let (_, headers, _) = send("GET", "/", describe(&[])).await;
+    let token = headers["rl-settle-token"].to_str().unwrap().to_owned();
+    let report = describe(&[("x-tokens-used", "160"), ("rl-settle-token", &token)]);
+    assert_eq!(send("POST", "/.rl/settle", report).await.0, 204);
+    assert_eq!(left(), before - 30 - 160);
     // A check that carries the usage header is still a check (a client cannot refund).
-    let sneaky = describe(&[("x-tokens-used", "0")]);
-    assert_eq!(status_of(auth, "GET", "/", &sneaky).await, 200);
-    assert_eq!(left(&server), before - 30 - 160 - 100);
+    let sneaky = describe(&[("x-tokens-used", "0"), ("rl-settle-token", &token)]);
+    assert_eq!(send("GET", "/", sneaky).await.0, 200);
+    assert_eq!(left(), before - 30 - 160 - 100);
 }
