@@ -84,6 +84,25 @@
 //! }
 //! ```
 
+//! # For bindings
+//!
+//! [`Flow`] is `Send + Sync` and cheap to clone: one per configuration, shared by every
+//! request (it holds the bans read a moment ago and the count of held requests).
+//! [`RequestFlow`] is `Send`: one per request, kept until the answer is sent (dropping it
+//! ends a hold). The answers each step takes:
+//!
+//! | step | the host does | then calls |
+//! |---|---|---|
+//! | [`Step::Tier`] | its tier lookup (a Redis hash, a table) | [`RequestFlow::tier`] |
+//! | [`Step::Book`] | the limiter call on `takes` and one `PTTL` per `ban_reads`, concurrently | [`RequestFlow::booked`] |
+//! | [`Step::Peek`] | takes the booking lock; `RL.ALL ... PEEK` of the takes | [`RequestFlow::peeked`] |
+//! | [`Step::Force`] | `RL.ALL ... FORCE` of the takes; releases the lock | [`RequestFlow::forced`] |
+//! | [`Step::Respond`] | sends the response, runs [`Reply::record`] off the path | (done) |
+//! | [`Step::Forward`] | waits `hold_ms`, calls the application with the headers, settles | (done) |
+//!
+//! A [`Take`]'s `item` indexes [`RequestFlow::plan`]'s items: the host builds its limiter
+//! policy from that item (its window's algorithm and numbers, shadow, failure mode, hot).
+
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 #![cfg_attr(
     test,

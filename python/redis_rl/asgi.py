@@ -7,12 +7,15 @@
 
 What a request is limited on, under which Redis keys, and how the decision is written
 (``RateLimit-Policy`` / ``RateLimit`` / ``X-RateLimit-*`` headers, 429/503/403/400
-problem+json bodies) is decided by the policy engine compiled into ``redis_rl._core``: the
-engine rl-gateway runs, so the same TOML gives the same keys, statuses and headers in both,
-and a fleet can mix them. Per request: the engine checks the API key (one per request) and
-the access lists, the middleware finds the key's tier, the engine plans every dimension and
-matching ``[[rules]]`` entry (each window its own key), the limiter decides them in one
-``RL.ALL`` per hash slot (all or nothing), and the engine renders the decision. A rule's
+problem+json bodies) is decided by the request flow compiled into ``redis_rl._core``: the
+flow rl-gateway runs, so the same TOML gives the same keys, statuses and headers in both,
+and a fleet can mix them. Per request the flow checks the API key (one per request) and the
+access lists, asks the middleware for the key's tier, plans every dimension and matching
+``[[rules]]`` entry (each window its own key), has the limiter decide them in one ``RL.ALL``
+per hash slot (all or nothing) with the ban reads beside it, and renders the decision; the
+middleware only runs what it asks, with redis-py. A rule's ``ban`` refuses a key refused
+too often for a while (the strikes and bans are rl-gateway's keys and scripts), and its
+refusals count in the fleet's top offenders. A rule's
 ``cost = "header:<name>"`` reserves that many units on its windows, and its ``settle =
 "response-header:<name>"`` refunds or charges the difference once the application's response
 (its header, else its ``http.response.trailers``) reports the actual cost. A refused request
