@@ -32,7 +32,7 @@ local t = redis.call('TIME')
 return {level, ms, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ms}
 ";
 
-/// Adds a ban to the index, drops the ended ones and keeps the newest ARGV[3].
+/// Adds a ban to the index, drops the ended ones and keeps the newest `ARGV[3]`.
 /// KEYS: index. ARGV: member, ends_at_ms, max entries.
 pub const INDEX: &str = r"
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
@@ -44,7 +44,7 @@ if last[2] then redis.call('PEXPIREAT', KEYS[1], last[2]) end
 return 1
 ";
 
-/// Adds counts to one minute's set, keeps the ARGV[2] highest and sets its life.
+/// Adds counts to one minute's set, keeps the `ARGV[2]` highest and sets its life.
 /// KEYS: the set. ARGV: life_ms, entries, then count and subject pairs.
 pub const TOP_ADD: &str = r"
 for i = 3, #ARGV, 2 do redis.call('ZINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
