@@ -129,6 +129,8 @@ async fn listen(source: Source, channel: String, cache: Cache) {
                     tracing::warn!(%channel, error = %e, "cannot listen for the fleet's refunds: cached refusals end at their retry time");
                     warned = true;
                 }
+                // A refusal (NOPERM) lasts: do not ask the server every second.
+                tokio::time::sleep(Duration::from_secs(4)).await;
             }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -34,8 +34,10 @@ pub enum Mode {
 /// config; tier from the Redis hash rl:tiers, e.g. `HSET rl:tiers KEY pro`); 100/min per
 /// client IP (per /64 for IPv6); 100/min per API key and endpoint; 100000/min globally;
 /// local fallback behind a circuit breaker when Redis fails.
-/// GET /healthz, GET /metrics, GET /bans, DELETE /bans/<policy>?key=<key> and GET /top are
-/// built in and never limited (on --admin-listen when given). SIGHUP re-reads --config; a bad file is refused and the running one kept.
+/// GET /healthz, GET /metrics, GET /bans, DELETE /bans/<policy>?key=<key>, GET /top and
+/// DELETE /limits?key=<key> are built in and never limited (on --admin-listen when given;
+/// without it the admin calls answer only a loopback caller that forwards for nobody).
+/// SIGHUP re-reads --config; a bad file is refused and the running one kept.
 #[derive(Clone, Debug, Parser)]
 #[command(name = "rl-gateway", version = VERSION, about, long_about)]
 pub struct Args {
@@ -43,8 +45,8 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
-    /// Serve /healthz, /metrics, /bans and /top on this address only (e.g. 127.0.0.1:9090); the public
-    /// listener then forwards those paths like any other.
+    /// Serve /healthz, /metrics, /bans, /top and /limits on this address only (e.g.
+    /// 127.0.0.1:9090); the public listener then forwards those paths like any other.
     #[arg(long, env = "RL_GATEWAY_ADMIN_LISTEN")]
     pub admin_listen: Option<SocketAddr>,
 

@@ -47,7 +47,7 @@ class _SyncFacade:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.limiter, name)
-        if name not in ("check", "peek", "check_all", "take_upto", "peek_upto", "refund"):
+        if name not in ("check", "peek", "check_all", "take_upto", "peek_upto", "refund", "settle", "reset"):
             return method
 
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -242,6 +242,35 @@ def test_check_all_shadow_key_never_denies(server, prefix, kind):
 def calls(client: redis.Redis, command: str) -> int:
     stats = client.info("commandstats").get(f"cmdstat_{command.lower()}")
     return int(stats["calls"]) if stats else 0
+
+
+def test_a_refund_or_reset_ends_the_cached_refusal(server, prefix, kind, client):
+    # A month's quota: a cached refusal would last weeks.
+    p = Policy.fixed(1_000, 30 * 86_400_000)
+    key = f"{prefix}:quota"
+
+    async def refused_and_cached(lim):
+        assert (await lim.check(key, p)).denied
+        assert (await lim.check(key, p)).source is Source.DENY_CACHE
+
+    async def body(lim):
+        assert (await lim.check(key, p, cost=1_000)).allowed
+        await refused_and_cached(lim)
+        # The work used 10: 990 go back, and the refusal with them.
+        await lim.settle(key, p, 1_000, 10)
+        assert (await lim.check(key, p)).allowed
+        assert (await lim.check(key, p, cost=989)).allowed
+        await refused_and_cached(lim)
+        # Deleted behind the limiter's back: still refused from the cache...
+        client.delete(key)
+        assert (await lim.check(key, p)).source is Source.DENY_CACHE
+        # ...until reset through the limiter (RL.RESET, the module's or the twin's).
+        assert await lim.reset(key) is False
+        d = await lim.check(key, p)
+        assert d.allowed and d.source is Source.REDIS
+        assert await lim.reset(key) is True
+
+    run(kind, server.port, body)
 
 
 def test_deny_cache_keeps_a_flood_off_redis(server, prefix, kind, client):

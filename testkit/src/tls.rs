@@ -24,11 +24,13 @@ pub const NARROW_USER: &str = "narrow";
 /// the server has the module, then [`GATEWAY_RULES`].
 pub const MINIMAL_USER: &str = "minimal";
 
-/// The rules the limiter's user needs either way: its keys, connecting, the tier lookups.
+/// The rules the limiter's user needs either way: its keys, connecting, the tier lookups,
+/// the fleet's channel of forgotten refusals (`<prefix>:denials`).
 pub const BASE_RULES: &[&str] = &[
     "resetkeys",
     "~rl:*",
     "resetchannels",
+    "&rl:*",
     "-@all",
     "+ping",
     "+hello",
@@ -37,6 +39,8 @@ pub const BASE_RULES: &[&str] = &[
     "+command|info",
     "+hget",
     "+hscan",
+    "+publish",
+    "+subscribe",
 ];
 
 /// The rules of bans and top offenders (rl-gateway, the middleware), after the others:
@@ -73,6 +77,7 @@ pub const MODULE_RULES: &[&str] = &[
     "+rl.all",
     "+rl.refund",
     "+rl.state",
+    "+set",
 ];
 
 /// The rules the limiter's user needs without the module (the Lua twin), after

@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
+use hmac::digest::KeyInit;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
 use crate::limiter::Limiter;
 
@@ -34,7 +35,8 @@ type HmacSha256 = Hmac<Sha256>;
 /// may settle each other's reservations shares the secret).
 #[derive(Clone)]
 pub struct SettleTokens {
-    key: Arc<[u8]>,
+    /// HMAC's key: one block, the derived key zero-padded (as HMAC pads a short key).
+    key: Arc<hmac::digest::Key<HmacSha256>>,
     ttl: Duration,
 }
 
@@ -93,10 +95,16 @@ impl SettleTokens {
     /// Tokens signed with `secret` (any length; at least 32 random bytes advised).
     pub fn new(secret: &[u8], ttl: Duration) -> Self {
         // A key of its own, derived from the secret: the secret may sign other things.
-        let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC takes any key length");
-        mac.update(b"redis-rl settle token v1");
+        let derived = Sha256::new()
+            .chain_update(b"redis-rl settle token v1\0")
+            .chain_update(secret)
+            .finalize();
+        let mut key = hmac::digest::Key::<HmacSha256>::default();
+        for (k, d) in key.iter_mut().zip(derived) {
+            *k = d;
+        }
         Self {
-            key: mac.finalize().into_bytes().to_vec().into(),
+            key: Arc::new(key),
             ttl,
         }
     }
@@ -117,7 +125,7 @@ impl SettleTokens {
     }
 
     fn mac(&self) -> HmacSha256 {
-        HmacSha256::new_from_slice(&self.key).expect("HMAC takes any key length")
+        <HmacSha256 as KeyInit>::new(&self.key)
     }
 
     /// A token for `items` (key, units reserved in Redis), valid from `now_ms` for the ttl.
@@ -128,8 +136,7 @@ impl SettleTokens {
             nonce: uuid::Uuid::new_v4().simple().to_string(),
             items,
         };
-        let payload = URL_SAFE_NO_PAD
-            .encode(serde_json::to_vec(&reservation).expect("a reservation always serializes"));
+        let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&reservation).unwrap_or_default());
         let mut mac = self.mac();
         mac.update(payload.as_bytes());
         let tag = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());

@@ -182,6 +182,8 @@ impl Bounded {
 
     fn read_frames(&mut self, data: &[u8]) {
         let (mut started, mut reset, mut moved) = (0usize, 0usize, false);
+        // The idle time counts from the end of the opening, not from the accept.
+        moved |= !self.opening.done();
         let opening = &mut self.opening;
         self.from_client.feed(data, |f| {
             opening.see(f);

@@ -79,6 +79,13 @@ async fn decides_in_redis_over_tls_with_an_acl_user_with_and_without_the_module(
         assert_eq!(left[0], left[1] + 1, "decided in Redis: {left:?}");
         let health = minimal.health().await;
         assert_eq!(health["status"], "ok", "module {module}: {health}");
+        // It listens for the fleet's forgotten refusals (SUBSCRIBE on its channel).
+        eventually("the deny cache listens on rl:denials", async || {
+            let n: Vec<redis::Value> =
+                query(&mut server.client(), &["PUBSUB", "NUMSUB", "rl:denials"]);
+            matches!(n.get(1), Some(redis::Value::Int(n)) if *n >= 1)
+        })
+        .await;
         if module {
             eventually("a fleet of one", async || {
                 minimal.health().await["stats"]["fleet_size"] == 1

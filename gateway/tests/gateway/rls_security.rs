@@ -1,8 +1,8 @@
 //! The rate limit service against hostile callers: counters that cannot collide and live
 //! under the key prefix, costs that can never be admitted answered over the limit (even
 //! failing open), bounded requests, metric labels and header names from the configuration
-//! only, the whole HTTP/2 opening under a deadline, idleness that PINGs do not hide, and
-//! bounded bytes of unfinished messages.
+//! only, the whole HTTP/2 opening under a deadline, idleness that PINGs do not hide (nor
+//! a client that never reads), and bounded bytes of unfinished messages.
 
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
@@ -266,6 +266,51 @@ async fn closed_while_sending(port: u16, chunks: Vec<Vec<u8>>, every: Duration) 
     reader.is_finished()
 }
 
+/// [`closed_while_sending`] without reading anything: the server's close shows as a
+/// failed write.
+async fn closed_while_sending_unread(port: u16, chunks: Vec<Vec<u8>>, every: Duration) -> bool {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    for chunk in chunks {
+        if stream.write_all(&chunk).await.is_err() {
+            return true;
+        }
+        tokio::time::sleep(every).await;
+    }
+    false
+}
+
+/// One ShouldRateLimit call on stream `stream`: HEADERS (HPACK literals, no Huffman) and
+/// one DATA frame with the message `{domain: "d", descriptors: [{k: v}], hits_addend: 1}`.
+fn call(stream: u32) -> Vec<u8> {
+    let mut block = Vec::new();
+    for (name, value) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (
+            ":path",
+            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        ),
+        (":authority", "127.0.0.1"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ] {
+        block.push(0x00);
+        block.push(u8::try_from(name.len()).unwrap());
+        block.extend(name.as_bytes());
+        block.push(u8::try_from(value.len()).unwrap());
+        block.extend(value.as_bytes());
+    }
+    let message = [
+        0x0A, 1, b'd', 0x12, 8, 0x0A, 6, 0x0A, 1, b'k', 0x12, 1, b'v', 0x18, 1,
+    ];
+    let mut data = vec![0u8];
+    data.extend(u32::try_from(message.len()).unwrap().to_be_bytes());
+    data.extend(message);
+    let mut f = frame(0x1, 0x4, stream, &block);
+    f.extend(frame(0x0, 0x1, stream, &data));
+    f
+}
+
 #[tokio::test]
 async fn a_trickled_opening_and_pings_without_calls_are_closed() {
     let server = Server::start();
@@ -292,11 +337,25 @@ async fn a_trickled_opening_and_pings_without_calls_are_closed() {
         closed_while_sending(rls.port, chunks, Duration::from_millis(200)).await,
         "PINGs kept an idle connection"
     );
+    // A complete opening, 200 calls, then PINGs, and never a byte read: the answers are
+    // written, and the PINGs do not keep the connection.
+    let mut burst = opening();
+    for i in 0..200 {
+        burst.extend(call(2 * i + 1));
+    }
+    let mut chunks = vec![burst];
+    chunks.extend((0..50).map(|_| frame(0x6, 0, 0, &[0; 8])));
+    assert!(
+        closed_while_sending_unread(rls.port, chunks, Duration::from_millis(200)).await,
+        "a client that never reads held its connection"
+    );
     let metrics = rls.gw.get("/metrics", &[]).await.unwrap().2;
     assert!(metrics.contains("reason=\"no preface\""), "{metrics}");
     assert!(metrics.contains("reason=\"idle\""), "{metrics}");
+    // The 200 calls were decided (k=v is over its 5 an hour); other calls are answered.
+    assert_eq!(rls.left("d", &[("k", "v")]).await, 0);
     assert_eq!(
-        rls.ask("d", vec![descriptor(&[("k", "v")])], 1)
+        rls.ask("d", vec![descriptor(&[("k", "w")])], 1)
             .await
             .overall_code,
         OK
