@@ -6,50 +6,11 @@
 
 use futures_util::future::join_all;
 use redis::{Cmd, Value};
-use redis_rl_policy::{
-    ban_index_key, ban_index_member, parse_ban_index_member, Ban, BanKeys, BAN_INDEX_MAX,
-};
+use redis_rl_flow::commands::{self, Command};
+use redis_rl_policy::{ban_index_key, ban_index_member, parse_ban_index_member, Ban, BanKeys};
 
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
-
-/// Counts one refusal of a subject that is not banned; at the `after`-th within
-/// `within_ms` of the first, starts the next ban (its level one more than the last, its
-/// length `for_ms * escalate^(level-1)` capped at `max_for_ms`) and forgets the count.
-/// KEYS: ban, strikes, level. ARGV: after, within_ms, for_ms, escalate, max_for_ms,
-/// forget_ms. Reply `{level, length_ms, ends_at_ms}` (level 0: no new ban).
-const STRIKE: &str = r"
-if redis.call('PTTL', KEYS[1]) >= 0 then return {0, 0, 0} end
-local n = redis.call('INCR', KEYS[2])
-if n == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
-if n < tonumber(ARGV[1]) then return {0, 0, 0} end
-redis.call('DEL', KEYS[2])
-local level = redis.call('INCR', KEYS[3])
-local ms, escalate, max = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-if escalate > 1 then
-  for _ = 2, level do
-    ms = ms * escalate
-    if ms >= max then break end
-  end
-end
-if ms > max then ms = max end
-redis.call('SET', KEYS[1], level, 'PX', ms)
-redis.call('PEXPIRE', KEYS[3], ms + tonumber(ARGV[6]))
-local t = redis.call('TIME')
-return {level, ms, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ms}
-";
-
-/// Adds a ban to the index, drops the ended ones and keeps the newest ARGV[3].
-/// KEYS: index. ARGV: member, ends_at_ms, max entries.
-const INDEX: &str = r"
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-local t = redis.call('TIME')
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -tonumber(ARGV[3]) - 1)
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-if last[2] then redis.call('PEXPIREAT', KEYS[1], last[2]) end
-return 1
-";
 
 /// The bans that have not ended, as the index holds them. KEYS: index. ARGV: max entries.
 const LIST: &str = r"
@@ -104,21 +65,30 @@ fn unexpected(command: &'static str, v: &Value) -> Error {
     }
 }
 
+/// The reply of `PTTL key`, in the key's slot.
+pub async fn pttl(limiter: &Limiter, key: &str) -> Result<i64> {
+    let v = limiter
+        .query(redis::cmd("PTTL").arg(key), limiter.slot_of(key))
+        .await?;
+    int(&v).ok_or_else(|| unexpected("PTTL", &v))
+}
+
 /// Milliseconds left of `subject`'s ban (`None`: not banned), one `PTTL` in the subject's
 /// slot.
 pub async fn remaining_ms(limiter: &Limiter, subject: &str) -> Result<Option<u64>> {
-    let key = BanKeys::of(subject).ban;
-    let v = limiter
-        .query(redis::cmd("PTTL").arg(&key), limiter.slot_of(&key))
-        .await?;
-    match int(&v) {
-        // 0: the ban's last millisecond (the key still exists, so a lift still finds it):
-        // banned for 1 ms more.
-        Some(ms) if ms >= 0 => Ok(Some(u64::try_from(ms).map_or(1, |ms| ms.max(1)))),
-        // -2: no key; -1: a key without expiry (never written so by a gateway): not a ban.
-        Some(_) => Ok(None),
-        None => Err(unexpected("PTTL", &v)),
+    let read = commands::ban_read(subject);
+    Ok(redis_rl_flow::ban_remaining_ms(
+        pttl(limiter, &read.key).await?,
+    ))
+}
+
+/// Runs one of the flow's commands in its key's slot.
+async fn run(limiter: &Limiter, c: &Command) -> Result<Value> {
+    let mut cmd = Cmd::new();
+    for a in &c.args {
+        cmd.arg(a);
     }
+    limiter.query(&cmd, limiter.slot_of(&c.key)).await
 }
 
 /// Counts a refusal of `subject` under `ban`; `Some` when it started a ban (then also in the
@@ -130,49 +100,22 @@ pub async fn strike(
     subject: &str,
     ban: &Ban,
 ) -> Result<Option<NewBan>> {
-    let keys = BanKeys::of(subject);
-    let mut cmd = Cmd::new();
-    cmd.arg("EVAL")
-        .arg(STRIKE)
-        .arg(3)
-        .arg(&keys.ban)
-        .arg(&keys.strikes)
-        .arg(&keys.level)
-        .arg(ban.after)
-        .arg(ban.within_ms)
-        .arg(ban.for_ms)
-        .arg(ban.escalate)
-        .arg(ban.max_for_ms)
-        .arg(ban.forget_ms);
-    let v = limiter.query(&cmd, limiter.slot_of(&keys.ban)).await?;
+    let v = run(limiter, &commands::strike(subject, ban)).await?;
     let Value::Array(fields) = &v else {
         return Err(unexpected("the ban script", &v));
     };
-    let n = |i: usize| {
-        fields
-            .get(i)
-            .and_then(int)
-            .and_then(|x| u64::try_from(x).ok())
-    };
-    let (Some(level), Some(length_ms), Some(ends_at)) = (n(0), n(1), n(2)) else {
-        return Err(unexpected("the ban script", &v));
-    };
-    if level == 0 {
+    let numbers: Vec<i64> = fields.iter().filter_map(int).collect();
+    let new = commands::parse_strike(&numbers).map_err(|_| unexpected("the ban script", &v))?;
+    let Some(new) = new else {
         return Ok(None);
-    }
-    let index = ban_index_key(prefix);
-    let mut add = Cmd::new();
-    add.arg("EVAL")
-        .arg(INDEX)
-        .arg(1)
-        .arg(&index)
-        .arg(ban_index_member(policy, subject))
-        .arg(ends_at)
-        .arg(BAN_INDEX_MAX);
-    if let Err(e) = limiter.query(&add, limiter.slot_of(&index)).await {
+    };
+    if let Err(e) = run(limiter, &commands::index_ban(prefix, policy, subject, &new)).await {
         tracing::warn!(error = %e, "the ban index was not updated (the ban holds)");
     }
-    Ok(Some(NewBan { level, length_ms }))
+    Ok(Some(NewBan {
+        level: new.level,
+        length_ms: new.length_ms,
+    }))
 }
 
 /// The bans of `prefix` that have not ended (at most `limit`, longest remaining first).

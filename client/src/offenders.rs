@@ -6,7 +6,7 @@
 //! refusal and counts it in `rl_offenders_dropped_total`. The task sums the counts in
 //! process and writes them once a second (or when [`LOCAL_ENTRIES`] subjects are pending),
 //! one script per policy: `ZINCRBY` into `<prefix>:{top}:<policy>:<minute>`, trimmed to
-//! the [`TOP_ENTRIES`] highest and expiring after [`TOP_MINUTES`] and one more minutes.
+//! the [`TOP_ENTRIES`](redis_rl_policy::TOP_ENTRIES) highest and expiring after [`TOP_MINUTES`] and one more minutes.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::join_all;
 use redis::{Cmd, Value};
-use redis_rl_policy::{top_key, Ban, TOP_ENTRIES, TOP_MINUTES};
+use redis_rl_policy::{top_key, Ban, TOP_MINUTES};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -29,17 +29,6 @@ pub const LOCAL_ENTRIES: usize = 10_000;
 const STRIKES_IN_FLIGHT: usize = 32;
 /// Subjects per top-offender script.
 const CHUNK: usize = 256;
-
-/// Adds counts to one minute's set, keeps the ARGV[2] highest and sets its life.
-/// KEYS: the set. ARGV: life_ms, entries, then count and subject pairs.
-const ADD: &str = r"
-for i = 3, #ARGV, 2 do redis.call('ZINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
-local n = redis.call('ZCARD', KEYS[1])
-local keep = tonumber(ARGV[2])
-if n > keep then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - keep - 1) end
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-return n
-";
 
 /// One refused request.
 #[derive(Clone, Debug)]
@@ -151,25 +140,18 @@ async fn strike(limiter: &Limiter, prefix: &str, policy: &str, subject: &str, ba
 /// Writes summed counts into the current minute's sets, one script per policy and chunk.
 async fn write(limiter: &Limiter, prefix: &str, counts: HashMap<(String, String), u64>) {
     let minute = unix_minute();
-    let life_ms = (TOP_MINUTES + 1) * 60_000;
     let mut by_policy: HashMap<String, Vec<(String, u64)>> = HashMap::new();
     for ((policy, subject), n) in counts {
         by_policy.entry(policy).or_default().push((subject, n));
     }
     let calls = by_policy.iter().flat_map(|(policy, entries)| {
-        let key = top_key(prefix, policy, minute);
         entries.chunks(CHUNK).map(move |chunk| {
+            let c = redis_rl_flow::commands::top_add(prefix, policy, minute, chunk);
             let mut cmd = Cmd::new();
-            cmd.arg("EVAL")
-                .arg(ADD)
-                .arg(1)
-                .arg(&key)
-                .arg(life_ms)
-                .arg(TOP_ENTRIES);
-            for (subject, n) in chunk {
-                cmd.arg(*n).arg(subject);
+            for a in &c.args {
+                cmd.arg(a);
             }
-            let slot = limiter.slot_of(&key);
+            let slot = limiter.slot_of(&c.key);
             async move { limiter.query(&cmd, slot).await }
         })
     });

@@ -64,3 +64,29 @@ class BookingResult:
 def normalize_path(path: str) -> str: ...
 def request_id(value: Optional[bytes]) -> Optional[str]: ...
 def tenant_id(api_key: str) -> str: ...
+
+# The request flow (python/src/flow.rs): the steps are tuples whose first item names them
+# ("tier", "book", "peek", "force", "respond", "forward"); typed loosely here, tested through
+# redis_rl.asgi against rl-gateway.
+class Flow:
+    def __init__(self, engine: PolicyEngine) -> None: ...
+    @property
+    def held(self) -> int: ...
+    def start(
+        self,
+        method: str,
+        path: str,
+        headers: List[Tuple[bytes, bytes]],
+        peer: Optional[str],
+        request_id: str,
+        trace_id: Optional[str] = None,
+        route: Optional[str] = None,
+        settle_report: bool = False,
+        now_ms: int = 0,
+    ) -> Tuple["RequestFlow", Tuple[Any, ...]]: ...
+
+class RequestFlow:
+    def __getattr__(self, name: str) -> Any: ...
+
+def ban_index_command(prefix: str, policy: str, subject: str, reply: List[int]) -> Optional[List[str]]: ...
+def top_add_command(prefix: str, policy: str, minute: int, counts: List[Tuple[str, int]]) -> List[str]: ...

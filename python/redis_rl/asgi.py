@@ -7,12 +7,15 @@
 
 What a request is limited on, under which Redis keys, and how the decision is written
 (``RateLimit-Policy`` / ``RateLimit`` / ``X-RateLimit-*`` headers, 429/503/403/400
-problem+json bodies) is decided by the policy engine compiled into ``redis_rl._core``: the
-engine rl-gateway runs, so the same TOML gives the same keys, statuses and headers in both,
-and a fleet can mix them. Per request: the engine checks the API key (one per request) and
-the access lists, the middleware finds the key's tier, the engine plans every dimension and
-matching ``[[rules]]`` entry (each window its own key), the limiter decides them in one
-``RL.ALL`` per hash slot (all or nothing), and the engine renders the decision. A rule's
+problem+json bodies) is decided by the request flow compiled into ``redis_rl._core``: the
+flow rl-gateway runs, so the same TOML gives the same keys, statuses and headers in both,
+and a fleet can mix them. Per request the flow checks the API key (one per request) and the
+access lists, asks the middleware for the key's tier, plans every dimension and matching
+``[[rules]]`` entry (each window its own key), has the limiter decide them in one ``RL.ALL``
+per hash slot (all or nothing) with the ban reads beside it, and renders the decision; the
+middleware only runs what it asks, with redis-py. A rule's ``ban`` refuses a key refused
+too often for a while (the strikes and bans are rl-gateway's keys and scripts), and its
+refusals count in the fleet's top offenders. A rule's
 ``cost = "header:<name>"`` reserves that many units on its windows, and its ``settle =
 "response-header:<name>"`` refunds or charges the difference once the application's response
 (its header, else its ``http.response.trailers``) reports the actual cost. A refused request
@@ -37,8 +40,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
 
-from redis_rl._core import Admitted, PolicyEngine, Refusal, normalize_path, request_id as _request_id, tenant_id
-from redis_rl._booking import Holds, Settlement, check_units
+from redis_rl import _flow
+from redis_rl._core import Flow, PolicyEngine, normalize_path, request_id as _request_id, tenant_id
 from redis_rl.breaker import BreakerConfig
 from redis_rl.limiter import DEFAULT_TIMEOUT, Limiter
 from redis_rl.policy import FailureMode, Policy
@@ -350,7 +353,15 @@ class RateLimitMiddleware:
         self._mode = FailureMode.parse(self.engine.failure_mode, self.engine.instances)
         self._policies: Dict[Tuple[Any, ...], Policy] = {}
         self._routes: Optional[List[Any]] = None
-        self._holds = Holds(self.engine.delay_max_held)
+        # The request flow rl-gateway runs; held requests are booked one at a time (look,
+        # then FORCE), so two never get the same slot.
+        self.flow = Flow(self.engine)
+        self._booking = asyncio.Lock()
+        self.recorder = _flow.Recorder(limiter, self.engine.key_prefix)
+
+    def _policies_of(self, plan: Any) -> List[Policy]:
+        """The limiter's policy of each plan item."""
+        return [self._policy(item, numbers) for item, numbers in zip(plan.items, plan.numbers)]
 
     def _policy(self, item: Tuple[Any, ...], numbers: Tuple[List[int], List[Optional[int]]]) -> Policy:
         """The limiter's policy of one plan item, from the core's numbers of its limit (cached:
@@ -392,66 +403,59 @@ class RateLimitMiddleware:
         trace = trace_context(headers)
         peer = scope.get("client")
         method = scope.get("method", "GET")
-        admitted = self.engine.admit(
-            method, scope.get("path", "/"), headers, peer[0] if peer else None, rid, trace.trace_id)
-        if isinstance(admitted, Refusal):
-            log.debug("request refused before any limit: request_id=%s trace_id=%s status=%s",
-                      rid, trace.trace_id, admitted.status)
-            await _respond(send, admitted.status, admitted.headers, admitted.body)
+        # The application's route template, matched on the path's normal form (the form the
+        # application will see).
+        template = route_template(self._templates(scope), {**scope, "path": normalize_path(scope.get("path", "/"))})
+        route = None if template == UNMATCHED else template
+        request, step = self.flow.start(
+            method, scope.get("path", "/"), headers, peer[0] if peer else None, rid, trace.trace_id, route,
+            now_ms=_flow.now_ms())
+        policies: List[Policy] = []
+        booking_lock = False
+        try:
+            while True:
+                kind = step[0]
+                if kind == "tier":
+                    step = request.tier(await self.tiers(step[1]))
+                elif kind == "book":
+                    policies = self._policies_of(request.plan)
+                    decided, denied, bans = await _flow.book(self.limiter, step[1], step[2], policies)
+                    step = request.booked(decided, denied, bans, _flow.now_ms())
+                elif kind == "peek":
+                    await self._booking.acquire()
+                    booking_lock = True
+                    step = request.peeked(await _flow.peek(self.limiter, step[1], policies))
+                elif kind == "force":
+                    ok = await _flow.force(self.limiter, step[1], policies)
+                    self._booking.release()
+                    booking_lock = False
+                    step = request.forced(ok)
+                else:
+                    break
+        finally:
+            if booking_lock:
+                self._booking.release()
+        kind, result = step
+        self.recorder.record(result.record, policies)
+        if kind == "respond":
+            if result.settle is not None:
+                # A report of a response's cost: settled from the report's own headers.
+                await _flow.settle(self.limiter, result.settle, headers, self._policies_of(request.plan))
+            log.debug("request refused: request_id=%s trace_id=%s tier=%s status=%s",
+                      rid, trace.trace_id, result.record.tier, result.status)
+            await _respond(send, result.status, result.headers, result.body)
             return
-        assert isinstance(admitted, Admitted)
         # The application sees the path's normal form, as rl-gateway forwards it.
-        scope = {**scope, "path": admitted.path, "raw_path": normalize_path(
-            (scope.get("raw_path") or admitted.path.encode()).decode("latin-1")).encode("latin-1")}
-        added: List[Tuple[bytes, bytes]] = []
-        settlement: Optional[Settlement] = None
-        if admitted.limited:
-            route = route_template(self._templates(scope), scope)
-            api_key = admitted.api_key
-            tier = await self.tiers(api_key) if api_key is not None else None
-            plan = self.engine.plan(admitted, None if route == UNMATCHED else route, tier)
-            items = plan.items
-            # The units of each item: 1, or a rule's cost header (a bad one: 400, nothing taken).
-            booking = self.engine.booking(admitted, plan, rid, trace.trace_id)
-            if isinstance(booking, Refusal):
-                await _respond(send, booking.status, booking.headers, booking.body)
-                return
-            pairs = [(item[0], self._policy(item, numbers)) for item, numbers in zip(items, plan.numbers)]
-            md = await check_units(self.limiter, pairs, booking.units)
-            if booking.settle_headers:
-                settlement = Settlement(booking, pairs, md.decisions)
-            outcomes = [
-                (
-                    "allowed" if d.allowed else ("denied" if d.retry_after_ms is not None else "never"),
-                    d.retry_after_ms,
-                    d.remaining,
-                    d.reset_after_ms,
-                    d.shadow,
-                    d.source.value,
-                )
-                for d in md.decisions[: len(items)]
-            ]
-            status, rendered, body = self.engine.render(plan, outcomes, md.denied_index, rid, trace.trace_id)
-            if status == 429:
-                # delay_max_ms: booked for its slot and held, then served.
-                wait = await self._holds.hold(self.engine, plan, self.limiter, pairs, booking.units, outcomes)
-                if wait is not None:
-                    try:
-                        await asyncio.sleep(wait)
-                    finally:
-                        self._holds.release()
-                    if settlement is not None:
-                        settlement.in_redis = [True] * len(pairs)
-                    served = [("allowed", 0, o[2], o[3], o[4], o[5]) for o in outcomes]
-                    status, rendered, body = self.engine.render(plan, served, None, rid, trace.trace_id)
-            if status is not None:
-                log.debug(
-                    "request refused: request_id=%s trace_id=%s tenant=%s tier=%s status=%s",
-                    rid, trace.trace_id, admitted.tenant or "-", plan.tier or "-", status,
-                )
-                await _respond(send, status, rendered, body or b"")
-                return
-            added = list(rendered)
+        scope = {**scope, "path": result.path, "raw_path": normalize_path(
+            (scope.get("raw_path") or result.path.encode()).decode("latin-1")).encode("latin-1")}
+        added: List[Tuple[bytes, bytes]] = list(result.headers)
+        settlement = _flow.Settlement(result.settle, policies) if result.settle is not None else None
+        if result.hold_ms is not None:
+            # delay_max_ms: booked for its slot with FORCE, held, then served.
+            try:
+                await asyncio.sleep(result.hold_ms / 1000)
+            finally:
+                request.release()
 
         # The inner app sees the request id the response will carry, and the trace with this
         # hop as the parent.

@@ -9,6 +9,7 @@
 // A panic would surface as a Python exception, but the rule of the project holds here too.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod flow;
 mod policy;
 
 use std::collections::HashMap;
@@ -255,5 +256,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("LUA_TWIN", LUA_TWIN)?;
     m.add("REGISTRY_JSON", redis_rl_core::export::json())?;
     policy::register(m)?;
+    flow::register(m)?;
     Ok(())
 }

@@ -14,14 +14,14 @@ use redis_rl_policy::{
 };
 
 type HeaderList = Vec<(String, Vec<u8>)>;
-type PyHeaders = Vec<(Vec<u8>, Vec<u8>)>;
+pub(crate) type PyHeaders = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A configuration that did not load: the text names the file, the line and the field.
 fn config_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-fn py_headers(headers: &[(&'static str, String)]) -> PyHeaders {
+pub(crate) fn py_headers(headers: &[(&'static str, String)]) -> PyHeaders {
     headers
         .iter()
         .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
@@ -100,8 +100,14 @@ impl Admitted {
 
 /// What a request is limited on.
 #[pyclass(frozen, module = "redis_rl._core")]
-struct PlanResult {
+pub(crate) struct PlanResult {
     plan: Plan,
+}
+
+impl PlanResult {
+    pub(crate) fn new(plan: Plan) -> Self {
+        Self { plan }
+    }
 }
 
 #[pymethods]
@@ -230,7 +236,7 @@ impl BookingResult {
 
 /// The decisions as Python passes them: `(verdict, retry_after_ms, remaining,
 /// reset_after_ms, shadow, source)` per item.
-type PyOutcome = (String, Option<u64>, u64, u64, bool, String);
+pub(crate) type PyOutcome = (String, Option<u64>, u64, u64, bool, String);
 
 fn outcomes_of(outcomes: &[PyOutcome]) -> Vec<Outcome> {
     outcomes
@@ -256,8 +262,14 @@ fn outcomes_of(outcomes: &[PyOutcome]) -> Vec<Outcome> {
 
 /// A validated configuration (the TOML of `rl-gateway --config`).
 #[pyclass(frozen, module = "redis_rl._core")]
-struct PolicyEngine {
+pub(crate) struct PolicyEngine {
     engine: Engine,
+}
+
+impl PolicyEngine {
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
 }
 
 fn request<'a>(

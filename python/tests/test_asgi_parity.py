@@ -367,7 +367,7 @@ def gateway_binary() -> Optional[Path]:
     if not built:
         return None
     path = max(built, key=lambda p: p.stat().st_mtime)
-    sources = [p for d in ("policy", "client", "gateway") for p in (ROOT / d / "src").rglob("*.rs")]
+    sources = [p for d in ("policy", "flow", "client", "gateway") for p in (ROOT / d / "src").rglob("*.rs")]
     newest = max((p.stat().st_mtime for p in sources), default=0.0)
     return path if path.stat().st_mtime >= newest else None
 

@@ -51,7 +51,7 @@ impl RateLimitLayer {
 
     /// The policy engine (what a request is limited on, under which keys).
     pub fn engine(&self) -> &redis_rl_policy::Engine {
-        &self.shared.engine
+        self.shared.flow.engine()
     }
 
     /// Reads the peer address and the route pattern with `info` instead of the default.

@@ -72,12 +72,11 @@
 
 #[cfg(feature = "axum")]
 mod axum;
-mod bans;
 mod config;
 mod counters;
+mod drive;
 mod extract;
 mod headers;
-mod hold;
 mod layer;
 mod plan;
 mod request;

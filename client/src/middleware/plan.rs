@@ -1,11 +1,12 @@
-//! What every service of a layer shares: the limiter, the tier resolver and the policy
-//! engine built from the configuration.
+//! What every service of a layer shares: the limiter, the tier resolver and the request
+//! flow of the configuration.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+use std::time::Instant;
 
+use redis_rl_flow::{Flow, Holds};
 use redis_rl_policy::Engine;
 
-use super::bans::BanMemory;
 use super::config::{RateLimitConfig, RateLimitConfigExt};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
@@ -13,16 +14,27 @@ use crate::offenders::Offenders;
 use crate::policy::FailureMode;
 use crate::tier::TierResolver;
 
-/// The limiter, the tier resolver and the engine.
+/// Requests held by `delay_max_ms` right now in the process, whatever layer holds them: a
+/// gateway serves several listeners and, after a reload, requests of two configuration
+/// generations at once, and `delay_max_held` bounds the memory and connections of the whole
+/// process (`rl_held_requests`).
+static HOLDS: LazyLock<Holds> = LazyLock::new(Holds::new);
+
+/// Held requests are booked one at a time in the process (look, then take with `FORCE`):
+/// two of its requests never get the same slot, whichever listener they came through.
+pub(crate) static BOOKING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The limiter, the tier resolver and the flow.
 pub(crate) struct Shared {
     pub(crate) limiter: Limiter,
     pub(crate) resolver: Arc<dyn TierResolver>,
-    pub(crate) engine: Engine,
+    /// The request flow (the policy engine, bans read a moment ago, held requests).
+    pub(crate) flow: Flow,
     pub(crate) mode: FailureMode,
+    /// The origin of the flow's monotonic milliseconds.
+    started: Instant,
     /// Refusals, queued towards bans and the top offenders.
     pub(crate) offenders: Offenders,
-    /// Bans read from Redis a moment ago.
-    pub(crate) ban_memory: BanMemory,
     /// The per-request counters' handles.
     pub(crate) counters: super::counters::Counters,
 }
@@ -44,12 +56,17 @@ impl Shared {
         let offenders = Offenders::new(limiter.clone(), engine.config().key_prefix.clone());
         Ok(Shared {
             offenders,
-            ban_memory: BanMemory::default(),
             counters: super::counters::Counters::default(),
             limiter,
             resolver,
-            engine,
+            flow: Flow::sharing(engine, HOLDS.clone()),
             mode,
+            started: Instant::now(),
         })
+    }
+
+    /// The flow's clock: milliseconds since the layer was built.
+    pub(crate) fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 }

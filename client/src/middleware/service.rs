@@ -3,22 +3,22 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use std::time::Duration;
+
 use http::{HeaderValue, Request, Response};
-use redis_rl_policy::{render, Admission, Outcome, Plan, Rendered};
+use redis_rl_flow::{HttpRequest, RequestFlow, Step};
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::config::policy_of;
-use super::extract::{self, HttpHeaders, REQUEST_ID_NAME};
+use super::drive;
+use super::extract::{self, REQUEST_ID_NAME};
 use super::headers::{to_response, write_headers};
-use super::hold::{hold, Hold};
 use super::plan::Shared;
 use super::request::{RequestInfo, RequestView};
 use super::settle_token::{SettleTokens, SETTLE_TOKEN};
 use super::settlement::{IssueSettleToken, PendingSettle, SettleReport};
 use super::trace::{TraceContext, TRACEPARENT_NAME};
 use crate::backend::BoxFuture;
-use crate::decision::{Decision, MultiDecision, Source};
 use crate::policy::Policy;
 
 /// The service made by [`RateLimitLayer`](super::RateLimitLayer): any
@@ -66,20 +66,7 @@ where
     }
 }
 
-/// The decision of one outcome, as the engine renders it.
-fn outcome(d: &Decision) -> Outcome {
-    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    Outcome {
-        verdict: d.verdict.map(ms).into(),
-        remaining: d.remaining,
-        reset_after_ms: ms(d.reset_after),
-        shadow: d.shadow,
-        fail_open: d.source == Source::FailOpen,
-        fail_closed: d.source == Source::FailClosed,
-    }
-}
-
-/// What the engine decided before the inner service runs.
+/// What the flow decided before the inner service runs.
 /// Each carries the `tier` label of the response's metrics: the tier whose limits applied,
 /// `none` for a key-less request, `-` when the access lists decided.
 enum Before {
@@ -88,192 +75,128 @@ enum Before {
 }
 
 /// An allowed (or held) request: the headers of its answer, the tier label, how long to
-/// hold it first, and the settlement of its cost after the response.
+/// hold it first (its flow kept until then: its place under the cap of held requests),
+/// and the settlement of its cost after the response.
 struct Go {
     headers: Vec<(&'static str, String)>,
     tier: String,
-    hold: Option<Hold>,
+    hold: Option<(Duration, Box<RequestFlow>)>,
     settle: Option<PendingSettle>,
 }
 
-impl Go {
-    fn plain(tier: &str) -> Self {
-        Self {
-            headers: Vec::new(),
-            tier: tier.to_owned(),
-            hold: None,
-            settle: None,
-        }
-    }
-}
-
-/// The engine's view of a request (not kept across an await: the headers are a trait
-/// object).
-fn engine_request<'a>(
-    view: &RequestView<'a>,
-    headers: &'a HttpHeaders<'a>,
+/// The request as the flow takes it: plain owned data.
+fn flow_request(
+    view: &RequestView<'_>,
     peer: Option<std::net::IpAddr>,
-    route: Option<&'a str>,
-) -> redis_rl_policy::Request<'a> {
-    redis_rl_policy::Request {
-        method: view.method.as_str(),
-        path: view.uri.path(),
-        host: view.uri.host(),
-        headers,
+    route: Option<String>,
+    request_id: &str,
+    trace_id: &str,
+) -> HttpRequest {
+    HttpRequest {
+        method: view.method.as_str().to_owned(),
+        path: view.uri.path().to_owned(),
+        host: view.uri.host().map(str::to_owned),
+        headers: view
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+            .collect(),
         peer,
         route,
+        request_id: request_id.to_owned(),
+        trace_id: Some(trace_id.to_owned()),
+        settle_report: view.extensions.get::<SettleReport>().is_some(),
     }
 }
 
+/// Runs the request's flow: each step's limiter call, tier lookup or Redis read here, every
+/// decision in the flow.
 async fn decide(
     shared: &Shared,
     info: &dyn RequestInfo,
     view: RequestView<'_>,
     request_id: &str,
+    trace_id: &str,
 ) -> Before {
-    let front_route = info.route(&view);
-    let peer = info.peer_ip(&view);
-    let headers = HttpHeaders(view.headers);
-    let admission = shared.engine.admit(
-        &engine_request(&view, &headers, peer, front_route.as_deref()),
+    let req = flow_request(
+        &view,
+        info.peer_ip(&view),
+        info.route(&view),
         request_id,
+        trace_id,
     );
-    let id = match admission {
-        Admission::Refuse(r) => {
-            let on = if r.status == 400 { "bad_key" } else { "deny" };
-            metrics::counter!("rl_access_total", "list" => on).increment(1);
-            tracing::debug!(status = r.status, "request refused before any limit");
-            return Before::Refuse(r, "-".to_owned());
-        }
-        Admission::Pass(_) => {
-            metrics::counter!("rl_access_total", "list" => "allow").increment(1);
-            return Before::Call(Go::plain("-"));
-        }
-        Admission::Limit(id) => id,
-    };
-    if let Some(t) = &id.tenant {
-        tracing::Span::current().record("tenant", tracing::field::display(t));
-    }
-    let tier = match &id.api_key {
-        Some(key) => shared.resolver.tier(key).await,
-        None => None,
-    };
-    let plan = shared.engine.plan(
-        &engine_request(&view, &headers, peer, front_route.as_deref()),
-        &id,
-        tier.as_deref(),
-    );
-    if let Some(t) = &plan.tier {
-        tracing::Span::current().record("tier", tracing::field::display(t));
-    }
-    // The engine falls back to the default tier for a name it does not know: a typo in the
-    // tier hash must not pass silently.
-    if let Some(asked) = tier.as_deref() {
-        if plan.tier.as_deref() != Some(asked) {
-            crate::tier::unknown_tier(asked);
-        }
-    }
-    let tier_label = plan.tier.clone().unwrap_or_else(|| "none".to_owned());
-    // The units of each item: 1, or a rule's `cost` header (a bad one: 400, nothing taken).
-    let booking = match shared.engine.booking(
-        &engine_request(&view, &headers, peer, front_route.as_deref()),
-        &plan,
-        request_id,
-    ) {
-        Ok(b) => b,
-        Err(r) => return Before::Refuse(r, tier_label),
-    };
-    if let Some(SettleReport(tokens)) = view.extensions.get::<SettleReport>() {
-        return Before::Refuse(
-            report(shared, &plan, booking, &view, tokens, request_id).await,
-            tier_label,
-        );
-    }
-    let mut items: Vec<(&str, Policy)> = Vec::with_capacity(plan.items.len());
-    for item in &plan.items {
-        match policy_of(item, shared.mode) {
-            Ok(p) => items.push((item.key.as_str(), p)),
-            // The engine validated every window with the same ranges: not reached. Were it
-            // reached, the request passes unlimited (logged) rather than being decided on
-            // items no longer aligned with the plan's units and headers.
-            Err(e) => {
-                tracing::error!(error = %e, policy = %item.name, "policy skipped");
-                return Before::Call(Go::plain(&tier_label));
+    let (mut flow, mut step) = shared.flow.start(req, shared.now_ms());
+    // Built at the limiter call, kept for a hold and the settlement.
+    let mut policies: Vec<Policy> = Vec::new();
+    let mut booking_lock = None;
+    loop {
+        step = match step {
+            Step::Tier { api_key } => {
+                let tier = shared.resolver.tier(&api_key).await;
+                flow.tier(tier)
             }
-        }
-    }
-    // The ban check goes with the limiter call: one round trip of latency (none for a ban
-    // read a moment ago).
-    let targets = plan.ban_targets();
-    if let Some((index, remaining_ms)) = shared.ban_memory.recall(&targets) {
-        let refusal = super::bans::refusal(shared, &plan, index, remaining_ms, request_id);
-        return Before::Refuse(refusal, tier_label);
-    }
-    let (md, ban) = futures_util::join!(
-        shared.limiter.check_all_units(&items, &booking.units),
-        super::bans::first_active(&shared.limiter, &targets)
-    );
-    if let Some((index, remaining_ms)) = ban {
-        shared.ban_memory.remember(&targets, index, remaining_ms);
-        super::bans::give_back(shared, &items, &booking.units, &md);
-        let refusal = super::bans::refusal(shared, &plan, index, remaining_ms, request_id);
-        return Before::Refuse(refusal, tier_label);
-    }
-    let outcomes: Vec<Outcome> = md.decisions.iter().map(outcome).collect();
-    // The span names the policy the response reports, allowed or refused.
-    if let Some(item) =
-        redis_rl_policy::reported_index(&plan, &outcomes, md.denied).and_then(|i| plan.items.get(i))
-    {
-        tracing::Span::current().record("dimension", tracing::field::display(&item.label));
-    }
-    let settle = booking.settles().then(|| {
-        let owned = items
-            .iter()
-            .zip(&md.decisions)
-            .map(|((k, p), d)| {
-                (
-                    (*k).to_owned(),
-                    *p,
-                    d.source == Source::Redis && !d.is_denied(),
-                )
-            })
-            .collect();
-        PendingSettle::new(shared.limiter.clone(), owned, booking.clone())
-    });
-    match render(&plan, &outcomes, md.denied, request_id) {
-        Rendered::Refuse(r) => {
-            if r.status == 429 {
-                let held = hold(shared, &plan, &items, &booking.units, &outcomes, request_id);
-                if let Some(h) = held.await {
-                    // Served after its wait: not a refusal (neither in the counters nor
-                    // towards bans and the top offenders).
-                    count(shared, &plan, &md, true);
-                    tracing::debug!(wait_ms = ?h.wait, "request held for its slot");
-                    return Before::Call(Go {
-                        headers: h.headers.clone(),
-                        tier: tier_label,
-                        hold: Some(h),
-                        settle: settle.map(PendingSettle::all_in_redis),
-                    });
+            Step::Book(book) => {
+                policies = match drive::policies(shared, flow.plan()) {
+                    Some(p) => p,
+                    None => return Before::Call(Go::plain(&flow_tier(&flow))),
+                };
+                let (decided, denied, bans) = drive::book(shared, &book, &policies).await;
+                flow.booked(decided, denied, bans, shared.now_ms())
+            }
+            Step::Peek(takes) => {
+                booking_lock = Some(super::plan::BOOKING.lock().await);
+                flow.peeked(drive::peek(shared, &takes, &policies).await)
+            }
+            Step::Force(takes) => {
+                let ok = drive::force(shared, &takes, &policies).await;
+                booking_lock = None;
+                flow.forced(ok)
+            }
+            Step::Respond(reply) => {
+                drop(booking_lock);
+                let tier = reply.record.tier.clone();
+                let before_limits = reply.record.access.is_some();
+                drive::record(shared, reply.record, &policies);
+                let status = reply.response.status;
+                if before_limits {
+                    tracing::debug!(status, "request refused before any limit");
+                } else if status != 204 {
+                    tracing::debug!(status, "request refused");
                 }
+                let report = view.extensions.get::<SettleReport>();
+                if let (Some(settle), Some(SettleReport(tokens))) = (reply.settle, report) {
+                    // A report of a response's cost: the reservation its token names,
+                    // settled from the report's own headers.
+                    let Some(policies) = drive::policies(shared, flow.plan()) else {
+                        return Before::Refuse(reply.response, tier);
+                    };
+                    let r = settle_report(shared, settle, policies, &view, tokens, request_id);
+                    return Before::Refuse(r.await, tier);
+                }
+                return Before::Refuse(reply.response, tier);
             }
-            count(shared, &plan, &md, false);
-            super::bans::refused(shared, &plan, &md, &targets);
-            tracing::debug!(status = r.status, "request refused");
-            Before::Refuse(r, tier_label)
-        }
-        // The span's dimension is recorded above, from the item these headers report: a
-        // second record would repeat the field in every log line (`dimension=ip dimension=ip`).
-        Rendered::Headers(h) => {
-            count(shared, &plan, &md, false);
-            super::bans::refused(shared, &plan, &md, &targets);
-            Before::Call(Go {
-                headers: h,
-                tier: tier_label,
-                hold: None,
-                settle,
-            })
-        }
+            Step::Forward(forward) => {
+                drop(booking_lock);
+                let tier = forward.record.tier.clone();
+                if forward.hold_ms.is_some() {
+                    metrics::gauge!("rl_held_requests").set(shared.flow.held() as f64);
+                }
+                drive::record(shared, forward.record, &policies);
+                let settle = forward
+                    .settle
+                    .map(|s| PendingSettle::new(shared.limiter.clone(), s, policies));
+                let hold = forward.hold_ms.map(|ms| {
+                    tracing::debug!(wait_ms = ms, "request held for its slot");
+                    (Duration::from_millis(ms), Box::new(flow))
+                });
+                return Before::Call(Go {
+                    headers: forward.headers,
+                    tier,
+                    hold,
+                    settle,
+                });
+            }
+        };
     }
 }
 
@@ -282,10 +205,10 @@ async fn decide(
 /// from the report's own headers, nothing taken, 204. Refused (nothing settled) without a
 /// valid token (403), with one spent before (409), or when Redis cannot record the spending
 /// (503).
-async fn report(
+async fn settle_report(
     shared: &Shared,
-    plan: &Plan,
-    booking: redis_rl_policy::Booking,
+    settle: redis_rl_flow::Settle,
+    policies: Vec<Policy>,
     view: &RequestView<'_>,
     tokens: &SettleTokens,
     request_id: &str,
@@ -296,34 +219,15 @@ async fn report(
         Ok(r) => r,
         Err(e) => return settle_refused(403, e.detail(), request_id),
     };
-    // Each item of the described request that the token names (each token item once),
-    // with the units reserved there: a report settles its own reservation and no more.
-    let mut named = reservation.items.clone();
-    let mut items = Vec::new();
-    let mut bound = redis_rl_policy::Booking {
-        units: Vec::new(),
-        settle: Vec::new(),
-    };
-    for (item, header) in plan.items.iter().zip(&booking.settle) {
-        let Ok(p) = policy_of(item, shared.mode) else {
-            continue;
-        };
-        let Some(at) = named.iter().position(|(k, _)| *k == item.key) else {
-            continue;
-        };
-        let (key, reserved) = named.swap_remove(at);
-        items.push((key, p, reserved > 0));
-        bound.units.push(reserved);
-        bound.settle.push(header.clone());
-    }
-    if items.is_empty() {
+    // A report settles its own reservation and no more.
+    let Some(bound) = settle.bound_to(&reservation.items) else {
         return settle_refused(
             403,
             "the rl-settle-token names none of the described request's keys",
             request_id,
         );
-    }
-    let prefix = &shared.engine.config().key_prefix;
+    };
+    let prefix = &shared.flow.engine().config().key_prefix;
     match super::settle_token::spend(&shared.limiter, prefix, &reservation, now_ms).await {
         Ok(true) => {}
         Ok(false) => {
@@ -334,7 +238,7 @@ async fn report(
             return settle_refused(503, "redis unavailable: the reservation stands", request_id);
         }
     }
-    PendingSettle::new(shared.limiter.clone(), items, bound)
+    PendingSettle::new(shared.limiter.clone(), bound, policies)
         .settle(view.headers)
         .await;
     redis_rl_policy::Response {
@@ -368,6 +272,24 @@ fn settle_refused(status: u16, detail: &str, request_id: &str) -> redis_rl_polic
     }
 }
 
+fn flow_tier(flow: &RequestFlow) -> String {
+    flow.plan()
+        .tier
+        .clone()
+        .unwrap_or_else(|| "none".to_owned())
+}
+
+impl Go {
+    fn plain(tier: &str) -> Self {
+        Self {
+            headers: Vec::new(),
+            tier: tier.to_owned(),
+            hold: None,
+            settle: None,
+        }
+    }
+}
+
 async fn handle<S, ReqBody, ResBody>(
     shared: Arc<Shared>,
     info: Arc<dyn RequestInfo>,
@@ -394,14 +316,16 @@ where
         dimension = tracing::field::Empty,
     );
     async move {
-        let go = match decide(&shared, info.as_ref(), RequestView::of(&req), &request_id).await {
-            Before::Refuse(r, tier) => {
-                return Ok(counted(
-                    &shared,
-                    to_response(r.with_trace_id(&trace_id)),
-                    &tier,
-                ))
-            }
+        let go = match decide(
+            &shared,
+            info.as_ref(),
+            RequestView::of(&req),
+            &request_id,
+            &trace_id,
+        )
+        .await
+        {
+            Before::Refuse(r, tier) => return Ok(counted(&shared, to_response(r), &tier)),
             Before::Call(go) => go,
         };
         let Go {
@@ -410,9 +334,10 @@ where
             hold,
             settle,
         } = go;
-        if let Some(h) = hold {
-            tokio::time::sleep(h.wait).await;
-            drop(h.held);
+        if let Some((wait, flow)) = hold {
+            tokio::time::sleep(wait).await;
+            drop(flow); // its place under the cap of held requests
+            metrics::gauge!("rl_held_requests").set(shared.flow.held() as f64);
         }
         let mut token = None;
         if let Some(s) = &settle {
@@ -456,34 +381,6 @@ where
 fn counted<B>(shared: &Shared, response: Response<B>, tier: &str) -> Response<B> {
     shared.counters.response(tier, response.status());
     response
-}
-
-/// Counts a decided request in `rl_requests_total` by dimension and outcome (the
-/// [`REQUEST_OUTCOMES`] but `banned`) and `rl_decisions_total`. `held`: refused, then held
-/// by `delay_max_ms` and served: the refusing item counts as `delayed`, the others (booked
-/// with it) as `allowed`.
-fn count(shared: &Shared, plan: &Plan, md: &MultiDecision, held: bool) {
-    for (i, (p, d)) in plan.items.iter().zip(&md.decisions).enumerate() {
-        let dimension = &p.label;
-        let outcome = if md.denied == Some(i) {
-            if held {
-                "delayed"
-            } else {
-                "denied"
-            }
-        } else if d.shadow && d.is_denied() {
-            "shadow_denied"
-        } else if md.denied.is_some() && !held {
-            continue; // not consumed: the request was refused by another policy
-        } else {
-            "allowed"
-        };
-        shared.counters.request(dimension, outcome);
-        shared.counters.decision(dimension, d.source.name());
-        if d.source.is_fallback() {
-            metrics::counter!("rl_fallback_total", "dimension" => dimension.clone(), "source" => d.source.name()).increment(1);
-        }
-    }
 }
 
 #[cfg(all(test, feature = "axum"))]

@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use http::HeaderMap;
-use redis_rl_policy::{Adjust, Booking};
+use redis_rl_flow::Settle;
+use redis_rl_policy::Adjust;
 
 use super::extract::HttpHeaders;
 use super::settle_token::SettleTokens;
@@ -38,76 +39,45 @@ pub struct SettleReport(pub SettleTokens);
 #[derive(Clone, Debug)]
 pub struct IssueSettleToken(pub SettleTokens);
 
-/// A reservation to settle once the response is known; clones share it, and it is settled
-/// at most once.
+/// A reservation to settle once the response is known (the flow's [`Settle`], with the
+/// limiter and each plan item's policy); clones share it, and it is settled at most once.
 #[derive(Clone)]
 pub struct PendingSettle(Arc<Inner>);
 
 struct Inner {
     limiter: Limiter,
-    /// The plan's items: key, policy, and whether Redis took the units (a decision of the
-    /// local fallback or of a failure mode, or a shadow policy's denial, took nothing there
-    /// to settle).
-    items: Vec<(String, Policy, bool)>,
-    booking: Booking,
+    settle: Settle,
+    /// Each plan item's policy, by index.
+    policies: Vec<Policy>,
     claimed: AtomicBool,
     done: AtomicBool,
 }
 
 impl PendingSettle {
-    pub(crate) fn new(
-        limiter: Limiter,
-        items: Vec<(String, Policy, bool)>,
-        booking: Booking,
-    ) -> Self {
+    pub(crate) fn new(limiter: Limiter, settle: Settle, policies: Vec<Policy>) -> Self {
         Self(Arc::new(Inner {
             limiter,
-            items,
-            booking,
+            settle,
+            policies,
             claimed: AtomicBool::new(false),
             done: AtomicBool::new(false),
         }))
     }
 
-    /// The same settlement with every item's units in Redis (a held request's were booked
-    /// there with `FORCE`, whatever the refused check's sources were).
-    pub(crate) fn all_in_redis(self) -> Self {
-        let inner = &self.0;
-        let items = inner
-            .items
-            .iter()
-            .map(|(k, p, _)| (k.clone(), *p, true))
-            .collect();
-        Self::new(inner.limiter.clone(), items, inner.booking.clone())
-    }
-
     /// A token naming this reservation: each key and the units Redis took on it (0 where it
     /// took nothing), for a report to settle later.
     pub(crate) fn token(&self, tokens: &SettleTokens) -> String {
-        let items = self
-            .0
-            .items
-            .iter()
-            .zip(&self.0.booking.units)
-            .map(|((k, _, in_redis), units)| (k.clone(), if *in_redis { *units } else { 0 }))
-            .collect();
-        tokens.issue(items, crate::transport::wall_ms())
+        tokens.issue(self.0.settle.reserved(), crate::transport::wall_ms())
     }
 
     /// The response headers (or trailers) the actual cost is read from, in lower case.
     pub fn headers(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = Vec::new();
-        for name in self.0.booking.settle.iter().flatten() {
-            if !names.contains(&name.as_str()) {
-                names.push(name);
-            }
-        }
-        names
+        self.0.settle.headers()
     }
 
     /// True when `headers` carry every header the settlement reads.
     pub fn found_in(&self, headers: &HeaderMap) -> bool {
-        self.headers().iter().all(|h| headers.contains_key(*h))
+        self.0.settle.found_in(&HttpHeaders(headers))
     }
 
     /// The handler takes the settlement over (it will call [`PendingSettle::settle_later`]
@@ -134,18 +104,14 @@ impl PendingSettle {
             return;
         }
         // Read the headers before any await (the engine's view of them is not `Send`).
-        let (adjust, outcomes) = self.0.booking.settlement(&HttpHeaders(headers));
-        for (header, outcome) in &outcomes {
-            metrics::counter!("rl_settled_total", "header" => header.clone(), "outcome" => outcome.name())
+        let (adjust, outcomes) = self.0.settle.adjust(&HttpHeaders(headers));
+        for (header, outcome) in outcomes {
+            metrics::counter!("rl_settled_total", "header" => header, "outcome" => outcome)
                 .increment(1);
         }
-        let items: Vec<(&str, &Policy, Adjust)> = self
-            .0
-            .items
+        let items: Vec<(&str, &Policy, Adjust)> = adjust
             .iter()
-            .zip(adjust)
-            .filter(|((_, _, in_redis), a)| *in_redis && *a != Adjust::Keep)
-            .map(|((k, p, _), a)| (k.as_str(), p, a))
+            .filter_map(|(t, a)| Some((t.key.as_str(), self.0.policies.get(t.item)?, *a)))
             .collect();
         if items.is_empty() {
             return;

@@ -128,7 +128,54 @@ pub async fn decide(limiter: &Limiter, planned: &[Planned]) -> (Vec<Option<Decis
             }
         }
     }
+    exact_counters(limiter, planned, &mut out).await;
     (out, refused)
+}
+
+/// Each descriptor reports its own counter, as envoyproxy/ratelimit does: a descriptor the
+/// limiter did not ask Redis about because a layer refused the request locally (the deny
+/// cache, a lease) would read as a fresh counter (its whole limit left, reset 0). Those are
+/// looked at (`PEEK` with no cost: nothing taken), one call per hash slot, only on such a
+/// refusal; a failed look leaves them as they were.
+async fn exact_counters(limiter: &Limiter, planned: &[Planned], out: &mut [Option<Decision>]) {
+    let unchecked: Vec<(usize, &str, Policy)> = planned
+        .iter()
+        .zip(out.iter())
+        .enumerate()
+        .filter_map(|(i, (p, d))| match (p, d) {
+            (Planned::Limited(l), Some(d)) if d.source == Source::Unchecked => {
+                Some((i, l.key.as_str(), l.policy?))
+            }
+            _ => None,
+        })
+        .collect();
+    if unchecked.is_empty() {
+        return;
+    }
+    // One look per counter, however many descriptors name it.
+    let mut keys: Vec<(&str, Policy)> = Vec::new();
+    for (_, key, policy) in &unchecked {
+        if !keys.iter().any(|(k, _)| k == key) {
+            keys.push((key, *policy));
+        }
+    }
+    let items: Vec<(&str, &Policy)> = keys.iter().map(|(k, p)| (*k, p)).collect();
+    let looked = match limiter.peek_all_units(&items, &vec![0; items.len()]).await {
+        Ok(looked) => looked,
+        Err(e) => {
+            tracing::debug!(error = %e, "descriptors not asked: their statuses stay unknown");
+            return;
+        }
+    };
+    for (i, key, policy) in unchecked {
+        let found = keys.iter().zip(&looked).find(|((k, _), _)| *k == key);
+        if let (Some((_, d)), Some(slot)) = (found, out.get_mut(i)) {
+            *slot = Some(Decision {
+                shadow: policy.is_shadow(),
+                ..*d
+            });
+        }
+    }
 }
 
 /// The decision for a cost no counter of `l`'s rule can ever admit (a rule of 0 requests

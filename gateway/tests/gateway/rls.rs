@@ -864,3 +864,55 @@ async fn reflection_lists_the_services_and_describes_should_rate_limit() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A request refused by a layer in process (the deny cache, a lease) still reports each
+/// descriptor's own counter, as envoyproxy/ratelimit does: not a fresh one (the whole limit
+/// left, reset 0).
+#[tokio::test]
+async fn each_descriptor_reports_its_own_counter_when_a_layer_refuses_locally() {
+    let server = Server::start();
+    let dir = std::env::temp_dir().join(format!("rl-rls-exact-{}", server.port));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("exact.yaml");
+    std::fs::write(
+        &conf,
+        "domain: exact\ndescriptors:\n  - key: small\n    rate_limit: {unit: hour, requests_per_unit: 2}\n  - key: big\n    rate_limit: {unit: hour, requests_per_unit: 10}\n  - key: fast\n    rate_limit: {unit: second, requests_per_unit: 1000}\n",
+    )
+    .unwrap();
+    let reset_ms = |s: &DescriptorStatus| {
+        s.duration_until_reset
+            .as_ref()
+            .map_or(0, |d| d.seconds * 1000 + i64::from(d.nanos) / 1_000_000)
+    };
+    // The default deny cache; then leases (fast: 1000/s, hot from 100/s).
+    for (run, extra, other) in [
+        ("deny cache", &[][..], "big"),
+        ("leases", &["--rls-hot-rate", "100"][..], "fast"),
+    ] {
+        let mut rls = start(&server, &conf, extra).await;
+        let value = format!("{}-{run}", server.port);
+        let small = || descriptor(&[("small", &value)]);
+        let other_d = || descriptor(&[(other, &value)]);
+        for _ in 0..2 {
+            let r = rls.ask("exact", vec![small(), other_d()], 0).await;
+            assert_eq!(r.overall_code, OK, "{run}");
+        }
+        // Refused by Redis (and remembered by the deny cache), then by the deny cache.
+        for attempt in 0..2 {
+            let r = rls.ask("exact", vec![small(), other_d()], 0).await;
+            assert_eq!(r.overall_code, OVER, "{run} {attempt}");
+            let (s, o) = (&r.statuses[0], &r.statuses[1]);
+            assert_eq!((s.code, s.limit_remaining), (OVER, 0), "{run} {attempt}");
+            assert!(reset_ms(s) > 0, "{run} {attempt}: {s:?}");
+            assert_eq!(o.code, OK, "{run} {attempt}");
+            let limit = o.current_limit.as_ref().unwrap().requests_per_unit;
+            assert!(
+                o.limit_remaining <= limit - 2,
+                "{run} {attempt}: {other} reports its own counter, not a fresh one: {o:?}"
+            );
+            assert!(reset_ms(o) > 0, "{run} {attempt}: {o:?}");
+        }
+        drop(rls);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
