@@ -203,28 +203,44 @@ impl RlsConfig {
     pub fn from_sources(sources: &[(String, String)]) -> Result<RlsConfig, String> {
         let mut config = RlsConfig::default();
         for (name, text) in sources {
-            let fail = |msg: String| format!("{name}: {msg}");
             let root: Value = serde_yaml_ng::from_str(text)
-                .map_err(|e| fail(format!("error loading config file: {e}")))?;
-            let root = match root {
-                Value::Mapping(m) => m,
-                // An empty file is a document without a domain.
-                Value::Null => Mapping::new(),
-                _ => return Err(fail("error loading config file: not a map".into())),
-            };
-            validate_keys(&root, "").map_err(fail)?;
-            let domain = string_field(&root, "domain", "").map_err(fail)?;
-            if domain.is_empty() {
-                return Err(fail("config file cannot have empty domain".into()));
-            }
-            if config.domains.contains_key(&domain) {
-                return Err(fail(format!("duplicate domain '{domain}' in config file")));
-            }
-            let mut level = Level::default();
-            load_level(&mut level, &root, &format!("{domain}.")).map_err(fail)?;
-            config.domains.insert(domain, level);
+                .map_err(|e| format!("{name}: error loading config file: {e}"))?;
+            config.add_document(name, root)?;
         }
         Ok(config)
+    }
+
+    /// Builds a configuration from `(name, YAML document)` pairs: the documents an xDS
+    /// server pushed, checked as a file's are.
+    pub fn from_documents(documents: &[(String, Value)]) -> Result<RlsConfig, String> {
+        let mut config = RlsConfig::default();
+        for (name, root) in documents {
+            config.add_document(name, root.clone())?;
+        }
+        Ok(config)
+    }
+
+    /// Adds the domain of one document (`name`: its file, in errors).
+    fn add_document(&mut self, name: &str, root: Value) -> Result<(), String> {
+        let fail = |msg: String| format!("{name}: {msg}");
+        let root = match root {
+            Value::Mapping(m) => m,
+            // An empty file is a document without a domain.
+            Value::Null => Mapping::new(),
+            _ => return Err(fail("error loading config file: not a map".into())),
+        };
+        validate_keys(&root, "").map_err(fail)?;
+        let domain = string_field(&root, "domain", "").map_err(fail)?;
+        if domain.is_empty() {
+            return Err(fail("config file cannot have empty domain".into()));
+        }
+        if self.domains.contains_key(&domain) {
+            return Err(fail(format!("duplicate domain '{domain}' in config file")));
+        }
+        let mut level = Level::default();
+        load_level(&mut level, &root, &format!("{domain}.")).map_err(fail)?;
+        self.domains.insert(domain, level);
+        Ok(())
     }
 }
 

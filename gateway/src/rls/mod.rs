@@ -3,7 +3,8 @@
 //! `grpc.health.v1.Health/Check`, reading envoyproxy/ratelimit's configuration
 //! (`--rls-config`, a file or a directory) and deciding with the gateway's limiter: the
 //! same Redis, breaker, failure mode, deny cache and leases. SIGHUP re-reads the
-//! configuration; one that does not load is refused and the running one stays.
+//! configuration (or an xDS server pushes a new one, `crate::xds`); one that does not load
+//! is refused and the running one stays.
 
 pub mod config;
 mod decide;
@@ -16,27 +17,62 @@ mod service;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use redis_rl_client::Limiter;
 
+use crate::envoy_env::{GrpcServerTls, HeaderNames};
 use crate::limits::ListenerLimits;
 use crate::reload::Live;
 use config::RlsConfig;
 
-/// What `--rls-*` asked for.
+/// What `--rls-*` (or envoyproxy/ratelimit's environment) asked for.
 pub struct RlsOptions {
     pub listen: SocketAddr,
-    pub config: PathBuf,
+    /// The files; None: the configuration comes over xDS (empty until it does).
+    pub config: Option<PathBuf>,
     pub response_headers: bool,
     pub hot_per_second: u64,
+    /// envoyproxy/ratelimit's three headers under these names instead of the gateway's.
+    pub header_names: Option<HeaderNames>,
+    /// Every answer's overall code is OK (the statuses still say who is over).
+    pub shadow_mode: bool,
+    pub tls: Option<GrpcServerTls>,
+    /// A connection is closed (GOAWAY) after the first, and cut after the second more.
+    pub max_connection_age: Option<(Duration, Duration)>,
 }
 
 /// A bound, configured service, ready to serve.
 pub struct Bound {
     listener: tokio::net::TcpListener,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    max_connection_age: Option<(Duration, Duration)>,
     service: service::Rls,
+}
+
+/// The service as a function, for the HTTP `/json` endpoint.
+#[derive(Clone)]
+pub struct Checker(service::Rls);
+
+impl Checker {
+    pub async fn check(
+        &self,
+        request: envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest,
+    ) -> Result<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse, tonic::Status>
+    {
+        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+        self.0
+            .should_rate_limit(tonic::Request::new(request))
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    /// How many domains the live configuration has.
+    pub fn domains(&self) -> usize {
+        self.0.config.load().domains.len()
+    }
 }
 
 /// Loads the configuration and binds the listener (both errors are start-up errors).
@@ -45,26 +81,76 @@ pub async fn bind(
     limiter: Limiter,
     gateway: Arc<Live>,
 ) -> Result<Bound, String> {
-    let loaded = RlsConfig::load(&opts.config).map_err(|e| format!("--rls-config: {e}"))?;
-    tracing::info!(
-        path = %opts.config.display(),
-        domains = loaded.domains.len(),
-        files = loaded.files.len(),
-        "rate limit service configuration loaded"
-    );
+    let loaded = match &opts.config {
+        Some(path) => {
+            let loaded = RlsConfig::load(path).map_err(|e| format!("--rls-config: {e}"))?;
+            tracing::info!(
+                path = %path.display(),
+                domains = loaded.domains.len(),
+                files = loaded.files.len(),
+                "rate limit service configuration loaded"
+            );
+            loaded
+        }
+        None => RlsConfig::default(),
+    };
+    let tls = opts.tls.as_ref().map(server_tls).transpose()?;
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await
         .map_err(|e| format!("--rls-listen {}: {e}", opts.listen))?;
     Ok(Bound {
         listener,
+        tls,
+        max_connection_age: opts.max_connection_age,
         service: service::Rls {
             config: Arc::new(ArcSwap::from_pointee(loaded)),
             limiter,
             gateway,
             response_headers: opts.response_headers,
             hot_per_second: opts.hot_per_second,
+            header_names: opts.header_names.clone(),
+            shadow_mode: opts.shadow_mode,
         },
     })
+}
+
+/// The listener's TLS: GRPC_SERVER_TLS_CERT and _KEY, and GRPC_CLIENT_TLS_CACERT to require
+/// client certificates.
+fn server_tls(t: &GrpcServerTls) -> Result<tonic::transport::ServerTlsConfig, String> {
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+    let read = |name: &str, path: &std::path::Path| {
+        crate::files::read_bounded(path).map_err(|e| format!("{name} {e}"))
+    };
+    let mut config = ServerTlsConfig::new().identity(Identity::from_pem(
+        read("GRPC_SERVER_TLS_CERT", &t.cert)?,
+        read("GRPC_SERVER_TLS_KEY", &t.key)?,
+    ));
+    if let Some(ca) = &t.client_ca {
+        config = config.client_ca_root(Certificate::from_pem(read("GRPC_CLIENT_TLS_CACERT", ca)?));
+    }
+    Ok(config)
+}
+
+/// Swaps `loaded` in, or keeps the running configuration when it is an error: the one path
+/// of every reload (SIGHUP, xDS), logged and counted in `rl_rls_config_reloads_total`.
+pub fn install(
+    live: &ArcSwap<RlsConfig>,
+    loaded: Result<RlsConfig, String>,
+    origin: &str,
+) -> Result<(), String> {
+    match loaded {
+        Ok(c) => {
+            tracing::info!(from = %origin, domains = c.domains.len(), "rate limit service configuration reloaded");
+            live.store(Arc::new(c));
+            metrics::counter!("rl_rls_config_reloads_total", "result" => "ok").increment(1);
+            Ok(())
+        }
+        Err(e) => {
+            tracing::error!(from = %origin, error = %e, "rate limit service configuration refused; the running one stays");
+            metrics::counter!("rl_rls_config_reloads_total", "result" => "error").increment(1);
+            Err(e)
+        }
+    }
 }
 
 impl Bound {
@@ -72,17 +158,28 @@ impl Bound {
         self.listener.local_addr().ok()
     }
 
+    /// The live configuration (for a source other than the files: xDS).
+    pub fn live_config(&self) -> Arc<ArcSwap<RlsConfig>> {
+        self.service.config.clone()
+    }
+
+    pub fn checker(&self) -> Checker {
+        Checker(self.service.clone())
+    }
+
     /// Serves until `stop` within `limits` (the public listener's: connection cap, preface
     /// and idle timeouts, and `body_timeout` for a whole call); reloads the configuration
-    /// from `path` on each SIGHUP meanwhile.
+    /// from `path` (if any) on each SIGHUP meanwhile.
     pub async fn serve(
         self,
-        path: PathBuf,
+        path: Option<PathBuf>,
         limits: ListenerLimits,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), String> {
         #[cfg(unix)]
-        tokio::spawn(reload_on_sighup(self.service.config.clone(), path));
+        if let Some(path) = path {
+            tokio::spawn(reload_on_sighup(self.service.config.clone(), path));
+        }
         #[cfg(not(unix))]
         let _ = path;
         let (reporter, health) = tonic_health::server::health_reporter();
@@ -95,7 +192,18 @@ impl Bound {
             .with_nodelay(Some(true))
             .with_keepalive(Some(TCP_KEEPALIVE));
         let incoming = listener::CappedIncoming::new(incoming, limits);
-        tonic::transport::Server::builder()
+        let mut server = tonic::transport::Server::builder();
+        if let Some(tls) = self.tls {
+            server = server
+                .tls_config(tls)
+                .map_err(|e| format!("GRPC_SERVER_TLS_CERT/KEY: {e}"))?;
+        }
+        if let Some((age, grace)) = self.max_connection_age {
+            server = server
+                .max_connection_age(age)
+                .max_connection_age_grace(grace);
+        }
+        server
             .max_concurrent_streams(STREAMS_PER_CONNECTION)
             .concurrency_limit_per_connection(STREAMS_PER_CONNECTION as usize)
             .timeout(limits.body_timeout)
@@ -122,17 +230,8 @@ async fn reload_on_sighup(live: Arc<ArcSwap<RlsConfig>>, path: PathBuf) {
         tracing::warn!("cannot listen for SIGHUP: no reload of --rls-config");
         return;
     };
+    let origin = format!("SIGHUP: {}", path.display());
     while hup.recv().await.is_some() {
-        match RlsConfig::load(&path) {
-            Ok(c) => {
-                tracing::info!(path = %path.display(), domains = c.domains.len(), "rate limit service configuration reloaded");
-                live.store(Arc::new(c));
-                metrics::counter!("rl_rls_config_reloads_total", "result" => "ok").increment(1);
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "rate limit service configuration refused; the running one stays");
-                metrics::counter!("rl_rls_config_reloads_total", "result" => "error").increment(1);
-            }
-        }
+        let _ = install(&live, RlsConfig::load(&path), &origin);
     }
 }
