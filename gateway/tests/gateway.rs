@@ -21,6 +21,8 @@ use tokio::net::TcpStream;
 mod bans;
 #[path = "gateway/costs.rs"]
 mod costs;
+#[path = "gateway/envoy_env.rs"]
+mod envoy_env;
 #[path = "gateway/fleet.rs"]
 mod fleet;
 #[path = "gateway/forward_auth.rs"]
@@ -322,6 +324,7 @@ fn help_documents_every_flag() {
         "--tier-cache-ms",
         "--route",
         "--log",
+        "--envoy-env",
         "--header-timeout-ms",
         "--idle-timeout-ms",
         "--body-timeout-ms",
