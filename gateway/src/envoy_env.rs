@@ -342,7 +342,7 @@ pub enum ConfigSource {
     /// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`.
     Files { dir: PathBuf, watch_root: bool },
     /// An ADS state-of-the-world stream (`CONFIG_TYPE=GRPC_XDS_SOTW`).
-    Xds(XdsSettings),
+    Xds(Box<XdsSettings>),
 }
 
 /// The xDS client's settings.
@@ -516,7 +516,7 @@ impl EnvoyEnv {
                 .collect(),
                 watch_root: s.boolean("RUNTIME_WATCH_ROOT")?,
             },
-            "GRPC_XDS_SOTW" => ConfigSource::Xds(s.xds()?),
+            "GRPC_XDS_SOTW" => ConfigSource::Xds(Box::new(s.xds()?)),
             other => {
                 return Err(format!(
                     "CONFIG_TYPE={other}: expected FILE or GRPC_XDS_SOTW"

@@ -226,7 +226,7 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
         None => (Some(ops), None),
     };
     let xds = envoy.as_ref().and_then(|e| match &e.config {
-        ConfigSource::Xds(x) if args.rls_config.is_none() => Some(x.clone()),
+        ConfigSource::Xds(x) if args.rls_config.is_none() => Some(x.as_ref().clone()),
         _ => None,
     });
     let rls = match args.rls_listen {

@@ -223,12 +223,14 @@ async fn a_setting_it_cannot_honour_stops_the_start_by_name() {
 /// The test's ADS server: one stream at a time; what the gateway sends goes to `seen`, and
 /// what the test pushes goes out on the stream.
 struct Ads {
-    pushes: Arc<Mutex<Option<mpsc::Receiver<Result<DiscoveryResponse, Status>>>>>,
+    pushes: Arc<Mutex<Option<PushReceiver>>>,
     seen: mpsc::UnboundedSender<DiscoveryRequest>,
 }
 
+type PushReceiver = mpsc::Receiver<Result<DiscoveryResponse, Status>>;
+
 /// The pushed responses as the server's response stream.
-struct Pushes(mpsc::Receiver<Result<DiscoveryResponse, Status>>);
+struct Pushes(PushReceiver);
 
 impl futures_core::Stream for Pushes {
     type Item = Result<DiscoveryResponse, Status>;
@@ -437,4 +439,88 @@ async fn configuration_over_xds_is_acked_nacked_and_outlives_the_server() {
     }
     let (status, _, _) = get_from(gw.port, "/healthcheck", &[]).await.unwrap();
     assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn shadow_mode_headers_prometheus_and_tls_from_the_environment() {
+    let server = Server::start();
+    let root = std::env::temp_dir().join(format!("rl-envoy-features-{}", server.port));
+    let config = root.join("ratelimit").join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("config.yaml"), PER_USER).unwrap();
+    let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
+    let prometheus = free_port();
+    let mut env = compose_env(&server, &root);
+    env.extend(
+        [
+            ("SHADOW_MODE", "true".to_string()),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true".to_string()),
+            ("LIMIT_REMAINING_HEADER", "X-Left".to_string()),
+            ("USE_PROMETHEUS", "true".to_string()),
+            ("PROMETHEUS_ADDR", format!("127.0.0.1:{prometheus}")),
+            ("PROMETHEUS_PATH", "/prom".to_string()),
+            ("GRPC_SERVER_USE_TLS", "true".to_string()),
+            (
+                "GRPC_SERVER_TLS_CERT",
+                tls.join("upstream.pem").display().to_string(),
+            ),
+            (
+                "GRPC_SERVER_TLS_KEY",
+                tls.join("upstream.key").display().to_string(),
+            ),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    );
+    let (_gw, grpc) = spawn(&env);
+    let ca = tonic::transport::Certificate::from_pem(std::fs::read(tls.join("ca.pem")).unwrap());
+    let endpoint = Channel::from_shared(format!("https://127.0.0.1:{grpc}"))
+        .unwrap()
+        .tls_config(tonic::transport::ClientTlsConfig::new().ca_certificate(ca))
+        .unwrap();
+    let mut client = None;
+    eventually("the rate limit service answers over TLS", async || {
+        client = endpoint
+            .connect()
+            .await
+            .ok()
+            .map(RateLimitServiceClient::new);
+        client.is_some()
+    })
+    .await;
+    let mut client = client.unwrap();
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let r = client
+            .should_rate_limit(RateLimitRequest {
+                domain: "rl".into(),
+                descriptors: vec![descriptor(&[("user", "s")])],
+                hits_addend: 1,
+            })
+            .await
+            .expect("ShouldRateLimit over TLS")
+            .into_inner();
+        answers.push(r);
+    }
+    // Over the limit, the status says so but the overall code is OK (SHADOW_MODE).
+    let last = &answers[2];
+    assert_eq!(last.statuses[0].code, OVER);
+    assert_eq!(last.overall_code, OK);
+    // envoyproxy/ratelimit's three headers, the remaining one renamed.
+    let headers: Vec<(String, String)> = answers[0]
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect();
+    assert_eq!(headers[0], ("RateLimit-Limit".to_string(), "2".to_string()));
+    assert_eq!(headers[1], ("X-Left".to_string(), "1".to_string()));
+    assert_eq!(headers[2].0, "RateLimit-Reset");
+    let reset: u64 = headers[2].1.parse().unwrap();
+    assert!((1..=3600).contains(&reset), "{reset}");
+    // PROMETHEUS_ADDR and PROMETHEUS_PATH.
+    let (status, _, text) = get_from(prometheus, "/prom", &[]).await.unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("ratelimit_service_global_shadow_mode"),
+        "{text}"
+    );
 }
