@@ -86,6 +86,18 @@ fn spawn(env: &[(String, String)]) -> (Gateway, u16) {
     )
 }
 
+/// GET /healthcheck once the HTTP port listens: status and body.
+async fn healthcheck(port: u16) -> (u16, String) {
+    let mut answer = None;
+    eventually("HOST:PORT answers", async || {
+        answer = get_from(port, "/healthcheck", &[]).await;
+        answer.is_some()
+    })
+    .await;
+    let (status, _, body) = answer.unwrap();
+    (status, body)
+}
+
 async fn rls_client(port: u16) -> RateLimitServiceClient<Channel> {
     let mut client = None;
     eventually("the rate limit service answers", async || {
@@ -147,10 +159,16 @@ async fn the_docker_compose_environment_alone_serves_as_envoyproxy_ratelimit() {
     let mut client = rls_client(grpc).await;
 
     // HOST:PORT: the health check of that service, not the gateway's routes.
-    let (status, _, body) = get_from(gw.port, "/healthcheck", &[]).await.unwrap();
+    let (status, body) = healthcheck(gw.port).await;
     assert_eq!((status, body.as_str()), (200, "OK"));
     // DEBUG_PORT: the gateway's operations.
-    let (status, _, metrics) = gw.ops("/metrics").await.unwrap();
+    let mut answer = None;
+    eventually("DEBUG_PORT answers", async || {
+        answer = gw.ops("/metrics").await;
+        answer.is_some()
+    })
+    .await;
+    let (status, _, metrics) = answer.unwrap();
     assert_eq!(status, 200);
     assert!(metrics.contains("rl_"), "{metrics}");
 
@@ -362,8 +380,7 @@ async fn configuration_over_xds_is_acked_nacked_and_outlives_the_server() {
     assert_eq!(first.type_url, TYPE_URL);
     assert!(first.resource_names.is_empty(), "a wildcard subscription");
     // No configuration yet: not healthy (FORCE_START_WITHOUT_INITIAL_CONFIG is false).
-    let (status, _, _) = get_from(gw.port, "/healthcheck", &[]).await.unwrap();
-    assert_eq!(status, 500);
+    assert_eq!(healthcheck(gw.port).await.0, 500);
 
     let next = async |requests: &mut mpsc::UnboundedReceiver<DiscoveryRequest>| {
         tokio::time::timeout(std::time::Duration::from_secs(10), requests.recv())
@@ -389,8 +406,7 @@ async fn configuration_over_xds_is_acked_nacked_and_outlives_the_server() {
     assert_eq!(ask(&mut client, "xds", &[("user", "a")]).await, (OK, 2));
     assert_eq!(ask(&mut client, "xds", &[("user", "a")]).await, (OK, 2));
     assert_eq!(ask(&mut client, "xds", &[("user", "a")]).await, (OVER, 2));
-    let (status, _, body) = get_from(gw.port, "/healthcheck", &[]).await.unwrap();
-    assert_eq!((status, body.as_str()), (200, "OK"));
+    assert_eq!(healthcheck(gw.port).await, (200, "OK".to_string()));
 
     // A changed one: swapped in whole.
     push.send(Ok(response(
@@ -437,8 +453,7 @@ async fn configuration_over_xds_is_acked_nacked_and_outlives_the_server() {
     for _ in 0..3 {
         assert_eq!(ask(&mut client, "xds", &[("user", "c")]).await, (OK, 5));
     }
-    let (status, _, _) = get_from(gw.port, "/healthcheck", &[]).await.unwrap();
-    assert_eq!(status, 200);
+    assert_eq!(healthcheck(gw.port).await.0, 200);
 }
 
 #[tokio::test]
@@ -517,7 +532,13 @@ async fn shadow_mode_headers_prometheus_and_tls_from_the_environment() {
     let reset: u64 = headers[2].1.parse().unwrap();
     assert!((1..=3600).contains(&reset), "{reset}");
     // PROMETHEUS_ADDR and PROMETHEUS_PATH.
-    let (status, _, text) = get_from(prometheus, "/prom", &[]).await.unwrap();
+    let mut answer = None;
+    eventually("PROMETHEUS_ADDR answers", async || {
+        answer = get_from(prometheus, "/prom", &[]).await;
+        answer.is_some()
+    })
+    .await;
+    let (status, _, text) = answer.unwrap();
     assert_eq!(status, 200);
     assert!(
         text.contains("ratelimit_service_global_shadow_mode"),
