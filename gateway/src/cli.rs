@@ -27,7 +27,9 @@ pub enum Mode {
 /// client IP (per /64 for IPv6); 100/min per API key and endpoint; 100000/min globally;
 /// local fallback behind a circuit breaker when Redis fails.
 /// GET /healthz, GET /metrics, GET /bans, DELETE /bans/<policy>?key=<key> and GET /top are
-/// built in and never limited (on --admin-listen when given). SIGHUP re-reads --config; a bad file is refused and the running one kept.
+/// built in and never limited (on --admin-listen when given). SIGHUP re-reads --config and
+/// --rls-config, and so does a change in their directory (unless --no-watch); a bad file is
+/// refused and the running one kept.
 #[derive(Clone, Debug, Parser)]
 #[command(name = "rl-gateway", version, about, long_about)]
 pub struct Args {
@@ -93,9 +95,15 @@ pub struct Args {
     /// TOML file with tiers (and their per-dimension overrides), dimension limits, rules,
     /// several windows per rate, API key header, IPv6 prefix, access lists, trusted proxies
     /// and failure mode (the book's "Rules and gateway configuration"). Flags below override
-    /// it. Re-read on SIGHUP.
+    /// it. Re-read on SIGHUP and when it changes.
     #[arg(long, env = "RL_GATEWAY_CONFIG")]
     pub config: Option<PathBuf>,
+
+    /// Do not watch the directories of --config and --rls-config: reload on SIGHUP only.
+    /// Without it a change in them (a file written or renamed, a Kubernetes ConfigMap's
+    /// `..data` swap) reloads the configuration a moment after the last change.
+    #[arg(long, env = "RL_GATEWAY_NO_WATCH")]
+    pub no_watch: bool,
 
     /// Check a configuration file and exit: print the effective plan (dimensions, tiers,
     /// rules, windows, keys, which requests they match) and exit 0, or the error naming the
@@ -208,7 +216,7 @@ pub struct Args {
     pub rls_listen: Option<SocketAddr>,
 
     /// envoyproxy/ratelimit's configuration for --rls-listen: a YAML file or a directory of
-    /// them (several domains). Re-read on SIGHUP.
+    /// them (several domains). Re-read on SIGHUP and when it changes.
     #[arg(long, env = "RL_GATEWAY_RLS_CONFIG", requires = "rls_listen")]
     pub rls_config: Option<PathBuf>,
 

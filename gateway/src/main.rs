@@ -16,6 +16,7 @@ mod proxy_pool;
 mod reload;
 mod rls;
 mod settle_body;
+mod watch;
 mod xds;
 
 use std::num::{NonZeroU32, NonZeroUsize};
@@ -234,12 +235,14 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
             let opts = rls::RlsOptions {
                 listen,
                 config: args.rls_config.clone(),
+                skip_dot_files: envoy.as_ref().is_some_and(|e| e.ignore_dot_files),
                 response_headers: args.rls_response_headers,
                 hot_per_second: args.rls_hot_rate,
                 header_names: envoy.as_ref().and_then(|e| e.headers.clone()),
                 shadow_mode: envoy.as_ref().is_some_and(|e| e.shadow_mode),
                 tls: envoy.as_ref().and_then(|e| e.grpc_tls.clone()),
                 max_connection_age: envoy.as_ref().map(|e| e.max_connection_age),
+                watch: !args.no_watch,
             };
             Some(rls::bind(&opts, limiter.clone(), live.clone()).await?)
         }
@@ -295,6 +298,12 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
         // envoyproxy/ratelimit's HTTP port: its endpoints only.
         Some((router, prometheus)) => (app::Public::WithOps(router), prometheus),
         None => (app::public(live.clone(), public_ops), None),
+    };
+    // Kept for the life of the process.
+    let _config_watch = if args.no_watch {
+        None
+    } else {
+        reload::watch(&live)?
     };
     #[cfg(unix)]
     tokio::spawn(reload::on_sighup(live, hangups));

@@ -1,5 +1,5 @@
 //! The live configuration: the limited router built from the config file and the flags,
-//! swapped whole on SIGHUP. A request holds the router it started with until it is
+//! swapped whole on SIGHUP and when the file changes. A request holds the router it started with until it is
 //! answered, so a reload drops nothing in flight; a file that does not parse or validate is
 //! refused and the running configuration stays.
 
@@ -154,19 +154,41 @@ pub fn hangups() -> Option<tokio::signal::unix::Signal> {
 pub async fn on_sighup(live: Arc<Live>, hangups: Option<tokio::signal::unix::Signal>) {
     let Some(mut hup) = hangups else { return };
     while hup.recv().await.is_some() {
-        let Some(path) = &live.parts.args.config else {
-            tracing::warn!("SIGHUP: no --config file to reload");
-            continue;
-        };
-        match live.reload() {
-            Ok(generation) => {
-                tracing::info!(path = %path.display(), generation, "configuration reloaded")
-            }
-            Err(e) => tracing::error!(
-                path = %path.display(),
-                error = %e,
-                "configuration reload refused; the running configuration stays"
-            ),
+        reload_logged(&live, "SIGHUP");
+    }
+}
+
+/// Reloads whenever the --config file changes (its directory is watched, so a ConfigMap's
+/// swap is seen); None without --config. The watch stops when the returned value is dropped.
+pub fn watch(live: &Arc<Live>) -> Result<Option<crate::watch::DirWatch>, String> {
+    let Some(path) = &live.parts.args.config else {
+        return Ok(None);
+    };
+    let (dir, names) = crate::watch::Names::for_path(path);
+    let on_change = {
+        let live = live.clone();
+        move || reload_logged(&live, "file changed")
+    };
+    crate::watch::watch_dir(&dir, names, false, crate::watch::DEFAULT_QUIET, on_change)
+        .map(Some)
+        .map_err(|e| format!("--config: {e}"))
+}
+
+/// Reloads the --config file (on `cause`), logging the outcome.
+fn reload_logged(live: &Live, cause: &str) {
+    let Some(path) = &live.parts.args.config else {
+        tracing::warn!(cause, "no --config file to reload");
+        return;
+    };
+    match live.reload() {
+        Ok(generation) => {
+            tracing::info!(path = %path.display(), generation, cause, "configuration reloaded")
         }
+        Err(e) => tracing::error!(
+            path = %path.display(),
+            error = %e,
+            cause,
+            "configuration reload refused; the running configuration stays"
+        ),
     }
 }

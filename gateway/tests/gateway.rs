@@ -47,6 +47,8 @@ mod rules;
 mod settle;
 #[path = "gateway/upstream.rs"]
 mod upstream;
+#[path = "gateway/watch.rs"]
+mod watch;
 
 /// The gateway process, killed on drop.
 struct Gateway {
@@ -93,10 +95,16 @@ impl Gateway {
     /// free port: the gateway and that port, once the port accepts connections (another
     /// port if that one was taken first).
     async fn listening(args: &[&str], flag: &str) -> (Gateway, u16) {
+        Self::listening_watched(args, flag, false).await
+    }
+
+    /// [`listening`](Self::listening), watching the configuration's directory when `watch`.
+    async fn listening_watched(args: &[&str], flag: &str, watch: bool) -> (Gateway, u16) {
         for _ in 0..5 {
             let port = free_port();
             let listen = format!("127.0.0.1:{port}");
-            let mut gw = Self::start(&[args, &[flag, &listen]].concat()).await;
+            let all = [args, &[flag, &listen]].concat();
+            let mut gw = Self::spawn(&[], &all, false, None, watch).await;
             let mut exited = false;
             let mut up = false;
             eventually("the extra listener accepts", async || {
@@ -120,6 +128,19 @@ impl Gateway {
         admin: bool,
         log: Option<&Path>,
     ) -> Gateway {
+        Self::spawn(wrapper, args, admin, log, false).await
+    }
+
+    /// [`launch_under`](Self::launch_under); the gateway watches the directories of its
+    /// configuration files only when `watch` (the other tests write a file and send SIGHUP,
+    /// and count the reloads that follow: one, not also the watch's).
+    async fn spawn<A: AsRef<OsStr>>(
+        wrapper: &[&str],
+        args: &[A],
+        admin: bool,
+        log: Option<&Path>,
+        watch: bool,
+    ) -> Gateway {
         let gateway = env!("CARGO_BIN_EXE_rl-gateway");
         let (program, wrapped) = match wrapper.split_first() {
             Some((program, words)) => (*program, [words, &[gateway]].concat()),
@@ -133,6 +154,7 @@ impl Gateway {
                 .args(["--listen", &format!("127.0.0.1:{port}"), "--log", "warn"])
                 .args(["--timeout-ms", "5000"])
                 .args(args)
+                .env("RL_GATEWAY_NO_WATCH", if watch { "false" } else { "true" })
                 .stdout(Stdio::null());
             if let Some(a) = admin {
                 cmd.args(["--admin-listen", &format!("127.0.0.1:{a}")]);

@@ -169,8 +169,9 @@ pub struct RlsConfig {
 
 impl RlsConfig {
     /// Reads `path`: a YAML file, or every `.yaml`/`.yml` file of a directory (in name order;
-    /// subdirectories and other files are skipped).
-    pub fn load(path: &Path) -> Result<RlsConfig, String> {
+    /// subdirectories and other files are skipped, and files whose name begins with a dot
+    /// when `skip_dot_files`: envoyproxy/ratelimit's RUNTIME_IGNOREDOTFILES).
+    pub fn load(path: &Path, skip_dot_files: bool) -> Result<RlsConfig, String> {
         let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut files = Vec::new();
         if meta.is_dir() {
@@ -181,7 +182,10 @@ impl RlsConfig {
                     .map_err(|e| format!("{}: {e}", path.display()))?
                     .path();
                 let yaml = p.extension().is_some_and(|e| e == "yaml" || e == "yml");
-                if yaml && p.is_file() {
+                let dot = p
+                    .file_name()
+                    .is_some_and(|n| n.as_encoded_bytes().starts_with(b"."));
+                if yaml && p.is_file() && !(skip_dot_files && dot) {
                     files.push(p);
                 }
             }

@@ -2,9 +2,9 @@
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` and
 //! `grpc.health.v1.Health/Check`, reading envoyproxy/ratelimit's configuration
 //! (`--rls-config`, a file or a directory) and deciding with the gateway's limiter: the
-//! same Redis, breaker, failure mode, deny cache and leases. SIGHUP re-reads the
-//! configuration (or an xDS server pushes a new one, `crate::xds`); one that does not load
-//! is refused and the running one stays.
+//! same Redis, breaker, failure mode, deny cache and leases. SIGHUP, and a change in the
+//! configuration's directory, re-read the configuration (or an xDS server pushes a new one,
+//! `crate::xds`); one that does not load is refused and the running one stays.
 
 pub mod config;
 mod decide;
@@ -33,6 +33,8 @@ pub struct RlsOptions {
     pub listen: SocketAddr,
     /// The files; None: the configuration comes over xDS (empty until it does).
     pub config: Option<PathBuf>,
+    /// Skip a directory's files whose name begins with a dot.
+    pub skip_dot_files: bool,
     pub response_headers: bool,
     pub hot_per_second: u64,
     /// envoyproxy/ratelimit's three headers under these names instead of the gateway's.
@@ -42,6 +44,8 @@ pub struct RlsOptions {
     pub tls: Option<GrpcServerTls>,
     /// A connection is closed (GOAWAY) after the first, and cut after the second more.
     pub max_connection_age: Option<(Duration, Duration)>,
+    /// Reload when the configuration's directory changes.
+    pub watch: bool,
 }
 
 /// A bound, configured service, ready to serve.
@@ -49,6 +53,9 @@ pub struct Bound {
     listener: tokio::net::TcpListener,
     tls: Option<tonic::transport::ServerTlsConfig>,
     max_connection_age: Option<(Duration, Duration)>,
+    skip_dot_files: bool,
+    /// The watch of the configuration's directory (stops when dropped).
+    watch: Option<crate::watch::DirWatch>,
     service: service::Rls,
 }
 
@@ -83,7 +90,8 @@ pub async fn bind(
 ) -> Result<Bound, String> {
     let loaded = match &opts.config {
         Some(path) => {
-            let loaded = RlsConfig::load(path).map_err(|e| format!("--rls-config: {e}"))?;
+            let loaded = RlsConfig::load(path, opts.skip_dot_files)
+                .map_err(|e| format!("--rls-config: {e}"))?;
             tracing::info!(
                 path = %path.display(),
                 domains = loaded.domains.len(),
@@ -98,12 +106,19 @@ pub async fn bind(
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await
         .map_err(|e| format!("--rls-listen {}: {e}", opts.listen))?;
+    let config = Arc::new(ArcSwap::from_pointee(loaded));
+    let watch = match (&opts.config, opts.watch) {
+        (Some(path), true) => Some(watch(config.clone(), path.clone(), opts.skip_dot_files)?),
+        _ => None,
+    };
     Ok(Bound {
         listener,
         tls,
         max_connection_age: opts.max_connection_age,
+        watch,
+        skip_dot_files: opts.skip_dot_files,
         service: service::Rls {
-            config: Arc::new(ArcSwap::from_pointee(loaded)),
+            config,
             limiter,
             gateway,
             response_headers: opts.response_headers,
@@ -169,16 +184,22 @@ impl Bound {
 
     /// Serves until `stop` within `limits` (the public listener's: connection cap, preface
     /// and idle timeouts, and `body_timeout` for a whole call); reloads the configuration
-    /// from `path` (if any) on each SIGHUP meanwhile.
+    /// from `path` (if any) on each SIGHUP and each change of its directory meanwhile.
     pub async fn serve(
         self,
         path: Option<PathBuf>,
         limits: ListenerLimits,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), String> {
+        // Kept until the service stops.
+        let _watch = self.watch;
         #[cfg(unix)]
         if let Some(path) = path {
-            tokio::spawn(reload_on_sighup(self.service.config.clone(), path));
+            tokio::spawn(reload_on_sighup(
+                self.service.config.clone(),
+                path,
+                self.skip_dot_files,
+            ));
         }
         #[cfg(not(unix))]
         let _ = path;
@@ -221,17 +242,42 @@ const STREAMS_PER_CONNECTION: u32 = 1024;
 /// Idle time before TCP keepalive probes start.
 const TCP_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Re-reads the configuration on each SIGHUP: a file that does not load is logged and
-/// counted, and the running configuration stays.
+/// Re-reads the configuration on each SIGHUP.
 #[cfg(unix)]
-async fn reload_on_sighup(live: Arc<ArcSwap<RlsConfig>>, path: PathBuf) {
+async fn reload_on_sighup(live: Arc<ArcSwap<RlsConfig>>, path: PathBuf, skip_dot_files: bool) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::warn!("cannot listen for SIGHUP: no reload of --rls-config");
         return;
     };
-    let origin = format!("SIGHUP: {}", path.display());
     while hup.recv().await.is_some() {
-        let _ = install(&live, RlsConfig::load(&path), &origin);
+        reload(&live, &path, skip_dot_files, "SIGHUP");
     }
+}
+
+/// Re-reads the configuration whenever its directory changes (a file of a directory, or
+/// the directory holding the file: a ConfigMap's `..data` swap is seen either way).
+pub fn watch(
+    live: Arc<ArcSwap<RlsConfig>>,
+    path: PathBuf,
+    skip_dot_files: bool,
+) -> Result<crate::watch::DirWatch, String> {
+    let (dir, names) = crate::watch::Names::for_path(&path);
+    let on_change = move || reload(&live, &path, skip_dot_files, "file changed");
+    crate::watch::watch_dir(&dir, names, false, crate::watch::DEFAULT_QUIET, on_change)
+        .map_err(|e| format!("--rls-config: {e}"))
+}
+
+/// Loads the configuration at `path` and swaps it in (on `cause`) through [`install`].
+pub fn reload(
+    live: &ArcSwap<RlsConfig>,
+    path: &std::path::Path,
+    skip_dot_files: bool,
+    cause: &str,
+) {
+    let _ = install(
+        live,
+        RlsConfig::load(path, skip_dot_files),
+        &format!("{cause}: {}", path.display()),
+    );
 }

@@ -152,8 +152,10 @@ async fn the_docker_compose_environment_alone_serves_as_envoyproxy_ratelimit() {
     let server = Server::start();
     let root = std::env::temp_dir().join(format!("rl-envoy-env-{}", server.port));
     let config = root.join("ratelimit").join("config");
+    let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(config.join("config.yaml"), PER_USER).unwrap();
+    config_map(&config, "..2026_12_05_10_00_00.1", PER_USER);
+    std::os::unix::fs::symlink("..data/config.yaml", config.join("config.yaml")).unwrap();
     let env = compose_env(&server, &root);
     let (gw, grpc) = spawn(&env);
     let mut client = rls_client(grpc).await;
@@ -190,26 +192,39 @@ async fn the_docker_compose_environment_alone_serves_as_envoyproxy_ratelimit() {
     let (status, _) = post_json(gw.port, r#"{"domain": "rl", "descriptor": []}"#).await;
     assert_eq!(status, 400, "an unknown field is a bad request");
 
-    // A changed file is read again on SIGHUP; a broken one is refused and the running
-    // configuration stays.
-    std::fs::write(config.join("config.yaml"), PER_USER_WIDER).unwrap();
-    gw.hangup();
+    // The ConfigMap is updated (Kubernetes' atomic swap of ..data): the change is seen
+    // without a signal, as RUNTIME_WATCH_ROOT's watch there; a broken one is refused and the
+    // running configuration stays.
+    config_map(&config, "..2026_12_05_10_01_00.2", PER_USER_WIDER);
     eventually("the wider limit applies", async || {
         ask(&mut client, "rl", &[("user", "b")]).await.1 == 4
     })
     .await;
-    std::fs::write(
-        config.join("config.yaml"),
+    config_map(
+        &config,
+        "..2026_12_05_10_02_00.3",
         "domain: rl\ndescriptors: [{key: user, rate_limit: {unit: fortnight}}]\n",
-    )
-    .unwrap();
-    gw.hangup();
+    );
     eventually("the refused reload is counted", async || {
         let (_, _, m) = gw.ops("/metrics").await.unwrap();
-        m.contains("rl_rls_config_reloads_total{result=\"error\"} 1")
+        m.contains("rl_rls_config_reloads_total{result=\"error\"}")
     })
     .await;
-    assert_eq!(ask(&mut client, "rl", &[("user", "b")]).await, (OK, 4));
+    assert_eq!(ask(&mut client, "rl", &[("user", "c")]).await, (OK, 4));
+    // SIGHUP re-reads it too (and refuses it again).
+    gw.hangup();
+    assert_eq!(ask(&mut client, "rl", &[("user", "d")]).await, (OK, 4));
+}
+
+/// Writes `yaml` as config.yaml the way Kubernetes updates a mounted ConfigMap: a new
+/// timestamped folder, a temporary symlink to it renamed over `..data`.
+fn config_map(dir: &Path, folder: &str, yaml: &str) {
+    std::fs::create_dir_all(dir.join(folder)).unwrap();
+    std::fs::write(dir.join(folder).join("config.yaml"), yaml).unwrap();
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(folder, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
 }
 
 #[tokio::test]
@@ -463,12 +478,15 @@ async fn shadow_mode_headers_prometheus_and_tls_from_the_environment() {
     let config = root.join("ratelimit").join("config");
     std::fs::create_dir_all(&config).unwrap();
     std::fs::write(config.join("config.yaml"), PER_USER).unwrap();
+    // Not read with RUNTIME_IGNOREDOTFILES=true (it would stop the start).
+    std::fs::write(config.join(".scratch.yaml"), "not: [a, config\n").unwrap();
     let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
     let prometheus = free_port();
     let mut env = compose_env(&server, &root);
     env.extend(
         [
             ("SHADOW_MODE", "true".to_string()),
+            ("RUNTIME_IGNOREDOTFILES", "true".to_string()),
             ("LIMIT_RESPONSE_HEADERS_ENABLED", "true".to_string()),
             ("LIMIT_REMAINING_HEADER", "X-Left".to_string()),
             ("USE_PROMETHEUS", "true".to_string()),

@@ -84,16 +84,27 @@ const EXAMPLE9_MIDDLE: &str = "domain: example9\ndescriptors:\n  - key: path\n  
 const EXAMPLE9_MULTIPLE: &str = "domain: example9\ndescriptors:\n  - key: route\n    value: /api/*/resource/*/action\n    rate_limit:\n      unit: minute\n      requests_per_unit: 20\n";
 
 pub(super) struct Rls {
-    gw: Gateway,
+    pub(super) gw: Gateway,
     client: RateLimitServiceClient<Channel>,
     port: u16,
 }
 
 /// The gateway with `--rls-listen` on a free port and `config` (a file or directory).
 pub(super) async fn start(server: &Server, config: &Path, extra: &[&str]) -> Rls {
+    start_watched(server, config, extra, false).await
+}
+
+/// [`start`], watching the configuration's directory when `watch`.
+pub(super) async fn start_watched(
+    server: &Server,
+    config: &Path,
+    extra: &[&str],
+    watch: bool,
+) -> Rls {
     let url = server.url();
     let args = ["--redis", &url, "--rls-config", config.to_str().unwrap()];
-    let (gw, port) = Gateway::listening(&[&args[..], extra].concat(), "--rls-listen").await;
+    let all = [&args[..], extra].concat();
+    let (gw, port) = Gateway::listening_watched(&all, "--rls-listen", watch).await;
     let mut client = None;
     eventually("the rate limit service answers", async || {
         client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{port}"))
@@ -147,7 +158,12 @@ impl Rls {
     }
 
     /// One descriptor: its status.
-    async fn one(&mut self, domain: &str, entries: &[(&str, &str)], hits: u32) -> DescriptorStatus {
+    pub(super) async fn one(
+        &mut self,
+        domain: &str,
+        entries: &[(&str, &str)],
+        hits: u32,
+    ) -> DescriptorStatus {
         let r = self.ask(domain, vec![descriptor(entries)], hits).await;
         assert_eq!(r.statuses.len(), 1);
         r.statuses[0].clone()
@@ -162,7 +178,7 @@ impl Rls {
     }
 }
 
-fn limit_of(s: &DescriptorStatus) -> Option<(u32, i32)> {
+pub(super) fn limit_of(s: &DescriptorStatus) -> Option<(u32, i32)> {
     s.current_limit
         .as_ref()
         .map(|l| (l.requests_per_unit, l.unit))
@@ -206,7 +222,7 @@ fn write_examples(dir: &Path) -> PathBuf {
     conf
 }
 
-async fn metrics(rls: &Rls) -> String {
+pub(super) async fn metrics(rls: &Rls) -> String {
     rls.gw.get("/metrics", &[]).await.unwrap().2
 }
 
