@@ -987,6 +987,23 @@ mod tests {
     }
 
     #[test]
+    fn the_book_lists_every_setting_with_its_default() {
+        let book = include_str!("../../docs/src/envoy-swap.md");
+        for s in SETTINGS {
+            let default = if s.default.is_empty() {
+                "empty".to_string()
+            } else {
+                format!("`{}`", s.default)
+            };
+            let row = format!("| `{}` | {default} |", s.name);
+            assert!(
+                book.contains(&row),
+                "docs/src/envoy-swap.md has no row {row}"
+            );
+        }
+    }
+
+    #[test]
     fn every_name_read_is_a_listed_setting() {
         // Reads through a recording environment: a name outside the table would have no
         // default and no line in the book.
