@@ -563,3 +563,72 @@ async fn shadow_mode_headers_prometheus_and_tls_from_the_environment() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn xds_over_tls_as_envoy_gateway_configures_it() {
+    let server = Server::start();
+    let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
+    let identity = tonic::transport::Identity::from_pem(
+        std::fs::read(tls.join("upstream.pem")).unwrap(),
+        std::fs::read(tls.join("upstream.key")).unwrap(),
+    );
+    let (push, pushes) = mpsc::channel(4);
+    let (seen, mut requests) = mpsc::unbounded_channel();
+    let ads = Ads {
+        pushes: Arc::new(Mutex::new(Some(pushes))),
+        seen,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ads_port = listener.local_addr().unwrap().port();
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    let ads_server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .unwrap()
+            .add_service(AggregatedDiscoveryServiceServer::new(ads))
+            .serve_with_incoming(incoming),
+    );
+    let root = std::env::temp_dir().join(format!("rl-envoy-xds-tls-{}", server.port));
+    let mut env = compose_env(&server, &root);
+    env.extend(
+        [
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW".to_string()),
+            ("CONFIG_GRPC_XDS_SERVER_URL", format!("127.0.0.1:{ads_port}")),
+            ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit".to_string()),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".to_string()),
+            (
+                "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+                tls.join("ca.pem").display().to_string(),
+            ),
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true".to_string()),
+            ("RUNTIME_IGNOREDOTFILES", "true".to_string()),
+            ("RUNTIME_WATCH_ROOT", "false".to_string()),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    );
+    let (gw, grpc) = spawn(&env);
+    // FORCE_START_WITHOUT_INITIAL_CONFIG: serving at once, no domain yet (OK, no limit).
+    let mut client = rls_client(grpc).await;
+    assert_eq!(ask(&mut client, "tls", &[("user", "a")]).await, (OK, 0));
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), requests.recv())
+        .await
+        .expect("a DiscoveryRequest over TLS within 10 s")
+        .unwrap();
+    assert_eq!(first.node.unwrap().id, "envoy-ratelimit");
+    push.send(Ok(response(
+        "1",
+        "n1",
+        vec![rate_limit_config("tls-config", "tls", "user", 2, 1)],
+    )))
+    .await
+    .unwrap();
+    let ack = tokio::time::timeout(std::time::Duration::from_secs(10), requests.recv())
+        .await
+        .expect("an ACK within 10 s")
+        .unwrap();
+    assert_eq!((ack.version_info.as_str(), ack.error_detail), ("1", None));
+    assert_eq!(ask(&mut client, "tls", &[("user", "a")]).await, (OK, 1));
+    assert_eq!(ask(&mut client, "tls", &[("user", "a")]).await, (OVER, 1));
+    assert_eq!(healthcheck(gw.port).await.0, 200);
+    ads_server.abort();
+}
