@@ -33,9 +33,11 @@ pub enum Mode {
 #[derive(Clone, Debug, Parser)]
 #[command(name = "rl-gateway", version, about, long_about)]
 pub struct Args {
-    /// Address to listen on.
-    #[arg(long, env = "RL_GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
-    pub listen: SocketAddr,
+    /// Address of the gateway's own listener (the proxy, or demo answers without
+    /// --upstream; /healthz and /metrics unless --admin-listen) [default: 127.0.0.1:8080,
+    /// and none with --auth-listen or --rls-listen: give it to serve both].
+    #[arg(long, env = "RL_GATEWAY_LISTEN")]
+    pub listen: Option<SocketAddr>,
 
     /// Serve /healthz, /metrics, /bans and /top on this address only (e.g. 127.0.0.1:9090); the public
     /// listener then forwards those paths like any other.
@@ -107,7 +109,9 @@ pub struct Args {
 
     /// Check a configuration file and exit: print the effective plan (dimensions, tiers,
     /// rules, windows, keys, which requests they match) and exit 0, or the error naming the
-    /// file, line and field and exit 1. Nothing is started.
+    /// file, line and field and exit 1. Nothing is started. A `.yaml`/`.yml` file or a
+    /// directory is checked as --rls-config (envoyproxy/ratelimit's YAML, with
+    /// --rls-merge-domains if given): its rules, or the error with file, line and column.
     #[arg(long, value_name = "FILE")]
     pub check_config: Option<PathBuf>,
 
@@ -220,6 +224,12 @@ pub struct Args {
     #[arg(long, env = "RL_GATEWAY_RLS_CONFIG", requires = "rls_listen")]
     pub rls_config: Option<PathBuf>,
 
+    /// Several files of --rls-config may define one domain: their descriptors are merged
+    /// into it (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); the same descriptor in two
+    /// files is still refused. Without it a domain defined twice is refused.
+    #[arg(long, env = "RL_GATEWAY_RLS_MERGE_DOMAINS")]
+    pub rls_merge_domains: bool,
+
     /// Answer ShouldRateLimit with response_headers_to_add: RateLimit, RateLimit-Policy and
     /// X-RateLimit-Limit/Remaining/Reset.
     #[arg(long, env = "RL_GATEWAY_RLS_RESPONSE_HEADERS")]
@@ -255,6 +265,21 @@ pub struct Args {
     /// image").
     #[arg(long, env = "RL_GATEWAY_ENVOY_ENV", value_enum, default_value = "auto")]
     pub envoy_env: crate::envoy_env::EnvoyEnvMode,
+}
+
+/// `--listen` when not given, and no other listener is asked for.
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    8080,
+));
+
+impl Args {
+    /// The gateway's own listener: `--listen`, else 127.0.0.1:8080 unless the gateway was
+    /// started for forward auth or the rate limit service only.
+    pub fn public_listen(&self) -> Option<SocketAddr> {
+        let other = self.auth_listen.is_some() || self.rls_listen.is_some();
+        self.listen.or((!other).then_some(DEFAULT_LISTEN))
+    }
 }
 
 /// A dimension by its configuration name.

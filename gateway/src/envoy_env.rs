@@ -280,12 +280,7 @@ pub const SETTINGS: &[Setting] = &[
         "false",
         "no dynamic metadata is returned",
     ),
-    only(
-        "MERGE_DOMAIN_CONFIG",
-        "false",
-        "false",
-        "a domain is defined in one file (or one xDS resource)",
-    ),
+    honoured("MERGE_DOMAIN_CONFIG", "false"),
     only(
         "TRACING_ENABLED",
         "false",
@@ -410,6 +405,8 @@ pub struct EnvoyEnv {
     /// GRPC_MAX_CONNECTION_AGE and its grace.
     pub max_connection_age: (Duration, Duration),
     pub config: ConfigSource,
+    /// MERGE_DOMAIN_CONFIG.
+    pub merge_domains: bool,
     /// RUNTIME_IGNOREDOTFILES.
     pub ignore_dot_files: bool,
     /// LIMIT_RESPONSE_HEADERS_ENABLED: the header names.
@@ -547,6 +544,7 @@ impl EnvoyEnv {
             grpc_tls,
             max_connection_age,
             config,
+            merge_domains: s.boolean("MERGE_DOMAIN_CONFIG")?,
             ignore_dot_files: s.boolean("RUNTIME_IGNOREDOTFILES")?,
             headers,
             shadow_mode: s.boolean("SHADOW_MODE")?,
@@ -566,7 +564,10 @@ impl EnvoyEnv {
     pub fn apply(&self, args: &mut Args, matches: &ArgMatches) {
         let free = |id: &str| !given(matches, id);
         if free("listen") {
-            args.listen = self.http;
+            args.listen = Some(self.http);
+        }
+        if free("rls_merge_domains") && self.merge_domains {
+            args.rls_merge_domains = true;
         }
         if free("admin_listen") {
             args.admin_listen = Some(self.debug);
@@ -1050,7 +1051,7 @@ mod tests {
             Some(std::path::Path::new("/data/ratelimit/config"))
         );
         assert_eq!(args.rls_listen, Some("0.0.0.0:8081".parse().unwrap()));
-        assert_eq!(args.listen, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(args.listen, Some("0.0.0.0:8080".parse().unwrap()));
         assert_eq!(args.admin_listen, Some("0.0.0.0:6070".parse().unwrap()));
         assert_eq!(args.log, tracing::Level::DEBUG);
     }
@@ -1077,7 +1078,7 @@ mod tests {
         );
         assert_eq!(args.redis, "redis://10.0.0.1:6380/");
         assert_eq!(args.log, tracing::Level::ERROR);
-        assert_eq!(args.listen, "127.0.0.1:9999".parse().unwrap());
+        assert_eq!(args.listen, Some("127.0.0.1:9999".parse().unwrap()));
         assert_eq!(args.rls_listen, Some("0.0.0.0:9000".parse().unwrap()));
     }
 

@@ -38,6 +38,9 @@ fn main() -> ExitCode {
     let matches = Args::command().get_matches();
     let mut args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(path) = &args.check_config {
+        if rls::is_rls_config(path) {
+            return check_rls_config(path, args.rls_merge_domains);
+        }
         return check_config(path, &args.routes);
     }
     let env = |name: &str| std::env::var(name).ok();
@@ -159,6 +162,35 @@ fn check_config(path: &std::path::Path, routes: &[String]) -> ExitCode {
     }
 }
 
+/// `--check-config` of envoyproxy/ratelimit's YAML (a `.yaml`/`.yml` file or a directory):
+/// the rules (exit 0) or the error naming the file, line and column (exit 1).
+fn check_rls_config(path: &std::path::Path, merge_domains: bool) -> ExitCode {
+    let options = rls::config::LoadOptions {
+        merge_domains,
+        ..Default::default()
+    };
+    match rls::config::RlsConfig::load(path, options) {
+        Ok(config) => {
+            let count = |n: usize, what: &str| match n {
+                1 => format!("1 {what}"),
+                n => format!("{n} {what}s"),
+            };
+            println!(
+                "{}: ok ({}, {})\n\n{}",
+                path.display(),
+                count(config.files.len(), "file"),
+                count(config.domains.len(), "domain"),
+                config.explain()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rl-gateway: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
     #[cfg(unix)]
     let hangups = reload::hangups();
@@ -235,7 +267,10 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
             let opts = rls::RlsOptions {
                 listen,
                 config: args.rls_config.clone(),
-                skip_dot_files: envoy.as_ref().is_some_and(|e| e.ignore_dot_files),
+                load: rls::config::LoadOptions {
+                    merge_domains: args.rls_merge_domains,
+                    skip_dot_files: envoy.as_ref().is_some_and(|e| e.ignore_dot_files),
+                },
                 response_headers: args.rls_response_headers,
                 hot_per_second: args.rls_hot_rate,
                 header_names: envoy.as_ref().and_then(|e| e.headers.clone()),
@@ -256,6 +291,10 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
             xds::XdsClient {
                 settings: settings.clone(),
                 live: bound.live_config(),
+                load: rls::config::LoadOptions {
+                    merge_domains: args.rls_merge_domains,
+                    skip_dot_files: false,
+                },
                 loaded,
             }
             .run(),
@@ -308,10 +347,23 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
     #[cfg(unix)]
     tokio::spawn(reload::on_sighup(live, hangups));
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| format!("--listen {}: {e}", args.listen))?;
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let listener = match args.public_listen() {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("--listen {addr}: {e}"))?,
+        ),
+        None => None,
+    };
+    let local = match &listener {
+        Some(l) => l.local_addr().map_err(|e| e.to_string())?.to_string(),
+        None => "(none: no --listen)".to_string(),
+    };
+    if listener.is_none() && args.admin_listen.is_none() {
+        tracing::warn!(
+            "no --listen and no --admin-listen: /healthz and /metrics are not served (give --admin-listen)"
+        );
+    }
     let admin = match admin {
         Some((addr, router)) => {
             let l = tokio::net::TcpListener::bind(addr)
@@ -355,7 +407,6 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
     );
     if let Some(rls) = rls {
         let mut rx = stopped.clone();
-        let path = args.rls_config.clone();
         // envoyproxy/ratelimit waits for its first xDS configuration before serving,
         // unless FORCE_START_WITHOUT_INITIAL_CONFIG.
         let wait_for_config = xds.as_ref().is_some_and(|x| !x.force_start);
@@ -369,7 +420,7 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
-            if let Err(e) = rls.serve(path, limits, stop).await {
+            if let Err(e) = rls.serve(limits, stop).await {
                 tracing::error!(error = %e, "rate limit service failed");
             }
         });
@@ -421,17 +472,25 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
             rx,
         ));
     }
-    limits::serve(
-        limits::Listener {
-            listener,
-            router,
-            overflow,
-            limits,
-            name: "public",
-        },
-        stopped,
-    )
-    .await;
+    match listener {
+        Some(listener) => {
+            limits::serve(
+                limits::Listener {
+                    listener,
+                    router,
+                    overflow,
+                    limits,
+                    name: "public",
+                },
+                stopped,
+            )
+            .await
+        }
+        None => {
+            let mut stopped = stopped;
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    }
     // Leave the fleet at once (the others stop counting this gateway at their next
     // heartbeat) and give back what the leases hold.
     limiter.shutdown().await;

@@ -29,6 +29,8 @@ mod fleet;
 mod forward_auth;
 #[path = "gateway/hardening.rs"]
 mod hardening;
+#[path = "gateway/listeners.rs"]
+mod listeners;
 #[path = "gateway/ops.rs"]
 mod ops;
 #[path = "gateway/proxy.rs"]

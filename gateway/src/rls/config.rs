@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml_ng::{Mapping, Value};
 
+use super::yaml_position::{locate, Step};
+
 /// Keys accepted anywhere in a file (envoyproxy/ratelimit's list, plus `algorithm`).
 const VALID_KEYS: [&str; 17] = [
     "domain",
@@ -75,6 +77,19 @@ impl Unit {
             7 => Unit::Week,
             _ => return None,
         })
+    }
+
+    /// The unit's name in a file.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
     }
 
     /// The window length: envoyproxy/ratelimit's divider (a month is 30 days, a year 365),
@@ -160,6 +175,19 @@ pub struct Level {
     pub wildcards: Vec<(String, Vec<String>)>,
 }
 
+/// How files are read into one configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Several files may define one domain: their descriptors are added to the domain's
+    /// top level, in file order (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`); the same
+    /// descriptor in two of them is still refused. Without it a second file of a domain is
+    /// refused.
+    pub merge_domains: bool,
+    /// A directory's files whose name begins with a dot are skipped (envoyproxy/ratelimit's
+    /// `RUNTIME_IGNOREDOTFILES`).
+    pub skip_dot_files: bool,
+}
+
 /// A loaded configuration: the domains and the files they came from.
 #[derive(Debug, Default)]
 pub struct RlsConfig {
@@ -169,9 +197,8 @@ pub struct RlsConfig {
 
 impl RlsConfig {
     /// Reads `path`: a YAML file, or every `.yaml`/`.yml` file of a directory (in name order;
-    /// subdirectories and other files are skipped, and files whose name begins with a dot
-    /// when `skip_dot_files`: envoyproxy/ratelimit's RUNTIME_IGNOREDOTFILES).
-    pub fn load(path: &Path, skip_dot_files: bool) -> Result<RlsConfig, String> {
+    /// subdirectories and other files are skipped).
+    pub fn load(path: &Path, options: LoadOptions) -> Result<RlsConfig, String> {
         let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut files = Vec::new();
         if meta.is_dir() {
@@ -185,7 +212,7 @@ impl RlsConfig {
                 let dot = p
                     .file_name()
                     .is_some_and(|n| n.as_encoded_bytes().starts_with(b"."));
-                if yaml && p.is_file() && !(skip_dot_files && dot) {
+                if yaml && p.is_file() && !(options.skip_dot_files && dot) {
                     files.push(p);
                 }
             }
@@ -198,94 +225,257 @@ impl RlsConfig {
             let text = crate::files::read_text(f)?;
             sources.push((f.display().to_string(), text));
         }
-        let mut config = Self::from_sources(&sources)?;
+        let mut config = Self::from_sources_with(&sources, options)?;
         config.files = files;
         Ok(config)
     }
 
     /// Builds a configuration from `(file name, YAML text)` pairs.
+    #[cfg(test)]
     pub fn from_sources(sources: &[(String, String)]) -> Result<RlsConfig, String> {
+        Self::from_sources_with(sources, LoadOptions::default())
+    }
+
+    /// [`from_sources`](Self::from_sources) with `options`. An error names the file, and
+    /// the line and column of the entry refused when it has one: `name:line:column: ...`.
+    pub fn from_sources_with(
+        sources: &[(String, String)],
+        options: LoadOptions,
+    ) -> Result<RlsConfig, String> {
         let mut config = RlsConfig::default();
         for (name, text) in sources {
-            let root: Value = serde_yaml_ng::from_str(text)
-                .map_err(|e| format!("{name}: error loading config file: {e}"))?;
-            config.add_document(name, root)?;
+            config
+                .add_source(text, options)
+                .map_err(|r| r.in_file(name, text))?;
         }
         Ok(config)
     }
 
     /// Builds a configuration from `(name, YAML document)` pairs: the documents an xDS
-    /// server pushed, checked as a file's are.
-    pub fn from_documents(documents: &[(String, Value)]) -> Result<RlsConfig, String> {
+    /// server pushed, checked as a file's are (errors name the document, without a line).
+    pub fn from_documents(
+        documents: &[(String, Value)],
+        options: LoadOptions,
+    ) -> Result<RlsConfig, String> {
         let mut config = RlsConfig::default();
         for (name, root) in documents {
-            config.add_document(name, root.clone())?;
+            config
+                .add_document(root.clone(), options)
+                .map_err(|r| r.in_file(name, ""))?;
         }
         Ok(config)
     }
 
-    /// Adds the domain of one document (`name`: its file, in errors).
-    fn add_document(&mut self, name: &str, root: Value) -> Result<(), String> {
-        let fail = |msg: String| format!("{name}: {msg}");
+    fn add_source(&mut self, text: &str, options: LoadOptions) -> Result<(), Refusal> {
+        let root: Value = serde_yaml_ng::from_str(text).map_err(Refusal::syntax)?;
+        self.add_document(root, options)
+    }
+
+    fn add_document(&mut self, root: Value, options: LoadOptions) -> Result<(), Refusal> {
         let root = match root {
             Value::Mapping(m) => m,
             // An empty file is a document without a domain.
             Value::Null => Mapping::new(),
-            _ => return Err(fail("error loading config file: not a map".into())),
+            _ => {
+                return Err(Refusal::at(
+                    &[],
+                    "error loading config file: not a map".into(),
+                ))
+            }
         };
-        validate_keys(&root, "").map_err(fail)?;
-        let domain = string_field(&root, "domain", "").map_err(fail)?;
+        validate_keys(&root, &[])?;
+        let domain = string_field(&root, "domain", "", &[])?;
         if domain.is_empty() {
-            return Err(fail("config file cannot have empty domain".into()));
+            return Err(Refusal::at(
+                &[],
+                "config file cannot have empty domain".into(),
+            ));
         }
-        if self.domains.contains_key(&domain) {
-            return Err(fail(format!("duplicate domain '{domain}' in config file")));
+        let parent = format!("{domain}.");
+        match self.domains.get_mut(&domain) {
+            Some(level) if options.merge_domains => load_level(level, &root, &parent, &[]),
+            Some(_) => Err(Refusal::at(
+                &[Step::Value("domain".into())],
+                format!("duplicate domain '{domain}' in config file"),
+            )),
+            None => {
+                let mut level = Level::default();
+                load_level(&mut level, &root, &parent, &[])?;
+                self.domains.insert(domain, level);
+                Ok(())
+            }
         }
-        let mut level = Level::default();
-        load_level(&mut level, &root, &format!("{domain}.")).map_err(fail)?;
-        self.domains.insert(domain, level);
-        Ok(())
     }
 }
 
+impl RlsConfig {
+    /// The loaded rules, for `--check-config`: per domain (in name order), each rule's place
+    /// in the tree (its metric key) and what it allows, in tree order.
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        let mut domains: Vec<_> = self.domains.iter().collect();
+        domains.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, level) in domains {
+            out.push_str(&format!("domain {name}\n"));
+            explain_level(level, &mut out);
+        }
+        out
+    }
+}
+
+fn explain_level(level: &Level, out: &mut String) {
+    let mut nodes: Vec<_> = level.nodes.iter().collect();
+    nodes.sort_by(|a, b| a.0.cmp(b.0));
+    for (_, node) in nodes {
+        if let Some(r) = &node.rule {
+            let mut line = match r.unit {
+                Some(unit) if !r.unlimited => format!(
+                    "  {}: {} per {} ({})",
+                    r.path,
+                    r.requests_per_unit,
+                    unit.name(),
+                    r.counting.name()
+                ),
+                _ => format!("  {}: unlimited", r.path),
+            };
+            if let Some(n) = &r.name {
+                line.push_str(&format!(", name {n}"));
+            }
+            if !r.replaces.is_empty() {
+                line.push_str(&format!(", replaces {}", r.replaces.join(", ")));
+            }
+            if r.shadow_mode {
+                line.push_str(", shadow mode (counted, never refused)");
+            }
+            out.push_str(&line);
+            out.push('\n');
+        }
+        explain_level(&node.children, out);
+    }
+}
+
+/// Why a file is refused, and where in it (the steps from the document to the entry).
+#[derive(Debug)]
+struct Refusal {
+    message: String,
+    at: Option<Vec<Step>>,
+    /// A YAML syntax error: its own position.
+    position: Option<(usize, usize)>,
+}
+
+impl Refusal {
+    fn at(at: &[Step], message: String) -> Refusal {
+        Refusal {
+            message,
+            at: Some(at.to_vec()),
+            position: None,
+        }
+    }
+
+    fn syntax(e: serde_yaml_ng::Error) -> Refusal {
+        let position = e.location().map(|l| (l.line(), l.column()));
+        let mut message = e.to_string();
+        // The position goes in front, as for every other refusal.
+        if let Some((line, column)) = position {
+            message = message.replacen(&format!(" at line {line} column {column}"), "", 1);
+        }
+        Refusal {
+            message: format!("error loading config file: {message}"),
+            at: None,
+            position,
+        }
+    }
+
+    /// `name:line:column: message`, or `name: message` when the entry has no position.
+    fn in_file(self, name: &str, text: &str) -> String {
+        let position = self
+            .position
+            .or_else(|| self.at.as_deref().and_then(|at| locate(text, at)));
+        match position {
+            Some((line, column)) => format!("{name}:{line}:{column}: {}", self.message),
+            None => format!("{name}: {}", self.message),
+        }
+    }
+}
+
+/// `at` and one step more.
+fn step(at: &[Step], next: Step) -> Vec<Step> {
+    let mut v = at.to_vec();
+    v.push(next);
+    v
+}
+
 /// Every key of `map` (and below) must be a string among [`VALID_KEYS`]; lists hold maps.
-fn validate_keys(map: &Mapping, at: &str) -> Result<(), String> {
+/// `here` names the map in errors (`descriptors[0].rate_limit`); `at` is where it is.
+fn validate_keys(map: &Mapping, at: &[Step]) -> Result<(), Refusal> {
+    let here = dotted(at);
     for (k, v) in map {
         let Value::String(k) = k else {
-            return Err(format!(
-                "config error, key is not of type string: {}",
-                scalar_text(k)
+            let text = scalar_text(k);
+            return Err(Refusal::at(
+                &step(at, Step::Key(text.clone())),
+                format!("config error, key is not of type string: {text}"),
             ));
         };
-        let here = if at.is_empty() {
+        let named = if here.is_empty() {
             k.clone()
         } else {
-            format!("{at}.{k}")
+            format!("{here}.{k}")
         };
         if !VALID_KEYS.contains(&k.as_str()) {
-            return Err(format!("config error, unknown key '{k}' at {here}"));
+            return Err(Refusal::at(
+                &step(at, Step::Key(k.clone())),
+                format!("config error, unknown key '{k}' at {named}"),
+            ));
         }
         if k == "metadata" {
             continue; // free-form, returned to Envoy as is by envoyproxy/ratelimit
         }
+        let below = step(at, Step::Value(k.clone()));
         match v {
             Value::Sequence(items) => {
                 for (i, item) in items.iter().enumerate() {
+                    let item_at = step(&below, Step::Item(i));
                     let Value::Mapping(m) = item else {
-                        return Err(format!(
-                            "config error, yaml file contains list of type other than map: {} at {here}[{i}]",
-                            scalar_text(item)
+                        return Err(Refusal::at(
+                            &item_at,
+                            format!(
+                                "config error, yaml file contains list of type other than map: {} at {named}[{i}]",
+                                scalar_text(item)
+                            ),
                         ));
                     };
-                    validate_keys(m, &format!("{here}[{i}]"))?;
+                    validate_keys(m, &item_at)?;
                 }
             }
-            Value::Mapping(m) => validate_keys(m, &here)?,
-            Value::Tagged(_) => return Err(format!("error checking config at {here}")),
+            Value::Mapping(m) => validate_keys(m, &below)?,
+            Value::Tagged(_) => {
+                return Err(Refusal::at(
+                    &below,
+                    format!("error checking config at {named}"),
+                ))
+            }
             _ => {}
         }
     }
     Ok(())
+}
+
+/// `descriptors[0].rate_limit` for the steps to it.
+fn dotted(at: &[Step]) -> String {
+    let mut s = String::new();
+    for st in at {
+        match st {
+            Step::Value(k) | Step::Key(k) => {
+                if !s.is_empty() {
+                    s.push('.');
+                }
+                s.push_str(k);
+            }
+            Step::Item(i) => s.push_str(&format!("[{i}]")),
+        }
+    }
+    s
 }
 
 fn scalar_text(v: &Value) -> String {
@@ -303,41 +493,62 @@ fn field<'a>(map: &'a Mapping, name: &str) -> Option<&'a Value> {
 }
 
 /// A string field (a number or bool is read as its text, as Go's YAML decoder does).
-fn string_field(map: &Mapping, name: &str, at: &str) -> Result<String, String> {
+/// `who` names the entry in errors; `at` is where the map is.
+fn string_field(map: &Mapping, name: &str, who: &str, at: &[Step]) -> Result<String, Refusal> {
     match field(map, name) {
         None => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.clone()),
         Some(v @ (Value::Number(_) | Value::Bool(_))) => Ok(scalar_text(v)),
-        Some(_) => Err(format!("{at}: '{name}' must be a string")),
+        Some(_) => Err(Refusal::at(
+            &step(at, Step::Value(name.into())),
+            format!("{who}: '{name}' must be a string"),
+        )),
     }
 }
 
-fn bool_field(map: &Mapping, name: &str, at: &str) -> Result<bool, String> {
+fn bool_field(map: &Mapping, name: &str, who: &str, at: &[Step]) -> Result<bool, Refusal> {
     match field(map, name) {
         None => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err(format!("{at}: '{name}' must be true or false")),
+        Some(_) => Err(Refusal::at(
+            &step(at, Step::Value(name.into())),
+            format!("{who}: '{name}' must be true or false"),
+        )),
     }
 }
 
 /// Loads the `descriptors` list of `map` into `level`; `parent` is the path so far
-/// (`domain.` or `domain.key_value.`), which names entries in errors and metrics.
-fn load_level(level: &mut Level, map: &Mapping, parent: &str) -> Result<(), String> {
+/// (`domain.` or `domain.key_value.`), which names entries in errors and metrics; `at` is
+/// where `map` is in the file.
+fn load_level(level: &mut Level, map: &Mapping, parent: &str, at: &[Step]) -> Result<(), Refusal> {
+    let list_at = step(at, Step::Value("descriptors".into()));
     let items = match field(map, "descriptors") {
         None => return Ok(()),
         Some(Value::Sequence(items)) => items,
-        Some(_) => return Err(format!("{parent}descriptors: must be a list")),
+        Some(_) => {
+            return Err(Refusal::at(
+                &list_at,
+                format!("{parent}descriptors: must be a list"),
+            ))
+        }
     };
     for (i, item) in items.iter().enumerate() {
+        let d_at = step(&list_at, Step::Item(i));
         let Value::Mapping(d) = item else {
-            return Err(format!("{parent}descriptors[{i}]: must be a map"));
+            return Err(Refusal::at(
+                &d_at,
+                format!("{parent}descriptors[{i}]: must be a map"),
+            ));
         };
-        let at = format!("descriptor {i} under '{}'", parent.trim_end_matches('.'));
-        let key = string_field(d, "key", &at)?;
+        let who = format!("descriptor {i} under '{}'", parent.trim_end_matches('.'));
+        let key = string_field(d, "key", &who, &d_at)?;
         if key.is_empty() {
-            return Err(format!("{at}: descriptor has empty key"));
+            return Err(Refusal::at(
+                &d_at,
+                format!("{who}: descriptor has empty key"),
+            ));
         }
-        let value = string_field(d, "value", &at)?;
+        let value = string_field(d, "value", &who, &d_at)?;
         let final_key = if value.is_empty() {
             key.clone()
         } else {
@@ -345,22 +556,36 @@ fn load_level(level: &mut Level, map: &Mapping, parent: &str) -> Result<(), Stri
         };
         let path = format!("{parent}{final_key}");
         if level.nodes.contains_key(&final_key) {
-            return Err(format!("duplicate descriptor composite key '{path}'"));
-        }
-        let share_threshold = bool_field(d, "share_threshold", &path)?;
-        if share_threshold && !final_key.contains('*') {
-            return Err(format!(
-                "share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}' at '{path}'"
+            return Err(Refusal::at(
+                &d_at,
+                format!("duplicate descriptor composite key '{path}'"),
             ));
         }
-        let shadow_mode = bool_field(d, "shadow_mode", &path)?;
-        let detailed_metric = bool_field(d, "detailed_metric", &path)?;
-        let value_to_metric = bool_field(d, "value_to_metric", &path)?;
-        bool_field(d, "quota_mode", &path)?;
+        let share_threshold = bool_field(d, "share_threshold", &path, &d_at)?;
+        if share_threshold && !final_key.contains('*') {
+            return Err(Refusal::at(
+                &step(&d_at, Step::Value("share_threshold".into())),
+                format!(
+                    "share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}' at '{path}'"
+                ),
+            ));
+        }
+        let shadow_mode = bool_field(d, "shadow_mode", &path, &d_at)?;
+        let detailed_metric = bool_field(d, "detailed_metric", &path, &d_at)?;
+        let value_to_metric = bool_field(d, "value_to_metric", &path, &d_at)?;
+        bool_field(d, "quota_mode", &path, &d_at)?;
+        let rule_at = step(&d_at, Step::Value("rate_limit".into()));
         let rule = match field(d, "rate_limit") {
             None => None,
-            Some(Value::Mapping(r)) => Some(load_rule(r, &path, shadow_mode, detailed_metric)?),
-            Some(_) => return Err(format!("'{path}': rate_limit must be a map")),
+            Some(Value::Mapping(r)) => {
+                Some(load_rule(r, &path, &rule_at, shadow_mode, detailed_metric)?)
+            }
+            Some(_) => {
+                return Err(Refusal::at(
+                    &rule_at,
+                    format!("'{path}': rate_limit must be a map"),
+                ))
+            }
         };
         if final_key.contains('*') {
             let parts = final_key.split('*').map(str::to_string).collect();
@@ -372,7 +597,7 @@ fn load_level(level: &mut Level, map: &Mapping, parent: &str) -> Result<(), Stri
             share_threshold,
             children: Level::default(),
         };
-        load_level(&mut node.children, d, &format!("{path}."))?;
+        load_level(&mut node.children, d, &format!("{path}."), &d_at)?;
         level.nodes.insert(final_key, node);
     }
     Ok(())
@@ -381,66 +606,97 @@ fn load_level(level: &mut Level, map: &Mapping, parent: &str) -> Result<(), Stri
 fn load_rule(
     r: &Mapping,
     path: &str,
+    at: &[Step],
     shadow_mode: bool,
     detailed_metric: bool,
-) -> Result<Rule, String> {
-    let unlimited = bool_field(r, "unlimited", path)?;
-    let unit_text = string_field(r, "unit", path)?;
+) -> Result<Rule, Refusal> {
+    let refuse = |field: &str, message: String| {
+        let place = if r.contains_key(field) {
+            step(at, Step::Value(field.into()))
+        } else {
+            at.to_vec()
+        };
+        Refusal::at(&place, message)
+    };
+    let unlimited = bool_field(r, "unlimited", path, at)?;
+    let unit_text = string_field(r, "unit", path, at)?;
     let unit = Unit::parse(&unit_text);
     if unlimited && unit.is_some() {
-        return Err(format!(
-            "'{path}': should not specify rate limit unit when unlimited"
+        return Err(refuse(
+            "unit",
+            format!("'{path}': should not specify rate limit unit when unlimited"),
         ));
     }
     if !unlimited && unit.is_none() {
-        return Err(format!("'{path}': invalid rate limit unit '{unit_text}'"));
+        return Err(refuse(
+            "unit",
+            format!("'{path}': invalid rate limit unit '{unit_text}'"),
+        ));
     }
+    let bad_count = || {
+        refuse(
+            "requests_per_unit",
+            format!("'{path}': requests_per_unit must be an integer from 0 to 4294967295"),
+        )
+    };
     let requests_per_unit = match field(r, "requests_per_unit") {
         None => 0,
-        Some(Value::Number(n)) => {
-            n.as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| {
-                    format!("'{path}': requests_per_unit must be an integer from 0 to 4294967295")
-                })?
-        }
-        Some(_) => {
-            return Err(format!(
-                "'{path}': requests_per_unit must be an integer from 0 to 4294967295"
-            ))
-        }
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(bad_count)?,
+        Some(_) => return Err(bad_count()),
     };
     let counting = match field(r, "algorithm") {
         None => Counting::FixedWindow,
         Some(Value::String(s)) => Counting::parse(s).ok_or_else(|| {
-            format!(
-                "'{path}': unknown algorithm '{s}', expected fixed_window, sliding_window, token_bucket or gcra"
+            refuse(
+                "algorithm",
+                format!(
+                    "'{path}': unknown algorithm '{s}', expected fixed_window, sliding_window, token_bucket or gcra"
+                ),
             )
         })?,
-        Some(_) => return Err(format!("'{path}': algorithm must be a string")),
+        Some(_) => {
+            return Err(refuse(
+                "algorithm",
+                format!("'{path}': algorithm must be a string"),
+            ))
+        }
     };
-    let name = Some(string_field(r, "name", path)?).filter(|n| !n.is_empty());
+    let name = Some(string_field(r, "name", path, at)?).filter(|n| !n.is_empty());
     let mut replaces = Vec::new();
+    let replaces_at = step(at, Step::Value("replaces".into()));
     match field(r, "replaces") {
         None => {}
         Some(Value::Sequence(items)) => {
-            for item in items {
+            for (i, item) in items.iter().enumerate() {
+                let item_at = step(&replaces_at, Step::Item(i));
                 let replaced = match item {
-                    Value::Mapping(m) => string_field(m, "name", path)?,
+                    Value::Mapping(m) => string_field(m, "name", path, &item_at)?,
                     _ => String::new(),
                 };
                 if replaced.is_empty() {
-                    return Err(format!("'{path}': should not have an empty replaces entry"));
+                    return Err(Refusal::at(
+                        &item_at,
+                        format!("'{path}': should not have an empty replaces entry"),
+                    ));
                 }
                 if name.as_deref() == Some(replaced.as_str()) {
-                    return Err(format!(
-                        "'{path}': replaces should not contain name of same descriptor"
+                    return Err(Refusal::at(
+                        &item_at,
+                        format!("'{path}': replaces should not contain name of same descriptor"),
                     ));
                 }
                 replaces.push(replaced);
             }
         }
-        Some(_) => return Err(format!("'{path}': replaces must be a list")),
+        Some(_) => {
+            return Err(Refusal::at(
+                &replaces_at,
+                format!("'{path}': replaces must be a list"),
+            ))
+        }
     }
     Ok(Rule {
         requests_per_unit,
@@ -490,61 +746,61 @@ mod tests {
     }
 
     #[test]
-    fn refusals_name_the_file_and_the_entry() {
+    fn refusals_name_the_file_the_line_and_column_and_the_entry() {
         let cases: &[(&str, &str)] = &[
             (
                 "domain: d\ndescriptors:\n  - key: k\n    value: v\n    rate_limit:\n      unit: foo\n      requests_per_unit: 5\n",
-                "f.yaml: 'd.k_v': invalid rate limit unit 'foo'",
+                "f.yaml:6:13: 'd.k_v': invalid rate limit unit 'foo'",
             ),
-            ("'''\n", "f.yaml: error loading config file"),
+            ("'''\n", "f.yaml:2:1: error loading config file: found unexpected end of stream"),
             (
                 "domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
-                "f.yaml: duplicate descriptor composite key 'd.k_v'",
+                "f.yaml:5:5: duplicate descriptor composite key 'd.k_v'",
             ),
-            ("descriptors:\n", "f.yaml: config file cannot have empty domain"),
+            ("descriptors:\n", "f.yaml:1:1: config file cannot have empty domain"),
             (
                 "domain: d\ndescriptors:\n  - value: v\n",
-                "f.yaml: descriptor 0 under 'd': descriptor has empty key",
+                "f.yaml:3:5: descriptor 0 under 'd': descriptor has empty key",
             ),
             (
                 "domain: d\ndescriptors:\n  - key: k\n    ratelimit:\n      unit: day\n",
-                "f.yaml: config error, unknown key 'ratelimit' at descriptors[0].ratelimit",
+                "f.yaml:4:5: config error, unknown key 'ratelimit' at descriptors[0].ratelimit",
             ),
             (
                 "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: day\n      requestsperunit: 5\n",
-                "f.yaml: config error, unknown key 'requestsperunit' at descriptors[0].rate_limit.requestsperunit",
+                "f.yaml:6:7: config error, unknown key 'requestsperunit' at descriptors[0].rate_limit.requestsperunit",
             ),
             (
                 "domain: d\ndescriptors:\n  - a\n  - b\n",
-                "f.yaml: config error, yaml file contains list of type other than map: a at descriptors[0]",
+                "f.yaml:3:5: config error, yaml file contains list of type other than map: a at descriptors[0]",
             ),
             (
                 "0.25: d\ndescriptors: []\n",
-                "f.yaml: config error, key is not of type string: 0.25",
+                "f.yaml:1:1: config error, key is not of type string: 0.25",
             ),
             (
                 "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name:\n      unit: second\n      requests_per_unit: 5\n",
-                "f.yaml: 'd.k': should not have an empty replaces entry",
+                "f.yaml:7:11: 'd.k': should not have an empty replaces entry",
             ),
             (
                 "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name: self\n      unit: second\n      requests_per_unit: 5\n",
-                "f.yaml: 'd.k': replaces should not contain name of same descriptor",
+                "f.yaml:7:11: 'd.k': replaces should not contain name of same descriptor",
             ),
             (
                 "domain: d\ndescriptors:\n  - key: foo\n    rate_limit:\n      unlimited: true\n      unit: day\n      requests_per_unit: 25\n",
-                "f.yaml: 'd.foo': should not specify rate limit unit when unlimited",
+                "f.yaml:6:13: 'd.foo': should not specify rate limit unit when unlimited",
             ),
             (
                 "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n",
-                "f.yaml: share_threshold can only be used with wildcard values (containing '*'), but found key 'k_v' at 'd.k_v'",
+                "f.yaml:5:22: share_threshold can only be used with wildcard values (containing '*'), but found key 'k_v' at 'd.k_v'",
             ),
             (
                 "domain: d\ndomain: e\n",
-                "f.yaml: error loading config file: duplicate entry with key \"domain\"",
+                "f.yaml:1:1: error loading config file: duplicate entry with key \"domain\"",
             ),
             (
                 "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: nosuch\n",
-                "f.yaml: 'd.k': unknown algorithm 'nosuch'",
+                "f.yaml:7:18: 'd.k': unknown algorithm 'nosuch'",
             ),
         ];
         for (text, expected) in cases {
@@ -561,7 +817,30 @@ mod tests {
         let a = ("a.yaml".to_string(), "domain: d\n".to_string());
         let b = ("b.yaml".to_string(), "domain: d\n".to_string());
         let err = RlsConfig::from_sources(&[a, b]).unwrap_err();
-        assert_eq!(err, "b.yaml: duplicate domain 'd' in config file");
+        assert_eq!(err, "b.yaml:1:9: duplicate domain 'd' in config file");
+    }
+
+    #[test]
+    fn merged_domains_add_their_descriptors_and_still_refuse_a_duplicate() {
+        let merge = LoadOptions {
+            merge_domains: true,
+            ..Default::default()
+        };
+        let rule = |k: &str, n: u32| {
+            format!("domain: d\ndescriptors:\n  - key: {k}\n    rate_limit: {{unit: second, requests_per_unit: {n}}}\n")
+        };
+        let a = ("a.yaml".to_string(), rule("key1", 10));
+        let b = ("b.yaml".to_string(), rule("key2", 20));
+        let c = RlsConfig::from_sources_with(&[a.clone(), b], merge).unwrap();
+        let d = &c.domains["d"];
+        let n = |k: &str| d.nodes[k].rule.as_ref().unwrap().requests_per_unit;
+        assert_eq!((n("key1"), n("key2")), (10, 20));
+        let again = ("c.yaml".to_string(), rule("key1", 30));
+        let err = RlsConfig::from_sources_with(&[a, again], merge).unwrap_err();
+        assert_eq!(
+            err,
+            "c.yaml:3:5: duplicate descriptor composite key 'd.key1'"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod listener;
 mod lookup;
 mod plan;
 mod service;
+mod yaml_position;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -26,15 +27,16 @@ use redis_rl_client::Limiter;
 use crate::envoy_env::{GrpcServerTls, HeaderNames};
 use crate::limits::ListenerLimits;
 use crate::reload::Live;
-use config::RlsConfig;
+use config::{LoadOptions, RlsConfig};
 
 /// What `--rls-*` (or envoyproxy/ratelimit's environment) asked for.
 pub struct RlsOptions {
     pub listen: SocketAddr,
     /// The files; None: the configuration comes over xDS (empty until it does).
     pub config: Option<PathBuf>,
-    /// Skip a directory's files whose name begins with a dot.
-    pub skip_dot_files: bool,
+    /// How the files (or the pushed documents) are read: `--rls-merge-domains`, and
+    /// RUNTIME_IGNOREDOTFILES.
+    pub load: LoadOptions,
     pub response_headers: bool,
     pub hot_per_second: u64,
     /// envoyproxy/ratelimit's three headers under these names instead of the gateway's.
@@ -53,7 +55,8 @@ pub struct Bound {
     listener: tokio::net::TcpListener,
     tls: Option<tonic::transport::ServerTlsConfig>,
     max_connection_age: Option<(Duration, Duration)>,
-    skip_dot_files: bool,
+    /// The files (None: xDS).
+    source: Option<Source>,
     /// The watch of the configuration's directory (stops when dropped).
     watch: Option<crate::watch::DirWatch>,
     service: service::Rls,
@@ -88,12 +91,15 @@ pub async fn bind(
     limiter: Limiter,
     gateway: Arc<Live>,
 ) -> Result<Bound, String> {
-    let loaded = match &opts.config {
-        Some(path) => {
-            let loaded = RlsConfig::load(path, opts.skip_dot_files)
-                .map_err(|e| format!("--rls-config: {e}"))?;
+    let source = opts.config.clone().map(|path| Source {
+        path,
+        options: opts.load,
+    });
+    let loaded = match &source {
+        Some(source) => {
+            let loaded = source.load().map_err(|e| format!("--rls-config: {e}"))?;
             tracing::info!(
-                path = %path.display(),
+                path = %source.path.display(),
                 domains = loaded.domains.len(),
                 files = loaded.files.len(),
                 "rate limit service configuration loaded"
@@ -107,16 +113,16 @@ pub async fn bind(
         .await
         .map_err(|e| format!("--rls-listen {}: {e}", opts.listen))?;
     let config = Arc::new(ArcSwap::from_pointee(loaded));
-    let watch = match (&opts.config, opts.watch) {
-        (Some(path), true) => Some(watch(config.clone(), path.clone(), opts.skip_dot_files)?),
+    let watch = match (&source, opts.watch) {
+        (Some(source), true) => Some(watch(config.clone(), source.clone())?),
         _ => None,
     };
     Ok(Bound {
         listener,
         tls,
         max_connection_age: opts.max_connection_age,
+        source,
         watch,
-        skip_dot_files: opts.skip_dot_files,
         service: service::Rls {
             config,
             limiter,
@@ -184,25 +190,18 @@ impl Bound {
 
     /// Serves until `stop` within `limits` (the public listener's: connection cap, preface
     /// and idle timeouts, and `body_timeout` for a whole call); reloads the configuration
-    /// from `path` (if any) on each SIGHUP and each change of its directory meanwhile.
+    /// from its files (if any) on each SIGHUP and each change of their directory meanwhile.
     pub async fn serve(
         self,
-        path: Option<PathBuf>,
         limits: ListenerLimits,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), String> {
         // Kept until the service stops.
         let _watch = self.watch;
         #[cfg(unix)]
-        if let Some(path) = path {
-            tokio::spawn(reload_on_sighup(
-                self.service.config.clone(),
-                path,
-                self.skip_dot_files,
-            ));
+        if let Some(source) = self.source {
+            tokio::spawn(reload_on_sighup(self.service.config.clone(), source));
         }
-        #[cfg(not(unix))]
-        let _ = path;
         let (reporter, health) = tonic_health::server::health_reporter();
         reporter
             .set_serving::<RateLimitServiceServer<service::Rls>>()
@@ -236,6 +235,28 @@ impl Bound {
     }
 }
 
+/// Whether `path` is envoyproxy/ratelimit's YAML (a `.yaml`/`.yml` file, or a directory of
+/// them) rather than the gateway's TOML, for `--check-config`.
+pub fn is_rls_config(path: &std::path::Path) -> bool {
+    path.is_dir()
+        || path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"))
+}
+
+/// Where the configuration is read from (a file or a directory), and how.
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub path: PathBuf,
+    pub options: LoadOptions,
+}
+
+impl Source {
+    pub fn load(&self) -> Result<RlsConfig, String> {
+        RlsConfig::load(&self.path, self.options)
+    }
+}
+
 /// Calls in flight on one connection (announced as HTTP/2's MAX_CONCURRENT_STREAMS, and
 /// enforced): Envoy sends every check of a worker over one or a few connections.
 const STREAMS_PER_CONNECTION: u32 = 1024;
@@ -244,14 +265,14 @@ const TCP_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Re-reads the configuration on each SIGHUP.
 #[cfg(unix)]
-async fn reload_on_sighup(live: Arc<ArcSwap<RlsConfig>>, path: PathBuf, skip_dot_files: bool) {
+async fn reload_on_sighup(live: Arc<ArcSwap<RlsConfig>>, source: Source) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::warn!("cannot listen for SIGHUP: no reload of --rls-config");
         return;
     };
     while hup.recv().await.is_some() {
-        reload(&live, &path, skip_dot_files, "SIGHUP");
+        reload(&live, &source, "SIGHUP");
     }
 }
 
@@ -259,25 +280,19 @@ async fn reload_on_sighup(live: Arc<ArcSwap<RlsConfig>>, path: PathBuf, skip_dot
 /// the directory holding the file: a ConfigMap's `..data` swap is seen either way).
 pub fn watch(
     live: Arc<ArcSwap<RlsConfig>>,
-    path: PathBuf,
-    skip_dot_files: bool,
+    source: Source,
 ) -> Result<crate::watch::DirWatch, String> {
-    let (dir, names) = crate::watch::Names::for_path(&path);
-    let on_change = move || reload(&live, &path, skip_dot_files, "file changed");
+    let (dir, names) = crate::watch::Names::for_path(&source.path);
+    let on_change = move || reload(&live, &source, "file changed");
     crate::watch::watch_dir(&dir, names, false, crate::watch::DEFAULT_QUIET, on_change)
         .map_err(|e| format!("--rls-config: {e}"))
 }
 
-/// Loads the configuration at `path` and swaps it in (on `cause`) through [`install`].
-pub fn reload(
-    live: &ArcSwap<RlsConfig>,
-    path: &std::path::Path,
-    skip_dot_files: bool,
-    cause: &str,
-) {
+/// Loads the configuration from `source` and swaps it in (on `cause`) through [`install`].
+pub fn reload(live: &ArcSwap<RlsConfig>, source: &Source, cause: &str) {
     let _ = install(
         live,
-        RlsConfig::load(path, skip_dot_files),
-        &format!("{cause}: {}", path.display()),
+        source.load(),
+        &format!("{cause}: {}", source.path.display()),
     );
 }

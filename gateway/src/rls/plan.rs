@@ -7,7 +7,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use redis_rl_client::{FailureMode, Policy};
 
-use super::config::{Counting, Level, RlsConfig, Rule, Unit};
+use super::config::{Counting, RlsConfig, Rule, Unit};
 use super::lookup;
 
 /// The largest cost one descriptor may ask for (the module's bound on any count).
@@ -70,8 +70,11 @@ pub fn plan(
     } else {
         u64::from(request_hits)
     };
-    let empty = Level::default();
-    let tree = config.domains.get(domain).unwrap_or(&empty);
+    let Some(tree) = config.domains.get(domain) else {
+        // As envoyproxy/ratelimit: a domain the configuration does not define limits
+        // nothing, not even by a descriptor's own `limit` override.
+        return Ok(descriptors.iter().map(|_| Planned::NoLimit).collect());
+    };
     let mut found: Vec<Option<(Rule, String, String)>> = Vec::with_capacity(descriptors.len());
     for d in descriptors {
         let entries: Vec<(&str, &str)> = d
@@ -281,17 +284,20 @@ descriptors:
 
     #[test]
     fn a_limit_override_counts_per_value_and_reports_keys_only() {
-        let c = RlsConfig::default();
+        let c = RlsConfig::from_sources(&[("f".into(), "domain: any\n".into())]).unwrap();
         let mut d = descriptor(&[("tenant", "t1")]);
         d.limit = Some(RateLimitOverride {
             requests_per_unit: 42,
             unit: 2,
         });
-        let p = plan(&c, "any", &[d], 0, FailureMode::Open, 0).unwrap();
+        let p = plan(&c, "any", std::slice::from_ref(&d), 0, FailureMode::Open, 0).unwrap();
         let Planned::Limited(l) = &p[0] else { panic!() };
         assert_eq!((l.requests_per_unit, l.unit), (42, Unit::Minute));
         assert_eq!(l.key, "rls:any_tenant_t1_:fixed_window:60");
         assert_eq!(l.metric, "any.tenant");
+        // A domain the configuration does not define: no limit, the override's neither.
+        let p = plan(&c, "other", &[d], 0, FailureMode::Open, 0).unwrap();
+        assert!(matches!(p[..], [Planned::NoLimit]));
     }
 
     #[test]

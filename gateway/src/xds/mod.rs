@@ -32,7 +32,7 @@ use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::envoy_env::{XdsSettings, XdsTls};
-use crate::rls::config::RlsConfig;
+use crate::rls::config::{LoadOptions, RlsConfig};
 use rls_conf::{RateLimitConfig, TYPE_URL};
 
 /// gRPC status code INVALID_ARGUMENT, the NACK's `error_detail`.
@@ -43,6 +43,8 @@ const INVALID_ARGUMENT: i32 = 3;
 pub struct XdsClient {
     pub settings: XdsSettings,
     pub live: Arc<ArcSwap<RlsConfig>>,
+    /// How the pushed documents are loaded (MERGE_DOMAIN_CONFIG).
+    pub load: LoadOptions,
     pub loaded: watch::Sender<bool>,
 }
 
@@ -165,7 +167,7 @@ impl XdsClient {
             let names: Vec<String> = documents.iter().map(|(n, _)| n.clone()).collect();
             crate::rls::install(
                 &self.live,
-                RlsConfig::from_documents(&documents),
+                RlsConfig::from_documents(&documents, self.load),
                 &format!("xDS version {}", response.version_info),
             )
             .map(|()| names)

@@ -188,10 +188,10 @@ mod tests {
         let bytes = config.encode_to_vec();
         let decoded = RateLimitConfig::decode(bytes.as_slice()).unwrap();
         assert_eq!(decoded, config);
-        let loaded = crate::rls::config::RlsConfig::from_documents(&[(
-            "one".to_string(),
-            decoded.to_document(),
-        )])
+        let loaded = crate::rls::config::RlsConfig::from_documents(
+            &[("one".to_string(), decoded.to_document())],
+            Default::default(),
+        )
         .unwrap();
         let d = &loaded.domains["d"];
         let rule = d.nodes["k_v"].rule.as_ref().unwrap();
@@ -206,16 +206,39 @@ mod tests {
     }
 
     #[test]
+    fn resources_of_one_domain_merge_only_with_merge_domains() {
+        let doc = |name: &str, key: &str| {
+            let c = RateLimitConfig {
+                name: name.into(),
+                domain: "d".into(),
+                descriptors: vec![limited(key, "", 1, 1)],
+            };
+            (name.to_string(), c.to_document())
+        };
+        let docs = [doc("a", "x"), doc("b", "y")];
+        let err =
+            crate::rls::config::RlsConfig::from_documents(&docs, Default::default()).unwrap_err();
+        assert!(err.starts_with("b: duplicate domain 'd'"), "{err}");
+        let merge = crate::rls::config::LoadOptions {
+            merge_domains: true,
+            ..Default::default()
+        };
+        let loaded = crate::rls::config::RlsConfig::from_documents(&docs, merge).unwrap();
+        let d = &loaded.domains["d"];
+        assert!(d.nodes.contains_key("x") && d.nodes.contains_key("y"));
+    }
+
+    #[test]
     fn a_limit_without_a_unit_is_refused_like_a_file() {
         let config = RateLimitConfig {
             name: "bad".into(),
             domain: "d".into(),
             descriptors: vec![limited("k", "", 0, 5)],
         };
-        let err = crate::rls::config::RlsConfig::from_documents(&[(
-            "bad".to_string(),
-            config.to_document(),
-        )])
+        let err = crate::rls::config::RlsConfig::from_documents(
+            &[("bad".to_string(), config.to_document())],
+            Default::default(),
+        )
         .unwrap_err();
         assert_eq!(err, "bad: 'd.k': invalid rate limit unit 'UNKNOWN'");
     }

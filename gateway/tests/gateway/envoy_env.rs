@@ -593,7 +593,10 @@ async fn xds_over_tls_as_envoy_gateway_configures_it() {
     env.extend(
         [
             ("CONFIG_TYPE", "GRPC_XDS_SOTW".to_string()),
-            ("CONFIG_GRPC_XDS_SERVER_URL", format!("127.0.0.1:{ads_port}")),
+            (
+                "CONFIG_GRPC_XDS_SERVER_URL",
+                format!("127.0.0.1:{ads_port}"),
+            ),
             ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit".to_string()),
             ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".to_string()),
             (

@@ -607,6 +607,16 @@ async fn one_decision_across_descriptors_hits_addend_headers_and_health() {
         (OK, Some((3, 3)))
     );
     assert_eq!(rls.ask("own", vec![d], 0).await.overall_code, OVER);
+    // A domain the configuration does not define limits nothing, not even by the
+    // request's own override (as envoyproxy/ratelimit answers).
+    let mut d = descriptor(&[("tenant", "t1")]);
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit: 0,
+        unit: 3,
+    });
+    let r = rls.ask("no_such_domain", vec![d], 1).await;
+    assert_eq!((r.overall_code, r.statuses[0].code), (OK, OK));
+    assert_eq!(r.statuses[0].current_limit, None);
 
     // An empty domain is an error (Envoy then applies its failure_mode_deny).
     let err = rls
@@ -639,21 +649,33 @@ async fn one_decision_across_descriptors_hits_addend_headers_and_health() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A configuration that does not load stops the start, and `--check-config` (offline)
+/// refuses it the same way: file, line and column of the entry, then the reason.
 #[tokio::test]
-async fn a_refused_configuration_stops_the_start_naming_file_and_entry() {
+async fn a_refused_configuration_stops_the_start_naming_file_line_and_entry() {
     let dir = std::env::temp_dir().join(format!("rl-rls-refused-{}", free_port()));
     std::fs::create_dir_all(&dir).unwrap();
     let cases = [
         (
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n",
-            "invalid rate limit unit 'fortnight'",
+            "5:13: 'd.k': invalid rate limit unit 'fortnight'",
         ),
-        ("domain: d\ndescriptors:\n  - key: k\n    ratelimit: {}\n", "unknown key 'ratelimit'"),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    ratelimit: {}\n",
+            "4:5: config error, unknown key 'ratelimit'",
+        ),
         (
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: day}\n",
-            "'d.k': should not specify rate limit unit when unlimited",
+            "4:41: 'd.k': should not specify rate limit unit when unlimited",
         ),
-        ("descriptors: []\n", "config file cannot have empty domain"),
+        (
+            "descriptors: []\n",
+            "1:1: config file cannot have empty domain",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n   value: v\n",
+            "4:4: error loading config file: did not find expected '-' indicator",
+        ),
     ];
     for (i, (text, expected)) in cases.iter().enumerate() {
         let file = dir.join(format!("c{i}.yaml"));
@@ -667,11 +689,81 @@ async fn a_refused_configuration_stops_the_start_naming_file_and_entry() {
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success());
-        assert!(
-            err.contains(&format!("--rls-config: {}: ", file.display())),
-            "{err}"
-        );
-        assert!(err.contains(expected), "{err}");
+        let want = format!("--rls-config: {}:{expected}", file.display());
+        assert!(err.contains(&want), "{err}\nwant: {want}");
+
+        let out = super::check_config(&file);
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        let want = format!("rl-gateway: {}:{expected}", file.display());
+        assert!(err.starts_with(&want), "{err}\nwant: {want}");
     }
+    // A directory of good files: ok, and the rules.
+    let good = dir.join("good");
+    std::fs::create_dir_all(&good).unwrap();
+    std::fs::write(good.join("a.yaml"), EXAMPLES[2].1).unwrap();
+    std::fs::write(good.join("b.yaml"), EXAMPLES[6].1).unwrap();
+    let out = super::check_config(&good);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.starts_with(&format!("{}: ok (2 files, 2 domains)", good.display())),
+        "{text}"
+    );
+    for line in [
+        "domain edge_proxy_per_ip",
+        "  edge_proxy_per_ip.remote_address: 10 per second (fixed_window)",
+        "  edge_proxy_per_ip.remote_address_50.0.0.5: 0 per second (fixed_window)",
+        "  example7.key_2_value_2.user_bkthomps: 10 per second (fixed_window), replaces specific_limit",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{text}\nlacks {line}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG` (its test/config merge_domain_key*.yaml):
+/// with `--rls-merge-domains` the files of one domain add up; the same descriptor twice is
+/// still refused; without the flag the second file of a domain is.
+#[tokio::test]
+async fn files_of_one_domain_merge_with_the_option() {
+    let server = Server::start();
+    let dir = std::env::temp_dir().join(format!("rl-rls-merge-{}", server.port));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |key: &str, value: &str, n: u32| {
+        format!("domain: test-domain\ndescriptors:\n  - key: {key}\n    value: {value}\n    rate_limit:\n      unit: minute\n      requests_per_unit: {n}\n")
+    };
+    std::fs::write(dir.join("key1.yaml"), file("key1", "value1", 10)).unwrap();
+    std::fs::write(dir.join("key2.yaml"), file("key2", "value2", 20)).unwrap();
+    let mut rls = start(&server, &dir, &["--rls-merge-domains"]).await;
+    let s = rls.one("test-domain", &[("key1", "value1")], 0).await;
+    assert_eq!(limit_of(&s), Some((10, 2)));
+    let s = rls.one("test-domain", &[("key2", "value2")], 0).await;
+    assert_eq!(limit_of(&s), Some((20, 2)));
+    drop(rls);
+
+    let refused = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rl-gateway"))
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--rls-listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--rls-config", dir.to_str().unwrap(), "--log", "error"])
+            .args(["--redis", "redis://127.0.0.1:1/"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = refused(&[]);
+    assert!(
+        err.contains("key2.yaml:1:9: duplicate domain 'test-domain' in config file"),
+        "{err}"
+    );
+    std::fs::write(dir.join("key3.yaml"), file("key1", "value1", 30)).unwrap();
+    let err = refused(&["--rls-merge-domains"]);
+    assert!(
+        err.contains("key3.yaml:3:5: duplicate descriptor composite key 'test-domain.key1_value1'"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
