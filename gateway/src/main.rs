@@ -283,9 +283,10 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
         }
         _ => None,
     };
-    // Whether the rate limit service has a configuration: at start from files, at the
-    // first accepted push over xDS.
-    let (loaded, loaded_rx) = tokio::sync::watch::channel(xds.is_none());
+    // Whether the rate limit service counts as configured (for /healthcheck): at start from
+    // files, or over xDS with FORCE_START_WITHOUT_INITIAL_CONFIG; else at the first push.
+    let (loaded, loaded_rx) =
+        tokio::sync::watch::channel(xds.as_ref().is_none_or(|x| x.force_start));
     if let (Some(settings), Some(bound)) = (&xds, &rls) {
         tokio::spawn(
             xds::XdsClient {

@@ -610,9 +610,11 @@ async fn xds_over_tls_as_envoy_gateway_configures_it() {
         .map(|(k, v)| (k.to_string(), v)),
     );
     let (gw, grpc) = spawn(&env);
-    // FORCE_START_WITHOUT_INITIAL_CONFIG: serving at once, no domain yet (OK, no limit).
+    // FORCE_START_WITHOUT_INITIAL_CONFIG: serving and healthy at once, no domain yet (OK,
+    // no limit).
     let mut client = rls_client(grpc).await;
     assert_eq!(ask(&mut client, "tls", &[("user", "a")]).await, (OK, 0));
+    assert_eq!(healthcheck(gw.port).await.0, 200);
     let first = tokio::time::timeout(std::time::Duration::from_secs(10), requests.recv())
         .await
         .expect("a DiscoveryRequest over TLS within 10 s")
