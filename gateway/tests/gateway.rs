@@ -43,6 +43,8 @@ mod reload;
 mod rls;
 #[path = "gateway/rls_limits.rs"]
 mod rls_limits;
+#[path = "gateway/rls_upstream.rs"]
+mod rls_upstream;
 #[path = "gateway/rules.rs"]
 mod rules;
 #[path = "gateway/settle.rs"]
@@ -356,6 +358,8 @@ fn help_documents_every_flag() {
         "--redis-ca",
         "--redis-cert",
         "--redis-key",
+        "--no-watch",
+        "--rls-merge-domains",
         "rediss://",
         "RL_GATEWAY_REDIS",
     ] {

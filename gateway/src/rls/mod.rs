@@ -1,7 +1,7 @@
 //! Envoy's rate limit service (RLS v3) on `--rls-listen`: gRPC over HTTP/2 without TLS,
-//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` and
-//! `grpc.health.v1.Health/Check`, reading envoyproxy/ratelimit's configuration
-//! (`--rls-config`, a file or a directory) and deciding with the gateway's limiter: the
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`,
+//! `grpc.health.v1.Health/Check` and gRPC server reflection, reading
+//! envoyproxy/ratelimit's configuration (`--rls-config`, a file or a directory) and deciding with the gateway's limiter: the
 //! same Redis, breaker, failure mode, deny cache and leases. SIGHUP, and a change in the
 //! configuration's directory, re-read the configuration (or an xDS server pushes a new one,
 //! `crate::xds`); one that does not load is refused and the running one stays.
@@ -202,6 +202,17 @@ impl Bound {
         if let Some(source) = self.source {
             tokio::spawn(reload_on_sighup(self.service.config.clone(), source));
         }
+        let reflection = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let reflection_v1 = reflection()
+            .build_v1()
+            .map_err(|e| format!("rate limit service reflection: {e}"))?;
+        let reflection_v1alpha = reflection()
+            .build_v1alpha()
+            .map_err(|e| format!("rate limit service reflection: {e}"))?;
         let (reporter, health) = tonic_health::server::health_reporter();
         reporter
             .set_serving::<RateLimitServiceServer<service::Rls>>()
@@ -228,6 +239,8 @@ impl Bound {
             .concurrency_limit_per_connection(STREAMS_PER_CONNECTION as usize)
             .timeout(limits.body_timeout)
             .add_service(health)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
             .add_service(RateLimitServiceServer::new(self.service))
             .serve_with_incoming_shutdown(incoming, stop)
             .await
@@ -256,6 +269,9 @@ impl Source {
         RlsConfig::load(&self.path, self.options)
     }
 }
+
+/// The service's protos (gateway/proto, compiled by `make proto`), for gRPC reflection.
+const DESCRIPTOR_SET: &[u8] = include_bytes!("../../proto/rls.binpb");
 
 /// Calls in flight on one connection (announced as HTTP/2's MAX_CONCURRENT_STREAMS, and
 /// enforced): Envoy sends every check of a worker over one or a few connections.

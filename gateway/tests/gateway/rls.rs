@@ -767,3 +767,100 @@ async fn files_of_one_domain_merge_with_the_option() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// gRPC server reflection (what grpcurl asks): the services, and the service's protos from
+/// gateway/proto with the method's request and response types.
+#[tokio::test]
+async fn reflection_lists_the_services_and_describes_should_rate_limit() {
+    use prost::Message;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    let server = Server::start();
+    let dir = std::env::temp_dir().join(format!("rl-rls-reflection-{}", server.port));
+    let conf = write_examples(&dir);
+    let rls = start(&server, &conf, &[]).await;
+    let channel = Channel::from_shared(format!("http://127.0.0.1:{}", rls.port))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = ServerReflectionClient::new(channel);
+    let ask = |r: MessageRequest| ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(r),
+    };
+    let requests = vec![
+        ask(MessageRequest::ListServices(String::new())),
+        ask(MessageRequest::FileContainingSymbol(
+            "envoy.service.ratelimit.v3.RateLimitService".into(),
+        )),
+    ];
+    let mut answers = client
+        .server_reflection_info(tonic::codegen::tokio_stream::iter(requests))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(MessageResponse::ListServicesResponse(list)) =
+        answers.message().await.unwrap().unwrap().message_response
+    else {
+        panic!("no service list");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for name in [
+        "envoy.service.ratelimit.v3.RateLimitService",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+    ] {
+        assert!(names.iter().any(|n| n == name), "{names:?} lacks {name}");
+    }
+    let Some(MessageResponse::FileDescriptorResponse(files)) =
+        answers.message().await.unwrap().unwrap().message_response
+    else {
+        panic!("no file descriptors");
+    };
+    let files: Vec<prost_types::FileDescriptorProto> = files
+        .file_descriptor_proto
+        .iter()
+        .map(|b| prost_types::FileDescriptorProto::decode(b.as_slice()).unwrap())
+        .collect();
+    let rls_file = files
+        .iter()
+        .find(|f| f.name() == "envoy/service/ratelimit/v3/rls.proto")
+        .expect("rls.proto");
+    let method = &rls_file.service[0].method[0];
+    assert_eq!(method.name(), "ShouldRateLimit");
+    assert_eq!(
+        method.input_type(),
+        ".envoy.service.ratelimit.v3.RateLimitRequest"
+    );
+    assert_eq!(
+        method.output_type(),
+        ".envoy.service.ratelimit.v3.RateLimitResponse"
+    );
+    // Its imports are served by name (grpcurl asks for each to build requests).
+    let deps: Vec<_> = rls_file
+        .dependency
+        .iter()
+        .map(|d| ask(MessageRequest::FileByFilename(d.clone())))
+        .collect();
+    assert_eq!(deps.len(), 5, "{:?}", rls_file.dependency);
+    let mut answers = client
+        .server_reflection_info(tonic::codegen::tokio_stream::iter(deps))
+        .await
+        .unwrap()
+        .into_inner();
+    for dep in &rls_file.dependency {
+        let answer = answers.message().await.unwrap().unwrap().message_response;
+        let Some(MessageResponse::FileDescriptorResponse(files)) = answer else {
+            panic!("{dep}: {answer:?}");
+        };
+        let file =
+            prost_types::FileDescriptorProto::decode(files.file_descriptor_proto[0].as_slice())
+                .unwrap();
+        assert_eq!(file.name(), dep);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -55,6 +55,7 @@ fn rls_yaml(requests_per_unit: &str) -> String {
     format!("domain: w\ndescriptors:\n  - key: k\n    rate_limit: {{unit: hour, requests_per_unit: {requests_per_unit}}}\n")
 }
 
+/// A limit high enough that the polls of the test never use it up.
 fn toml(limit: u32) -> String {
     format!("dimensions = [\"endpoint\"]\n[endpoint]\nlimit = {limit}\n")
 }
@@ -64,7 +65,7 @@ async fn a_configmap_update_reloads_both_configurations_and_a_broken_one_is_refu
     let server = Server::start();
     let base = test_dir("watch", server.port);
     let mut rls_map = ConfigMap::new(base.join("rls"), &[("rl.yaml", &rls_yaml("5"))]);
-    let mut gw_map = ConfigMap::new(base.join("gw"), &[("gateway.toml", &toml(3))]);
+    let mut gw_map = ConfigMap::new(base.join("gw"), &[("gateway.toml", &toml(1000))]);
     let config = gw_map.dir.join("gateway.toml");
     let mut rls = start_watched(
         &server,
@@ -76,12 +77,12 @@ async fn a_configmap_update_reloads_both_configurations_and_a_broken_one_is_refu
     let k = [("k", "v")];
     assert_eq!(limit_of(&rls.one("w", &k, 0).await), Some((5, 3)));
     let (_, h, _) = rls.gw.get("/api/search", &[]).await.unwrap();
-    assert_eq!(h["x-ratelimit-limit"], "3");
+    assert_eq!(h["x-ratelimit-limit"], "1000");
 
     // No SIGHUP: the swap alone is seen (within eventually's 10 s; a second or less on
     // an idle machine).
     rls_map.update(&[("rl.yaml", &rls_yaml("7"))]);
-    gw_map.update(&[("gateway.toml", &toml(4))]);
+    gw_map.update(&[("gateway.toml", &toml(2000))]);
     eventually(
         "the new rate limit service configuration applies",
         async || limit_of(&rls.one("w", &k, 0).await) == Some((7, 3)),
@@ -89,7 +90,7 @@ async fn a_configmap_update_reloads_both_configurations_and_a_broken_one_is_refu
     .await;
     eventually("the new gateway configuration applies", async || {
         let (_, h, _) = rls.gw.get("/api/search", &[]).await.unwrap();
-        h["x-ratelimit-limit"] == "4"
+        h["x-ratelimit-limit"] == "2000"
     })
     .await;
 
@@ -112,7 +113,7 @@ async fn a_configmap_update_reloads_both_configurations_and_a_broken_one_is_refu
     assert_eq!(limit_of(&rls.one("w", &k, 0).await), Some((7, 3)));
     let (status, h, _) = rls.gw.get("/api/search", &[]).await.unwrap();
     assert_eq!(status, 200);
-    assert_eq!(h["x-ratelimit-limit"], "4");
+    assert_eq!(h["x-ratelimit-limit"], "2000");
 
     // Fixed again: picked up again.
     rls_map.update(&[("rl.yaml", &rls_yaml("9"))]);
