@@ -287,6 +287,15 @@ pub struct Args {
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, env = "RL_GATEWAY_LOG", default_value = "info")]
     pub log: tracing::Level,
+
+    /// Read envoyproxy/ratelimit's environment (GRPC_PORT, PORT, RUNTIME_ROOT, REDIS_URL,
+    /// CONFIG_TYPE=GRPC_XDS_SOTW...) and serve as that service: `auto` when one of its
+    /// distinctive settings is set and no flag picks another mode (--config, --rls-config,
+    /// --rls-listen, --upstream, --auth-listen); `on`; `off`. Flags given win over it; a
+    /// setting that cannot be honoured stops the start, named (the book's "Swapping the
+    /// image").
+    #[arg(long, env = "RL_GATEWAY_ENVOY_ENV", value_enum, default_value = "auto")]
+    pub envoy_env: crate::envoy_env::EnvoyEnvMode,
 }
 
 /// `--listen` when not given, and no other listener is asked for.

@@ -4,6 +4,8 @@
 mod admin;
 mod app;
 mod cli;
+mod envoy_env;
+mod envoy_http;
 mod files;
 mod forward_auth;
 mod health;
@@ -16,31 +18,49 @@ mod rls;
 mod secret;
 mod settle_body;
 mod watch;
+mod xds;
 
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use redis_rl_client::middleware::{
     FailureModeName, RateLimitConfig, RateLimitConfigExt, SettleTokens,
 };
 use redis_rl_client::{BreakerConfig, LeaseConfig, Limiter, RedisHashTiers};
 
 use crate::cli::{Args, Mode};
+use crate::envoy_env::{ConfigSource, EnvoyEnv};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let matches = Args::command().get_matches();
+    let mut args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(path) = &args.check_config {
         if rls::is_rls_config(path) {
             return check_rls_config(path, args.rls_merge_domains);
         }
         return check_config(path, &args.routes);
     }
+    let env = |name: &str| std::env::var(name).ok();
+    let envoy = if EnvoyEnv::wanted(args.envoy_env, &matches, &env) {
+        match EnvoyEnv::read(&env) {
+            Ok(e) => {
+                e.apply(&mut args, &matches);
+                Some(e)
+            }
+            Err(e) => {
+                eprintln!("rl-gateway: envoyproxy/ratelimit's environment: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     let workers = match args.workers {
         0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
         n => n,
@@ -59,7 +79,7 @@ fn main() -> ExitCode {
             .build()
     };
     match runtime {
-        Ok(rt) => rt.block_on(serve(args)),
+        Ok(rt) => rt.block_on(serve(args, envoy)),
         Err(e) => {
             eprintln!("rl-gateway: cannot start the runtime: {e}");
             ExitCode::FAILURE
@@ -67,12 +87,22 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(args: Args) -> ExitCode {
-    tracing_subscriber::fmt()
+async fn serve(args: Args, envoy: Option<EnvoyEnv>) -> ExitCode {
+    let logs = tracing_subscriber::fmt()
         .with_max_level(args.log)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
-    match run(args).await {
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+    if envoy.as_ref().is_some_and(|e| e.json_logs) {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
+    if let Some(e) = &envoy {
+        tracing::info!("configured from envoyproxy/ratelimit's environment");
+        for note in &e.notes {
+            tracing::warn!("{note}");
+        }
+    }
+    match run(args, envoy).await {
         Ok(()) => ExitCode::SUCCESS,
         // Once, on stderr (the log lines go to stdout: a terminal showed both).
         Err(e) => {
@@ -153,7 +183,10 @@ fn check_config(path: &std::path::Path, routes: &[String]) -> ExitCode {
 /// `--check-config` of envoyproxy/ratelimit's YAML (a `.yaml`/`.yml` file or a directory):
 /// the rules (exit 0) or the error naming the file, line and column (exit 1).
 fn check_rls_config(path: &std::path::Path, merge_domains: bool) -> ExitCode {
-    let options = rls::config::LoadOptions { merge_domains };
+    let options = rls::config::LoadOptions {
+        merge_domains,
+        ..Default::default()
+    };
     match rls::config::RlsConfig::load(path, options) {
         Ok(config) => {
             let count = |n: usize, what: &str| match n {
@@ -176,7 +209,7 @@ fn check_rls_config(path: &std::path::Path, merge_domains: bool) -> ExitCode {
     }
 }
 
-async fn run(args: Args) -> Result<(), String> {
+async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
     #[cfg(unix)]
     let hangups = reload::hangups();
     let config = config(&args)?;
@@ -246,19 +279,26 @@ async fn run(args: Args) -> Result<(), String> {
     )?);
     let ops = ops::router(Arc::new(ops::Ops {
         live: live.clone(),
-        prometheus,
+        prometheus: prometheus.clone(),
         admin: args.admin_listen.is_some(),
     }));
     let (public_ops, admin) = match args.admin_listen {
         Some(addr) => (None, Some((addr, ops))),
         None => (Some(ops), None),
     };
-    let rls = match (args.rls_listen, &args.rls_config) {
-        (Some(listen), Some(path)) => {
+    let xds = envoy.as_ref().and_then(|e| match &e.config {
+        ConfigSource::Xds(x) if args.rls_config.is_none() => Some(x.as_ref().clone()),
+        _ => None,
+    });
+    let rls = match args.rls_listen {
+        Some(listen) if args.rls_config.is_some() || xds.is_some() => {
             let opts = rls::RlsOptions {
                 listen,
-                config: path.clone(),
-                merge_domains: args.rls_merge_domains,
+                config: args.rls_config.clone(),
+                load: rls::config::LoadOptions {
+                    merge_domains: args.rls_merge_domains,
+                    skip_dot_files: envoy.as_ref().is_some_and(|e| e.ignore_dot_files),
+                },
                 response_headers: args.rls_response_headers,
                 hot_per_second: args.rls_hot_rate,
                 bounds: rls::RequestBounds {
@@ -266,9 +306,53 @@ async fn run(args: Args) -> Result<(), String> {
                         .unwrap_or(usize::MAX),
                     max_entries: usize::try_from(args.rls_max_entries).unwrap_or(usize::MAX),
                 },
+                header_names: envoy.as_ref().and_then(|e| e.headers.clone()),
+                shadow_mode: envoy.as_ref().is_some_and(|e| e.shadow_mode),
+                tls: envoy.as_ref().and_then(|e| e.grpc_tls.clone()),
+                max_connection_age: envoy.as_ref().map(|e| e.max_connection_age),
                 watch: !args.no_watch,
             };
             Some(rls::bind(&opts, limiter.clone(), live.clone()).await?)
+        }
+        _ => None,
+    };
+    // Whether the rate limit service counts as configured (for /healthcheck): at start from
+    // files, or over xDS with FORCE_START_WITHOUT_INITIAL_CONFIG; else at the first push.
+    let (loaded, loaded_rx) =
+        tokio::sync::watch::channel(xds.as_ref().is_none_or(|x| x.force_start));
+    if let (Some(settings), Some(bound)) = (&xds, &rls) {
+        tokio::spawn(
+            xds::XdsClient {
+                settings: settings.clone(),
+                live: bound.live_config(),
+                load: rls::config::LoadOptions {
+                    merge_domains: args.rls_merge_domains,
+                    skip_dot_files: false,
+                },
+                loaded,
+            }
+            .run(),
+        );
+    }
+    let envoy_http = match (&envoy, &rls) {
+        (Some(e), Some(bound)) => {
+            let health = envoy_http::Health {
+                checker: bound.checker(),
+                limiter: limiter.clone(),
+                loaded: loaded_rx.clone(),
+                needs_domain: e.healthy_needs_config,
+                needs_redis: e.healthy_needs_redis,
+            };
+            let prometheus = match &e.prometheus {
+                Some((addr, path)) => {
+                    let l = tokio::net::TcpListener::bind(addr)
+                        .await
+                        .map_err(|err| format!("PROMETHEUS_ADDR {addr}: {err}"))?;
+                    Some((l, envoy_http::prometheus(path, prometheus.clone())))
+                }
+                None => None,
+            };
+            Some((envoy_http::router(health), prometheus))
         }
         _ => None,
     };
@@ -288,7 +372,11 @@ async fn run(args: Args) -> Result<(), String> {
         None => None,
     };
     let overflow = limits::overflow(public_ops.clone());
-    let router = app::public(live.clone(), public_ops);
+    let (router, prometheus_listener) = match envoy_http {
+        // envoyproxy/ratelimit's HTTP port: its endpoints only.
+        Some((router, prometheus)) => (app::Public::WithOps(router), prometheus),
+        None => (app::public(live.clone(), public_ops), None),
+    };
     // Kept for the life of the process.
     let _config_watch = if args.no_watch {
         None
@@ -358,8 +446,16 @@ async fn run(args: Args) -> Result<(), String> {
     );
     if let Some(rls) = rls {
         let mut rx = stopped.clone();
-        tracing::info!(listen = %address_shown(rls.local_addr()), "rate limit service listening");
+        // envoyproxy/ratelimit waits for its first xDS configuration before serving,
+        // unless FORCE_START_WITHOUT_INITIAL_CONFIG.
+        let wait_for_config = xds.as_ref().is_some_and(|x| !x.force_start);
+        let mut first = loaded_rx.clone();
         tokio::spawn(async move {
+            if wait_for_config {
+                tracing::info!("rate limit service waiting for its first configuration over xDS");
+                let _ = first.wait_for(|l| *l).await;
+            }
+            tracing::info!(listen = %address_shown(rls.local_addr()), "rate limit service listening");
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
@@ -367,6 +463,22 @@ async fn run(args: Args) -> Result<(), String> {
                 tracing::error!(error = %e, "rate limit service failed");
             }
         });
+    }
+    if let Some((l, router)) = prometheus_listener {
+        let prometheus_limits = limits::ListenerLimits {
+            max_connections: ADMIN_CONNECTIONS,
+            ..limits
+        };
+        tokio::spawn(limits::serve(
+            limits::Listener {
+                listener: l,
+                overflow: limits::overflow(None),
+                router,
+                limits: prometheus_limits,
+                name: "prometheus",
+            },
+            stopped.clone(),
+        ));
     }
     if let Some((l, app)) = forward_auth {
         tracing::info!(listen = %address_shown(l.local_addr().ok()), "forward auth listening");

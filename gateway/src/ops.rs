@@ -212,6 +212,22 @@ fn describe() {
         "rl_config_reloads_total",
         "Configuration reloads on SIGHUP, by result (ok, error: refused, the running configuration stays)."
     );
+    describe_counter!(
+        "rl_rls_config_reloads_total",
+        "Rate limit service configurations loaded after the start (SIGHUP or xDS), by result (ok, error: refused, the running one stays)."
+    );
+    describe_counter!(
+        "rl_xds_responses_total",
+        "xDS responses answered, by result (ack: applied; nack: refused, the running configuration stays)."
+    );
+    describe_counter!(
+        "rl_xds_streams_ended_total",
+        "xDS streams that ended or failed (the client reconnects; the running configuration stays)."
+    );
+    describe_counter!(
+        "ratelimit_service_global_shadow_mode",
+        "Requests over a limit answered OK because of SHADOW_MODE."
+    );
 }
 
 /// What the ops endpoints read.

@@ -25,6 +25,8 @@ mod bans;
 mod costs;
 #[path = "gateway/deny_cache.rs"]
 mod deny_cache;
+#[path = "gateway/envoy_env.rs"]
+mod envoy_env;
 #[path = "gateway/fleet.rs"]
 mod fleet;
 #[path = "gateway/forward_auth.rs"]
@@ -354,6 +356,7 @@ fn help_documents_every_flag() {
         "--tier-cache-ms",
         "--route",
         "--log",
+        "--envoy-env",
         "--header-timeout-ms",
         "--idle-timeout-ms",
         "--body-timeout-ms",

@@ -183,6 +183,9 @@ pub struct LoadOptions {
     /// descriptor in two of them is still refused. Without it a second file of a domain is
     /// refused.
     pub merge_domains: bool,
+    /// A directory's files whose name begins with a dot are skipped (envoyproxy/ratelimit's
+    /// `RUNTIME_IGNOREDOTFILES`).
+    pub skip_dot_files: bool,
 }
 
 /// A loaded configuration: the domains and the files they came from.
@@ -206,7 +209,10 @@ impl RlsConfig {
                     .map_err(|e| format!("{}: {e}", path.display()))?
                     .path();
                 let yaml = p.extension().is_some_and(|e| e == "yaml" || e == "yml");
-                if yaml && p.is_file() {
+                let dot = p
+                    .file_name()
+                    .is_some_and(|n| n.as_encoded_bytes().starts_with(b"."));
+                if yaml && p.is_file() && !(options.skip_dot_files && dot) {
                     files.push(p);
                 }
             }
@@ -245,8 +251,27 @@ impl RlsConfig {
         Ok(config)
     }
 
+    /// Builds a configuration from `(name, YAML document)` pairs: the documents an xDS
+    /// server pushed, checked as a file's are (errors name the document, without a line).
+    pub fn from_documents(
+        documents: &[(String, Value)],
+        options: LoadOptions,
+    ) -> Result<RlsConfig, String> {
+        let mut config = RlsConfig::default();
+        for (name, root) in documents {
+            config
+                .add_document(root.clone(), options)
+                .map_err(|r| r.in_file(name, ""))?;
+        }
+        Ok(config)
+    }
+
     fn add_source(&mut self, text: &str, options: LoadOptions) -> Result<(), Refusal> {
         let root: Value = serde_yaml_ng::from_str(text).map_err(Refusal::syntax)?;
+        self.add_document(root, options)
+    }
+
+    fn add_document(&mut self, root: Value, options: LoadOptions) -> Result<(), Refusal> {
         let root = match root {
             Value::Mapping(m) => m,
             // An empty file is a document without a domain.
@@ -799,6 +824,7 @@ mod tests {
     fn merged_domains_add_their_descriptors_and_still_refuse_a_duplicate() {
         let merge = LoadOptions {
             merge_domains: true,
+            ..Default::default()
         };
         let rule = |k: &str, n: u32| {
             format!("domain: d\ndescriptors:\n  - key: {k}\n    rate_limit: {{unit: second, requests_per_unit: {n}}}\n")

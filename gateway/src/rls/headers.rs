@@ -5,11 +5,50 @@
 //! `X-RateLimit-Remaining`, `X-RateLimit-Reset` equal to its `q`, `r` and `t`.
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use std::time::Duration;
+
+use crate::envoy_env::HeaderNames;
 
 use redis_rl_client::{Decision, Verdict};
 
 use super::plan::{Limited, Planned};
+
+/// envoyproxy/ratelimit's three headers (LIMIT_RESPONSE_HEADERS_ENABLED), under its names:
+/// the limit, what is left and the seconds until the window resets, of the descriptor
+/// over its limit (the last one), else the one with the fewest requests left.
+pub fn envoy_headers(statuses: &[DescriptorStatus], names: &HeaderNames) -> Vec<HeaderValue> {
+    let mut chosen: Option<&DescriptorStatus> = None;
+    for s in statuses.iter().filter(|s| s.current_limit.is_some()) {
+        let over = s.code == Code::OverLimit as i32;
+        if over
+            || chosen.is_none_or(|c| {
+                c.code != Code::OverLimit as i32 && s.limit_remaining < c.limit_remaining
+            })
+        {
+            chosen = Some(s);
+        }
+    }
+    let Some(s) = chosen else {
+        return Vec::new();
+    };
+    let limit = s.current_limit.as_ref().map_or(0, |l| l.requests_per_unit);
+    let reset = s.duration_until_reset.as_ref().map_or(0, |d| {
+        d.seconds.saturating_add(i64::from(d.nanos > 0)).max(0)
+    });
+    [
+        (&names.limit, limit.to_string()),
+        (&names.remaining, s.limit_remaining.to_string()),
+        (&names.reset, reset.to_string()),
+    ]
+    .into_iter()
+    .map(|(key, value)| HeaderValue {
+        key: key.clone(),
+        value,
+        ..Default::default()
+    })
+    .collect()
+}
 
 /// The headers for a decided request (none when no enforced rule was counted).
 pub fn response_headers(

@@ -3,8 +3,8 @@
 //! `grpc.health.v1.Health/Check` and gRPC server reflection, reading
 //! envoyproxy/ratelimit's configuration (`--rls-config`, a file or a directory) and deciding with the gateway's limiter: the
 //! same Redis, breaker, failure mode, deny cache and leases. SIGHUP, and a change in the
-//! configuration's directory, re-read the configuration; one that does not load is refused
-//! and the running one stays.
+//! configuration's directory, re-read the configuration (or an xDS server pushes a new one,
+//! `crate::xds`); one that does not load is refused and the running one stays.
 
 mod budget;
 pub mod config;
@@ -20,25 +20,36 @@ mod yaml_position;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use redis_rl_client::Limiter;
 
+use crate::envoy_env::{GrpcServerTls, HeaderNames};
 use crate::limits::ListenerLimits;
 use crate::reload::Live;
 use config::{LoadOptions, RlsConfig};
 pub use service::RequestBounds;
 
-/// What `--rls-*` asked for.
+/// What `--rls-*` (or envoyproxy/ratelimit's environment) asked for.
 pub struct RlsOptions {
     pub listen: SocketAddr,
-    pub config: PathBuf,
-    /// Merge the files of one domain (`--rls-merge-domains`).
-    pub merge_domains: bool,
+    /// The files; None: the configuration comes over xDS (empty until it does).
+    pub config: Option<PathBuf>,
+    /// How the files (or the pushed documents) are read: `--rls-merge-domains`, and
+    /// RUNTIME_IGNOREDOTFILES.
+    pub load: LoadOptions,
     pub response_headers: bool,
     pub hot_per_second: u64,
     pub bounds: RequestBounds,
+    /// envoyproxy/ratelimit's three headers under these names instead of the gateway's.
+    pub header_names: Option<HeaderNames>,
+    /// Every answer's overall code is OK (the statuses still say who is over).
+    pub shadow_mode: bool,
+    pub tls: Option<GrpcServerTls>,
+    /// A connection is closed (GOAWAY) after the first, and cut after the second more.
+    pub max_connection_age: Option<(Duration, Duration)>,
     /// Reload when the configuration's directory changes.
     pub watch: bool,
 }
@@ -46,10 +57,36 @@ pub struct RlsOptions {
 /// A bound, configured service, ready to serve.
 pub struct Bound {
     listener: tokio::net::TcpListener,
-    source: Source,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    max_connection_age: Option<(Duration, Duration)>,
+    /// The files (None: xDS).
+    source: Option<Source>,
     /// The watch of the configuration's directory (stops when dropped).
     watch: Option<crate::watch::DirWatch>,
     service: service::Rls,
+}
+
+/// The service as a function, for the HTTP `/json` endpoint.
+#[derive(Clone)]
+pub struct Checker(service::Rls);
+
+impl Checker {
+    pub async fn check(
+        &self,
+        request: envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest,
+    ) -> Result<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse, tonic::Status>
+    {
+        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+        self.0
+            .should_rate_limit(tonic::Request::new(request))
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    /// How many domains the live configuration has.
+    pub fn domains(&self) -> usize {
+        self.0.config.load().domains.len()
+    }
 }
 
 /// Loads the configuration and binds the listener (both errors are start-up errors).
@@ -58,30 +95,36 @@ pub async fn bind(
     limiter: Limiter,
     gateway: Arc<Live>,
 ) -> Result<Bound, String> {
-    let source = Source {
-        path: opts.config.clone(),
-        options: LoadOptions {
-            merge_domains: opts.merge_domains,
-        },
+    let source = opts.config.clone().map(|path| Source {
+        path,
+        options: opts.load,
+    });
+    let loaded = match &source {
+        Some(source) => {
+            let loaded = source.load().map_err(|e| format!("--rls-config: {e}"))?;
+            tracing::info!(
+                path = %source.path.display(),
+                domains = loaded.domains.len(),
+                files = loaded.files.len(),
+                "rate limit service configuration loaded"
+            );
+            loaded
+        }
+        None => RlsConfig::default(),
     };
-    let loaded = source.load().map_err(|e| format!("--rls-config: {e}"))?;
-    tracing::info!(
-        path = %opts.config.display(),
-        domains = loaded.domains.len(),
-        files = loaded.files.len(),
-        "rate limit service configuration loaded"
-    );
+    let tls = opts.tls.as_ref().map(server_tls).transpose()?;
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await
         .map_err(|e| format!("--rls-listen {}: {e}", opts.listen))?;
     let config = Arc::new(ArcSwap::from_pointee(loaded));
-    let watch = if opts.watch {
-        Some(watch(config.clone(), source.clone())?)
-    } else {
-        None
+    let watch = match (&source, opts.watch) {
+        (Some(source), true) => Some(watch(config.clone(), source.clone())?),
+        _ => None,
     };
     Ok(Bound {
         listener,
+        tls,
+        max_connection_age: opts.max_connection_age,
         source,
         watch,
         service: service::Rls {
@@ -91,8 +134,49 @@ pub async fn bind(
             response_headers: opts.response_headers,
             hot_per_second: opts.hot_per_second,
             bounds: opts.bounds,
+            header_names: opts.header_names.clone(),
+            shadow_mode: opts.shadow_mode,
         },
     })
+}
+
+/// The listener's TLS: GRPC_SERVER_TLS_CERT and _KEY, and GRPC_CLIENT_TLS_CACERT to require
+/// client certificates.
+fn server_tls(t: &GrpcServerTls) -> Result<tonic::transport::ServerTlsConfig, String> {
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+    let read = |name: &str, path: &std::path::Path| {
+        crate::files::read_bounded(path).map_err(|e| format!("{name} {e}"))
+    };
+    let mut config = ServerTlsConfig::new().identity(Identity::from_pem(
+        read("GRPC_SERVER_TLS_CERT", &t.cert)?,
+        read("GRPC_SERVER_TLS_KEY", &t.key)?,
+    ));
+    if let Some(ca) = &t.client_ca {
+        config = config.client_ca_root(Certificate::from_pem(read("GRPC_CLIENT_TLS_CACERT", ca)?));
+    }
+    Ok(config)
+}
+
+/// Swaps `loaded` in, or keeps the running configuration when it is an error: the one path
+/// of every reload (SIGHUP, xDS), logged and counted in `rl_rls_config_reloads_total`.
+pub fn install(
+    live: &ArcSwap<RlsConfig>,
+    loaded: Result<RlsConfig, String>,
+    origin: &str,
+) -> Result<(), String> {
+    match loaded {
+        Ok(c) => {
+            tracing::info!(from = %origin, domains = c.domains.len(), "rate limit service configuration reloaded");
+            live.store(Arc::new(c));
+            metrics::counter!("rl_rls_config_reloads_total", "result" => "ok").increment(1);
+            Ok(())
+        }
+        Err(e) => {
+            tracing::error!(from = %origin, error = %e, "rate limit service configuration refused; the running one stays");
+            metrics::counter!("rl_rls_config_reloads_total", "result" => "error").increment(1);
+            Err(e)
+        }
+    }
 }
 
 impl Bound {
@@ -100,9 +184,18 @@ impl Bound {
         self.listener.local_addr().ok()
     }
 
+    /// The live configuration (for a source other than the files: xDS).
+    pub fn live_config(&self) -> Arc<ArcSwap<RlsConfig>> {
+        self.service.config.clone()
+    }
+
+    pub fn checker(&self) -> Checker {
+        Checker(self.service.clone())
+    }
+
     /// Serves until `stop` within `limits` (the public listener's: connection cap, preface
     /// and idle timeouts, and `body_timeout` for a whole call); reloads the configuration
-    /// on each SIGHUP and each change of its directory meanwhile.
+    /// from its files (if any) on each SIGHUP and each change of their directory meanwhile.
     pub async fn serve(
         self,
         limits: ListenerLimits,
@@ -111,7 +204,9 @@ impl Bound {
         // Kept until the service stops.
         let _watch = self.watch;
         #[cfg(unix)]
-        tokio::spawn(reload_on_sighup(self.service.config.clone(), self.source));
+        if let Some(source) = self.source {
+            tokio::spawn(reload_on_sighup(self.service.config.clone(), source));
+        }
         let reflection = || {
             tonic_reflection::server::Builder::configure()
                 .register_encoded_file_descriptor_set(DESCRIPTOR_SET)
@@ -133,7 +228,18 @@ impl Bound {
             .with_nodelay(Some(true))
             .with_keepalive(Some(TCP_KEEPALIVE));
         let incoming = listener::CappedIncoming::new(incoming, limits);
-        tonic::transport::Server::builder()
+        let mut server = tonic::transport::Server::builder();
+        if let Some(tls) = self.tls {
+            server = server
+                .tls_config(tls)
+                .map_err(|e| format!("GRPC_SERVER_TLS_CERT/KEY: {e}"))?;
+        }
+        if let Some((age, grace)) = self.max_connection_age {
+            server = server
+                .max_connection_age(age)
+                .max_connection_age_grace(grace);
+        }
+        server
             .max_concurrent_streams(STREAMS_PER_CONNECTION)
             .concurrency_limit_per_connection(STREAMS_PER_CONNECTION as usize)
             .timeout(limits.body_timeout)
@@ -207,18 +313,11 @@ pub fn watch(
         .map_err(|e| format!("--rls-config: {e}"))
 }
 
-/// Loads the configuration from `source` and swaps it in (on `cause`): one that does not
-/// load is logged and counted, and the running configuration stays.
+/// Loads the configuration from `source` and swaps it in (on `cause`) through [`install`].
 pub fn reload(live: &ArcSwap<RlsConfig>, source: &Source, cause: &str) {
-    match source.load() {
-        Ok(c) => {
-            tracing::info!(path = %source.path.display(), domains = c.domains.len(), cause, "rate limit service configuration reloaded");
-            live.store(Arc::new(c));
-            metrics::counter!("rl_rls_config_reloads_total", "result" => "ok").increment(1);
-        }
-        Err(e) => {
-            tracing::error!(error = %e, cause, "rate limit service configuration refused; the running one stays");
-            metrics::counter!("rl_rls_config_reloads_total", "result" => "error").increment(1);
-        }
-    }
+    let _ = install(
+        live,
+        source.load(),
+        &format!("{cause}: {}", source.path.display()),
+    );
 }

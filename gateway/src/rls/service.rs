@@ -19,6 +19,7 @@ use tonic::{Request, Response, Status};
 use super::config::RlsConfig;
 use super::headers;
 use super::plan::{self, Planned};
+use crate::envoy_env::HeaderNames;
 use crate::reload::Live;
 
 /// The share of a limit past which a hit is also counted as near the limit
@@ -65,6 +66,7 @@ impl RequestBounds {
 }
 
 /// The service: the live RLS configuration, the gateway's limiter and failure mode.
+#[derive(Clone)]
 pub struct Rls {
     pub config: Arc<ArcSwap<RlsConfig>>,
     pub limiter: Limiter,
@@ -74,6 +76,10 @@ pub struct Rls {
     /// Rules of at least this many requests per second are served from leases (0: none).
     pub hot_per_second: u64,
     pub bounds: RequestBounds,
+    /// envoyproxy/ratelimit's headers (LIMIT_*_HEADER) instead of the gateway's.
+    pub header_names: Option<HeaderNames>,
+    /// SHADOW_MODE: the overall code is always OK.
+    pub shadow_mode: bool,
 }
 
 #[tonic::async_trait]
@@ -114,11 +120,18 @@ impl RateLimitService for Rls {
                 count(domain_label, l, d, refused);
             }
         }
-        let overall = if refused { Code::OverLimit } else { Code::Ok };
-        let response_headers_to_add = if self.response_headers {
-            headers::response_headers(&planned, &decisions, refused)
+        let response_headers_to_add = match (&self.header_names, self.response_headers) {
+            (Some(names), true) => headers::envoy_headers(&statuses, names),
+            (None, true) => headers::response_headers(&planned, &decisions, refused),
+            (_, false) => Vec::new(),
+        };
+        let overall = if refused && !self.shadow_mode {
+            Code::OverLimit
         } else {
-            Vec::new()
+            if refused {
+                metrics::counter!("ratelimit_service_global_shadow_mode").increment(1);
+            }
+            Code::Ok
         };
         Ok(Response::new(RateLimitResponse {
             overall_code: overall as i32,

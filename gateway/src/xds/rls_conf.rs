@@ -1,0 +1,245 @@
+//! `ratelimit.config.ratelimit.v3.RateLimitConfig`, the resource an xDS management server
+//! pushes to envoyproxy/ratelimit (`api/ratelimit/config/ratelimit/v3/rls_conf.proto` in
+//! that repository), as prost messages written by hand: four small messages and one enum,
+//! field numbers as in the proto. Generating them would need the proto file, a build script
+//! and a protobuf compiler for this alone.
+//!
+//! A pushed configuration becomes the same YAML document a file holds and goes through the
+//! same loader, so both are refused (or accepted) alike, as that service does with its own
+//! loader.
+
+use envoy_types::pb::google::protobuf::Struct;
+use serde_yaml_ng::{Mapping, Value};
+
+/// The resource's type URL.
+pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
+
+/// The configuration of one domain.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RateLimitConfig {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, tag = "2")]
+    pub domain: String,
+    #[prost(message, repeated, tag = "3")]
+    pub descriptors: Vec<RateLimitDescriptor>,
+}
+
+/// A descriptor of the tree.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RateLimitDescriptor {
+    #[prost(string, tag = "1")]
+    pub key: String,
+    #[prost(string, tag = "2")]
+    pub value: String,
+    #[prost(message, optional, tag = "3")]
+    pub rate_limit: Option<RateLimitPolicy>,
+    #[prost(message, repeated, tag = "4")]
+    pub descriptors: Vec<RateLimitDescriptor>,
+    #[prost(bool, tag = "5")]
+    pub shadow_mode: bool,
+    #[prost(bool, tag = "6")]
+    pub detailed_metric: bool,
+    #[prost(bool, tag = "7")]
+    pub quota_mode: bool,
+    #[prost(message, optional, tag = "8")]
+    pub metadata: Option<Struct>,
+}
+
+/// A descriptor's limit.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RateLimitPolicy {
+    /// `RateLimitUnit`: UNKNOWN 0, SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7.
+    #[prost(int32, tag = "1")]
+    pub unit: i32,
+    #[prost(uint32, tag = "2")]
+    pub requests_per_unit: u32,
+    #[prost(bool, tag = "3")]
+    pub unlimited: bool,
+    #[prost(string, tag = "4")]
+    pub name: String,
+    #[prost(message, repeated, tag = "5")]
+    pub replaces: Vec<RateLimitReplace>,
+}
+
+/// A limit this one replaces, by name.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RateLimitReplace {
+    #[prost(string, tag = "1")]
+    pub name: String,
+}
+
+impl RateLimitConfig {
+    /// The YAML document a file would hold for this configuration.
+    pub fn to_document(&self) -> Value {
+        let mut root = Mapping::new();
+        root.insert("domain".into(), self.domain.clone().into());
+        root.insert("descriptors".into(), descriptors(&self.descriptors));
+        Value::Mapping(root)
+    }
+}
+
+fn descriptors(list: &[RateLimitDescriptor]) -> Value {
+    Value::Sequence(list.iter().map(descriptor).collect())
+}
+
+fn descriptor(d: &RateLimitDescriptor) -> Value {
+    let mut m = Mapping::new();
+    m.insert("key".into(), d.key.clone().into());
+    if !d.value.is_empty() {
+        m.insert("value".into(), d.value.clone().into());
+    }
+    if let Some(p) = &d.rate_limit {
+        m.insert("rate_limit".into(), policy(p));
+    }
+    if !d.descriptors.is_empty() {
+        m.insert("descriptors".into(), descriptors(&d.descriptors));
+    }
+    m.insert("shadow_mode".into(), d.shadow_mode.into());
+    m.insert("detailed_metric".into(), d.detailed_metric.into());
+    m.insert("quota_mode".into(), d.quota_mode.into());
+    // The metadata's contents are not used (accepted and ignored, as in a file).
+    if d.metadata.is_some() {
+        m.insert("metadata".into(), Value::Mapping(Mapping::new()));
+    }
+    Value::Mapping(m)
+}
+
+fn policy(p: &RateLimitPolicy) -> Value {
+    let mut m = Mapping::new();
+    // The unit's enum name, as that service writes it before loading: UNKNOWN (0) is an
+    // invalid unit for a limit and the absence of one for `unlimited`.
+    let unit = match p.unit {
+        0 => "UNKNOWN".to_string(),
+        1 => "SECOND".to_string(),
+        2 => "MINUTE".to_string(),
+        3 => "HOUR".to_string(),
+        4 => "DAY".to_string(),
+        5 => "MONTH".to_string(),
+        6 => "YEAR".to_string(),
+        7 => "WEEK".to_string(),
+        n => n.to_string(),
+    };
+    m.insert("unit".into(), unit.into());
+    m.insert(
+        "requests_per_unit".into(),
+        u64::from(p.requests_per_unit).into(),
+    );
+    m.insert("unlimited".into(), p.unlimited.into());
+    if !p.name.is_empty() {
+        m.insert("name".into(), p.name.clone().into());
+    }
+    if !p.replaces.is_empty() {
+        let replaces = p
+            .replaces
+            .iter()
+            .map(|r| {
+                let mut e = Mapping::new();
+                e.insert("name".into(), r.name.clone().into());
+                Value::Mapping(e)
+            })
+            .collect();
+        m.insert("replaces".into(), Value::Sequence(replaces));
+    }
+    Value::Mapping(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    fn limited(key: &str, value: &str, unit: i32, n: u32) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            key: key.into(),
+            value: value.into(),
+            rate_limit: Some(RateLimitPolicy {
+                unit,
+                requests_per_unit: n,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_pushed_configuration_loads_as_its_yaml_would() {
+        let config = RateLimitConfig {
+            name: "one".into(),
+            domain: "d".into(),
+            descriptors: vec![
+                limited("k", "v", 2, 5),
+                RateLimitDescriptor {
+                    key: "free".into(),
+                    rate_limit: Some(RateLimitPolicy {
+                        unlimited: true,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                RateLimitDescriptor {
+                    key: "parent".into(),
+                    descriptors: vec![limited("child", "", 7, 3)],
+                    ..Default::default()
+                },
+            ],
+        };
+        // Through the wire first: the field numbers are the proto's.
+        let bytes = config.encode_to_vec();
+        let decoded = RateLimitConfig::decode(bytes.as_slice()).unwrap();
+        assert_eq!(decoded, config);
+        let loaded = crate::rls::config::RlsConfig::from_documents(
+            &[("one".to_string(), decoded.to_document())],
+            Default::default(),
+        )
+        .unwrap();
+        let d = &loaded.domains["d"];
+        let rule = d.nodes["k_v"].rule.as_ref().unwrap();
+        assert_eq!(rule.requests_per_unit, 5);
+        assert_eq!(rule.unit, Some(crate::rls::config::Unit::Minute));
+        assert!(d.nodes["free"].rule.as_ref().unwrap().unlimited);
+        let child = d.nodes["parent"].children.nodes["child"]
+            .rule
+            .as_ref()
+            .unwrap();
+        assert_eq!(child.unit, Some(crate::rls::config::Unit::Week));
+    }
+
+    #[test]
+    fn resources_of_one_domain_merge_only_with_merge_domains() {
+        let doc = |name: &str, key: &str| {
+            let c = RateLimitConfig {
+                name: name.into(),
+                domain: "d".into(),
+                descriptors: vec![limited(key, "", 1, 1)],
+            };
+            (name.to_string(), c.to_document())
+        };
+        let docs = [doc("a", "x"), doc("b", "y")];
+        let err =
+            crate::rls::config::RlsConfig::from_documents(&docs, Default::default()).unwrap_err();
+        assert!(err.starts_with("b: duplicate domain 'd'"), "{err}");
+        let merge = crate::rls::config::LoadOptions {
+            merge_domains: true,
+            ..Default::default()
+        };
+        let loaded = crate::rls::config::RlsConfig::from_documents(&docs, merge).unwrap();
+        let d = &loaded.domains["d"];
+        assert!(d.nodes.contains_key("x") && d.nodes.contains_key("y"));
+    }
+
+    #[test]
+    fn a_limit_without_a_unit_is_refused_like_a_file() {
+        let config = RateLimitConfig {
+            name: "bad".into(),
+            domain: "d".into(),
+            descriptors: vec![limited("k", "", 0, 5)],
+        };
+        let err = crate::rls::config::RlsConfig::from_documents(
+            &[("bad".to_string(), config.to_document())],
+            Default::default(),
+        )
+        .unwrap_err();
+        assert_eq!(err, "bad: 'd.k': invalid rate limit unit 'UNKNOWN'");
+    }
+}
