@@ -13,7 +13,7 @@ use redis_rl_client::{Breaker, BreakerConfig, DenyCache, LocalLimiter};
 
 use crate::op::{Call, Op};
 use crate::policy::{whole, Policy};
-use crate::wire::{self, Engine, Wire};
+use crate::wire::{Engine, Wire};
 
 /// The limiter's options (every one optional).
 #[napi(object)]
@@ -169,12 +169,6 @@ impl Core {
     pub fn breaker_state(&self) -> String {
         self.shared.breaker.state().name().to_string()
     }
-}
-
-/// The Lua twin as a script (what `EVAL` sends where `EVALSHA` found none).
-#[napi]
-pub fn twin_script() -> String {
-    wire::script_source().to_string()
 }
 
 /// The core's registry as JSON: algorithms, parameters, ranges, options (the policy

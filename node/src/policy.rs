@@ -19,7 +19,7 @@ pub(crate) fn whole(name: &str, value: f64) -> Result<u64> {
             format!("{name} must be a whole number, not {value}"),
         ));
     }
-    if value < 0.0 || value >= 18_446_744_073_709_551_616.0 {
+    if !(0.0..18_446_744_073_709_551_616.0).contains(&value) {
         return Ok(u64::MAX);
     }
     // In range and whole: exact for every value the ranges accept (at most 10^15 < 2^53).

@@ -48,11 +48,6 @@ fn script() -> &'static (String, String) {
     })
 }
 
-/// The twin's script source (for tests and `SCRIPT LOAD` by hand).
-pub(crate) fn script_source() -> &'static str {
-    &script().0
-}
-
 /// The route in use, shared by every op of one limiter.
 #[derive(Debug)]
 pub(crate) struct Wire {

@@ -1,0 +1,52 @@
+// The addon's own cost per decision, without Redis: build the command of a check (and of a
+// four-key checkAll), feed it a reply as a client hands it over, read the decision. This is
+// what redis-rl adds to a request over sending the raw command by hand (`node
+// bench/addon-cost.mjs`; bounded: a fixed number of rounds).
+import native from '../dist/esm/load.js';
+import { policies } from '../dist/esm/index.js';
+
+const core = new native.Core({ denyCache: 0 });
+const p = policies.sliding(1000, 60_000);
+const reply = [1, 1000, 999, 0, 60000];
+const allReply = [1, 0, [[1000, 999, 0, 60000], [1000, 999, 0, 60000], [1000, 999, 0, 60000], [1000, 999, 0, 60000]]];
+
+function one(i) {
+  const op = core.check(`k${i & 1023}`, p, 1, false);
+  op.start();
+  op.feed(reply);
+  return op.decision();
+}
+
+function four(i) {
+  const op = core.checkAll();
+  for (let k = 0; k < 4; k++) op.add(`k${k}:${i & 1023}`, p, 1);
+  op.start();
+  op.feed(allReply);
+  return op.multi();
+}
+
+const raw = () => ['RL.SLIDING', 'k', '1000', '60000'];
+function rawCall(i) {
+  // What an app sending the command by hand does per request: the words, then the reply read.
+  const words = raw();
+  words[1] = `k${i & 1023}`;
+  return reply[0] === 1 && { allowed: true, remaining: reply[2] };
+}
+
+function measure(name, f, n) {
+  for (let i = 0; i < n / 10; i++) f(i); // warm up
+  // CPU time of this process (user + system), not wall time: on a shared machine the wall
+  // clock also counts the time other processes held the core.
+  let best = Infinity;
+  for (let round = 0; round < 5; round++) {
+    const c0 = process.cpuUsage();
+    for (let i = 0; i < n; i++) f(i);
+    const c = process.cpuUsage(c0);
+    best = Math.min(best, ((c.user + c.system) * 1000) / n);
+  }
+  console.log(`${name}: ${(best / 1000).toFixed(2)} us of CPU per call (best of 5 rounds of ${n})`);
+}
+
+measure('raw command by hand (words and reply fields, no addon)', rawCall, 200_000);
+measure('check (one key): op, command, reply, decision', one, 200_000);
+measure('checkAll (four keys): op, command, reply, decisions', four, 100_000);
