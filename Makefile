@@ -100,9 +100,10 @@ lua-deps:
 
 # The examples of README.md and docs/src/*.md (scripts/doc_examples.py; the rules are in
 # docs/src/development.md): console blocks run against a live redis-server with the module,
-# toml blocks are checked by rl-gateway's configuration loader, python blocks run in .venv.
+# toml blocks are checked by rl-gateway's configuration loader, python blocks run in .venv,
+# js blocks with node in node/ (the package that node-build built).
 # The test build of rl-gateway (target/debug) is the one test-redis compiled already.
-test-docs: build venv
+test-docs: build venv node-build
 	$(CARGO) test --workspace --test '*' --no-run -q
 	python3 scripts/doc_examples_test.py
 	RL_SERVER=redis-server python3 scripts/doc_examples.py --python $(VENV)/bin/python
