@@ -10,7 +10,18 @@ const p = policies.sliding(1000, 60_000);
 const reply = [1, 1000, 999, 0, 60000];
 const allReply = [1, 0, [[1000, 999, 0, 60000], [1000, 999, 0, 60000], [1000, 999, 0, 60000], [1000, 999, 0, 60000]]];
 
+const sources = native.decisionSources();
+// The limiter's path for one key: make the op, start it, feed the reply and read the
+// decision's numbers in one call, build the object in JavaScript.
 function one(i) {
+  const op = core.check(`k${i & 1023}`, p, 1, false);
+  op.start();
+  const f = op.feedFields(reply);
+  return { allowed: f[0] === 1, limit: f[1], remaining: f[2], retryAfterMs: f[3] === -1 ? null : f[3], resetAfterMs: f[4], source: sources[f[5]], shadow: f[6] === 1 };
+}
+
+// The same with the decision as an object made by the addon (one more call).
+function oneObject(i) {
   const op = core.check(`k${i & 1023}`, p, 1, false);
   op.start();
   op.feed(reply);
@@ -49,4 +60,5 @@ function measure(name, f, n) {
 
 measure('raw command by hand (words and reply fields, no addon)', rawCall, 200_000);
 measure('check (one key): op, command, reply, decision', one, 200_000);
+measure('check (one key), the decision as an object from the addon', oneObject, 200_000);
 measure('checkAll (four keys): op, command, reply, decisions', four, 100_000);

@@ -177,3 +177,12 @@ impl Core {
 pub fn registry_json() -> String {
     redis_rl_core::export::json()
 }
+
+/// The names of the `source` numbers of `Op.fields()`, in order.
+#[napi]
+pub fn decision_sources() -> Vec<String> {
+    crate::op::SOURCES
+        .iter()
+        .map(|s| (*s).to_string())
+        .collect()
+}
