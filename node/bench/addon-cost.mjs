@@ -32,8 +32,7 @@ function four(i) {
   const op = core.checkAll();
   for (let k = 0; k < 4; k++) op.add(`k${k}:${i & 1023}`, p, 1);
   op.start();
-  op.feed(allReply);
-  return op.multi();
+  return op.feedMultiFields(allReply);
 }
 
 const raw = () => ['RL.SLIDING', 'k', '1000', '60000'];
@@ -61,4 +60,4 @@ function measure(name, f, n) {
 measure('raw command by hand (words and reply fields, no addon)', rawCall, 200_000);
 measure('check (one key): op, command, reply, decision', one, 200_000);
 measure('check (one key), the decision as an object from the addon', oneObject, 200_000);
-measure('checkAll (four keys): op, command, reply, decisions', four, 100_000);
+measure('checkAll (four keys): op, four adds, command, reply, decision numbers', four, 100_000);

@@ -147,6 +147,30 @@ fn crc16(bytes: &[u8]) -> u16 {
     crc
 }
 
+/// One decision's seven numbers (see [`Op::fields`]).
+fn decision_fields(d: &Decision, shadow: bool) -> [f64; 7] {
+    let ms = |d: Duration| to_f64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let retry = match d.verdict {
+        Verdict::Allowed => 0.0,
+        Verdict::Denied { retry_after } => ms(retry_after),
+        Verdict::Never => -1.0,
+    };
+    let source = SOURCES
+        .iter()
+        .position(|s| *s == d.source.name())
+        .unwrap_or(0);
+    let shadow = d.shadow || shadow;
+    [
+        f64::from(u8::from(d.allows() || shadow)),
+        to_f64(d.limit),
+        to_f64(d.remaining),
+        retry,
+        ms(d.reset_after),
+        to_f64(source as u64),
+        f64::from(u8::from(shadow)),
+    ]
+}
+
 impl Op {
     pub(crate) fn new(shared: Arc<Shared>, call: Call) -> Self {
         Self {
@@ -470,6 +494,34 @@ impl Op {
     pub fn feed_fields(&mut self, reply: Json) -> Result<Option<Vec<f64>>> {
         self.feed(reply)?;
         self.fields().map(Some)
+    }
+
+    /// The decision of a `checkAll` as numbers (see [`Op::fields`]): `[allowed, deniedIndex
+    /// (-1: none), retryAfterMs (-1: never)]`, then each key's seven numbers in order.
+    #[napi]
+    pub fn multi_fields(&self) -> Result<Vec<f64>> {
+        let Some(Outcome::Multi(m)) = &self.outcome else {
+            return Err(error("multiFields: the op has no decision"));
+        };
+        let js = JsMultiDecision::from(m);
+        let mut out = Vec::with_capacity(3 + 7 * m.decisions.len());
+        out.push(f64::from(u8::from(js.allowed)));
+        out.push(m.denied.map_or(-1.0, |i| to_f64(i as u64)));
+        out.push(match js.retry_after_ms {
+            napi::Either::A(ms) => ms,
+            napi::Either::B(_) => -1.0,
+        });
+        for d in &m.decisions {
+            out.extend(decision_fields(d, false));
+        }
+        Ok(out)
+    }
+
+    /// [`Op::feed`] and [`Op::multi_fields`] in one call.
+    #[napi(ts_args_type = "reply: unknown")]
+    pub fn feed_multi_fields(&mut self, reply: Json) -> Result<Vec<f64>> {
+        self.feed(reply)?;
+        self.multi_fields()
     }
 
     /// The decision of a `check` as numbers, cheaper to hand over than an object:

@@ -43,15 +43,27 @@ class TimeoutError extends Error {}
 const SOURCES = native.decisionSources();
 
 /** A decision from `Op.fields()`'s numbers (built here: cheaper than an object from the addon). */
-function fromFields(f: number[]): Decision {
+function fromFields(f: number[], at = 0): Decision {
+  return {
+    allowed: f[at] === 1,
+    limit: f[at + 1],
+    remaining: f[at + 2],
+    retryAfterMs: f[at + 3] === -1 ? null : f[at + 3],
+    resetAfterMs: f[at + 4],
+    source: SOURCES[f[at + 5]],
+    shadow: f[at + 6] === 1,
+  };
+}
+
+/** A `checkAll` decision from `Op.multiFields()`'s numbers. */
+function fromMultiFields(f: number[]): MultiDecision {
+  const decisions: Decision[] = [];
+  for (let at = 3; at < f.length; at += 7) decisions.push(fromFields(f, at));
   return {
     allowed: f[0] === 1,
-    limit: f[1],
-    remaining: f[2],
-    retryAfterMs: f[3] === -1 ? null : f[3],
-    resetAfterMs: f[4],
-    source: SOURCES[f[5]],
-    shadow: f[6] === 1,
+    deniedIndex: f[1] === -1 ? null : f[1],
+    retryAfterMs: f[2] === -1 ? null : f[2],
+    decisions,
   };
 }
 
@@ -112,6 +124,20 @@ export class Limiter {
     return fromFields(op.feedFields(reply ?? null) as number[]);
   }
 
+  /** A checkAll op: the reply fed and the decisions read in one call on the usual path. */
+  private async decideAll(op: Op, key: string): Promise<MultiDecision> {
+    const words = op.start();
+    if (words === null) return fromMultiFields(op.multiFields());
+    let reply: unknown;
+    try {
+      reply = await this.send(words, key);
+    } catch (e) {
+      await this.run(op, key, this.failed(op, e));
+      return fromMultiFields(op.multiFields());
+    }
+    return fromMultiFields(op.feedMultiFields(reply ?? null));
+  }
+
   private failed(op: Op, e: unknown): string[] | null {
     return op.fail(messageOf(e), e instanceof TimeoutError || !isReplyError(e));
   }
@@ -123,14 +149,18 @@ export class Limiter {
    */
   async checkAll(items: [string, Policy][], cost: number | number[] = 1): Promise<MultiDecision> {
     const costAt = (i: number) => (Array.isArray(cost) ? (cost[i] ?? 1) : cost);
+    if (!items.some(([, p]) => p.shadow)) {
+      const op = this.core.checkAll();
+      for (let i = 0; i < items.length; i++) op.add(items[i][0], items[i][1], costAt(i));
+      return this.decideAll(op, items.length > 0 ? items[0][0] : '');
+    }
     const enforced: number[] = [];
     const shadows: number[] = [];
     items.forEach(([, p], i) => (p.shadow ? shadows : enforced).push(i));
     const op = this.core.checkAll();
     for (const i of enforced) op.add(items[i][0], items[i][1], costAt(i));
     const shadowDecisions = shadows.map((i) => this.check(items[i][0], items[i][1], costAt(i)));
-    if (enforced.length > 0) await this.run(op, items[enforced[0]][0]);
-    const multi = op.multi();
+    const multi = await this.decideAll(op, enforced.length > 0 ? items[enforced[0]][0] : '');
     const decisions: Decision[] = new Array(items.length);
     enforced.forEach((i, at) => (decisions[i] = multi.decisions[at]));
     const shadowed = await Promise.all(shadowDecisions);
