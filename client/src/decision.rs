@@ -195,7 +195,7 @@ fn verdict(command: &'static str, allowed: bool, retry_ms: i64) -> Result<Verdic
 }
 
 /// Parses `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
-pub(crate) fn parse_single(command: &'static str, v: &Value) -> Result<Decision> {
+pub fn parse_single(command: &'static str, v: &Value) -> Result<Decision> {
     let items = array(command, v, Some(5))?;
     let [allowed, limit, remaining, retry, reset] = items else {
         return Err(reply_error(command, "expected 5 elements"));
@@ -211,7 +211,7 @@ pub(crate) fn parse_single(command: &'static str, v: &Value) -> Result<Decision>
 }
 
 /// Parses a partial grant's reply: the five fields of [`parse_single`], then `granted`.
-pub(crate) fn parse_upto(command: &'static str, v: &Value) -> Result<Grant> {
+pub fn parse_upto(command: &'static str, v: &Value) -> Result<Grant> {
     let items = array(command, v, Some(6))?;
     let [fields @ .., granted] = items else {
         return Err(reply_error(command, "expected 6 elements"));
@@ -224,7 +224,7 @@ pub(crate) fn parse_upto(command: &'static str, v: &Value) -> Result<Grant> {
 
 /// Parses RL.REFUND's reply `[refunded, limit, remaining, 0, reset_after_ms]`: the units
 /// given back.
-pub(crate) fn parse_refund(v: &Value) -> Result<u64> {
+pub fn parse_refund(v: &Value) -> Result<u64> {
     const CMD: &str = "RL.REFUND";
     match array(CMD, v, Some(5))? {
         [refunded, ..] => non_negative(CMD, refunded),
@@ -234,7 +234,7 @@ pub(crate) fn parse_refund(v: &Value) -> Result<u64> {
 
 /// Parses `[allowed, denied_index, [[limit, remaining, retry_after_ms, reset_after_ms], ...]]`
 /// into the decisions of `n` keys and the 0-based index of the first denying key.
-pub(crate) fn parse_all(v: &Value, n: usize) -> Result<(Option<usize>, Vec<Decision>)> {
+pub fn parse_all(v: &Value, n: usize) -> Result<(Option<usize>, Vec<Decision>)> {
     const CMD: &str = "RL.ALL";
     let items = array(CMD, v, Some(3))?;
     let [allowed, denied_index, per_key] = items else {

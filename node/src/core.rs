@@ -1,0 +1,188 @@
+//! `Core`: what the ops of one limiter share: the wire (module or twin), the circuit
+//! breaker, the deny cache, the local fallback limiter, and whether the client is a
+//! cluster client.
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+
+use redis_rl_client::{Breaker, BreakerConfig, DenyCache, LocalLimiter};
+
+use crate::op::{Call, Op};
+use crate::policy::{whole, Policy};
+use crate::wire::{Engine, Wire};
+
+/// The limiter's options (every one optional).
+#[napi(object)]
+pub struct CoreOptions {
+    /// `auto` (default: the module where loaded, else the Lua twin), `module` or `lua`.
+    pub engine: Option<String>,
+    /// The application's client is a cluster client: `checkAll` keys must share a slot.
+    pub cluster: Option<bool>,
+    /// Keys the deny cache remembers (default 10000; 0 turns it off).
+    pub deny_cache: Option<u32>,
+    /// Failures in a row that open the circuit breaker (default 5).
+    pub breaker_failures: Option<u32>,
+    /// How long the breaker stays open, in ms (default 1000).
+    pub breaker_open_ms: Option<u32>,
+    /// Keys the local fallback holds at most (default 100000).
+    pub local_capacity: Option<u32>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) wire: Wire,
+    pub(crate) breaker: Breaker,
+    pub(crate) deny: Option<DenyCache>,
+    pub(crate) local: LocalLimiter,
+    pub(crate) cluster: bool,
+}
+
+/// The sans-I/O limiter: makes an [`Op`] per call.
+#[napi]
+pub struct Core {
+    shared: Arc<Shared>,
+}
+
+#[napi]
+impl Core {
+    #[napi(constructor)]
+    pub fn new(options: Option<CoreOptions>) -> Result<Self> {
+        let o = options.unwrap_or(CoreOptions {
+            engine: None,
+            cluster: None,
+            deny_cache: None,
+            breaker_failures: None,
+            breaker_open_ms: None,
+            local_capacity: None,
+        });
+        let engine = Engine::parse(o.engine.as_deref().unwrap_or("auto"))
+            .map_err(|e| Error::new(Status::InvalidArg, e))?;
+        let defaults = BreakerConfig::default();
+        let breaker = Breaker::new(BreakerConfig {
+            failure_threshold: o
+                .breaker_failures
+                .unwrap_or(defaults.failure_threshold)
+                .max(1),
+            open_for: o
+                .breaker_open_ms
+                .map_or(defaults.open_for, |ms| Duration::from_millis(u64::from(ms))),
+        });
+        let deny =
+            NonZeroUsize::new(o.deny_cache.map_or(10_000, |n| n as usize)).map(DenyCache::new);
+        Ok(Self {
+            shared: Arc::new(Shared {
+                wire: Wire::new(engine),
+                breaker,
+                deny,
+                local: LocalLimiter::new(o.local_capacity.map_or(100_000, |n| n as usize)),
+                cluster: o.cluster.unwrap_or(false),
+            }),
+        })
+    }
+
+    /// Takes `cost` units of `key` (`peek`: only says what taking them would answer).
+    #[napi]
+    pub fn check(&self, key: String, policy: &Policy, cost: f64, peek: bool) -> Result<Op> {
+        let cost = whole("cost", cost)?;
+        Ok(Op::new(
+            self.shared.clone(),
+            Call::Check {
+                key,
+                policy: policy.inner,
+                cost,
+                peek,
+            },
+        ))
+    }
+
+    /// Several keys all or nothing: add them with [`Op::add`], then start.
+    #[napi]
+    pub fn check_all(&self) -> Op {
+        Op::new(
+            self.shared.clone(),
+            Call::All {
+                items: Vec::new(),
+                costs: Vec::new(),
+            },
+        )
+    }
+
+    /// Up to `n` units of `key` (`COST n UPTO`), as many as are available.
+    #[napi]
+    pub fn take_upto(&self, key: String, policy: &Policy, n: f64, peek: bool) -> Result<Op> {
+        let n = whole("n", n)?;
+        Ok(Op::new(
+            self.shared.clone(),
+            Call::Upto {
+                key,
+                policy: policy.inner,
+                n,
+                peek,
+            },
+        ))
+    }
+
+    /// Gives back up to `amount` units of `key` (`RL.REFUND`).
+    #[napi]
+    pub fn refund(&self, key: String, policy: &Policy, amount: f64) -> Result<Op> {
+        let amount = whole("amount", amount)?;
+        Ok(Op::new(
+            self.shared.clone(),
+            Call::Refund {
+                key,
+                policy: policy.inner,
+                amount,
+            },
+        ))
+    }
+
+    /// Takes `cost` units of `key` even over the limit (`COST n FORCE`).
+    #[napi]
+    pub fn force(&self, key: String, policy: &Policy, cost: f64) -> Result<Op> {
+        let cost = whole("cost", cost)?;
+        Ok(Op::new(
+            self.shared.clone(),
+            Call::Force {
+                key,
+                policy: policy.inner,
+                cost,
+            },
+        ))
+    }
+
+    /// `module` or `lua`: the route the next call takes.
+    #[napi(getter)]
+    pub fn route(&self) -> String {
+        if self.shared.wire.twin() {
+            "lua"
+        } else {
+            "module"
+        }
+        .to_string()
+    }
+
+    /// `closed`, `open` or `half_open`.
+    #[napi(getter)]
+    pub fn breaker_state(&self) -> String {
+        self.shared.breaker.state().name().to_string()
+    }
+}
+
+/// The core's registry as JSON: algorithms, parameters, ranges, options (the policy
+/// constructors are generated from it).
+#[napi]
+pub fn registry_json() -> String {
+    redis_rl_core::export::json()
+}
+
+/// The names of the `source` numbers of `Op.fields()`, in order.
+#[napi]
+pub fn decision_sources() -> Vec<String> {
+    crate::op::SOURCES
+        .iter()
+        .map(|s| (*s).to_string())
+        .collect()
+}

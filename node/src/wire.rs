@@ -1,0 +1,134 @@
+//! How the module's commands reach the server: as they are where the module is loaded,
+//! else to the Lua twin (`lua/rl.lua`: same replies, same stored bytes) as a script. As the
+//! Python client does, the module's command goes first; its first `unknown command
+//! 'RL.…'` switches to the twin (`EVALSHA`), and a `NOSCRIPT` answer resends the call as
+//! `EVAL` of the whole script, which runs it and leaves it cached on that server. `EVAL`
+//! rather than `SCRIPT LOAD`: it carries its keys, so a cluster client sends it to the
+//! node that holds them (a keyless `SCRIPT LOAD` goes to any node).
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+use redis_rl_client::decider::lua;
+
+/// Which implementation the application asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Engine {
+    /// The module where its commands exist, else the twin.
+    Auto,
+    /// Always the module.
+    Module,
+    /// Always the twin.
+    Lua,
+}
+
+impl Engine {
+    pub(crate) fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "auto" => Ok(Engine::Auto),
+            "module" => Ok(Engine::Module),
+            "lua" => Ok(Engine::Lua),
+            other => Err(format!("engine must be auto, module or lua, not {other:?}")),
+        }
+    }
+}
+
+const MODULE: u8 = 0;
+const TWIN: u8 = 1;
+
+/// The twin as a script and its SHA1.
+fn script() -> &'static (String, String) {
+    static SCRIPT: OnceLock<(String, String)> = OnceLock::new();
+    SCRIPT.get_or_init(|| {
+        let source = lua::script_source().to_string();
+        let sha = sha1_smol::Sha1::from(source.as_bytes())
+            .digest()
+            .to_string();
+        (source, sha)
+    })
+}
+
+/// The route in use, shared by every op of one limiter.
+#[derive(Debug)]
+pub(crate) struct Wire {
+    engine: Engine,
+    route: AtomicU8,
+}
+
+/// What to do after an error reply.
+pub(crate) enum Retry {
+    /// Send this instead.
+    Send(Vec<String>),
+    /// The error is the call's own.
+    No,
+}
+
+impl Wire {
+    pub(crate) fn new(engine: Engine) -> Self {
+        let route = if engine == Engine::Lua { TWIN } else { MODULE };
+        Self {
+            engine,
+            route: AtomicU8::new(route),
+        }
+    }
+
+    pub(crate) fn twin(&self) -> bool {
+        self.route.load(Ordering::Relaxed) == TWIN
+    }
+
+    /// `module` (`RL.X key args...` or `RL.ALL n keys... rest`) as it goes out now.
+    pub(crate) fn encode(&self, module: Vec<String>) -> Vec<String> {
+        if self.twin() {
+            twin_call("EVALSHA", &script().1, module)
+        } else {
+            module
+        }
+    }
+
+    /// Whether an error reply to `module` (sent by [`Wire::encode`]) asks for another call.
+    pub(crate) fn retry(&self, module: &[String], message: &str) -> Retry {
+        let lower = message.to_ascii_lowercase();
+        if self.twin() {
+            if message.starts_with("NOSCRIPT") {
+                return Retry::Send(twin_call("EVAL", &script().0, module.to_vec()));
+            }
+            return Retry::No;
+        }
+        let is_module_command = module.first().is_some_and(|name| {
+            name.len() > 3 && name.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("RL."))
+        });
+        if self.engine == Engine::Auto && is_module_command && lower.contains("unknown command") {
+            self.route.store(TWIN, Ordering::Relaxed);
+            return Retry::Send(self.encode(module.to_vec()));
+        }
+        Retry::No
+    }
+}
+
+/// `RL.X key args...` as `<call> <script|sha> 1 key RL.X args...`; `RL.ALL n keys... rest`
+/// as `<call> <script|sha> n keys... RL.ALL rest`.
+fn twin_call(call: &str, script: &str, module: Vec<String>) -> Vec<String> {
+    let mut words = module.into_iter();
+    let Some(name) = words.next() else {
+        return Vec::new();
+    };
+    let rest: Vec<String> = words.collect();
+    let numkeys = if name.eq_ignore_ascii_case("RL.ALL") {
+        rest.first()
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(0)
+    } else {
+        1
+    };
+    let skip = usize::from(name.eq_ignore_ascii_case("RL.ALL"));
+    let keys = rest.iter().skip(skip).take(numkeys);
+    let argv = rest.iter().skip(skip + numkeys);
+    let mut out = Vec::with_capacity(rest.len() + 4);
+    out.push(call.to_string());
+    out.push(script.to_string());
+    out.push(numkeys.to_string());
+    out.extend(keys.cloned());
+    out.push(name.clone());
+    out.extend(argv.cloned());
+    out
+}

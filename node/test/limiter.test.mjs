@@ -1,0 +1,153 @@
+// The limiter through every client library, on the module and on the Lua twin.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import IORedis from 'ioredis';
+import { Limiter, policies } from '../dist/esm/index.js';
+import { startServer, prefix } from './harness.mjs';
+import { standalone, clusters } from './clients.mjs';
+
+const servers = {};
+before(async () => {
+  servers.module = await startServer();
+  servers.twin = await startServer({ module: false });
+  servers.cluster = await startServer({ cluster: true });
+});
+after(() => Object.values(servers).forEach((s) => s.stop()));
+
+async function sequence(limiter, p) {
+  const three = policies.sliding(3, 10_000);
+  const seen = [];
+  for (let i = 0; i < 4; i++) seen.push(await limiter.check(`${p}a`, three));
+  assert.deepEqual(seen.map((d) => d.allowed), [true, true, true, false]);
+  assert.deepEqual(seen.map((d) => d.remaining), [2, 1, 0, 0]);
+  assert.equal(seen[3].source, 'redis');
+  // A sliding window weighs the previous window in: the wait is at most two windows.
+  assert.ok(seen[3].retryAfterMs > 0 && seen[3].retryAfterMs <= 20_000, JSON.stringify(seen[3]));
+  assert.equal(seen[0].limit, 3);
+
+  // All or nothing: the second key refuses, so the first takes nothing.
+  const wide = policies.fixed(100, 60_000);
+  const m = await limiter.checkAll([[`${p}b`, wide], [`${p}a`, three]]);
+  assert.equal(m.allowed, false);
+  assert.equal(m.deniedIndex, 1);
+  assert.ok(m.retryAfterMs > 0);
+  assert.equal((await limiter.peek(`${p}b`, wide)).remaining, 99, 'nothing taken on b');
+  const ok = await limiter.checkAll([[`${p}b`, wide], [`${p}c`, three]], [5, 2]);
+  assert.equal(ok.allowed, true);
+  assert.deepEqual(ok.decisions.map((d) => d.remaining), [95, 1]);
+
+  // A cost over the limit can never pass: retryAfterMs is null.
+  const never = await limiter.check(`${p}d`, three, 4);
+  assert.equal(never.allowed, false);
+  assert.equal(never.retryAfterMs, null);
+
+  // A batch, given back; a reservation settled both ways.
+  const bucket = policies.tokenBucket(10, 1, 1_000);
+  const g = await limiter.takeUpto(`${p}e`, bucket, 25);
+  assert.equal(g.granted, 10);
+  assert.equal(await limiter.refund(`${p}e`, bucket, 4), 4);
+  assert.equal((await limiter.peekUpto(`${p}e`, bucket, 25)).granted, 4);
+  const r = await limiter.settle(`${p}e`, bucket, 4, 1);
+  assert.deepEqual(r, { kind: 'refunded', units: 3 });
+  const c = await limiter.settle(`${p}e`, bucket, 1, 20);
+  assert.equal(c.kind, 'charged');
+  assert.equal(c.decision.remaining, 0);
+  assert.equal((await limiter.check(`${p}e`, bucket)).allowed, false, 'in debt');
+}
+
+for (const mode of ['module', 'twin']) {
+  for (const client of standalone) {
+    test(`${client.name} on the ${mode}`, async () => {
+      const c = await client.make(servers[mode].port);
+      try {
+        const limiter = new Limiter(c, { denyCache: 0, timeoutMs: 2_000 });
+        await sequence(limiter, prefix());
+        assert.equal(limiter.route, mode === 'module' ? 'module' : 'lua');
+      } finally {
+        await client.close(c);
+      }
+    });
+  }
+}
+
+for (const client of clusters) {
+  test(`${client.name}`, async () => {
+    const c = await client.make(servers.cluster.port);
+    try {
+      const limiter = new Limiter(c, { denyCache: 0, timeoutMs: 2_000 });
+      const p = `{${prefix()}}`;
+      await sequence(limiter, p);
+      await assert.rejects(
+        // 'foo' and 'bar' hash to slots 12182 and 5061.
+        limiter.checkAll([['foo', policies.sliding(1, 1000)], ['bar', policies.sliding(1, 1000)]]),
+        /one hash slot/,
+      );
+    } finally {
+      await client.close(c);
+    }
+  });
+}
+
+test('bad arguments throw before anything is sent, with the server\'s texts', async () => {
+  assert.throws(() => policies.tokenBucket(10, 0, 100), /refill_tokens must be an integer between 1 and/);
+  assert.throws(() => policies.sliding(1.5, 1000), /limit must be a whole number/);
+  assert.throws(() => policies.of('leaky', 1, 2), /algorithm must be one of/);
+  assert.throws(() => policies.gcra(10, 1000, { bursty: 2 }), /unexpected option/);
+  assert.equal(policies.gcra(10, 1000, { burst: 3 }).limit, 3);
+  assert.deepEqual(policies.gcra(10, 1000, 3).args, ['10', '1000', 'BURST', '3']);
+  const c = new IORedis(servers.module.port, '127.0.0.1');
+  try {
+    const limiter = new Limiter(c);
+    await assert.rejects(limiter.check('', policies.sliding(1, 1000)), /key must not be empty/);
+    await assert.rejects(limiter.check('k', policies.sliding(1, 1000), -1), /cost must be an integer/);
+    await assert.rejects(limiter.takeUpto('k', policies.log(5, 1000), 2), /does not take UPTO/);
+  } finally {
+    c.disconnect();
+  }
+});
+
+test('failure modes decide when Redis cannot answer, then the breaker opens', async () => {
+  const s = await startServer();
+  const c = new IORedis(s.port, '127.0.0.1', { maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null });
+  await new Promise((r) => c.once('ready', r));
+  const limiter = new Limiter(c, { breakerFailures: 2, breakerOpenMs: 60_000 });
+  const p = prefix();
+  assert.equal((await limiter.check(`${p}k`, policies.sliding(1, 60_000))).source, 'redis');
+  s.stop();
+  await new Promise((r) => setTimeout(r, 50));
+  const open = await limiter.check(`${p}k`, policies.sliding(1, 60_000).onFailure('open'));
+  assert.deepEqual([open.allowed, open.source], [true, 'fail_open']);
+  const closed = await limiter.check(`${p}k`, policies.sliding(1, 60_000).onFailure('closed'));
+  assert.deepEqual([closed.allowed, closed.source], [false, 'fail_closed']);
+  assert.equal(limiter.breakerState, 'open');
+  const local = policies.sliding(2, 60_000).onFailure('local');
+  const seen = [];
+  for (let i = 0; i < 3; i++) seen.push(await limiter.check(`${p}l`, local));
+  assert.deepEqual(seen.map((d) => [d.allowed, d.source]), [[true, 'local'], [true, 'local'], [false, 'local']]);
+  const all = await limiter.checkAll([[`${p}m`, local], [`${p}l`, local]]);
+  assert.deepEqual([all.allowed, all.deniedIndex], [false, 1]);
+  assert.equal((await limiter.peek(`${p}m`, local, 0)).remaining, 2, 'nothing taken locally on a denial');
+  await assert.rejects(limiter.refund(`${p}k`, local, 1), /Redis was not called|closed|connection/i);
+  c.disconnect();
+});
+
+test('shadow policies report and never deny; the deny cache answers for a denied key', async () => {
+  const c = new IORedis(servers.module.port, '127.0.0.1');
+  try {
+    const limiter = new Limiter(c);
+    const p = prefix();
+    const shadow = policies.sliding(1, 60_000).withShadow(true);
+    await limiter.check(`${p}s`, shadow);
+    const d = await limiter.check(`${p}s`, shadow);
+    assert.deepEqual([d.allowed, d.shadow], [true, true]);
+    const m = await limiter.checkAll([[`${p}s`, shadow], [`${p}t`, policies.sliding(5, 60_000)]]);
+    assert.equal(m.allowed, true);
+    assert.equal(m.decisions[0].shadow, true);
+    const one = policies.sliding(1, 60_000);
+    await limiter.check(`${p}u`, one);
+    assert.equal((await limiter.check(`${p}u`, one)).source, 'redis');
+    assert.equal((await limiter.check(`${p}u`, one)).source, 'deny_cache');
+  } finally {
+    c.disconnect();
+  }
+});

@@ -1,0 +1,251 @@
+// The limiter: Python's names (check, peek, checkAll, takeUpto, peekUpto, refund, settle),
+// each call an op of the addon driven over the application's own client. Nothing here
+// decides: the op says what to send and what the answers mean.
+import native from './load.js';
+import type { JsDecision, JsGrant, JsMultiDecision, Op, Policy } from './load.js';
+import { isReplyError, messageOf, senderFor, type RedisLike, type Sender } from './client.js';
+
+/** The answer for one key. */
+export type Decision = JsDecision;
+/** The answer for several keys checked together (all or nothing). */
+export type MultiDecision = JsMultiDecision;
+/** The answer to `takeUpto`. */
+export type Grant = JsGrant;
+
+/** What `settle` did: `exact` (nothing sent), `refunded` (`units` given back) or `charged`
+ * (`units` taken with FORCE; `decision` shows the limiter afterwards). */
+export interface Settled {
+  kind: 'exact' | 'refunded' | 'charged';
+  units: number;
+  decision?: Decision;
+}
+
+export interface LimiterOptions {
+  /** `auto` (the module where loaded, else the Lua twin), `module` or `lua`. */
+  engine?: 'auto' | 'module' | 'lua';
+  /** Per Redis call, in ms (default 50); a call that takes longer is an outage (failure mode). 0: none. */
+  timeoutMs?: number;
+  /** Keys the deny cache remembers (default 10000; 0: off). */
+  denyCache?: number;
+  /** Failures in a row that open the circuit breaker (default 5). */
+  breakerFailures?: number;
+  /** How long the breaker stays open, in ms (default 1000). */
+  breakerOpenMs?: number;
+  /** Keys the local fallback holds at most (default 100000). */
+  localCapacity?: number;
+}
+
+/** The default timeout of one Redis call (the Rust and Python clients' 50 ms). */
+export const DEFAULT_TIMEOUT_MS = 50;
+
+class TimeoutError extends Error {}
+
+const SOURCES = native.decisionSources();
+
+/** A decision from `Op.fields()`'s numbers (built here: cheaper than an object from the addon). */
+function fromFields(f: number[], at = 0): Decision {
+  return {
+    allowed: f[at] === 1,
+    limit: f[at + 1],
+    remaining: f[at + 2],
+    retryAfterMs: f[at + 3] === -1 ? null : f[at + 3],
+    resetAfterMs: f[at + 4],
+    source: SOURCES[f[at + 5]],
+    shadow: f[at + 6] === 1,
+  };
+}
+
+/** A `checkAll` decision from `Op.multiFields()`'s numbers. */
+function fromMultiFields(f: number[]): MultiDecision {
+  const decisions: Decision[] = [];
+  for (let at = 3; at < f.length; at += 7) decisions.push(fromFields(f, at));
+  return {
+    allowed: f[0] === 1,
+    deniedIndex: f[1] === -1 ? null : f[1],
+    retryAfterMs: f[2] === -1 ? null : f[2],
+    decisions,
+  };
+}
+
+/**
+ * Rate limiting on the redis-rl module (or its Lua twin) with your own Redis client.
+ *
+ * `check` and `checkAll` never throw for Redis trouble: every call has a timeout, failures
+ * count towards the circuit breaker, and when Redis cannot answer the policy's failure mode
+ * decides (`decision.source` says who decided). Bad arguments throw before anything is sent.
+ *
+ * ```js
+ * const limiter = new Limiter(new Redis());
+ * const d = await limiter.check('api:alice', policies.tokenBucket(100, 100, 60_000));
+ * if (!d.allowed) reply429(d.retryAfterMs);
+ * ```
+ */
+export class Limiter {
+  readonly client: RedisLike;
+  readonly timeoutMs: number;
+  private readonly sender: Sender;
+  private readonly core: InstanceType<typeof native.Core>;
+
+  constructor(client: RedisLike, options: LimiterOptions = {}) {
+    this.client = client;
+    this.sender = senderFor(client);
+    this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.core = new native.Core({
+      engine: options.engine,
+      cluster: this.sender.cluster,
+      denyCache: options.denyCache,
+      breakerFailures: options.breakerFailures,
+      breakerOpenMs: options.breakerOpenMs,
+      localCapacity: options.localCapacity,
+    });
+  }
+
+  /** Takes `cost` units (0: look without taking) for `key`. */
+  check(key: string, policy: Policy, cost = 1): Promise<Decision> {
+    return this.decide(this.core.check(key, policy, cost, false), key);
+  }
+
+  /** What taking `cost` units would answer, taking nothing (`PEEK`). */
+  peek(key: string, policy: Policy, cost = 1): Promise<Decision> {
+    return this.decide(this.core.check(key, policy, cost, true), key);
+  }
+
+  /** A single key's op: the reply fed and the decision read in one call on the usual path. */
+  private async decide(op: Op, key: string): Promise<Decision> {
+    const words = op.start();
+    if (words === null) return fromFields(op.fields());
+    let reply: unknown;
+    try {
+      reply = await this.send(words, key);
+    } catch (e) {
+      await this.run(op, key, this.failed(op, e));
+      return fromFields(op.fields());
+    }
+    return fromFields(op.feedFields(reply ?? null) as number[]);
+  }
+
+  /** A checkAll op: the reply fed and the decisions read in one call on the usual path. */
+  private async decideAll(op: Op, key: string): Promise<MultiDecision> {
+    const words = op.start();
+    if (words === null) return fromMultiFields(op.multiFields());
+    let reply: unknown;
+    try {
+      reply = await this.send(words, key);
+    } catch (e) {
+      await this.run(op, key, this.failed(op, e));
+      return fromMultiFields(op.multiFields());
+    }
+    return fromMultiFields(op.feedMultiFields(reply ?? null));
+  }
+
+  private failed(op: Op, e: unknown): string[] | null {
+    return op.fail(messageOf(e), e instanceof TimeoutError || !isReplyError(e));
+  }
+
+  /**
+   * Takes `cost` units on every key (or `cost[i]` on `items[i]`) if every enforced key allows
+   * it, else nothing: one atomic `RL.ALL`. On a cluster the keys must share a hash slot (a
+   * common `{tag}`). Shadow policies are checked on their own and never deny.
+   */
+  async checkAll(items: [string, Policy][], cost: number | number[] = 1): Promise<MultiDecision> {
+    const costAt = (i: number) => (Array.isArray(cost) ? (cost[i] ?? 1) : cost);
+    if (!items.some(([, p]) => p.shadow)) {
+      const op = this.core.checkAll();
+      for (let i = 0; i < items.length; i++) op.add(items[i][0], items[i][1], costAt(i));
+      return this.decideAll(op, items.length > 0 ? items[0][0] : '');
+    }
+    const enforced: number[] = [];
+    const shadows: number[] = [];
+    items.forEach(([, p], i) => (p.shadow ? shadows : enforced).push(i));
+    const op = this.core.checkAll();
+    for (const i of enforced) op.add(items[i][0], items[i][1], costAt(i));
+    const shadowDecisions = shadows.map((i) => this.check(items[i][0], items[i][1], costAt(i)));
+    const multi = await this.decideAll(op, enforced.length > 0 ? items[enforced[0]][0] : '');
+    const decisions: Decision[] = new Array(items.length);
+    enforced.forEach((i, at) => (decisions[i] = multi.decisions[at]));
+    const shadowed = await Promise.all(shadowDecisions);
+    shadows.forEach((i, at) => (decisions[i] = shadowed[at]));
+    return {
+      allowed: multi.allowed,
+      deniedIndex: multi.deniedIndex == null ? multi.deniedIndex : enforced[multi.deniedIndex],
+      retryAfterMs: multi.retryAfterMs,
+      decisions,
+    };
+  }
+
+  /**
+   * Takes up to `n` units of `key` in one call (`COST n UPTO`), as many as are available;
+   * give back what is not spent with `refund`. Throws when Redis cannot answer.
+   */
+  async takeUpto(key: string, policy: Policy, n: number): Promise<Grant> {
+    const op = this.core.takeUpto(key, policy, n, false);
+    await this.run(op, key);
+    return op.grant();
+  }
+
+  /** What `takeUpto` would grant now (`UPTO PEEK`), taking nothing. */
+  async peekUpto(key: string, policy: Policy, n: number): Promise<Grant> {
+    const op = this.core.takeUpto(key, policy, n, true);
+    await this.run(op, key);
+    return op.grant();
+  }
+
+  /** Gives back up to `amount` units taken earlier (`RL.REFUND`); the units given back.
+   * Throws when Redis cannot answer. */
+  async refund(key: string, policy: Policy, amount: number): Promise<number> {
+    const op = this.core.refund(key, policy, amount);
+    await this.run(op, key);
+    return op.units();
+  }
+
+  /**
+   * Settles a reservation of `reserved` units (taken earlier with `check(key, policy,
+   * reserved)`) against the `actual` cost: refunds the difference, or takes the rest even
+   * over the limit (`FORCE`). Throws when Redis cannot answer.
+   */
+  async settle(key: string, policy: Policy, reserved: number, actual: number): Promise<Settled> {
+    if (actual === reserved) return { kind: 'exact', units: 0 };
+    if (actual < reserved) {
+      return { kind: 'refunded', units: await this.refund(key, policy, reserved - actual) };
+    }
+    const op = this.core.force(key, policy, actual - reserved);
+    await this.run(op, key);
+    return { kind: 'charged', units: actual - reserved, decision: op.decision() };
+  }
+
+  /** `module` or `lua`: how the next call reaches the server. */
+  get route(): string {
+    return this.core.route;
+  }
+
+  /** The circuit breaker: `closed`, `open` or `half_open`. */
+  get breakerState(): string {
+    return this.core.breakerState;
+  }
+
+  /** Drives `op` to its end over the client (from `next`, or from its start). */
+  private async run(op: Op, key: string, next: string[] | null = op.start()): Promise<void> {
+    while (next !== null) {
+      let reply: unknown;
+      try {
+        reply = await this.send(next, key);
+      } catch (e) {
+        next = this.failed(op, e);
+        continue;
+      }
+      next = op.feed(reply ?? null);
+    }
+  }
+
+  private send(words: string[], key: string): Promise<unknown> {
+    const sent = this.sender.send(words, key);
+    if (this.timeoutMs <= 0) return sent;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new TimeoutError(`redis-rl: no reply within ${this.timeoutMs} ms`)), this.timeoutMs);
+    });
+    // A reply after the timeout must not surface as an unhandled rejection.
+    sent.catch(() => undefined);
+    return Promise.race([sent, late]).finally(() => clearTimeout(timer));
+  }
+}
