@@ -2,9 +2,9 @@
 //! docker-compose example's settings, on free loopback ports and a temporary RUNTIME_ROOT):
 //! decisions over gRPC and `/json`, `/healthcheck`, the operations on DEBUG_PORT, a reload,
 //! the refusal of a setting it cannot honour, and CACHE_KEY_PREFIX (every key under it);
-//! then the same process configured over xDS
-//! by a small ADS server of the test: a configuration, a changed one, a broken one (NACKed,
-//! the previous one kept), and the server gone (decisions go on).
+//! then the same process configured over xDS by a small ADS server of the test: a
+//! configuration, a changed one, a broken one (NACKed, the previous one kept), and the server
+//! gone (decisions go on).
 
 use std::path::Path;
 use std::pin::Pin;
