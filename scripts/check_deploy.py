@@ -10,6 +10,9 @@
 - deploy/kubernetes: Envoy's rate limit cluster names the rl-gateway Service and its port, that
   port leads to the container's --rls-listen port, and the filter's domain is one the
   ratelimit ConfigMap defines.
+- deploy/kubernetes/Dockerfile: its entry point is where rl-gateway is copied, and
+  `/bin/ratelimit` (the command Envoy Gateway starts envoyproxy/ratelimit's container with) is
+  a symlink to it, so swapping envoyproxy/ratelimit's image needs no other change.
 
 Usage: check_deploy.py (needs systemd-analyze and PyYAML)"""
 
@@ -98,6 +101,20 @@ def kubernetes(errors: list) -> None:
         errors.append("envoy.yaml: no envoy.filters.http.ratelimit filter")
 
 
+def dockerfile(errors: list) -> None:
+    path = K8S / "Dockerfile"
+    text = path.read_text()
+    entry = re.search(r'^ENTRYPOINT \["([^"]+)"', text, re.M)
+    copied = re.search(r"^COPY rl-gateway (\S+)$", text, re.M)
+    link = re.search(r"\bln -sf? (\S+) /bin/ratelimit\b", text)
+    where = path.relative_to(ROOT)
+    if entry is None or copied is None or entry.group(1) != copied.group(1):
+        errors.append(f"{where}: the ENTRYPOINT is not where rl-gateway is copied")
+    elif link is None or link.group(1) != entry.group(1):
+        errors.append(f"{where}: /bin/ratelimit is not a symlink to {entry.group(1)} "
+                      "(Envoy Gateway starts the rate limit container with /bin/ratelimit)")
+
+
 def main() -> None:
     if shutil.which("systemd-analyze") is None:
         sys.exit("check_deploy: systemd-analyze is missing (Debian package systemd)")
@@ -105,9 +122,11 @@ def main() -> None:
     systemd_units(errors)
     gateway_variables(errors)
     kubernetes(errors)
+    dockerfile(errors)
     if errors:
         sys.exit("deploy/ does not hold together:\n" + "\n".join(errors))
-    print(f"deploy/: {len(UNITS)} systemd units verified and hardened, Kubernetes manifests consistent")
+    print(f"deploy/: {len(UNITS)} systemd units verified and hardened, Kubernetes manifests consistent, "
+          "the image's /bin/ratelimit is rl-gateway")
 
 
 if __name__ == "__main__":

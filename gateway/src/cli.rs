@@ -296,6 +296,11 @@ pub struct Args {
     /// image").
     #[arg(long, env = "RL_GATEWAY_ENVOY_ENV", value_enum, default_value = "auto")]
     pub envoy_env: crate::envoy_env::EnvoyEnvMode,
+
+    /// The `key_prefix` put over the configuration's (envoyproxy/ratelimit's
+    /// CACHE_KEY_PREFIX): no flag of its own, kept here so each reload applies it again.
+    #[arg(skip)]
+    pub key_prefix: Option<String>,
 }
 
 /// `--listen` when not given, and no other listener is asked for.

@@ -173,12 +173,7 @@ pub const SETTINGS: &[Setting] = &[
         "0.8",
         "the near_limit metric counts past 80% of the limit",
     ),
-    only(
-        "CACHE_KEY_PREFIX",
-        "",
-        "",
-        "the rate limit service's counters have no configurable prefix",
-    ),
+    honoured("CACHE_KEY_PREFIX", ""),
     only(
         "BACKEND_TYPE",
         "redis",
@@ -419,6 +414,8 @@ pub struct EnvoyEnv {
     pub healthy_needs_redis: bool,
     /// LOG_FORMAT=json.
     pub json_logs: bool,
+    /// CACHE_KEY_PREFIX as the configuration's `key_prefix` (see [`key_prefix`]).
+    pub key_prefix: Option<String>,
     /// Said at start: accepted settings without effect, statsd on by default there.
     pub notes: Vec<String>,
     // What the flags also set (applied by `apply` unless the flag was given).
@@ -551,6 +548,7 @@ impl EnvoyEnv {
             healthy_needs_config: s.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")?,
             healthy_needs_redis: s.boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")?,
             json_logs: s.text("LOG_FORMAT").eq_ignore_ascii_case("json"),
+            key_prefix: key_prefix(&s.text("CACHE_KEY_PREFIX"))?,
             notes,
             redis,
             cluster,
@@ -560,9 +558,23 @@ impl EnvoyEnv {
         })
     }
 
-    /// Sets the flags' values from the environment, each unless the flag was given.
-    pub fn apply(&self, args: &mut Args, matches: &ArgMatches) {
+    /// Sets the flags' values from the environment, each unless the flag was given (a
+    /// setting the flags override is added to the notes).
+    pub fn apply(&mut self, args: &mut Args, matches: &ArgMatches) {
         let free = |id: &str| !given(matches, id);
+        if let Some(prefix) = &self.key_prefix {
+            if free("config") {
+                args.key_prefix = Some(prefix.clone());
+                // The tier hash under the same prefix: one ACL pattern covers every key.
+                if free("tier_hash") {
+                    args.tier_hash = format!("{prefix}:tiers");
+                }
+            } else {
+                self.notes.push(
+                    "CACHE_KEY_PREFIX has no effect: the key_prefix of --config wins".to_string(),
+                );
+            }
+        }
         if free("listen") {
             args.listen = Some(self.http);
         }
@@ -902,6 +914,25 @@ fn log_level(text: &str) -> Result<tracing::Level, String> {
             ))
         }
     })
+}
+
+/// CACHE_KEY_PREFIX as the configuration's `key_prefix`, which rl-gateway follows with `:`
+/// (`<key_prefix>:rls:...`): one trailing `:` is dropped, so `ratelimit:` gives
+/// `ratelimit:rls:...` and `app` gives `app:rls:...`. Every key then begins with the value
+/// given, as there (an ACL pattern `~<CACHE_KEY_PREFIX>*` written for that service still
+/// covers them), and `~<key_prefix>:*` is the gateway's own pattern. Empty: the
+/// configuration's prefix (`rl`).
+fn key_prefix(text: &str) -> Result<Option<String>, String> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let prefix = text.strip_suffix(':').unwrap_or(text);
+    if prefix.is_empty() || prefix.contains(['{', '}']) {
+        return Err(format!(
+            "CACHE_KEY_PREFIX={text}: must have something before its last `:` and no braces (they would change the hash slot)"
+        ));
+    }
+    Ok(Some(prefix.to_string()))
 }
 
 /// A boolean as Go's strconv.ParseBool reads it.
@@ -1303,6 +1334,38 @@ mod tests {
             (h.limit.as_str(), h.remaining.as_str()),
             ("RateLimit-Limit", "X-Left")
         );
+    }
+
+    #[test]
+    fn cache_key_prefix_is_the_key_prefix_without_its_last_colon() {
+        let prefix = |v: &str| read(&[("CACHE_KEY_PREFIX", v)]).map(|e| e.key_prefix);
+        assert_eq!(prefix(""), Ok(None));
+        assert_eq!(prefix("ratelimit:"), Ok(Some("ratelimit".into())));
+        assert_eq!(prefix("app"), Ok(Some("app".into())));
+        assert_eq!(prefix("app_"), Ok(Some("app_".into())));
+        assert_eq!(prefix("a::"), Ok(Some("a:".into())));
+        for bad in [":", "{tenant}:", "a}"] {
+            let err = prefix(bad).expect_err(bad);
+            assert!(
+                err.starts_with(&format!("CACHE_KEY_PREFIX={bad}: ")),
+                "{err}"
+            );
+        }
+        let env = [("CACHE_KEY_PREFIX", "ratelimit:")];
+        let args = applied(&["rl-gateway"], &env);
+        assert_eq!(args.key_prefix.as_deref(), Some("ratelimit"));
+        assert_eq!(args.tier_hash, "ratelimit:tiers");
+        assert_eq!(crate::config(&args).unwrap().key_prefix, "ratelimit");
+        // The configuration file's key_prefix wins, said in a warning.
+        let matches = Args::command().get_matches_from(["rl-gateway", "--config", "g.toml"]);
+        let mut args = Args::from_arg_matches(&matches).unwrap();
+        let mut e = read(&env).unwrap();
+        e.apply(&mut args, &matches);
+        assert_eq!(args.key_prefix, None);
+        assert!(e
+            .notes
+            .iter()
+            .any(|n| n.starts_with("CACHE_KEY_PREFIX has no effect")));
     }
 
     #[test]

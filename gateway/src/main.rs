@@ -49,7 +49,7 @@ fn main() -> ExitCode {
     let env = |name: &str| std::env::var(name).ok();
     let envoy = if EnvoyEnv::wanted(args.envoy_env, &matches, &env) {
         match EnvoyEnv::read(&env) {
-            Ok(e) => {
+            Ok(mut e) => {
                 e.apply(&mut args, &matches);
                 Some(e)
             }
@@ -119,6 +119,9 @@ pub(crate) fn config(args: &Args) -> Result<RateLimitConfig, String> {
         Some(path) => RateLimitConfig::load(path).map_err(|e| e.to_string())?,
         None => RateLimitConfig::default(),
     };
+    if let Some(prefix) = &args.key_prefix {
+        config.key_prefix = prefix.clone();
+    }
     config
         .trusted_proxies
         .extend(args.trusted_proxies.iter().copied());

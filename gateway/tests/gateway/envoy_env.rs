@@ -1,9 +1,10 @@
 //! rl-gateway started as envoyproxy/ratelimit is, with only that service's environment (its
 //! docker-compose example's settings, on free loopback ports and a temporary RUNTIME_ROOT):
 //! decisions over gRPC and `/json`, `/healthcheck`, the operations on DEBUG_PORT, a reload,
-//! and the refusal of a setting it cannot honour; then the same process configured over xDS
-//! by a small ADS server of the test: a configuration, a changed one, a broken one (NACKed,
-//! the previous one kept), and the server gone (decisions go on).
+//! the refusal of a setting it cannot honour, and CACHE_KEY_PREFIX (every key under it);
+//! then the same process configured over xDS by a small ADS server of the test: a
+//! configuration, a changed one, a broken one (NACKed, the previous one kept), and the server
+//! gone (decisions go on).
 
 use std::path::Path;
 use std::pin::Pin;
@@ -25,7 +26,7 @@ use envoy_types::pb::google::protobuf::Any;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use redis_rl_testkit::{eventually, free_port, Server};
+use redis_rl_testkit::{eventually, free_port, query, Server};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
@@ -214,6 +215,34 @@ async fn the_docker_compose_environment_alone_serves_as_envoyproxy_ratelimit() {
     // SIGHUP re-reads it too (and refuses it again).
     gw.hangup();
     assert_eq!(ask(&mut client, "rl", &[("user", "d")]).await, (OK, 4));
+}
+
+#[tokio::test]
+async fn cache_key_prefix_puts_every_key_under_it() {
+    let server = Server::start();
+    let root = std::env::temp_dir().join(format!("rl-envoy-prefix-{}", server.port));
+    let config = root.join("ratelimit").join("config");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("config.yaml"), PER_USER).unwrap();
+    let mut env = compose_env(&server, &root);
+    env.push(("CACHE_KEY_PREFIX".into(), "ratelimit:".into()));
+    let (_gw, grpc) = spawn(&env);
+    let mut client = rls_client(grpc).await;
+    assert_eq!(ask(&mut client, "rl", &[("user", "a")]).await, (OK, 2));
+    assert_eq!(ask(&mut client, "rl", &[("user", "a")]).await, (OK, 2));
+    assert_eq!(ask(&mut client, "rl", &[("user", "a")]).await, (OVER, 2));
+    let mut c = server.client();
+    let keys: Vec<String> = query(&mut c, &["KEYS", "*"]);
+    assert!(
+        keys.contains(&"ratelimit:rls:rl:user=a:fixed_window:3600".to_string()),
+        "the counter is under CACHE_KEY_PREFIX: {keys:?}"
+    );
+    assert!(
+        keys.iter().all(|k| k.starts_with("ratelimit:")),
+        "every key begins with CACHE_KEY_PREFIX (one ACL pattern covers them): {keys:?}"
+    );
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// Writes `yaml` as config.yaml the way Kubernetes updates a mounted ConfigMap: a new
