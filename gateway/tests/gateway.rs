@@ -35,6 +35,8 @@ mod forward_auth;
 mod hardening;
 #[path = "gateway/listeners.rs"]
 mod listeners;
+#[path = "gateway/key_digest.rs"]
+mod key_digest;
 #[path = "gateway/ops.rs"]
 mod ops;
 #[path = "gateway/proxy.rs"]
