@@ -33,10 +33,10 @@ mod fleet;
 mod forward_auth;
 #[path = "gateway/hardening.rs"]
 mod hardening;
-#[path = "gateway/listeners.rs"]
-mod listeners;
 #[path = "gateway/key_digest.rs"]
 mod key_digest;
+#[path = "gateway/listeners.rs"]
+mod listeners;
 #[path = "gateway/ops.rs"]
 mod ops;
 #[path = "gateway/proxy.rs"]
