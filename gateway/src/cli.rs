@@ -266,9 +266,11 @@ pub struct Args {
     pub auth_listen: Option<SocketAddr>,
 
     /// File holding the gateway's secret (at least 32 bytes; keep it like a password): it
-    /// signs the rl-settle-token of forward-auth checks and keys the API-key digests that
-    /// /top and /bans show. Without it, a secret is made up at each start: only that
-    /// process then accepts its own tokens, so a fleet behind one load balancer shares a file.
+    /// signs the rl-settle-token of forward-auth checks and keys the API-key digests in key
+    /// names, /top and /bans (a key derived for each use; the configuration's
+    /// api_key_digest_secret_file, if set, keys the digests instead). Without it, a token
+    /// secret is made up at each start (only that process then accepts its own tokens, so a
+    /// fleet behind one load balancer shares a file) and digests are unkeyed.
     #[arg(long, env = "RL_GATEWAY_SECRET_FILE")]
     pub secret_file: Option<PathBuf>,
 

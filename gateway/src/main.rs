@@ -132,6 +132,16 @@ pub(crate) fn config(args: &Args) -> Result<RateLimitConfig, String> {
             Mode::Local => FailureModeName::Local,
         };
     }
+    // The gateway's secret keys API-key digests too (the engine derives a key of its own
+    // from it), unless the file names a secret for that.
+    if config.api_key_digest_secret_file.is_none() {
+        if let Some(path) = &args.secret_file {
+            let path = path
+                .to_str()
+                .ok_or("--secret-file: the path is not UTF-8")?;
+            config.api_key_digest_secret_file = Some(path.to_string());
+        }
+    }
     if let Some(n) = args.instances {
         config.instances = Some(NonZeroU32::new(n).ok_or("--instances must be at least 1")?);
     }

@@ -33,6 +33,8 @@ mod fleet;
 mod forward_auth;
 #[path = "gateway/hardening.rs"]
 mod hardening;
+#[path = "gateway/key_digest.rs"]
+mod key_digest;
 #[path = "gateway/listeners.rs"]
 mod listeners;
 #[path = "gateway/ops.rs"]

@@ -9,6 +9,7 @@ use ipnet::IpNet;
 use crate::access::{Access, AccessList};
 use crate::ban::Ban;
 use crate::identity::{self, canonical_net, hex16};
+use crate::key_digest::KeyDigest;
 use crate::key_part::escape_key_part;
 use crate::limit::{FailureModeName, LimitSpec};
 use crate::load::FieldError;
@@ -159,13 +160,20 @@ pub struct Engine {
     trusted: Vec<IpNet>,
     access: AccessList,
     api_key_header: String,
+    key_digest: KeyDigest,
 }
 
 impl Engine {
     /// Validates `config` and compiles it. `routes` are the front end's own route
     /// templates (rl-gateway's `--route`), matched after the rules' paths.
+    /// The secret file `api_key_digest_secret_file` names is read here, once.
     pub fn new(config: Config, routes: &[String]) -> Result<Self, FieldError> {
         config.validate()?;
+        let key_digest = match &config.api_key_digest_secret_file {
+            Some(path) => KeyDigest::from_file(path)
+                .map_err(|e| FieldError::new("api_key_digest_secret_file", e))?,
+            None => KeyDigest::unkeyed(),
+        };
         let compile =
             |field: String, rate: &Rate| Compiled::of(rate).map_err(|e| FieldError::new(field, e));
         let mut tiers = HashMap::new();
@@ -220,6 +228,7 @@ impl Engine {
                 .collect(),
             access: AccessList::new(&config.access),
             api_key_header: config.api_key_header.to_ascii_lowercase(),
+            key_digest,
             tiers,
             rules,
             routes: templates,
@@ -230,6 +239,18 @@ impl Engine {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The id of `api_key` in key names, logs and the admin endpoints: keyed with the
+    /// configured secret, else the unkeyed [`tenant_id`](crate::tenant_id).
+    pub fn tenant_id(&self, api_key: &str) -> String {
+        self.key_digest.of(api_key)
+    }
+
+    /// Whether API-key digests are keyed with a secret (without one, a guessable API key
+    /// can be recognised in key names: front ends warn at start).
+    pub fn key_digest_is_keyed(&self) -> bool {
+        self.key_digest.is_keyed()
     }
 
     /// The header carrying the API key, in lower case.
@@ -250,7 +271,7 @@ impl Engine {
             &self.trusted,
         );
         let identity = Identity {
-            tenant: api_key.as_deref().map(identity::tenant_id),
+            tenant: api_key.as_deref().map(|k| self.key_digest.of(k)),
             api_key,
             client_ip,
             path: normalize_path(req.path),

@@ -90,10 +90,11 @@ fn trim(mut s: &[u8]) -> &[u8] {
     s
 }
 
-/// A stable id for an API key that does not reveal it: the first 16 hex digits of its
-/// SHA-256. Used in logs and Redis keys; the raw key is never logged.
+/// The unkeyed id of an API key: the first 16 hex digits of its SHA-256 (what
+/// [`Engine::tenant_id`](crate::Engine::tenant_id) answers when no secret is configured).
+/// Used in logs and Redis keys; the raw key is never logged.
 pub fn tenant_id(api_key: &str) -> String {
-    hex16(api_key.as_bytes())
+    crate::KeyDigest::unkeyed().of(api_key)
 }
 
 pub(crate) fn hex16(bytes: &[u8]) -> String {

@@ -36,6 +36,7 @@ pub mod delay;
 mod engine;
 mod explain;
 mod identity;
+mod key_digest;
 mod key_part;
 mod limit;
 mod load;
@@ -55,6 +56,7 @@ pub use engine::{Admission, Engine, Headers, Identity, Plan, PlanItem, Request, 
 pub use identity::{
     api_key, canonical_net, client_ip, client_network, is_key_text, request_id, tenant_id, KeyError,
 };
+pub use key_digest::{KeyDigest, MIN_SECRET_BYTES};
 pub use key_part::escape_key_part;
 pub use limit::{
     nominal_ms, parse_limit, parse_limit_per, window_label, FailureModeName, InvalidLimit,

@@ -95,6 +95,11 @@ pub struct Config {
     /// whitespace are stripped from its value.
     #[serde(default = "default_api_key_header")]
     pub api_key_header: String,
+    /// A file holding the secret that keys API-key digests (at least 32 bytes): the
+    /// `<tenant>` of key names, logs and the admin endpoints. Default none: the unkeyed
+    /// digest, with a warning at start.
+    #[serde(default)]
+    pub api_key_digest_secret_file: Option<String>,
     /// IPv6 clients are limited per network of this prefix length (default 64).
     #[serde(default = "default_ipv6_prefix")]
     pub ipv6_prefix: u8,
@@ -374,6 +379,7 @@ impl Default for Config {
             endpoint: default_endpoint(),
             global: default_global(),
             api_key_header: default_api_key_header(),
+            api_key_digest_secret_file: None,
             ipv6_prefix: default_ipv6_prefix(),
             access: AccessConfig::default(),
             hot: default_hot(),

@@ -330,6 +330,12 @@ class RateLimitMiddleware:
         self.error: Optional[ConfigError] = None
         try:
             self.engine = load_engine(config, routes)
+            if not self.engine.key_digest_is_keyed:
+                log.warning(
+                    "API-key digests in key names are unkeyed SHA-256: a guessable API key can be "
+                    "recognised by whoever reads them; set api_key_digest_secret_file to key them "
+                    "(key names change once)"
+                )
         except ConfigError as e:
             self.error = e
             self.engine = PolicyEngine.default()

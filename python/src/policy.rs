@@ -324,6 +324,18 @@ impl PolicyEngine {
         self.engine.explain()
     }
 
+    /// The id of `api_key` in key names and logs: keyed with the configured
+    /// `api_key_digest_secret_file`, else the unkeyed `tenant_id`.
+    fn tenant_id(&self, api_key: &str) -> String {
+        self.engine.tenant_id(api_key)
+    }
+
+    /// Whether API-key digests are keyed with a secret.
+    #[getter]
+    fn key_digest_is_keyed(&self) -> bool {
+        self.engine.key_digest_is_keyed()
+    }
+
     /// The configured failure mode (`open`, `closed`, `local`).
     #[getter]
     fn failure_mode(&self) -> &'static str {

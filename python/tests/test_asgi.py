@@ -135,6 +135,31 @@ def test_fastapi_add_middleware_and_tiers_from_the_redis_hash(server, prefix, r)
     assert "pro-key" not in " ".join(r.keys(f"{prefix}:{{*"))  # the raw key is never a key
 
 
+def test_a_secret_keys_api_key_digests_as_the_gateway_does(server, prefix, r, tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("0123456789abcdef0123456789abcdef\n")
+    keyed = {"key_prefix": prefix, "dimensions": ["api_key"], "api_key_digest_secret_file": str(secret)}
+    engine = load_engine(keyed)
+    # Computed apart: HMAC-SHA256 under HMAC(secret, "redis-rl api-key digest v1"); the
+    # gateway's test pins the same value for the same secret.
+    assert engine.key_digest_is_keyed and engine.tenant_id("bob") == "4eb40ca3aff1ae55"
+    assert tenant_id("bob") == "81b637d8fcd2c6da"  # unkeyed SHA-256: the names without a secret
+    with TestClient(starlette_app(redis_url=server.url, config=keyed)) as client:
+        assert client.get("/search", headers={"X-API-Key": "bob"}).status_code == 200
+    assert r.exists(f"{prefix}:{{k:4eb40ca3aff1ae55}}:key") == 1
+    assert r.exists(f"{prefix}:{{k:81b637d8fcd2c6da}}:key") == 0
+    # Without a secret, the old names stay.
+    unkeyed = {"key_prefix": f"{prefix}u", "dimensions": ["api_key"]}
+    assert not load_engine(unkeyed).key_digest_is_keyed
+    with TestClient(starlette_app(redis_url=server.url, config=unkeyed)) as client:
+        assert client.get("/search", headers={"X-API-Key": "bob"}).status_code == 200
+    assert r.exists(f"{prefix}u:{{k:81b637d8fcd2c6da}}:key") == 1
+    # A short secret is refused at load, naming the field.
+    secret.write_text("short")
+    with pytest.raises(ConfigError, match="api_key_digest_secret_file: .*5 bytes, at least 32"):
+        load_engine(keyed)
+
+
 def test_tiers_mapping_shadow_and_excluded_paths(server, prefix):
     config = {
         "key_prefix": prefix,

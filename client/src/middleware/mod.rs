@@ -17,7 +17,9 @@
 //! A tier may override any dimension for its keys ([`TierLimits`]); an overridden `ip` or
 //! `global` budget is the tier's own, in the key above plus `:tier:<tier>`.
 //!
-//! `<tenant>` is [`tenant_id`] of the API key (the `api_key_header`, default `X-API-Key`;
+//! `<tenant>` is the engine's digest of the API key ([`Engine::tenant_id`]: keyed with the
+//! configuration's `api_key_digest_secret_file`, else the unkeyed [`tenant_id`]) (the
+//! `api_key_header`, default `X-API-Key`;
 //! `Authorization: Bearer <key>` works too), never logged or stored in a limiter key; a
 //! request without a key is limited per IP (and per IP and endpoint) and globally. Two key
 //! headers, or a key with whitespace or control characters inside, get 400.

@@ -53,6 +53,13 @@ impl Shared {
         let engine = Engine::new(config, routes)
             .map_err(|e| Error::Config(format!("{}: {}", e.field, e.message)))?;
         super::counters::at_zero(&engine);
+        if !engine.key_digest_is_keyed() {
+            tracing::warn!(
+                "API-key digests in key names are unkeyed SHA-256: a guessable API key can be \
+                 recognised by whoever reads them; set api_key_digest_secret_file (rl-gateway: \
+                 --secret-file) to key them (key names change once)"
+            );
+        }
         let offenders = Offenders::new(limiter.clone(), engine.config().key_prefix.clone());
         Ok(Shared {
             offenders,
