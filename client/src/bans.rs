@@ -118,6 +118,19 @@ pub async fn strike(
     }))
 }
 
+/// After a settlement charged `watch`'s key: reads the window's count and, when it is over
+/// its limit, holds the subject in its ban key (the flow's command).
+pub async fn hold_debt(limiter: &Limiter, watch: &redis_rl_flow::DebtWatch) -> Result<bool> {
+    let Some(count) = limiter.window_count(&watch.key).await? else {
+        return Ok(false);
+    };
+    let Some(cmd) = watch.hold(count.count, count.left_ms) else {
+        return Ok(false);
+    };
+    run(limiter, &cmd).await?;
+    Ok(true)
+}
+
 /// The bans of `prefix` that have not ended (at most `limit`, longest remaining first).
 pub async fn list(limiter: &Limiter, prefix: &str, limit: u64) -> Result<Vec<ActiveBan>> {
     let index = ban_index_key(prefix);

@@ -97,7 +97,7 @@ pub use error::{Error, Refusal, Result};
 pub use fallback::LocalLimiter;
 pub use fleet::FleetConfig;
 pub use lease::{LeaseConfig, LeaseStats};
-pub use limiter::{Limiter, LimiterBuilder, LimiterStats, DEFAULT_TIMEOUT};
+pub use limiter::{Limiter, LimiterBuilder, LimiterStats, WindowCount, DEFAULT_TIMEOUT};
 pub use policy::{FailureMode, Period, Policy};
 pub use redis_rl_core::{AnyParams, Kind};
 pub use tier::{Rate, RateOverride, RedisHashTiers, StaticTiers, TierConfig, TierResolver};

@@ -245,6 +245,14 @@ impl Limiter {
         deleted
     }
 
+    /// The units a fixed window or calendar quota on `key` counts now and the milliseconds
+    /// until its key expires (`RL.STATE`, the module's or the twin's); `None` for a missing
+    /// key or another algorithm.
+    pub async fn window_count(&self, key: &str) -> Result<Option<WindowCount>> {
+        let v = self.inner.resets.state(key).await?;
+        Ok(WindowCount::parse(&v))
+    }
+
     /// Shares forgotten refusals with every limiter listening on `channel` (gateways of one
     /// fleet use `<key_prefix>:denials`): this limiter publishes there the keys its refunds,
     /// settlements and resets give units back to, and drops from its deny cache the keys
@@ -431,5 +439,53 @@ mod tests {
         let log = Policy::log(10, 1_000).unwrap();
         assert!(l.take_upto("l", &log, 5).await.is_err());
         assert_eq!(mock.commands().len(), 4);
+    }
+}
+
+/// What [`Limiter::window_count`] read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowCount {
+    /// Units counted in the current window or period.
+    pub count: u64,
+    /// Milliseconds until the key expires (the window's end, at most a moment later).
+    pub left_ms: u64,
+}
+
+impl WindowCount {
+    fn parse(v: &Value) -> Option<Self> {
+        let pairs: Vec<(&Value, &Value)> = match v {
+            Value::Array(items) => items
+                .chunks(2)
+                .filter_map(|c| Some((c.first()?, c.get(1)?)))
+                .collect(),
+            Value::Map(m) => m.iter().map(|(k, v)| (k, v)).collect(),
+            _ => return None,
+        };
+        let field = |name: &[u8]| {
+            pairs.iter().find_map(|(k, v)| {
+                let k = match k {
+                    Value::BulkString(b) => b.as_slice(),
+                    Value::SimpleString(s) => s.as_bytes(),
+                    _ => return None,
+                };
+                (k == name).then_some(*v)
+            })
+        };
+        let algorithm = match field(b"algorithm")? {
+            Value::BulkString(b) => b.as_slice(),
+            Value::SimpleString(s) => s.as_bytes(),
+            _ => return None,
+        };
+        if algorithm != b"fixed window" && algorithm != b"calendar quota" {
+            return None;
+        }
+        let int = |name: &[u8]| match field(name)? {
+            Value::Int(n) => u64::try_from(*n).ok(),
+            _ => None,
+        };
+        Some(Self {
+            count: int(b"count")?,
+            left_ms: int(b"ttl_ms")?,
+        })
     }
 }

@@ -83,7 +83,7 @@ mod tests {
             index,
             policy: "login".into(),
             subject: subject.into(),
-            ban: Ban::new(1, 1_000, 1_000).unwrap(),
+            ban: Some(Ban::new(1, 1_000, 1_000).unwrap()),
         }
     }
 

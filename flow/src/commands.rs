@@ -55,6 +55,15 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return n
 ";
 
+/// Holds a subject for a settled debt: its ban key for ARGV[1] ms, unless it already lasts
+/// as long (a ban keeps its level; a hold alone is level 0). KEYS: ban. ARGV: hold_ms.
+pub const DEBT_HOLD: &str = r"
+if redis.call('PTTL', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+local level = redis.call('GET', KEYS[1]) or '0'
+redis.call('SET', KEYS[1], level, 'PX', ARGV[1])
+return 1
+";
+
 /// One Redis command: its arguments, and the key whose slot it goes to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Command {
@@ -100,6 +109,14 @@ pub fn strike(subject: &str, ban: &Ban) -> Command {
         ]
         .map(|n| n.to_string()),
     )
+}
+
+/// Holds `subject` for `hold_ms` (a settled debt: [`redis_rl_policy::debt_hold_ms`]) in its
+/// ban key, so that the ban check refuses it; a longer ban or hold already there stands.
+/// Reply 1 (written) or 0 (a longer one stands).
+pub fn debt_hold(subject: &str, hold_ms: u64) -> Command {
+    let keys = BanKeys::of(subject);
+    eval(DEBT_HOLD, &[&keys.ban], [hold_ms.max(1).to_string()])
 }
 
 /// A ban started by a strike.
@@ -178,6 +195,11 @@ mod tests {
             ]
         );
         assert_eq!(ban_read("s").args, ["PTTL", "s:ban"]);
+        let h = debt_hold("s", 0);
+        assert_eq!(
+            (h.key.as_str(), &h.args[2..]),
+            ("s:ban", &["1", "s:ban", "1"][..])
+        );
         let t = top_add("rl", "login", 7, &[("s".into(), 2)]);
         assert_eq!(t.key, "rl:{top}:login:7");
         assert_eq!(

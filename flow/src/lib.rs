@@ -112,12 +112,14 @@
 
 mod bans;
 pub mod commands;
+mod debt;
 mod machine;
 mod record;
 mod request;
 mod step;
 
 pub use bans::{ban_remaining_ms, BanMemory, BAN_MEMORY, BAN_RECHECK, BAN_RECHECK_MS};
+pub use debt::DebtWatch;
 pub use machine::{Flow, Holds, RequestFlow};
 pub use record::{Count, Record, Refusal};
 pub use request::HttpRequest;

@@ -11,6 +11,7 @@ use redis_rl_policy::{
 
 use crate::bans::{ban_remaining_ms, BanMemory};
 use crate::commands;
+use crate::debt::DebtWatch;
 use crate::record::{self, Count, Record, Refusal};
 use crate::request::HttpRequest;
 use crate::step::{Book, Decided, Forward, Reply, Settle, Source, Step, Take};
@@ -157,6 +158,19 @@ impl RequestFlow {
         &self.req
     }
 
+    /// Each take's debt watch, in take order.
+    fn debt_watches(&self) -> Vec<Option<DebtWatch>> {
+        self.takes
+            .iter()
+            .map(|t| {
+                self.plan
+                    .items
+                    .get(t.item)
+                    .and_then(|i| DebtWatch::of(i, &t.key))
+            })
+            .collect()
+    }
+
     /// The plan (empty before [`Step::Book`]): a [`Take`]'s `item` indexes its items.
     pub fn plan(&self) -> &Plan {
         &self.plan
@@ -273,7 +287,7 @@ impl RequestFlow {
             // A report of the response's actual cost: settled from the report's own
             // headers, nothing taken.
             let items = self.takes.iter().map(|t| (t.clone(), true)).collect();
-            let settle = Settle::new(items, self.booking.clone());
+            let settle = Settle::new(items, self.booking.clone(), self.debt_watches());
             let response = Response {
                 status: 204,
                 headers: vec![("x-request-id", self.req.request_id.clone())],
@@ -285,7 +299,7 @@ impl RequestFlow {
                 settle: Some(settle),
             });
         }
-        self.targets = self.plan.ban_targets();
+        self.targets = self.plan.ban_checks(&self.booking);
         if let Some((index, remaining_ms)) = self.flow.0.bans.recall(&self.targets, self.now_ms) {
             return self.banned(index, remaining_ms);
         }
@@ -369,7 +383,11 @@ impl RequestFlow {
                 .zip(&decided)
                 .map(|(t, d)| (t.clone(), d.source == Source::Redis && !d.is_denied()))
                 .collect();
-            self.settle = Some(Settle::new(items, self.booking.clone()));
+            self.settle = Some(Settle::new(
+                items,
+                self.booking.clone(),
+                self.debt_watches(),
+            ));
         }
         match render(&self.plan, &self.outcomes, denied, &self.req.request_id) {
             Rendered::Headers(h) => self.forward(h, None),

@@ -114,6 +114,8 @@ pub(crate) fn refusals(
     };
     let mut counted_refuser = false;
     for t in targets {
+        // A debt's hold is checked with the bans, but no refusal counts towards it.
+        let Some(ban) = t.ban else { continue };
         if !denied_subject(&t.subject) {
             continue;
         }
@@ -121,7 +123,7 @@ pub(crate) fn refusals(
         out.push(Refusal {
             policy: t.policy.clone(),
             subject: t.subject.clone(),
-            ban: Some(t.ban),
+            ban: Some(ban),
         });
     }
     if !counted_refuser {

@@ -2,6 +2,7 @@
 
 use redis_rl_policy::{Adjust, Booking, Headers, Outcome, Response, Verdict};
 
+use crate::debt::DebtWatch;
 use crate::record::Record;
 
 /// One plan item's units, for a limiter call.
@@ -154,11 +155,46 @@ pub struct Settle {
     /// not a failure mode's, the local fallback's, or a shadow denial's).
     pub items: Vec<(Take, bool)>,
     booking: Booking,
+    /// Each item's debt watch (`None`: its window keeps its debts itself, or shadow).
+    watches: Vec<Option<DebtWatch>>,
 }
 
 impl Settle {
-    pub(crate) fn new(items: Vec<(Take, bool)>, booking: Booking) -> Self {
-        Self { items, booking }
+    pub(crate) fn new(
+        items: Vec<(Take, bool)>,
+        booking: Booking,
+        watches: Vec<Option<DebtWatch>>,
+    ) -> Self {
+        Self {
+            items,
+            booking,
+            watches,
+        }
+    }
+
+    /// After the host applied `adjusted` (what [`Settle::adjust`] gave): the charged items
+    /// whose window forgets its debt at its boundary (fixed window, calendar quota). For
+    /// each, the host reads the window's count (`RL.STATE` of [`DebtWatch::key`]) and runs
+    /// the command [`DebtWatch::hold`] gives, if any.
+    pub fn debt_watches(&self, adjusted: &[(Take, Adjust)]) -> Vec<DebtWatch> {
+        let mut out: Vec<DebtWatch> = Vec::new();
+        for (take, adjust) in adjusted {
+            if !matches!(adjust, Adjust::Charge(_)) {
+                continue;
+            }
+            let watch = self
+                .items
+                .iter()
+                .zip(&self.watches)
+                .find(|((t, _), _)| t.item == take.item)
+                .and_then(|(_, w)| w.clone());
+            if let Some(w) = watch {
+                if !out.iter().any(|o| o.key == w.key) {
+                    out.push(w);
+                }
+            }
+        }
+        out
     }
 
     /// The response headers (or trailers) the actual cost is read from, lower case, once
@@ -212,8 +248,14 @@ impl Settle {
     pub fn bound_to(&self, named: &[(String, u64)]) -> Option<Settle> {
         let mut named = named.to_vec();
         let mut items = Vec::new();
+        let mut watches = Vec::new();
         let mut booking = Booking::default();
-        for ((take, _), header) in self.items.iter().zip(&self.booking.settle) {
+        for (((take, _), header), watch) in self
+            .items
+            .iter()
+            .zip(&self.booking.settle)
+            .zip(&self.watches)
+        {
             let Some(at) = named.iter().position(|(k, _)| *k == take.key) else {
                 continue;
             };
@@ -227,8 +269,9 @@ impl Settle {
             ));
             booking.units.push(reserved);
             booking.settle.push(header.clone());
+            watches.push(watch.clone());
         }
-        (!items.is_empty()).then(|| Settle::new(items, booking))
+        (!items.is_empty()).then(|| Settle::new(items, booking, watches))
     }
 
     /// The same settlement with every item in Redis (a held request's units were booked

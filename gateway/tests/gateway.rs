@@ -23,6 +23,8 @@ mod acl;
 mod bans;
 #[path = "gateway/costs.rs"]
 mod costs;
+#[path = "gateway/debt.rs"]
+mod debt;
 #[path = "gateway/deny_cache.rs"]
 mod deny_cache;
 #[path = "gateway/envoy_env.rs"]

@@ -244,8 +244,8 @@ pub struct BanTarget {
     pub policy: String,
     /// The banned key without window suffix.
     pub subject: String,
-    /// The ban's settings.
-    pub ban: Ban,
+    /// The ban's settings (`None`: only a settled debt holds this subject, never a ban).
+    pub ban: Option<Ban>,
 }
 
 impl Plan {
@@ -264,7 +264,7 @@ impl Plan {
                 index,
                 policy: item.label.clone(),
                 subject: subject.to_string(),
-                ban,
+                ban: Some(ban),
             });
         }
         out
@@ -273,7 +273,8 @@ impl Plan {
 
 /// The 429 of a request refused by a ban of `remaining_ms` on the plan item `index`: the
 /// headers of a refusal by that item with `r=0` and `t` the ban's remaining time
-/// (`Retry-After` the same), and a problem body saying it is a ban.
+/// (`Retry-After` the same), and a problem body saying it is a ban (or a settled debt's
+/// hold, on an item whose policy does not ban).
 pub fn render_ban(plan: &Plan, index: usize, remaining_ms: u64, request_id: &str) -> Response {
     let outcomes: Vec<Outcome> = (0..plan.items.len())
         .map(|i| Outcome {
@@ -307,13 +308,16 @@ pub fn render_ban(plan: &Plan, index: usize, remaining_ms: u64, request_id: &str
             _ => "rule",
         };
         let retry = fields.get("retry_after").cloned().unwrap_or_default();
-        fields.insert(
-            "detail".to_owned(),
-            serde_json::Value::from(format!(
-                "banned by {what} '{}' after repeated refusals; retry after {retry} s",
-                item.map_or("", |i| i.label.as_str())
-            )),
-        );
+        let label = item.map_or("", |i| i.label.as_str());
+        // A policy without a ban refuses this way only for a settled debt's hold.
+        let detail = if item.is_some_and(|i| i.ban.is_none()) {
+            format!(
+                "held by {what} '{label}' until a settled overage is paid; retry after {retry} s"
+            )
+        } else {
+            format!("banned by {what} '{label}' after repeated refusals; retry after {retry} s")
+        };
+        fields.insert("detail".to_owned(), serde_json::Value::from(detail));
         fields.insert("banned".to_owned(), serde_json::Value::Bool(true));
         response.body = serde_json::Value::Object(fields).to_string();
     }

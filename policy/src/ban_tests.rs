@@ -127,7 +127,14 @@ fn bans_reach_the_plan_once_per_subject_on_rules_dimensions_and_tiers() {
     let targets = p.ban_targets();
     let got: Vec<(usize, &str, &str, u64)> = targets
         .iter()
-        .map(|t| (t.index, t.policy.as_str(), t.subject.as_str(), t.ban.for_ms))
+        .map(|t| {
+            (
+                t.index,
+                t.policy.as_str(),
+                t.subject.as_str(),
+                t.ban.map_or(0, |b| b.for_ms),
+            )
+        })
         .collect();
     let tenant = crate::tenant_id("k1");
     let key = format!("rl:{{k:{tenant}}}:key");
@@ -199,4 +206,53 @@ fn index_members_and_top_keys() {
     );
     assert_eq!(ban_index_key("rl"), "rl:{bans}");
     assert_eq!(top_key("rl", "ip", 7), "rl:{top}:ip:7");
+}
+
+#[test]
+fn the_ban_check_reads_the_subjects_a_settled_debt_may_hold() {
+    let c = config(
+        "dimensions = [\"ip\"]\n\
+         [[rules]]\nname = \"fixed\"\nkey = [\"ip\"]\nlimits = [\"1000/minute\"]\nalgorithm = \"fixed\"\n\
+         cost = \"header:x-cost\"\nsettle = \"response-header:x-used\"\n\
+         [[rules]]\nname = \"month\"\nkey = [\"ip\"]\nlimits = [\"10/second\", \"1000/month\"]\n\
+         settle = \"response-header:x-used\"\n\
+         [[rules]]\nname = \"gcra\"\nkey = [\"ip\"]\nlimit = 5\nalgorithm = \"gcra\"\n\
+         settle = \"response-header:x-used\"\n\
+         [[rules]]\nname = \"unsettled\"\nkey = [\"ip\"]\nlimit = 5\nalgorithm = \"fixed\"\n\
+         [[rules]]\nname = \"quiet\"\nkey = [\"ip\"]\nlimit = 5\nalgorithm = \"fixed\"\nshadow = true\n\
+         settle = \"response-header:x-used\"\n",
+    )
+    .unwrap();
+    let p = plan(c, "/x", None);
+    let booking = crate::Booking {
+        units: vec![1; p.items.len()],
+        settle: p
+            .items
+            .iter()
+            .map(|i| {
+                (i.dimension.is_none() && i.label != "unsettled").then(|| "x-used".to_string())
+            })
+            .collect(),
+    };
+    let got: Vec<(&str, &str, bool)> = p
+        .ban_checks(&booking)
+        .iter()
+        .map(|t| {
+            let item = &p.items[t.index];
+            (item.label.as_str(), item.key.as_str(), t.ban.is_some())
+        })
+        .collect();
+    // A fixed window and a quota that settle, once per subject (the month's subject, not
+    // its 1s window); never a GCRA (it keeps its debt), an unsettled or a shadow rule.
+    assert_eq!(
+        got,
+        [
+            ("fixed", "rl:{ip:192.0.2.1}:r:fixed", false),
+            ("month", "rl:{ip:192.0.2.1}:r:month:1mo", false),
+        ]
+    );
+    assert_eq!(
+        p.ban_checks(&booking)[1].subject,
+        "rl:{ip:192.0.2.1}:r:month"
+    );
 }

@@ -32,6 +32,7 @@
 mod access;
 mod ban;
 mod cost;
+mod debt;
 pub mod delay;
 mod engine;
 mod explain;
@@ -52,6 +53,7 @@ pub use ban::{
     BanTarget, BAN_INDEX_MAX, DEFAULT_FORGET_MS, DEFAULT_MAX_FOR_MS, TOP_ENTRIES, TOP_MINUTES,
 };
 pub use cost::{bad_cost, Adjust, Booking, CostFrom, SettleFrom, SettleOutcome, MAX_HEADER_COST};
+pub use debt::{debt_hold_ms, forgets_debt, DEBT_HOLD_MAX_MS};
 pub use engine::{Admission, Engine, Headers, Identity, Plan, PlanItem, Request, UNMATCHED};
 pub use identity::{
     api_key, canonical_net, client_ip, client_network, is_key_text, request_id, tenant_id, KeyError,

@@ -89,6 +89,15 @@ impl ServerDecider {
         }
     }
 
+    /// `RL.STATE key` (the module's command or the twin's): the reply as sent, nil for a
+    /// missing key.
+    pub async fn state(&self, key: &str) -> Result<Value> {
+        let route = self.wire.route(&self.transport).await?;
+        let mut cmd = redis::cmd("RL.STATE");
+        cmd.arg(key);
+        self.send_on(route, key, &cmd).await
+    }
+
     /// The route for calls on `algorithms`: the twin refuses policies whose waits it could
     /// not reply exactly, before any call.
     async fn route<'p>(

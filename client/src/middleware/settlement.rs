@@ -120,6 +120,26 @@ impl PendingSettle {
             metrics::counter!("rl_settled_total", "header" => "-", "outcome" => "error")
                 .increment(1);
             tracing::warn!(error = %e, "settling the cost after the response failed: the reservation stands");
+            return;
         }
+        // A charge on a window that forgets debts at its boundary: hold while it is owed.
+        let limiter = &self.0.limiter;
+        let holds = self
+            .0
+            .settle
+            .debt_watches(&adjust)
+            .into_iter()
+            .map(|w| async move {
+                match crate::bans::hold_debt(limiter, &w).await {
+                    Ok(true) => {
+                        metrics::counter!("rl_settled_total", "header" => "-", "outcome" => "debt_hold")
+                            .increment(1);
+                        tracing::debug!(subject = %w.subject, "a settled debt holds its subject");
+                    }
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(error = %e, "a settled debt's hold was not written"),
+                }
+            });
+        futures_util::future::join_all(holds).await;
     }
 }

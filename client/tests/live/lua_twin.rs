@@ -176,3 +176,29 @@ async fn the_decisions_read_alike_under_resp3() {
         }
     }
 }
+
+/// `Limiter::window_count` (what a settled debt's hold is computed from) reads the same
+/// count and expiry from the twin's `RL.STATE` as from the module's.
+#[tokio::test]
+async fn window_counts_read_alike_from_the_twin_and_the_module() {
+    let fixed = Policy::fixed(1_000, 60_000).unwrap();
+    let quota = Policy::calendar_quota(1_000, redis_rl_client::Period::Month, 0, 1).unwrap();
+    let gcra = Policy::gcra(5, 1_000, None).unwrap();
+    for server in [Server::start_plain(&[]), Server::start()] {
+        let l = limiter(&server);
+        assert!(l.check_n("{w}:f", &fixed, 1).await.allows());
+        assert!(l.check_n("{w}:q", &quota, 1).await.allows());
+        assert!(l.check("{w}:g", &gcra).await.allows());
+        l.settle("{w}:f", &fixed, 1, 5_000).await.unwrap();
+        l.settle("{w}:q", &quota, 1, 1_500).await.unwrap();
+        let f = l.window_count("{w}:f").await.unwrap().unwrap();
+        assert_eq!(f.count, 5_000);
+        assert!((1..=61_000).contains(&f.left_ms), "{f:?}");
+        let q = l.window_count("{w}:q").await.unwrap().unwrap();
+        assert_eq!(q.count, 1_500);
+        assert!(q.left_ms > 0 && q.left_ms <= 32 * 86_400_000, "{q:?}");
+        // Another algorithm, or no key: nothing.
+        assert_eq!(l.window_count("{w}:g").await.unwrap(), None);
+        assert_eq!(l.window_count("{w}:none").await.unwrap(), None);
+    }
+}
