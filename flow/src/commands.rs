@@ -196,10 +196,8 @@ mod tests {
         );
         assert_eq!(ban_read("s").args, ["PTTL", "s:ban"]);
         let h = debt_hold("s", 0);
-        assert_eq!(
-            (h.key.as_str(), &h.args[2..]),
-            ("s:ban", &["1", "s:ban", "1"][..])
-        );
+        assert_eq!(h.key, "s:ban");
+        assert_eq!(&h.args[2..], ["1", "s:ban", "1"]);
         let t = top_add("rl", "login", 7, &[("s".into(), 2)]);
         assert_eq!(t.key, "rl:{top}:login:7");
         assert_eq!(

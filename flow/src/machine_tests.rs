@@ -253,3 +253,54 @@ fn an_api_key_asks_for_its_tier_and_a_settle_report_takes_nothing() {
     assert_eq!(reply.record.tier, "free");
     assert!(reply.settle.is_some());
 }
+
+#[test]
+fn a_charge_on_a_fixed_window_asks_for_its_count_and_holds_its_subject_a_held_one_is_refused() {
+    let toml = r#"
+dimensions = []
+[[rules]]
+name = "tokens"
+paths = ["/llm"]
+key = ["ip"]
+limits = ["1000/minute"]
+algorithm = "fixed"
+cost = "header:x-max-tokens"
+settle = "response-header:x-tokens-used"
+"#;
+    let flow = Flow::new(Engine::new(Config::from_toml(toml).unwrap(), &[]).unwrap());
+    let (mut r, step) = flow.start(request("/llm", &[("x-max-tokens", "1")]), 0);
+    let b = book(step);
+    // The subject a debt may hold is read with the limiter call.
+    assert_eq!(b.ban_reads, ["rl:{ip:192.0.2.7}:r:tokens:ban"]);
+    let Step::Forward(f) = r.booked(vec![allowed(999)], None, vec![None], 0) else {
+        panic!()
+    };
+    let settle = f.settle.unwrap();
+    // A refund owes nothing.
+    let (adjust, _) = settle.adjust(&vec![("x-tokens-used".to_owned(), b"0".to_vec())]);
+    assert!(settle.debt_watches(&adjust).is_empty());
+    let used = vec![("x-tokens-used".to_owned(), b"5000".to_vec())];
+    let (adjust, _) = settle.adjust(&used);
+    let watches = settle.debt_watches(&adjust);
+    assert_eq!(watches.len(), 1);
+    assert_eq!(watches[0].key, "rl:{ip:192.0.2.7}:r:tokens");
+    // Within the limit after the charge: no hold; 4,000 over with 10 s left: 4 more minutes.
+    assert_eq!(watches[0].hold(1_000, 10_000), None);
+    let hold = watches[0].hold(5_000, 10_000).unwrap();
+    assert_eq!(hold.key, "rl:{ip:192.0.2.7}:r:tokens:ban");
+    assert_eq!(hold.args.last().unwrap(), "250000");
+
+    // Held: refused with the hold's time, saying why; its units given back.
+    let (mut r, step) = flow.start(request("/llm", &[("x-max-tokens", "1")]), 0);
+    book(step);
+    let Step::Respond(reply) = r.booked(vec![allowed(0)], None, vec![Some(250_000)], 0) else {
+        panic!()
+    };
+    assert_eq!(reply.response.status, 429);
+    assert!(reply
+        .response
+        .body
+        .contains("held by rule 'tokens' until a settled overage is paid"));
+    assert_eq!(reply.record.give_back.len(), 1);
+    assert!(reply.record.refusals.iter().all(|r| r.ban.is_none()));
+}
