@@ -81,14 +81,50 @@ async def settle(limiter: Limiter, settlement: Any, headers: Headers, policies: 
     items, outcomes = settlement.adjust(headers)
     for header, what in outcomes:
         log.debug("settled: header=%s outcome=%s", header, what)
+    charged = False
     for item, key, kind, n in items:
         try:
             if kind == "refund":
                 await limiter.refund(key, policies[item], n)
             else:
                 await limiter.settle(key, policies[item], 0, n)
+                charged = True
         except Exception as e:  # noqa: BLE001 - the reservation stands; logged
             log.warning("settling the cost after the response failed: key=%s error=%r", key, e)
+    if charged:
+        # A charge on a window that forgets debts at its boundary: hold while it is owed.
+        await asyncio.gather(*(hold_debt(limiter, w) for w in settlement.debt_watches(headers)))
+
+
+def window_count(state: Any) -> Optional[Tuple[int, int]]:
+    """The count and milliseconds left of a fixed window or calendar quota from its
+    ``RL.STATE`` reply (the module's or the twin's, RESP2 or RESP3); ``None`` otherwise."""
+    if not state:
+        return None
+    pairs = state.items() if isinstance(state, dict) else zip(state[::2], state[1::2])
+    fields = {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in pairs}
+    algorithm = fields.get("algorithm")
+    if isinstance(algorithm, bytes):
+        algorithm = algorithm.decode()
+    if algorithm not in ("fixed window", "calendar quota"):
+        return None
+    return int(fields["count"]), max(int(fields["ttl_ms"]), 0)
+
+
+async def hold_debt(limiter: Limiter, watch: Any) -> None:
+    """After a charge on ``watch.key``: when its window is now over its limit, holds the
+    subject until the debt is paid (the flow's command, in the subject's ban key)."""
+    try:
+        counted = window_count(await limiter.query("RL.STATE", watch.key))
+        if counted is None:
+            return
+        command = watch.hold(*counted)
+        if command is None:
+            return
+        await limiter.query(*command)
+        log.debug("a settled debt holds its subject: key=%s", watch.key)
+    except Exception as e:  # noqa: BLE001 - the charge stands; logged
+        log.warning("a settled debt's hold was not written: key=%s error=%r", watch.key, e)
 
 
 class Settlement:

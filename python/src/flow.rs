@@ -12,7 +12,9 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use redis_rl_flow::{commands, Flow, HttpRequest, Record, RequestFlow, Settle, Step, Take};
+use redis_rl_flow::{
+    commands, DebtWatch, Flow, HttpRequest, Record, RequestFlow, Settle, Step, Take,
+};
 use redis_rl_policy::{Adjust, Verdict};
 
 use crate::policy::{py_headers, PlanResult, PolicyEngine, PyHeaders, PyOutcome};
@@ -151,6 +153,39 @@ impl PySettle {
             })
             .collect();
         (items, outcomes)
+    }
+
+    /// After the charges `headers` report were made (the same headers as [`PySettle::adjust`]):
+    /// per charged item whose window forgets its debt at its boundary (fixed window,
+    /// calendar quota), its watch: read the key's count (`RL.STATE`), then `hold`.
+    fn debt_watches(&self, headers: PyHeaders) -> Vec<PyDebtWatch> {
+        let (items, _) = self.settle.adjust(&header_list(headers));
+        self.settle
+            .debt_watches(&items)
+            .into_iter()
+            .map(|watch| PyDebtWatch { watch })
+            .collect()
+    }
+}
+
+/// A charged item whose window forgets its debt: the key to read, and the hold to write.
+#[pyclass(frozen, module = "redis_rl._core", name = "FlowDebtWatch")]
+struct PyDebtWatch {
+    watch: DebtWatch,
+}
+
+#[pymethods]
+impl PyDebtWatch {
+    /// The limiter key charged (its count: `RL.STATE`, the module's or the twin's).
+    #[getter]
+    fn key(&self) -> String {
+        self.watch.key.clone()
+    }
+
+    /// The command (arguments, name first) holding the subject when the window counts
+    /// `count` units with `left_ms` left; `None` when nothing is owed.
+    fn hold(&self, count: u64, left_ms: u64) -> Option<Vec<String>> {
+        self.watch.hold(count, left_ms).map(|c| c.args)
     }
 }
 
@@ -370,6 +405,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyForward>()?;
     m.add_class::<PyRecord>()?;
     m.add_class::<PySettle>()?;
+    m.add_class::<PyDebtWatch>()?;
     m.add_function(wrap_pyfunction!(ban_index_command, m)?)?;
     m.add_function(wrap_pyfunction!(top_add_command, m)?)?;
     Ok(())

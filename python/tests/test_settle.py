@@ -120,6 +120,31 @@ def test_the_asgi_middleware_settles_from_the_response_header(server, prefix):
         assert left(r, key, 1000, 3_600_000) == 499
 
 
+@pytest.mark.parametrize("module", [True, False], ids=["module", "twin"])
+def test_a_settled_overage_holds_the_subject_until_the_debt_is_paid(server, bare_server, prefix, module):
+    """Declared 1, used 5,000 against a fixed 1000/minute: refused past the window's end, for
+    the rest of it and four more windows (as rl-gateway), not the rest of the minute alone;
+    with the module and with the Lua twin (its RL.STATE)."""
+    if not module:
+        server = bare_server
+    r = redis.Redis(port=server.port)
+    cfg = config(prefix)
+    cfg["rules"][0]["limits"] = ["1000/minute"]
+    app = Starlette(
+        routes=[Route("/chat", chat)],
+        middleware=[Middleware(RateLimitMiddleware, redis_url=server.url, config=cfg)],
+    )
+    with TestClient(app) as client:
+        assert client.get("/chat", headers={"x-max-tokens": "1", "x-used": "5000"}).status_code == 200
+        res = client.get("/chat", headers={"x-max-tokens": "1"})
+        assert res.status_code == 429
+        assert 240 <= int(res.headers["retry-after"]) <= 301, res.headers["retry-after"]
+        assert res.json()["banned"] is True
+        assert "held by rule 'tokens' until a settled overage is paid" in res.json()["detail"]
+    hold = int(r.pttl(f"{prefix}:{{global}}:r:tokens:ban"))
+    assert 240_000 <= hold <= 301_000, hold
+
+
 def test_the_asgi_middleware_settles_from_a_trailer(server, prefix):
     """An application that reports its cost after the body (``http.response.trailers``)."""
     r = redis.Redis(port=server.port)
