@@ -178,7 +178,7 @@ fn describe() {
     );
     describe_counter!(
         "rl_settled_total",
-        "Costs settled after the response, by settle header and outcome (refund, charge, exact; missing or invalid: the reservation stands; error: Redis did not answer)."
+        "Costs settled after the response, by settle header and outcome (refund, charge, exact; missing or invalid: the reservation stands; error: Redis did not answer; debt_hold: a charge held its subject until its debt is paid)."
     );
     describe_counter!(
         "rl_delayed_total",
