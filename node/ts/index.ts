@@ -8,3 +8,7 @@ export { RateLimiterRedis, RateLimiterRes } from './flexible.js';
 export type { RateLimiterRedisOptions } from './flexible.js';
 export { RedisRlStore } from './store.js';
 export type { RedisRlStoreOptions } from './store.js';
+export { rateLimit } from './express.js';
+export type { RateLimitHandler } from './express.js';
+export { FlowDriver, loadFlow } from './flow.js';
+export type { RateLimitOptions, RateLimitConfig, TierResolver, Verdict, HttpRequest } from './flow.js';
