@@ -15,6 +15,7 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use serde_json::{json, Value};
 
+use redis_rl_client::middleware::TraceContext;
 use redis_rl_client::{FailureMode, Policy as ClientPolicy};
 use redis_rl_flow::{commands, Record, Settle, Step, Take};
 use redis_rl_policy::{Adjust, Config, Engine, Verdict};
@@ -64,8 +65,8 @@ fn record(r: Record) -> Value {
     })
 }
 
-/// One outcome as the limiter reports it: `[allowed (1/0), retryAfterMs (-1: never),
-/// remaining, resetAfterMs, shadow (1/0), source]`.
+/// One item's decision as the limiter made it (`retryAfterMs` absent when denied for
+/// good; `source`: the decision's, `redis`, `deny_cache`, ...).
 #[napi(object)]
 pub struct FlowOutcome {
     pub allowed: bool,
@@ -186,15 +187,27 @@ impl Flow {
         route: Option<String>,
         now_ms: f64,
     ) -> RequestFlow {
+        let headers = header_list(headers);
+        // The request's W3C trace (its `traceparent` when valid, else a new one), as
+        // rl-gateway reads it: its id goes into problem bodies.
+        let mut traceparents = http::HeaderMap::new();
+        for (name, value) in &headers {
+            if name == "traceparent" {
+                if let Ok(v) = http::HeaderValue::from_bytes(value) {
+                    traceparents.append(http::header::HeaderName::from_static("traceparent"), v);
+                }
+            }
+        }
+        let trace = TraceContext::of(&traceparents);
         let req = redis_rl_flow::HttpRequest {
             method,
             path,
             host: None,
-            headers: header_list(headers),
+            headers,
             peer: peer.and_then(|p| p.parse::<IpAddr>().ok()),
             route,
             request_id,
-            trace_id: None,
+            trace_id: Some(trace.trace_id()),
             settle_report: false,
         };
         let (flow, first) = self.flow.start(req, whole(now_ms));
@@ -204,6 +217,7 @@ impl Flow {
             mode: self.engine.config().failure_mode,
             instances: self.engine.config().instances.unwrap_or(NonZeroU32::MIN),
             step: Value::Null,
+            traceparent: trace.traceparent(),
         };
         request.step = request.value(first);
         request
@@ -219,6 +233,7 @@ pub struct RequestFlow {
     mode: redis_rl_policy::FailureModeName,
     instances: NonZeroU32,
     step: Value,
+    traceparent: String,
 }
 
 impl RequestFlow {
@@ -270,6 +285,12 @@ impl RequestFlow {
     #[napi(getter, ts_return_type = "unknown")]
     pub fn step(&self) -> Value {
         self.step.clone()
+    }
+
+    /// The `traceparent` the application sees: the request's trace, this hop as the parent.
+    #[napi(getter)]
+    pub fn traceparent(&self) -> String {
+        self.traceparent.clone()
     }
 
     /// The limiter's policy of each plan item (empty before `book`): its window, failure

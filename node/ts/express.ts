@@ -7,6 +7,7 @@ interface ExpressRequest {
   originalUrl: string;
   url: string;
   rawHeaders: string[];
+  headers: Record<string, string | string[] | undefined>;
   socket: { remoteAddress?: string };
 }
 
@@ -83,6 +84,10 @@ export function rateLimit(options: RateLimitOptions): RateLimitHandler {
           return;
         }
         for (const [name, value] of verdict.headers) res.setHeader(name, value);
+        // The application sees the request id the response carries, and the trace with this
+        // hop as the parent (as rl-gateway forwards them).
+        req.headers['x-request-id'] = verdict.requestId;
+        req.headers.traceparent = verdict.traceparent;
         if (verdict.path !== path && req.url === req.originalUrl) {
           // The application sees the path's normal form, as rl-gateway forwards it.
           req.url = verdict.path + (q === -1 ? '' : req.originalUrl.slice(q));

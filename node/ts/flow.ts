@@ -69,6 +69,9 @@ export type Verdict =
       headers: [string, string][];
       /** The path's normal form (what the application sees). */
       path: string;
+      /** The request id and the trace (this hop as the parent) the application sees. */
+      requestId: string;
+      traceparent: string;
       /** Call after the response: settles the reservation from its headers (a cost header). */
       finish: ((responseHeaders: [string, string][]) => Promise<void>) | null;
     };
@@ -243,7 +246,7 @@ export class FlowDriver {
     }
     const headers: [string, string][] = [...step.headers, ['x-request-id', rid]];
     const finish = step.settle ? (response: [string, string][]) => this.settle(request, response, policies) : null;
-    return { kind: 'forward', headers, path: step.path, finish };
+    return { kind: 'forward', headers, path: step.path, requestId: rid, traceparent: request.traceparent, finish };
   }
 
   /** The limiter call and the ban reads, concurrently: one round trip of latency. */
