@@ -273,7 +273,7 @@ def test_every_front_end_answers_and_writes_the_same(where: Any, prefix: str, tm
             expected = keys(r, prefixes["proxy"])
             assert any(":{top}:login:" in k for k in expected), expected
             assert any(k.endswith(":r:login:ban") for k in expected), expected
-            for name in ("auth", "python", "express"):
+            for name in ("express", "auth", "python"):
                 until(lambda: keys(r, prefixes[name]) == keys(r, prefixes["proxy"]),
                       f"{name}: {keys(r, prefixes[name])} != {keys(r, prefixes['proxy'])}")
     finally:
