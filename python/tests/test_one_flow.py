@@ -137,11 +137,11 @@ class Gateway:
             self.proc.wait()
 
 
-NODE_APP = ROOT / "node" / "test" / "express-app.mjs"
+NODE_APP = ROOT / "node" / "scripts" / "express-app.mjs"
 
 
 class ExpressApp:
-    """An Express 5 app behind the Node.js middleware (``node/test/express-app.mjs``; the
+    """An Express 5 app behind the Node.js middleware (``node/scripts/express-app.mjs``; the
     package built by ``make node-build``)."""
 
     def __init__(self, server: Any, config: Path, tiers: str) -> None:

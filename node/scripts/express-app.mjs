@@ -1,7 +1,7 @@
 // An Express 5 app behind the redis-rl middleware, for the cross-front-end test (python/tests/
 // test_one_flow.py runs it next to rl-gateway and the Python middleware): every path and method
 // answers 200, /healthz is not limited.
-//   node test/express-app.mjs <port> <redis url> <config.toml> <tier hash>
+//   node scripts/express-app.mjs <port> <redis url> <config.toml> <tier hash>
 // Prints "listening" once it serves; a bad configuration exits 1 with the engine's text.
 import express from 'express';
 import Redis from 'ioredis';
