@@ -1,6 +1,6 @@
-// The Express middleware on the request flow (the flow rl-gateway runs), on the module and on
-// the Lua twin: a TOML of two rules (one with two windows and a ban), a delay, a cost from a
-// header settled after the response. Statuses, headers, problem bodies and the Redis keys;
+// The Express middleware (5, and 4) on the request flow (the flow rl-gateway runs), on the
+// module and on the Lua twin: a TOML of rules (one with two windows and a ban), a delay, a
+// cost from a header settled after the response. Statuses, headers, problem bodies and the Redis keys;
 // python/tests/test_one_flow.py compares the same app with rl-gateway request by request.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -8,6 +8,7 @@ import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import express from 'express';
+import express4 from 'express4';
 import IORedis from 'ioredis';
 import { rateLimit } from '../dist/esm/index.js';
 import { startServer } from './harness.mjs';
@@ -70,11 +71,11 @@ async function until(check, what) {
   }
 }
 
-async function run(server, prefix) {
+async function run(server, prefix, framework = express) {
   const path = join(dir, `${prefix}.toml`);
   writeFileSync(path, CONFIG(prefix));
   const client = new IORedis(server.port, '127.0.0.1');
-  const app = express();
+  const app = framework();
   app.use(rateLimit({ client, config: path, tiers: {} }));
   app.post('/llm', (req, res) => res.set('x-tokens-used', '10').json({ ok: true }));
   app.use((req, res) => res.json({ ok: true, path: req.path, rid: req.get('x-request-id') }));
@@ -152,6 +153,7 @@ async function run(server, prefix) {
 
 test('express: statuses, headers, bodies and keys on the module', () => run(servers.module, 'xm'));
 test('express: statuses, headers, bodies and keys on the Lua twin', () => run(servers.twin, 'xt'));
+test('express 4: the same on the module', () => run(servers.module, 'x4', express4));
 
 test('a bad configuration fails at start naming the file, the line and the field', () => {
   const path = join(dir, 'bad.toml');
