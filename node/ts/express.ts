@@ -40,7 +40,7 @@ export function peerOf(address: string | undefined): string | null {
 }
 
 /** The response's headers as `[name, value]` pairs (for the settlement). */
-function responseHeaders(res: ExpressResponse): [string, string][] {
+export function responseHeaders(res: Pick<ExpressResponse, "getHeaders">): [string, string][] {
   const pairs: [string, string][] = [];
   for (const [name, value] of Object.entries(res.getHeaders())) {
     if (value === undefined) continue;

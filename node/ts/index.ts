@@ -12,3 +12,4 @@ export { rateLimit } from './express.js';
 export type { RateLimitHandler } from './express.js';
 export { FlowDriver, loadFlow } from './flow.js';
 export type { RateLimitOptions, RateLimitConfig, TierResolver, Verdict, HttpRequest } from './flow.js';
+export { fastifyRateLimit } from './fastify.js';
