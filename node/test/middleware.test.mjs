@@ -1,4 +1,4 @@
-// The Express middleware (5, and 4) and the Fastify plugin on the request flow (the flow
+// The Express middleware (5, and 4), the Fastify plugin and the Hono middleware on the request flow (the flow
 // rl-gateway runs), on the module and on the Lua twin: a TOML of rules (one with two windows and a ban), a delay, a
 // cost from a header settled after the response. Statuses, headers, problem bodies and the Redis keys;
 // python/tests/test_one_flow.py compares the same app with rl-gateway request by request.
@@ -11,7 +11,9 @@ import express from 'express';
 import express4 from 'express4';
 import IORedis from 'ioredis';
 import Fastify from 'fastify';
-import { rateLimit, fastifyRateLimit, Limiter, policies } from '../dist/esm/index.js';
+import { Hono } from 'hono';
+import { serve } from '@hono/node-server';
+import { rateLimit, fastifyRateLimit, honoRateLimit, Limiter, policies } from '../dist/esm/index.js';
 import { startServer } from './harness.mjs';
 
 const CONFIG = (prefix) => `
@@ -93,6 +95,18 @@ async function onFastify(client, config) {
   app.all('/*', (req) => ({ ok: true, path: req.url }));
   await app.listen({ port: 0, host: '127.0.0.1' });
   return { base: `http://127.0.0.1:${app.server.address().port}`, close: () => app.close(), normalizes: false };
+}
+
+/** A Hono app on @hono/node-server behind the middleware. */
+async function onHono(client, config) {
+  const app = new Hono();
+  app.use(honoRateLimit({ client, config, tiers: {} }));
+  app.post('/llm', (c) => c.json({ ok: true }, 200, { 'x-tokens-used': '10' }));
+  app.all('*', (c) => c.json({ ok: true, path: c.req.path }));
+  const listener = await new Promise((r) => {
+    const s = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => r(s));
+  });
+  return { base: `http://127.0.0.1:${listener.address().port}`, close: () => listener.close(), normalizes: false };
 }
 
 async function run(server, prefix, serve = onExpress(express)) {
@@ -178,6 +192,8 @@ test('express: statuses, headers, bodies and keys on the Lua twin', () => run(se
 test('express 4: the same on the module', () => run(servers.module, 'x4', onExpress(express4)));
 test('fastify: the same on the module', () => run(servers.module, 'fm', onFastify));
 test('fastify: the same on the Lua twin', () => run(servers.twin, 'ft', onFastify));
+test('hono: the same on the module', () => run(servers.module, 'hm', onHono));
+test('hono: the same on the Lua twin', () => run(servers.twin, 'ht', onHono));
 
 test('a bad configuration fails at start naming the file, the line and the field', () => {
   const path = join(dir, 'bad.toml');

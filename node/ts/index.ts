@@ -13,3 +13,5 @@ export type { RateLimitHandler } from './express.js';
 export { FlowDriver, loadFlow } from './flow.js';
 export type { RateLimitOptions, RateLimitConfig, TierResolver, Verdict, HttpRequest } from './flow.js';
 export { fastifyRateLimit } from './fastify.js';
+export { honoRateLimit } from './hono.js';
+export type { HonoRateLimitOptions } from './hono.js';
