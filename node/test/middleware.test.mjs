@@ -4,6 +4,7 @@
 // python/tests/test_one_flow.py compares the same app with rl-gateway request by request.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,7 +15,7 @@ import Fastify from 'fastify';
 import { Hono } from 'hono';
 import { serve } from '@hono/node-server';
 import { rateLimit, fastifyRateLimit, honoRateLimit, Limiter, policies } from '../dist/esm/index.js';
-import { startServer } from './harness.mjs';
+import { startServer, ROOT } from './harness.mjs';
 
 const CONFIG = (prefix) => `
 key_prefix = "${prefix}"
@@ -202,4 +203,29 @@ test('a bad configuration fails at start naming the file, the line and the field
   assert.throws(() => rateLimit({ client, config: path }), (e) => e.message.startsWith(`${path}:6: rules[0].limits`));
   assert.throws(() => rateLimit({ client, config: { dimensions: ["nope"] } }), /^Error: <object>:1: unknown variant `nope`/);
   client.disconnect();
+});
+
+test('Redis unavailable: the failure mode decides (closed: 503, open: served)', async () => {
+  // A port nothing listens on: every call times out or fails to connect.
+  const p = Number(execFileSync('python3', [join(ROOT, 'scripts', 'ports.py')], { encoding: 'utf8' }).trim());
+  const client = new IORedis({ port: p, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false });
+  client.on('error', () => undefined); // refused connections, expected here
+  const answers = {};
+  for (const mode of ['closed', 'open']) {
+    const app = express();
+    app.use(rateLimit({
+      client,
+      config: { key_prefix: 'down', hot: [], dimensions: ['ip'], failure_mode: mode, fleet: { membership: false } },
+      limiterOptions: { timeoutMs: 200 },
+    }));
+    app.use((req, res) => res.json({ ok: true }));
+    const listener = app.listen(0, '127.0.0.1');
+    await new Promise((r) => listener.once('listening', r));
+    const res = await fetch(`http://127.0.0.1:${listener.address().port}/items/1`);
+    answers[mode] = [res.status, res.headers.get('content-type')];
+    listener.close();
+  }
+  client.disconnect();
+  assert.deepEqual(answers.closed, [503, 'application/problem+json']);
+  assert.equal(answers.open[0], 200);
 });
