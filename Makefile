@@ -68,7 +68,7 @@ venv:
 	@[ -x $(VENV)/bin/python ] || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check './python[test]'
 
-test-python: build venv
+test-python: build venv node-build
 	@echo "== python tests on $$(redis-server --version)"
 	RL_SERVER=redis-server $(VENV)/bin/pytest -q python/tests
 	@echo "== python tests on $$($(VALKEY_SERVER) --version)"

@@ -22,6 +22,7 @@
 
 mod core;
 mod decision;
+mod flow;
 mod op;
 mod policy;
 mod reply;

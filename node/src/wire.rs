@@ -88,18 +88,18 @@ impl Wire {
     /// Whether an error reply to `module` (sent by [`Wire::encode`]) asks for another call.
     pub(crate) fn retry(&self, module: &[String], message: &str) -> Retry {
         let lower = message.to_ascii_lowercase();
-        if self.twin() {
-            if message.starts_with("NOSCRIPT") {
-                return Retry::Send(twin_call("EVAL", &script().0, module.to_vec()));
-            }
-            return Retry::No;
-        }
         let is_module_command = module.first().is_some_and(|name| {
             name.len() > 3 && name.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("RL."))
         });
+        // The server has no module: the twin from now on. Also when the route is the twin
+        // already: calls sent concurrently before the first answer went out as the module's
+        // command, and each gets this answer (the twin's own errors never read so).
         if self.engine == Engine::Auto && is_module_command && lower.contains("unknown command") {
             self.route.store(TWIN, Ordering::Relaxed);
             return Retry::Send(self.encode(module.to_vec()));
+        }
+        if self.twin() && message.starts_with("NOSCRIPT") {
+            return Retry::Send(twin_call("EVAL", &script().0, module.to_vec()));
         }
         Retry::No
     }

@@ -213,6 +213,15 @@ export class Limiter {
     return { kind: 'charged', units: actual - reserved, decision: op.decision() };
   }
 
+  /**
+   * Sends one command as it is through the client (with the limiter's timeout; `key` routes
+   * it on a cluster): for commands no limiter layer touches (ban reads, top offenders).
+   * Throws what the client throws.
+   */
+  query(words: string[], key: string): Promise<unknown> {
+    return this.send(words, key);
+  }
+
   /** `module` or `lua`: how the next call reaches the server. */
   get route(): string {
     return this.core.route;

@@ -1,5 +1,6 @@
 """One configuration, one scripted sequence of requests, every front end: rl-gateway's proxy
-(the tower layer of the client crate), its forward auth, and the Python ASGI middleware, each
+(the tower layer of the client crate), its forward auth, the Python ASGI middleware and the
+Node.js Express middleware (an Express 5 app in a node process), each
 under a key prefix of its own on the same server (with the module, and without it: the Lua
 twin). Every front end drives the same request flow (the Rust crate ``redis-rl-flow``), so the
 statuses, the quota headers, the problem bodies and the Redis keys (bans, top offenders and
@@ -136,6 +137,29 @@ class Gateway:
             self.proc.wait()
 
 
+NODE_APP = ROOT / "node" / "scripts" / "express-app.mjs"
+
+
+class ExpressApp:
+    """An Express 5 app behind the Node.js middleware (``node/scripts/express-app.mjs``; the
+    package built by ``make node-build``)."""
+
+    def __init__(self, server: Any, config: Path, tiers: str) -> None:
+        assert (ROOT / "node" / "dist" / "esm" / "index.js").exists(), "the Node package is not built: make node-build"
+        self.port = free_port()
+        self.proc = subprocess.Popen(["node", str(NODE_APP), str(self.port), server.url, str(config), tiers],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_healthy(self.proc, self.port)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def forward_auth(port: int) -> Send:
     """The proxy in front asks with the original request in X-Forwarded-* headers."""
 
@@ -164,7 +188,7 @@ def until(check: Callable[[], bool], what: str) -> None:
 
 # The rows of the book's table of features per front end that the sequence exercises.
 EXERCISED = ("dimensions, tiers, rules, several windows", "cost header", "bans", "delay", "top offenders")
-FRONT_ENDS = ("proxy", "forward auth", "ASGI (Python)")
+FRONT_ENDS = ("proxy", "forward auth", "ASGI (Python)", "Express (Node)")
 
 
 def feature_table() -> Dict[str, Dict[str, str]]:
@@ -196,10 +220,11 @@ def test_every_front_end_answers_and_writes_the_same(where: Any, prefix: str, tm
     r = redis.Redis(port=where.port, decode_responses=True)
     tiers = f"{prefix}:tiers"
     r.hset(tiers, "free-key", "free")
-    prefixes = {"proxy": f"{prefix}g", "auth": f"{prefix}a", "python": f"{prefix}y"}
+    prefixes = {"proxy": f"{prefix}g", "auth": f"{prefix}a", "python": f"{prefix}y", "express": f"{prefix}x"}
     configs = {name: write(tmp_path / f"{name}.toml", CONFIG.format(prefix=p)) for name, p in prefixes.items()}
     proxy = Gateway(where, configs["proxy"], tiers, auth=False)
     auth = Gateway(where, configs["auth"], tiers, auth=True)
+    node = ExpressApp(where, configs["express"], tiers)
     try:
         assert auth.auth_port is not None
         # Every path and method answers, as rl-gateway's own handler does.
@@ -217,6 +242,7 @@ def test_every_front_end_answers_and_writes_the_same(where: Any, prefix: str, tm
                 "proxy": lambda m, u, h: http(proxy.port, m, u, h),
                 "auth": forward_auth(auth.auth_port),
                 "python": python,
+                "express": lambda m, u, h: http(node.port, m, u, h),
             }
             # Each front end runs the whole sequence in turn (interleaved, a held request of one
             # would give the next front end a different clock).
@@ -247,10 +273,11 @@ def test_every_front_end_answers_and_writes_the_same(where: Any, prefix: str, tm
             expected = keys(r, prefixes["proxy"])
             assert any(":{top}:login:" in k for k in expected), expected
             assert any(k.endswith(":r:login:ban") for k in expected), expected
-            for name in ("auth", "python"):
+            for name in ("auth", "python", "express"):
                 until(lambda: keys(r, prefixes[name]) == keys(r, prefixes["proxy"]),
                       f"{name}: {keys(r, prefixes[name])} != {keys(r, prefixes['proxy'])}")
     finally:
         proxy.stop()
         auth.stop()
+        node.stop()
         r.close()

@@ -1,0 +1,419 @@
+//! The request flow for Node (`Flow`, `RequestFlow`): the middleware drives the same steps
+//! as rl-gateway and the Python middleware (admit, plan, ban check, book, decide, render,
+//! hold, settle, record) and only runs what each step asks with the application's own
+//! Redis client. Every call is synchronous and short: plain data in and out.
+//!
+//! A step is a plain object: `{kind: "tier", apiKey}`, `{kind: "book", takes, banReads}`,
+//! `{kind: "peek", takes}`, `{kind: "force", takes}`, `{kind: "respond", status, headers,
+//! body, record, settle}`, `{kind: "forward", headers, holdMs, path, record, settle}`; a
+//! take is `{item, key, units}` (`item`: the index into `policies()`).
+
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+use serde_json::{json, Value};
+
+use redis_rl_client::middleware::TraceContext;
+use redis_rl_client::{FailureMode, Policy as ClientPolicy};
+use redis_rl_flow::{commands, Record, Settle, Step, Take};
+use redis_rl_policy::{Adjust, Config, Engine, Verdict};
+
+use crate::policy::Policy;
+
+fn config_error(e: impl std::fmt::Display) -> Error {
+    Error::new(Status::InvalidArg, e.to_string())
+}
+
+fn takes(ts: &[Take]) -> Value {
+    ts.iter()
+        .map(|t| json!({"item": t.item, "key": t.key, "units": t.units}))
+        .collect()
+}
+
+fn headers(hs: &[(&'static str, String)]) -> Value {
+    hs.iter().map(|(n, v)| json!([n, v])).collect()
+}
+
+fn header_list(hs: Vec<Vec<String>>) -> Vec<(String, Vec<u8>)> {
+    hs.into_iter()
+        .filter_map(|mut pair| {
+            let value = pair.pop()?;
+            let name = pair.pop()?;
+            Some((name.to_ascii_lowercase(), value.into_bytes()))
+        })
+        .collect()
+}
+
+fn record(r: Record) -> Value {
+    let refusals: Vec<Value> = r
+        .refusals
+        .into_iter()
+        .map(|x| {
+            let strike = x.ban.map(|b| commands::strike(&x.subject, &b).args);
+            json!({"policy": x.policy, "subject": x.subject, "strike": strike})
+        })
+        .collect();
+    json!({
+        "tier": r.tier,
+        "refusals": refusals,
+        "giveBack": takes(&r.give_back),
+        "delayed": r.delayed,
+        "bannedMs": r.banned_ms,
+        "unknownTier": r.unknown_tier,
+    })
+}
+
+/// One item's decision as the limiter made it (`retryAfterMs` absent when denied for
+/// good; `source`: the decision's, `redis`, `deny_cache`, ...).
+#[napi(object)]
+pub struct FlowOutcome {
+    pub allowed: bool,
+    pub retry_after_ms: Option<f64>,
+    pub remaining: f64,
+    pub reset_after_ms: f64,
+    pub shadow: bool,
+    pub source: String,
+}
+
+fn whole(v: f64) -> u64 {
+    // Numbers from the limiter's own decisions: whole and in range.
+    if v.is_finite() && v > 0.0 {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let n = v as u64;
+        n
+    } else {
+        0
+    }
+}
+
+fn decided(outcomes: &[FlowOutcome]) -> Result<Vec<redis_rl_flow::Decided>> {
+    outcomes
+        .iter()
+        .map(|o| {
+            Ok(redis_rl_flow::Decided {
+                verdict: match (o.allowed, o.retry_after_ms) {
+                    (true, _) => Verdict::Allowed,
+                    (false, Some(r)) => Verdict::Denied {
+                        retry_after_ms: whole(r),
+                    },
+                    (false, None) => Verdict::Never,
+                },
+                remaining: whole(o.remaining),
+                reset_after_ms: whole(o.reset_after_ms),
+                shadow: o.shadow,
+                source: redis_rl_flow::Source::from_name(&o.source).ok_or_else(|| {
+                    Error::new(Status::InvalidArg, format!("unknown source {:?}", o.source))
+                })?,
+            })
+        })
+        .collect()
+}
+
+/// The request flow of one configuration: build one per middleware, start every request
+/// from it.
+#[napi]
+pub struct Flow {
+    flow: redis_rl_flow::Flow,
+    engine: Engine,
+}
+
+fn engine(
+    config: std::result::Result<Config, redis_rl_policy::ConfigError>,
+    source: &str,
+    routes: &[String],
+) -> Result<Engine> {
+    let config = config.map_err(config_error)?;
+    Engine::new(config, routes)
+        .map_err(|e| config_error(format!("{source}: {}: {}", e.field, e.message)))
+}
+
+#[napi]
+impl Flow {
+    /// Parses and validates TOML (rl-gateway's `--config`); `source` names the file in
+    /// errors, with the line and the field.
+    #[napi(factory)]
+    pub fn from_toml(text: String, source: String, routes: Option<Vec<String>>) -> Result<Self> {
+        let routes = routes.unwrap_or_default();
+        let engine = engine(Config::from_toml_named(&text, &source), &source, &routes)?;
+        Ok(Self::of(engine))
+    }
+
+    /// Parses and validates JSON of the same schema (an object built in code).
+    #[napi(factory)]
+    pub fn from_json(text: String, source: String, routes: Option<Vec<String>>) -> Result<Self> {
+        let routes = routes.unwrap_or_default();
+        let engine = engine(Config::from_json_named(&text, &source), &source, &routes)?;
+        Ok(Self::of(engine))
+    }
+
+    fn of(engine: Engine) -> Self {
+        Self {
+            flow: redis_rl_flow::Flow::new(engine.clone()),
+            engine,
+        }
+    }
+
+    /// The key prefix (bans' index, top offenders).
+    #[napi(getter)]
+    pub fn key_prefix(&self) -> String {
+        self.engine.config().key_prefix.clone()
+    }
+
+    /// The effective plan in words (as `rl-gateway --check-config`).
+    #[napi]
+    pub fn explain(&self) -> String {
+        self.engine.explain()
+    }
+
+    /// Requests held right now.
+    #[napi(getter)]
+    pub fn held(&self) -> u32 {
+        u32::try_from(self.flow.held()).unwrap_or(u32::MAX)
+    }
+
+    /// Starts a request; its first step is `RequestFlow.step`. `headers`: `[name, value]`
+    /// pairs; `nowMs`: a monotonic clock in milliseconds.
+    #[napi]
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        &self,
+        method: String,
+        path: String,
+        headers: Vec<Vec<String>>,
+        peer: Option<String>,
+        request_id: String,
+        route: Option<String>,
+        now_ms: f64,
+    ) -> RequestFlow {
+        let headers = header_list(headers);
+        // The request's W3C trace (its `traceparent` when valid, else a new one), as
+        // rl-gateway reads it: its id goes into problem bodies.
+        let mut traceparents = http::HeaderMap::new();
+        for (name, value) in &headers {
+            if name == "traceparent" {
+                if let Ok(v) = http::HeaderValue::from_bytes(value) {
+                    traceparents.append(http::header::HeaderName::from_static("traceparent"), v);
+                }
+            }
+        }
+        let trace = TraceContext::of(&traceparents);
+        let req = redis_rl_flow::HttpRequest {
+            method,
+            path,
+            host: None,
+            headers,
+            peer: peer.and_then(|p| p.parse::<IpAddr>().ok()),
+            route,
+            request_id,
+            trace_id: Some(trace.trace_id()),
+            settle_report: false,
+        };
+        let (flow, first) = self.flow.start(req, whole(now_ms));
+        let mut request = RequestFlow {
+            flow,
+            settle: None,
+            mode: self.engine.config().failure_mode,
+            instances: self.engine.config().instances.unwrap_or(NonZeroU32::MIN),
+            step: Value::Null,
+            traceparent: trace.traceparent(),
+        };
+        request.step = request.value(first);
+        request
+    }
+}
+
+/// One request's way through the flow; each method takes the answer of the step that
+/// named it and returns the next step.
+#[napi]
+pub struct RequestFlow {
+    flow: redis_rl_flow::RequestFlow,
+    settle: Option<Settle>,
+    mode: redis_rl_policy::FailureModeName,
+    instances: NonZeroU32,
+    step: Value,
+    traceparent: String,
+}
+
+impl RequestFlow {
+    fn value(&mut self, step: Step) -> Value {
+        match step {
+            Step::Tier { api_key } => json!({"kind": "tier", "apiKey": api_key}),
+            Step::Book(b) => {
+                json!({"kind": "book", "takes": takes(&b.takes), "banReads": b.ban_reads})
+            }
+            Step::Peek(ts) => json!({"kind": "peek", "takes": takes(&ts)}),
+            Step::Force(ts) => json!({"kind": "force", "takes": takes(&ts)}),
+            Step::Respond(r) => {
+                let settle = r.settle.is_some();
+                self.settle = r.settle;
+                json!({
+                    "kind": "respond",
+                    "status": r.response.status,
+                    "headers": headers(&r.response.headers),
+                    "body": r.response.body,
+                    "record": record(r.record),
+                    "settle": settle,
+                })
+            }
+            Step::Forward(f) => {
+                let settle = f.settle.is_some();
+                self.settle = f.settle;
+                json!({
+                    "kind": "forward",
+                    "headers": headers(&f.headers),
+                    "holdMs": f.hold_ms,
+                    "path": f.path,
+                    "record": record(f.record),
+                    "settle": settle,
+                })
+            }
+        }
+    }
+
+    fn next(&mut self, step: Step) -> Value {
+        let v = self.value(step);
+        self.step = v.clone();
+        v
+    }
+}
+
+#[napi]
+impl RequestFlow {
+    /// The first step.
+    #[napi(getter, ts_return_type = "unknown")]
+    pub fn step(&self) -> Value {
+        self.step.clone()
+    }
+
+    /// The `traceparent` the application sees: the request's trace, this hop as the parent.
+    #[napi(getter)]
+    pub fn traceparent(&self) -> String {
+        self.traceparent.clone()
+    }
+
+    /// The limiter's policy of each plan item (empty before `book`): its window, failure
+    /// mode (its own, else the configuration's) and shadow flag.
+    #[napi]
+    pub fn policies(&self) -> Vec<Policy> {
+        self.flow
+            .plan()
+            .items
+            .iter()
+            .map(|item| {
+                let mode =
+                    FailureMode::named(item.failure_mode.unwrap_or(self.mode), self.instances);
+                Policy {
+                    inner: ClientPolicy::new(item.spec.params())
+                        .on_failure(mode)
+                        .shadow(item.shadow),
+                }
+            })
+            .collect()
+    }
+
+    /// The answer to `tier`.
+    #[napi(ts_return_type = "unknown")]
+    pub fn tier(&mut self, tier: Option<String>) -> Value {
+        let s = self.flow.tier(tier);
+        self.next(s)
+    }
+
+    /// The answer to `book`: each take's outcome, the index of the refusing take, each ban
+    /// key's `PTTL` reply (`null`: the read failed), `nowMs`.
+    #[napi(ts_return_type = "unknown")]
+    pub fn booked(
+        &mut self,
+        outcomes: Vec<FlowOutcome>,
+        denied: Option<u32>,
+        bans: Vec<Option<i64>>,
+        now_ms: f64,
+    ) -> Result<Value> {
+        let d = decided(&outcomes)?;
+        let s = self
+            .flow
+            .booked(d, denied.map(|i| i as usize), bans, whole(now_ms));
+        Ok(self.next(s))
+    }
+
+    /// The answer to `peek` (`null`: Redis did not answer).
+    #[napi(ts_return_type = "unknown")]
+    pub fn peeked(&mut self, outcomes: Option<Vec<FlowOutcome>>) -> Result<Value> {
+        let d = outcomes.as_deref().map(decided).transpose()?;
+        let s = self.flow.peeked(d);
+        Ok(self.next(s))
+    }
+
+    /// The answer to `force`.
+    #[napi(ts_return_type = "unknown")]
+    pub fn forced(&mut self, ok: bool) -> Value {
+        let s = self.flow.forced(ok);
+        self.next(s)
+    }
+
+    /// Ends the request's hold.
+    #[napi]
+    pub fn release(&mut self) {
+        self.flow.release();
+    }
+
+    /// The response headers the settlement reads (lower case; empty without one).
+    #[napi]
+    pub fn settle_headers(&self) -> Vec<String> {
+        self.settle
+            .as_ref()
+            .map(|s| s.headers().into_iter().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
+    /// From the response's headers (`[name, value]` pairs): `{item, key, kind, units}` per
+    /// item to adjust in Redis (`kind`: `refund` or `charge`).
+    #[napi(
+        ts_return_type = "{ item: number; key: string; kind: 'refund' | 'charge'; units: number }[]"
+    )]
+    pub fn adjust(&self, response_headers: Vec<Vec<String>>) -> Value {
+        let Some(settle) = &self.settle else {
+            return json!([]);
+        };
+        let (items, _) = settle.adjust(&header_list(response_headers));
+        items
+            .into_iter()
+            .filter_map(|(t, a)| match a {
+                Adjust::Keep => None,
+                Adjust::Refund(n) => {
+                    Some(json!({"item": t.item, "key": t.key, "kind": "refund", "units": n}))
+                }
+                Adjust::Charge(n) => {
+                    Some(json!({"item": t.item, "key": t.key, "kind": "charge", "units": n}))
+                }
+            })
+            .collect()
+    }
+}
+
+/// After the ban script's `reply` for `(policy, subject)`: the command adding the new ban
+/// to the index under `prefix`, or `null` when no ban started.
+#[napi]
+pub fn ban_index_command(
+    prefix: String,
+    policy: String,
+    subject: String,
+    reply: Vec<i64>,
+) -> Result<Option<Vec<String>>> {
+    let new = commands::parse_strike(&reply).map_err(config_error)?;
+    Ok(new.map(|n| commands::index_ban(&prefix, &policy, &subject, &n).args))
+}
+
+/// The command adding `counts` (`[subject, refusals]`) of `policy` to the top offenders of
+/// the unix minute `minute`.
+#[napi]
+pub fn top_add_command(
+    prefix: String,
+    policy: String,
+    minute: f64,
+    counts: Vec<(String, u32)>,
+) -> Vec<String> {
+    let counts: Vec<(String, u64)> = counts.into_iter().map(|(s, n)| (s, u64::from(n))).collect();
+    commands::top_add(&prefix, &policy, whole(minute), &counts).args
+}

@@ -1,0 +1,231 @@
+// The Express middleware (5, and 4), the Fastify plugin and the Hono middleware on the request flow (the flow
+// rl-gateway runs), on the module and on the Lua twin: a TOML of rules (one with two windows and a ban), a delay, a
+// cost from a header settled after the response. Statuses, headers, problem bodies and the Redis keys;
+// python/tests/test_one_flow.py compares the same app with rl-gateway request by request.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import express from 'express';
+import express4 from 'express4';
+import IORedis from 'ioredis';
+import Fastify from 'fastify';
+import { Hono } from 'hono';
+import { serve } from '@hono/node-server';
+import { rateLimit, fastifyRateLimit, honoRateLimit, Limiter, policies } from '../dist/esm/index.js';
+import { startServer, ROOT } from './harness.mjs';
+
+const CONFIG = (prefix) => `
+key_prefix = "${prefix}"
+hot = []
+dimensions = ["ip"]
+[fleet]
+membership = false
+[ip]
+limit = 100
+algorithm = "gcra"
+
+[[rules]]
+name = "login"
+paths = ["/login"]
+methods = ["POST"]
+key = ["ip"]
+limits = ["2/minute", "5/hour"]
+algorithm = "gcra"
+ban = { after = 2, within_ms = 60000, for_ms = 600000 }
+
+[[rules]]
+name = "tokens"
+paths = ["/llm"]
+key = ["ip"]
+limit = 100
+window_ms = 3600000
+algorithm = "gcra"
+cost = "header:x-max-tokens"
+settle = "response-header:x-tokens-used"
+
+[[rules]]
+name = "burst"
+paths = ["/slow"]
+key = ["ip"]
+limit = 1
+window_ms = 1000
+algorithm = "gcra"
+delay_max_ms = 2000
+`;
+
+const dir = mkdtempSync(join(tmpdir(), 'rl-express-'));
+const servers = {};
+before(async () => {
+  servers.module = await startServer();
+  servers.twin = await startServer({ module: false });
+});
+after(() => {
+  Object.values(servers).forEach((s) => s.stop());
+  rmSync(dir, { recursive: true, force: true });
+});
+
+async function until(check, what) {
+  const deadline = Date.now() + 5000;
+  while (!(await check())) {
+    assert.ok(Date.now() < deadline, what);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** An Express app (5, or 4) behind the middleware: its base URL and how to close it. */
+function onExpress(framework) {
+  return async (client, config) => {
+    const app = framework();
+    app.use(rateLimit({ client, config, tiers: {} }));
+    app.post('/llm', (req, res) => res.set('x-tokens-used', '10').json({ ok: true }));
+    app.use((req, res) => res.json({ ok: true, path: req.path }));
+    const listener = app.listen(0, '127.0.0.1');
+    await new Promise((r) => listener.once('listening', r));
+    return { base: `http://127.0.0.1:${listener.address().port}`, close: () => listener.close(), normalizes: true };
+  };
+}
+
+/** A Fastify app behind the plugin. */
+async function onFastify(client, config) {
+  const app = Fastify();
+  await app.register(fastifyRateLimit, { client, config, tiers: {} });
+  app.post('/llm', (req, reply) => reply.header('x-tokens-used', '10').send({ ok: true }));
+  app.all('/*', (req) => ({ ok: true, path: req.url }));
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  return { base: `http://127.0.0.1:${app.server.address().port}`, close: () => app.close(), normalizes: false };
+}
+
+/** A Hono app on @hono/node-server behind the middleware. */
+async function onHono(client, config) {
+  const app = new Hono();
+  app.use(honoRateLimit({ client, config, tiers: {} }));
+  app.post('/llm', (c) => c.json({ ok: true }, 200, { 'x-tokens-used': '10' }));
+  app.all('*', (c) => c.json({ ok: true, path: c.req.path }));
+  const listener = await new Promise((r) => {
+    const s = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => r(s));
+  });
+  return { base: `http://127.0.0.1:${listener.address().port}`, close: () => listener.close(), normalizes: false };
+}
+
+async function run(server, prefix, serve = onExpress(express)) {
+  const path = join(dir, `${prefix}.toml`);
+  writeFileSync(path, CONFIG(prefix));
+  const client = new IORedis(server.port, '127.0.0.1');
+  const { base, close, normalizes } = await serve(client, path);
+  const send = (method, url, headers = {}) => fetch(base + url, { method, headers });
+  try {
+    // Two windows: the first refusal is the minute's; each refusal is a strike, two ban.
+    const login = [];
+    for (let i = 0; i < 4; i++) login.push(await send('POST', '/login'));
+    assert.deepEqual(login.map((r) => r.status), [200, 200, 429, 429]);
+    assert.equal(login[0].headers.get('ratelimit-policy'), '"ip";q=100;w=60, "login-1m";q=2;w=60, "login-1h";q=5;w=3600');
+    assert.equal(login[0].headers.get('ratelimit'), '"login-1m";r=1;t=30');
+    assert.equal(login[0].headers.get('x-ratelimit-limit'), '2');
+    assert.equal(login[0].headers.get('x-ratelimit-remaining'), '1');
+    assert.ok(login[0].headers.get('x-request-id'));
+    const refused = login[2];
+    assert.equal(refused.headers.get('content-type'), 'application/problem+json');
+    assert.equal(refused.headers.get('retry-after'), '30');
+    const problem = await refused.json();
+    assert.equal(problem.status, 429);
+    assert.equal(problem.policy, 'login-1m');
+    assert.equal(problem.dimension, 'login');
+    assert.equal(problem.request_id, refused.headers.get('x-request-id'));
+    const ban = `${prefix}:{ip:127.0.0.1}:r:login:ban`;
+    await until(async () => (await client.exists(ban)) === 1, 'no ban');
+    // Banned: refused for the ban's time, without a limiter call.
+    const banned = await send('POST', '/login', { 'x-request-id': 'banned-1' });
+    assert.equal(banned.status, 429);
+    assert.ok(Number(banned.headers.get('retry-after')) > 60, banned.headers.get('retry-after'));
+    assert.equal((await banned.json()).request_id, 'banned-1');
+    // GET is no login: only the ip dimension.
+    assert.equal((await send('GET', '/login')).status, 200);
+
+    // The cost from a header, settled from the response's: 60 reserved, 10 used.
+    const llm = await send('POST', '/llm', { 'x-max-tokens': '60' });
+    assert.equal(llm.status, 200);
+    assert.equal(llm.headers.get('x-ratelimit-remaining'), '40');
+    const tokens = `${prefix}:{ip:127.0.0.1}:r:tokens`;
+    // Settled off the response's path (on 'finish'): 50 of the 60 given back, soon.
+    const looking = new Limiter(client, { denyCache: 0 });
+    const rule = policies.fromRate('gcra', 100, 3_600_000);
+    await until(async () => (await looking.peek(tokens, rule, 80)).allowed, 'not settled');
+    const after = await send('POST', '/llm', { 'x-max-tokens': '80' });
+    assert.equal(after.status, 200, 'the 50 units given back let 80 more pass');
+    assert.equal(after.headers.get('x-ratelimit-remaining'), '10');
+    assert.equal((await send('POST', '/llm', { 'x-max-tokens': 'abc' })).status, 400);
+    assert.equal(await client.exists(tokens), 1);
+
+    // 1 per second: the second is held for its slot (booked with FORCE), then served.
+    const slow = [await send('GET', '/slow'), await send('GET', '/slow')];
+    assert.deepEqual(slow.map((r) => r.status), [200, 200]);
+    assert.equal((await slow[1].json()).path, '/slow');
+
+    // The application sees the path's normal form (Express; Fastify has routed already).
+    if (normalizes) assert.equal((await (await send('GET', '//items/./1/')).json()).path, '/items/1');
+
+    // The keys rl-gateway writes for the same requests (the top offenders once flushed).
+    const minute = /:\{top\}:([^:]+):\d+$/;
+    const keys = async () => (await client.keys(`${prefix}:*`)).map((k) => k.slice(prefix.length).replace(minute, ':{top}:$1:#')).sort();
+    await until(async () => (await keys()).includes(':{top}:login:#'), 'no top offenders');
+    const seen = (await keys()).filter((k) => k !== ':{ip:127.0.0.1}:r:burst');
+    assert.deepEqual(seen, [
+      ':{bans}',
+      ':{ip:127.0.0.1}',
+      ':{ip:127.0.0.1}:r:login:1h',
+      ':{ip:127.0.0.1}:r:login:1m',
+      ':{ip:127.0.0.1}:r:login:ban',
+      ':{ip:127.0.0.1}:r:login:ban:level',
+      ':{ip:127.0.0.1}:r:tokens',
+      ':{top}:login:#',
+    ]);
+  } finally {
+    await close();
+    client.disconnect();
+  }
+}
+
+test('express: statuses, headers, bodies and keys on the module', () => run(servers.module, 'xm'));
+test('express: statuses, headers, bodies and keys on the Lua twin', () => run(servers.twin, 'xt'));
+test('express 4: the same on the module', () => run(servers.module, 'x4', onExpress(express4)));
+test('fastify: the same on the module', () => run(servers.module, 'fm', onFastify));
+test('fastify: the same on the Lua twin', () => run(servers.twin, 'ft', onFastify));
+test('hono: the same on the module', () => run(servers.module, 'hm', onHono));
+test('hono: the same on the Lua twin', () => run(servers.twin, 'ht', onHono));
+
+test('a bad configuration fails at start naming the file, the line and the field', () => {
+  const path = join(dir, 'bad.toml');
+  writeFileSync(path, 'dimensions = ["ip"]\n\n[[rules]]\nname = "a"\nkey = ["ip"]\nlimits = ["5/fortnight"]\n');
+  const client = new IORedis({ lazyConnect: true });
+  assert.throws(() => rateLimit({ client, config: path }), (e) => e.message.startsWith(`${path}:6: rules[0].limits`));
+  assert.throws(() => rateLimit({ client, config: { dimensions: ["nope"] } }), /^Error: <object>:1: unknown variant `nope`/);
+  client.disconnect();
+});
+
+test('Redis unavailable: the failure mode decides (closed: 503, open: served)', async () => {
+  // A port nothing listens on: every call times out or fails to connect.
+  const p = Number(execFileSync('python3', [join(ROOT, 'scripts', 'ports.py')], { encoding: 'utf8' }).trim());
+  const client = new IORedis({ port: p, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false });
+  client.on('error', () => undefined); // refused connections, expected here
+  const answers = {};
+  for (const mode of ['closed', 'open']) {
+    const app = express();
+    app.use(rateLimit({
+      client,
+      config: { key_prefix: 'down', hot: [], dimensions: ['ip'], failure_mode: mode, fleet: { membership: false } },
+      limiterOptions: { timeoutMs: 200 },
+    }));
+    app.use((req, res) => res.json({ ok: true }));
+    const listener = app.listen(0, '127.0.0.1');
+    await new Promise((r) => listener.once('listening', r));
+    const res = await fetch(`http://127.0.0.1:${listener.address().port}/items/1`);
+    answers[mode] = [res.status, res.headers.get('content-type')];
+    listener.close();
+  }
+  client.disconnect();
+  assert.deepEqual(answers.closed, [503, 'application/problem+json']);
+  assert.equal(answers.open[0], 200);
+});

@@ -1,0 +1,103 @@
+// Express (4 and 5): the request flow as a middleware. Typed structurally, so the package
+// needs no Express at run time and works with either major version.
+import { FlowDriver, type HttpRequest, type RateLimitOptions } from './flow.js';
+
+interface ExpressRequest {
+  method: string;
+  originalUrl: string;
+  url: string;
+  rawHeaders: string[];
+  headers: Record<string, string | string[] | undefined>;
+  socket: { remoteAddress?: string };
+}
+
+interface ExpressResponse {
+  statusCode: number;
+  setHeader(name: string, value: string | string[]): unknown;
+  getHeaders(): Record<string, number | string | string[] | undefined>;
+  end(body?: string): unknown;
+  on(event: 'finish', listener: () => void): unknown;
+}
+
+type Next = (error?: unknown) => void;
+
+/** An Express middleware: `(req, res, next)`; `driver` is the flow's driver it runs. */
+export type RateLimitHandler = ((req: ExpressRequest, res: ExpressResponse, next: Next) => void) & {
+  driver: FlowDriver;
+};
+
+/** `[name, value]` pairs of Node's raw headers (names as sent). */
+export function headerPairs(raw: string[]): [string, string][] {
+  const pairs: [string, string][] = [];
+  for (let i = 0; i + 1 < raw.length; i += 2) pairs.push([raw[i], raw[i + 1]]);
+  return pairs;
+}
+
+/** The client's address as the flow reads it (an IPv4 peer on a dual-stack socket without `::ffff:`). */
+export function peerOf(address: string | undefined): string | null {
+  if (!address) return null;
+  return address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address;
+}
+
+/** The response's headers as `[name, value]` pairs (for the settlement). */
+export function responseHeaders(res: Pick<ExpressResponse, "getHeaders">): [string, string][] {
+  const pairs: [string, string][] = [];
+  for (const [name, value] of Object.entries(res.getHeaders())) {
+    if (value === undefined) continue;
+    for (const v of Array.isArray(value) ? value : [value]) pairs.push([name, String(v)]);
+  }
+  return pairs;
+}
+
+/**
+ * Rate-limits every request through the flow rl-gateway runs, configured by the same TOML
+ * (`config`: its path, or the same structure as an object):
+ *
+ * ```js
+ * app.use(rateLimit({ client: new Redis(), config: 'rl.toml' }));
+ * ```
+ *
+ * A refused request gets its status, `RateLimit*` headers and problem+json body here; an
+ * allowed one goes on with the headers set (after its hold, under `delay_max_ms`), and a
+ * rule's cost is settled from the response's header once it is sent. A bad configuration
+ * throws here (the application's start), naming the file, the line and the field.
+ */
+export function rateLimit(options: RateLimitOptions): RateLimitHandler {
+  const driver = new FlowDriver(options);
+  const handler = (req: ExpressRequest, res: ExpressResponse, next: Next): void => {
+    const q = req.originalUrl.indexOf('?');
+    const path = q === -1 ? req.originalUrl : req.originalUrl.slice(0, q);
+    const request: HttpRequest = {
+      method: req.method,
+      path,
+      headers: headerPairs(req.rawHeaders),
+      peer: peerOf(req.socket.remoteAddress),
+    };
+    driver.decide(request).then(
+      (verdict) => {
+        if (verdict === null) return next();
+        if (verdict.kind === 'respond') {
+          res.statusCode = verdict.status;
+          for (const [name, value] of verdict.headers) res.setHeader(name, value);
+          res.setHeader('content-length', String(Buffer.byteLength(verdict.body)));
+          res.end(verdict.body);
+          return;
+        }
+        for (const [name, value] of verdict.headers) res.setHeader(name, value);
+        // The application sees the request id the response carries, and the trace with this
+        // hop as the parent (as rl-gateway forwards them).
+        req.headers['x-request-id'] = verdict.requestId;
+        req.headers.traceparent = verdict.traceparent;
+        if (verdict.path !== path && req.url === req.originalUrl) {
+          // The application sees the path's normal form, as rl-gateway forwards it.
+          req.url = verdict.path + (q === -1 ? '' : req.originalUrl.slice(q));
+        }
+        const finish = verdict.finish;
+        if (finish !== null) res.on('finish', () => void finish(responseHeaders(res)));
+        next();
+      },
+      (error: unknown) => next(error),
+    );
+  };
+  return Object.assign(handler, { driver });
+}

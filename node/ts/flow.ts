@@ -1,0 +1,362 @@
+// The middleware's side of the request flow (the addon's `Flow`, the Rust flow rl-gateway
+// and the Python middleware run): it only runs what each step asks, with the application's
+// own Redis client. Every decision (plan, bans, costs, render, delay, settle, what to
+// record) is the flow's; every call into the addon is synchronous.
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import native from './load.js';
+import type { FlowOutcome, Policy, RequestFlow } from './load.js';
+import { Limiter, type Decision, type LimiterOptions } from './limiter.js';
+import type { RedisLike } from './client.js';
+
+/** One plan item's units, as a step names them (`item` indexes the request's policies). */
+export interface Take {
+  item: number;
+  key: string;
+  units: number;
+}
+
+/** What the flow recorded for a request: refusals towards bans and top offenders. */
+interface FlowRecord {
+  tier: string;
+  refusals: { policy: string; subject: string; strike: string[] | null }[];
+  giveBack: Take[];
+  delayed: string | null;
+  bannedMs: number | null;
+  unknownTier: string | null;
+}
+
+type Step =
+  | { kind: 'tier'; apiKey: string }
+  | { kind: 'book'; takes: Take[]; banReads: string[] }
+  | { kind: 'peek'; takes: Take[] }
+  | { kind: 'force'; takes: Take[] }
+  | { kind: 'respond'; status: number; headers: [string, string][]; body: string; record: FlowRecord; settle: boolean }
+  | { kind: 'forward'; headers: [string, string][]; holdMs: number | null; path: string; record: FlowRecord; settle: boolean };
+
+/** A tier lookup: an API key's tier name, or null for the default tier. */
+export type TierResolver = (apiKey: string) => Promise<string | null | undefined> | string | null | undefined;
+
+/** The configuration: the path of a TOML file (`rl-gateway --config`'s format), or an object of the same schema. */
+export type RateLimitConfig = string | Record<string, unknown>;
+
+export interface RateLimitOptions {
+  /** The application's Redis client (ioredis, iovalkey, node-redis), or `limiter`. */
+  client?: RedisLike;
+  /** A `Limiter` of your own (its client does the I/O). */
+  limiter?: Limiter;
+  /** Options of the limiter built from `client`. */
+  limiterOptions?: LimiterOptions;
+  /** The TOML file's path or the same structure as an object; omitted: the design's defaults. */
+  config?: RateLimitConfig;
+  /** Route templates of the endpoint dimension besides the rules' paths (`rl-gateway --route`). */
+  routes?: string[];
+  /** Tiers: an object from API key to tier name, or a function; default: the Redis hash `tierHash`. */
+  tiers?: Record<string, string> | TierResolver;
+  /** The Redis hash of tiers (default `rl:tiers`), read with `HGET`, each answer kept `tierCacheMs`. */
+  tierHash?: string;
+  /** How long a tier read from the hash is kept, in ms (default 10000). */
+  tierCacheMs?: number;
+  /** Paths never limited (health checks). */
+  excludePaths?: string[];
+}
+
+/** What the framework does with a request. */
+export type Verdict =
+  | { kind: 'respond'; status: number; headers: [string, string][]; body: string }
+  | {
+      kind: 'forward';
+      headers: [string, string][];
+      /** The path's normal form (what the application sees). */
+      path: string;
+      /** The request id and the trace (this hop as the parent) the application sees. */
+      requestId: string;
+      traceparent: string;
+      /** Call after the response: settles the reservation from its headers (a cost header). */
+      finish: ((responseHeaders: [string, string][]) => Promise<void>) | null;
+    };
+
+/** The request as a framework sees it. */
+export interface HttpRequest {
+  method: string;
+  path: string;
+  /** `[name, value]` pairs. */
+  headers: [string, string][];
+  /** The client's address. */
+  peer: string | null;
+  /** The route template, when the framework knows it before the handler. */
+  route?: string | null;
+}
+
+const REQUEST_ID = /^[A-Za-z0-9\-_.:]{1,128}$/;
+// Refusal tasks in flight at most: past it a refusal is dropped, as rl-gateway's bounded queue does.
+const MAX_IN_FLIGHT = 1000;
+
+function nowMs(): number {
+  return Math.floor(performance.now());
+}
+
+/** The flow of `config` (a path, an object, or nothing); a bad one throws naming the file, the line and the field. */
+export function loadFlow(config: RateLimitConfig | undefined, routes: string[] = []): InstanceType<typeof native.Flow> {
+  if (config === undefined) return native.Flow.fromJson('{}', '<defaults>', routes);
+  if (typeof config === 'string') {
+    let text: string;
+    try {
+      text = readFileSync(config, 'utf8');
+    } catch (e) {
+      throw new Error(`${config}: ${(e as Error).message}`);
+    }
+    return native.Flow.fromToml(text, config, routes);
+  }
+  return native.Flow.fromJson(JSON.stringify(config), '<object>', routes);
+}
+
+function outcome(d: Decision): FlowOutcome {
+  return {
+    allowed: d.allowed,
+    retryAfterMs: d.retryAfterMs ?? undefined,
+    remaining: d.remaining,
+    resetAfterMs: d.resetAfterMs,
+    shadow: d.shadow,
+    source: d.source,
+  };
+}
+
+const FALLBACK = new Set(['local', 'fail_open', 'fail_closed']);
+
+/** One at a time: held requests are booked in turn (look, then FORCE), so two never get the same slot. */
+class Lock {
+  private tail: Promise<void> = Promise.resolve();
+  acquire(): Promise<() => void> {
+    let release!: () => void;
+    const next = new Promise<void>((r) => (release = r));
+    const turn = this.tail.then(() => release);
+    this.tail = next;
+    return turn;
+  }
+}
+
+/** Tiers in a Redis hash (`HSET rl:tiers <api key> pro`), each answer kept a while. */
+function hashTiers(limiter: Limiter, hash: string, ttlMs: number): TierResolver {
+  const cache = new Map<string, { tier: string | null; at: number }>();
+  return async (apiKey) => {
+    const hit = cache.get(apiKey);
+    const now = nowMs();
+    if (hit && now - hit.at < ttlMs) return hit.tier;
+    try {
+      const value = await limiter.query(['HGET', hash, apiKey], hash);
+      const tier = value == null ? null : String(value);
+      cache.delete(apiKey);
+      cache.set(apiKey, { tier, at: now });
+      // A bounded cache: the oldest answer goes first.
+      if (cache.size > 100_000) cache.delete(cache.keys().next().value as string);
+      return tier;
+    } catch {
+      return hit ? hit.tier : null;
+    }
+  };
+}
+
+/**
+ * The flow's driver, shared by the Express, Fastify and Hono adapters: `decide` runs a
+ * request through the flow and says what the framework does with it.
+ */
+export class FlowDriver {
+  readonly limiter: Limiter;
+  /** Peeks and FORCE of held requests: asked of Redis itself, never the deny cache. */
+  private readonly direct: Limiter;
+  private readonly flow: InstanceType<typeof native.Flow>;
+  private readonly tiers: TierResolver;
+  private readonly exclude: Set<string>;
+  private readonly booking = new Lock();
+  private readonly prefix: string;
+  private readonly counts = new Map<string, [string, string, number]>();
+  private flushing: NodeJS.Timeout | null = null;
+  private inFlight = 0;
+  /** Refusals not counted towards bans because too many were in flight. */
+  dropped = 0;
+
+  constructor(options: RateLimitOptions) {
+    // The configuration first: a bad one fails the application's start, not its requests.
+    this.flow = loadFlow(options.config, options.routes);
+    if (options.limiter) {
+      this.limiter = options.limiter;
+    } else if (options.client) {
+      this.limiter = new Limiter(options.client, options.limiterOptions);
+    } else {
+      throw new TypeError('redis-rl: the middleware needs `client` (your Redis client) or `limiter`');
+    }
+    this.direct = new Limiter(this.limiter.client, { ...options.limiterOptions, denyCache: 0 });
+    const tiers = options.tiers;
+    if (typeof tiers === 'function') this.tiers = tiers;
+    else if (tiers) this.tiers = (k) => tiers[k] ?? null;
+    else this.tiers = hashTiers(this.limiter, options.tierHash ?? 'rl:tiers', options.tierCacheMs ?? 10_000);
+    this.exclude = new Set(options.excludePaths ?? []);
+    this.prefix = this.flow.keyPrefix;
+  }
+
+  /** The effective plan in words (as `rl-gateway --check-config`). */
+  explain(): string {
+    return this.flow.explain();
+  }
+
+  /** Runs `req` through the flow: respond (refused) or forward (after any hold), or null (excluded). */
+  async decide(req: HttpRequest): Promise<Verdict | null> {
+    if (this.exclude.has(req.path)) return null;
+    const given = req.headers.find(([n]) => n.toLowerCase() === 'x-request-id')?.[1];
+    const rid = given !== undefined && REQUEST_ID.test(given) ? given : randomUUID();
+    const request = this.flow.start(req.method, req.path, req.headers, req.peer, rid, req.route ?? null, nowMs());
+    let step = request.step as Step;
+    let policies: Policy[] = [];
+    let release: (() => void) | null = null;
+    try {
+      for (;;) {
+        if (step.kind === 'tier') {
+          step = request.tier((await this.tiers(step.apiKey)) ?? null) as Step;
+        } else if (step.kind === 'book') {
+          policies = request.policies();
+          const [outcomes, denied, bans] = await this.book(step.takes, step.banReads, policies);
+          step = request.booked(outcomes, denied, bans, nowMs()) as Step;
+        } else if (step.kind === 'peek') {
+          release = await this.booking.acquire();
+          step = request.peeked(await this.peek(step.takes, policies)) as Step;
+        } else if (step.kind === 'force') {
+          const ok = await this.force(step.takes, policies);
+          release?.();
+          release = null;
+          step = request.forced(ok) as Step;
+        } else {
+          break;
+        }
+      }
+    } finally {
+      release?.();
+    }
+    this.record(step.record, policies);
+    if (step.kind === 'respond') {
+      return { kind: 'respond', status: step.status, headers: step.headers, body: step.body };
+    }
+    if (step.holdMs !== null) {
+      // delay_max_ms: booked for its slot with FORCE, held, then served.
+      try {
+        await new Promise((r) => setTimeout(r, step.holdMs as number));
+      } finally {
+        request.release();
+      }
+    }
+    const headers: [string, string][] = [...step.headers, ['x-request-id', rid]];
+    const finish = step.settle ? (response: [string, string][]) => this.settle(request, response, policies) : null;
+    return { kind: 'forward', headers, path: step.path, requestId: rid, traceparent: request.traceparent, finish };
+  }
+
+  /** The limiter call and the ban reads, concurrently: one round trip of latency. */
+  private async book(
+    takes: Take[],
+    banReads: string[],
+    policies: Policy[],
+  ): Promise<[FlowOutcome[], number | null, (number | null)[]]> {
+    const pttl = async (key: string): Promise<number | null> => {
+      try {
+        return Number(await this.limiter.query(['PTTL', key], key));
+      } catch {
+        return null; // a failed read is no ban: the limits still apply
+      }
+    };
+    const [md, bans] = await Promise.all([
+      this.limiter.checkAll(
+        takes.map((t) => [t.key, policies[t.item]] as [string, Policy]),
+        takes.map((t) => t.units),
+      ),
+      Promise.all(banReads.map(pttl)),
+    ]);
+    return [md.decisions.map(outcome), md.deniedIndex, bans];
+  }
+
+  private async peek(takes: Take[], policies: Policy[]): Promise<FlowOutcome[] | null> {
+    const looked = await Promise.all(takes.map((t) => this.direct.peek(t.key, policies[t.item], t.units)));
+    // Redis did not answer: a failure mode's decision is no slot to book.
+    if (looked.some((d) => FALLBACK.has(d.source))) return null;
+    return looked.map(outcome);
+  }
+
+  private async force(takes: Take[], policies: Policy[]): Promise<boolean> {
+    try {
+      for (const t of takes) await this.direct.settle(t.key, policies[t.item], 0, t.units);
+      return true;
+    } catch {
+      return false; // Redis did not answer: refused as before
+    }
+  }
+
+  /** Refunds or charges each item the difference the response's headers report. */
+  private async settle(request: RequestFlow, response: [string, string][], policies: Policy[]): Promise<void> {
+    for (const a of request.adjust(response)) {
+      try {
+        if (a.kind === 'refund') await this.limiter.refund(a.key, policies[a.item], a.units);
+        else await this.limiter.settle(a.key, policies[a.item], 0, a.units);
+      } catch {
+        // the reservation stands
+      }
+    }
+  }
+
+  /** What a request leaves behind, off its path: strikes towards bans, top offenders, units to give back. */
+  private record(record: FlowRecord, policies: Policy[]): void {
+    for (const r of record.refusals) {
+      if (r.strike !== null) this.spawn(() => this.strike(r.policy, r.subject, r.strike as string[]));
+      const id = `${r.policy}\n${r.subject}`;
+      const c = this.counts.get(id);
+      if (c) c[2] += 1;
+      else this.counts.set(id, [r.policy, r.subject, 1]);
+    }
+    if (this.counts.size > 0 && this.flushing === null) {
+      this.flushing = setTimeout(() => void this.flush(), 1000);
+      this.flushing.unref();
+    }
+    if (record.giveBack.length > 0) {
+      const takes = record.giveBack;
+      this.spawn(async () => {
+        for (const t of takes) await this.limiter.refund(t.key, policies[t.item], t.units).catch(() => undefined);
+      });
+    }
+  }
+
+  private spawn(task: () => Promise<void>): void {
+    if (this.inFlight >= MAX_IN_FLIGHT) {
+      this.dropped += 1;
+      return;
+    }
+    this.inFlight += 1;
+    task()
+      .catch(() => undefined)
+      .finally(() => (this.inFlight -= 1));
+  }
+
+  private async strike(policy: string, subject: string, strike: string[]): Promise<void> {
+    // EVAL script numkeys key...: the first key routes it.
+    const reply = (await this.limiter.query(strike, strike[3] ?? subject)) as unknown[];
+    const command = native.banIndexCommand(this.prefix, policy, subject, reply.map(Number));
+    if (command !== null) await this.limiter.query(command, command[3] ?? this.prefix);
+  }
+
+  /** Writes the summed refusals into the current minute's top-offender sets (once a second). */
+  async flush(): Promise<void> {
+    if (this.flushing !== null) clearTimeout(this.flushing);
+    this.flushing = null;
+    const counts = [...this.counts.values()];
+    this.counts.clear();
+    const byPolicy = new Map<string, [string, number][]>();
+    for (const [policy, subject, n] of counts) {
+      const list = byPolicy.get(policy) ?? [];
+      list.push([subject, n]);
+      byPolicy.set(policy, list);
+    }
+    const minute = Math.floor(Date.now() / 60_000);
+    for (const [policy, entries] of byPolicy) {
+      for (let i = 0; i < entries.length; i += 256) {
+        const command = native.topAddCommand(this.prefix, policy, minute, entries.slice(i, i + 256));
+        await this.limiter.query(command, command[3] ?? this.prefix).catch(() => undefined);
+      }
+    }
+  }
+}
