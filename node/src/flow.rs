@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use redis_rl_client::middleware::TraceContext;
 use redis_rl_client::{FailureMode, Policy as ClientPolicy};
 use redis_rl_flow::{commands, Record, Settle, Step, Take};
-use redis_rl_policy::{Adjust, Config, Engine, Verdict};
+use redis_rl_policy::{forgets_debt, Adjust, Config, Engine, Verdict};
 
 use crate::policy::Policy;
 
@@ -125,6 +125,21 @@ fn engine(
     routes: &[String],
 ) -> Result<Engine> {
     let config = config.map_err(config_error)?;
+    // A settled overage on a fixed window or calendar quota must hold its subject until the
+    // debt is paid (the window forgets it at its boundary); this binding does not write that
+    // hold yet, so it refuses such a rule rather than forgive the debt silently.
+    if let Some((i, _)) = config
+        .rules
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.settle.is_some() && r.specs.iter().any(forgets_debt))
+    {
+        return Err(config_error(format!(
+            "{source}: rules[{i}].settle: settling on a fixed window or calendar quota is not \
+             supported by the Node.js middleware yet (rl-gateway and Python hold a subject \
+             until a settled overage is paid); use gcra, sliding or token_bucket for this rule"
+        )));
+    }
     Engine::new(config, routes)
         .map_err(|e| config_error(format!("{source}: {}: {}", e.field, e.message)))
 }

@@ -202,6 +202,12 @@ test('a bad configuration fails at start naming the file, the line and the field
   const client = new IORedis({ lazyConnect: true });
   assert.throws(() => rateLimit({ client, config: path }), (e) => e.message.startsWith(`${path}:6: rules[0].limits`));
   assert.throws(() => rateLimit({ client, config: { dimensions: ["nope"] } }), /^Error: <object>:1: unknown variant `nope`/);
+  // A settled debt on a fixed window would vanish at its boundary without the hold the
+  // gateway and Python write: refused rather than forgiven.
+  const fixed = {
+    rules: [{ name: 'f', key: ['ip'], limit: 1000, window_ms: 60000, algorithm: 'fixed', cost: 'header:x-cost', settle: 'response-header:x-used' }],
+  };
+  assert.throws(() => rateLimit({ client, config: fixed }), /rules\[0\]\.settle: settling on a fixed window or calendar quota/);
   client.disconnect();
 });
 
