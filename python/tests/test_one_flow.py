@@ -174,9 +174,10 @@ _MINUTE = re.compile(r"(:\{top\}:[^:]+:)\d+$")
 
 
 def keys(r: redis.Redis, prefix: str) -> List[str]:
-    """The prefix's keys without it; a top-offender set's minute as ``#`` (front ends a moment
-    apart may write in two minutes)."""
-    return sorted(_MINUTE.sub(r"\1#", k[len(prefix):]) for k in r.keys(f"{prefix}:*"))
+    """The prefix's keys without it, each once; a top-offender set's minute as ``#`` (front
+    ends a moment apart may write in two minutes, and one whose run crosses a minute writes in
+    both)."""
+    return sorted({_MINUTE.sub(r"\1#", k[len(prefix):]) for k in r.keys(f"{prefix}:*")})
 
 
 def until(check: Callable[[], bool], what: str) -> None:
