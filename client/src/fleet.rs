@@ -162,7 +162,7 @@ fn state(config: &FleetConfig) -> redis::Cmd {
 }
 
 /// `last_expiry_ms` of an `RL.STATE` reply (a flat list of names and values, or a map).
-fn last_expiry_ms(v: &Value) -> Option<u64> {
+pub(crate) fn last_expiry_ms(v: &Value) -> Option<u64> {
     let pairs: Vec<(&Value, &Value)> = match v {
         Value::Array(items) => items
             .chunks(2)
@@ -191,13 +191,13 @@ fn release(config: &FleetConfig) -> redis::Cmd {
     cmd
 }
 
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 /// The members counted by an ACQUIRE reply `[allowed, limit, remaining, retry_after_ms, 0]`:
 /// `limit - remaining` (a full key, which did not count this member, counts as full).
-fn members(v: &Value) -> Result<NonZeroU32> {
+pub(crate) fn members(v: &Value) -> Result<NonZeroU32> {
     const CMD: &str = "RL.CONCURRENCY";
     let bad = |detail: &str| Error::Reply {
         command: CMD,
@@ -269,11 +269,11 @@ impl Drop for Membership {
 /// lease time (`ttl`) after the first successful heartbeat following a failed one: until
 /// `settle_until`, the size only grows. A member that really left is still dropped, one
 /// lease time later, as it is anyway when it crashes.
-fn settled_size(
+pub(crate) fn settled_size<T: PartialOrd>(
     previous: Option<NonZeroU32>,
     read: NonZeroU32,
-    now: Instant,
-    settle_until: Option<Instant>,
+    now: T,
+    settle_until: Option<T>,
 ) -> NonZeroU32 {
     match (previous, settle_until) {
         (Some(previous), Some(until)) if now < until => previous.max(read),
@@ -282,7 +282,7 @@ fn settled_size(
 }
 
 /// `target` moved toward by at most a factor of [`MAX_STEP`] from `previous`.
-fn bounded_step(previous: Option<NonZeroU32>, target: NonZeroU32) -> NonZeroU32 {
+pub(crate) fn bounded_step(previous: Option<NonZeroU32>, target: NonZeroU32) -> NonZeroU32 {
     let Some(previous) = previous else {
         return target;
     };
@@ -294,7 +294,7 @@ fn bounded_step(previous: Option<NonZeroU32>, target: NonZeroU32) -> NonZeroU32 
 /// True when the key holds a lease ending after what a member of this fleet can ask for:
 /// someone wrote it with a longer lease (by hand or as an attack), so its count is not
 /// believed. `margin` absorbs the clock difference between this host and the server.
-fn forged(last_expiry_ms: u64, now_ms: u64, ttl: Duration) -> bool {
+pub(crate) fn forged(last_expiry_ms: u64, now_ms: u64, ttl: Duration) -> bool {
     let margin = ttl.max(Duration::from_secs(1));
     let latest = now_ms
         .saturating_add(millis(ttl))

@@ -79,6 +79,7 @@ impl Core {
             deny_cache: NonZeroUsize::new(o.deny_cache.map_or(10_000, |n| n as usize)),
             breaker,
             local_capacity: o.local_capacity.map_or(100_000, |n| n as usize),
+            ..LayersConfig::default()
         };
         Ok(Self {
             layers: Arc::new(Layers::new(config)),

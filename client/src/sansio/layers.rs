@@ -2,17 +2,19 @@
 //! breaker, the deny cache, the local fallback limiter, and whether the host's client is a
 //! cluster client.
 
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::Arc;
 
 use crate::breaker::{Breaker, BreakerConfig, BreakerState};
 use crate::decider::Engine;
 use crate::deny_cache::DenyCache;
 use crate::fallback::LocalLimiter;
+use crate::fleet::FleetConfig;
 use crate::policy::Policy;
 
+use super::fleet::Fleet;
 use super::op::{Call, Op};
-use super::wire::ScriptWire;
+use super::wire::{Retry, ScriptWire};
 
 /// The settings of [`Layers`].
 #[derive(Clone, Debug)]
@@ -27,6 +29,17 @@ pub struct LayersConfig {
     pub breaker: BreakerConfig,
     /// Keys the local fallback holds at most (default 100000).
     pub local_capacity: usize,
+    /// Every error of a call that has a failure mode (`check`, `check_all`) is decided by
+    /// it, as the async [`crate::Limiter`]'s `check` never fails; off (default): only an
+    /// outage is, and an error that is the call's own (a wrong type, a missing module with
+    /// the engine `module`) is the op's.
+    pub errors_fail_over: bool,
+    /// Fleet membership (validate it first: [`FleetConfig::validate`]): the host runs the
+    /// heartbeats [`Layers::pending`] gives from its own timer.
+    pub fleet: Option<FleetConfig>,
+    /// The local fallback divides each limit by the live fleet size once known (no static
+    /// `instances` configured).
+    pub fleet_divides: bool,
 }
 
 impl Default for LayersConfig {
@@ -37,6 +50,9 @@ impl Default for LayersConfig {
             deny_cache: NonZeroUsize::new(10_000),
             breaker: BreakerConfig::default(),
             local_capacity: 100_000,
+            errors_fail_over: false,
+            fleet: None,
+            fleet_divides: false,
         }
     }
 }
@@ -49,6 +65,8 @@ pub struct Layers {
     pub(crate) deny: Option<DenyCache>,
     pub(crate) local: LocalLimiter,
     pub(crate) cluster: bool,
+    pub(crate) errors_fail_over: bool,
+    pub(crate) fleet: Option<Fleet>,
 }
 
 impl Layers {
@@ -60,6 +78,10 @@ impl Layers {
             deny: config.deny_cache.map(DenyCache::new),
             local: LocalLimiter::new(config.local_capacity),
             cluster: config.cluster,
+            errors_fail_over: config.errors_fail_over,
+            fleet: config
+                .fleet
+                .map(|fleet| Fleet::new(fleet, config.fleet_divides)),
         }
     }
 
@@ -117,6 +139,72 @@ impl Layers {
         Op::new(self.clone(), Call::Force { key, policy, cost })
     }
 
+    /// Deletes `key`'s limiter state (`RL.RESET`) and its cached denial.
+    pub fn reset(self: &Arc<Self>, key: String) -> Op {
+        Op::new(self.clone(), Call::Reset { key })
+    }
+
+    /// Every key's own decision for its cost, from Redis itself (not the deny cache, whose
+    /// waits would be stale; no failure mode: an error is the op's): `RL.ALL ... PEEK`
+    /// (nothing taken) or `... FORCE` (taken even over the limits). Add the keys with
+    /// [`Op::add`], then start.
+    pub fn each(self: &Arc<Self>, force: bool) -> Op {
+        Op::new(
+            self.clone(),
+            Call::Each {
+                items: Vec::new(),
+                costs: Vec::new(),
+                force,
+            },
+        )
+    }
+
+    /// Work not tied to a request that is due at `now_ms` (wall-clock milliseconds since
+    /// the Unix epoch): the fleet heartbeat, once per `heartbeat` and one at a time. The
+    /// host runs it from its own timer (every few hundred ms is enough); its outcome is
+    /// the fleet size (0 while unknown).
+    pub fn pending(self: &Arc<Self>, now_ms: u64) -> Option<Op> {
+        let fleet = self.fleet.as_ref()?;
+        fleet
+            .due(now_ms)
+            .then(|| Op::new(self.clone(), Call::Heartbeat { now_ms, read: None }))
+    }
+
+    /// Leaves the fleet at shutdown (`RL.CONCURRENCY key RELEASE id`), so the others stop
+    /// counting this member at their next heartbeat; `None` without membership.
+    pub fn leave(self: &Arc<Self>) -> Option<Op> {
+        self.fleet.as_ref()?;
+        Some(Op::new(self.clone(), Call::Leave))
+    }
+
+    /// The live fleet size, once a heartbeat read it.
+    pub fn fleet_size(&self) -> Option<u32> {
+        self.fleet.as_ref()?.size().map(NonZeroU32::get)
+    }
+
+    /// Any of the module's commands (`RL.STATE key`, `RL.CONCURRENCY key ...`) as it goes
+    /// out now: as is, or as a call of the Lua twin. Other commands are returned as they are.
+    pub fn encode(&self, command: Vec<String>) -> Vec<String> {
+        if is_module_command(&command) {
+            self.wire.encode(command)
+        } else {
+            command
+        }
+    }
+
+    /// The command to send after `message`, the error reply to `command` as
+    /// [`Layers::encode`] sent it (the twin on a server without the module, `EVAL` after
+    /// `NOSCRIPT`); `None` when the error is the call's own.
+    pub fn retry(&self, command: &[String], message: &str) -> Option<Vec<String>> {
+        if !is_module_command(command) {
+            return None;
+        }
+        match self.wire.retry(command, message) {
+            Retry::Send(next) => Some(next),
+            Retry::No => None,
+        }
+    }
+
     /// Whether the next call goes to the Lua twin (else to the module's commands).
     pub fn twin(&self) -> bool {
         self.wire.twin()
@@ -138,4 +226,11 @@ impl Layers {
             cache.forget(key);
         }
     }
+}
+
+fn is_module_command(command: &[String]) -> bool {
+    command
+        .first()
+        .and_then(|name| name.get(..3))
+        .is_some_and(|p| p.eq_ignore_ascii_case("RL."))
 }

@@ -14,6 +14,7 @@
 //! ([`crate::failover::failure_decision`]) and the local fallback. A binding converts
 //! arguments and results, nothing more.
 
+mod fleet;
 mod layers;
 mod op;
 mod wire;
