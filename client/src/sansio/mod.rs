@@ -17,6 +17,8 @@
 mod fleet;
 mod layers;
 mod op;
+#[cfg(test)]
+mod tests;
 mod wire;
 
 pub use layers::{Layers, LayersConfig};
