@@ -128,7 +128,7 @@ pub(crate) fn slot_groups(keys: &[&str], cluster: bool) -> Vec<(Option<u16>, Vec
 }
 
 /// The arguments of a command as text, for tests.
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn words(cmd: &Cmd) -> Vec<String> {
     cmd.args_iter()
         .map(|arg| match arg {

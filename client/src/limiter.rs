@@ -334,8 +334,8 @@ impl Limiter {
         self.inner.stack.decider()
     }
 
-    /// The cluster slot of `key` (`None` on a standalone server).
-    pub(crate) fn slot_of(&self, key: &str) -> Option<u16> {
+    /// The cluster slot of `key` (`None` on a standalone server), for [`Limiter::query`].
+    pub fn slot_of(&self, key: &str) -> Option<u16> {
         self.inner.transport.slot_of(key)
     }
 

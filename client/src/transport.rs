@@ -328,7 +328,7 @@ impl Transport {
 
 /// This host's wall clock in ms since the epoch (for rate-limiting logs, and comparing with
 /// the server's expiries).
-pub(crate) fn wall_ms() -> u64 {
+pub fn wall_ms() -> u64 {
     u64::try_from(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

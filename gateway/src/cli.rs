@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 use ipnet::IpNet;
-use redis_rl_client::middleware::Dimension;
+use redis_rl_middleware::Dimension;
 
 /// `--version`: the release and the commit it was built from (build.rs).
 pub const VERSION: &str = concat!(

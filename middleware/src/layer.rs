@@ -8,9 +8,9 @@ use super::config::RateLimitConfig;
 use super::plan::Shared;
 use super::request::RequestInfo;
 use super::service::RateLimitService;
-use crate::error::Result;
-use crate::limiter::Limiter;
 use crate::tier::TierResolver;
+use redis_rl_client::error::Result;
+use redis_rl_client::limiter::Limiter;
 
 /// Rate-limits every request of the services it wraps; see the [module docs](super).
 #[derive(Clone)]

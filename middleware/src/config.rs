@@ -3,7 +3,6 @@
 //! modes, fleet membership, the limiter's policies).
 
 use std::num::NonZeroU32;
-#[cfg(feature = "toml")]
 use std::path::Path;
 use std::time::Duration;
 
@@ -12,16 +11,15 @@ pub use redis_rl_policy::{
     LeaseSettings, LimitSpec, Rate, RateOverride, Rule, TierLimits, Window,
 };
 
-use crate::error::{Error, Result};
-use crate::fleet::FleetConfig;
-use crate::policy::{FailureMode, Policy};
+use redis_rl_client::error::{Error, Result};
+use redis_rl_client::fleet::FleetConfig;
+use redis_rl_client::policy::{FailureMode, Policy};
 use redis_rl_core::AnyParams;
 
 /// What the client adds to [`RateLimitConfig`]: reading it from a file, and the failure
 /// mode and fleet membership it configures.
 pub trait RateLimitConfigExt: Sized {
     /// Reads and validates a TOML file; errors name the file, the line and the field.
-    #[cfg(feature = "toml")]
     fn load(path: &Path) -> Result<Self>;
     /// The failure mode of every limit without its own, with the static `instances` (1
     /// when not set: the limiter then divides by the live fleet size once known).
@@ -37,7 +35,6 @@ pub trait RateLimitConfigExt: Sized {
 }
 
 impl RateLimitConfigExt for RateLimitConfig {
-    #[cfg(feature = "toml")]
     fn load(path: &Path) -> Result<Self> {
         let text = crate::toml_file::read(path)?;
         let config = RateLimitConfig::from_toml_named(&text, &path.display().to_string())
@@ -99,7 +96,7 @@ pub fn policy_of(item: &redis_rl_policy::PlanItem, default_mode: FailureMode) ->
         .hot(item.hot))
 }
 
-#[cfg(all(test, feature = "toml"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -152,7 +149,7 @@ mod tests {
 
     #[test]
     fn every_window_becomes_a_policy() {
-        for &kind in crate::Kind::LIMITERS {
+        for &kind in redis_rl_client::Kind::LIMITERS {
             if kind
                 .rate_fields()
                 .contains(&redis_rl_core::RateField::Period)
@@ -169,7 +166,8 @@ mod tests {
             assert_eq!(p.kind(), spec.registry_numbers().0);
         }
         // A calendar limit: the same numbers as the engine's.
-        let cal = redis_rl_core::calendar::Calendar::new(crate::Period::Month, -300, 31).unwrap();
+        let cal = redis_rl_core::calendar::Calendar::new(redis_rl_client::Period::Month, -300, 31)
+            .unwrap();
         let spec = LimitSpec::calendar_quota(1_000, cal).unwrap();
         let a = Policy::new(params_of(&spec).unwrap());
         assert_eq!(a.params().numbers().values(), [1_000, 3]);

@@ -8,11 +8,11 @@ use redis_rl_flow::{Flow, Holds};
 use redis_rl_policy::Engine;
 
 use super::config::{RateLimitConfig, RateLimitConfigExt};
-use crate::error::{Error, Result};
-use crate::limiter::Limiter;
-use crate::offenders::Offenders;
-use crate::policy::FailureMode;
 use crate::tier::TierResolver;
+use redis_rl_client::error::{Error, Result};
+use redis_rl_client::limiter::Limiter;
+use redis_rl_client::offenders::Offenders;
+use redis_rl_client::policy::FailureMode;
 
 /// Requests held by `delay_max_ms` right now in the process, whatever layer holds them: a
 /// gateway serves several listeners and, after a reload, requests of two configuration

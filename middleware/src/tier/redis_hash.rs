@@ -13,9 +13,9 @@ use redis::Value;
 use tokio::time::Instant;
 
 use super::TierResolver;
-use crate::backend::BoxFuture;
-use crate::error::{Error, Result};
-use crate::limiter::Limiter;
+use redis_rl_client::backend::BoxFuture;
+use redis_rl_client::error::{Error, Result};
+use redis_rl_client::limiter::Limiter;
 
 /// Keys the snapshot holds at most by default (about 16 MiB of fingerprints).
 pub const DEFAULT_SNAPSHOT_MAX_KEYS: usize = 1_000_000;
@@ -298,7 +298,7 @@ impl TierResolver for RedisHashTiers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{limiter, Mock};
+    use redis_rl_client::testing::{limiter, Mock};
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())

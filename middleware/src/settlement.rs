@@ -1,6 +1,6 @@
 //! Settling a request's cost after the response: the rules with `settle =
 //! "response-header:<name>"` read the actual units from the response's header, and what was
-//! reserved is given back or taken to match ([`crate::Limiter::settle_all`]).
+//! reserved is given back or taken to match ([`redis_rl_client::Limiter::settle_all`]).
 //!
 //! The middleware puts a [`PendingSettle`] in the request's extensions. When the response
 //! head carries the header, the middleware settles once the inner service has answered. A
@@ -19,8 +19,8 @@ use redis_rl_policy::Adjust;
 
 use super::extract::HttpHeaders;
 use super::settle_token::SettleTokens;
-use crate::limiter::Limiter;
-use crate::policy::Policy;
+use redis_rl_client::limiter::Limiter;
+use redis_rl_client::policy::Policy;
 
 /// A request extension saying "this request reports a response, it is not one to check":
 /// the middleware plans it as usual (the same keys as the check of the request it
@@ -67,7 +67,10 @@ impl PendingSettle {
     /// A token naming this reservation: each key and the units Redis took on it (0 where it
     /// took nothing), for a report to settle later.
     pub(crate) fn token(&self, tokens: &SettleTokens) -> String {
-        tokens.issue(self.0.settle.reserved(), crate::transport::wall_ms())
+        tokens.issue(
+            self.0.settle.reserved(),
+            redis_rl_client::transport::wall_ms(),
+        )
     }
 
     /// The response headers (or trailers) the actual cost is read from, in lower case.
@@ -130,7 +133,7 @@ impl PendingSettle {
             .debt_watches(&adjust)
             .into_iter()
             .map(|w| async move {
-                match crate::bans::hold_debt(limiter, &w).await {
+                match redis_rl_client::bans::hold_debt(limiter, &w).await {
                     Ok(true) => {
                         metrics::counter!("rl_settled_total", "header" => "-", "outcome" => "debt_hold")
                             .increment(1);

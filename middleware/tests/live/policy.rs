@@ -14,8 +14,9 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use http::StatusCode;
-use redis_rl_client::middleware::{RateLimitConfig, RateLimitLayer};
-use redis_rl_client::{Limiter, RedisHashTiers, TierResolver};
+use redis_rl_client::Limiter;
+use redis_rl_middleware::{RateLimitConfig, RateLimitLayer};
+use redis_rl_middleware::{RedisHashTiers, TierResolver};
 use redis_rl_testkit::{query, Server};
 use tower::ServiceExt;
 

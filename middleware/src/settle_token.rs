@@ -20,7 +20,7 @@ use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::limiter::Limiter;
+use redis_rl_client::limiter::Limiter;
 
 /// The response header of a check carrying the token, and the report's header presenting it.
 pub const SETTLE_TOKEN: &str = "rl-settle-token";
@@ -180,7 +180,7 @@ pub async fn spend(
     prefix: &str,
     reservation: &Reservation,
     now_ms: u64,
-) -> crate::Result<bool> {
+) -> redis_rl_client::Result<bool> {
     let key = format!("{prefix}:settled:{}", reservation.nonce);
     let ttl_ms = reservation.expires_ms.saturating_sub(now_ms).max(1);
     let mut cmd = redis::cmd("SET");

@@ -13,9 +13,10 @@ use axum::extract::{ConnectInfo, Request};
 use axum::routing::get;
 use axum::Router;
 use http::StatusCode;
-use redis_rl_client::middleware::Rate;
-use redis_rl_client::middleware::{RateLimitConfig, RateLimitLayer};
-use redis_rl_client::{BreakerConfig, Limiter, RedisHashTiers, Source};
+use redis_rl_client::{BreakerConfig, Limiter, Source};
+use redis_rl_middleware::Rate;
+use redis_rl_middleware::RedisHashTiers;
+use redis_rl_middleware::{RateLimitConfig, RateLimitLayer};
 use redis_rl_testkit::{eventually, query, Server};
 use tower::ServiceExt;
 
@@ -136,7 +137,7 @@ async fn the_tier_is_read_from_the_redis_hash() {
         &["HSET", "rl:tiers", "pro-key", "pro"],
     );
     let mut config = RateLimitConfig::default();
-    config.dimensions = vec![redis_rl_client::middleware::Dimension::ApiKey];
+    config.dimensions = vec![redis_rl_middleware::Dimension::ApiKey];
     let (app, _) = app(&server, config);
     let pro = app
         .clone()
@@ -218,8 +219,8 @@ async fn requests_keep_flowing_on_the_local_fallback_while_redis_is_down() {
 /// refuses the third request until the next period, with its own key and policy entry.
 #[tokio::test]
 async fn a_monthly_quota_from_the_configuration_refuses_until_the_next_period() {
-    use redis_rl_client::middleware::{RateOverride, Window};
     use redis_rl_core::calendar::Period;
+    use redis_rl_middleware::{RateOverride, Window};
     let server = Server::start();
     let mut config = RateLimitConfig::default();
     config.key_prefix = "cal".into();

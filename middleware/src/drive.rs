@@ -10,9 +10,9 @@ use redis_rl_policy::Plan;
 
 use super::config::policy_of;
 use super::plan::Shared;
-use crate::decision::{Decision, Source};
-use crate::offenders::Refusal;
-use crate::policy::Policy;
+use redis_rl_client::decision::{Decision, Source};
+use redis_rl_client::offenders::Refusal;
+use redis_rl_client::policy::Policy;
 
 /// Each plan item's policy (`None`: an item the engine validated but the client cannot
 /// build; not reached, as both check the same ranges. Were it reached, the request passes
@@ -78,7 +78,7 @@ pub(crate) async fn book(
         .collect();
     let units: Vec<u64> = book.takes.iter().map(|t| t.units).collect();
     let reads = book.ban_reads.iter().map(|key| async move {
-        match crate::bans::pttl(&shared.limiter, key).await {
+        match redis_rl_client::bans::pttl(&shared.limiter, key).await {
             Ok(ms) => Some(ms),
             Err(e) => {
                 tracing::debug!(error = %e, "ban not read: limits only");

@@ -18,8 +18,8 @@ use super::request::{RequestInfo, RequestView};
 use super::settle_token::{SettleTokens, SETTLE_TOKEN};
 use super::settlement::{IssueSettleToken, PendingSettle, SettleReport};
 use super::trace::{TraceContext, TRACEPARENT_NAME};
-use crate::backend::BoxFuture;
-use crate::policy::Policy;
+use redis_rl_client::backend::BoxFuture;
+use redis_rl_client::policy::Policy;
 
 /// The service made by [`RateLimitLayer`](super::RateLimitLayer): any
 /// `Service<http::Request<B>>` answering `http::Response<R>`, where a refusal's
@@ -213,7 +213,7 @@ async fn settle_report(
     tokens: &SettleTokens,
     request_id: &str,
 ) -> redis_rl_policy::Response {
-    let now_ms = crate::transport::wall_ms();
+    let now_ms = redis_rl_client::transport::wall_ms();
     let token = view.headers.get(SETTLE_TOKEN).and_then(|v| v.to_str().ok());
     let reservation = match tokens.verify(token, now_ms) {
         Ok(r) => r,

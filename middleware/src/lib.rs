@@ -1,11 +1,16 @@
-//! A tower [`Layer`](tower_layer::Layer) that rate-limits HTTP requests: any service over
-//! `http::Request<B>` (axum glue behind the `axum` feature).
+//! The HTTP part of redis-rl's client: a tower [`Layer`](tower_layer::Layer) that
+//! rate-limits HTTP requests, any service over `http::Request<B>` (axum glue behind the
+//! `axum` feature), and the tiers of API keys ([`TierResolver`], [`TierConfig`]).
+//!
+//! The limiter it drives is `redis_rl_client`'s, which has no HTTP in its dependencies:
+//! an application that only calls [`Limiter`](redis_rl_client::Limiter) compiles no
+//! tower, axum or http.
 //!
 //! What a request is limited on, under which keys, and how the decision is written, is
 //! the policy engine's ([`redis_rl_policy`]): the same TOML gives the same keys, headers and
 //! problem bodies in rl-gateway, this middleware and the Python ASGI middleware. Each
 //! request is limited on up to four dimensions and every matching `[[rules]]` entry, each
-//! window of a rate its own key, all or nothing ([`crate::Limiter::check_all`]):
+//! window of a rate its own key, all or nothing ([`redis_rl_client::Limiter::check_all`]):
 //!
 //! | dimension | key | default limit |
 //! |---|---|---|
@@ -52,13 +57,13 @@
 //! `lease`, `deny_cache`, `local`, `fail_open`, `fail_closed`),
 //! `rl_fallback_total{dimension, source}` and `rl_access_total{list}` (`allow`, `deny`).
 //! The dimensions listed in [`RateLimitConfig::hot`] (default `global`) are served from
-//! leases ([`crate::lease`]).
+//! leases ([`redis_rl_client::lease`]).
 //!
 //! ```no_run
 //! use std::sync::Arc;
 //! use axum::{routing::get, Router};
-//! use redis_rl_client::middleware::{RateLimitConfig, RateLimitLayer};
-//! use redis_rl_client::{Limiter, RedisHashTiers};
+//! use redis_rl_middleware::{RateLimitConfig, RateLimitLayer, RedisHashTiers};
+//! use redis_rl_client::Limiter;
 //! # #[tokio::main] async fn main() {
 //! let limiter = Limiter::standalone("redis://127.0.0.1:6379/").unwrap();
 //! let tiers = RedisHashTiers::new(limiter.clone(), "rl:tiers",
@@ -71,6 +76,13 @@
 //!     .unwrap();
 //! # }
 //! ```
+
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+#![warn(missing_docs)]
 
 #[cfg(feature = "axum")]
 mod axum;
@@ -85,6 +97,8 @@ mod request;
 mod service;
 mod settle_token;
 mod settlement;
+pub mod tier;
+mod toml_file;
 mod trace;
 
 #[cfg(feature = "axum")]
@@ -104,4 +118,5 @@ pub use request::{Extensions, RequestInfo, RequestView, RoutePattern};
 pub use service::RateLimitService;
 pub use settle_token::{SettleTokens, TokenError, DEFAULT_TOKEN_TTL, SETTLE_TOKEN};
 pub use settlement::{IssueSettleToken, PendingSettle, SettleReport};
+pub use tier::{RedisHashTiers, StaticTiers, TierConfig, TierResolver};
 pub use trace::{TraceContext, TRACEPARENT};

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde::de::DeserializeOwned;
 
-use crate::error::{Error, Result};
+use redis_rl_client::error::{Error, Result};
 
 /// Parses `text` (unknown fields and bad values are [`Error::Config`]), then `validate`s it.
 pub(crate) fn parse<T: DeserializeOwned>(

@@ -42,7 +42,7 @@ mod tests {
     use http::StatusCode;
 
     use super::*;
-    use crate::middleware::REQUEST_ID;
+    use crate::REQUEST_ID;
 
     #[tokio::test]
     async fn refusal_has_the_status_and_a_problem_body() {

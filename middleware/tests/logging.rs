@@ -13,9 +13,10 @@ use axum::routing::get;
 use axum::Router;
 use http::StatusCode;
 use redis_rl_client::backend::Unreachable;
-use redis_rl_client::middleware::Rate;
-use redis_rl_client::middleware::{tenant_id, RateLimitConfig, RateLimitLayer};
-use redis_rl_client::{Limiter, StaticTiers};
+use redis_rl_client::Limiter;
+use redis_rl_middleware::Rate;
+use redis_rl_middleware::StaticTiers;
+use redis_rl_middleware::{tenant_id, RateLimitConfig, RateLimitLayer};
 use tower::ServiceExt;
 
 #[derive(Clone, Default)]

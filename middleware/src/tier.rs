@@ -19,16 +19,15 @@ mod redis_hash;
 
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroU32;
-#[cfg(feature = "toml")]
 use std::path::Path;
 
 use redis_rl_core::{AnyParams, ConfigRate, Kind};
 use serde::Deserialize;
 
 pub use self::redis_hash::{RedisHashTiers, TierStats, DEFAULT_SNAPSHOT_MAX_KEYS};
-use crate::backend::BoxFuture;
-use crate::error::{Error, Result};
-use crate::policy::{FailureMode, Policy};
+use redis_rl_client::backend::BoxFuture;
+use redis_rl_client::error::{Error, Result};
+use redis_rl_client::policy::{FailureMode, Policy};
 
 /// The failure mode named in configuration (the policy engine's: one type for every front end).
 pub use redis_rl_policy::FailureModeName;
@@ -137,7 +136,7 @@ impl RateOverride {
     /// `base` with the fields given here replaced.
     ///
     /// ```
-    /// use redis_rl_client::tier::{Rate, RateOverride};
+    /// use redis_rl_middleware::tier::{Rate, RateOverride};
     /// use redis_rl_client::Kind;
     /// let ip = Rate::per_minute(100).with_algorithm(Kind::SlidingWindow);
     /// let more = RateOverride { limit: Some(1000), ..RateOverride::default() };
@@ -192,18 +191,16 @@ impl TierConfig {
     /// Parses and validates TOML.
     ///
     /// ```
-    /// use redis_rl_client::TierConfig;
+    /// use redis_rl_middleware::TierConfig;
     /// let tiers = TierConfig::from_toml("[tiers.gold]\nlimit = 5000\n[tiers.free]\nlimit = 10\n").unwrap();
     /// assert_eq!(tiers.rate(Some("gold")).1.limit, 5000);
     /// assert_eq!(tiers.rate(Some("nope")).0, "free");
     /// ```
-    #[cfg(feature = "toml")]
     pub fn from_toml(text: &str) -> Result<Self> {
         crate::toml_file::parse(text, Self::validate)
     }
 
     /// Reads a TOML file of tiers.
-    #[cfg(feature = "toml")]
     pub fn load(path: &Path) -> Result<Self> {
         Self::from_toml(&crate::toml_file::read(path)?)
     }
@@ -319,7 +316,6 @@ mod tests {
         assert_eq!(p.failure_mode(), FailureMode::Open);
     }
 
-    #[cfg(feature = "toml")]
     #[test]
     fn toml_overrides_and_validates() {
         let t = TierConfig::from_toml(
@@ -369,7 +365,6 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "toml")]
     #[test]
     fn every_registered_rate_limiter_can_be_configured() {
         // Every one a `limit` per `window_ms` can make (a calendar quota has a period).

@@ -9,13 +9,13 @@ use http::{HeaderMap, StatusCode};
 use tower::ServiceExt;
 
 use super::*;
-use crate::backend::Unreachable;
-use crate::middleware::REQUEST_ID;
-use crate::middleware::{Dimension, RateLimitConfig, RateLimitLayer};
-use crate::middleware::{FailureModeName, Rate, RateOverride, Window};
 use crate::tier::StaticTiers;
-use crate::Kind;
-use crate::Limiter;
+use crate::REQUEST_ID;
+use crate::{Dimension, RateLimitConfig, RateLimitLayer};
+use crate::{FailureModeName, Rate, RateOverride, Window};
+use redis_rl_client::backend::Unreachable;
+use redis_rl_client::Kind;
+use redis_rl_client::Limiter;
 
 fn app(config: RateLimitConfig) -> Router {
     // Redis is down for these tests: every decision is the local fallback's, which runs

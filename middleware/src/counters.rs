@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use metrics::Counter;
 use redis_rl_policy::Engine;
 
-use crate::decision::Source;
+use redis_rl_client::decision::Source;
 
 /// The outcomes of `rl_requests_total`: allowed, refused (`denied`), refused then held by
 /// `delay_max_ms` and served (`delayed`), over a shadow limit (`shadow_denied`), refused by
