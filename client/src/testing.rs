@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
-use crate::backend::Backend;
-use crate::breaker::BreakerConfig;
-use crate::command::words;
+use crate::limiter::policy::{FailureMode, Policy};
 use crate::limiter::Limiter;
-use crate::policy::{FailureMode, Policy};
+use crate::transport::backend::Backend;
+use crate::transport::breaker::BreakerConfig;
+use crate::transport::command::words;
 
 pub const UP: u8 = 0;
 pub const DOWN: u8 = 1;
@@ -78,7 +78,7 @@ impl Backend for Mock {
         &'a self,
         cmd: &'a Cmd,
         slot: Option<u16>,
-    ) -> crate::backend::BoxFuture<'a, redis::RedisResult<Value>> {
+    ) -> crate::transport::backend::BoxFuture<'a, redis::RedisResult<Value>> {
         let w = words(cmd);
         self.log.lock().unwrap().push((w.clone(), slot));
         let mode = self.mode.load(Ordering::SeqCst);
@@ -95,7 +95,7 @@ impl Backend for Mock {
                     }
                     v => Ok(v),
                 },
-                DOWN => Err(crate::backend::refused()),
+                DOWN => Err(crate::transport::backend::refused()),
                 _ => std::future::pending().await,
             }
         })
@@ -134,7 +134,7 @@ pub fn caps(all: bool) -> Value {
 
 pub fn limiter(mock: &Arc<Mock>) -> Limiter {
     Limiter::builder()
-        .engine(crate::decider::Engine::Module)
+        .engine(crate::layers::decider::Engine::Module)
         .timeout(Duration::from_millis(20))
         .breaker(BreakerConfig {
             failure_threshold: 3,

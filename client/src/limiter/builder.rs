@@ -1,22 +1,22 @@
 //! The builder of a [`Limiter`]: its settings, and the stack of layers it assembles from
-//! them (see [`crate::decider`] for the diagram).
+//! them (see [`crate::layers::decider`] for the diagram).
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{Cached, Inner, Limiter, Stack, DEFAULT_TIMEOUT};
-use crate::backend::{Backend, Cluster, Standalone, TlsFiles};
-use crate::breaker::BreakerConfig;
-use crate::decider::{Decider, Engine, ServerDecider};
-use crate::denials::{Denials, Source};
-use crate::deny_cache::{DenyCache, DenyCached};
 use crate::error::Result;
-use crate::failover::Failover;
-use crate::fallback::LocalLimiter;
+use crate::fleet::denials::{Denials, Source};
 use crate::fleet::FleetView;
-use crate::lease::{LeaseConfig, Leased, Leases};
-use crate::shadow::Shadow;
+use crate::layers::decider::{Decider, Engine, ServerDecider};
+use crate::layers::deny_cache::{DenyCache, DenyCached};
+use crate::layers::failover::Failover;
+use crate::layers::fallback::LocalLimiter;
+use crate::layers::lease::{LeaseConfig, Leased, Leases};
+use crate::layers::shadow::Shadow;
+use crate::transport::backend::{Backend, Cluster, Standalone, TlsFiles};
+use crate::transport::breaker::BreakerConfig;
 use crate::transport::Transport;
 
 /// Builds a [`Limiter`].

@@ -5,11 +5,11 @@
 
 use futures_util::future::join_all;
 
-use crate::decider::{AllMode, EveryKey};
-use crate::decision::{Decision, MultiDecision};
 use crate::error::Result;
+use crate::layers::decider::{AllMode, EveryKey};
+use crate::limiter::decision::{Decision, MultiDecision};
+use crate::limiter::policy::Policy;
 use crate::limiter::Limiter;
-use crate::policy::Policy;
 
 pub use redis_rl_policy::Adjust;
 

@@ -11,9 +11,9 @@ use redis::{Cmd, Value};
 use super::lua::check_range;
 use super::wire::{Engine, Route, Wire};
 use super::{cost_at, unknown, AllMode, Check, Decided, Decider, EveryKey, Items, Refund};
-use crate::command;
-use crate::decision::{self, Decision, Grant, MultiDecision};
 use crate::error::{Error, Result};
+use crate::limiter::decision::{self, Decision, Grant, MultiDecision};
+use crate::transport::command;
 use crate::transport::{is_unknown_command, Capabilities, Transport};
 use redis_rl_core::AnyParams;
 
@@ -389,7 +389,7 @@ mod tests {
 
     use redis::Value;
 
-    use crate::policy::Policy;
+    use crate::limiter::policy::Policy;
     use crate::testing::*;
 
     #[tokio::test(start_paused = true)]

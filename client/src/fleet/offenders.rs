@@ -1,5 +1,5 @@
 //! Refusals, off the request's path: a bounded queue that a background task drains,
-//! counting each refusal towards its subject's ban ([`crate::bans::strike`]) and adding it
+//! counting each refusal towards its subject's ban ([`crate::fleet::bans::strike`]) and adding it
 //! to the fleet's per-minute top-offender counts in Redis (`GET /top`).
 //!
 //! A request only pushes onto the queue (`try_send`: never waits); a full queue drops the
@@ -121,7 +121,7 @@ async fn drain(limiter: Limiter, prefix: String, mut rx: mpsc::Receiver<Refusal>
 }
 
 async fn strike(limiter: &Limiter, prefix: &str, policy: &str, subject: &str, ban: &Ban) {
-    match crate::bans::strike(limiter, prefix, policy, subject, ban).await {
+    match crate::fleet::bans::strike(limiter, prefix, policy, subject, ban).await {
         Ok(Some(new)) => {
             metrics::counter!("rl_bans_total", "policy" => policy.to_owned()).increment(1);
             tracing::info!(

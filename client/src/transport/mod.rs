@@ -1,10 +1,16 @@
 //! The bottom layer: one command to Redis at a time, each bounded by a timeout and guarded
 //! by the circuit breaker, plus what the server can do (its capabilities, detected once).
 //!
-//! Everything above it (the [deciders](crate::decider), the deny cache, the failure modes)
+//! Everything above it (the [deciders](crate::layers::decider), the deny cache, the failure modes)
 //! sends commands only through [`Transport::call`], so every round trip is timed out,
 //! counted, measured (the `rl_redis_call_duration_seconds{outcome}` histogram) and seen by
 //! the breaker in one place.
+
+pub mod backend;
+pub mod breaker;
+pub(crate) mod command;
+pub(crate) mod pipelined;
+pub(crate) mod resp;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -13,10 +19,9 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
-use crate::backend::Backend;
-use crate::breaker::{Breaker, BreakerConfig, Permit};
-use crate::command;
 use crate::error::{Error, Refusal, Result};
+use crate::transport::backend::Backend;
+use crate::transport::breaker::{Breaker, BreakerConfig, Permit};
 
 // Capability bits, detected once with COMMAND INFO.
 const CAPS_KNOWN: u8 = 1;
@@ -357,10 +362,10 @@ mod tests {
 
     use redis::Value;
 
-    use crate::breaker::{BreakerState, BreakerStats};
-    use crate::decision::Source;
-    use crate::policy::FailureMode;
+    use crate::limiter::decision::Source;
+    use crate::limiter::policy::FailureMode;
     use crate::testing::*;
+    use crate::transport::breaker::{BreakerState, BreakerStats};
 
     #[tokio::test(start_paused = true)]
     async fn a_hanging_redis_costs_one_timeout_per_call_until_the_breaker_opens() {

@@ -231,8 +231,8 @@ mod tests {
     use redis::Value;
 
     use super::Engine;
-    use crate::decision::Source;
-    use crate::policy::Policy;
+    use crate::limiter::decision::Source;
+    use crate::limiter::policy::Policy;
     use crate::testing::*;
     use crate::Limiter;
 

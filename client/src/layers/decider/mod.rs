@@ -5,22 +5,22 @@
 //!
 //! ```text
 //! Limiter (facade: builds the stack, delegates to it, gathers the counters)
-//!   └ Shadow          shadow policies decided apart, never denying (crate::shadow)
-//!      └ Leased        hot keys served from leases taken with UPTO (crate::lease)
-//!         └ Failover      failure modes: open, closed, local fallback (crate::failover)
-//!            └ DenyCached    hot-key deny cache (crate::deny_cache)
+//!   └ Shadow          shadow policies decided apart, never denying (crate::layers::shadow)
+//!      └ Leased        hot keys served from leases taken with UPTO (crate::layers::lease)
+//!         └ Failover      failure modes: open, closed, local fallback (crate::layers::failover)
+//!            └ DenyCached    hot-key deny cache (crate::layers::deny_cache)
 //!               └ dyn Decider   decisions from Redis: a ServerDecider, the module's commands
 //!                               sent as commands or to the Lua twin (lua/rl.lua) as a
-//!                               function or a script (the wire, crate::decider::wire)
+//!                               function or a script (the wire, crate::layers::decider::wire)
 //!                  └ Transport     timeout, circuit breaker, capabilities (crate::transport)
-//!                     └ dyn Backend   standalone or cluster connection (crate::backend)
+//!                     └ dyn Backend   standalone or cluster connection (crate::transport::backend)
 //! ```
 //!
 //! The three top layers decide by [`Policy`](crate::Policy) and never fail; a [`Decider`]
 //! knows only the algorithm and its parameters, and returns Redis's answer or an [`Error`]:
 //! it never decides by itself when Redis cannot answer (that is
-//! [`Failover`](crate::failover::Failover)'s job) and never caches (that is
-//! [`DenyCached`](crate::deny_cache::DenyCached)'s).
+//! [`Failover`](crate::layers::failover::Failover)'s job) and never caches (that is
+//! [`DenyCached`](crate::layers::deny_cache::DenyCached)'s).
 //!
 //! # Adding a decider
 //!
@@ -47,9 +47,9 @@ use std::time::Duration;
 pub use server::ServerDecider;
 pub use wire::Engine;
 
-use crate::backend::BoxFuture;
-use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
 use crate::error::{Error, Result};
+use crate::limiter::decision::{Decision, Grant, MultiDecision, Source, Verdict};
+use crate::transport::backend::BoxFuture;
 use redis_rl_core::AnyParams;
 
 /// One single-key call: take `cost` units of `key` (only say what taking them would

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
-use crate::backend::TlsFiles;
-use crate::decider::Decider;
-use crate::deny_cache::DenyCached;
+use crate::layers::decider::Decider;
+use crate::layers::deny_cache::DenyCached;
+use crate::transport::backend::TlsFiles;
 use crate::transport::Transport;
 
 /// Where a listener connects: a server's URL (a cluster's first seed node: a `PUBLISH`
@@ -138,7 +138,7 @@ async fn listen(source: Source, channel: String, cache: Cache) {
 }
 
 async fn subscribe(source: &Source, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
-    let client = crate::backend::open_client(&source.url, source.tls.as_ref())?;
+    let client = crate::transport::backend::open_client(&source.url, source.tls.as_ref())?;
     let connect = async {
         let mut pubsub = client.get_async_pubsub().await?;
         pubsub.subscribe(channel).await?;

@@ -20,7 +20,7 @@ use std::time::Duration;
 use redis_rl_core::{AnyState, Micros, Outcome};
 use tokio::time::Instant;
 
-use crate::decision::{Decision, Source};
+use crate::limiter::decision::{Decision, Source};
 use redis_rl_core::AnyParams;
 
 const SHARDS: usize = 64;

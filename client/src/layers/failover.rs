@@ -7,14 +7,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::BoxFuture;
-use crate::decider::{cost_at, Check, Decider};
-use crate::decision::{Decision, MultiDecision, Source, Verdict};
 use crate::error::Error;
-use crate::fallback::LocalLimiter;
 use crate::fleet::FleetView;
-use crate::policy::{FailureMode, Policy};
-use crate::stack::{Ask, Keys, Layer};
+use crate::layers::decider::{cost_at, Check, Decider};
+use crate::layers::fallback::LocalLimiter;
+use crate::layers::stack::{Ask, Keys, Layer};
+use crate::limiter::decision::{Decision, MultiDecision, Source, Verdict};
+use crate::limiter::policy::{FailureMode, Policy};
+use crate::transport::backend::BoxFuture;
 use crate::transport::Transport;
 use redis_rl_core::AnyParams;
 
@@ -210,8 +210,8 @@ mod tests {
     use std::num::NonZeroU32;
     use std::time::Duration;
 
-    use crate::decision::Source;
-    use crate::policy::{FailureMode, Policy};
+    use crate::limiter::decision::Source;
+    use crate::limiter::policy::{FailureMode, Policy};
     use crate::testing::*;
 
     #[tokio::test(start_paused = true)]

@@ -1,6 +1,6 @@
 //! The limiter: the facade over the layers. It builds them (`builder.rs`), hands each call
 //! to the top of the stack and gathers the counters; what each layer does is in its own
-//! module (see [`crate::decider`] for the stack).
+//! module (see [`crate::layers::decider`] for the stack).
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
@@ -8,20 +8,24 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
-use crate::breaker::{BreakerState, BreakerStats};
-use crate::decider::{Check, Decider, Refund};
-use crate::decision::{Decision, Grant, MultiDecision};
-use crate::deny_cache::DenyCached;
 use crate::error::Result;
-use crate::failover::Failover;
 use crate::fleet::{FleetConfig, FleetView, Membership};
-use crate::lease::{LeaseStats, Leased};
-use crate::policy::Policy;
-use crate::shadow::Shadow;
-use crate::stack::{Ask, Layer};
+use crate::layers::decider::{Check, Decider, Refund};
+use crate::layers::deny_cache::DenyCached;
+use crate::layers::failover::Failover;
+use crate::layers::lease::{LeaseStats, Leased};
+use crate::layers::shadow::Shadow;
+use crate::layers::stack::{Ask, Layer};
+use crate::limiter::decision::{Decision, Grant, MultiDecision};
+use crate::limiter::policy::Policy;
+use crate::transport::breaker::{BreakerState, BreakerStats};
 use crate::transport::Transport;
 
+pub mod booking;
 mod builder;
+pub mod decision;
+pub mod policy;
+pub mod settle;
 
 pub use builder::LimiterBuilder;
 
@@ -65,9 +69,9 @@ struct Inner {
     /// The deny cache layer, for forgetting refusals.
     cached: Cached,
     /// The fleet's channel of forgotten refusals.
-    denials: crate::denials::Denials,
+    denials: crate::fleet::denials::Denials,
     /// Sends RL.RESET by the engine in use (the module's command or the twin's).
-    resets: crate::decider::ServerDecider,
+    resets: crate::layers::decider::ServerDecider,
 }
 
 /// The client's entry point: cheap to clone, share one per process.
@@ -107,7 +111,7 @@ impl Limiter {
     }
 
     /// Takes `cost` units for `key` (0: look without taking). A hot policy's units come
-    /// from this instance's lease of the key ([`crate::lease`]).
+    /// from this instance's lease of the key ([`crate::layers::lease`]).
     pub async fn check_n(&self, key: &str, policy: &Policy, cost: u64) -> Decision {
         self.decide(key, policy, cost, false).await
     }
@@ -386,8 +390,8 @@ mod tests {
 
     use std::time::Duration;
 
-    use crate::decision::Source;
-    use crate::policy::Policy;
+    use crate::limiter::decision::Source;
+    use crate::limiter::policy::Policy;
     use crate::testing::*;
 
     #[tokio::test(start_paused = true)]

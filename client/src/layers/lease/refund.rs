@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::table::{end, Lease, Leases};
 use super::LeaseStats;
-use crate::decider::{Decider, Refund};
+use crate::layers::decider::{Decider, Refund};
 
 #[derive(Debug, Default)]
 pub(super) struct Counts {

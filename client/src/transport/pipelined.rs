@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 
-use crate::resp::{self, Reply};
+use crate::transport::resp::{self, Reply};
 
 /// A standalone server over one pipelined TCP connection, (re)connected on demand.
 pub(crate) struct Pipelined {

@@ -5,10 +5,10 @@
 
 use futures_util::future::join_all;
 
-use crate::decider::{cost_at, unknown};
-use crate::decision::{Decision, MultiDecision};
-use crate::policy::Policy;
-use crate::stack::{layer_over, Ask, Keys, Layer};
+use crate::layers::decider::{cost_at, unknown};
+use crate::layers::stack::{layer_over, Ask, Keys, Layer};
+use crate::limiter::decision::{Decision, MultiDecision};
+use crate::limiter::policy::Policy;
 
 /// The layer that splits shadow policies from enforced ones.
 #[derive(Debug)]
@@ -80,7 +80,7 @@ impl<L: Layer> Shadow<L> {
 
 #[cfg(test)]
 mod tests {
-    use crate::policy::Policy;
+    use crate::limiter::policy::Policy;
     use crate::testing::*;
 
     #[tokio::test(start_paused = true)]

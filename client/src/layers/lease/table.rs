@@ -9,10 +9,10 @@ use tokio::time::Instant;
 
 use super::refund::{add, Counts};
 use super::{LeaseConfig, LeaseStats};
-use crate::decider::{Check, Decider};
-use crate::decision::{Decision, Source, Verdict};
 use crate::fleet::FleetView;
-use crate::policy::Policy;
+use crate::layers::decider::{Check, Decider};
+use crate::limiter::decision::{Decision, Source, Verdict};
+use crate::limiter::policy::Policy;
 
 /// The floor of the time a demand is measured over: a burst of a few requests within a
 /// millisecond must not look like a huge rate.

@@ -1,5 +1,5 @@
 //! Leases for hot keys: for a policy marked hot ([`Policy::hot`](crate::Policy::hot)), the limiter takes a
-//! batch of units in one call (`COST n UPTO`, [`Decider::take_upto`](crate::decider::Decider::take_upto)), spends it in
+//! batch of units in one call (`COST n UPTO`, [`Decider::take_upto`](crate::layers::decider::Decider::take_upto)), spends it in
 //! process one request at a time, and gives back what it did not spend (`RL.REFUND`) when
 //! the lease ends: after its lifetime, or at [`crate::Limiter::shutdown`].
 //!

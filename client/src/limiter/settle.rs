@@ -4,11 +4,11 @@
 //! under-reserved is taken even over the limit (`FORCE`), so the budget neither leaks nor
 //! refuses work that already happened.
 
-use crate::decider::AllMode;
-use crate::decision::Decision;
 use crate::error::{Error, Result};
+use crate::layers::decider::AllMode;
+use crate::limiter::decision::Decision;
+use crate::limiter::policy::Policy;
 use crate::limiter::Limiter;
-use crate::policy::Policy;
 
 /// What [`Limiter::settle`] did.
 #[derive(Clone, Debug, PartialEq)]

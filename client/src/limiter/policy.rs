@@ -177,7 +177,7 @@ impl Policy {
     }
 
     /// A hot key: served from leases, batches of units taken with `UPTO` and spent in
-    /// process (see [`crate::lease`]), so most requests cost Redis nothing. For limits
+    /// process (see [`crate::layers::lease`]), so most requests cost Redis nothing. For limits
     /// many requests share (a global limit). Ignored for an algorithm that takes no `UPTO`
     /// (the log).
     pub const fn hot(mut self, hot: bool) -> Self {
@@ -203,7 +203,7 @@ impl Policy {
     /// The numeric parameters as the server reads them after the key (or spec word): the
     /// positional ones, then each option given (`BURST b`).
     pub fn args(&self) -> Vec<String> {
-        crate::command::args(&self.params)
+        crate::transport::command::args(&self.params)
     }
 
     /// The quota a client sees (`q` of `RateLimit-Policy`, `X-RateLimit-Limit`): the units

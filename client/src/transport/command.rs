@@ -2,7 +2,7 @@
 
 use redis::Cmd;
 
-use crate::decider::{cost_at, uniform_cost, AllMode};
+use crate::layers::decider::{cost_at, uniform_cost, AllMode};
 use redis_rl_core::AnyParams;
 
 /// The parameters as the server reads them after the key (or spec word): the positional

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::decision::Source;
-use crate::policy::Policy;
+use crate::limiter::decision::Source;
+use crate::limiter::policy::Policy;
 use crate::testing::*;
 
 /// The cost a command names.

@@ -17,9 +17,11 @@ use std::time::Duration;
 use lru::LruCache;
 use tokio::time::Instant;
 
-use crate::decider::{cost_at, denied_at, Check, Decided, Decider, EveryKey, Items, Refund};
-use crate::decision::{Decision, Grant, MultiDecision, Source, Verdict};
 use crate::error::Result;
+use crate::layers::decider::{
+    cost_at, denied_at, Check, Decided, Decider, EveryKey, Items, Refund,
+};
+use crate::limiter::decision::{Decision, Grant, MultiDecision, Source, Verdict};
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -341,8 +343,8 @@ mod tests {
 mod layer_tests {
     use std::time::Duration;
 
-    use crate::decision::Source;
-    use crate::policy::FailureMode;
+    use crate::limiter::decision::Source;
+    use crate::limiter::policy::FailureMode;
     use crate::testing::*;
 
     #[tokio::test(start_paused = true)]

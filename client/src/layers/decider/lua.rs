@@ -14,7 +14,7 @@ use redis_rl_core::AnyParams;
 
 /// The library's source: `FUNCTION LOAD` it as is, or run it as a script with its first line
 /// replaced by `#!lua` ([`script_source`]).
-pub const LIBRARY: &str = include_str!("../../../lua/rl.lua");
+pub const LIBRARY: &str = include_str!("../../../../lua/rl.lua");
 
 /// The function the library registers.
 pub const FUNCTION: &str = "rl";
@@ -42,7 +42,7 @@ pub fn check_range(params: &AnyParams) -> Result<()> {
         return Err(Error::Config(format!(
             "{} {:?}: a full refill or burst over 2^53 ms is beyond the exact range of the Lua twin; use the module",
             params.kind().command(),
-            crate::command::args(params)
+            crate::transport::command::args(params)
         )));
     }
     Ok(())
@@ -84,8 +84,8 @@ pub(super) fn message(e: &Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command;
-    use crate::policy::Policy;
+    use crate::limiter::policy::Policy;
+    use crate::transport::command;
 
     fn words(v: &[Vec<u8>]) -> Vec<String> {
         v.iter()

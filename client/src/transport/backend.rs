@@ -9,7 +9,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{Cmd, ConnectionAddr, ProtocolVersion, RedisResult, Value};
 use tokio::sync::OnceCell;
 
-use crate::pipelined::Pipelined;
+use crate::transport::pipelined::Pipelined;
 
 /// TLS material for `rediss://` servers, PEM-encoded (read from files by the caller).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 //! heartbeat (within `heartbeat`, 1 s by default).
 //!
 //! The size is what the local fallback divides each limit by while Redis is down
-//! ([`crate::failover`]): the last size known before the outage, so a fleet that scaled
+//! ([`crate::layers::failover`]): the last size known before the outage, so a fleet that scaled
 //! since the configuration was written still shares each limit once, not `N` times.
 //!
 //! Trust: anyone who can write the fleet key can change what it counts. Two bounds limit
@@ -17,6 +17,10 @@
 //! (no gateway of the fleet asks for one) is not believed (the size stays), and the size
 //! used moves by at most a factor of [`MAX_STEP`] per heartbeat, so a deleted or flooded key
 //! takes several heartbeats to move it far, and is logged meanwhile.
+
+pub mod bans;
+pub(crate) mod denials;
+pub mod offenders;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -442,7 +446,7 @@ async fn heartbeat(config: FleetConfig, transport: Arc<Transport>, view: Arc<Fle
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::words;
+    use crate::transport::command::words;
 
     fn ints(v: &[i64]) -> Value {
         Value::Array(v.iter().map(|&n| Value::Int(n)).collect())

@@ -3,10 +3,10 @@
 //! table full) goes to the layer below.
 
 use super::table::{leasable, Leases, Reserve};
-use crate::decider::{cost_at, denied_at};
-use crate::decision::{Decision, MultiDecision};
-use crate::policy::Policy;
-use crate::stack::{layer_over, Ask, Keys, Layer};
+use crate::layers::decider::{cost_at, denied_at};
+use crate::layers::stack::{layer_over, Ask, Keys, Layer};
+use crate::limiter::decision::{Decision, MultiDecision};
+use crate::limiter::policy::Policy;
 
 /// Hot keys served from leases over the layer `inner`.
 #[derive(Debug)]
@@ -99,7 +99,7 @@ impl<L: Layer> Leased<L> {
             decisions: items
                 .iter()
                 .zip(leased)
-                .map(|((_, p), d)| d.unwrap_or_else(|| crate::decider::unknown(p.params())))
+                .map(|((_, p), d)| d.unwrap_or_else(|| crate::layers::decider::unknown(p.params())))
                 .collect(),
         }
     }

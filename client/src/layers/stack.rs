@@ -1,14 +1,14 @@
 //! The contract of the limiter's policy layers: shadow policies, leases of hot keys and
 //! failure modes, each wrapping the next over the [`Decider`]s (the diagram is in
-//! [`crate::decider`]; the limiter assembles the stack). The layers depend on this module,
+//! [`crate::layers::decider`]; the limiter assembles the stack). The layers depend on this module,
 //! never the reverse. They decide by [`Policy`] (its flags say which layer acts) and never
-//! fail: at the bottom, [`Failover`](crate::failover::Failover) turns "Redis could not
+//! fail: at the bottom, [`Failover`](crate::layers::failover::Failover) turns "Redis could not
 //! answer" into each policy's failure mode.
 
-use crate::backend::BoxFuture;
-use crate::decider::Decider;
-use crate::decision::{Decision, MultiDecision};
-use crate::policy::Policy;
+use crate::layers::decider::Decider;
+use crate::limiter::decision::{Decision, MultiDecision};
+use crate::limiter::policy::Policy;
+use crate::transport::backend::BoxFuture;
 
 /// Keys with their policies, checked together.
 pub(crate) type Keys<'a> = &'a [(&'a str, &'a Policy)];
@@ -45,23 +45,25 @@ pub(crate) trait Layer: Send + Sync + 'static {
 /// grants and refunds go to the decider under it.
 macro_rules! layer_over {
     ($layer:ident) => {
-        impl<L: $crate::stack::Layer> $crate::stack::Layer for $layer<L> {
+        impl<L: $crate::layers::stack::Layer> $crate::layers::stack::Layer for $layer<L> {
             fn decide<'a>(
                 &'a self,
-                ask: $crate::stack::Ask<'a>,
-            ) -> $crate::backend::BoxFuture<'a, $crate::decision::Decision> {
+                ask: $crate::layers::stack::Ask<'a>,
+            ) -> $crate::transport::backend::BoxFuture<'a, $crate::limiter::decision::Decision>
+            {
                 Box::pin(self.decide_one(ask))
             }
 
             fn decide_all<'a>(
                 &'a self,
-                items: $crate::stack::Keys<'a>,
+                items: $crate::layers::stack::Keys<'a>,
                 costs: &'a [u64],
-            ) -> $crate::backend::BoxFuture<'a, $crate::decision::MultiDecision> {
+            ) -> $crate::transport::backend::BoxFuture<'a, $crate::limiter::decision::MultiDecision>
+            {
                 Box::pin(self.decide_many(items, costs))
             }
 
-            fn decider(&self) -> &dyn $crate::decider::Decider {
+            fn decider(&self) -> &dyn $crate::layers::decider::Decider {
                 self.inner.decider()
             }
         }
