@@ -69,7 +69,7 @@ pub use transport::{backend, breaker};
 
 pub use backend::{Backend, Cluster, Standalone, TlsFiles, Unreachable};
 pub use breaker::{Breaker, BreakerConfig, BreakerState, BreakerStats};
-pub use decider::Engine;
+pub use decider::ServerImpl;
 pub use decision::{Decision, Grant, MultiDecision, Source, Verdict};
 pub use deny_cache::DenyCache;
 pub use error::{Error, Refusal, Result};

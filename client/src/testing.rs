@@ -134,7 +134,7 @@ pub fn caps(all: bool) -> Value {
 
 pub fn limiter(mock: &Arc<Mock>) -> Limiter {
     Limiter::builder()
-        .engine(crate::layers::decider::Engine::Module)
+        .server_impl(crate::layers::decider::ServerImpl::Module)
         .timeout(Duration::from_millis(20))
         .breaker(BreakerConfig {
             failure_threshold: 3,

@@ -236,7 +236,7 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
             open_for: Duration::from_millis(args.breaker_open_ms),
         })
         .deny_cache(args.deny_cache)
-        .engine(args.engine)
+        .server_impl(args.engine)
         .fleet_fallback(config.fleet_fallback())
         .leases(LeaseConfig {
             lifetime: Duration::from_millis(config.leases.lifetime_ms),

@@ -70,7 +70,7 @@ struct Inner {
     cached: Cached,
     /// The fleet's channel of forgotten refusals.
     denials: crate::fleet::denials::Denials,
-    /// Sends RL.RESET by the engine in use (the module's command or the twin's).
+    /// Sends RL.RESET by the implementation in use (the module's command or the twin's).
     resets: crate::layers::decider::ServerDecider,
 }
 

@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use server::ServerDecider;
-pub use wire::Engine;
+pub use wire::ServerImpl;
 
 use crate::error::{Error, Result};
 use crate::limiter::decision::{Decision, Grant, MultiDecision, Source, Verdict};

@@ -9,7 +9,7 @@ use futures_util::future::join_all;
 use redis::{Cmd, Value};
 
 use super::lua::check_range;
-use super::wire::{Engine, Route, Wire};
+use super::wire::{Route, ServerImpl, Wire};
 use super::{cost_at, unknown, AllMode, Check, Decided, Decider, EveryKey, Items, Refund};
 use crate::error::{Error, Result};
 use crate::limiter::decision::{self, Decision, Grant, MultiDecision};
@@ -17,7 +17,7 @@ use crate::transport::command;
 use crate::transport::{is_unknown_command, Capabilities, Transport};
 use redis_rl_core::AnyParams;
 
-/// The module's commands over a [`Transport`], on the wire [`Engine`] picks.
+/// The module's commands over a [`Transport`], on the wire [`ServerImpl`] picks.
 ///
 /// `check_all`: with `RL.ALL` on the server, one call per hash slot (one in all on a
 /// standalone server, atomic; keys of different costs in the same call, `COSTS`); across slots, every slot at once (concurrently: one round
@@ -57,20 +57,20 @@ struct Reach {
 }
 
 impl ServerDecider {
-    /// Decisions over `transport`, by the module's commands or the Lua twin as `engine` says.
-    pub fn new(transport: Arc<Transport>, engine: Engine) -> Self {
+    /// Decisions over `transport`, by the module's commands or the Lua twin as `server_impl` says.
+    pub fn new(transport: Arc<Transport>, server_impl: ServerImpl) -> Self {
         Self {
             transport,
-            wire: Wire::new(engine),
+            wire: Wire::new(server_impl),
         }
     }
 
-    /// The engine in use: asks the server on first use (an error leaves it unknown, so the
+    /// The implementation in use: asks the server on first use (an error leaves it unknown, so the
     /// next call asks again).
-    pub async fn engine(&self) -> Result<Engine> {
+    pub async fn server_impl(&self) -> Result<ServerImpl> {
         Ok(match self.wire.route(&self.transport).await? {
-            Route::Command => Engine::Module,
-            Route::Function | Route::Script => Engine::Lua,
+            Route::Command => ServerImpl::Module,
+            Route::Function | Route::Script => ServerImpl::Lua,
         })
     }
 

@@ -13,9 +13,12 @@ use super::lua::{self, LIBRARY};
 use crate::error::{Error, Result};
 use crate::transport::{is_unknown_command, Transport};
 
-/// Which implementation decides on the server.
+/// Which implementation decides on the server: the module's commands or the Lua twin.
+///
+/// (Not the policy engine, `redis_rl_policy::Engine`, which decides what a request is
+/// limited on; rl-gateway's `--engine` flag keeps its name.)
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Engine {
+pub enum ServerImpl {
     /// The module where its commands exist, else the Lua twin (asked once with
     /// `COMMAND INFO RL.TOKENBUCKET`, and again if the module's commands disappear).
     #[default]
@@ -26,14 +29,14 @@ pub enum Engine {
     Lua,
 }
 
-impl std::str::FromStr for Engine {
+impl std::str::FromStr for ServerImpl {
     type Err = String;
 
     fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
-            "auto" => Ok(Engine::Auto),
-            "module" => Ok(Engine::Module),
-            "lua" => Ok(Engine::Lua),
+            "auto" => Ok(ServerImpl::Auto),
+            "module" => Ok(ServerImpl::Module),
+            "lua" => Ok(ServerImpl::Lua),
             other => Err(format!("engine '{other}': expected auto, module or lua")),
         }
     }
@@ -55,24 +58,24 @@ const COMMAND: u8 = 1;
 const FUNCTION: u8 = 2;
 const SCRIPT: u8 = 3;
 
-/// The wire in use, chosen by [`Engine`] and by what the server accepts.
+/// The wire in use, chosen by [`ServerImpl`] and by what the server accepts.
 #[derive(Debug)]
 pub(crate) struct Wire {
-    engine: Engine,
+    server_impl: ServerImpl,
     chosen: AtomicU8,
     /// The script's SHA1 once `SCRIPT LOAD` told it.
     sha: Mutex<Option<String>>,
 }
 
 impl Wire {
-    pub(crate) fn new(engine: Engine) -> Self {
-        let chosen = match engine {
-            Engine::Auto => UNKNOWN,
-            Engine::Module => COMMAND,
-            Engine::Lua => FUNCTION,
+    pub(crate) fn new(server_impl: ServerImpl) -> Self {
+        let chosen = match server_impl {
+            ServerImpl::Auto => UNKNOWN,
+            ServerImpl::Module => COMMAND,
+            ServerImpl::Lua => FUNCTION,
         };
         Self {
-            engine,
+            server_impl,
             chosen: AtomicU8::new(chosen),
             sha: Mutex::new(None),
         }
@@ -121,7 +124,7 @@ impl Wire {
             if let Err(e) = &sent {
                 // In auto mode, a module that answers "unknown command" was unloaded: ask
                 // again next time.
-                if self.engine == Engine::Auto && is_unknown_command(e) {
+                if self.server_impl == ServerImpl::Auto && is_unknown_command(e) {
                     self.chosen.store(UNKNOWN, Ordering::Relaxed);
                 }
             }
@@ -230,7 +233,7 @@ mod tests {
 
     use redis::Value;
 
-    use super::Engine;
+    use super::ServerImpl;
     use crate::limiter::decision::Source;
     use crate::limiter::policy::Policy;
     use crate::testing::*;
@@ -238,7 +241,7 @@ mod tests {
 
     fn auto(mock: &Arc<Mock>) -> Limiter {
         Limiter::builder()
-            .engine(Engine::Auto)
+            .server_impl(ServerImpl::Auto)
             .backend(mock.clone())
     }
 
