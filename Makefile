@@ -128,7 +128,7 @@ test-docs: build venv node-build
 	@$(MAKE) --no-print-directory docs
 	@echo "== links of the built book and of the Markdown files (lychee, offline: files and #anchors)"
 	$(TOOLS)/bin/lychee --offline --include-fragments --no-progress --root-dir $(CURDIR)/target/book 'target/book/**/*.html'
-	$(TOOLS)/bin/lychee --offline --include-fragments --no-progress README.md CHANGELOG.md python/README.md client/README.md docs/src/*.md
+	$(TOOLS)/bin/lychee --offline --include-fragments --no-progress README.md CHANGELOG.md python/README.md client/README.md middleware/README.md docs/src/*.md
 
 # Every language of the tree: Rust (rustfmt, clippy), Python (ruff on python/ and scripts/,
 # mypy --strict on the package; ruff.toml) and Lua (luacheck on lua/src, .luacheckrc; the

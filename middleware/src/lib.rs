@@ -1,6 +1,6 @@
 //! The HTTP part of redis-rl's client: a tower [`Layer`](tower_layer::Layer) that
 //! rate-limits HTTP requests, any service over `http::Request<B>` (axum glue behind the
-//! `axum` feature), and the tiers of API keys ([`TierResolver`], [`TierConfig`]).
+//! `axum` feature), and the tiers of API keys ([`TierResolver`]).
 //!
 //! The limiter it drives is `redis_rl_client`'s, which has no HTTP in its dependencies:
 //! an application that only calls [`Limiter`](redis_rl_client::Limiter) compiles no
@@ -118,5 +118,5 @@ pub use request::{Extensions, RequestInfo, RequestView, RoutePattern};
 pub use service::RateLimitService;
 pub use settle_token::{SettleTokens, TokenError, DEFAULT_TOKEN_TTL, SETTLE_TOKEN};
 pub use settlement::{IssueSettleToken, PendingSettle, SettleReport};
-pub use tier::{RedisHashTiers, StaticTiers, TierConfig, TierResolver};
+pub use tier::{RedisHashTiers, StaticTiers, TierResolver};
 pub use trace::{TraceContext, TRACEPARENT};

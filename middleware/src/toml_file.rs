@@ -1,20 +1,9 @@
-//! Reading configuration from TOML (feature `toml`): one place for the error texts.
+//! Reading configuration files: one place for the limits on what is read and the error
+//! texts.
 
 use std::path::Path;
 
-use serde::de::DeserializeOwned;
-
 use redis_rl_client::error::{Error, Result};
-
-/// Parses `text` (unknown fields and bad values are [`Error::Config`]), then `validate`s it.
-pub(crate) fn parse<T: DeserializeOwned>(
-    text: &str,
-    validate: impl FnOnce(&T) -> Result<()>,
-) -> Result<T> {
-    let config: T = toml::from_str(text).map_err(|e| Error::Config(e.to_string()))?;
-    validate(&config)?;
-    Ok(config)
-}
 
 /// The largest configuration file read (a real one is a few kilobytes).
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
