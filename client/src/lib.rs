@@ -54,9 +54,16 @@ pub mod error;
 pub mod fleet;
 pub mod layers;
 pub mod limiter;
+// Test doubles, built for the tests of crates on this one too (feature `testing`): they
+// may unwrap.
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
-#[allow(missing_docs)]
+#[allow(
+    missing_docs,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing
+)]
 pub mod testing;
 pub mod transport;
 
