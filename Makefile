@@ -48,9 +48,10 @@ test-unit:
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test --workspace --doc
 
-# Every integration test (module, core, client, rl-gateway), once per server. The module's are
-# one binary (tests/it), the client's against a server another (client/tests/live): new test
-# files go there (see their main.rs), so the suite does not link one binary per file.
+# Every integration test (module, core, client, middleware, rl-gateway), once per server. The
+# module's are one binary (tests/it), the client's against a server another
+# (client/tests/live), the middleware's a third (middleware/tests/live): new test files go
+# there (see their main.rs), so the suite does not link one binary per file.
 test-redis:
 	@echo "== integration tests on $$(redis-server --version)"
 	RL_SERVER=redis-server $(CARGO) test --workspace --test '*'
