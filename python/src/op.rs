@@ -15,7 +15,9 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 use redis::Value;
 
 use redis_rl_client::sansio::{self, LayersConfig, OpError, Outcome};
-use redis_rl_client::{BreakerConfig, Decision, Engine, FailureMode, FleetConfig, Policy, Verdict};
+use redis_rl_client::{
+    BreakerConfig, Decision, FailureMode, FleetConfig, Policy, ServerImpl, Verdict,
+};
 
 use crate::Params;
 
@@ -168,7 +170,7 @@ impl Layers {
         local_capacity: usize,
         fleet: Option<(String, u64, u64, bool)>,
     ) -> PyResult<Self> {
-        let engine: Engine = engine.parse().map_err(PyValueError::new_err)?;
+        let server_impl: ServerImpl = engine.parse().map_err(PyValueError::new_err)?;
         let fleet_divides = fleet.as_ref().is_some_and(|f| f.3);
         let fleet = fleet
             .map(|(key, heartbeat_ms, ttl_ms, _)| {
@@ -182,7 +184,7 @@ impl Layers {
             .transpose()
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let config = LayersConfig {
-            engine,
+            server_impl,
             cluster,
             deny_cache: NonZeroUsize::new(deny_cache),
             breaker: BreakerConfig {

@@ -5,12 +5,12 @@
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::Arc;
 
-use crate::breaker::{Breaker, BreakerConfig, BreakerState};
-use crate::decider::Engine;
-use crate::deny_cache::DenyCache;
-use crate::fallback::LocalLimiter;
 use crate::fleet::FleetConfig;
-use crate::policy::Policy;
+use crate::layers::decider::ServerImpl;
+use crate::layers::deny_cache::DenyCache;
+use crate::layers::fallback::LocalLimiter;
+use crate::limiter::policy::Policy;
+use crate::transport::breaker::{Breaker, BreakerConfig, BreakerState};
 
 use super::fleet::Fleet;
 use super::op::{Call, Op};
@@ -20,7 +20,7 @@ use super::wire::{Retry, ScriptWire};
 #[derive(Clone, Debug)]
 pub struct LayersConfig {
     /// The module, the twin, or the module where loaded (default).
-    pub engine: Engine,
+    pub server_impl: ServerImpl,
     /// The host's client is a cluster client: the keys of one `check_all` must share a slot.
     pub cluster: bool,
     /// Keys the deny cache remembers (default 10000; `None` turns it off).
@@ -32,7 +32,7 @@ pub struct LayersConfig {
     /// Every error of a call that has a failure mode (`check`, `check_all`) is decided by
     /// it, as the async [`crate::Limiter`]'s `check` never fails; off (default): only an
     /// outage is, and an error that is the call's own (a wrong type, a missing module with
-    /// the engine `module`) is the op's.
+    /// the server implementation `module`) is the op's.
     pub errors_fail_over: bool,
     /// Fleet membership (validate it first: [`FleetConfig::validate`]): the host runs the
     /// heartbeats [`Layers::pending`] gives from its own timer.
@@ -45,7 +45,7 @@ pub struct LayersConfig {
 impl Default for LayersConfig {
     fn default() -> Self {
         Self {
-            engine: Engine::Auto,
+            server_impl: ServerImpl::Auto,
             cluster: false,
             deny_cache: NonZeroUsize::new(10_000),
             breaker: BreakerConfig::default(),
@@ -73,7 +73,7 @@ impl Layers {
     /// The layers `config` describes.
     pub fn new(config: LayersConfig) -> Self {
         Self {
-            wire: ScriptWire::new(config.engine),
+            wire: ScriptWire::new(config.server_impl),
             breaker: Breaker::new(config.breaker),
             deny: config.deny_cache.map(DenyCache::new),
             local: LocalLimiter::new(config.local_capacity),

@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use crate::breaker::Permit;
-use crate::decider::denied_at;
-use crate::decision::{parse_all, parse_refund, parse_single, parse_upto};
-use crate::decision::{Decision, Grant, MultiDecision};
-use crate::failover::failure_decision;
-use crate::policy::Policy;
+use crate::layers::decider::denied_at;
+use crate::layers::failover::failure_decision;
+use crate::limiter::decision::{parse_all, parse_refund, parse_single, parse_upto};
+use crate::limiter::decision::{Decision, Grant, MultiDecision};
+use crate::limiter::policy::Policy;
+use crate::transport::breaker::Permit;
 
 use super::layers::Layers;
 use super::wire::Retry;

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::{Layers, LayersConfig, OpError, Outcome};
-use crate::decider::Engine;
-use crate::decision::Source;
 use crate::fleet::FleetConfig;
-use crate::policy::{FailureMode, Policy};
+use crate::layers::decider::ServerImpl;
+use crate::limiter::decision::Source;
+use crate::limiter::policy::{FailureMode, Policy};
 
 fn words(s: &str) -> Vec<String> {
     s.split(' ').map(str::to_string).collect()
@@ -93,7 +93,7 @@ fn errors_fail_over_decides_a_calls_own_error_by_the_failure_mode() {
         .unwrap()
         .on_failure(FailureMode::Open);
     let strict = layers(LayersConfig {
-        engine: Engine::Module,
+        server_impl: ServerImpl::Module,
         ..LayersConfig::default()
     });
     let mut op = strict.check("k".into(), p, 1, false);
@@ -103,7 +103,7 @@ fn errors_fail_over_decides_a_calls_own_error_by_the_failure_mode() {
         Err(OpError::Failed(_))
     ));
     let lenient = layers(LayersConfig {
-        engine: Engine::Module,
+        server_impl: ServerImpl::Module,
         errors_fail_over: true,
         ..LayersConfig::default()
     });
