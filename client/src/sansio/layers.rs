@@ -9,10 +9,12 @@ use crate::fleet::FleetConfig;
 use crate::layers::decider::ServerImpl;
 use crate::layers::deny_cache::DenyCache;
 use crate::layers::fallback::LocalLimiter;
+use crate::layers::lease::{LeaseConfig, LeaseStats};
 use crate::limiter::policy::Policy;
 use crate::transport::breaker::{Breaker, BreakerConfig, BreakerState};
 
 use super::fleet::Fleet;
+use super::leases::{Due, Leases};
 use super::op::{Call, Op};
 use super::wire::{Retry, ScriptWire};
 
@@ -40,6 +42,9 @@ pub struct LayersConfig {
     /// The local fallback divides each limit by the live fleet size once known (no static
     /// `instances` configured).
     pub fleet_divides: bool,
+    /// Leases for hot keys ([`Policy::hot`]) of a `check_all` (default: none): their
+    /// unspent units are given back by the refunds [`Layers::pending`] gives.
+    pub leases: Option<LeaseConfig>,
 }
 
 impl Default for LayersConfig {
@@ -53,6 +58,7 @@ impl Default for LayersConfig {
             errors_fail_over: false,
             fleet: None,
             fleet_divides: false,
+            leases: None,
         }
     }
 }
@@ -67,6 +73,7 @@ pub struct Layers {
     pub(crate) cluster: bool,
     pub(crate) errors_fail_over: bool,
     pub(crate) fleet: Option<Fleet>,
+    pub(crate) leases: Option<Leases>,
 }
 
 impl Layers {
@@ -82,6 +89,7 @@ impl Layers {
             fleet: config
                 .fleet
                 .map(|fleet| Fleet::new(fleet, config.fleet_divides)),
+            leases: config.leases.map(Leases::new),
         }
     }
 
@@ -130,6 +138,7 @@ impl Layers {
                 key,
                 policy,
                 amount,
+                lease: false,
             },
         )
     }
@@ -160,14 +169,55 @@ impl Layers {
     }
 
     /// Work not tied to a request that is due at `now_ms` (wall-clock milliseconds since
-    /// the Unix epoch): the fleet heartbeat, once per `heartbeat` and one at a time. The
-    /// host runs it from its own timer (every few hundred ms is enough); its outcome is
-    /// the fleet size (0 while unknown).
+    /// the Unix epoch), one op at a time: call it again until `None`. The fleet heartbeat,
+    /// once per `heartbeat` and one at a time (its outcome is the fleet size, 0 while
+    /// unknown); then the `RL.REFUND` of each lease that ended (past its lifetime, or
+    /// replaced), its unspent units given back (never retried if it fails). The host runs
+    /// it from its own timer, every few hundred ms with fleet membership, at least once per
+    /// lease lifetime with leases.
     pub fn pending(self: &Arc<Self>, now_ms: u64) -> Option<Op> {
-        let fleet = self.fleet.as_ref()?;
-        fleet
-            .due(now_ms)
-            .then(|| Op::new(self.clone(), Call::Heartbeat { now_ms, read: None }))
+        if let Some(fleet) = &self.fleet {
+            if fleet.due(now_ms) {
+                return Some(Op::new(
+                    self.clone(),
+                    Call::Heartbeat { now_ms, read: None },
+                ));
+            }
+        }
+        let due = self
+            .leases
+            .as_ref()?
+            .next_due(std::time::Instant::now(), false)?;
+        Some(self.lease_refund(due))
+    }
+
+    /// Ends every lease at shutdown: the `RL.REFUND` ops of their unspent units.
+    pub fn release_leases(self: &Arc<Self>) -> Vec<Op> {
+        let Some(leases) = &self.leases else {
+            return Vec::new();
+        };
+        let mut ops = Vec::new();
+        while let Some(due) = leases.next_due(std::time::Instant::now(), true) {
+            ops.push(self.lease_refund(due));
+        }
+        ops
+    }
+
+    fn lease_refund(self: &Arc<Self>, due: Due) -> Op {
+        Op::new(
+            self.clone(),
+            Call::Refund {
+                key: due.key,
+                policy: due.policy,
+                amount: due.units,
+                lease: true,
+            },
+        )
+    }
+
+    /// The lease counts since start (zero without leases).
+    pub fn lease_stats(&self) -> LeaseStats {
+        self.leases.as_ref().map(Leases::stats).unwrap_or_default()
     }
 
     /// Leaves the fleet at shutdown (`RL.CONCURRENCY key RELEASE id`), so the others stop

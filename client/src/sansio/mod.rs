@@ -16,10 +16,14 @@
 
 mod fleet;
 mod layers;
+#[cfg(test)]
+mod lease_tests;
+mod leases;
 mod op;
 #[cfg(test)]
 mod tests;
 mod wire;
 
+pub use crate::layers::lease::{LeaseConfig, LeaseStats};
 pub use layers::{Layers, LayersConfig};
 pub use op::{unavailable, Op, OpError, Outcome, MAX_ALL_KEYS};

@@ -4,19 +4,23 @@
 //! twin instead of a missing module, `EVAL` after `NOSCRIPT`) or `None`: done; the result
 //! is then read with [`Op::outcome`].
 
+use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::Instant;
 
 use redis::Value;
 
-use crate::layers::decider::denied_at;
+use crate::layers::decider::{denied_at, unknown};
 use crate::layers::failover::failure_decision;
+use crate::layers::lease::leasable;
 use crate::limiter::decision::{parse_all, parse_refund, parse_single, parse_upto};
 use crate::limiter::decision::{Decision, Grant, MultiDecision};
 use crate::limiter::policy::Policy;
 use crate::transport::breaker::Permit;
 
 use super::layers::Layers;
+use super::leases::{Reservation, Reserve};
 use super::wire::Retry;
 
 /// Most keys one `RL.ALL` takes (the module's `rl.max-all-keys` default).
@@ -45,6 +49,8 @@ pub(crate) enum Call {
         key: String,
         policy: Policy,
         amount: u64,
+        /// A lease's unspent units (counted in the lease stats).
+        lease: bool,
     },
     Force {
         key: String,
@@ -100,6 +106,26 @@ pub struct Op {
     /// The module's form of the command last sent (the twin's is derived from it).
     module: Vec<String>,
     outcome: Option<Outcome>,
+    /// A `check_all` with hot keys: their leases.
+    lease: Option<LeasePhase>,
+}
+
+/// The hot keys of a `check_all`: served from leases in hand, or from batches taken first
+/// (one `UPTO` each); the other keys then go to Redis in one `RL.ALL`.
+#[derive(Debug)]
+struct LeasePhase {
+    /// Every key of the request, and its cost.
+    items: Vec<(String, Policy)>,
+    costs: Vec<u64>,
+    /// The decisions of the keys served from leases.
+    leased: Vec<Option<Decision>>,
+    reserved: Vec<Reservation>,
+    /// Batches to take: the key's index and the batch.
+    takes: VecDeque<(usize, u64)>,
+    /// The take in flight.
+    current: Option<(usize, u64)>,
+    /// The indexes of the keys sent in the `RL.ALL`.
+    rest: Vec<usize>,
 }
 
 /// The parameters as the server reads them after the key or spec word.
@@ -164,6 +190,7 @@ impl Op {
             call,
             module: Vec::new(),
             outcome: None,
+            lease: None,
         }
     }
 
@@ -220,6 +247,7 @@ impl Op {
                 key,
                 policy,
                 amount,
+                ..
             } => {
                 let mut w = vec![
                     "RL.REFUND".to_string(),
@@ -360,6 +388,11 @@ impl Op {
 
     /// The first command to send, or `None` when decided without Redis.
     pub fn start(&mut self) -> Result<Option<Vec<String>>, OpError> {
+        let started = self.start_call();
+        self.merged(started)
+    }
+
+    fn start_call(&mut self) -> Result<Option<Vec<String>>, OpError> {
         match &self.call {
             Call::Check { key, .. }
             | Call::Upto { key, .. }
@@ -388,6 +421,9 @@ impl Op {
                 }
             }
             _ => {}
+        }
+        if self.lease.is_none() && self.hot_keys() {
+            return self.lease_start();
         }
         if let Some(outcome) = self.cached() {
             self.outcome = Some(outcome);
@@ -439,6 +475,14 @@ impl Op {
 
     /// The reply to the command last sent: `None` (done).
     pub fn feed(&mut self, reply: &Value) -> Result<Option<Vec<String>>, OpError> {
+        let next = match self.lease.as_ref().and_then(|p| p.current) {
+            Some(take) => self.lease_fed(take, reply),
+            None => self.feed_call(reply),
+        };
+        self.merged(next)
+    }
+
+    fn feed_call(&mut self, reply: &Value) -> Result<Option<Vec<String>>, OpError> {
         match self.call {
             Call::Heartbeat { now_ms, read: None } => {
                 self.layers.breaker.on_success();
@@ -509,10 +553,16 @@ impl Op {
                 }
                 Outcome::Grant(grant)
             }),
-            Call::Refund { key, .. } => {
+            Call::Refund {
+                key, amount, lease, ..
+            } => {
                 // The units given back may admit what the deny cache refuses.
                 self.layers.forget_denial(key);
-                parse_refund(reply).map(Outcome::Units)
+                let back = parse_refund(reply);
+                if let (true, Some(leases)) = (*lease, &self.layers.leases) {
+                    leases.refunded(*amount, back.as_ref().ok().copied());
+                }
+                back.map(Outcome::Units)
             }
             Call::Heartbeat { .. } | Call::Leave => Ok(Outcome::Units(0)),
             Call::Reset { key } => {
@@ -545,6 +595,14 @@ impl Op {
     /// (the twin, `EVAL`), or `None` when done: decided by the failure mode, or the error
     /// (calls without a failure mode, and errors that are the call's own).
     pub fn fail(&mut self, message: &str, outage: bool) -> Result<Option<Vec<String>>, OpError> {
+        let next = match self.lease.as_ref().and_then(|p| p.current) {
+            Some(take) => self.lease_failed(take, message, outage),
+            None => self.fail_call(message, outage),
+        };
+        self.merged(next)
+    }
+
+    fn fail_call(&mut self, message: &str, outage: bool) -> Result<Option<Vec<String>>, OpError> {
         if !outage {
             if let Retry::Send(next) = self.layers.wire.retry(&self.module, message) {
                 return Ok(Some(next));
@@ -553,6 +611,18 @@ impl Op {
         if let Call::Refund { key, .. } | Call::Reset { key } = &self.call {
             // The units may have been given back before the error.
             self.layers.forget_denial(key);
+        }
+        if let (
+            Call::Refund {
+                amount,
+                lease: true,
+                ..
+            },
+            Some(leases),
+        ) = (&self.call, &self.layers.leases)
+        {
+            // Never retried: the units stay counted, never both given back and spent.
+            leases.refunded(*amount, None);
         }
         if let Call::Heartbeat { now_ms, read } = self.call {
             if outage || unavailable(message) {
@@ -587,6 +657,257 @@ impl Op {
             None => fleet.ended(now_ms, None, None),
         };
         size.map_or(0, |s| u64::from(s.get()))
+    }
+
+    /// A `check_all` with a key to serve from a lease (the layers hold leases).
+    fn hot_keys(&self) -> bool {
+        let (Some(_), Call::All { items, costs }) = (&self.layers.leases, &self.call) else {
+            return false;
+        };
+        items
+            .iter()
+            .enumerate()
+            .any(|(i, (_, p))| leasable(p, costs.get(i).copied().unwrap_or(1)))
+    }
+
+    /// Serves the hot keys from their leases: denied at once, served, or batches to take
+    /// first; then the first take, or the other keys' `RL.ALL`.
+    fn lease_start(&mut self) -> Result<Option<Vec<String>>, OpError> {
+        let (Some(leases), Call::All { items, costs }) = (&self.layers.leases, &self.call) else {
+            return self.start_call();
+        };
+        let members = self
+            .layers
+            .fleet
+            .as_ref()
+            .and_then(|f| f.size())
+            .map_or(1, NonZeroU32::get);
+        let now = Instant::now();
+        let mut phase = LeasePhase {
+            items: items.clone(),
+            costs: costs.clone(),
+            leased: vec![None; items.len()],
+            reserved: Vec::new(),
+            takes: VecDeque::new(),
+            current: None,
+            rest: Vec::new(),
+        };
+        for (i, (key, policy)) in items.iter().enumerate() {
+            let cost = costs.get(i).copied().unwrap_or(1);
+            if !leasable(policy, cost) {
+                continue;
+            }
+            let denied = match leases.reserve(key, policy, cost, members, now) {
+                Reserve::Reserved(r, d) => {
+                    phase.reserved.push(r);
+                    if let Some(slot) = phase.leased.get_mut(i) {
+                        *slot = Some(d);
+                    }
+                    continue;
+                }
+                Reserve::Denied(d) => d,
+                Reserve::Take(batch) => {
+                    // A take answered by the deny cache: a grant of nothing.
+                    let cached = self.layers.deny.as_ref().and_then(|c| c.get(key, 1));
+                    let Some(decision) = cached else {
+                        phase.takes.push_back((i, batch));
+                        continue;
+                    };
+                    let nothing = Grant {
+                        granted: 0,
+                        decision,
+                    };
+                    match leases.granted(key, policy, batch, cost, &nothing, now) {
+                        Reserve::Denied(d) => d,
+                        _ => continue,
+                    }
+                }
+                Reserve::Ordinary => continue,
+            };
+            for r in phase.reserved {
+                leases.give_back(r);
+            }
+            for &(j, _) in &phase.takes {
+                if let Some((k, _)) = items.get(j) {
+                    leases.cancel_take(k);
+                }
+            }
+            self.outcome = Some(Outcome::Multi(denied_at(
+                items,
+                |(_, p)| p.params(),
+                i,
+                denied,
+            )));
+            return Ok(None);
+        }
+        self.lease = Some(phase);
+        self.next_take()
+    }
+
+    /// The next batch to take, or (none left) the `RL.ALL` of the keys no lease served.
+    fn next_take(&mut self) -> Result<Option<Vec<String>>, OpError> {
+        let Some(phase) = self.lease.as_mut() else {
+            return Ok(None);
+        };
+        phase.current = None;
+        while let Some((i, batch)) = phase.takes.pop_front() {
+            let Some((key, policy)) = phase.items.get(i) else {
+                continue;
+            };
+            if self.layers.breaker.permit() == Permit::Reject {
+                if let Some(leases) = &self.layers.leases {
+                    leases.take_failed(key, Instant::now());
+                }
+                continue;
+            }
+            phase.current = Some((i, batch));
+            let mut w = vec![policy.kind().command().to_string(), key.clone()];
+            push_params(&mut w, policy);
+            w.extend(["COST".to_string(), batch.to_string(), "UPTO".to_string()]);
+            self.module = w;
+            return Ok(Some(self.layers.wire.encode(self.module.clone())));
+        }
+        phase.rest = (0..phase.items.len())
+            .filter(|&i| phase.leased.get(i).is_some_and(Option::is_none))
+            .collect();
+        let items = phase
+            .rest
+            .iter()
+            .filter_map(|&i| phase.items.get(i).cloned())
+            .collect();
+        let costs = phase
+            .rest
+            .iter()
+            .map(|&i| phase.costs.get(i).copied().unwrap_or(1))
+            .collect();
+        self.call = Call::All { items, costs };
+        self.start_call()
+    }
+
+    /// The reply to the take of batch `batch` of key `i`.
+    fn lease_fed(
+        &mut self,
+        (i, batch): (usize, u64),
+        reply: &Value,
+    ) -> Result<Option<Vec<String>>, OpError> {
+        let (Some(leases), Some(phase)) = (&self.layers.leases, self.lease.as_mut()) else {
+            return Ok(None);
+        };
+        let (Some((key, policy)), Some(&cost)) = (phase.items.get(i), phase.costs.get(i)) else {
+            return Ok(None);
+        };
+        let now = Instant::now();
+        self.layers.breaker.on_success();
+        let grant = match parse_upto(policy.kind().command(), reply) {
+            Ok(grant) => grant,
+            Err(_) => {
+                leases.take_failed(key, now);
+                return self.next_take();
+            }
+        };
+        if let (Some(cache), 0) = (&self.layers.deny, grant.granted) {
+            cache.remember(key, 1, &grant.decision);
+        }
+        match leases.granted(key, policy, batch, cost, &grant, now) {
+            Reserve::Reserved(r, d) => {
+                phase.reserved.push(r);
+                if let Some(slot) = phase.leased.get_mut(i) {
+                    *slot = Some(d);
+                }
+            }
+            Reserve::Denied(d) => {
+                // All or nothing: the units reserved go back, the batches not taken are not.
+                for r in std::mem::take(&mut phase.reserved) {
+                    leases.give_back(r);
+                }
+                for &(j, _) in &phase.takes {
+                    if let Some((k, _)) = phase.items.get(j) {
+                        leases.cancel_take(k);
+                    }
+                }
+                let items = std::mem::take(&mut phase.items);
+                self.lease = None;
+                self.outcome = Some(Outcome::Multi(denied_at(&items, |(_, p)| p.params(), i, d)));
+                return Ok(None);
+            }
+            Reserve::Take(_) | Reserve::Ordinary => {}
+        }
+        self.next_take()
+    }
+
+    /// The error the take of key `i` got: the twin or `EVAL` next, else the key is decided
+    /// the ordinary way (in the `RL.ALL`, whose failure mode answers if Redis is down).
+    fn lease_failed(
+        &mut self,
+        (i, _): (usize, u64),
+        message: &str,
+        outage: bool,
+    ) -> Result<Option<Vec<String>>, OpError> {
+        if !outage {
+            if let Retry::Send(next) = self.layers.wire.retry(&self.module, message) {
+                return Ok(Some(next));
+            }
+        }
+        if outage || unavailable(message) {
+            self.layers.breaker.on_failure();
+        }
+        if let (Some(leases), Some(phase)) = (&self.layers.leases, &self.lease) {
+            if let Some((key, _)) = phase.items.get(i) {
+                leases.take_failed(key, Instant::now());
+            }
+        }
+        self.next_take()
+    }
+
+    /// Once done, a `check_all` with leases: the leased keys' decisions with the others';
+    /// the reserved units back to their leases when the request is denied or failed.
+    fn merged(
+        &mut self,
+        next: Result<Option<Vec<String>>, OpError>,
+    ) -> Result<Option<Vec<String>>, OpError> {
+        let done = matches!(next, Ok(None) | Err(_));
+        if !done || self.lease.as_ref().is_some_and(|p| p.current.is_some()) {
+            return next;
+        }
+        let Some(phase) = self.lease.take() else {
+            return next;
+        };
+        let rest = match self.outcome.take() {
+            Some(Outcome::Multi(md)) if next.is_ok() => md,
+            other => {
+                self.outcome = other;
+                if let Some(leases) = &self.layers.leases {
+                    for r in phase.reserved {
+                        leases.give_back(r);
+                    }
+                }
+                return next;
+            }
+        };
+        if rest.denied.is_some() {
+            if let Some(leases) = &self.layers.leases {
+                for r in phase.reserved {
+                    leases.give_back(r);
+                }
+            }
+        }
+        let mut from_rest = rest.decisions.into_iter();
+        let mut decisions = Vec::with_capacity(phase.items.len());
+        for ((_, p), leased) in phase.items.iter().zip(phase.leased) {
+            decisions.push(match leased {
+                Some(d) => d,
+                None => from_rest.next().unwrap_or_else(|| unknown(p.params())),
+            });
+        }
+        self.outcome = Some(Outcome::Multi(MultiDecision {
+            denied: rest.denied.and_then(|j| phase.rest.get(j).copied()),
+            decisions,
+        }));
+        self.call = Call::All {
+            items: phase.items,
+            costs: phase.costs,
+        };
+        next
     }
 
     /// The result once the op is done.

@@ -32,12 +32,13 @@ use std::time::Duration;
 
 mod layer;
 mod refund;
+pub(crate) mod sizing;
 mod table;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use layer::Leased;
-pub(crate) use table::Leases;
+pub(crate) use table::{leasable, Leases};
 
 /// Lease settings ([`crate::LimiterBuilder::leases`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

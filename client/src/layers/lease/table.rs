@@ -8,15 +8,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::refund::{add, Counts};
+use super::sizing::{batch_size, demand_rate, hold_after_nothing, hold_after_partial, served};
 use super::{LeaseConfig, LeaseStats};
 use crate::fleet::FleetView;
 use crate::layers::decider::{Check, Decider};
 use crate::limiter::decision::{Decision, Source, Verdict};
 use crate::limiter::policy::Policy;
-
-/// The floor of the time a demand is measured over: a burst of a few requests within a
-/// millisecond must not look like a huge rate.
-const MIN_MEASURE: Duration = Duration::from_millis(10);
 
 #[derive(Debug)]
 pub(super) struct State {
@@ -271,10 +268,7 @@ impl Leases {
             // unit times the batch, within a lifetime), not at every unit: a saturated key
             // then costs the fleet about one call per batch, not one per unit per gateway.
             let one = grant.decision.retry_after().unwrap_or(Duration::ZERO);
-            let hold = one
-                .saturating_mul(u32::try_from(batch).unwrap_or(u32::MAX))
-                .min(self.config.lifetime)
-                .max(one);
+            let hold = hold_after_nothing(&self.config, one, batch);
             if !hold.is_zero() {
                 lease.lock().closed = Some((Instant::now() + hold, grant.decision));
             }
@@ -295,9 +289,7 @@ impl Leases {
         // only when a batch could have freed up (one unit's share of the window times the
         // batch, within a lifetime), as after a grant of nothing.
         s.closed = (grant.granted < batch).then(|| {
-            let hold = unit_time(&lease.policy)
-                .saturating_mul(u32::try_from(batch).unwrap_or(u32::MAX))
-                .min(self.config.lifetime);
+            let hold = hold_after_partial(&self.config, &lease.policy, batch);
             (now + hold, grant.decision)
         });
         let generation = s.generation;
@@ -331,24 +323,15 @@ impl Leases {
             // The first take knows nothing yet (just this request); the next one measures.
             None => 0,
             Some(since) => {
-                let over = now.duration_since(since).max(MIN_MEASURE);
-                let observed = u128::from(s.asked) * 1_000_000 / over.as_micros().max(1);
-                let observed = u64::try_from(observed).unwrap_or(u64::MAX);
-                let rate = s.rate.map_or(observed, |r| r / 2 + observed / 2);
+                let rate = demand_rate(s.asked, now.duration_since(since), s.rate);
                 s.rate = Some(rate);
                 rate
             }
         };
         s.asked = 0;
         s.since = Some(now);
-        let want = u128::from(rate) * self.config.demand.as_micros() / 1_000_000;
-        let want = u64::try_from(want).unwrap_or(u64::MAX);
-        let members = u128::from(self.fleet.size().map_or(1, |n| n.get()));
-        let max = (u128::from(limit) * u128::from(self.config.max_percent) / 100 / members)
-            .try_into()
-            .unwrap_or(u64::MAX)
-            .max(1);
-        want.min(max).max(cost)
+        let members = self.fleet.size().map_or(1, |n| n.get());
+        batch_size(&self.config, rate, limit, members, cost)
     }
 
     /// Gives back units reserved for a request that another dimension denied: to the lease
@@ -365,29 +348,9 @@ impl Leases {
     }
 }
 
-/// The time one unit takes to free up at the limit's rate: the window (or refill period)
-/// over the limit.
-fn unit_time(policy: &Policy) -> Duration {
-    let nanos = policy.window().as_nanos() / u128::from(policy.limit().max(1));
-    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
-}
-
 /// Ends the lease in hand: its unspent units, to give back.
 pub(super) fn end(s: &mut State) -> u64 {
     s.live = false;
     s.generation = s.generation.wrapping_add(1);
     std::mem::take(&mut s.units)
-}
-
-/// The decision of a request served from a lease taken with decision `taken`, `elapsed`
-/// ago, `units` left in it: what Redis had left then plus what the lease still holds.
-fn served(taken: &Decision, units: u64, elapsed: Duration) -> Decision {
-    Decision {
-        verdict: Verdict::Allowed,
-        limit: taken.limit,
-        remaining: taken.remaining.saturating_add(units).min(taken.limit),
-        reset_after: taken.reset_after.saturating_sub(elapsed),
-        source: taken.source,
-        shadow: false,
-    }
 }
