@@ -91,6 +91,24 @@ class FleetConfig:
     divides: bool = True
 
 
+# The ops one heartbeat() runs at most (the heartbeat, lease refunds): the rest wait for the
+# next tick, so a backlog cannot hold the timer.
+MAX_PENDING = 1000
+
+
+@dataclass(frozen=True)
+class LeaseConfig:
+    """Leases for hot keys (a ``Policy`` made ``with_hot()``, in ``check_all``): a batch of
+    units taken with ``UPTO`` and spent in process, as rl-gateway's ``[leases]``; a lease's
+    unspent units are given back ``lifetime_ms`` after it was taken, by ``heartbeat()``
+    (run it from a timer, at least once per ``lifetime_ms``). A lease is sized to
+    ``demand_ms`` of the recent demand, at most ``max_percent`` of the limit per fleet."""
+
+    lifetime_ms: int = 250
+    demand_ms: int = 200
+    max_percent: int = 10
+
+
 def _check_key(key: Any) -> None:
     if not isinstance(key, str):
         raise TypeError(f"key must be a str, not {type(key).__name__}")
@@ -143,11 +161,14 @@ class Engine:
     """The layers (``redis_rl._core.Layers``) and counters of one limiter."""
 
     def __init__(self, *, cluster: bool, breaker: BreakerConfig, deny_cache: int, local_capacity: int,
-                 lua: bool = True, fleet: Optional[FleetConfig] = None) -> None:
+                 lua: bool = True, fleet: Optional[FleetConfig] = None,
+                 leases: Optional[LeaseConfig] = None) -> None:
         self.cluster = cluster
         membership = None if fleet is None else (fleet.key, fleet.heartbeat_ms, fleet.ttl_ms, fleet.divides)
+        leasing = None if leases is None else (leases.lifetime_ms, leases.demand_ms, leases.max_percent)
         self.layers = Layers("auto" if lua else "module", cluster, deny_cache, breaker.failure_threshold,
-                             round(breaker.open_for * 1000), local_capacity, membership)
+                             round(breaker.open_for * 1000), local_capacity, membership, leasing)
+        self.leases = leases
         self.fleet = fleet
         self._lock = threading.Lock()
         self._counts: Dict[str, int] = dict.fromkeys(
@@ -192,7 +213,8 @@ class Engine:
             self._counts[name] += 1
 
     def _counted(self, d: Decision) -> Decision:
-        if d.source is not Source.REDIS and d.source is not Source.UNCHECKED:
+        # Units served from a lease are counted by lease_stats().
+        if d.source not in (Source.REDIS, Source.UNCHECKED, Source.LEASE):
             self._count(d.source.value)
         return d
 
@@ -365,6 +387,7 @@ class Front:
         rl_all: Optional[bool] = None,
         lua: bool = True,
         fleet: Optional[FleetConfig] = None,
+        leases: Optional[LeaseConfig] = None,
     ) -> None:
         """``client``: a ``Redis`` or ``RedisCluster`` (of ``redis.asyncio`` for the async
         limiter). ``timeout``: seconds per call. ``deny_cache``: keys remembered by the
@@ -373,7 +396,8 @@ class Front:
         module and its Lua twin both have; ``False`` is refused). ``lua``: on a server
         without the module, run its Lua twin (``lua/rl.lua``, ``EVALSHA``, ``EVAL`` after
         ``NOSCRIPT``) from the first ``unknown command`` on. ``fleet``: fleet membership
-        (``FleetConfig``; run ``heartbeat()`` from a timer)."""
+        (``FleetConfig``; run ``heartbeat()`` from a timer). ``leases``: serve hot keys from
+        leases (``LeaseConfig``; ``heartbeat()`` gives their unspent units back)."""
         if not timeout > 0:
             raise ValueError("timeout must be positive")
         if rl_all is False:
@@ -387,6 +411,7 @@ class Front:
             local_capacity=local_capacity,
             lua=lua,
             fleet=fleet,
+            leases=leases,
         )
 
     @classmethod
@@ -425,6 +450,17 @@ class Front:
         membership)."""
         return self._engine.layers.fleet_size
 
+    @property
+    def leases(self) -> Optional[LeaseConfig]:
+        """The lease settings, if any."""
+        return self._engine.leases
+
+    def lease_stats(self) -> Dict[str, int]:
+        """Lease counts since start: batches taken, units granted, requests served from a
+        lease, refunds sent, units refunded and units dropped (a refund failed)."""
+        names = ("takes", "granted", "hits", "refunds", "refunded", "dropped")
+        return dict(zip(names, self._engine.layers.lease_stats()))
+
     def _pending(self) -> Optional[Op]:
-        """The heartbeat op when one is due now."""
+        """The next op due now: the heartbeat, then the refunds of leases that ended."""
         return self._engine.layers.pending(time.time_ns() // 1_000_000)

@@ -43,7 +43,7 @@ from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Opti
 from redis_rl import _flow
 from redis_rl._core import Flow, PolicyEngine, normalize_path, request_id as _request_id, tenant_id
 from redis_rl.breaker import BreakerConfig
-from redis_rl._engine import FleetConfig
+from redis_rl._engine import FleetConfig, LeaseConfig
 from redis_rl.limiter import DEFAULT_TIMEOUT, Limiter
 from redis_rl.policy import FailureMode, Policy
 from redis_rl.trace import TRACEPARENT, trace_context
@@ -308,7 +308,9 @@ class RateLimitMiddleware:
     event loop renews it every ``heartbeat_ms`` (off the requests' path), and the local
     fallback divides each limit by the live fleet size once known (unless ``instances`` is
     configured), as rl-gateway's; a ``limiter`` of your own brings its own ``fleet``.
-    ``hot`` and ``[leases]`` are validated but not acted on: every key is decided in Redis.
+    The ``hot`` dimensions are served from leases (``[leases]``), as rl-gateway's: a batch of
+    units taken with ``UPTO`` and spent in process, its unspent units given back by the same
+    task after the lease's lifetime; a ``limiter`` of your own brings its own ``leases``.
     """
 
     def __init__(
@@ -347,10 +349,14 @@ class RateLimitMiddleware:
             if redis_url is None:
                 raise ValueError("RateLimitMiddleware needs redis_url or limiter")
             limiter = Limiter.from_url(redis_url, cluster=cluster, timeout=timeout, breaker=breaker,
-                                       fleet=self._fleet_config())
-        elif self.engine.fleet is not None and limiter.fleet is None:
-            log.warning("[fleet] membership is on but the limiter passed in has none (Limiter(fleet=...)): "
-                        "the local fallback divides by instances")
+                                       fleet=self._fleet_config(), leases=self._lease_config())
+        else:
+            if self.engine.fleet is not None and limiter.fleet is None:
+                log.warning("[fleet] membership is on but the limiter passed in has none (Limiter(fleet=...)): "
+                            "the local fallback divides by instances")
+            if self.engine.leases is not None and limiter.leases is None:
+                log.warning("hot dimensions are configured but the limiter passed in has no leases "
+                            "(Limiter(leases=...)): every key is decided in Redis")
         self.limiter = limiter
         self._heartbeats: Optional["asyncio.Task[None]"] = None
         if tiers is None:
@@ -383,35 +389,46 @@ class RateLimitMiddleware:
         return FleetConfig(f"{self.engine.key_prefix}:{{fleet}}", heartbeat_ms, ttl_ms,
                            divides=not self.engine.instances_configured)
 
+    def _lease_config(self) -> Optional[LeaseConfig]:
+        """The limiter's leases as ``hot`` and ``[leases]`` configure them."""
+        if self.engine.leases is None:
+            return None
+        return LeaseConfig(*self.engine.leases)
+
     def _beat(self) -> None:
         """Keeps the heartbeat task running on this event loop (started by the first request;
-        again after the loop that ran it ended)."""
-        fleet = self.limiter.fleet
-        if fleet is None or (self._heartbeats is not None and not self._heartbeats.done()):
+        again after the loop that ran it ended): fleet heartbeats, and the refunds of leases
+        that ended."""
+        fleet, leases = self.limiter.fleet, self.limiter.leases
+        if (fleet is None and leases is None) or (self._heartbeats is not None and not self._heartbeats.done()):
             return
+        # A few ticks per heartbeat; at least two per lease lifetime, so a lease's unspent
+        # units go back soon after it ends.
+        ticks = [t for t in (fleet and fleet.heartbeat_ms / 4000, leases and leases.lifetime_ms / 2000) if t]
+        tick = min(ticks)
 
         async def heartbeats() -> None:
             while True:
                 await self.limiter.heartbeat()
-                await asyncio.sleep(fleet.heartbeat_ms / 4000)
+                await asyncio.sleep(tick)
 
         self._heartbeats = asyncio.ensure_future(heartbeats())
 
     def _policies_of(self, plan: Any) -> List[Policy]:
         """The limiter's policy of each plan item."""
-        return [self._policy(item, numbers) for item, numbers in zip(plan.items, plan.numbers)]
+        return [self._policy(item, numbers, hot) for item, numbers, hot in zip(plan.items, plan.numbers, plan.hots)]
 
-    def _policy(self, item: Tuple[Any, ...], numbers: Tuple[List[int], List[Optional[int]]]) -> Policy:
+    def _policy(self, item: Tuple[Any, ...], numbers: Tuple[List[int], List[Optional[int]]], hot: bool) -> Policy:
         """The limiter's policy of one plan item, from the core's numbers of its limit (cached:
         a configuration has few)."""
         algorithm, shadow, mode = item[1], item[5], item[6]
         values, options = numbers
-        cache_key = (algorithm, tuple(values), tuple(options), shadow, mode)
+        cache_key = (algorithm, tuple(values), tuple(options), shadow, mode, hot)
         policy = self._policies.get(cache_key)
         if policy is None:
             policy = Policy.of(algorithm, *values, *options)
             failure = FailureMode.parse(mode, self._mode.instances) if mode is not None else self._mode
-            policy = policy.on_failure(failure).with_shadow(shadow)
+            policy = policy.on_failure(failure).with_shadow(shadow).with_hot(hot)
             self._policies[cache_key] = policy
         return policy
 

@@ -22,6 +22,8 @@ class Source(str, Enum):
     """Redis unavailable, failure mode closed: denied without a decision."""
     DENY_CACHE = "deny_cache"
     """Redis denied this key recently and the wait has not passed."""
+    LEASE = "lease"
+    """A lease in hand: units Redis granted earlier to this limiter (a hot key)."""
     UNCHECKED = "unchecked"
     """Not checked: another key of the same ``check_all`` decided first (a denial in an
     earlier hash slot of a cluster), so nothing is known of this key's count."""

@@ -10,7 +10,16 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from redis_rl._core import Op
-from redis_rl._engine import DEFAULT_TIMEOUT, BreakerOpen, Calls, Front, error_text, is_outage, log
+from redis_rl._engine import (
+    DEFAULT_TIMEOUT,
+    MAX_PENDING,
+    BreakerOpen,
+    Calls,
+    Front,
+    error_text,
+    is_outage,
+    log,
+)
 from redis_rl.decision import Decision, Grant, MultiDecision
 from redis_rl.policy import Policy
 from redis_rl.settle import Settled
@@ -160,15 +169,19 @@ class Limiter(Front):
                 command = engine.fed(op, reply)
 
     async def heartbeat(self) -> Optional[int]:
-        """Renews this limiter's fleet membership when a heartbeat is due (call it from a
-        timer, a few times per ``heartbeat_ms``; nothing is sent between heartbeats) and
-        returns the live fleet size once known. A failed heartbeat keeps the last size."""
-        op = self._pending()
-        if op is not None:
+        """Renews this limiter's fleet membership when a heartbeat is due and gives back the
+        unspent units of leases that ended (call it from a timer, a few times per
+        ``heartbeat_ms`` and at least once per lease lifetime; nothing is sent when nothing
+        is due) and returns the live fleet size once known. A failed heartbeat keeps the
+        last size; a failed refund is dropped, never retried."""
+        for _ in range(MAX_PENDING):
+            op = self._pending()
+            if op is None:
+                break
             try:
                 await self._drive(op)
-            except Exception as e:  # noqa: BLE001 - the size stays; logged
-                log.debug("fleet heartbeat failed: %r", e)
+            except Exception as e:  # noqa: BLE001 - the size stays, the units stay counted; logged
+                log.debug("fleet heartbeat or lease refund failed: %r", e)
         return self.fleet_size
 
     async def leave_fleet(self) -> None:

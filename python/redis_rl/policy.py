@@ -106,6 +106,8 @@ class Policy(metaclass=_Constructors):
     failure_mode: FailureMode = FailureMode("local")
     shadow: bool = False
     """Decide and record, but never deny (``Decision.allows`` is true)."""
+    hot: bool = False
+    """Served from leases in ``check_all`` when the limiter has ``leases`` (``LeaseConfig``)."""
     params: Params = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
     op_policy: OpPolicy = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
     """The policy as the limiter's ops take it (made once, with the failure mode and shadow)."""
@@ -114,7 +116,7 @@ class Policy(metaclass=_Constructors):
         params = self.params if self.params is not None else Params(self.algorithm, list(self.numbers), list(self.options))
         mode = self.failure_mode
         object.__setattr__(self, "params", params)
-        object.__setattr__(self, "op_policy", OpPolicy(params, mode.name, mode.instances, self.shadow))
+        object.__setattr__(self, "op_policy", OpPolicy(params, mode.name, mode.instances, self.shadow, self.hot))
 
     @staticmethod
     def of(algorithm: str, *numbers: Optional[int], **options: Optional[int]) -> "Policy":
@@ -151,6 +153,11 @@ class Policy(metaclass=_Constructors):
     def with_shadow(self, shadow: bool = True) -> "Policy":
         """The same policy in (or out of) shadow mode."""
         return replace(self, shadow=bool(shadow))
+
+    def with_hot(self, hot: bool = True) -> "Policy":
+        """The same policy served (or not) from leases: a hot key's units are taken in
+        batches (``UPTO``) and spent in process, when the limiter has ``leases``."""
+        return replace(self, hot=bool(hot))
 
     @property
     def spec_info(self) -> Algorithm:

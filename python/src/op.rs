@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use redis::Value;
 
-use redis_rl_client::sansio::{self, LayersConfig, OpError, Outcome};
+use redis_rl_client::sansio::{self, LayersConfig, LeaseConfig, OpError, Outcome};
 use redis_rl_client::{
     BreakerConfig, Decision, FailureMode, FleetConfig, Policy, ServerImpl, Verdict,
 };
@@ -144,10 +144,18 @@ pub(crate) struct OpPolicy {
 
 #[pymethods]
 impl OpPolicy {
+    /// `hot`: a `check_all` serves the key from leases (when the layers hold leases).
     #[new]
-    fn new(params: &Params, failure: &str, instances: u32, shadow: bool) -> PyResult<Self> {
+    #[pyo3(signature = (params, failure, instances, shadow, hot=false))]
+    fn new(
+        params: &Params,
+        failure: &str,
+        instances: u32,
+        shadow: bool,
+        hot: bool,
+    ) -> PyResult<Self> {
         Ok(Self {
-            policy: policy(params, failure, instances, shadow)?,
+            policy: policy(params, failure, instances, shadow)?.hot(hot),
         })
     }
 }
@@ -157,9 +165,10 @@ impl Layers {
     /// `engine`: `auto`, `module` or `lua`; `deny_cache`: keys (0: off); the breaker opens
     /// after `failures` in a row for `open_ms`; `local_capacity`: keys of the fallback.
     /// `fleet`: `(key, heartbeat_ms, ttl_ms, divides)` for fleet membership (`divides`: the
-    /// local fallback divides by the live fleet size).
+    /// local fallback divides by the live fleet size). `leases`: `(lifetime_ms, demand_ms,
+    /// max_percent)` to serve hot keys from leases.
     #[new]
-    #[pyo3(signature = (engine, cluster, deny_cache, failures, open_ms, local_capacity, fleet=None))]
+    #[pyo3(signature = (engine, cluster, deny_cache, failures, open_ms, local_capacity, fleet=None, leases=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         engine: &str,
@@ -169,7 +178,21 @@ impl Layers {
         open_ms: u64,
         local_capacity: usize,
         fleet: Option<(String, u64, u64, bool)>,
+        leases: Option<(u64, u64, u64)>,
     ) -> PyResult<Self> {
+        if let Some((lifetime_ms, demand_ms, max_percent)) = leases {
+            if lifetime_ms == 0 || demand_ms == 0 || !(1..=100).contains(&max_percent) {
+                return Err(PyValueError::new_err(
+                    "leases: lifetime_ms and demand_ms must be at least 1, max_percent between 1 and 100",
+                ));
+            }
+        }
+        let leases = leases.map(|(lifetime_ms, demand_ms, max_percent)| LeaseConfig {
+            lifetime: Duration::from_millis(lifetime_ms),
+            demand: Duration::from_millis(demand_ms),
+            max_percent,
+            ..LeaseConfig::default()
+        });
         let server_impl: ServerImpl = engine.parse().map_err(PyValueError::new_err)?;
         let fleet_divides = fleet.as_ref().is_some_and(|f| f.3);
         let fleet = fleet
@@ -196,6 +219,7 @@ impl Layers {
             errors_fail_over: true,
             fleet,
             fleet_divides,
+            leases,
         };
         Ok(Self {
             layers: Arc::new(sansio::Layers::new(config)),
@@ -242,10 +266,26 @@ impl Layers {
         self.layers.retry(&command, message)
     }
 
-    /// The work not tied to a request that is due at `now_ms` (wall-clock ms): the fleet
-    /// heartbeat; its result is the fleet size (0 while unknown). Run from a timer.
+    /// The next work not tied to a request that is due at `now_ms` (wall-clock ms): the
+    /// fleet heartbeat (its result is the fleet size, 0 while unknown), then the refunds of
+    /// leases that ended. Run from a timer, again until `None`.
     fn pending(&self, now_ms: u64) -> Option<Op> {
         self.layers.pending(now_ms).map(Op::new)
+    }
+
+    /// The `RL.REFUND` ops of every lease's unspent units, at shutdown.
+    fn release_leases(&self) -> Vec<Op> {
+        self.layers
+            .release_leases()
+            .into_iter()
+            .map(Op::new)
+            .collect()
+    }
+
+    /// `(takes, granted, hits, refunds, refunded, dropped)` of the leases since start.
+    fn lease_stats(&self) -> (u64, u64, u64, u64, u64, u64) {
+        let s = self.layers.lease_stats();
+        (s.takes, s.granted, s.hits, s.refunds, s.refunded, s.dropped)
     }
 
     /// Leaving the fleet at shutdown (`None` without membership).

@@ -162,6 +162,12 @@ impl PlanResult {
             .collect()
     }
 
+    /// Per item: whether it is served from leases (its dimension is `hot`).
+    #[getter]
+    fn hots(&self) -> Vec<bool> {
+        self.plan.items.iter().map(|i| i.hot).collect()
+    }
+
     /// Per item: its `delay_max_ms` (`None`: refused at once).
     #[getter]
     fn delays(&self) -> Vec<Option<u64>> {
@@ -355,6 +361,18 @@ impl PolicyEngine {
         fleet
             .membership
             .then_some((fleet.heartbeat_ms, fleet.ttl_ms))
+    }
+
+    /// `(lifetime_ms, demand_ms, max_percent)` of `[leases]`, `None` when no dimension is
+    /// `hot`.
+    #[getter]
+    fn leases(&self) -> Option<(u64, u64, u64)> {
+        let config = self.engine.config();
+        (!config.hot.is_empty()).then_some((
+            config.leases.lifetime_ms,
+            config.leases.demand_ms,
+            config.leases.max_percent,
+        ))
     }
 
     /// Whether `instances` is configured (else the local fallback divides by the live

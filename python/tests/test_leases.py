@@ -1,0 +1,110 @@
+"""Leases in the ASGI middleware (the ``hot`` dimensions and ``[leases]``, as rl-gateway's): a
+hot key is served from batches taken with ``UPTO``, so it costs Redis fewer commands than
+requests; a lease's unspent units go back after its lifetime; a request another dimension
+refuses spends nothing. On the module and on its Lua twin."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict
+
+import pytest
+import redis
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from redis_rl import Policy, SyncLimiter
+from redis_rl.asgi import RateLimitMiddleware
+
+GLOBAL = Policy.sliding(1000, 60_000)
+
+
+@pytest.fixture(params=["module", "twin"])
+def any_server(request: Any) -> Any:
+    return request.getfixturevalue("server" if request.param == "module" else "bare_server")
+
+
+def _app(server: Any, config: Dict[str, Any]) -> RateLimitMiddleware:
+    async def hello(request):  # type: ignore[no-untyped-def]
+        return PlainTextResponse("hi")
+
+    return RateLimitMiddleware(Starlette(routes=[Route("/", hello)]), redis_url=server.url, config=config)
+
+
+def _config(prefix: str, lifetime_ms: int, **more: Any) -> Dict[str, Any]:
+    return {
+        "key_prefix": prefix,
+        "dimensions": ["global"],
+        "global": {"limit": 1000, "algorithm": "sliding"},
+        "hot": ["global"],
+        "fleet": {"membership": False},
+        "leases": {"lifetime_ms": lifetime_ms, "demand_ms": 2000},
+        **more,
+    }
+
+
+def _limiter_calls(r: redis.Redis) -> int:
+    """The limiter's commands the server ran so far: the module's, or the twin's scripts."""
+    stats = r.info("commandstats")
+    return sum(v["calls"] for k, v in stats.items() if k.startswith("cmdstat_rl.") or k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+def _remaining(server: Any, key: str) -> int:
+    """The units left of ``key`` (a peek of one unit reads what would be left after it)."""
+    peek = SyncLimiter.from_url(server.url)
+    try:
+        return peek.peek(key, GLOBAL).remaining + 1
+    finally:
+        peek.close()
+
+
+def _until(read: Any, want: Any, seconds: float = 5.0) -> Any:
+    deadline = time.monotonic() + seconds
+    got = read()
+    while got != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+        got = read()
+    return got
+
+
+def test_a_hot_key_served_from_a_lease_costs_fewer_commands_than_requests(any_server, prefix):
+    r = redis.Redis(port=any_server.port)
+    app = _app(any_server, _config(prefix, 60_000))
+    try:
+        with TestClient(app) as client:
+            assert client.get("/").status_code == 200  # the first take (and the twin's loading)
+            before = _limiter_calls(r)
+            statuses = [client.get("/").status_code for _ in range(40)]
+            sent = _limiter_calls(r) - before
+            stats = app.limiter.lease_stats()
+    finally:
+        r.close()
+    assert statuses == [200] * 40
+    assert sent < 5, f"{sent} limiter commands for 40 requests"
+    assert stats["hits"] >= 35
+    # Redis counted the units taken: what was served plus what the lease holds.
+    assert _remaining(any_server, f"{prefix}:{{global}}") == 1000 - stats["granted"]
+
+
+def test_a_lease_s_unspent_units_are_given_back_after_its_lifetime(any_server, prefix):
+    app = _app(any_server, _config(prefix, 200))
+    with TestClient(app) as client:
+        statuses = [client.get("/").status_code for _ in range(10)]
+        # The middleware's timer ends the lease and refunds what was not spent.
+        remaining = _until(lambda: _remaining(any_server, f"{prefix}:{{global}}"), 990)
+        stats = app.limiter.lease_stats()
+    assert statuses == [200] * 10
+    assert remaining == 990, "only the 10 requests served stay counted"
+    assert stats["refunded"] > 0 and stats["dropped"] == 0
+
+
+def test_a_request_another_dimension_refuses_spends_nothing_of_the_lease(any_server, prefix):
+    config = _config(prefix, 200, dimensions=["ip", "global"], ip={"limit": 3, "algorithm": "sliding"})
+    app = _app(any_server, config)
+    with TestClient(app) as client:
+        statuses = [client.get("/").status_code for _ in range(8)]
+        remaining = _until(lambda: _remaining(any_server, f"{prefix}:{{global}}"), 997)
+    assert statuses == [200] * 3 + [429] * 5
+    assert remaining == 997, "all or nothing: the refused requests' global units went back"
