@@ -193,3 +193,20 @@ fn a_take_that_fails_leaves_the_key_to_the_failure_mode() {
         Some(words("RL.ALL 1 k SLIDING 1000 60000"))
     );
 }
+
+#[test]
+fn an_op_dropped_during_its_take_lets_the_next_request_take() {
+    let l = leased(60_000);
+    let mut op = l.check_all();
+    op.add("k".into(), hot(), 1).unwrap();
+    assert!(op.start().unwrap().is_some());
+    drop(op);
+    let mut next = l.check_all();
+    next.add("k".into(), hot(), 1).unwrap();
+    let sent = next.start().unwrap().unwrap();
+    assert_eq!(
+        sent.last().map(String::as_str),
+        Some("UPTO"),
+        "a take, not the ordinary call: {sent:?}"
+    );
+}

@@ -128,6 +128,22 @@ struct LeasePhase {
     rest: Vec<usize>,
 }
 
+impl Drop for Op {
+    /// An op the host gave up on during its takes (a cancelled request): the takes it held
+    /// are released, so the next request of the key may take a batch.
+    fn drop(&mut self) {
+        let (Some(leases), Some(phase)) = (&self.layers.leases, self.lease.take()) else {
+            return;
+        };
+        let held = phase.current.into_iter().chain(phase.takes);
+        for (i, _) in held {
+            if let Some((key, _)) = phase.items.get(i) {
+                leases.cancel_take(key);
+            }
+        }
+    }
+}
+
 /// The parameters as the server reads them after the key or spec word.
 fn push_params(words: &mut Vec<String>, policy: &Policy) {
     words.extend(policy.args());
