@@ -108,3 +108,23 @@ def test_a_request_another_dimension_refuses_spends_nothing_of_the_lease(any_ser
         remaining = _until(lambda: _remaining(any_server, f"{prefix}:{{global}}"), 997)
     assert statuses == [200] * 3 + [429] * 5
     assert remaining == 997, "all or nothing: the refused requests' global units went back"
+
+
+def test_bans_still_apply_to_a_hot_key_s_requests(any_server, prefix):
+    rule = {"name": "login", "paths": ["/"], "key": ["ip"], "limits": ["2/minute"], "algorithm": "gcra",
+            "ban": {"after": 2, "within_ms": 60000, "for_ms": 600000}}
+    app = _app(any_server, _config(prefix, 200, rules=[rule]))
+    r = redis.Redis(port=any_server.port)
+    try:
+        with TestClient(app) as client:
+            first = [client.get("/").status_code for _ in range(4)]
+            banned = _until(lambda: len(r.keys(f"{prefix}:*:ban")), 1)
+            after = client.get("/")
+            # Only the 2 admitted requests stay counted on the hot key once the leases end.
+            remaining = _until(lambda: _remaining(any_server, f"{prefix}:{{global}}"), 998)
+    finally:
+        r.close()
+    assert first == [200, 200, 429, 429]
+    assert banned == 1, "two refusals ban the subject"
+    assert after.status_code == 429 and "ban" in after.text.lower()
+    assert remaining == 998
