@@ -24,15 +24,7 @@ use crate::reply;
 use crate::wire::Retry;
 
 /// The names of [`Op::fields`]'s `source` numbers, in order.
-pub const SOURCES: [&str; 7] = [
-    "redis",
-    "deny_cache",
-    "local",
-    "lease",
-    "fail_open",
-    "fail_closed",
-    "unchecked",
-];
+pub const SOURCES: [&str; 7] = Source::NAMES;
 
 /// Most keys one `RL.ALL` takes (the module's `rl.max-all-keys` default).
 const MAX_ALL_KEYS: usize = 16;
@@ -155,10 +147,7 @@ fn decision_fields(d: &Decision, shadow: bool) -> [f64; 7] {
         Verdict::Denied { retry_after } => ms(retry_after),
         Verdict::Never => -1.0,
     };
-    let source = SOURCES
-        .iter()
-        .position(|s| *s == d.source.name())
-        .unwrap_or(0);
+    let source = d.source.index();
     let shadow = d.shadow || shadow;
     [
         f64::from(u8::from(d.allows() || shadow)),
@@ -539,10 +528,7 @@ impl Op {
             }
             Verdict::Never => -1.0,
         };
-        let source = SOURCES
-            .iter()
-            .position(|s| *s == d.source.name())
-            .unwrap_or(0);
+        let source = d.source.index();
         let shadow = d.shadow || self.policy_shadow();
         Ok(vec![
             f64::from(u8::from(d.allows() || shadow)),
