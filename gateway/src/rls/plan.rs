@@ -11,10 +11,6 @@ use redis_rl_client::{FailureMode, Policy};
 use super::config::{Counting, RlsConfig, Rule, Unit};
 use super::lookup;
 
-/// The largest cost one counter may be asked for in one call (the module's bound on any
-/// count): a request asking more can never be admitted (see `decide`).
-pub const MAX_HITS: u64 = 1_000_000_000_000_000;
-
 /// The metric key of every descriptor counted on its own `limit`: its domain, keys and
 /// values come from the request, and metric labels come only from the configuration.
 pub const OVERRIDE_METRIC: &str = "limit_override";
@@ -40,6 +36,8 @@ pub struct Limited {
     pub shadow: bool,
     /// The Redis key of the counter: `<key_prefix>:rls:<counter>:<counting>:<seconds>`.
     pub key: String,
+    /// The counter's name among the top offenders: `<key_prefix>:rls:<counter>`.
+    pub subject: String,
     /// The metric key (bounded: the rule's place in the tree unless the file asks for values).
     pub metric: String,
     /// The policy sent to Redis (`None` when `requests_per_unit` is 0: nothing to ask).
@@ -144,8 +142,8 @@ pub fn plan(
             planned.push(Planned::NoLimit);
             continue;
         };
-        // Over MAX_HITS: never admitted, answered OVER_LIMIT by `decide` (an error would
-        // let Envoy's and the gateway's failure modes admit it).
+        // Over the flow's MAX_UNITS: never admitted, answered OVER_LIMIT by the flow (an
+        // error would let Envoy's and the gateway's failure modes admit it).
         let cost = d.hits_addend.as_ref().map_or(request_cost, |h| h.value);
         let policy = policy(rule.counting, rule.requests_per_unit, unit).map(|p| {
             let per_second = u64::from(rule.requests_per_unit) / unit.seconds();
@@ -163,6 +161,7 @@ pub fn plan(
                 rule.counting.name(),
                 unit.seconds()
             ),
+            subject: format!("{key_prefix}:rls:{counter}"),
             metric: metric.clone(),
             policy,
             cost,
