@@ -51,10 +51,18 @@ pub struct Counter {
     pub give_back: bool,
     /// The counter's window in milliseconds: the reset of a decision made here.
     pub window_ms: u64,
-    /// The name its refusals are counted under among the top offenders.
-    pub policy: String,
-    /// The key its refusals are counted under (the key without its window's suffix).
-    pub subject: String,
+    /// The length of the key's part its refusals are counted under among the top
+    /// offenders (the key without its window's suffix): a length, not a copy, as it is
+    /// read only for a refused request.
+    pub subject_len: usize,
+}
+
+impl Counter {
+    /// The key its refusals are counted under (the whole key if `subject_len` is not a
+    /// place in it).
+    pub fn subject(&self) -> &str {
+        self.key.get(..self.subject_len).unwrap_or(&self.key)
+    }
 }
 
 /// What the host must do next for a request of counters.
@@ -98,6 +106,8 @@ struct Group {
 #[derive(Debug)]
 pub struct CounterFlow {
     counters: Vec<Counter>,
+    /// The name the request's refusals are counted under among the top offenders.
+    policy: String,
     decided: Vec<Option<Decided>>,
     /// The counters to give back, then to book, as indexes into `counters`.
     returns: Vec<usize>,
@@ -115,11 +125,13 @@ pub struct CounterFlow {
 }
 
 impl CounterFlow {
-    /// Starts a request limited on `counters`: its machine and the first step.
-    pub fn start(counters: Vec<Counter>) -> (CounterFlow, CounterStep) {
+    /// Starts a request limited on `counters`, its refusals counted under `policy` among
+    /// the top offenders: its machine and the first step.
+    pub fn start(counters: Vec<Counter>, policy: String) -> (CounterFlow, CounterStep) {
         let mut flow = CounterFlow {
             decided: vec![None; counters.len()],
             counters,
+            policy,
             returns: Vec::new(),
             groups: Vec::new(),
             next: 0,
@@ -324,7 +336,8 @@ impl CounterFlow {
                     .filter(|d| d.is_denied() && !c.shadow && d.source != Source::Unchecked)
                     .map(|d| (c, d))
             });
-            if let Some(r) = refuser.and_then(|(c, d)| record::refusal_of(&c.policy, &c.subject, d))
+            if let Some(r) =
+                refuser.and_then(|(c, d)| record::refusal_of(&self.policy, c.subject(), d))
             {
                 self.record.refusals.push(r);
             }

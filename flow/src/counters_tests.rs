@@ -9,8 +9,7 @@ fn counter(key: &str, units: u64) -> Counter {
         admits: true,
         give_back: false,
         window_ms: 60_000,
-        policy: "rls:d".into(),
-        subject: format!("subject-of-{key}"),
+        subject_len: key.len(),
     }
 }
 
@@ -57,8 +56,10 @@ fn done(step: CounterStep) -> Counted {
 
 #[test]
 fn counters_of_one_key_are_booked_once_with_their_units_added() {
-    let (mut flow, step) =
-        CounterFlow::start(vec![counter("a", 2), counter("b", 1), counter("a", 3)]);
+    let (mut flow, step) = CounterFlow::start(
+        vec![counter("a", 2), counter("b", 1), counter("a", 3)],
+        "rls:d".into(),
+    );
     let takes = book(step);
     assert_eq!(
         takes.iter().map(|t| (t.item, t.units)).collect::<Vec<_>>(),
@@ -81,7 +82,7 @@ fn counters_of_one_key_are_booked_once_with_their_units_added() {
 fn past_one_book_a_refusal_gives_back_what_earlier_books_took_and_only_looks_after() {
     let mut counters: Vec<Counter> = (0..40).map(|i| counter(&format!("k{i}"), 2)).collect();
     counters[3].shadow = true;
-    let (mut flow, step) = CounterFlow::start(counters);
+    let (mut flow, step) = CounterFlow::start(counters, "rls:d".into());
     let first = book(step);
     assert_eq!(first.len(), MAX_KEYS_PER_BOOK);
     let second = book(flow.booked(vec![allowed(1); MAX_KEYS_PER_BOOK], None));
@@ -113,7 +114,7 @@ fn past_one_book_a_refusal_gives_back_what_earlier_books_took_and_only_looks_aft
         c.record.refusals,
         [Refusal {
             policy: "rls:d".into(),
-            subject: "subject-of-k20".into(),
+            subject: "k20".into(),
             ban: None
         }]
     );
@@ -124,7 +125,10 @@ fn a_counter_that_can_admit_nothing_is_answered_here_and_refuses_the_rest() {
     let mut zero = counter("z", 1);
     zero.admits = false;
     let huge = counter("h", MAX_UNITS);
-    let (mut flow, step) = CounterFlow::start(vec![zero, huge.clone(), huge, counter("a", 1)]);
+    let (mut flow, step) = CounterFlow::start(
+        vec![zero, huge.clone(), huge, counter("a", 1)],
+        "rls:d".into(),
+    );
     let takes = book(step);
     assert_eq!(
         takes
@@ -147,12 +151,12 @@ fn a_counter_that_can_admit_nothing_is_answered_here_and_refuses_the_rest() {
         c.decided[..3],
         [Some(never()), Some(never()), Some(never())]
     );
-    assert_eq!(c.record.refusals[0].subject, "subject-of-z");
+    assert_eq!(c.record.refusals[0].subject, "z");
     assert!(c.record.give_back.is_empty());
     // 0 units on a counter of limit 0: allowed.
     let mut zero = counter("z", 0);
     zero.admits = false;
-    let (mut flow, step) = CounterFlow::start(vec![zero]);
+    let (mut flow, step) = CounterFlow::start(vec![zero], "rls:d".into());
     let c = done(match step {
         CounterStep::Done(_) => step,
         _ => flow.looked(None),
@@ -162,8 +166,10 @@ fn a_counter_that_can_admit_nothing_is_answered_here_and_refuses_the_rest() {
 
 #[test]
 fn counters_a_layer_did_not_ask_about_are_looked_at_once_each() {
-    let (mut flow, step) =
-        CounterFlow::start(vec![counter("a", 1), counter("b", 1), counter("b", 1)]);
+    let (mut flow, step) = CounterFlow::start(
+        vec![counter("a", 1), counter("b", 1), counter("b", 1)],
+        "rls:d".into(),
+    );
     book(step);
     let look = match flow.booked(
         vec![
@@ -186,7 +192,8 @@ fn counters_a_layer_did_not_ask_about_are_looked_at_once_each() {
     assert_eq!(c.decided[2], Some(allowed(3)));
     assert_eq!(c.record.refusals.len(), 1, "a deny cache refusal counts");
     // A failed look leaves them unknown.
-    let (mut flow, step) = CounterFlow::start(vec![counter("a", 1), counter("b", 1)]);
+    let (mut flow, step) =
+        CounterFlow::start(vec![counter("a", 1), counter("b", 1)], "rls:d".into());
     book(step);
     let _ = flow.booked(
         vec![
@@ -203,7 +210,7 @@ fn counters_a_layer_did_not_ask_about_are_looked_at_once_each() {
 fn negative_costs_are_given_back_first_and_never_booked() {
     let mut back = counter("a", 4);
     back.give_back = true;
-    let (mut flow, step) = CounterFlow::start(vec![back, counter("b", 1)]);
+    let (mut flow, step) = CounterFlow::start(vec![back, counter("b", 1)], "rls:d".into());
     let CounterStep::Return(takes) = step else {
         panic!("{step:?}")
     };
@@ -216,14 +223,14 @@ fn negative_costs_are_given_back_first_and_never_booked() {
 
 #[test]
 fn refusals_while_redis_is_unavailable_and_shadow_denials_count_nowhere() {
-    let (mut flow, step) = CounterFlow::start(vec![counter("a", 1)]);
+    let (mut flow, step) = CounterFlow::start(vec![counter("a", 1)], "rls:d".into());
     book(step);
     let c = done(flow.booked(vec![denied(Source::FailClosed)], Some(0)));
     assert!(c.refused);
     assert!(c.record.refusals.is_empty());
     let mut shadow = counter("a", 1);
     shadow.shadow = true;
-    let (mut flow, step) = CounterFlow::start(vec![shadow]);
+    let (mut flow, step) = CounterFlow::start(vec![shadow], "rls:d".into());
     book(step);
     let c = done(flow.booked(
         vec![Decided {
@@ -234,4 +241,13 @@ fn refusals_while_redis_is_unavailable_and_shadow_denials_count_nowhere() {
     ));
     assert!(!c.refused);
     assert_eq!(c.record, Record::default());
+}
+
+#[test]
+fn a_counters_subject_is_its_key_without_the_windows_suffix() {
+    let mut c = counter("rl:rls:d:k=v:fixed_window:60", 1);
+    c.subject_len = "rl:rls:d:k=v".len();
+    assert_eq!(c.subject(), "rl:rls:d:k=v");
+    c.subject_len = 999;
+    assert_eq!(c.subject(), c.key, "not a place in the key: the whole key");
 }

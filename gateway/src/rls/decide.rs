@@ -36,7 +36,6 @@ pub async fn decide(limiter: &Limiter, domain: &str, planned: &[Planned]) -> Out
     // Each counter's descriptor, and its policy (`None`: a rule of 0 requests per unit).
     let mut at: Vec<(usize, Option<Policy>)> = Vec::new();
     let mut counters: Vec<Counter> = Vec::new();
-    let policy = top_policy(domain);
     for (i, p) in planned.iter().enumerate() {
         let Planned::Limited(l) = p else { continue };
         at.push((i, l.policy));
@@ -47,12 +46,11 @@ pub async fn decide(limiter: &Limiter, domain: &str, planned: &[Planned]) -> Out
             admits: l.policy.is_some(),
             give_back: l.refund,
             window_ms: l.unit.seconds().saturating_mul(1_000),
-            policy: policy.clone(),
-            subject: l.subject.clone(),
+            subject_len: l.subject_len,
         });
     }
     let policy_of = |t: &Take| at.get(t.item).and_then(|(_, p)| *p);
-    let (mut flow, mut step) = CounterFlow::start(counters);
+    let (mut flow, mut step) = CounterFlow::start(counters, top_policy(domain));
     let counted = loop {
         step = match step {
             CounterStep::Return(takes) => {

@@ -161,7 +161,7 @@ mod tests {
             name: "a\"b\\c\r\nX-Evil: 1\u{e9}".into(),
             shadow: false,
             key: String::new(),
-            subject: String::new(),
+            subject_len: 0,
             metric: String::new(),
             policy: None,
             cost: 1,

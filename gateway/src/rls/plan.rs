@@ -36,8 +36,9 @@ pub struct Limited {
     pub shadow: bool,
     /// The Redis key of the counter: `<key_prefix>:rls:<counter>:<counting>:<seconds>`.
     pub key: String,
-    /// The counter's name among the top offenders: `<key_prefix>:rls:<counter>`.
-    pub subject: String,
+    /// The length of the key's part that names the counter among the top offenders:
+    /// `<key_prefix>:rls:<counter>`.
+    pub subject_len: usize,
     /// The metric key (bounded: the rule's place in the tree unless the file asks for values).
     pub metric: String,
     /// The policy sent to Redis (`None` when `requests_per_unit` is 0: nothing to ask).
@@ -161,7 +162,7 @@ pub fn plan(
                 rule.counting.name(),
                 unit.seconds()
             ),
-            subject: format!("{key_prefix}:rls:{counter}"),
+            subject_len: key_prefix.len() + ":rls:".len() + counter.len(),
             metric: metric.clone(),
             policy,
             cost,
@@ -311,6 +312,7 @@ descriptors:
         let Planned::Limited(l) = &p[0] else { panic!() };
         assert_eq!((l.requests_per_unit, l.unit), (42, Unit::Minute));
         assert_eq!(l.key, "rl:rls:any:tenant=t1:fixed_window:60");
+        assert_eq!(&l.key[..l.subject_len], "rl:rls:any:tenant=t1");
         assert_eq!(l.metric, OVERRIDE_METRIC);
         // A domain the configuration does not define: no limit, the override's neither.
         let p = plan(&c, "rl", "other", &[d], 0, FailureMode::Open, 0).unwrap();
