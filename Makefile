@@ -48,9 +48,10 @@ test-unit:
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test --workspace --doc
 
-# Every integration test (module, core, client, rl-gateway), once per server. The module's are
-# one binary (tests/it), the client's against a server another (client/tests/live): new test
-# files go there (see their main.rs), so the suite does not link one binary per file.
+# Every integration test (module, core, client, middleware, rl-gateway), once per server. The
+# module's are one binary (tests/it), the client's against a server another
+# (client/tests/live), the middleware's a third (middleware/tests/live): new test files go
+# there (see their main.rs), so the suite does not link one binary per file.
 test-redis:
 	@echo "== integration tests on $$(redis-server --version)"
 	RL_SERVER=redis-server $(CARGO) test --workspace --test '*'
@@ -128,7 +129,7 @@ test-docs: build venv node-build
 	@$(MAKE) --no-print-directory docs
 	@echo "== links of the built book and of the Markdown files (lychee, offline: files and #anchors)"
 	$(TOOLS)/bin/lychee --offline --include-fragments --no-progress --root-dir $(CURDIR)/target/book 'target/book/**/*.html'
-	$(TOOLS)/bin/lychee --offline --include-fragments --no-progress README.md CHANGELOG.md python/README.md client/README.md docs/src/*.md
+	$(TOOLS)/bin/lychee --offline --include-fragments --no-progress README.md CHANGELOG.md python/README.md client/README.md middleware/README.md docs/src/*.md
 
 # Every language of the tree: Rust (rustfmt, clippy), Python (ruff on python/ and scripts/,
 # mypy --strict on the package; ruff.toml) and Lua (luacheck on lua/src, .luacheckrc; the

@@ -15,9 +15,9 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use serde_json::{json, Value};
 
-use redis_rl_client::middleware::TraceContext;
 use redis_rl_client::{FailureMode, Policy as ClientPolicy};
 use redis_rl_flow::{commands, Record, Settle, Step, Take};
+use redis_rl_middleware::TraceContext;
 use redis_rl_policy::{forgets_debt, Adjust, Config, Engine, Verdict};
 
 use crate::policy::Policy;

@@ -8,10 +8,10 @@
 //! the others (envoyproxy/ratelimit increments every counter, the over-limit request
 //! included).
 
-use redis_rl_client::middleware::decided;
 use redis_rl_client::{Limiter, Policy};
 use redis_rl_flow::counters::{Counter, CounterFlow, CounterStep};
 use redis_rl_flow::{Decided, Refusal, Take};
+use redis_rl_middleware::decided;
 
 use super::plan::Planned;
 
