@@ -43,7 +43,7 @@ pub(crate) struct Shared {
 /// The sans-I/O limiter: makes an [`Op`] per call.
 #[napi]
 pub struct Core {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 #[napi]

@@ -16,9 +16,9 @@ use napi_derive::napi;
 use serde_json::{json, Value};
 
 use redis_rl_client::middleware::TraceContext;
-use redis_rl_client::{FailureMode, Policy as ClientPolicy};
-use redis_rl_flow::{commands, Record, Settle, Step, Take};
-use redis_rl_policy::{forgets_debt, Adjust, Config, Engine, Verdict};
+use redis_rl_client::{FailureMode, Policy as ClientPolicy, WindowCount};
+use redis_rl_flow::{commands, DebtWatch, Record, Settle, Step, Take};
+use redis_rl_policy::{Adjust, Config, Engine, Verdict};
 
 use crate::policy::Policy;
 
@@ -125,21 +125,6 @@ fn engine(
     routes: &[String],
 ) -> Result<Engine> {
     let config = config.map_err(config_error)?;
-    // A settled overage on a fixed window or calendar quota must hold its subject until the
-    // debt is paid (the window forgets it at its boundary); this binding does not write that
-    // hold yet, so it refuses such a rule rather than forgive the debt silently.
-    if let Some((i, _)) = config
-        .rules
-        .iter()
-        .enumerate()
-        .find(|(_, r)| r.settle.is_some() && r.specs.iter().any(forgets_debt))
-    {
-        return Err(config_error(format!(
-            "{source}: rules[{i}].settle: settling on a fixed window or calendar quota is not \
-             supported by the Node.js middleware yet (rl-gateway and Python hold a subject \
-             until a settled overage is paid); use gcra, sliding or token_bucket for this rule"
-        )));
-    }
     Engine::new(config, routes)
         .map_err(|e| config_error(format!("{source}: {}: {}", e.field, e.message)))
 }
@@ -382,6 +367,22 @@ impl RequestFlow {
             .unwrap_or_default()
     }
 
+    /// After the charges `adjust` gave were made (the same response headers): per charged
+    /// item whose window forgets its debt at its boundary (fixed window, calendar quota), its
+    /// watch: read its key's `RL.STATE`, then `hold` with the reply.
+    #[napi]
+    pub fn debt_watches(&self, response_headers: Vec<Vec<String>>) -> Vec<FlowDebtWatch> {
+        let Some(settle) = &self.settle else {
+            return Vec::new();
+        };
+        let (items, _) = settle.adjust(&header_list(response_headers));
+        settle
+            .debt_watches(&items)
+            .into_iter()
+            .map(|watch| FlowDebtWatch { watch })
+            .collect()
+    }
+
     /// From the response's headers (`[name, value]` pairs): `{item, key, kind, units}` per
     /// item to adjust in Redis (`kind`: `refund` or `charge`).
     #[napi(
@@ -431,4 +432,30 @@ pub fn top_add_command(
 ) -> Vec<String> {
     let counts: Vec<(String, u64)> = counts.into_iter().map(|(s, n)| (s, u64::from(n))).collect();
     commands::top_add(&prefix, &policy, whole(minute), &counts).args
+}
+
+/// A charged item whose window forgets its debt: the key to read, and the hold to write.
+#[napi]
+pub struct FlowDebtWatch {
+    watch: DebtWatch,
+}
+
+#[napi]
+impl FlowDebtWatch {
+    /// The limiter key charged (read its `RL.STATE`, the module's or the twin's).
+    #[napi(getter)]
+    pub fn key(&self) -> String {
+        self.watch.key.clone()
+    }
+
+    /// From the key's `RL.STATE` reply as the client gave it: the command (name first)
+    /// holding the subject in its ban key until the debt is paid, or `null` (nothing owed, or
+    /// the key is gone or not a fixed window or calendar quota any more).
+    #[napi(ts_args_type = "state: unknown")]
+    pub fn hold(&self, state: serde_json::Value) -> Option<Vec<String>> {
+        let count = WindowCount::parse(&crate::reply::value(&state))?;
+        self.watch
+            .hold(count.count, count.left_ms)
+            .map(|command| command.args)
+    }
 }

@@ -25,7 +25,9 @@ mod decision;
 mod flow;
 mod op;
 mod policy;
+mod query;
 mod reply;
+mod slots;
 mod wire;
 
 pub use crate::core::Core;

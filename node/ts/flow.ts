@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import native from './load.js';
-import type { FlowOutcome, Policy, RequestFlow } from './load.js';
+import type { FlowDebtWatch, FlowOutcome, Policy, RequestFlow } from './load.js';
 import { Limiter, type Decision, type LimiterOptions } from './limiter.js';
 import type { RedisLike } from './client.js';
 
@@ -288,15 +288,34 @@ export class FlowDriver {
     }
   }
 
-  /** Refunds or charges each item the difference the response's headers report. */
+  /** Refunds or charges each item the difference the response's headers report; a charge
+   * on a window that forgets debts at its boundary (fixed window, calendar quota) holds the
+   * subject while the debt is owed. */
   private async settle(request: RequestFlow, response: [string, string][], policies: Policy[]): Promise<void> {
+    let charged = false;
     for (const a of request.adjust(response)) {
       try {
         if (a.kind === 'refund') await this.limiter.refund(a.key, policies[a.item], a.units);
-        else await this.limiter.settle(a.key, policies[a.item], 0, a.units);
+        else {
+          await this.limiter.settle(a.key, policies[a.item], 0, a.units);
+          charged = true;
+        }
       } catch {
         // the reservation stands
       }
+    }
+    if (charged) await Promise.all(request.debtWatches(response).map((w) => this.holdDebt(w)));
+  }
+
+  /** After a charge on `watch.key`: when its window is over its limit now, the subject's
+   * hold (the flow's command, in its ban key), so the ban check refuses it until paid. */
+  private async holdDebt(watch: FlowDebtWatch): Promise<void> {
+    try {
+      const command = watch.hold(await this.limiter.state(watch.key));
+      // EVAL script numkeys key...: the ban key routes it.
+      if (command !== null) await this.limiter.query(command, command[3] ?? watch.key);
+    } catch {
+      // the charge stands; the hold was not written
     }
   }
 
