@@ -133,11 +133,12 @@ impl FleetView {
     }
 
     /// What the local fallback divides a policy's limit by: the fleet size when it is
-    /// known and fleet-aware fallback is on, else the policy's own `instances`.
-    pub(crate) fn divisor(&self, instances: NonZeroU32) -> NonZeroU32 {
-        match (self.divide.load(Ordering::Relaxed), self.size()) {
-            (true, Some(size)) => size,
-            _ => instances,
+    /// known and fleet-aware fallback is on, else (`None`) the policy's own `instances`.
+    pub(crate) fn share(&self) -> Option<NonZeroU32> {
+        if self.divide.load(Ordering::Relaxed) {
+            self.size()
+        } else {
+            None
         }
     }
 }
@@ -556,11 +557,12 @@ mod tests {
     fn the_divisor_is_the_fleet_size_once_known() {
         let four = NonZeroU32::new(4).unwrap();
         let view = FleetView::new(true);
-        assert_eq!(view.divisor(four), four, "unknown: the policy's instances");
+        let divisor = |view: &FleetView| view.share().unwrap_or(four);
+        assert_eq!(divisor(&view), four, "unknown: the policy's instances");
         view.set(NonZeroU32::new(3).unwrap());
-        assert_eq!(view.divisor(four).get(), 3);
+        assert_eq!(divisor(&view).get(), 3);
         let static_view = FleetView::new(false);
         static_view.set(NonZeroU32::new(3).unwrap());
-        assert_eq!(static_view.divisor(four), four);
+        assert_eq!(divisor(&static_view), four);
     }
 }

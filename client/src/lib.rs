@@ -78,6 +78,7 @@ pub mod offenders;
 mod pipelined;
 pub mod policy;
 mod resp;
+pub mod sansio;
 pub mod settle;
 mod shadow;
 mod stack;

@@ -1,7 +1,8 @@
 //! `Query`: a command of the module that no limiter layer decides on (`RL.STATE`), sent as
 //! the module's where it is loaded, else the Lua twin's, with the same switch to the twin
-//! and `EVAL` after `NOSCRIPT` as an [`crate::op::Op`]; the circuit breaker counts its
-//! outages. The same `start`/`feed`/`fail` shape, so the limiter drives it the same way.
+//! and `EVAL` after `NOSCRIPT` as an [`crate::op::Op`] (the shared layers' wire); the
+//! circuit breaker counts its outages. The same `start`/`feed`/`fail` shape, so the limiter
+//! drives it the same way.
 
 use std::sync::Arc;
 
@@ -11,21 +12,22 @@ use serde_json::Value as Json;
 
 use redis_rl_client::breaker::Permit;
 
-use crate::core::{Core, Shared};
-use crate::wire::Retry;
+use redis_rl_client::sansio::Layers;
+
+use crate::core::Core;
 
 /// One command in progress; its reply as the client gave it.
 #[napi]
 pub struct Query {
-    shared: Arc<Shared>,
+    layers: Arc<Layers>,
     module: Vec<String>,
     reply: Option<Json>,
 }
 
 impl Query {
-    pub(crate) fn new(shared: Arc<Shared>, module: Vec<String>) -> Self {
+    pub(crate) fn new(layers: Arc<Layers>, module: Vec<String>) -> Self {
         Self {
-            shared,
+            layers,
             module,
             reply: None,
         }
@@ -42,7 +44,7 @@ impl Query {
             return Err(Error::new(Status::InvalidArg, "key must not be empty"));
         }
         Ok(Self::new(
-            core.shared.clone(),
+            core.layers.clone(),
             vec!["RL.STATE".to_string(), key],
         ))
     }
@@ -50,19 +52,19 @@ impl Query {
     /// The command to send (the breaker open: throws, nothing is sent).
     #[napi]
     pub fn start(&self) -> Result<Option<Vec<String>>> {
-        if self.shared.breaker.permit() == Permit::Reject {
+        if self.layers.breaker().permit() == Permit::Reject {
             return Err(Error::new(
                 Status::GenericFailure,
                 "the circuit breaker is open: Redis was not called",
             ));
         }
-        Ok(Some(self.shared.wire.encode(self.module.clone())))
+        Ok(Some(self.layers.encode(self.module.clone())))
     }
 
     /// The reply to the command last sent: `null` (done).
     #[napi(ts_args_type = "reply: unknown")]
     pub fn feed(&mut self, reply: Json) -> Option<Vec<String>> {
-        self.shared.breaker.on_success();
+        self.layers.breaker().on_success();
         self.reply = Some(reply);
         None
     }
@@ -72,11 +74,11 @@ impl Query {
     #[napi]
     pub fn fail(&mut self, message: String, outage: bool) -> Result<Option<Vec<String>>> {
         if !outage {
-            if let Retry::Send(next) = self.shared.wire.retry(&self.module, &message) {
+            if let Some(next) = self.layers.retry(&self.module, &message) {
                 return Ok(Some(next));
             }
         } else {
-            self.shared.breaker.on_failure();
+            self.layers.breaker().on_failure();
         }
         Err(Error::new(Status::GenericFailure, message))
     }

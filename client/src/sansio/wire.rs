@@ -1,37 +1,16 @@
-//! How the module's commands reach the server: as they are where the module is loaded,
-//! else to the Lua twin (`lua/rl.lua`: same replies, same stored bytes) as a script. As the
-//! Python client does, the module's command goes first; its first `unknown command
+//! How an op's commands reach the server when the host sends them: as the module's
+//! commands where it is loaded, else to the Lua twin (`lua/rl.lua`: same replies, same
+//! stored bytes) as a script. The module's command goes first; its first `unknown command
 //! 'RL.…'` switches to the twin (`EVALSHA`), and a `NOSCRIPT` answer resends the call as
 //! `EVAL` of the whole script, which runs it and leaves it cached on that server. `EVAL`
 //! rather than `SCRIPT LOAD`: it carries its keys, so a cluster client sends it to the
-//! node that holds them (a keyless `SCRIPT LOAD` goes to any node).
+//! node that holds them (a keyless `SCRIPT LOAD` goes to any node). Not `FCALL` (which the
+//! async client prefers): a host's client may route a keyless `FUNCTION LOAD` anywhere.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
-use redis_rl_client::decider::lua;
-
-/// Which implementation the application asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Engine {
-    /// The module where its commands exist, else the twin.
-    Auto,
-    /// Always the module.
-    Module,
-    /// Always the twin.
-    Lua,
-}
-
-impl Engine {
-    pub(crate) fn parse(name: &str) -> Result<Self, String> {
-        match name {
-            "auto" => Ok(Engine::Auto),
-            "module" => Ok(Engine::Module),
-            "lua" => Ok(Engine::Lua),
-            other => Err(format!("engine must be auto, module or lua, not {other:?}")),
-        }
-    }
-}
+use crate::decider::{lua, Engine};
 
 const MODULE: u8 = 0;
 const TWIN: u8 = 1;
@@ -50,7 +29,7 @@ fn script() -> &'static (String, String) {
 
 /// The route in use, shared by every op of one limiter.
 #[derive(Debug)]
-pub(crate) struct Wire {
+pub(crate) struct ScriptWire {
     engine: Engine,
     route: AtomicU8,
 }
@@ -63,7 +42,7 @@ pub(crate) enum Retry {
     No,
 }
 
-impl Wire {
+impl ScriptWire {
     pub(crate) fn new(engine: Engine) -> Self {
         let route = if engine == Engine::Lua { TWIN } else { MODULE };
         Self {
@@ -85,7 +64,8 @@ impl Wire {
         }
     }
 
-    /// Whether an error reply to `module` (sent by [`Wire::encode`]) asks for another call.
+    /// Whether an error reply to `module` (sent by [`ScriptWire::encode`]) asks for
+    /// another call.
     pub(crate) fn retry(&self, module: &[String], message: &str) -> Retry {
         let lower = message.to_ascii_lowercase();
         let is_module_command = module.first().is_some_and(|name| {
@@ -128,7 +108,50 @@ fn twin_call(call: &str, script: &str, module: Vec<String>) -> Vec<String> {
     out.push(script.to_string());
     out.push(numkeys.to_string());
     out.extend(keys.cloned());
-    out.push(name.clone());
+    out.push(name);
     out.extend(argv.cloned());
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split(' ').map(str::to_string).collect()
+    }
+
+    #[test]
+    fn the_twin_call_puts_keys_before_the_command_name() {
+        let one = twin_call("EVALSHA", "sha", words("RL.GCRA k 1 2 COST 3"));
+        assert_eq!(one, words("EVALSHA sha 1 k RL.GCRA 1 2 COST 3"));
+        let all = twin_call("EVAL", "src", words("RL.ALL 2 a b gcra 1 2 gcra 3 4"));
+        assert_eq!(all, words("EVAL src 2 a b RL.ALL gcra 1 2 gcra 3 4"));
+    }
+
+    #[test]
+    fn unknown_command_switches_auto_to_the_twin_and_noscript_sends_the_script() {
+        let wire = ScriptWire::new(Engine::Auto);
+        let module = words("RL.GCRA k 1 2");
+        assert!(!wire.twin());
+        let Retry::Send(next) = wire.retry(&module, "ERR unknown command 'RL.GCRA'") else {
+            panic!("no retry");
+        };
+        assert!(wire.twin());
+        assert_eq!(next.first().map(String::as_str), Some("EVALSHA"));
+        let Retry::Send(eval) = wire.retry(&module, "NOSCRIPT No matching script") else {
+            panic!("no retry");
+        };
+        assert_eq!(eval.first().map(String::as_str), Some("EVAL"));
+        assert!(matches!(
+            wire.retry(&module, "ERR cost out of range"),
+            Retry::No
+        ));
+        // Module only: an unknown command is the call's own error.
+        let fixed = ScriptWire::new(Engine::Module);
+        assert!(matches!(
+            fixed.retry(&module, "ERR unknown command 'RL.GCRA'"),
+            Retry::No
+        ));
+    }
 }
