@@ -34,8 +34,9 @@ function pin(pid, cpu) {
 const server = await startServer();
 pin(server.proc.pid, 0);
 const info = new IORedis(server.port, '127.0.0.1');
-const version = (await info.info('server')).match(/(?:valkey|redis)_version:(\S+)/)?.[1];
-const flavour = (await info.info('server')).includes('valkey_version') ? 'Valkey' : 'Redis';
+const serverInfo = await info.info('server');
+const version = (serverInfo.match(/valkey_version:(\S+)/) ?? serverInfo.match(/redis_version:(\S+)/))?.[1];
+const flavour = serverInfo.includes('valkey_version') ? 'Valkey' : 'Redis';
 
 function startApp(variant, limits) {
   const child = fork(join(here, 'express-app.mjs'), [variant, limits, String(server.port)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });

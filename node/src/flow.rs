@@ -16,10 +16,14 @@ use napi_derive::napi;
 use serde_json::{json, Value};
 
 use redis_rl_client::middleware::TraceContext;
-use redis_rl_client::{FailureMode, Policy as ClientPolicy, WindowCount};
+use redis_rl_client::sansio::{self, Outcome};
+use redis_rl_client::{
+    Decision, FailureMode, Policy as ClientPolicy, Verdict as ClientVerdict, WindowCount,
+};
 use redis_rl_flow::{commands, DebtWatch, Record, Settle, Step, Take};
 use redis_rl_policy::{Adjust, Config, Engine, Verdict};
 
+use crate::core::Core;
 use crate::policy::Policy;
 
 fn config_error(e: impl std::fmt::Display) -> Error {
@@ -36,6 +40,16 @@ fn headers(hs: &[(&'static str, String)]) -> Value {
     hs.iter().map(|(n, v)| json!([n, v])).collect()
 }
 
+/// Headers as Node's `rawHeaders` hands them over: name, value, name, value...
+fn flat_header_list(hs: Vec<String>) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::with_capacity(hs.len() / 2);
+    let mut words = hs.into_iter();
+    while let (Some(name), Some(value)) = (words.next(), words.next()) {
+        out.push((name.to_ascii_lowercase(), value.into_bytes()));
+    }
+    out
+}
+
 fn header_list(hs: Vec<Vec<String>>) -> Vec<(String, Vec<u8>)> {
     hs.into_iter()
         .filter_map(|mut pair| {
@@ -47,6 +61,15 @@ fn header_list(hs: Vec<Vec<String>>) -> Vec<(String, Vec<u8>)> {
 }
 
 fn record(r: Record) -> Value {
+    // The usual request leaves nothing behind: no object to build and hand over.
+    if r.refusals.is_empty()
+        && r.give_back.is_empty()
+        && r.delayed.is_none()
+        && r.banned_ms.is_none()
+        && r.unknown_tier.is_none()
+    {
+        return Value::Null;
+    }
     let refusals: Vec<Value> = r
         .refusals
         .into_iter()
@@ -111,6 +134,29 @@ fn decided(outcomes: &[FlowOutcome]) -> Result<Vec<redis_rl_flow::Decided>> {
         .collect()
 }
 
+/// A decision of the addon's own op as the flow takes it.
+fn decided_of(d: &Decision) -> Result<redis_rl_flow::Decided> {
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    Ok(redis_rl_flow::Decided {
+        verdict: match d.verdict {
+            ClientVerdict::Allowed => Verdict::Allowed,
+            ClientVerdict::Denied { retry_after } => Verdict::Denied {
+                retry_after_ms: ms(retry_after),
+            },
+            ClientVerdict::Never => Verdict::Never,
+        },
+        remaining: d.remaining,
+        reset_after_ms: ms(d.reset_after),
+        shadow: d.shadow,
+        source: redis_rl_flow::Source::from_name(d.source.name()).ok_or_else(|| {
+            Error::new(
+                Status::GenericFailure,
+                format!("unknown source {:?}", d.source.name()),
+            )
+        })?,
+    })
+}
+
 /// The request flow of one configuration: build one per middleware, start every request
 /// from it.
 #[napi]
@@ -173,21 +219,22 @@ impl Flow {
         u32::try_from(self.flow.held()).unwrap_or(u32::MAX)
     }
 
-    /// Starts a request; its first step is `RequestFlow.step`. `headers`: `[name, value]`
-    /// pairs; `nowMs`: a monotonic clock in milliseconds.
+    /// Starts a request; its first step is `RequestFlow.step`. `headers`: name, value,
+    /// name, value... (Node's `rawHeaders`: no pair arrays to build and convert);
+    /// `nowMs`: a monotonic clock in milliseconds.
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         &self,
         method: String,
         path: String,
-        headers: Vec<Vec<String>>,
+        headers: Vec<String>,
         peer: Option<String>,
         request_id: String,
         route: Option<String>,
         now_ms: f64,
     ) -> RequestFlow {
-        let headers = header_list(headers);
+        let headers = flat_header_list(headers);
         // The request's W3C trace (its `traceparent` when valid, else a new one), as
         // rl-gateway reads it: its id goes into problem bodies.
         let mut traceparents = http::HeaderMap::new();
@@ -218,6 +265,9 @@ impl Flow {
             instances: self.engine.config().instances.unwrap_or(NonZeroU32::MIN),
             step: Value::Null,
             traceparent: trace.traceparent(),
+            takes: Vec::new(),
+            booking: None,
+            forward: None,
         };
         request.step = request.value(first);
         request
@@ -234,6 +284,12 @@ pub struct RequestFlow {
     instances: NonZeroU32,
     step: Value,
     traceparent: String,
+    /// The takes of the `book` step (for [`RequestFlow::book_start`]).
+    takes: Vec<Take>,
+    /// The `book` step's limiter call when the flow drives it itself.
+    booking: Option<sansio::Op>,
+    /// The `forward` step's parts (see [`RequestFlow::forward_words`]) and its record.
+    forward: Option<(Vec<String>, Value)>,
 }
 
 impl RequestFlow {
@@ -241,7 +297,9 @@ impl RequestFlow {
         match step {
             Step::Tier { api_key } => json!({"kind": "tier", "apiKey": api_key}),
             Step::Book(b) => {
-                json!({"kind": "book", "takes": takes(&b.takes), "banReads": b.ban_reads})
+                let v = json!({"kind": "book", "takes": takes(&b.takes), "banReads": b.ban_reads});
+                self.takes = b.takes;
+                v
             }
             Step::Peek(ts) => json!({"kind": "peek", "takes": takes(&ts)}),
             Step::Force(ts) => json!({"kind": "force", "takes": takes(&ts)}),
@@ -258,24 +316,44 @@ impl RequestFlow {
                 })
             }
             Step::Forward(f) => {
-                let settle = f.settle.is_some();
+                // The usual end of a request: its parts go over as one flat list of strings
+                // (`forwardWords`), not an object of arrays, and its record only if any.
+                let mut words = Vec::with_capacity(5 + 2 * f.headers.len());
+                words.push(f.path);
+                words.push(f.hold_ms.map(|ms| ms.to_string()).unwrap_or_default());
+                words.push(if f.settle.is_some() { "1" } else { "" }.to_string());
+                let record = record(f.record);
+                words.push(if record.is_null() { "" } else { "1" }.to_string());
+                words.push(self.traceparent.clone());
+                for (name, value) in f.headers {
+                    words.push(name.to_string());
+                    words.push(value);
+                }
                 self.settle = f.settle;
-                json!({
-                    "kind": "forward",
-                    "headers": headers(&f.headers),
-                    "holdMs": f.hold_ms,
-                    "path": f.path,
-                    "record": record(f.record),
-                    "settle": settle,
-                })
+                self.forward = Some((words, record));
+                json!("forward")
             }
         }
     }
 
     fn next(&mut self, step: Step) -> Value {
-        let v = self.value(step);
-        self.step = v.clone();
-        v
+        self.value(step)
+    }
+
+    /// Each plan item's limiter policy.
+    fn client_policies(&self) -> Vec<ClientPolicy> {
+        self.flow
+            .plan()
+            .items
+            .iter()
+            .map(|item| {
+                let mode =
+                    FailureMode::named(item.failure_mode.unwrap_or(self.mode), self.instances);
+                ClientPolicy::new(item.spec.params())
+                    .on_failure(mode)
+                    .shadow(item.shadow)
+            })
+            .collect()
     }
 }
 
@@ -297,20 +375,141 @@ impl RequestFlow {
     /// mode (its own, else the configuration's) and shadow flag.
     #[napi]
     pub fn policies(&self) -> Vec<Policy> {
-        self.flow
-            .plan()
-            .items
-            .iter()
-            .map(|item| {
-                let mode =
-                    FailureMode::named(item.failure_mode.unwrap_or(self.mode), self.instances);
-                Policy {
-                    inner: ClientPolicy::new(item.spec.params())
-                        .on_failure(mode)
-                        .shadow(item.shadow),
-                }
-            })
+        self.client_policies()
+            .into_iter()
+            .map(|inner| Policy { inner })
             .collect()
+    }
+
+    /// The kind of the first step (`tier`, `book`, `respond`...): what to do first, without
+    /// handing the whole step over.
+    #[napi(getter)]
+    pub fn kind(&self) -> String {
+        self.step
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("forward")
+            .to_string()
+    }
+
+    /// The ban keys the `book` step reads (`PTTL`) along with the limiter call.
+    #[napi(getter)]
+    pub fn ban_reads(&self) -> Vec<String> {
+        self.step
+            .get("banReads")
+            .and_then(Value::as_array)
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|k| k.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The `book` step's limiter call (every take, all or nothing) run by the flow itself on
+    /// `core`'s layers: the first command to send, `[]` when decided without Redis (the
+    /// breaker open: the failure modes), or `null` when the limiter's own `checkAll` must do
+    /// it: a shadow item (checked on its own), or keys in several hash slots of a cluster
+    /// (`cluster`: the client is one). No policy, take or op object crosses into JavaScript;
+    /// feed the reply with `bookFeed`, an error with `bookFail`.
+    #[napi]
+    pub fn book_start(&mut self, core: &Core, cluster: bool) -> Result<Option<Vec<String>>> {
+        let policies = self.client_policies();
+        let mut op = core.layers.check_all();
+        for t in &self.takes {
+            let Some(p) = policies.get(t.item) else {
+                return Ok(None);
+            };
+            if p.is_shadow() {
+                return Ok(None);
+            }
+            op.add(t.key.clone(), *p, t.units)
+                .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
+        }
+        if cluster {
+            let slot = |t: &Take| redis::cluster_routing::get_slot(t.key.as_bytes());
+            let first = self.takes.first().map(slot);
+            if self.takes.iter().any(|t| Some(slot(t)) != first) {
+                return Ok(None);
+            }
+        }
+        let first = op
+            .start()
+            .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
+        self.booking = Some(op);
+        Ok(Some(first.unwrap_or_default()))
+    }
+
+    /// The key the booking's command is routed by (its first key).
+    #[napi(getter)]
+    pub fn booking_key(&self) -> String {
+        self.takes
+            .first()
+            .map(|t| t.key.clone())
+            .unwrap_or_default()
+    }
+
+    /// The error the booking's command last sent got (`outage`: no answer, a timeout): the
+    /// next command (the twin, `EVAL`), or `null`: decided (by the failure modes); throws
+    /// the error when it is the call's own.
+    #[napi]
+    pub fn book_fail(&mut self, message: String, outage: bool) -> Result<Option<Vec<String>>> {
+        let Some(op) = &mut self.booking else {
+            return Err(Error::new(Status::GenericFailure, "bookFail: no booking"));
+        };
+        op.fail(&message, outage)
+            .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))
+    }
+
+    /// The answer to `book` when the flow ran the booking: the reply to its last command
+    /// (`undefined` when it was decided without Redis or by `bookFail`), each ban key's
+    /// `PTTL` reply (`null`: the read failed), `nowMs`. Returns the next step.
+    #[napi(
+        ts_args_type = "reply: unknown, bans: (number | null)[], nowMs: number",
+        ts_return_type = "unknown"
+    )]
+    pub fn book_feed(
+        &mut self,
+        reply: Option<Value>,
+        bans: Vec<Option<i64>>,
+        now_ms: f64,
+    ) -> Result<Value> {
+        let Some(mut op) = self.booking.take() else {
+            return Err(Error::new(Status::GenericFailure, "bookFeed: no booking"));
+        };
+        if let Some(reply) = reply {
+            op.feed(&crate::reply::value(&reply))
+                .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))?;
+        }
+        let Some(Outcome::Multi(m)) = op.outcome() else {
+            return Err(Error::new(
+                Status::GenericFailure,
+                "bookFeed: the booking has no decision",
+            ));
+        };
+        let d = m.decisions.iter().map(decided_of).collect::<Result<_>>()?;
+        let s = self.flow.booked(d, m.denied, bans, whole(now_ms));
+        Ok(self.next(s))
+    }
+
+    /// The `forward` step (a step given as the string `forward`): `[path, holdMs ('':
+    /// none), settle ('1' or ''), record ('1' when `forwardRecord` has one), traceparent,
+    /// name, value, name, value...]`.
+    #[napi]
+    pub fn forward_words(&self) -> Vec<String> {
+        self.forward
+            .as_ref()
+            .map(|(words, _)| words.clone())
+            .unwrap_or_default()
+    }
+
+    /// The `forward` step's record (`null`: nothing to count or give back).
+    #[napi(ts_return_type = "unknown")]
+    pub fn forward_record(&self) -> Value {
+        self.forward
+            .as_ref()
+            .map(|(_, record)| record.clone())
+            .unwrap_or(Value::Null)
     }
 
     /// The answer to `tier`.

@@ -84,7 +84,8 @@ export class Limiter {
   readonly client: RedisLike;
   readonly timeoutMs: number;
   private readonly sender: Sender;
-  private readonly core: InstanceType<typeof native.Core>;
+  /** @internal The addon's limiter (the middleware's flow builds its booking op on it). */
+  readonly core: InstanceType<typeof native.Core>;
 
   constructor(client: RedisLike, options: LimiterOptions = {}) {
     this.client = client;
@@ -280,6 +281,28 @@ export class Limiter {
     return query.reply();
   }
 
+  /** @internal The client is a cluster client. */
+  get cluster(): boolean {
+    return this.sender.cluster;
+  }
+
+  /**
+   * @internal Sends `first` (`key` routes it) and the commands `fail` gives after an error
+   * (the twin, `EVAL`), with the limiter's timeout: the reply, or undefined when `first` is
+   * empty or `fail` gives null (decided without Redis). Throws what `fail` throws.
+   */
+  async exchange(first: string[], key: string, fail: (message: string, outage: boolean) => string[] | null): Promise<unknown> {
+    let next: string[] | null = first;
+    while (next !== null && next.length > 0) {
+      try {
+        return await this.send(next, key);
+      } catch (e) {
+        next = fail(messageOf(e), e instanceof TimeoutError || !isReplyError(e));
+      }
+    }
+    return undefined;
+  }
+
   /** `module` or `lua`: how the next call reaches the server. */
   get route(): string {
     return this.core.route;
@@ -306,13 +329,22 @@ export class Limiter {
 
   private send(words: string[], key: string): Promise<unknown> {
     const sent = this.sender.send(words, key);
-    if (this.timeoutMs <= 0) return sent;
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new TimeoutError(`redis-rl: no reply within ${this.timeoutMs} ms`)), this.timeoutMs);
+    const ms = this.timeoutMs;
+    if (ms <= 0) return sent;
+    // One promise and one timer per call (not a race of three promises): this is on every
+    // request's path. A reply after the timeout settles nothing (the promise is settled).
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new TimeoutError(`redis-rl: no reply within ${ms} ms`)), ms);
+      sent.then(
+        (reply) => {
+          clearTimeout(timer);
+          resolve(reply);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
     });
-    // A reply after the timeout must not surface as an unhandled rejection.
-    sent.catch(() => undefined);
-    return Promise.race([sent, late]).finally(() => clearTimeout(timer));
   }
 }
