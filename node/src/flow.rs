@@ -40,12 +40,17 @@ fn headers(hs: &[(&'static str, String)]) -> Value {
     hs.iter().map(|(n, v)| json!([n, v])).collect()
 }
 
-/// Headers as Node's `rawHeaders` hands them over: name, value, name, value...
-fn flat_header_list(hs: Vec<String>) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::with_capacity(hs.len() / 2);
-    let mut words = hs.into_iter();
+/// Separates the words of one string handed across the addon (a header name or value, a key
+/// of the flow, a number: none holds a line feed). One string crosses in one napi call; an
+/// array of them costs a call per word.
+const SEP: char = '\n';
+
+/// Headers as Node's `rawHeaders` joined by line feeds: name, value, name, value...
+fn flat_header_list(hs: &str) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut words = hs.split(SEP);
     while let (Some(name), Some(value)) = (words.next(), words.next()) {
-        out.push((name.to_ascii_lowercase(), value.into_bytes()));
+        out.push((name.to_ascii_lowercase(), value.as_bytes().to_vec()));
     }
     out
 }
@@ -220,21 +225,21 @@ impl Flow {
     }
 
     /// Starts a request; its first step is `RequestFlow.step`. `headers`: name, value,
-    /// name, value... (Node's `rawHeaders`: no pair arrays to build and convert);
-    /// `nowMs`: a monotonic clock in milliseconds.
+    /// name, value... joined by line feeds (Node's `rawHeaders.join('\n')`: a header holds
+    /// none); `nowMs`: a monotonic clock in milliseconds.
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         &self,
         method: String,
         path: String,
-        headers: Vec<String>,
+        headers: String,
         peer: Option<String>,
         request_id: String,
         route: Option<String>,
         now_ms: f64,
     ) -> RequestFlow {
-        let headers = flat_header_list(headers);
+        let headers = flat_header_list(&headers);
         // The request's W3C trace (its `traceparent` when valid, else a new one), as
         // rl-gateway reads it: its id goes into problem bodies.
         let mut traceparents = http::HeaderMap::new();
@@ -266,10 +271,20 @@ impl Flow {
             step: Value::Null,
             traceparent: trace.traceparent(),
             takes: Vec::new(),
+            ban_reads: Vec::new(),
             booking: None,
             forward: None,
         };
-        request.step = request.value(first);
+        request.step = match first {
+            // The usual first step: its takes stay here (the flow books them itself), the
+            // object is built only if asked for.
+            Step::Book(b) => {
+                request.takes = b.takes;
+                request.ban_reads = b.ban_reads;
+                Value::Null
+            }
+            other => request.value(other),
+        };
         request
     }
 }
@@ -286,6 +301,8 @@ pub struct RequestFlow {
     traceparent: String,
     /// The takes of the `book` step (for [`RequestFlow::book_start`]).
     takes: Vec<Take>,
+    /// The ban keys of the first `book` step.
+    ban_reads: Vec<String>,
     /// The `book` step's limiter call when the flow drives it itself.
     booking: Option<sansio::Op>,
     /// The `forward` step's parts (see [`RequestFlow::forward_words`]) and its record.
@@ -299,6 +316,7 @@ impl RequestFlow {
             Step::Book(b) => {
                 let v = json!({"kind": "book", "takes": takes(&b.takes), "banReads": b.ban_reads});
                 self.takes = b.takes;
+                self.ban_reads = b.ban_reads;
                 v
             }
             Step::Peek(ts) => json!({"kind": "peek", "takes": takes(&ts)}),
@@ -318,17 +336,23 @@ impl RequestFlow {
             Step::Forward(f) => {
                 // The usual end of a request: its parts go over as one flat list of strings
                 // (`forwardWords`), not an object of arrays, and its record only if any.
-                let mut words = Vec::with_capacity(5 + 2 * f.headers.len());
-                words.push(f.path);
-                words.push(f.hold_ms.map(|ms| ms.to_string()).unwrap_or_default());
-                words.push(if f.settle.is_some() { "1" } else { "" }.to_string());
                 let record = record(f.record);
-                words.push(if record.is_null() { "" } else { "1" }.to_string());
-                words.push(self.traceparent.clone());
+                let mut rest = String::with_capacity(256);
+                rest.push_str(&f.hold_ms.map(|ms| ms.to_string()).unwrap_or_default());
+                rest.push(SEP);
+                rest.push_str(if f.settle.is_some() { "1" } else { "" });
+                rest.push(SEP);
+                rest.push_str(if record.is_null() { "" } else { "1" });
+                rest.push(SEP);
+                rest.push_str(&self.traceparent);
+                // Header values hold no line feed (HTTP), nor do their names.
                 for (name, value) in f.headers {
-                    words.push(name.to_string());
-                    words.push(value);
+                    rest.push(SEP);
+                    rest.push_str(name);
+                    rest.push(SEP);
+                    rest.push_str(&value);
                 }
+                let words = vec![f.path, rest];
                 self.settle = f.settle;
                 self.forward = Some((words, record));
                 json!("forward")
@@ -362,6 +386,9 @@ impl RequestFlow {
     /// The first step.
     #[napi(getter, ts_return_type = "unknown")]
     pub fn step(&self) -> Value {
+        if self.step.is_null() {
+            return json!({"kind": "book", "takes": takes(&self.takes), "banReads": self.ban_reads});
+        }
         self.step.clone()
     }
 
@@ -385,6 +412,9 @@ impl RequestFlow {
     /// handing the whole step over.
     #[napi(getter)]
     pub fn kind(&self) -> String {
+        if self.step.is_null() {
+            return "book".to_string();
+        }
         self.step
             .get("kind")
             .and_then(Value::as_str)
@@ -395,25 +425,18 @@ impl RequestFlow {
     /// The ban keys the `book` step reads (`PTTL`) along with the limiter call.
     #[napi(getter)]
     pub fn ban_reads(&self) -> Vec<String> {
-        self.step
-            .get("banReads")
-            .and_then(Value::as_array)
-            .map(|keys| {
-                keys.iter()
-                    .filter_map(|k| k.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.ban_reads.clone()
     }
 
     /// The `book` step's limiter call (every take, all or nothing) run by the flow itself on
-    /// `core`'s layers: the first command to send, `[]` when decided without Redis (the
+    /// `core`'s layers: the first command to send, its words joined by line feeds (one
+    /// string across the addon), `''` when decided without Redis (the
     /// breaker open: the failure modes), or `null` when the limiter's own `checkAll` must do
     /// it: a shadow item (checked on its own), or keys in several hash slots of a cluster
     /// (`cluster`: the client is one). No policy, take or op object crosses into JavaScript;
     /// feed the reply with `bookFeed`, an error with `bookFail`.
     #[napi]
-    pub fn book_start(&mut self, core: &Core, cluster: bool) -> Result<Option<Vec<String>>> {
+    pub fn book_start(&mut self, core: &Core, cluster: bool) -> Result<Option<String>> {
         let policies = self.client_policies();
         let mut op = core.layers.check_all();
         for t in &self.takes {
@@ -435,9 +458,14 @@ impl RequestFlow {
         }
         let first = op
             .start()
-            .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
+            .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?
+            .unwrap_or_default();
+        if first.iter().any(|w| w.contains(SEP)) {
+            // A key with a line feed (from the key prefix): the words one by one.
+            return Ok(None);
+        }
         self.booking = Some(op);
-        Ok(Some(first.unwrap_or_default()))
+        Ok(Some(first.join("\n")))
     }
 
     /// The key the booking's command is routed by (its first key).
@@ -492,14 +520,16 @@ impl RequestFlow {
         Ok(self.next(s))
     }
 
-    /// The `forward` step (a step given as the string `forward`): `[path, holdMs ('':
-    /// none), settle ('1' or ''), record ('1' when `forwardRecord` has one), traceparent,
-    /// name, value, name, value...]`.
+    /// The `forward` step (a step given as the string `forward`): `[path, rest]`, `rest`
+    /// joined by line feeds: holdMs ('': none), settle ('1' or ''), record ('1' when
+    /// `forwardRecord` has one), traceparent, then name, value, name, value... of the
+    /// headers. The path apart: the only part that could hold a line feed.
+    /// Hands them over once: a second call gives `[]`.
     #[napi]
-    pub fn forward_words(&self) -> Vec<String> {
+    pub fn forward_words(&mut self) -> Vec<String> {
         self.forward
-            .as_ref()
-            .map(|(words, _)| words.clone())
+            .as_mut()
+            .map(|(words, _)| std::mem::take(words))
             .unwrap_or_default()
     }
 

@@ -215,7 +215,8 @@ export class FlowDriver {
       }
     }
     const rid = given !== undefined && REQUEST_ID.test(given) ? given : randomUUID();
-    const request = this.flow.start(req.method, req.path, raw, req.peer, rid, req.route ?? null, nowMs());
+    // One string across the addon (a header holds no line feed).
+    const request = this.flow.start(req.method, req.path, raw.join('\n'), req.peer, rid, req.route ?? null, nowMs());
     // The usual request: booked by the flow itself, then forwarded (no step objects).
     let step = (request.kind === 'book' ? await this.book(request, null) : request.step) as Step | 'forward';
     // Each plan item's policy, built only when a step other than the booking needs it.
@@ -249,22 +250,23 @@ export class FlowDriver {
       if (step.record !== null) this.record(step.record, policiesOf());
       return { kind: 'respond', status: step.status, headers: step.headers, body: step.body };
     }
-    // [path, holdMs, settle, record, traceparent, name, value, ...]
-    const words = request.forwardWords();
-    if (words[3] === '1') this.record(request.forwardRecord() as FlowRecord, policiesOf());
-    if (words[1] !== '') {
+    // [path, 'holdMs\nsettle\nrecord\ntraceparent\nname\nvalue...']
+    const [path, rest] = request.forwardWords();
+    const words = rest.split('\n');
+    if (words[2] === '1') this.record(request.forwardRecord() as FlowRecord, policiesOf());
+    if (words[0] !== '') {
       // delay_max_ms: booked for its slot with FORCE, held, then served.
       try {
-        await new Promise((r) => setTimeout(r, Number(words[1])));
+        await new Promise((r) => setTimeout(r, Number(words[0])));
       } finally {
         request.release();
       }
     }
     const headers: [string, string][] = [];
-    for (let i = 5; i + 1 < words.length; i += 2) headers.push([words[i], words[i + 1]]);
+    for (let i = 4; i + 1 < words.length; i += 2) headers.push([words[i], words[i + 1]]);
     headers.push(['x-request-id', rid]);
-    const finish = words[2] === '1' ? (response: [string, string][]) => this.settle(request, response, policiesOf()) : null;
-    return { kind: 'forward', headers, path: words[0], requestId: rid, traceparent: words[4], finish };
+    const finish = words[1] === '1' ? (response: [string, string][]) => this.settle(request, response, policiesOf()) : null;
+    return { kind: 'forward', headers, path, requestId: rid, traceparent: words[3], finish };
   }
 
   /** The limiter call and the ban reads, concurrently (one round trip of latency); the
@@ -272,8 +274,9 @@ export class FlowDriver {
    * shadow items and keys across cluster slots take the limiter's `checkAll` (`step`: the
    * book step, read from the request when not given). */
   private async book(request: RequestFlow, step: Extract<Step, { kind: 'book' }> | null, policiesOf?: () => Policy[]): Promise<unknown> {
-    const first = request.bookStart(this.limiter.core, this.limiter.cluster);
-    if (first !== null) {
+    const command = request.bookStart(this.limiter.core, this.limiter.cluster);
+    if (command !== null) {
+      const first = command === '' ? [] : command.split('\n');
       const key = request.bookingKey;
       const fail = (message: string, outage: boolean) => request.bookFail(message, outage);
       const banReads = step === null ? request.banReads : step.banReads;
