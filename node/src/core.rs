@@ -10,17 +10,17 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use redis_rl_client::sansio::{Layers, LayersConfig};
-use redis_rl_client::{BreakerConfig, Engine};
+use redis_rl_client::{BreakerConfig, ServerImpl};
 
 use crate::op::Op;
 use crate::policy::{whole, Policy};
 
 /// `auto`, `module` or `lua` (in those words: the package's documented option).
-fn engine(name: &str) -> Result<Engine> {
+fn server_impl(name: &str) -> Result<ServerImpl> {
     match name {
-        "auto" => Ok(Engine::Auto),
-        "module" => Ok(Engine::Module),
-        "lua" => Ok(Engine::Lua),
+        "auto" => Ok(ServerImpl::Auto),
+        "module" => Ok(ServerImpl::Module),
+        "lua" => Ok(ServerImpl::Lua),
         other => Err(Error::new(
             Status::InvalidArg,
             format!("engine must be auto, module or lua, not {other:?}"),
@@ -74,11 +74,12 @@ impl Core {
                 .map_or(defaults.open_for, |ms| Duration::from_millis(u64::from(ms))),
         };
         let config = LayersConfig {
-            engine: engine(o.engine.as_deref().unwrap_or("auto"))?,
+            server_impl: server_impl(o.engine.as_deref().unwrap_or("auto"))?,
             cluster: o.cluster.unwrap_or(false),
             deny_cache: NonZeroUsize::new(o.deny_cache.map_or(10_000, |n| n as usize)),
             breaker,
             local_capacity: o.local_capacity.map_or(100_000, |n| n as usize),
+            ..LayersConfig::default()
         };
         Ok(Self {
             layers: Arc::new(Layers::new(config)),

@@ -15,12 +15,12 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use serde_json::{json, Value};
 
-use redis_rl_client::middleware::TraceContext;
 use redis_rl_client::sansio::{self, Outcome};
 use redis_rl_client::{
     Decision, FailureMode, Policy as ClientPolicy, Verdict as ClientVerdict, WindowCount,
 };
 use redis_rl_flow::{commands, DebtWatch, Record, Settle, Step, Take};
+use redis_rl_middleware::TraceContext;
 use redis_rl_policy::{Adjust, Config, Engine, Verdict};
 
 use crate::core::Core;

@@ -10,6 +10,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod flow;
+mod op;
 mod policy;
 
 use std::collections::HashMap;
@@ -257,5 +258,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("REGISTRY_JSON", redis_rl_core::export::json())?;
     policy::register(m)?;
     flow::register(m)?;
+    op::register(m)?;
     Ok(())
 }

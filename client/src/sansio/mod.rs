@@ -14,8 +14,11 @@
 //! ([`crate::failover::failure_decision`]) and the local fallback. A binding converts
 //! arguments and results, nothing more.
 
+mod fleet;
 mod layers;
 mod op;
+#[cfg(test)]
+mod tests;
 mod wire;
 
 pub use layers::{Layers, LayersConfig};

@@ -4,15 +4,17 @@
 //! twin instead of a missing module, `EVAL` after `NOSCRIPT`) or `None`: done; the result
 //! is then read with [`Op::outcome`].
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use redis::Value;
 
-use crate::breaker::Permit;
-use crate::decision::{parse_all, parse_refund, parse_single, parse_upto};
-use crate::decision::{Decision, Grant, MultiDecision};
-use crate::failover::failure_decision;
-use crate::policy::Policy;
+use crate::layers::decider::denied_at;
+use crate::layers::failover::failure_decision;
+use crate::limiter::decision::{parse_all, parse_refund, parse_single, parse_upto};
+use crate::limiter::decision::{Decision, Grant, MultiDecision};
+use crate::limiter::policy::Policy;
+use crate::transport::breaker::Permit;
 
 use super::layers::Layers;
 use super::wire::Retry;
@@ -49,6 +51,20 @@ pub(crate) enum Call {
         policy: Policy,
         cost: u64,
     },
+    Reset {
+        key: String,
+    },
+    Each {
+        items: Vec<(String, Policy)>,
+        costs: Vec<u64>,
+        force: bool,
+    },
+    /// Fleet membership: renew (ACQUIRE), then check the key (RL.STATE).
+    Heartbeat {
+        now_ms: u64,
+        read: Option<NonZeroU32>,
+    },
+    Leave,
 }
 
 /// How an op ended.
@@ -60,7 +76,7 @@ pub enum Outcome {
     Multi(MultiDecision),
     /// A `take_upto`.
     Grant(Grant),
-    /// The units a `refund` gave back.
+    /// The units a `refund` gave back; 1 when a `reset` deleted a limiter, else 0.
     Units(u64),
 }
 
@@ -116,6 +132,27 @@ pub fn unavailable(message: &str) -> bool {
     .any(|p| message.starts_with(p))
 }
 
+/// `RL.ALL n keys... specs... [COST n | COSTS n1 ... nk]`: one cost for every key, or each
+/// its own where they differ.
+fn all_command(items: &[(String, Policy)], costs: &[u64]) -> Vec<String> {
+    let mut w = Vec::with_capacity(4 + items.len() * 6);
+    w.push("RL.ALL".to_string());
+    w.push(items.len().to_string());
+    w.extend(items.iter().map(|(k, _)| k.clone()));
+    for (_, p) in items {
+        w.push(p.kind().spec_name().to_string());
+        push_params(&mut w, p);
+    }
+    let first = costs.first().copied().unwrap_or(1);
+    if costs.iter().all(|c| *c == first) {
+        push_cost_peek(&mut w, first, false);
+    } else {
+        w.push("COSTS".into());
+        w.extend(costs.iter().map(u64::to_string));
+    }
+    w
+}
+
 fn slot(key: &str) -> u16 {
     redis::cluster_routing::get_slot(key.as_bytes())
 }
@@ -143,24 +180,22 @@ impl Op {
                 push_cost_peek(&mut w, *cost, *peek);
                 w
             }
-            Call::All { items, costs } => {
-                let mut w = Vec::with_capacity(4 + items.len() * 6);
-                w.push("RL.ALL".to_string());
-                w.push(items.len().to_string());
-                w.extend(items.iter().map(|(k, _)| k.clone()));
-                for (_, p) in items {
-                    w.push(p.kind().spec_name().to_string());
-                    push_params(&mut w, p);
-                }
-                let first = costs.first().copied().unwrap_or(1);
-                if costs.iter().all(|c| *c == first) {
-                    push_cost_peek(&mut w, first, false);
-                } else {
-                    w.push("COSTS".into());
-                    w.extend(costs.iter().map(u64::to_string));
-                }
+            Call::All { items, costs } => all_command(items, costs),
+            Call::Each {
+                items,
+                costs,
+                force,
+            } => {
+                let mut w = all_command(items, costs);
+                w.push(if *force { "FORCE" } else { "PEEK" }.to_string());
                 w
             }
+            Call::Reset { key } => vec!["RL.RESET".to_string(), key.clone()],
+            Call::Heartbeat { .. } | Call::Leave => match &self.layers.fleet {
+                Some(fleet) if matches!(self.call, Call::Leave) => fleet.release(),
+                Some(fleet) => fleet.acquire(),
+                None => Vec::new(),
+            },
             Call::Upto {
                 key,
                 policy,
@@ -214,7 +249,7 @@ impl Op {
             peek,
             &layers.breaker,
             &layers.local,
-            None,
+            layers.fleet.as_ref().and_then(|f| f.share()),
         );
         d.shadow = policy.is_shadow();
         d
@@ -253,6 +288,43 @@ impl Op {
         }
     }
 
+    /// The deny cache's answer for the whole call, when it holds one: a denied key for a
+    /// `check`, one unit of it for a `take_upto` (a grant of nothing), any enforced key for
+    /// a `check_all` (the request is denied, the other keys unchecked).
+    fn cached(&self) -> Option<Outcome> {
+        let cache = self.layers.deny.as_ref()?;
+        match &self.call {
+            Call::Check {
+                key,
+                cost,
+                policy,
+                peek: false,
+            } => cache.get(key, *cost).map(|mut d| {
+                d.shadow = policy.is_shadow();
+                Outcome::Decision(d)
+            }),
+            Call::Upto {
+                key,
+                n,
+                peek: false,
+                ..
+            } if *n > 0 => cache.get(key, 1).map(|decision| {
+                Outcome::Grant(Grant {
+                    granted: 0,
+                    decision,
+                })
+            }),
+            Call::All { items, costs } => items.iter().enumerate().find_map(|(i, (key, p))| {
+                if p.is_shadow() {
+                    return None;
+                }
+                let d = cache.get(key, costs.get(i).copied().unwrap_or(1))?;
+                Some(Outcome::Multi(denied_at(items, |(_, p)| p.params(), i, d)))
+            }),
+            _ => None,
+        }
+    }
+
     /// Whether the single key's policy is in shadow mode (a denial reported, not enforced).
     pub fn policy_shadow(&self) -> bool {
         match &self.call {
@@ -263,7 +335,7 @@ impl Op {
 
     /// Adds a key to a `check_all` op, with its own cost.
     pub fn add(&mut self, key: String, policy: Policy, cost: u64) -> Result<(), OpError> {
-        let Call::All { items, costs } = &mut self.call else {
+        let (Call::All { items, costs } | Call::Each { items, costs, .. }) = &mut self.call else {
             return Err(OpError::Failed(
                 "add: only a checkAll op takes keys".to_string(),
             ));
@@ -293,11 +365,12 @@ impl Op {
             | Call::Upto { key, .. }
             | Call::Refund { key, .. }
             | Call::Force { key, .. }
+            | Call::Reset { key }
                 if key.is_empty() =>
             {
                 return Err(OpError::Invalid("key must not be empty".to_string()));
             }
-            Call::All { items, .. } => {
+            Call::All { items, .. } | Call::Each { items, .. } => {
                 if items.is_empty() {
                     self.outcome = Some(Outcome::Multi(MultiDecision {
                         denied: None,
@@ -316,23 +389,23 @@ impl Op {
             }
             _ => {}
         }
-        if let (
-            Call::Check {
-                key,
-                cost,
-                policy,
-                peek: false,
-            },
-            Some(cache),
-        ) = (&self.call, &self.layers.deny)
-        {
-            if let Some(mut d) = cache.get(key, *cost) {
-                d.shadow = policy.is_shadow();
-                self.outcome = Some(Outcome::Decision(d));
+        if let Some(outcome) = self.cached() {
+            self.outcome = Some(outcome);
+            return Ok(None);
+        }
+        if matches!(self.call, Call::Heartbeat { .. } | Call::Leave) {
+            if self.layers.fleet.is_none() {
+                self.outcome = Some(Outcome::Units(0));
                 return Ok(None);
             }
-        }
-        if self.layers.breaker.permit() == Permit::Reject {
+            if let Call::Heartbeat { now_ms, .. } = self.call {
+                if self.layers.breaker.permit() == Permit::Reject {
+                    // Redis is not called while the breaker is open: the size stays.
+                    self.outcome = Some(Outcome::Units(self.heartbeat_ended(now_ms, None)));
+                    return Ok(None);
+                }
+            }
+        } else if self.layers.breaker.permit() == Permit::Reject {
             if let Some(outcome) = self.fall_back() {
                 self.outcome = Some(outcome);
                 return Ok(None);
@@ -351,13 +424,55 @@ impl Op {
             Call::Check { key, .. }
             | Call::Upto { key, .. }
             | Call::Refund { key, .. }
-            | Call::Force { key, .. } => key,
-            Call::All { items, .. } => items.first().map_or("", |(k, _)| k.as_str()),
+            | Call::Force { key, .. }
+            | Call::Reset { key } => key,
+            Call::All { items, .. } | Call::Each { items, .. } => {
+                items.first().map_or("", |(k, _)| k.as_str())
+            }
+            Call::Heartbeat { .. } | Call::Leave => self
+                .layers
+                .fleet
+                .as_ref()
+                .map_or("", |f| f.config.key.as_str()),
         }
     }
 
     /// The reply to the command last sent: `None` (done).
     pub fn feed(&mut self, reply: &Value) -> Result<Option<Vec<String>>, OpError> {
+        match self.call {
+            Call::Heartbeat { now_ms, read: None } => {
+                self.layers.breaker.on_success();
+                let read = match crate::sansio::fleet::Fleet::read(reply) {
+                    Ok(read) => read,
+                    Err(e) => {
+                        self.heartbeat_ended(now_ms, None);
+                        return Err(OpError::Failed(e.to_string()));
+                    }
+                };
+                self.call = Call::Heartbeat {
+                    now_ms,
+                    read: Some(read),
+                };
+                self.module = match &self.layers.fleet {
+                    Some(fleet) => fleet.state(),
+                    None => Vec::new(),
+                };
+                return Ok(Some(self.layers.wire.encode(self.module.clone())));
+            }
+            Call::Heartbeat {
+                now_ms,
+                read: Some(read),
+            } => {
+                let size = self.heartbeat_ended(now_ms, Some((read, Some(reply))));
+                self.outcome = Some(Outcome::Units(size));
+                return Ok(None);
+            }
+            Call::Leave => {
+                self.outcome = Some(Outcome::Units(0));
+                return Ok(None);
+            }
+            _ => {}
+        }
         let parsed = match &self.call {
             Call::Check {
                 policy,
@@ -373,18 +488,55 @@ impl Op {
                 d.shadow = policy.is_shadow();
                 Outcome::Decision(d)
             }),
-            Call::All { items, .. } => parse_all(reply, items.len())
-                .map(|(denied, decisions)| Outcome::Multi(MultiDecision { denied, decisions })),
-            Call::Upto { policy, .. } => {
-                parse_upto(policy.kind().command(), reply).map(Outcome::Grant)
+            Call::All { items, costs } => {
+                parse_all(reply, items.len()).map(|(denied, decisions)| {
+                    let cache = self.layers.deny.as_ref();
+                    if let (Some(cache), Some(i)) = (cache, denied) {
+                        if let (Some((key, _)), Some(d)) = (items.get(i), decisions.get(i)) {
+                            cache.remember(key, costs.get(i).copied().unwrap_or(1), d);
+                        }
+                    }
+                    Outcome::Multi(MultiDecision { denied, decisions })
+                })
             }
-            Call::Refund { .. } => parse_refund(reply).map(Outcome::Units),
+            Call::Each { items, .. } => parse_all(reply, items.len())
+                .map(|(denied, decisions)| Outcome::Multi(MultiDecision { denied, decisions })),
+            Call::Upto {
+                policy, key, peek, ..
+            } => parse_upto(policy.kind().command(), reply).map(|grant| {
+                if let (Some(cache), false, 0) = (&self.layers.deny, *peek, grant.granted) {
+                    cache.remember(key, 1, &grant.decision);
+                }
+                Outcome::Grant(grant)
+            }),
+            Call::Refund { key, .. } => {
+                // The units given back may admit what the deny cache refuses.
+                self.layers.forget_denial(key);
+                parse_refund(reply).map(Outcome::Units)
+            }
+            Call::Heartbeat { .. } | Call::Leave => Ok(Outcome::Units(0)),
+            Call::Reset { key } => {
+                self.layers.forget_denial(key);
+                match reply {
+                    Value::Int(n) => Ok(Outcome::Units(u64::from(*n == 1))),
+                    other => Err(crate::error::Error::Reply {
+                        command: "RL.RESET",
+                        detail: format!("expected an integer, got {other:?}"),
+                    }),
+                }
+            }
             Call::Force { policy, .. } => {
                 parse_single(policy.kind().command(), reply).map(Outcome::Decision)
             }
         };
         self.layers.breaker.on_success();
-        self.outcome = Some(parsed.map_err(|e| OpError::Failed(e.to_string()))?);
+        match parsed {
+            Ok(outcome) => self.outcome = Some(outcome),
+            Err(e) => match self.fall_back().filter(|_| self.layers.errors_fail_over) {
+                Some(outcome) => self.outcome = Some(outcome),
+                None => return Err(OpError::Failed(e.to_string())),
+            },
+        }
         Ok(None)
     }
 
@@ -398,14 +550,43 @@ impl Op {
                 return Ok(Some(next));
             }
         }
-        if outage || unavailable(message) {
+        if let Call::Refund { key, .. } | Call::Reset { key } = &self.call {
+            // The units may have been given back before the error.
+            self.layers.forget_denial(key);
+        }
+        if let Call::Heartbeat { now_ms, read } = self.call {
+            if outage || unavailable(message) {
+                self.layers.breaker.on_failure();
+            }
+            // RL.STATE refused (an ACL): the count cannot be checked, so it is not believed.
+            let size = self.heartbeat_ended(now_ms, read.map(|n| (n, None)));
+            self.outcome = Some(Outcome::Units(size));
+            return Err(OpError::Failed(message.to_string()));
+        }
+        let down = outage || unavailable(message);
+        if down {
             self.layers.breaker.on_failure();
+        }
+        if down || self.layers.errors_fail_over {
             if let Some(outcome) = self.fall_back() {
                 self.outcome = Some(outcome);
                 return Ok(None);
             }
         }
         Err(OpError::Failed(message.to_string()))
+    }
+
+    /// The fleet size after a heartbeat at `now_ms` that read `read` members (`None`:
+    /// failed) and got `state` for RL.STATE; 0 while unknown.
+    fn heartbeat_ended(&self, now_ms: u64, read: Option<(NonZeroU32, Option<&Value>)>) -> u64 {
+        let Some(fleet) = &self.layers.fleet else {
+            return 0;
+        };
+        let size = match read {
+            Some((n, state)) => fleet.ended(now_ms, Some(n), state),
+            None => fleet.ended(now_ms, None, None),
+        };
+        size.map_or(0, |s| u64::from(s.get()))
     }
 
     /// The result once the op is done.

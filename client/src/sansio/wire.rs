@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
-use crate::decider::{lua, Engine};
+use crate::layers::decider::{lua, ServerImpl};
 
 const MODULE: u8 = 0;
 const TWIN: u8 = 1;
@@ -30,7 +30,7 @@ fn script() -> &'static (String, String) {
 /// The route in use, shared by every op of one limiter.
 #[derive(Debug)]
 pub(crate) struct ScriptWire {
-    engine: Engine,
+    server_impl: ServerImpl,
     route: AtomicU8,
 }
 
@@ -43,10 +43,14 @@ pub(crate) enum Retry {
 }
 
 impl ScriptWire {
-    pub(crate) fn new(engine: Engine) -> Self {
-        let route = if engine == Engine::Lua { TWIN } else { MODULE };
+    pub(crate) fn new(server_impl: ServerImpl) -> Self {
+        let route = if server_impl == ServerImpl::Lua {
+            TWIN
+        } else {
+            MODULE
+        };
         Self {
-            engine,
+            server_impl,
             route: AtomicU8::new(route),
         }
     }
@@ -74,7 +78,10 @@ impl ScriptWire {
         // The server has no module: the twin from now on. Also when the route is the twin
         // already: calls sent concurrently before the first answer went out as the module's
         // command, and each gets this answer (the twin's own errors never read so).
-        if self.engine == Engine::Auto && is_module_command && lower.contains("unknown command") {
+        if self.server_impl == ServerImpl::Auto
+            && is_module_command
+            && lower.contains("unknown command")
+        {
             self.route.store(TWIN, Ordering::Relaxed);
             return Retry::Send(self.encode(module.to_vec()));
         }
@@ -131,7 +138,7 @@ mod tests {
 
     #[test]
     fn unknown_command_switches_auto_to_the_twin_and_noscript_sends_the_script() {
-        let wire = ScriptWire::new(Engine::Auto);
+        let wire = ScriptWire::new(ServerImpl::Auto);
         let module = words("RL.GCRA k 1 2");
         assert!(!wire.twin());
         let Retry::Send(next) = wire.retry(&module, "ERR unknown command 'RL.GCRA'") else {
@@ -148,7 +155,7 @@ mod tests {
             Retry::No
         ));
         // Module only: an unknown command is the call's own error.
-        let fixed = ScriptWire::new(Engine::Module);
+        let fixed = ScriptWire::new(ServerImpl::Module);
         assert!(matches!(
             fixed.retry(&module, "ERR unknown command 'RL.GCRA'"),
             Retry::No

@@ -12,8 +12,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use redis_rl_client::middleware::RateLimitConfigExt;
 use redis_rl_client::{Decision, Limiter, Source};
+use redis_rl_middleware::RateLimitConfigExt;
 use tonic::{Request, Response, Status};
 
 use super::config::RlsConfig;
