@@ -54,6 +54,7 @@ pub mod error;
 pub mod fleet;
 pub mod layers;
 pub mod limiter;
+pub mod sansio;
 // Test doubles, built for the tests of crates on this one too (feature `testing`): they
 // may unwrap.
 #[cfg(any(test, feature = "testing"))]

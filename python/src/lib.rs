@@ -10,6 +10,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod flow;
+mod op;
 mod policy;
 
 use std::collections::HashMap;
@@ -259,5 +260,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SOURCES", redis_rl_core::Source::NAMES.to_vec())?;
     policy::register(m)?;
     flow::register(m)?;
+    op::register(m)?;
     Ok(())
 }

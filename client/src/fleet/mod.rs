@@ -137,11 +137,12 @@ impl FleetView {
     }
 
     /// What the local fallback divides a policy's limit by: the fleet size when it is
-    /// known and fleet-aware fallback is on, else the policy's own `instances`.
-    pub(crate) fn divisor(&self, instances: NonZeroU32) -> NonZeroU32 {
-        match (self.divide.load(Ordering::Relaxed), self.size()) {
-            (true, Some(size)) => size,
-            _ => instances,
+    /// known and fleet-aware fallback is on, else (`None`) the policy's own `instances`.
+    pub(crate) fn share(&self) -> Option<NonZeroU32> {
+        if self.divide.load(Ordering::Relaxed) {
+            self.size()
+        } else {
+            None
         }
     }
 }
@@ -165,7 +166,7 @@ fn state(config: &FleetConfig) -> redis::Cmd {
 }
 
 /// `last_expiry_ms` of an `RL.STATE` reply (a flat list of names and values, or a map).
-fn last_expiry_ms(v: &Value) -> Option<u64> {
+pub(crate) fn last_expiry_ms(v: &Value) -> Option<u64> {
     let pairs: Vec<(&Value, &Value)> = match v {
         Value::Array(items) => items
             .chunks(2)
@@ -194,13 +195,13 @@ fn release(config: &FleetConfig) -> redis::Cmd {
     cmd
 }
 
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 /// The members counted by an ACQUIRE reply `[allowed, limit, remaining, retry_after_ms, 0]`:
 /// `limit - remaining` (a full key, which did not count this member, counts as full).
-fn members(v: &Value) -> Result<NonZeroU32> {
+pub(crate) fn members(v: &Value) -> Result<NonZeroU32> {
     const CMD: &str = "RL.CONCURRENCY";
     let bad = |detail: &str| Error::Reply {
         command: CMD,
@@ -272,11 +273,11 @@ impl Drop for Membership {
 /// lease time (`ttl`) after the first successful heartbeat following a failed one: until
 /// `settle_until`, the size only grows. A member that really left is still dropped, one
 /// lease time later, as it is anyway when it crashes.
-fn settled_size(
+pub(crate) fn settled_size<T: PartialOrd>(
     previous: Option<NonZeroU32>,
     read: NonZeroU32,
-    now: Instant,
-    settle_until: Option<Instant>,
+    now: T,
+    settle_until: Option<T>,
 ) -> NonZeroU32 {
     match (previous, settle_until) {
         (Some(previous), Some(until)) if now < until => previous.max(read),
@@ -285,7 +286,7 @@ fn settled_size(
 }
 
 /// `target` moved toward by at most a factor of [`MAX_STEP`] from `previous`.
-fn bounded_step(previous: Option<NonZeroU32>, target: NonZeroU32) -> NonZeroU32 {
+pub(crate) fn bounded_step(previous: Option<NonZeroU32>, target: NonZeroU32) -> NonZeroU32 {
     let Some(previous) = previous else {
         return target;
     };
@@ -297,7 +298,7 @@ fn bounded_step(previous: Option<NonZeroU32>, target: NonZeroU32) -> NonZeroU32 
 /// True when the key holds a lease ending after what a member of this fleet can ask for:
 /// someone wrote it with a longer lease (by hand or as an attack), so its count is not
 /// believed. `margin` absorbs the clock difference between this host and the server.
-fn forged(last_expiry_ms: u64, now_ms: u64, ttl: Duration) -> bool {
+pub(crate) fn forged(last_expiry_ms: u64, now_ms: u64, ttl: Duration) -> bool {
     let margin = ttl.max(Duration::from_secs(1));
     let latest = now_ms
         .saturating_add(millis(ttl))
@@ -560,11 +561,12 @@ mod tests {
     fn the_divisor_is_the_fleet_size_once_known() {
         let four = NonZeroU32::new(4).unwrap();
         let view = FleetView::new(true);
-        assert_eq!(view.divisor(four), four, "unknown: the policy's instances");
+        let divisor = |view: &FleetView| view.share().unwrap_or(four);
+        assert_eq!(divisor(&view), four, "unknown: the policy's instances");
         view.set(NonZeroU32::new(3).unwrap());
-        assert_eq!(view.divisor(four).get(), 3);
+        assert_eq!(divisor(&view).get(), 3);
         let static_view = FleetView::new(false);
         static_view.set(NonZeroU32::new(3).unwrap());
-        assert_eq!(static_view.divisor(four), four);
+        assert_eq!(divisor(&static_view), four);
     }
 }

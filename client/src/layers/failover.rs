@@ -3,6 +3,7 @@
 //! each limit is the limit divided by the live fleet size when it is known, see
 //! [`crate::fleet`], else by the policy's `instances`).
 
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use crate::layers::stack::{Ask, Keys, Layer};
 use crate::limiter::decision::{Decision, MultiDecision, Source, Verdict};
 use crate::limiter::policy::{FailureMode, Policy};
 use crate::transport::backend::BoxFuture;
+use crate::transport::breaker::Breaker;
 use crate::transport::Transport;
 use redis_rl_core::AnyParams;
 
@@ -148,35 +150,16 @@ impl<D: Decider> Failover<D> {
     }
 
     fn fail(&self, key: &str, policy: &Policy, cost: u64, peek: bool) -> Decision {
-        let limit = policy.limit();
-        match policy.failure_mode() {
-            FailureMode::Open => Decision {
-                verdict: Verdict::Allowed,
-                limit,
-                remaining: limit,
-                reset_after: Duration::ZERO,
-                source: Source::FailOpen,
-                shadow: false,
-            },
-            FailureMode::Closed => Decision {
-                verdict: Verdict::Denied {
-                    retry_after: self
-                        .transport
-                        .breaker()
-                        .remaining_open()
-                        .max(Duration::from_secs(1)),
-                },
-                limit,
-                remaining: 0,
-                reset_after: Duration::ZERO,
-                source: Source::FailClosed,
-                shadow: false,
-            },
-            FailureMode::Local { instances } => {
-                let share = self.fleet.divisor(instances);
-                self.local.check(key, policy.params(), share, cost, peek)
-            }
-        }
+        let breaker = self.transport.breaker();
+        failure_decision(
+            key,
+            policy,
+            cost,
+            peek,
+            breaker,
+            &self.local,
+            self.fleet.share(),
+        )
     }
 
     fn count(&self, source: Source) {
@@ -188,6 +171,46 @@ impl<D: Decider> Failover<D> {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("rl_client_decisions_total", "source" => source.name()).increment(1);
+    }
+}
+
+/// What `policy`'s failure mode answers for `cost` units of `key` while Redis cannot:
+/// allowed (open), denied until the `breaker` closes again, at least 1 s (closed), or the
+/// `local` fallback limiter's decision on the limit divided by `fleet_size` when it is
+/// known, else by the policy's `instances` (local). Every front end's failover is this one.
+pub fn failure_decision(
+    key: &str,
+    policy: &Policy,
+    cost: u64,
+    peek: bool,
+    breaker: &Breaker,
+    local: &LocalLimiter,
+    fleet_size: Option<NonZeroU32>,
+) -> Decision {
+    let limit = policy.limit();
+    match policy.failure_mode() {
+        FailureMode::Open => Decision {
+            verdict: Verdict::Allowed,
+            limit,
+            remaining: limit,
+            reset_after: Duration::ZERO,
+            source: Source::FailOpen,
+            shadow: false,
+        },
+        FailureMode::Closed => Decision {
+            verdict: Verdict::Denied {
+                retry_after: breaker.remaining_open().max(Duration::from_secs(1)),
+            },
+            limit,
+            remaining: 0,
+            reset_after: Duration::ZERO,
+            source: Source::FailClosed,
+            shadow: false,
+        },
+        FailureMode::Local { instances } => {
+            let share = fleet_size.unwrap_or(instances);
+            local.check(key, policy.params(), share, cost, peek)
+        }
     }
 }
 

@@ -1,37 +1,16 @@
-//! How the module's commands reach the server: as they are where the module is loaded,
-//! else to the Lua twin (`lua/rl.lua`: same replies, same stored bytes) as a script. As the
-//! Python client does, the module's command goes first; its first `unknown command
+//! How an op's commands reach the server when the host sends them: as the module's
+//! commands where it is loaded, else to the Lua twin (`lua/rl.lua`: same replies, same
+//! stored bytes) as a script. The module's command goes first; its first `unknown command
 //! 'RL.…'` switches to the twin (`EVALSHA`), and a `NOSCRIPT` answer resends the call as
 //! `EVAL` of the whole script, which runs it and leaves it cached on that server. `EVAL`
 //! rather than `SCRIPT LOAD`: it carries its keys, so a cluster client sends it to the
-//! node that holds them (a keyless `SCRIPT LOAD` goes to any node).
+//! node that holds them (a keyless `SCRIPT LOAD` goes to any node). Not `FCALL` (which the
+//! async client prefers): a host's client may route a keyless `FUNCTION LOAD` anywhere.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
-use redis_rl_client::decider::lua;
-
-/// Which implementation the application asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Engine {
-    /// The module where its commands exist, else the twin.
-    Auto,
-    /// Always the module.
-    Module,
-    /// Always the twin.
-    Lua,
-}
-
-impl Engine {
-    pub(crate) fn parse(name: &str) -> Result<Self, String> {
-        match name {
-            "auto" => Ok(Engine::Auto),
-            "module" => Ok(Engine::Module),
-            "lua" => Ok(Engine::Lua),
-            other => Err(format!("engine must be auto, module or lua, not {other:?}")),
-        }
-    }
-}
+use crate::layers::decider::{lua, ServerImpl};
 
 const MODULE: u8 = 0;
 const TWIN: u8 = 1;
@@ -50,8 +29,8 @@ fn script() -> &'static (String, String) {
 
 /// The route in use, shared by every op of one limiter.
 #[derive(Debug)]
-pub(crate) struct Wire {
-    engine: Engine,
+pub(crate) struct ScriptWire {
+    server_impl: ServerImpl,
     route: AtomicU8,
 }
 
@@ -63,11 +42,15 @@ pub(crate) enum Retry {
     No,
 }
 
-impl Wire {
-    pub(crate) fn new(engine: Engine) -> Self {
-        let route = if engine == Engine::Lua { TWIN } else { MODULE };
+impl ScriptWire {
+    pub(crate) fn new(server_impl: ServerImpl) -> Self {
+        let route = if server_impl == ServerImpl::Lua {
+            TWIN
+        } else {
+            MODULE
+        };
         Self {
-            engine,
+            server_impl,
             route: AtomicU8::new(route),
         }
     }
@@ -85,7 +68,8 @@ impl Wire {
         }
     }
 
-    /// Whether an error reply to `module` (sent by [`Wire::encode`]) asks for another call.
+    /// Whether an error reply to `module` (sent by [`ScriptWire::encode`]) asks for
+    /// another call.
     pub(crate) fn retry(&self, module: &[String], message: &str) -> Retry {
         let lower = message.to_ascii_lowercase();
         let is_module_command = module.first().is_some_and(|name| {
@@ -94,7 +78,10 @@ impl Wire {
         // The server has no module: the twin from now on. Also when the route is the twin
         // already: calls sent concurrently before the first answer went out as the module's
         // command, and each gets this answer (the twin's own errors never read so).
-        if self.engine == Engine::Auto && is_module_command && lower.contains("unknown command") {
+        if self.server_impl == ServerImpl::Auto
+            && is_module_command
+            && lower.contains("unknown command")
+        {
             self.route.store(TWIN, Ordering::Relaxed);
             return Retry::Send(self.encode(module.to_vec()));
         }
@@ -128,7 +115,50 @@ fn twin_call(call: &str, script: &str, module: Vec<String>) -> Vec<String> {
     out.push(script.to_string());
     out.push(numkeys.to_string());
     out.extend(keys.cloned());
-    out.push(name.clone());
+    out.push(name);
     out.extend(argv.cloned());
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split(' ').map(str::to_string).collect()
+    }
+
+    #[test]
+    fn the_twin_call_puts_keys_before_the_command_name() {
+        let one = twin_call("EVALSHA", "sha", words("RL.GCRA k 1 2 COST 3"));
+        assert_eq!(one, words("EVALSHA sha 1 k RL.GCRA 1 2 COST 3"));
+        let all = twin_call("EVAL", "src", words("RL.ALL 2 a b gcra 1 2 gcra 3 4"));
+        assert_eq!(all, words("EVAL src 2 a b RL.ALL gcra 1 2 gcra 3 4"));
+    }
+
+    #[test]
+    fn unknown_command_switches_auto_to_the_twin_and_noscript_sends_the_script() {
+        let wire = ScriptWire::new(ServerImpl::Auto);
+        let module = words("RL.GCRA k 1 2");
+        assert!(!wire.twin());
+        let Retry::Send(next) = wire.retry(&module, "ERR unknown command 'RL.GCRA'") else {
+            panic!("no retry");
+        };
+        assert!(wire.twin());
+        assert_eq!(next.first().map(String::as_str), Some("EVALSHA"));
+        let Retry::Send(eval) = wire.retry(&module, "NOSCRIPT No matching script") else {
+            panic!("no retry");
+        };
+        assert_eq!(eval.first().map(String::as_str), Some("EVAL"));
+        assert!(matches!(
+            wire.retry(&module, "ERR cost out of range"),
+            Retry::No
+        ));
+        // Module only: an unknown command is the call's own error.
+        let fixed = ScriptWire::new(ServerImpl::Module);
+        assert!(matches!(
+            fixed.retry(&module, "ERR unknown command 'RL.GCRA'"),
+            Retry::No
+        ));
+    }
 }
