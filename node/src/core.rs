@@ -48,7 +48,7 @@ pub struct CoreOptions {
 /// The sans-I/O limiter: makes an [`Op`] per call.
 #[napi]
 pub struct Core {
-    layers: Arc<Layers>,
+    pub(crate) layers: Arc<Layers>,
 }
 
 #[napi]

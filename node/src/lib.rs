@@ -26,7 +26,9 @@ mod decision;
 mod flow;
 mod op;
 mod policy;
+mod query;
 mod reply;
+mod slots;
 
 pub use crate::core::Core;
 pub use op::Op;

@@ -456,7 +456,10 @@ pub struct WindowCount {
 }
 
 impl WindowCount {
-    fn parse(v: &Value) -> Option<Self> {
+    /// From an `RL.STATE` reply (the module's or the twin's, a flat list of names and values
+    /// or a map): `None` for a missing key or another algorithm. The Node.js addon reads the
+    /// reply its host's client got with it.
+    pub fn parse(v: &Value) -> Option<Self> {
         let pairs: Vec<(&Value, &Value)> = match v {
             Value::Array(items) => items
                 .chunks(2)
