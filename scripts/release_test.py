@@ -125,6 +125,7 @@ def test_a_release_in_a_clone() -> None:
 
         refused = run(clone, *script, wanted, ok=False)
         assert "nothing to release" in refused.stderr, refused.stderr
+        (clone / "changelog.d").mkdir(exist_ok=True)
         (clone / "changelog.d" / "other-branch.md").write_text("### Added\n\n- A thing from a branch.\n")
         run(clone, "git", "add", "changelog.d/other-branch.md")
         run(clone, "git", "commit", "-q", "-m", "another branch's entry")
@@ -140,7 +141,7 @@ def test_a_release_in_a_clone() -> None:
         assert release.notes(changelog, wanted) == "### Added\n\n- A thing from a branch.\n"
         tag_message = run(clone, "git", "tag", "-l", "--format=%(contents)", f"v{wanted}").stdout
         assert "A thing from a branch." in tag_message, tag_message
-        refused = run(clone, *script, current, ok=False)
+        refused = run(clone, *script, f"{major}.{minor}.1", ok=False)
         assert "is not above the current version" in refused.stderr, refused.stderr
 
 
