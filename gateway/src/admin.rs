@@ -28,7 +28,7 @@ use crate::ops::Ops;
 const MAX_LISTED: u64 = 1_000;
 /// Keys per policy `GET /top` shows by default (`?n=` up to [`MAX_TOP`]).
 const DEFAULT_TOP: usize = 20;
-const MAX_TOP: usize = redis_rl_client::middleware::TOP_ENTRIES as usize;
+const MAX_TOP: usize = redis_rl_middleware::TOP_ENTRIES as usize;
 
 /// `/bans`, `/bans/{policy}` and `/top`.
 pub fn router(ops: Arc<Ops>) -> Router {
@@ -147,7 +147,8 @@ async fn lift(
 }
 
 /// `GET /top[?minutes=m&n=k]`: `{"minutes": m, "top": {"<policy>": [{key, refused}]}}`,
-/// every dimension and rule of the configuration, most refused first.
+/// every dimension and rule of the configuration and every domain of the rate limit
+/// service's (`rls:<domain>`), most refused first.
 async fn top(
     State(ops): State<Arc<Ops>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -157,7 +158,7 @@ async fn top(
     if let Some(r) = refused(&ops, peer, &headers) {
         return r;
     }
-    let window = redis_rl_client::middleware::TOP_MINUTES;
+    let window = redis_rl_middleware::TOP_MINUTES;
     let minutes = match number(&q, "minutes", window) {
         Ok(m) if (1..=window).contains(&m) => m,
         Ok(_) => return bad(format!("minutes must be between 1 and {window}")),
@@ -175,6 +176,9 @@ async fn top(
         .map(|d| d.name().to_string())
         .collect();
     policies.extend(config.rules.iter().map(|r| r.name.clone()));
+    if let Some(rls) = &ops.rls {
+        policies.extend(rls.top_policies());
+    }
     let limiter = &ops.live.parts().limiter;
     match offenders::top(limiter, &config.key_prefix, &policies, minutes, n).await {
         Ok(top) => {

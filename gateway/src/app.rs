@@ -12,7 +12,7 @@ use axum::routing::any;
 use axum::routing::future::RouteFuture;
 use axum::{Json, Router};
 use ipnet::IpNet;
-use redis_rl_client::middleware::{RateLimitLayer, REQUEST_ID};
+use redis_rl_middleware::{RateLimitLayer, REQUEST_ID};
 use tower::ServiceExt;
 
 use crate::proxy::Upstream;
@@ -123,7 +123,7 @@ async fn dispatch(State(live): State<Arc<Live>>, mut req: Request) -> Response {
 /// is counted and forwarded as `/api/search`. The query is kept as sent.
 fn normalize(req: &mut Request) {
     let path = req.uri().path();
-    let normal = redis_rl_client::middleware::normalize_path(path);
+    let normal = redis_rl_middleware::normalize_path(path);
     if normal == path {
         return;
     }

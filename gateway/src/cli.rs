@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 use ipnet::IpNet;
-use redis_rl_client::middleware::Dimension;
+use redis_rl_middleware::Dimension;
 
 /// `--version`: the release and the commit it was built from (build.rs).
 pub const VERSION: &str = concat!(
@@ -196,7 +196,7 @@ pub struct Args {
     /// How Redis decides: `auto` (the module where its commands exist, else the Lua twin
     /// for servers that cannot load modules), `module` or `lua`.
     #[arg(long, env = "RL_GATEWAY_ENGINE", default_value = "auto")]
-    pub engine: redis_rl_client::Engine,
+    pub engine: redis_rl_client::ServerImpl,
 
     /// Keys held by the hot-key deny cache (0 turns it off).
     #[arg(long, env = "RL_GATEWAY_DENY_CACHE", default_value_t = 10_000)]

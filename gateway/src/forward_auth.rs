@@ -33,7 +33,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::any;
 use axum::Router;
-use redis_rl_client::middleware::{IssueSettleToken, RateLimitLayer, SettleReport, SettleTokens};
+use redis_rl_middleware::{IssueSettleToken, RateLimitLayer, SettleReport, SettleTokens};
 use tower::ServiceExt;
 
 use crate::reload::Live;

@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use redis::Value;
-use redis_rl_client::{BreakerState, Engine, Limiter, Refusal};
+use redis_rl_client::{BreakerState, Limiter, Refusal, ServerImpl};
 use serde_json::json;
 
 use crate::ops::Ops;
@@ -25,12 +25,12 @@ use crate::ops::Ops;
 /// What the probes found.
 struct Probe {
     redis_up: bool,
-    /// Engine in use: `module` or `lua` (None: not known, Redis did not answer).
+    /// ServerImpl in use: `module` or `lua` (None: not known, Redis did not answer).
     engine: Option<&'static str>,
     reasons: Vec<String>,
 }
 
-async fn probe(limiter: &Limiter, configured: Engine) -> Probe {
+async fn probe(limiter: &Limiter, configured: ServerImpl) -> Probe {
     let mut reasons = Vec::new();
     let ping = limiter.ping_result().await;
     let redis_up = ping.is_ok();
@@ -51,10 +51,10 @@ async fn probe(limiter: &Limiter, configured: Engine) -> Probe {
         if let Ok(v) = limiter.query(&info, None).await {
             let module = matches!(&v, Value::Array(items) if items.first().is_some_and(|i| !matches!(i, Value::Nil)));
             engine = Some(match (configured, module) {
-                (Engine::Lua, _) => "lua",
+                (ServerImpl::Lua, _) => "lua",
                 (_, true) => "module",
-                (Engine::Auto, false) => "lua",
-                (Engine::Module, false) => {
+                (ServerImpl::Auto, false) => "lua",
+                (ServerImpl::Module, false) => {
                     reasons.push(
                         "module missing: --engine module but the server has no RL commands"
                             .to_string(),
@@ -147,10 +147,10 @@ pub async fn healthz(State(ops): State<Arc<Ops>>) -> Response {
     (status, Json(body)).into_response()
 }
 
-fn engine_name(engine: Engine) -> &'static str {
+fn engine_name(engine: ServerImpl) -> &'static str {
     match engine {
-        Engine::Auto => "auto",
-        Engine::Module => "module",
-        Engine::Lua => "lua",
+        ServerImpl::Auto => "auto",
+        ServerImpl::Module => "module",
+        ServerImpl::Lua => "lua",
     }
 }

@@ -26,10 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches};
-use redis_rl_client::middleware::{
-    FailureModeName, RateLimitConfig, RateLimitConfigExt, SettleTokens,
-};
-use redis_rl_client::{BreakerConfig, LeaseConfig, Limiter, RedisHashTiers};
+use redis_rl_client::{BreakerConfig, LeaseConfig, Limiter};
+use redis_rl_middleware::RedisHashTiers;
+use redis_rl_middleware::{FailureModeName, RateLimitConfig, RateLimitConfigExt, SettleTokens};
 
 use crate::cli::{Args, Mode};
 use crate::envoy_env::{ConfigSource, EnvoyEnv};
@@ -178,7 +177,7 @@ fn check_config(path: &std::path::Path, routes: &[String]) -> ExitCode {
     let engine = RateLimitConfig::load(path)
         .map_err(|e| e.to_string())
         .and_then(|c| {
-            redis_rl_client::middleware::Engine::new(c, routes)
+            redis_rl_middleware::Engine::new(c, routes)
                 .map_err(|e| format!("{}: {}: {}", path.display(), e.field, e.message))
         });
     match engine {
@@ -237,7 +236,7 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
             open_for: Duration::from_millis(args.breaker_open_ms),
         })
         .deny_cache(args.deny_cache)
-        .engine(args.engine)
+        .server_impl(args.engine)
         .fleet_fallback(config.fleet_fallback())
         .leases(LeaseConfig {
             lifetime: Duration::from_millis(config.leases.lifetime_ms),
@@ -290,15 +289,6 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
         },
         config.clone(),
     )?);
-    let ops = ops::router(Arc::new(ops::Ops {
-        live: live.clone(),
-        prometheus: prometheus.clone(),
-        admin: args.admin_listen.is_some(),
-    }));
-    let (public_ops, admin) = match args.admin_listen {
-        Some(addr) => (None, Some((addr, ops))),
-        None => (Some(ops), None),
-    };
     let xds = envoy.as_ref().and_then(|e| match &e.config {
         ConfigSource::Xds(x) if args.rls_config.is_none() => Some(x.as_ref().clone()),
         _ => None,
@@ -328,6 +318,16 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
             Some(rls::bind(&opts, limiter.clone(), live.clone()).await?)
         }
         _ => None,
+    };
+    let ops = ops::router(Arc::new(ops::Ops {
+        live: live.clone(),
+        prometheus: prometheus.clone(),
+        admin: args.admin_listen.is_some(),
+        rls: rls.as_ref().map(rls::Bound::checker),
+    }));
+    let (public_ops, admin) = match args.admin_listen {
+        Some(addr) => (None, Some((addr, ops))),
+        None => (Some(ops), None),
     };
     // Whether the rate limit service counts as configured (for /healthcheck): at start from
     // files, or over xDS with FORCE_START_WITHOUT_INITIAL_CONFIG; else at the first push.

@@ -13,8 +13,8 @@ use axum::routing::get;
 use axum::Router;
 use metrics::{describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use redis_rl_client::middleware::{Dimension, FailureModeName, Rate, RateLimitConfig};
 use redis_rl_client::BreakerState;
+use redis_rl_middleware::{Dimension, FailureModeName, Rate, RateLimitConfig};
 
 use crate::reload::Live;
 
@@ -237,6 +237,8 @@ pub struct Ops {
     /// Served on `--admin-listen`: /healthz shows the details (configuration path, last
     /// reload error, upstream), which the public listener never shows.
     pub admin: bool,
+    /// The rate limit service, when it runs: `GET /top` lists its domains too.
+    pub rls: Option<crate::rls::Checker>,
 }
 
 /// `/healthz` and `/metrics`.
@@ -312,7 +314,7 @@ mod tests {
         c.dimensions = vec![Dimension::Ip];
         assert!(fail_closed(&c).is_empty(), "only enforced dimensions count");
         let pro = c.tiers.get_mut("pro").unwrap();
-        pro.ip = Some(redis_rl_client::middleware::RateOverride {
+        pro.ip = Some(redis_rl_middleware::RateOverride {
             failure_mode: Some(FailureModeName::Closed),
             ..Default::default()
         });

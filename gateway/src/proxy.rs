@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use hyper_rustls::ConfigBuilderExt;
 use hyper_util::client::legacy::connect::HttpConnector;
 use ipnet::IpNet;
-use redis_rl_client::middleware::{PendingSettle, REQUEST_ID, TRACEPARENT};
+use redis_rl_middleware::{PendingSettle, REQUEST_ID, TRACEPARENT};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 

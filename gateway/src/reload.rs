@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use axum::Router;
-use redis_rl_client::middleware::{RateLimitConfig, RateLimitLayer};
-use redis_rl_client::{Limiter, TierResolver};
+use redis_rl_client::Limiter;
+use redis_rl_middleware::TierResolver;
+use redis_rl_middleware::{RateLimitConfig, RateLimitLayer};
 
 use crate::cli::Args;
 use crate::proxy::Upstream;

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use axum::body::Body;
 use axum::http::HeaderMap;
 use http_body::{Frame, SizeHint};
-use redis_rl_client::middleware::PendingSettle;
+use redis_rl_middleware::PendingSettle;
 
 /// The upstream's body, watched for its trailers.
 pub struct SettleOnTrailers {

@@ -18,11 +18,9 @@ use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::path::Path;
 
-use redis_rl_client::middleware::{
-    params_of, Dimension, Rate, RateLimitConfig, RateLimitConfigExt,
-};
 use redis_rl_client::{AnyParams, LocalLimiter};
 use redis_rl_core::Micros;
+use redis_rl_middleware::{params_of, Dimension, Rate, RateLimitConfig, RateLimitConfigExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -68,7 +66,7 @@ fn limits(config: &RateLimitConfig) -> Result<Limits, String> {
         .windows
         .first()
         .copied()
-        .unwrap_or(redis_rl_client::middleware::Window::new(1, 60_000));
+        .unwrap_or(redis_rl_middleware::Window::new(1, 60_000));
     Ok(Limits {
         tiers,
         default_tier: alg(&config.dimension_rate(Dimension::ApiKey))?,

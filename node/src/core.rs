@@ -1,6 +1,6 @@
-//! `Core`: what the ops of one limiter share: the wire (module or twin), the circuit
-//! breaker, the deny cache, the local fallback limiter, and whether the client is a
-//! cluster client.
+//! `Core`: the client's sans-I/O [`Layers`] for JavaScript: what the ops of one limiter
+//! share (the wire, module or twin; the circuit breaker, the deny cache, the local fallback
+//! limiter, and whether the client is a cluster client).
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -9,11 +9,24 @@ use std::time::Duration;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-use redis_rl_client::{Breaker, BreakerConfig, DenyCache, LocalLimiter};
+use redis_rl_client::sansio::{Layers, LayersConfig};
+use redis_rl_client::{BreakerConfig, ServerImpl};
 
-use crate::op::{Call, Op};
+use crate::op::Op;
 use crate::policy::{whole, Policy};
-use crate::wire::{Engine, Wire};
+
+/// `auto`, `module` or `lua` (in those words: the package's documented option).
+fn server_impl(name: &str) -> Result<ServerImpl> {
+    match name {
+        "auto" => Ok(ServerImpl::Auto),
+        "module" => Ok(ServerImpl::Module),
+        "lua" => Ok(ServerImpl::Lua),
+        other => Err(Error::new(
+            Status::InvalidArg,
+            format!("engine must be auto, module or lua, not {other:?}"),
+        )),
+    }
+}
 
 /// The limiter's options (every one optional).
 #[napi(object)]
@@ -32,18 +45,10 @@ pub struct CoreOptions {
     pub local_capacity: Option<u32>,
 }
 
-pub(crate) struct Shared {
-    pub(crate) wire: Wire,
-    pub(crate) breaker: Breaker,
-    pub(crate) deny: Option<DenyCache>,
-    pub(crate) local: LocalLimiter,
-    pub(crate) cluster: bool,
-}
-
 /// The sans-I/O limiter: makes an [`Op`] per call.
 #[napi]
 pub struct Core {
-    shared: Arc<Shared>,
+    pub(crate) layers: Arc<Layers>,
 }
 
 #[napi]
@@ -58,10 +63,8 @@ impl Core {
             breaker_open_ms: None,
             local_capacity: None,
         });
-        let engine = Engine::parse(o.engine.as_deref().unwrap_or("auto"))
-            .map_err(|e| Error::new(Status::InvalidArg, e))?;
         let defaults = BreakerConfig::default();
-        let breaker = Breaker::new(BreakerConfig {
+        let breaker = BreakerConfig {
             failure_threshold: o
                 .breaker_failures
                 .unwrap_or(defaults.failure_threshold)
@@ -69,17 +72,17 @@ impl Core {
             open_for: o
                 .breaker_open_ms
                 .map_or(defaults.open_for, |ms| Duration::from_millis(u64::from(ms))),
-        });
-        let deny =
-            NonZeroUsize::new(o.deny_cache.map_or(10_000, |n| n as usize)).map(DenyCache::new);
+        };
+        let config = LayersConfig {
+            server_impl: server_impl(o.engine.as_deref().unwrap_or("auto"))?,
+            cluster: o.cluster.unwrap_or(false),
+            deny_cache: NonZeroUsize::new(o.deny_cache.map_or(10_000, |n| n as usize)),
+            breaker,
+            local_capacity: o.local_capacity.map_or(100_000, |n| n as usize),
+            ..LayersConfig::default()
+        };
         Ok(Self {
-            shared: Arc::new(Shared {
-                wire: Wire::new(engine),
-                breaker,
-                deny,
-                local: LocalLimiter::new(o.local_capacity.map_or(100_000, |n| n as usize)),
-                cluster: o.cluster.unwrap_or(false),
-            }),
+            layers: Arc::new(Layers::new(config)),
         })
     }
 
@@ -87,87 +90,46 @@ impl Core {
     #[napi]
     pub fn check(&self, key: String, policy: &Policy, cost: f64, peek: bool) -> Result<Op> {
         let cost = whole("cost", cost)?;
-        Ok(Op::new(
-            self.shared.clone(),
-            Call::Check {
-                key,
-                policy: policy.inner,
-                cost,
-                peek,
-            },
-        ))
+        Ok(Op::new(self.layers.check(key, policy.inner, cost, peek)))
     }
 
     /// Several keys all or nothing: add them with [`Op::add`], then start.
     #[napi]
     pub fn check_all(&self) -> Op {
-        Op::new(
-            self.shared.clone(),
-            Call::All {
-                items: Vec::new(),
-                costs: Vec::new(),
-            },
-        )
+        Op::new(self.layers.check_all())
     }
 
     /// Up to `n` units of `key` (`COST n UPTO`), as many as are available.
     #[napi]
     pub fn take_upto(&self, key: String, policy: &Policy, n: f64, peek: bool) -> Result<Op> {
         let n = whole("n", n)?;
-        Ok(Op::new(
-            self.shared.clone(),
-            Call::Upto {
-                key,
-                policy: policy.inner,
-                n,
-                peek,
-            },
-        ))
+        Ok(Op::new(self.layers.take_upto(key, policy.inner, n, peek)))
     }
 
     /// Gives back up to `amount` units of `key` (`RL.REFUND`).
     #[napi]
     pub fn refund(&self, key: String, policy: &Policy, amount: f64) -> Result<Op> {
         let amount = whole("amount", amount)?;
-        Ok(Op::new(
-            self.shared.clone(),
-            Call::Refund {
-                key,
-                policy: policy.inner,
-                amount,
-            },
-        ))
+        Ok(Op::new(self.layers.refund(key, policy.inner, amount)))
     }
 
     /// Takes `cost` units of `key` even over the limit (`COST n FORCE`).
     #[napi]
     pub fn force(&self, key: String, policy: &Policy, cost: f64) -> Result<Op> {
         let cost = whole("cost", cost)?;
-        Ok(Op::new(
-            self.shared.clone(),
-            Call::Force {
-                key,
-                policy: policy.inner,
-                cost,
-            },
-        ))
+        Ok(Op::new(self.layers.force(key, policy.inner, cost)))
     }
 
     /// `module` or `lua`: the route the next call takes.
     #[napi(getter)]
     pub fn route(&self) -> String {
-        if self.shared.wire.twin() {
-            "lua"
-        } else {
-            "module"
-        }
-        .to_string()
+        if self.layers.twin() { "lua" } else { "module" }.to_string()
     }
 
     /// `closed`, `open` or `half_open`.
     #[napi(getter)]
     pub fn breaker_state(&self) -> String {
-        self.shared.breaker.state().name().to_string()
+        self.layers.breaker_state().name().to_string()
     }
 }
 

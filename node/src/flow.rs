@@ -15,11 +15,15 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use serde_json::{json, Value};
 
-use redis_rl_client::middleware::TraceContext;
-use redis_rl_client::{FailureMode, Policy as ClientPolicy};
-use redis_rl_flow::{commands, Record, Settle, Step, Take};
-use redis_rl_policy::{forgets_debt, Adjust, Config, Engine, Verdict};
+use redis_rl_client::sansio::{self, Outcome};
+use redis_rl_client::{
+    Decision, FailureMode, Policy as ClientPolicy, Verdict as ClientVerdict, WindowCount,
+};
+use redis_rl_flow::{commands, DebtWatch, Record, Settle, Step, Take};
+use redis_rl_middleware::TraceContext;
+use redis_rl_policy::{Adjust, Config, Engine, Verdict};
 
+use crate::core::Core;
 use crate::policy::Policy;
 
 fn config_error(e: impl std::fmt::Display) -> Error {
@@ -36,6 +40,21 @@ fn headers(hs: &[(&'static str, String)]) -> Value {
     hs.iter().map(|(n, v)| json!([n, v])).collect()
 }
 
+/// Separates the words of one string handed across the addon (a header name or value, a key
+/// of the flow, a number: none holds a line feed). One string crosses in one napi call; an
+/// array of them costs a call per word.
+const SEP: char = '\n';
+
+/// Headers as Node's `rawHeaders` joined by line feeds: name, value, name, value...
+fn flat_header_list(hs: &str) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut words = hs.split(SEP);
+    while let (Some(name), Some(value)) = (words.next(), words.next()) {
+        out.push((name.to_ascii_lowercase(), value.as_bytes().to_vec()));
+    }
+    out
+}
+
 fn header_list(hs: Vec<Vec<String>>) -> Vec<(String, Vec<u8>)> {
     hs.into_iter()
         .filter_map(|mut pair| {
@@ -47,6 +66,15 @@ fn header_list(hs: Vec<Vec<String>>) -> Vec<(String, Vec<u8>)> {
 }
 
 fn record(r: Record) -> Value {
+    // The usual request leaves nothing behind: no object to build and hand over.
+    if r.refusals.is_empty()
+        && r.give_back.is_empty()
+        && r.delayed.is_none()
+        && r.banned_ms.is_none()
+        && r.unknown_tier.is_none()
+    {
+        return Value::Null;
+    }
     let refusals: Vec<Value> = r
         .refusals
         .into_iter()
@@ -111,6 +139,29 @@ fn decided(outcomes: &[FlowOutcome]) -> Result<Vec<redis_rl_flow::Decided>> {
         .collect()
 }
 
+/// A decision of the addon's own op as the flow takes it.
+fn decided_of(d: &Decision) -> Result<redis_rl_flow::Decided> {
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    Ok(redis_rl_flow::Decided {
+        verdict: match d.verdict {
+            ClientVerdict::Allowed => Verdict::Allowed,
+            ClientVerdict::Denied { retry_after } => Verdict::Denied {
+                retry_after_ms: ms(retry_after),
+            },
+            ClientVerdict::Never => Verdict::Never,
+        },
+        remaining: d.remaining,
+        reset_after_ms: ms(d.reset_after),
+        shadow: d.shadow,
+        source: redis_rl_flow::Source::from_name(d.source.name()).ok_or_else(|| {
+            Error::new(
+                Status::GenericFailure,
+                format!("unknown source {:?}", d.source.name()),
+            )
+        })?,
+    })
+}
+
 /// The request flow of one configuration: build one per middleware, start every request
 /// from it.
 #[napi]
@@ -125,21 +176,6 @@ fn engine(
     routes: &[String],
 ) -> Result<Engine> {
     let config = config.map_err(config_error)?;
-    // A settled overage on a fixed window or calendar quota must hold its subject until the
-    // debt is paid (the window forgets it at its boundary); this binding does not write that
-    // hold yet, so it refuses such a rule rather than forgive the debt silently.
-    if let Some((i, _)) = config
-        .rules
-        .iter()
-        .enumerate()
-        .find(|(_, r)| r.settle.is_some() && r.specs.iter().any(forgets_debt))
-    {
-        return Err(config_error(format!(
-            "{source}: rules[{i}].settle: settling on a fixed window or calendar quota is not \
-             supported by the Node.js middleware yet (rl-gateway and Python hold a subject \
-             until a settled overage is paid); use gcra, sliding or token_bucket for this rule"
-        )));
-    }
     Engine::new(config, routes)
         .map_err(|e| config_error(format!("{source}: {}: {}", e.field, e.message)))
 }
@@ -188,21 +224,22 @@ impl Flow {
         u32::try_from(self.flow.held()).unwrap_or(u32::MAX)
     }
 
-    /// Starts a request; its first step is `RequestFlow.step`. `headers`: `[name, value]`
-    /// pairs; `nowMs`: a monotonic clock in milliseconds.
+    /// Starts a request; its first step is `RequestFlow.step`. `headers`: name, value,
+    /// name, value... joined by line feeds (Node's `rawHeaders.join('\n')`: a header holds
+    /// none); `nowMs`: a monotonic clock in milliseconds.
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         &self,
         method: String,
         path: String,
-        headers: Vec<Vec<String>>,
+        headers: String,
         peer: Option<String>,
         request_id: String,
         route: Option<String>,
         now_ms: f64,
     ) -> RequestFlow {
-        let headers = header_list(headers);
+        let headers = flat_header_list(&headers);
         // The request's W3C trace (its `traceparent` when valid, else a new one), as
         // rl-gateway reads it: its id goes into problem bodies.
         let mut traceparents = http::HeaderMap::new();
@@ -233,8 +270,21 @@ impl Flow {
             instances: self.engine.config().instances.unwrap_or(NonZeroU32::MIN),
             step: Value::Null,
             traceparent: trace.traceparent(),
+            takes: Vec::new(),
+            ban_reads: Vec::new(),
+            booking: None,
+            forward: None,
         };
-        request.step = request.value(first);
+        request.step = match first {
+            // The usual first step: its takes stay here (the flow books them itself), the
+            // object is built only if asked for.
+            Step::Book(b) => {
+                request.takes = b.takes;
+                request.ban_reads = b.ban_reads;
+                Value::Null
+            }
+            other => request.value(other),
+        };
         request
     }
 }
@@ -249,6 +299,14 @@ pub struct RequestFlow {
     instances: NonZeroU32,
     step: Value,
     traceparent: String,
+    /// The takes of the `book` step (for [`RequestFlow::book_start`]).
+    takes: Vec<Take>,
+    /// The ban keys of the first `book` step.
+    ban_reads: Vec<String>,
+    /// The `book` step's limiter call when the flow drives it itself.
+    booking: Option<sansio::Op>,
+    /// The `forward` step's parts (see [`RequestFlow::forward_words`]) and its record.
+    forward: Option<(Vec<String>, Value)>,
 }
 
 impl RequestFlow {
@@ -256,7 +314,10 @@ impl RequestFlow {
         match step {
             Step::Tier { api_key } => json!({"kind": "tier", "apiKey": api_key}),
             Step::Book(b) => {
-                json!({"kind": "book", "takes": takes(&b.takes), "banReads": b.ban_reads})
+                let v = json!({"kind": "book", "takes": takes(&b.takes), "banReads": b.ban_reads});
+                self.takes = b.takes;
+                self.ban_reads = b.ban_reads;
+                v
             }
             Step::Peek(ts) => json!({"kind": "peek", "takes": takes(&ts)}),
             Step::Force(ts) => json!({"kind": "force", "takes": takes(&ts)}),
@@ -273,24 +334,50 @@ impl RequestFlow {
                 })
             }
             Step::Forward(f) => {
-                let settle = f.settle.is_some();
+                // The usual end of a request: its parts go over as one flat list of strings
+                // (`forwardWords`), not an object of arrays, and its record only if any.
+                let record = record(f.record);
+                let mut rest = String::with_capacity(256);
+                rest.push_str(&f.hold_ms.map(|ms| ms.to_string()).unwrap_or_default());
+                rest.push(SEP);
+                rest.push_str(if f.settle.is_some() { "1" } else { "" });
+                rest.push(SEP);
+                rest.push_str(if record.is_null() { "" } else { "1" });
+                rest.push(SEP);
+                rest.push_str(&self.traceparent);
+                // Header values hold no line feed (HTTP), nor do their names.
+                for (name, value) in f.headers {
+                    rest.push(SEP);
+                    rest.push_str(name);
+                    rest.push(SEP);
+                    rest.push_str(&value);
+                }
+                let words = vec![f.path, rest];
                 self.settle = f.settle;
-                json!({
-                    "kind": "forward",
-                    "headers": headers(&f.headers),
-                    "holdMs": f.hold_ms,
-                    "path": f.path,
-                    "record": record(f.record),
-                    "settle": settle,
-                })
+                self.forward = Some((words, record));
+                json!("forward")
             }
         }
     }
 
     fn next(&mut self, step: Step) -> Value {
-        let v = self.value(step);
-        self.step = v.clone();
-        v
+        self.value(step)
+    }
+
+    /// Each plan item's limiter policy.
+    fn client_policies(&self) -> Vec<ClientPolicy> {
+        self.flow
+            .plan()
+            .items
+            .iter()
+            .map(|item| {
+                let mode =
+                    FailureMode::named(item.failure_mode.unwrap_or(self.mode), self.instances);
+                ClientPolicy::new(item.spec.params())
+                    .on_failure(mode)
+                    .shadow(item.shadow)
+            })
+            .collect()
     }
 }
 
@@ -299,6 +386,9 @@ impl RequestFlow {
     /// The first step.
     #[napi(getter, ts_return_type = "unknown")]
     pub fn step(&self) -> Value {
+        if self.step.is_null() {
+            return json!({"kind": "book", "takes": takes(&self.takes), "banReads": self.ban_reads});
+        }
         self.step.clone()
     }
 
@@ -312,20 +402,144 @@ impl RequestFlow {
     /// mode (its own, else the configuration's) and shadow flag.
     #[napi]
     pub fn policies(&self) -> Vec<Policy> {
-        self.flow
-            .plan()
-            .items
-            .iter()
-            .map(|item| {
-                let mode =
-                    FailureMode::named(item.failure_mode.unwrap_or(self.mode), self.instances);
-                Policy {
-                    inner: ClientPolicy::new(item.spec.params())
-                        .on_failure(mode)
-                        .shadow(item.shadow),
-                }
-            })
+        self.client_policies()
+            .into_iter()
+            .map(|inner| Policy { inner })
             .collect()
+    }
+
+    /// The kind of the first step (`tier`, `book`, `respond`...): what to do first, without
+    /// handing the whole step over.
+    #[napi(getter)]
+    pub fn kind(&self) -> String {
+        if self.step.is_null() {
+            return "book".to_string();
+        }
+        self.step
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("forward")
+            .to_string()
+    }
+
+    /// The ban keys the `book` step reads (`PTTL`) along with the limiter call.
+    #[napi(getter)]
+    pub fn ban_reads(&self) -> Vec<String> {
+        self.ban_reads.clone()
+    }
+
+    /// The `book` step's limiter call (every take, all or nothing) run by the flow itself on
+    /// `core`'s layers: the first command to send, its words joined by line feeds (one
+    /// string across the addon), `''` when decided without Redis (the
+    /// breaker open: the failure modes), or `null` when the limiter's own `checkAll` must do
+    /// it: a shadow item (checked on its own), or keys in several hash slots of a cluster
+    /// (`cluster`: the client is one). No policy, take or op object crosses into JavaScript;
+    /// feed the reply with `bookFeed`, an error with `bookFail`.
+    #[napi]
+    pub fn book_start(&mut self, core: &Core, cluster: bool) -> Result<Option<String>> {
+        let policies = self.client_policies();
+        let mut op = core.layers.check_all();
+        for t in &self.takes {
+            let Some(p) = policies.get(t.item) else {
+                return Ok(None);
+            };
+            if p.is_shadow() {
+                return Ok(None);
+            }
+            op.add(t.key.clone(), *p, t.units)
+                .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
+        }
+        if cluster {
+            let slot = |t: &Take| redis::cluster_routing::get_slot(t.key.as_bytes());
+            let first = self.takes.first().map(slot);
+            if self.takes.iter().any(|t| Some(slot(t)) != first) {
+                return Ok(None);
+            }
+        }
+        let first = op
+            .start()
+            .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?
+            .unwrap_or_default();
+        if first.iter().any(|w| w.contains(SEP)) {
+            // A key with a line feed (from the key prefix): the words one by one.
+            return Ok(None);
+        }
+        self.booking = Some(op);
+        Ok(Some(first.join("\n")))
+    }
+
+    /// The key the booking's command is routed by (its first key).
+    #[napi(getter)]
+    pub fn booking_key(&self) -> String {
+        self.takes
+            .first()
+            .map(|t| t.key.clone())
+            .unwrap_or_default()
+    }
+
+    /// The error the booking's command last sent got (`outage`: no answer, a timeout): the
+    /// next command (the twin, `EVAL`), or `null`: decided (by the failure modes); throws
+    /// the error when it is the call's own.
+    #[napi]
+    pub fn book_fail(&mut self, message: String, outage: bool) -> Result<Option<Vec<String>>> {
+        let Some(op) = &mut self.booking else {
+            return Err(Error::new(Status::GenericFailure, "bookFail: no booking"));
+        };
+        op.fail(&message, outage)
+            .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))
+    }
+
+    /// The answer to `book` when the flow ran the booking: the reply to its last command
+    /// (`undefined` when it was decided without Redis or by `bookFail`), each ban key's
+    /// `PTTL` reply (`null`: the read failed), `nowMs`. Returns the next step.
+    #[napi(
+        ts_args_type = "reply: unknown, bans: (number | null)[], nowMs: number",
+        ts_return_type = "unknown"
+    )]
+    pub fn book_feed(
+        &mut self,
+        reply: Option<Value>,
+        bans: Vec<Option<i64>>,
+        now_ms: f64,
+    ) -> Result<Value> {
+        let Some(mut op) = self.booking.take() else {
+            return Err(Error::new(Status::GenericFailure, "bookFeed: no booking"));
+        };
+        if let Some(reply) = reply {
+            op.feed(&crate::reply::value(&reply))
+                .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))?;
+        }
+        let Some(Outcome::Multi(m)) = op.outcome() else {
+            return Err(Error::new(
+                Status::GenericFailure,
+                "bookFeed: the booking has no decision",
+            ));
+        };
+        let d = m.decisions.iter().map(decided_of).collect::<Result<_>>()?;
+        let s = self.flow.booked(d, m.denied, bans, whole(now_ms));
+        Ok(self.next(s))
+    }
+
+    /// The `forward` step (a step given as the string `forward`): `[path, rest]`, `rest`
+    /// joined by line feeds: holdMs ('': none), settle ('1' or ''), record ('1' when
+    /// `forwardRecord` has one), traceparent, then name, value, name, value... of the
+    /// headers. The path apart: the only part that could hold a line feed.
+    /// Hands them over once: a second call gives `[]`.
+    #[napi]
+    pub fn forward_words(&mut self) -> Vec<String> {
+        self.forward
+            .as_mut()
+            .map(|(words, _)| std::mem::take(words))
+            .unwrap_or_default()
+    }
+
+    /// The `forward` step's record (`null`: nothing to count or give back).
+    #[napi(ts_return_type = "unknown")]
+    pub fn forward_record(&self) -> Value {
+        self.forward
+            .as_ref()
+            .map(|(_, record)| record.clone())
+            .unwrap_or(Value::Null)
     }
 
     /// The answer to `tier`.
@@ -382,6 +596,22 @@ impl RequestFlow {
             .unwrap_or_default()
     }
 
+    /// After the charges `adjust` gave were made (the same response headers): per charged
+    /// item whose window forgets its debt at its boundary (fixed window, calendar quota), its
+    /// watch: read its key's `RL.STATE`, then `hold` with the reply.
+    #[napi]
+    pub fn debt_watches(&self, response_headers: Vec<Vec<String>>) -> Vec<FlowDebtWatch> {
+        let Some(settle) = &self.settle else {
+            return Vec::new();
+        };
+        let (items, _) = settle.adjust(&header_list(response_headers));
+        settle
+            .debt_watches(&items)
+            .into_iter()
+            .map(|watch| FlowDebtWatch { watch })
+            .collect()
+    }
+
     /// From the response's headers (`[name, value]` pairs): `{item, key, kind, units}` per
     /// item to adjust in Redis (`kind`: `refund` or `charge`).
     #[napi(
@@ -431,4 +661,30 @@ pub fn top_add_command(
 ) -> Vec<String> {
     let counts: Vec<(String, u64)> = counts.into_iter().map(|(s, n)| (s, u64::from(n))).collect();
     commands::top_add(&prefix, &policy, whole(minute), &counts).args
+}
+
+/// A charged item whose window forgets its debt: the key to read, and the hold to write.
+#[napi]
+pub struct FlowDebtWatch {
+    watch: DebtWatch,
+}
+
+#[napi]
+impl FlowDebtWatch {
+    /// The limiter key charged (read its `RL.STATE`, the module's or the twin's).
+    #[napi(getter)]
+    pub fn key(&self) -> String {
+        self.watch.key.clone()
+    }
+
+    /// From the key's `RL.STATE` reply as the client gave it: the command (name first)
+    /// holding the subject in its ban key until the debt is paid, or `null` (nothing owed, or
+    /// the key is gone or not a fixed window or calendar quota any more).
+    #[napi(ts_args_type = "state: unknown")]
+    pub fn hold(&self, state: serde_json::Value) -> Option<Vec<String>> {
+        let count = WindowCount::parse(&crate::reply::value(&state))?;
+        self.watch
+            .hold(count.count, count.left_ms)
+            .map(|command| command.args)
+    }
 }

@@ -10,10 +10,11 @@
 //! package and a raw command sent by hand. So every call here is synchronous and does no I/O
 //! (the shape of h11): an [`op::Op`] says which command to send (the module's, or the Lua
 //! twin's `EVALSHA`/`EVAL`), is fed the reply or the error the application's client got,
-//! and ends with a decision. What the call means lives here, once, with the Rust client's
-//! own parts: policies, reply parsers, the circuit breaker, the deny cache, the failure
-//! modes and the local fallback (the same core algorithms as the module). The TypeScript
-//! side only moves arguments and replies between the op and the client.
+//! and ends with a decision. What the call means lives in the Rust client, once
+//! (`redis_rl_client::sansio`, which the Python package drives too): policies, reply
+//! parsers, the circuit breaker, the deny cache, the failure modes and the local fallback
+//! (the same core algorithms as the module). This crate converts JavaScript's values; the
+//! TypeScript side only moves arguments and replies between the op and the client.
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 // Under `cfg(test)` (clippy's --all-targets) napi-derive registers no exports, so the
@@ -25,8 +26,9 @@ mod decision;
 mod flow;
 mod op;
 mod policy;
+mod query;
 mod reply;
-mod wire;
+mod slots;
 
 pub use crate::core::Core;
 pub use op::Op;

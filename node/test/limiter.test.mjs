@@ -77,11 +77,16 @@ for (const client of clusters) {
       const limiter = new Limiter(c, { denyCache: 0, timeoutMs: 2_000 });
       const p = `{${prefix()}}`;
       await sequence(limiter, p);
-      await assert.rejects(
-        // 'foo' and 'bar' hash to slots 12182 and 5061.
-        limiter.checkAll([['foo', policies.sliding(1, 1000)], ['bar', policies.sliding(1, 1000)]]),
-        /one hash slot/,
-      );
+      // Keys in two slots ({a} and {b} hash apart): one RL.ALL per slot, all or nothing.
+      const q = prefix();
+      const [x, y, z] = [`{a}${q}x`, `{b}${q}y`, `{a}${q}z`];
+      const one = policies.sliding(1, 60_000);
+      const wide = policies.sliding(100, 60_000);
+      assert.equal((await limiter.checkAll([[x, one], [y, one]])).allowed, true);
+      const refused = await limiter.checkAll([[z, wide], [y, one]]);
+      assert.deepEqual([refused.allowed, refused.deniedIndex], [false, 1]);
+      assert.ok(refused.retryAfterMs > 0);
+      assert.equal((await limiter.peek(z, wide, 0)).remaining, 100, 'the slot that took gave its unit back');
     } finally {
       await client.close(c);
     }

@@ -26,13 +26,6 @@ export type RateLimitHandler = ((req: ExpressRequest, res: ExpressResponse, next
   driver: FlowDriver;
 };
 
-/** `[name, value]` pairs of Node's raw headers (names as sent). */
-export function headerPairs(raw: string[]): [string, string][] {
-  const pairs: [string, string][] = [];
-  for (let i = 0; i + 1 < raw.length; i += 2) pairs.push([raw[i], raw[i + 1]]);
-  return pairs;
-}
-
 /** The client's address as the flow reads it (an IPv4 peer on a dual-stack socket without `::ffff:`). */
 export function peerOf(address: string | undefined): string | null {
   if (!address) return null;
@@ -70,7 +63,7 @@ export function rateLimit(options: RateLimitOptions): RateLimitHandler {
     const request: HttpRequest = {
       method: req.method,
       path,
-      headers: headerPairs(req.rawHeaders),
+      rawHeaders: req.rawHeaders,
       peer: peerOf(req.socket.remoteAddress),
     };
     driver.decide(request).then(

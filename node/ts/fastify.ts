@@ -1,7 +1,7 @@
 // Fastify (4 and 5): the request flow as a plugin, thin over the same driver as Express.
 // Typed structurally, so the package needs no Fastify at run time.
 import { FlowDriver, type RateLimitOptions } from './flow.js';
-import { headerPairs, peerOf, responseHeaders } from './express.js';
+import { peerOf, responseHeaders } from './express.js';
 
 interface FastifyRequest {
   method: string;
@@ -38,7 +38,7 @@ export function fastifyRateLimit(app: FastifyInstance, options: RateLimitOptions
     const verdict = await driver.decide({
       method: request.method,
       path,
-      headers: headerPairs(request.raw.rawHeaders),
+      rawHeaders: request.raw.rawHeaders,
       peer: peerOf(request.raw.socket.remoteAddress),
       // Fastify has matched the route before this hook: the endpoint dimension's template.
       route: request.routeOptions?.url ?? null,

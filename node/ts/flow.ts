@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import native from './load.js';
-import type { FlowOutcome, Policy, RequestFlow } from './load.js';
+import type { FlowDebtWatch, FlowOutcome, Policy, RequestFlow } from './load.js';
 import { Limiter, type Decision, type LimiterOptions } from './limiter.js';
 import type { RedisLike } from './client.js';
 
@@ -31,8 +31,8 @@ type Step =
   | { kind: 'book'; takes: Take[]; banReads: string[] }
   | { kind: 'peek'; takes: Take[] }
   | { kind: 'force'; takes: Take[] }
-  | { kind: 'respond'; status: number; headers: [string, string][]; body: string; record: FlowRecord; settle: boolean }
-  | { kind: 'forward'; headers: [string, string][]; holdMs: number | null; path: string; record: FlowRecord; settle: boolean };
+  | { kind: 'respond'; status: number; headers: [string, string][]; body: string; record: FlowRecord | null; settle: boolean };
+// A `forward` step comes as the string 'forward'; its parts from `RequestFlow.forwardWords()`.
 
 /** A tier lookup: an API key's tier name, or null for the default tier. */
 export type TierResolver = (apiKey: string) => Promise<string | null | undefined> | string | null | undefined;
@@ -80,8 +80,10 @@ export type Verdict =
 export interface HttpRequest {
   method: string;
   path: string;
-  /** `[name, value]` pairs. */
-  headers: [string, string][];
+  /** `[name, value]` pairs (or `rawHeaders`). */
+  headers?: [string, string][];
+  /** Name, value, name, value... as Node's `req.rawHeaders` (used instead of `headers`: cheaper). */
+  rawHeaders?: string[];
   /** The client's address. */
   peer: string | null;
   /** The route template, when the framework knows it before the handler. */
@@ -123,6 +125,7 @@ function outcome(d: Decision): FlowOutcome {
 }
 
 const FALLBACK = new Set(['local', 'fail_open', 'fail_closed']);
+const NO_BANS: (number | null)[] = [];
 
 /** One at a time: held requests are booked in turn (look, then FORCE), so two never get the same slot. */
 class Lock {
@@ -203,25 +206,36 @@ export class FlowDriver {
   /** Runs `req` through the flow: respond (refused) or forward (after any hold), or null (excluded). */
   async decide(req: HttpRequest): Promise<Verdict | null> {
     if (this.exclude.has(req.path)) return null;
-    const given = req.headers.find(([n]) => n.toLowerCase() === 'x-request-id')?.[1];
+    const raw = req.rawHeaders ?? (req.headers ?? []).flat();
+    let given: string | undefined;
+    for (let i = 0; i + 1 < raw.length; i += 2) {
+      if (raw[i].length === 12 && raw[i].toLowerCase() === 'x-request-id') {
+        given = raw[i + 1];
+        break;
+      }
+    }
     const rid = given !== undefined && REQUEST_ID.test(given) ? given : randomUUID();
-    const request = this.flow.start(req.method, req.path, req.headers, req.peer, rid, req.route ?? null, nowMs());
-    let step = request.step as Step;
-    let policies: Policy[] = [];
+    // One string across the addon (a header holds no line feed).
+    const request = this.flow.start(req.method, req.path, raw.join('\n'), req.peer, rid, req.route ?? null, nowMs());
+    // The usual request: booked by the flow itself, then forwarded (no step objects).
+    let step = (request.kind === 'book' ? await this.book(request, null) : request.step) as Step | 'forward';
+    // Each plan item's policy, built only when a step other than the booking needs it.
+    let policies: Policy[] | null = null;
+    const policiesOf = (): Policy[] => (policies ??= request.policies());
     let release: (() => void) | null = null;
     try {
       for (;;) {
-        if (step.kind === 'tier') {
+        if (step === 'forward') {
+          break;
+        } else if (step.kind === 'tier') {
           step = request.tier((await this.tiers(step.apiKey)) ?? null) as Step;
         } else if (step.kind === 'book') {
-          policies = request.policies();
-          const [outcomes, denied, bans] = await this.book(step.takes, step.banReads, policies);
-          step = request.booked(outcomes, denied, bans, nowMs()) as Step;
+          step = (await this.book(request, step, policiesOf)) as Step;
         } else if (step.kind === 'peek') {
           release = await this.booking.acquire();
-          step = request.peeked(await this.peek(step.takes, policies)) as Step;
+          step = request.peeked(await this.peek(step.takes, policiesOf())) as Step;
         } else if (step.kind === 'force') {
-          const ok = await this.force(step.takes, policies);
+          const ok = await this.force(step.takes, policiesOf());
           release?.();
           release = null;
           step = request.forced(ok) as Step;
@@ -232,44 +246,66 @@ export class FlowDriver {
     } finally {
       release?.();
     }
-    this.record(step.record, policies);
-    if (step.kind === 'respond') {
+    if (step !== 'forward') {
+      if (step.record !== null) this.record(step.record, policiesOf());
       return { kind: 'respond', status: step.status, headers: step.headers, body: step.body };
     }
-    if (step.holdMs !== null) {
+    // [path, 'holdMs\nsettle\nrecord\ntraceparent\nname\nvalue...']
+    const [path, rest] = request.forwardWords();
+    const words = rest.split('\n');
+    if (words[2] === '1') this.record(request.forwardRecord() as FlowRecord, policiesOf());
+    if (words[0] !== '') {
       // delay_max_ms: booked for its slot with FORCE, held, then served.
       try {
-        await new Promise((r) => setTimeout(r, step.holdMs as number));
+        await new Promise((r) => setTimeout(r, Number(words[0])));
       } finally {
         request.release();
       }
     }
-    const headers: [string, string][] = [...step.headers, ['x-request-id', rid]];
-    const finish = step.settle ? (response: [string, string][]) => this.settle(request, response, policies) : null;
-    return { kind: 'forward', headers, path: step.path, requestId: rid, traceparent: request.traceparent, finish };
+    const headers: [string, string][] = [];
+    for (let i = 4; i + 1 < words.length; i += 2) headers.push([words[i], words[i + 1]]);
+    headers.push(['x-request-id', rid]);
+    const finish = words[1] === '1' ? (response: [string, string][]) => this.settle(request, response, policiesOf()) : null;
+    return { kind: 'forward', headers, path, requestId: rid, traceparent: words[3], finish };
   }
 
-  /** The limiter call and the ban reads, concurrently: one round trip of latency. */
-  private async book(
-    takes: Take[],
-    banReads: string[],
-    policies: Policy[],
-  ): Promise<[FlowOutcome[], number | null, (number | null)[]]> {
-    const pttl = async (key: string): Promise<number | null> => {
-      try {
-        return Number(await this.limiter.query(['PTTL', key], key));
-      } catch {
-        return null; // a failed read is no ban: the limits still apply
+  /** The limiter call and the ban reads, concurrently (one round trip of latency); the
+   * next step. The usual call is the flow's own op (only the command and the reply cross);
+   * shadow items and keys across cluster slots take the limiter's `checkAll` (`step`: the
+   * book step, read from the request when not given). */
+  private async book(request: RequestFlow, step: Extract<Step, { kind: 'book' }> | null, policiesOf?: () => Policy[]): Promise<unknown> {
+    const command = request.bookStart(this.limiter.core, this.limiter.cluster);
+    if (command !== null) {
+      const first = command === '' ? [] : command.split('\n');
+      const key = request.bookingKey;
+      const fail = (message: string, outage: boolean) => request.bookFail(message, outage);
+      const banReads = step === null ? request.banReads : step.banReads;
+      if (banReads.length === 0) {
+        const reply = await this.limiter.exchange(first, key, fail);
+        return request.bookFeed(reply, NO_BANS, nowMs());
       }
-    };
+      const [reply, bans] = await Promise.all([this.limiter.exchange(first, key, fail), Promise.all(banReads.map((k) => this.pttl(k)))]);
+      return request.bookFeed(reply, bans, nowMs());
+    }
+    const book = step ?? (request.step as Extract<Step, { kind: 'book' }>);
+    const policies = policiesOf ? policiesOf() : request.policies();
     const [md, bans] = await Promise.all([
       this.limiter.checkAll(
-        takes.map((t) => [t.key, policies[t.item]] as [string, Policy]),
-        takes.map((t) => t.units),
+        book.takes.map((t) => [t.key, policies[t.item]] as [string, Policy]),
+        book.takes.map((t) => t.units),
       ),
-      Promise.all(banReads.map(pttl)),
+      Promise.all(book.banReads.map((k) => this.pttl(k))),
     ]);
-    return [md.decisions.map(outcome), md.deniedIndex, bans];
+    return request.booked(md.decisions.map(outcome), md.deniedIndex, bans, nowMs());
+  }
+
+  /** A ban key's time left (`PTTL`); null when the read failed: no ban, the limits still apply. */
+  private async pttl(key: string): Promise<number | null> {
+    try {
+      return Number(await this.limiter.query(['PTTL', key], key));
+    } catch {
+      return null;
+    }
   }
 
   private async peek(takes: Take[], policies: Policy[]): Promise<FlowOutcome[] | null> {
@@ -288,15 +324,34 @@ export class FlowDriver {
     }
   }
 
-  /** Refunds or charges each item the difference the response's headers report. */
+  /** Refunds or charges each item the difference the response's headers report; a charge
+   * on a window that forgets debts at its boundary (fixed window, calendar quota) holds the
+   * subject while the debt is owed. */
   private async settle(request: RequestFlow, response: [string, string][], policies: Policy[]): Promise<void> {
+    let charged = false;
     for (const a of request.adjust(response)) {
       try {
         if (a.kind === 'refund') await this.limiter.refund(a.key, policies[a.item], a.units);
-        else await this.limiter.settle(a.key, policies[a.item], 0, a.units);
+        else {
+          await this.limiter.settle(a.key, policies[a.item], 0, a.units);
+          charged = true;
+        }
       } catch {
         // the reservation stands
       }
+    }
+    if (charged) await Promise.all(request.debtWatches(response).map((w) => this.holdDebt(w)));
+  }
+
+  /** After a charge on `watch.key`: when its window is over its limit now, the subject's
+   * hold (the flow's command, in its ban key), so the ban check refuses it until paid. */
+  private async holdDebt(watch: FlowDebtWatch): Promise<void> {
+    try {
+      const command = watch.hold(await this.limiter.state(watch.key));
+      // EVAL script numkeys key...: the ban key routes it.
+      if (command !== null) await this.limiter.query(command, command[3] ?? watch.key);
+    } catch {
+      // the charge stands; the hold was not written
     }
   }
 

@@ -2,7 +2,7 @@
 // each call an op of the addon driven over the application's own client. Nothing here
 // decides: the op says what to send and what the answers mean.
 import native from './load.js';
-import type { JsDecision, JsGrant, JsMultiDecision, Op, Policy } from './load.js';
+import type { JsDecision, JsGrant, JsMultiDecision, Op, Policy, Query } from './load.js';
 import { isReplyError, messageOf, senderFor, type RedisLike, type Sender } from './client.js';
 
 /** The answer for one key. */
@@ -84,7 +84,8 @@ export class Limiter {
   readonly client: RedisLike;
   readonly timeoutMs: number;
   private readonly sender: Sender;
-  private readonly core: InstanceType<typeof native.Core>;
+  /** @internal The addon's limiter (the middleware's flow builds its booking op on it). */
+  readonly core: InstanceType<typeof native.Core>;
 
   constructor(client: RedisLike, options: LimiterOptions = {}) {
     this.client = client;
@@ -138,29 +139,29 @@ export class Limiter {
     return fromMultiFields(op.feedMultiFields(reply ?? null));
   }
 
-  private failed(op: Op, e: unknown): string[] | null {
+  private failed(op: Op | Query, e: unknown): string[] | null {
     return op.fail(messageOf(e), e instanceof TimeoutError || !isReplyError(e));
   }
 
   /**
    * Takes `cost` units on every key (or `cost[i]` on `items[i]`) if every enforced key allows
-   * it, else nothing: one atomic `RL.ALL`. On a cluster the keys must share a hash slot (a
-   * common `{tag}`). Shadow policies are checked on their own and never deny.
+   * it, else nothing: one atomic `RL.ALL`. On a cluster, one `RL.ALL` per hash slot, every
+   * slot at once (one round trip of latency): when a slot denies, the slots that took are
+   * given back (`RL.REFUND`; between the take and the refund another client can see the
+   * lower count), as the Rust and Python clients do. Shadow policies are checked on their
+   * own and never deny.
    */
   async checkAll(items: [string, Policy][], cost: number | number[] = 1): Promise<MultiDecision> {
     const costAt = (i: number) => (Array.isArray(cost) ? (cost[i] ?? 1) : cost);
-    if (!items.some(([, p]) => p.shadow)) {
-      const op = this.core.checkAll();
-      for (let i = 0; i < items.length; i++) op.add(items[i][0], items[i][1], costAt(i));
-      return this.decideAll(op, items.length > 0 ? items[0][0] : '');
-    }
+    if (!items.some(([, p]) => p.shadow)) return this.enforceAll(items, costAt);
     const enforced: number[] = [];
     const shadows: number[] = [];
     items.forEach(([, p], i) => (p.shadow ? shadows : enforced).push(i));
-    const op = this.core.checkAll();
-    for (const i of enforced) op.add(items[i][0], items[i][1], costAt(i));
     const shadowDecisions = shadows.map((i) => this.check(items[i][0], items[i][1], costAt(i)));
-    const multi = await this.decideAll(op, enforced.length > 0 ? items[enforced[0]][0] : '');
+    const multi = await this.enforceAll(
+      enforced.map((i) => items[i]),
+      (at) => costAt(enforced[at]),
+    );
     const decisions: Decision[] = new Array(items.length);
     enforced.forEach((i, at) => (decisions[i] = multi.decisions[at]));
     const shadowed = await Promise.all(shadowDecisions);
@@ -171,6 +172,54 @@ export class Limiter {
       retryAfterMs: multi.retryAfterMs,
       decisions,
     };
+  }
+
+  /** `checkAll` of enforced policies: one op, or one per hash slot on a cluster. */
+  private enforceAll(items: [string, Policy][], costAt: (i: number) => number): Promise<MultiDecision> {
+    const groups = this.sender.cluster && items.length > 1 ? native.slotGroups(items.map(([k]) => k)) : null;
+    if (groups === null || groups.length === 1) {
+      const op = this.core.checkAll();
+      for (let i = 0; i < items.length; i++) op.add(items[i][0], items[i][1], costAt(i));
+      return this.decideAll(op, items.length > 0 ? items[0][0] : '');
+    }
+    return this.acrossSlots(items, costAt, groups);
+  }
+
+  /** All or nothing across hash slots: every slot's `RL.ALL` at once; on a denial, the
+   * slots Redis took units in are given back. The first denying slot in request order is
+   * reported. A slot Redis could not answer is decided by its failure mode. */
+  private async acrossSlots(items: [string, Policy][], costAt: (i: number) => number, groups: number[][]): Promise<MultiDecision> {
+    const parts = await Promise.all(
+      groups.map((members) => {
+        const op = this.core.checkAll();
+        for (const i of members) op.add(items[i][0], items[i][1], costAt(i));
+        return this.decideAll(op, items[members[0]][0]);
+      }),
+    );
+    const decisions: Decision[] = new Array(items.length);
+    let deniedIndex: number | null = null;
+    // The longest wait among the denying slots (null: one can never allow the call).
+    let retryAfterMs: number | null = 0;
+    let allowed = true;
+    const taken: number[] = [];
+    parts.forEach((part, g) => {
+      const members = groups[g];
+      members.forEach((i, at) => (decisions[i] = part.decisions[at]));
+      if (!part.allowed) {
+        if (allowed && part.deniedIndex !== null) deniedIndex = members[part.deniedIndex];
+        allowed = false;
+        retryAfterMs = retryAfterMs === null || part.retryAfterMs === null ? null : Math.max(retryAfterMs, part.retryAfterMs);
+      } else if (part.decisions.every((d) => d.source === 'redis')) {
+        taken.push(...members);
+      }
+    });
+    if (allowed) return { allowed, deniedIndex: null, retryAfterMs: 0, decisions };
+    await Promise.all(
+      taken
+        .filter((i) => costAt(i) > 0)
+        .map((i) => this.refund(items[i][0], items[i][1], costAt(i)).catch(() => 0)),
+    );
+    return { allowed, deniedIndex, retryAfterMs, decisions };
   }
 
   /**
@@ -222,6 +271,38 @@ export class Limiter {
     return this.send(words, key);
   }
 
+  /**
+   * `key`'s `RL.STATE` reply as the client gives it (the module's, or the Lua twin's: the
+   * same fields), `null` for a key without state. Throws when Redis cannot answer.
+   */
+  async state(key: string): Promise<unknown> {
+    const query = native.Query.state(this.core, key);
+    await this.run(query, key);
+    return query.reply();
+  }
+
+  /** @internal The client is a cluster client. */
+  get cluster(): boolean {
+    return this.sender.cluster;
+  }
+
+  /**
+   * @internal Sends `first` (`key` routes it) and the commands `fail` gives after an error
+   * (the twin, `EVAL`), with the limiter's timeout: the reply, or undefined when `first` is
+   * empty or `fail` gives null (decided without Redis). Throws what `fail` throws.
+   */
+  async exchange(first: string[], key: string, fail: (message: string, outage: boolean) => string[] | null): Promise<unknown> {
+    let next: string[] | null = first;
+    while (next !== null && next.length > 0) {
+      try {
+        return await this.send(next, key);
+      } catch (e) {
+        next = fail(messageOf(e), e instanceof TimeoutError || !isReplyError(e));
+      }
+    }
+    return undefined;
+  }
+
   /** `module` or `lua`: how the next call reaches the server. */
   get route(): string {
     return this.core.route;
@@ -233,7 +314,7 @@ export class Limiter {
   }
 
   /** Drives `op` to its end over the client (from `next`, or from its start). */
-  private async run(op: Op, key: string, next: string[] | null = op.start()): Promise<void> {
+  private async run(op: Op | Query, key: string, next: string[] | null = op.start()): Promise<void> {
     while (next !== null) {
       let reply: unknown;
       try {
@@ -248,13 +329,22 @@ export class Limiter {
 
   private send(words: string[], key: string): Promise<unknown> {
     const sent = this.sender.send(words, key);
-    if (this.timeoutMs <= 0) return sent;
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new TimeoutError(`redis-rl: no reply within ${this.timeoutMs} ms`)), this.timeoutMs);
+    const ms = this.timeoutMs;
+    if (ms <= 0) return sent;
+    // One promise and one timer per call (not a race of three promises): this is on every
+    // request's path. A reply after the timeout settles nothing (the promise is settled).
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new TimeoutError(`redis-rl: no reply within ${ms} ms`)), ms);
+      sent.then(
+        (reply) => {
+          clearTimeout(timer);
+          resolve(reply);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
     });
-    // A reply after the timeout must not surface as an unhandled rejection.
-    sent.catch(() => undefined);
-    return Promise.race([sent, late]).finally(() => clearTimeout(timer));
   }
 }

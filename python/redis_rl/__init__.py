@@ -9,7 +9,7 @@
 - ``redis_rl.asgi.RateLimitMiddleware`` for Starlette and FastAPI.
 """
 
-from redis_rl._engine import BreakerOpen, LimiterStats
+from redis_rl._engine import BreakerOpen, FleetConfig, LimiterStats
 from redis_rl.breaker import BreakerConfig, BreakerState
 from redis_rl.decision import Decision, Grant, MultiDecision, ReplyError, Source
 from redis_rl.limiter import DEFAULT_TIMEOUT, Limiter
@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "Decision",
     "FailureMode",
+    "FleetConfig",
     "Grant",
     "Limiter",
     "LimiterStats",

@@ -1,16 +1,18 @@
-"""The limiter's logic, written once without I/O for the async and the sync limiter.
+"""The limiter's calls for the async and the sync limiter, on the Rust client's sans-I/O ops.
 
-Each operation is a generator: it yields a command (a tuple of arguments) whenever it needs
-Redis and is sent back an ``Ok(value)`` or a ``Failed(error)``; its return value is the
-decision. The drivers (``limiter.Limiter``, ``sync.SyncLimiter``) only execute commands
-under the timeout and the breaker.
+An op of ``redis_rl._core`` (``Layers``, ``Op``: the client's ``sansio`` module, the one the
+Node.js package drives too) says which command to send (the module's, or the Lua twin's
+``EVALSHA``/``EVAL``), takes the reply or the error redis-py got, and ends with the decision:
+reply parsing, the deny cache, the circuit breaker, the failure modes and the local fallback
+are Rust's. Here: the calls one op cannot make alone (``check_all`` across the hash slots of
+a cluster, shadow keys checked on their own, settling), written once as generators that
+yield ops; the drivers (``limiter.Limiter``, ``sync.SyncLimiter``) run each op with
+redis-py under the timeout and send the generator nothing back (an op's error is thrown in).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import math
 import threading
 import time
 from dataclasses import dataclass
@@ -21,46 +23,27 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from redis_rl._core import LUA_TWIN, LocalStore, check_cost
-from redis_rl.breaker import Breaker, BreakerConfig, BreakerState
-from redis_rl.decision import (
-    Decision,
-    Grant,
-    MultiDecision,
-    Source,
-    parse_all,
-    parse_refund,
-    parse_single,
-    parse_upto,
-)
-from redis_rl.deny_cache import DenyCache
+from redis_rl._core import Layers, Op, check_cost
+from redis_rl.breaker import BreakerConfig, BreakerState
+from redis_rl.decision import Decision, Grant, MultiDecision, ReplyError, Source
 from redis_rl.policy import Policy
-from redis_rl.settle import Settled, forced_command
+from redis_rl.settle import Settled
 
 log = logging.getLogger("redis_rl")
 
-Command = Tuple[Union[str, int], ...]
+Calls = Generator[Op, None, Any]
+"""An operation: yields the ops it runs, returns its result."""
 
 
 class BreakerOpen(Exception):
     """The breaker is open: Redis was not called."""
 
 
-@dataclass(frozen=True)
-class Ok:
-    value: Any
-
-
-@dataclass(frozen=True)
-class Failed:
-    error: BaseException
-
-
-Result = Union[Ok, Failed]
-Op = Generator[Command, Result, Any]
-
 # Error replies that mean "this server cannot answer now", not "bad request".
 _UNAVAILABLE_REPLIES = ("LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY")
+# redis-py drops the prefix of the error replies it has a class for; the op reads it.
+_PREFIXES = {"NoScriptError": "NOSCRIPT", "BusyLoadingError": "LOADING", "ReadOnlyError": "READONLY",
+             "ClusterDownError": "CLUSTERDOWN", "TryAgainError": "TRYAGAIN", "MasterDownError": "MASTERDOWN"}
 
 
 def is_outage(error: BaseException) -> bool:
@@ -68,12 +51,15 @@ def is_outage(error: BaseException) -> bool:
     if isinstance(error, (RedisConnectionError, RedisTimeoutError, TimeoutError, OSError)):
         return True
     if isinstance(error, ResponseError):
-        return str(error).startswith(_UNAVAILABLE_REPLIES)
-    return type(error).__name__ in ("ClusterDownError", "MasterDownError", "TryAgainError")
+        return error_text(error).startswith(_UNAVAILABLE_REPLIES)
+    return type(error).__name__ in _PREFIXES
 
 
-def _is_unknown_command(error: BaseException) -> bool:
-    return isinstance(error, ResponseError) and "unknown command" in str(error).lower()
+def error_text(error: BaseException) -> str:
+    """The error reply as the server sent it (redis-py strips the prefix of some)."""
+    prefix = "NOSCRIPT" if isinstance(error, NoScriptError) else _PREFIXES.get(type(error).__name__)
+    text = str(error)
+    return f"{prefix} {text}" if prefix and not text.startswith(prefix) else text
 
 
 @dataclass(frozen=True)
@@ -88,6 +74,33 @@ class LimiterStats:
     fail_closed: int
     breaker_opened: int
     breaker_closed: int
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """Fleet membership: each limiter holds an ``RL.CONCURRENCY`` lease named by its own id
+    on ``key`` (every member names the same key), renewed every ``heartbeat_ms`` by
+    ``heartbeat()`` (run it from a timer), and reads the live fleet size from the reply.
+    A member that stops renewing is no longer counted after ``ttl_ms``. With ``divides``,
+    the local fallback divides each limit by the live fleet size once known (as
+    rl-gateway's ``[fleet]``), instead of the policy's ``instances``."""
+
+    key: str
+    heartbeat_ms: int = 1000
+    ttl_ms: int = 3000
+    divides: bool = True
+
+
+def _check_key(key: Any) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"key must be a str, not {type(key).__name__}")
+    if not key:
+        raise ValueError("key must not be empty")
+
+
+def _check_policy(policy: Any) -> None:
+    if not isinstance(policy, Policy):
+        raise TypeError(f"policy must be a Policy, not {type(policy).__name__}")
 
 
 def _check_items(items: Sequence[Tuple[str, Policy]]) -> None:
@@ -106,500 +119,6 @@ def _check_items(items: Sequence[Tuple[str, Policy]]) -> None:
         raise ValueError("check_all takes at most 16 keys (rl.max-all-keys)")
 
 
-def _check_key(key: Any) -> None:
-    if not isinstance(key, str):
-        raise TypeError(f"key must be a str, not {type(key).__name__}")
-    if not key:
-        raise ValueError("key must not be empty")
-
-
-class LuaTwin:
-    """The module's commands in Lua (``lua/rl.lua``: same replies, errors and stored bytes),
-    for servers that cannot load the module. Used from the first ``unknown command 'RL.…'``
-    reply on, when enabled: as the function library ``rl`` (``FUNCTION LOAD REPLACE`` once,
-    then ``FCALL``), or where FUNCTION is refused, as a script (``EVALSHA``)."""
-
-    library = LUA_TWIN
-    # The same file runs as a script with a plain shebang (see its header).
-    script = "#!lua" + LUA_TWIN[LUA_TWIN.find("\n") :]
-    sha = hashlib.sha1(script.encode()).hexdigest()
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.active = False
-        self.use_function = True
-
-    def switch(self, command: Command, error: BaseException) -> bool:
-        """True when ``error`` says the server lacks the module and the twin takes over."""
-        if not (self.enabled and _is_unknown_command(error) and str(command[0]).startswith("RL.")):
-            return False
-        if not self.active:
-            log.warning("the server has no redis-rl module: using its Lua twin")
-        self.active = True
-        return True
-
-    @staticmethod
-    def arguments(command: Command) -> Optional[Command]:
-        """``RL.X key args`` as ``1 key RL.X args`` (``RL.ALL n keys specs`` as ``n keys RL.ALL
-        specs``), the arguments of FCALL / EVALSHA after the function or sha; ``None`` for
-        other commands."""
-        name = str(command[0]).upper()
-        if name == "RL.ALL":
-            n = int(command[1])
-            return (n, *command[2 : 2 + n], name, *command[2 + n :])
-        if name.startswith("RL."):
-            return (1, command[1], name, *command[2:])
-        return None
-
-
-    def calls(self, command: Command) -> "TwinCalls":
-        """The calls that run ``command``, for a driver to execute one by one."""
-        return TwinCalls(self._steps(command))
-
-    def _steps(self, command: Command) -> Generator[Command, Any, Any]:
-        # The command as it is while the module answers; from its first "unknown command"
-        # on, the twin: FCALL (the library loaded on "function not found"), or where
-        # FUNCTION is refused, EVALSHA (the script loaded on NOSCRIPT).
-        if not self.active:
-            try:
-                return (yield command)
-            except ResponseError as e:
-                if not self.switch(command, e):
-                    raise
-        args = self.arguments(command)
-        if args is None:
-            return (yield command)
-        if self.use_function:
-            try:
-                return (yield ("FCALL", "rl", *args))
-            except ResponseError as e:
-                if not is_function_missing(e):
-                    raise
-            try:
-                yield ("FUNCTION", "LOAD", "REPLACE", self.library)
-            except ResponseError:
-                self.use_function = False  # FUNCTION refused (ACL, managed service): a script
-            else:
-                return (yield ("FCALL", "rl", *args))
-        try:
-            return (yield ("EVALSHA", self.sha, *args))
-        except NoScriptError:
-            yield ("SCRIPT", "LOAD", self.script)
-            return (yield ("EVALSHA", self.sha, *args))
-
-
-class TwinCalls:
-    """The calls one command takes (see ``LuaTwin.calls``): run ``command``, ``feed`` its
-    reply or its ``ResponseError`` back, until ``feed`` returns False; ``value`` is then the
-    command's reply. An error the chain does not expect is raised by ``feed``."""
-
-    def __init__(self, steps: Generator[Command, Any, Any]) -> None:
-        self._steps = steps
-        self.command: Command = next(steps)
-        self.value: Any = None
-
-    def feed(self, value: Any, error: Optional[ResponseError]) -> bool:
-        try:
-            if error is not None:
-                self.command = self._steps.throw(error)
-            else:
-                self.command = self._steps.send(value)
-        except StopIteration as done:
-            self.value = done.value
-            return False
-        return True
-
-
-def is_function_missing(error: BaseException) -> bool:
-    return isinstance(error, ResponseError) and "function not found" in str(error).lower()
-
-
-class Engine:
-    """Breaker, deny cache, local store, capabilities and counters of one limiter."""
-
-    def __init__(
-        self,
-        *,
-        cluster: bool,
-        breaker: BreakerConfig,
-        deny_cache: int,
-        local_capacity: int,
-        rl_all: Optional[bool],
-        lua: bool = True,
-    ) -> None:
-        self.cluster = cluster
-        self.twin = LuaTwin(lua)
-        self.breaker = Breaker(breaker)
-        self.deny_cache = DenyCache(deny_cache) if deny_cache > 0 else None
-        self.local = LocalStore(local_capacity)
-        self.has_all: Optional[bool] = rl_all
-        self._lock = threading.Lock()
-        self._counts: Dict[str, int] = dict.fromkeys(
-            ("redis_calls", "errors", "deny_cache", "local", "fail_open", "fail_closed"), 0
-        )
-        self._last_error_log = 0.0
-
-    # -- calls -----------------------------------------------------------------------
-
-    def permit(self) -> Optional[Failed]:
-        """Before a call: ``Failed(BreakerOpen)`` when Redis must not be called."""
-        if not self.breaker.permit():
-            return Failed(BreakerOpen())
-        self._count("redis_calls")
-        return None
-
-    def settle(self, error: Optional[BaseException]) -> None:
-        """After a call: tell the breaker and the counters how it went."""
-        if error is None:
-            self.breaker.on_success()
-            return
-        self._count("errors")
-        if is_outage(error):
-            self.breaker.on_failure()
-        else:
-            self.breaker.on_success()
-
-    def _count(self, name: str) -> None:
-        with self._lock:
-            self._counts[name] += 1
-
-    def stats(self) -> LimiterStats:
-        with self._lock:
-            counts = dict(self._counts)
-        return LimiterStats(
-            **counts, breaker_opened=self.breaker.opened, breaker_closed=self.breaker.closed
-        )
-
-    @property
-    def breaker_state(self) -> BreakerState:
-        return self.breaker.state
-
-    def query(self, command: Command) -> Op:
-        """Any command through the breaker and timeout; raises what the call raised."""
-        result = yield tuple(command)
-        if isinstance(result, Failed):
-            raise result.error
-        return result.value
-
-    # -- one key -----------------------------------------------------------------------
-
-    def check(self, key: str, policy: Policy, cost: int, peek: bool) -> Op:
-        _check_key(key)
-        if not isinstance(policy, Policy):
-            raise TypeError(f"policy must be a Policy, not {type(policy).__name__}")
-        cost = check_cost(cost)
-        if not peek:
-            cached = self._cached_denial(key, cost)
-            if cached is not None:
-                return cached.with_shadow(policy.shadow)
-        result = yield single(key, policy, cost, peek)
-        try:
-            if isinstance(result, Failed):
-                raise result.error
-            d = parse_single(policy.command, result.value)
-        except Exception as e:  # noqa: BLE001 - every failure decides by the failure mode
-            d = self._fallback(key, policy, cost, peek, e)
-        else:
-            if not peek:
-                self._remember_denial(key, cost, d)
-        return d.with_shadow(policy.shadow)
-
-    # -- batches (leases) ----------------------------------------------------------------
-
-    def take_upto(self, key: str, policy: Policy, n: int, peek: bool) -> Op:
-        """``COST n UPTO [PEEK]``: a ``Grant``. Raises the call's error (no failure mode
-        decides). A grant of nothing is remembered by the deny cache for one unit."""
-        _check_key(key)
-        if not isinstance(policy, Policy):
-            raise TypeError(f"policy must be a Policy, not {type(policy).__name__}")
-        if not policy.upto:
-            raise ValueError(f"{policy.command} takes no UPTO (partial grants): use another algorithm")
-        n = check_cost(n)
-        if not peek and n > 0:
-            cached = self._cached_denial(key, 1)
-            if cached is not None:
-                return Grant(granted=0, decision=cached)
-        result = yield upto_command(key, policy, n, peek)
-        if isinstance(result, Failed):
-            raise result.error
-        grant = parse_upto(policy.command, result.value)
-        if not peek and grant.granted == 0:
-            self._remember_denial(key, 1, grant.decision)
-        return grant
-
-    def refund(self, key: str, policy: Policy, amount: int) -> Op:
-        """``RL.REFUND key spec COST amount``: the units given back (0 sends nothing).
-        Raises the call's error."""
-        _check_key(key)
-        if not isinstance(policy, Policy):
-            raise TypeError(f"policy must be a Policy, not {type(policy).__name__}")
-        amount = check_cost(amount)
-        if amount == 0:
-            return 0
-        result = yield refund_command(key, policy, amount)
-        # The units given back may admit what the deny cache refuses.
-        self._forget_denial(key)
-        if isinstance(result, Failed):
-            raise result.error
-        return parse_refund(result.value)
-
-    def reset(self, key: str) -> Op:
-        """``RL.RESET key`` (the module's or the Lua twin's): True when the key held a
-        limiter; the key's cached refusal goes too. Raises the call's error."""
-        _check_key(key)
-        result = yield ("RL.RESET", key)
-        self._forget_denial(key)
-        if isinstance(result, Failed):
-            raise result.error
-        return int(result.value) == 1
-
-    def _forget_denial(self, key: str) -> None:
-        if self.deny_cache is not None:
-            self.deny_cache.forget(key)
-
-    def settle_reservation(self, key: str, policy: Policy, reserved: int, actual: int) -> Op:
-        """Settles a reservation of ``reserved`` units against the ``actual`` cost: refunds
-        the difference or takes it with ``FORCE``. Raises the call's error (nothing is
-        retried: a refund is lost, a charge not taken)."""
-        _check_key(key)
-        if not isinstance(policy, Policy):
-            raise TypeError(f"policy must be a Policy, not {type(policy).__name__}")
-        reserved = check_cost(reserved)
-        actual = check_cost(actual)
-        if actual < reserved:
-            given = yield from self.refund(key, policy, reserved - actual)
-            return Settled("refunded", given)
-        if actual == reserved:
-            return Settled("exact", 0)
-        result = yield forced_command(key, policy, actual - reserved)
-        if isinstance(result, Failed):
-            raise result.error
-        return Settled("charged", actual - reserved, parse_single(policy.command, result.value))
-
-    # -- several keys --------------------------------------------------------------------
-
-    def check_all(self, items: Sequence[Tuple[str, Policy]], cost: Union[int, Sequence[int]]) -> Op:
-        items = list(items)
-        _check_items(items)
-        costs = _costs(cost, len(items))
-        enforced = [i for i, (_, p) in enumerate(items) if not p.shadow]
-        shadow = [i for i, (_, p) in enumerate(items) if p.shadow]
-        decisions: List[Optional[Decision]] = [None] * len(items)
-        denied_sub, enforced_decisions = yield from self._decide_all(
-            [items[i] for i in enforced], [costs[i] for i in enforced]
-        )
-        for i, d in zip(enforced, enforced_decisions):
-            decisions[i] = d
-        for i in shadow:
-            key, policy = items[i]
-            decisions[i] = yield from self.check(key, policy, costs[i], False)
-        return MultiDecision(
-            denied_index=None if denied_sub is None else enforced[denied_sub],
-            decisions=[d for d in decisions if d is not None],
-        )
-
-    def _decide_all(
-        self, pairs: List[Tuple[str, Policy]], costs: List[int]
-    ) -> Generator[Command, Result, Tuple[Optional[int], List[Decision]]]:
-        if not pairs:
-            return None, []
-        # A key the deny cache holds denies the whole request without a round trip.
-        for i, (key, _) in enumerate(pairs):
-            cached = self._cached_denial(key, costs[i])
-            if cached is not None:
-                out = [_unknown(p) for _, p in pairs]
-                out[i] = cached
-                return i, out
-        try:
-            if self.has_all is not False:
-                try:
-                    denied, decisions = yield from self._redis_all(pairs, costs)
-                except ResponseError as e:
-                    if not _is_unknown_command(e) or self.has_all:
-                        raise
-                    # No RL.ALL on this server: single calls from now on.
-                    self.has_all = False
-                    denied, decisions = yield from self._redis_singles(pairs, costs)
-                else:
-                    self.has_all = True
-            else:
-                denied, decisions = yield from self._redis_singles(pairs, costs)
-        except Exception as e:  # noqa: BLE001
-            return self._fallback_all(pairs, costs, e)
-        if denied is not None:
-            self._remember_denial(pairs[denied][0], costs[denied], decisions[denied])
-        return denied, decisions
-
-    def every_key(self, items: Sequence[Tuple[str, Policy]], units: Sequence[int], option: str) -> Op:
-        """Every item's own decision for ``units[i]``, from Redis itself (not the deny cache,
-        whose waits would be stale): one ``RL.ALL ... [COSTS ...] <option>`` per hash slot,
-        ``PEEK`` (taking nothing) or ``FORCE`` (taking the units even over the limits), over
-        the same wire as ``check_all`` (the module, or the Lua twin). Raises the call's error."""
-        if option not in ("PEEK", "FORCE"):
-            raise ValueError(f"option must be PEEK or FORCE, not {option!r}")
-        pairs = list(items)
-        _check_items(pairs)
-        costs = _costs(list(units), len(pairs))
-        decisions = [_unknown(p) for _, p in pairs]
-        for members in self._groups([k for k, _ in pairs]):
-            group = [pairs[i] for i in members]
-            result = yield all_command(group, [costs[i] for i in members]) + (option,)
-            if isinstance(result, Failed):
-                raise result.error
-            _, got = parse_all(result.value, len(group))
-            for i, d in zip(members, got):
-                decisions[i] = d
-        return decisions
-
-    def _groups(self, keys: List[str]) -> List[List[int]]:
-        """Key indexes by hash slot, slots in order of first appearance."""
-        if not self.cluster:
-            return [list(range(len(keys)))]
-        groups: Dict[int, List[int]] = {}
-        for i, key in enumerate(keys):
-            groups.setdefault(key_slot(key.encode()), []).append(i)
-        return list(groups.values())
-
-    def _redis_all(
-        self, pairs: List[Tuple[str, Policy]], costs: List[int]
-    ) -> Generator[Command, Result, Tuple[Optional[int], List[Decision]]]:
-        """One RL.ALL per slot, each key its own cost (``COSTS`` where they differ); the slots
-        already taken are refunded when a later one denies or fails."""
-        decisions = [_unknown(p) for _, p in pairs]
-        taken: List[int] = []
-        for members in self._groups([k for k, _ in pairs]):
-            group = [pairs[i] for i in members]
-            result = yield all_command(group, [costs[i] for i in members])
-            try:
-                if isinstance(result, Failed):
-                    raise result.error
-                denied, group_decisions = parse_all(result.value, len(group))
-            except Exception:
-                yield from self._refund(pairs, taken, costs)
-                raise
-            for i, d in zip(members, group_decisions):
-                decisions[i] = d
-            if denied is not None:
-                yield from self._refund(pairs, taken, costs)
-                return members[denied], decisions
-            taken.extend(members)
-        return None, decisions
-
-    def _redis_singles(
-        self, pairs: List[Tuple[str, Policy]], costs: List[int]
-    ) -> Generator[Command, Result, Tuple[Optional[int], List[Decision]]]:
-        """Without RL.ALL: peek every key, then take every key; refund on a racing denial."""
-        peeks = yield from self._singles(pairs, costs, True)
-        for i, d in enumerate(peeks):
-            if d.denied:
-                return i, peeks
-        taken = yield from self._singles(pairs, costs, False)
-        for i, d in enumerate(taken):
-            if d.denied:
-                yield from self._refund(pairs, [j for j, t in enumerate(taken) if t.allowed], costs)
-                return i, taken
-        return None, taken
-
-    def _singles(
-        self, pairs: List[Tuple[str, Policy]], costs: List[int], peek: bool
-    ) -> Generator[Command, Result, List[Decision]]:
-        out = []
-        for (key, policy), cost in zip(pairs, costs):
-            result = yield single(key, policy, cost, peek)
-            if isinstance(result, Failed):
-                raise result.error
-            out.append(parse_single(policy.command, result.value))
-        return out
-
-    def _refund(
-        self, pairs: List[Tuple[str, Policy]], indexes: List[int], costs: List[int]
-    ) -> Generator[Command, Result, None]:
-        """Gives back their costs on the keys at ``indexes``, best effort."""
-        for i in indexes:
-            key, policy = pairs[i]
-            if costs[i] == 0:
-                continue
-            result = yield refund_command(key, policy, costs[i])
-            if isinstance(result, Failed):
-                self._log_error("RL.REFUND", result.error)
-
-    # -- failures ----------------------------------------------------------------------
-
-    def _fallback(self, key: str, policy: Policy, cost: int, peek: bool, error: BaseException) -> Decision:
-        self._log_error(policy.command, error)
-        d = self._fail(key, policy, cost, peek)
-        self._count(d.source.value)
-        return d
-
-    def _fail(self, key: str, policy: Policy, cost: int, peek: bool) -> Decision:
-        mode = policy.failure_mode.name
-        limit = policy.limit
-        if mode == "open":
-            return Decision(True, limit, limit, 0, 0, Source.FAIL_OPEN)
-        if mode == "closed":
-            wait = max(1000, math.ceil(self.breaker.remaining_open() * 1000))
-            return Decision(False, limit, 0, wait, 0, Source.FAIL_CLOSED)
-        now_us = time.time_ns() // 1000
-        fields = self.local.check(key, policy.local_params(), cost, now_us, peek)
-        return Decision.from_reply(fields, Source.LOCAL)
-
-    def _fallback_all(
-        self, pairs: List[Tuple[str, Policy]], costs: List[int], error: BaseException
-    ) -> Tuple[Optional[int], List[Decision]]:
-        """All or nothing by each key's failure mode: peek every key, then take them, each
-        its own cost."""
-        self._log_error("RL.ALL", error)
-        peeks = [self._fail(k, p, c, True) for (k, p), c in zip(pairs, costs)]
-        denied = next((i for i, d in enumerate(peeks) if d.denied), None)
-        decisions = peeks if denied is not None else [self._fail(k, p, c, False) for (k, p), c in zip(pairs, costs)]
-        for d in decisions:
-            self._count(d.source.value)
-        return denied, decisions
-
-    def _log_error(self, command: str, error: BaseException) -> None:
-        """At most one line a second: an outage shows in the breaker's transitions."""
-        now = time.monotonic()
-        if now - self._last_error_log < 1.0:
-            log.debug("%s failed: %r", command, error)
-            return
-        self._last_error_log = now
-        level = logging.INFO if is_outage(error) or isinstance(error, BreakerOpen) else logging.WARNING
-        log.log(level, "%s failed (%r): deciding by the failure mode", command, error)
-
-    def _cached_denial(self, key: str, cost: int) -> Optional[Decision]:
-        if self.deny_cache is None:
-            return None
-        d = self.deny_cache.get(key, cost)
-        if d is not None:
-            self._count("deny_cache")
-        return d
-
-    def _remember_denial(self, key: str, cost: int, d: Decision) -> None:
-        if self.deny_cache is not None:
-            self.deny_cache.remember(key, cost, d)
-
-
-def _unknown(policy: Policy) -> Decision:
-    """A key that was not checked (another decided first): its limit, its count unknown, and
-    a source that says so (not ``redis``: Redis never saw it)."""
-    return Decision(True, policy.limit, policy.limit, 0, 0, Source.UNCHECKED, policy.shadow)
-
-
-def _cost_peek(cost: int, peek: bool) -> Command:
-    words: Tuple[Union[str, int], ...] = ("COST", cost) if cost != 1 else ()
-    return words + ("PEEK",) if peek else words
-
-
-def single(key: str, policy: Policy, cost: int, peek: bool) -> Command:
-    """``RL.<ALG> key params... [COST n] [PEEK]``."""
-    return (policy.command, key, *policy.spec(), *_cost_peek(cost, peek))
-
-
-def upto_command(key: str, policy: Policy, n: int, peek: bool) -> Command:
-    """``RL.<ALG> key params... COST n UPTO [PEEK]``."""
-    return (policy.command, key, *policy.spec(), "COST", n, "UPTO", *(("PEEK",) if peek else ()))
-
-
 def _costs(cost: Union[int, Sequence[int]], n: int) -> List[int]:
     """One checked cost per item: ``cost`` for each, or ``cost[i]`` (one per item)."""
     if isinstance(cost, int):
@@ -610,23 +129,215 @@ def _costs(cost: Union[int, Sequence[int]], n: int) -> List[int]:
     return costs
 
 
-def all_command(pairs: Sequence[Tuple[str, Policy]], costs: Union[int, Sequence[int]]) -> Command:
-    """``RL.ALL numkeys key... spec... [COST n | COSTS n1 ... nk]``: one cost for every key, or
-    each key its own (``COSTS`` where they differ), one atomic call either way."""
-    specs: List[Union[str, int]] = []
-    for _, policy in pairs:
-        specs += [policy.spec_name, *policy.spec()]
-    each = [costs] * len(pairs) if isinstance(costs, int) else list(costs)
-    if len(set(each)) > 1:
-        options: Command = ("COSTS", *each)
-    else:
-        options = _cost_peek(each[0] if each else 1, False)
-    return ("RL.ALL", len(pairs), *(k for k, _ in pairs), *specs, *options)
+def _decision(fields: Tuple[Any, ...]) -> Decision:
+    allowed, limit, remaining, retry, reset, source, shadow = fields
+    return Decision(allowed, limit, remaining, retry, reset, Source(source), shadow)
 
 
-def refund_command(key: str, policy: Policy, cost: int) -> Command:
-    """``RL.REFUND key spec COST n``."""
-    return ("RL.REFUND", key, policy.spec_name, *policy.spec(), "COST", cost)
+def _unknown(policy: Policy) -> Decision:
+    """A key that was not checked (another decided first): its limit, its count unknown."""
+    return Decision(True, policy.limit, policy.limit, 0, 0, Source.UNCHECKED, policy.shadow)
+
+
+class Engine:
+    """The layers (``redis_rl._core.Layers``) and counters of one limiter."""
+
+    def __init__(self, *, cluster: bool, breaker: BreakerConfig, deny_cache: int, local_capacity: int,
+                 lua: bool = True, fleet: Optional[FleetConfig] = None) -> None:
+        self.cluster = cluster
+        membership = None if fleet is None else (fleet.key, fleet.heartbeat_ms, fleet.ttl_ms, fleet.divides)
+        self.layers = Layers("auto" if lua else "module", cluster, deny_cache, breaker.failure_threshold,
+                             round(breaker.open_for * 1000), local_capacity, membership)
+        self.fleet = fleet
+        self._lock = threading.Lock()
+        self._counts: Dict[str, int] = dict.fromkeys(
+            ("redis_calls", "errors", "deny_cache", "local", "fail_open", "fail_closed"), 0
+        )
+        self._last_error_log = 0.0
+
+    # -- what the drivers call around an op ----------------------------------------------
+
+    def start(self, op: Op) -> Optional[List[str]]:
+        """The op's first command (counted), or None when it decided without Redis."""
+        try:
+            command = op.start()
+        except RuntimeError as e:
+            raise BreakerOpen(str(e)) from None
+        if command is not None:
+            self._count("redis_calls")
+        return command
+
+    def failed(self, op: Op, error: BaseException) -> Optional[List[str]]:
+        """The command to send after ``error`` (the twin's), or None when the failure mode
+        decided; raises ``error`` when it is the call's."""
+        outage = is_outage(error)
+        try:
+            command = op.fail(error_text(error), outage)
+        except RuntimeError:
+            self._count("errors")
+            raise error from None
+        if command is None:
+            self._count("errors")
+            self._log_error(error, outage)
+        return command
+
+    def fed(self, op: Op, reply: Any) -> Optional[List[str]]:
+        try:
+            return op.feed(reply)
+        except RuntimeError as e:
+            raise ReplyError(str(e)) from None
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] += 1
+
+    def _counted(self, d: Decision) -> Decision:
+        if d.source is not Source.REDIS and d.source is not Source.UNCHECKED:
+            self._count(d.source.value)
+        return d
+
+    def stats(self) -> LimiterStats:
+        with self._lock:
+            counts = dict(self._counts)
+        opened, closed = self.layers.breaker_transitions()
+        return LimiterStats(**counts, breaker_opened=opened, breaker_closed=closed)
+
+    @property
+    def breaker_state(self) -> BreakerState:
+        return BreakerState(self.layers.breaker_state)
+
+    def _log_error(self, error: BaseException, outage: bool) -> None:
+        """At most one line a second: an outage shows in the breaker's transitions."""
+        now = time.monotonic()
+        if now - self._last_error_log < 1.0:
+            log.debug("a call failed: %r", error)
+            return
+        self._last_error_log = now
+        log.log(logging.INFO if outage else logging.WARNING, "a call failed (%r): deciding by the failure mode", error)
+
+    # -- operations --------------------------------------------------------------------
+
+    def check(self, key: str, policy: Policy, cost: int, peek: bool) -> Calls:
+        _check_key(key)
+        _check_policy(policy)
+        op = self.layers.check(key, policy.op_policy, check_cost(cost), peek)
+        yield op
+        return self._counted(_decision(op.result()))
+
+    def take_upto(self, key: str, policy: Policy, n: int, peek: bool) -> Calls:
+        """``COST n UPTO [PEEK]``: a ``Grant``. Raises the call's error (no failure mode
+        decides). A grant of nothing is remembered by the deny cache for one unit."""
+        _check_key(key)
+        _check_policy(policy)
+        if not policy.upto:
+            raise ValueError(f"{policy.command} takes no UPTO (partial grants): use another algorithm")
+        op = self.layers.take_upto(key, policy.op_policy, check_cost(n), peek)
+        yield op
+        granted, fields = op.result()
+        return Grant(granted, self._counted(_decision(fields)))
+
+    def refund(self, key: str, policy: Policy, amount: int) -> Calls:
+        """``RL.REFUND key spec COST amount``: the units given back (0 sends nothing)."""
+        _check_key(key)
+        _check_policy(policy)
+        if check_cost(amount) == 0:
+            return 0
+        op = self.layers.refund(key, policy.op_policy, amount)
+        yield op
+        return op.result()
+
+    def reset(self, key: str) -> Calls:
+        """``RL.RESET key``: True when the key held a limiter; its cached refusal goes too."""
+        _check_key(key)
+        op = self.layers.reset(key)
+        yield op
+        return op.result() == 1
+
+    def settle_reservation(self, key: str, policy: Policy, reserved: int, actual: int) -> Calls:
+        """Refunds ``reserved - actual`` or takes ``actual - reserved`` with ``FORCE``."""
+        _check_key(key)
+        _check_policy(policy)
+        reserved = check_cost(reserved)
+        actual = check_cost(actual)
+        if actual < reserved:
+            given = yield from self.refund(key, policy, reserved - actual)
+            return Settled("refunded", given)
+        if actual == reserved:
+            return Settled("exact", 0)
+        op = self.layers.force(key, policy.op_policy, actual - reserved)
+        yield op
+        return Settled("charged", actual - reserved, _decision(op.result()))
+
+    def check_all(self, items: Sequence[Tuple[str, Policy]], cost: Union[int, Sequence[int]]) -> Calls:
+        """Enforced keys all or nothing (one ``RL.ALL`` per hash slot, the slots already
+        taken refunded when a later one denies); shadow keys on their own."""
+        items = list(items)
+        _check_items(items)
+        costs = _costs(cost, len(items))
+        enforced = [i for i, (_, p) in enumerate(items) if not p.shadow]
+        decisions: List[Decision] = [_unknown(p) for _, p in items]
+        denied: Optional[int] = None
+        taken: List[int] = []
+        for members in self._groups([items[i][0] for i in enforced]):
+            group = [enforced[m] for m in members]
+            op = self.layers.check_all()
+            for i in group:
+                op.add(items[i][0], items[i][1].op_policy, costs[i])
+            try:
+                yield op
+            except Exception:
+                yield from self._refund(items, taken, costs)
+                raise
+            at, got = op.result()
+            for i, fields in zip(group, got):
+                decisions[i] = self._counted(_decision(fields))
+            if at is not None:
+                denied = group[at]
+                yield from self._refund(items, taken, costs)
+                break
+            taken.extend(group)
+        for i, (key, policy) in enumerate(items):
+            if policy.shadow:
+                decisions[i] = yield from self.check(key, policy, costs[i], False)
+        return MultiDecision(denied_index=denied, decisions=decisions)
+
+    def every_key(self, items: Sequence[Tuple[str, Policy]], units: Sequence[int], option: str) -> Calls:
+        """Every item's own decision for ``units[i]``, from Redis itself: one ``RL.ALL ...
+        PEEK`` (taking nothing) or ``FORCE`` (taking even over the limits) per hash slot."""
+        if option not in ("PEEK", "FORCE"):
+            raise ValueError(f"option must be PEEK or FORCE, not {option!r}")
+        pairs = list(items)
+        _check_items(pairs)
+        costs = _costs(list(units), len(pairs))
+        decisions = [_unknown(p) for _, p in pairs]
+        for members in self._groups([k for k, _ in pairs]):
+            op = self.layers.each(option == "FORCE")
+            for i in members:
+                op.add(pairs[i][0], pairs[i][1].op_policy, costs[i])
+            yield op
+            for i, fields in zip(members, op.result()[1]):
+                decisions[i] = _decision(fields)
+        return decisions
+
+    def _groups(self, keys: List[str]) -> List[List[int]]:
+        """Key indexes by hash slot, slots in order of first appearance."""
+        if not self.cluster:
+            return [list(range(len(keys)))] if keys else []
+        groups: Dict[int, List[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(key_slot(key.encode()), []).append(i)
+        return list(groups.values())
+
+    def _refund(self, items: List[Tuple[str, Policy]], indexes: List[int], costs: List[int]) -> Calls:
+        """Gives back their costs on the keys at ``indexes``, best effort."""
+        for i in indexes:
+            key, policy = items[i]
+            if costs[i] == 0:
+                continue
+            try:
+                yield self.layers.refund(key, policy.op_policy, costs[i])
+            except Exception as e:  # noqa: BLE001 - best effort: a refund lost is logged
+                log.warning("RL.REFUND of %r failed: %r", key, e)
 
 
 DEFAULT_TIMEOUT = 0.05
@@ -638,7 +349,7 @@ F = TypeVar("F", bound="Front")
 
 class Front:
     """What the async and the blocking limiter share: the client, the timeout per call and
-    the engine; each adds the calls that execute the engine's commands."""
+    the engine; each adds the calls that run the engine's ops."""
 
     _cluster_type: ClassVar[Any]
     """The client class of a Redis Cluster for this front (asyncio's or redis-py's)."""
@@ -653,16 +364,20 @@ class Front:
         local_capacity: int = 100_000,
         rl_all: Optional[bool] = None,
         lua: bool = True,
+        fleet: Optional[FleetConfig] = None,
     ) -> None:
         """``client``: a ``Redis`` or ``RedisCluster`` (of ``redis.asyncio`` for the async
         limiter). ``timeout``: seconds per call. ``deny_cache``: keys remembered by the
         hot-key deny cache (0: off). ``local_capacity``: keys held by the local fallback.
-        ``rl_all``: force (True) or avoid (False) RL.ALL for ``check_all`` instead of
-        finding out on first use. ``lua``: on a server without the module, run its Lua twin
-        (``lua/rl.lua``: ``FCALL rl`` after ``FUNCTION LOAD``, else ``EVALSHA``) from the
-        first ``unknown command`` on."""
+        ``rl_all``: ``None`` or ``True`` (``check_all`` always sends ``RL.ALL``, which the
+        module and its Lua twin both have; ``False`` is refused). ``lua``: on a server
+        without the module, run its Lua twin (``lua/rl.lua``, ``EVALSHA``, ``EVAL`` after
+        ``NOSCRIPT``) from the first ``unknown command`` on. ``fleet``: fleet membership
+        (``FleetConfig``; run ``heartbeat()`` from a timer)."""
         if not timeout > 0:
             raise ValueError("timeout must be positive")
+        if rl_all is False:
+            raise ValueError("rl_all=False: every server with the module or its Lua twin has RL.ALL")
         self.client = client
         self.timeout = timeout
         self._engine = Engine(
@@ -670,8 +385,8 @@ class Front:
             breaker=breaker,
             deny_cache=deny_cache,
             local_capacity=local_capacity,
-            rl_all=rl_all,
             lua=lua,
+            fleet=fleet,
         )
 
     @classmethod
@@ -698,3 +413,18 @@ class Front:
     def stats(self) -> LimiterStats:
         """Redis calls, errors and decisions by source since start."""
         return self._engine.stats()
+
+    @property
+    def fleet(self) -> Optional[FleetConfig]:
+        """The fleet membership, if any."""
+        return self._engine.fleet
+
+    @property
+    def fleet_size(self) -> Optional[int]:
+        """The live fleet size once a heartbeat read it (``None`` before, or without
+        membership)."""
+        return self._engine.layers.fleet_size
+
+    def _pending(self) -> Optional[Op]:
+        """The heartbeat op when one is due now."""
+        return self._engine.layers.pending(time.time_ns() // 1_000_000)

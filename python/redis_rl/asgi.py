@@ -43,6 +43,7 @@ from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Opti
 from redis_rl import _flow
 from redis_rl._core import Flow, PolicyEngine, normalize_path, request_id as _request_id, tenant_id
 from redis_rl.breaker import BreakerConfig
+from redis_rl._engine import FleetConfig
 from redis_rl.limiter import DEFAULT_TIMEOUT, Limiter
 from redis_rl.policy import FailureMode, Policy
 from redis_rl.trace import TRACEPARENT, trace_context
@@ -303,8 +304,11 @@ class RateLimitMiddleware:
     - ``timeout``, ``breaker``, ``cluster``: for the limiter built from ``redis_url``;
     - ``exclude_paths``: paths never limited (health checks).
 
-    ``hot``, ``[fleet]`` and ``[leases]`` are validated but not acted on: every key is
-    decided in Redis on every request, and the local fallback divides by ``instances``.
+    ``[fleet]`` membership (on by default) is the limiter's: a task on the application's
+    event loop renews it every ``heartbeat_ms`` (off the requests' path), and the local
+    fallback divides each limit by the live fleet size once known (unless ``instances`` is
+    configured), as rl-gateway's; a ``limiter`` of your own brings its own ``fleet``.
+    ``hot`` and ``[leases]`` are validated but not acted on: every key is decided in Redis.
     """
 
     def __init__(
@@ -342,8 +346,13 @@ class RateLimitMiddleware:
         if limiter is None:
             if redis_url is None:
                 raise ValueError("RateLimitMiddleware needs redis_url or limiter")
-            limiter = Limiter.from_url(redis_url, cluster=cluster, timeout=timeout, breaker=breaker)
+            limiter = Limiter.from_url(redis_url, cluster=cluster, timeout=timeout, breaker=breaker,
+                                       fleet=self._fleet_config())
+        elif self.engine.fleet is not None and limiter.fleet is None:
+            log.warning("[fleet] membership is on but the limiter passed in has none (Limiter(fleet=...)): "
+                        "the local fallback divides by instances")
         self.limiter = limiter
+        self._heartbeats: Optional["asyncio.Task[None]"] = None
         if tiers is None:
             self.tiers: TierResolver = RedisHashTiers(limiter, tier_hash, tier_cache_s)
         elif isinstance(tiers, Mapping):
@@ -364,6 +373,29 @@ class RateLimitMiddleware:
         self.flow = Flow(self.engine)
         self._booking = asyncio.Lock()
         self.recorder = _flow.Recorder(limiter, self.engine.key_prefix)
+
+    def _fleet_config(self) -> Optional[FleetConfig]:
+        """The limiter's membership as ``[fleet]`` configures it: the fleet key is
+        ``<key_prefix>:{fleet}``, as rl-gateway's, so a fleet can mix them."""
+        if self.engine.fleet is None:
+            return None
+        heartbeat_ms, ttl_ms = self.engine.fleet
+        return FleetConfig(f"{self.engine.key_prefix}:{{fleet}}", heartbeat_ms, ttl_ms,
+                           divides=not self.engine.instances_configured)
+
+    def _beat(self) -> None:
+        """Keeps the heartbeat task running on this event loop (started by the first request;
+        again after the loop that ran it ended)."""
+        fleet = self.limiter.fleet
+        if fleet is None or (self._heartbeats is not None and not self._heartbeats.done()):
+            return
+
+        async def heartbeats() -> None:
+            while True:
+                await self.limiter.heartbeat()
+                await asyncio.sleep(fleet.heartbeat_ms / 4000)
+
+        self._heartbeats = asyncio.ensure_future(heartbeats())
 
     def _policies_of(self, plan: Any) -> List[Policy]:
         """The limiter's policy of each plan item."""
@@ -404,6 +436,7 @@ class RateLimitMiddleware:
         if scope["type"] != "http" or scope.get("path") in self.exclude_paths:
             await self.app(scope, receive, send)
             return
+        self._beat()
         headers: List[Tuple[bytes, bytes]] = list(scope.get("headers") or [])
         rid = request_id(headers)
         trace = trace_context(headers)

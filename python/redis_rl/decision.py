@@ -1,10 +1,10 @@
-"""Decisions, and the parsers of the server's replies."""
+"""Decisions (the replies are parsed by the Rust client, in the extension)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import List, Optional
 
 __all__ = ["Source", "Decision", "MultiDecision", "ReplyError"]
 
@@ -67,20 +67,6 @@ class Decision:
         """True when the cost can never be allowed."""
         return self.retry_after_ms is None
 
-    @staticmethod
-    def from_reply(fields: Sequence[Any], source: Source = Source.REDIS) -> "Decision":
-        """From ``(allowed, limit, remaining, retry_after_ms, reset_after_ms)``."""
-        allowed, limit, remaining, retry, reset = fields
-        retry = int(retry)
-        return Decision(
-            allowed=bool(allowed) and retry != -1,
-            limit=int(limit),
-            remaining=int(remaining),
-            retry_after_ms=None if retry == -1 else retry,
-            reset_after_ms=int(reset),
-            source=source,
-        )
-
     def with_shadow(self, shadow: bool) -> "Decision":
         return self if self.shadow == shadow else replace(self, shadow=shadow)
 
@@ -129,58 +115,3 @@ class Grant:
 
 class ReplyError(Exception):
     """A reply of an unexpected shape (a server without the module, or a newer one)."""
-
-
-def _ints(value: Any, n: int, what: str) -> List[int]:
-    if not isinstance(value, (list, tuple)) or len(value) != n:
-        raise ReplyError(f"{what}: expected {n} integers, got {value!r}")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise ReplyError(f"{what}: expected integers, got {value!r}")
-    return list(value)
-
-
-def parse_single(command: str, reply: Any) -> Decision:
-    """Parses ``[allowed, limit, remaining, retry_after_ms, reset_after_ms]``."""
-    fields = _ints(reply, 5, command)
-    if fields[1] < 0 or fields[2] < 0 or fields[3] < -1 or fields[4] < 0:
-        raise ReplyError(f"{command}: unexpected values {reply!r}")
-    return Decision.from_reply(fields)
-
-
-def parse_upto(command: str, reply: Any) -> Grant:
-    """Parses a partial grant's reply: the five fields of ``parse_single``, then ``granted``."""
-    fields = _ints(reply, 6, command)
-    if fields[5] < 0:
-        raise ReplyError(f"{command}: unexpected values {reply!r}")
-    return Grant(granted=fields[5], decision=parse_single(command, fields[:5]))
-
-
-def parse_refund(reply: Any) -> int:
-    """Parses ``RL.REFUND``'s ``[refunded, limit, remaining, 0, reset_after_ms]``: the units
-    given back."""
-    fields = _ints(reply, 5, "RL.REFUND")
-    if fields[0] < 0:
-        raise ReplyError(f"RL.REFUND: unexpected values {reply!r}")
-    return fields[0]
-
-
-def parse_all(reply: Any, n: int) -> Tuple[Optional[int], List[Decision]]:
-    """Parses ``[allowed, denied_index, [[limit, remaining, retry_after_ms, reset_after_ms],
-    ...]]`` into the 0-based index of the first denying key and one decision per key."""
-    if not isinstance(reply, (list, tuple)) or len(reply) != 3:
-        raise ReplyError(f"RL.ALL: unexpected shape {reply!r}")
-    allowed, denied_index, per_key = reply
-    if not isinstance(per_key, (list, tuple)) or len(per_key) != n:
-        raise ReplyError(f"RL.ALL: expected {n} entries, got {per_key!r}")
-    decisions = []
-    for entry in per_key:
-        limit, remaining, retry, reset = _ints(entry, 4, "RL.ALL")
-        if limit < 0 or remaining < 0 or retry < -1 or reset < 0:
-            raise ReplyError(f"RL.ALL: unexpected values {entry!r}")
-        # Inside RL.ALL a key that would allow reports retry_after 0.
-        decisions.append(Decision.from_reply((retry == 0, limit, remaining, retry, reset)))
-    if allowed == 1:
-        return None, decisions
-    if not isinstance(denied_index, int) or not 1 <= denied_index <= n:
-        raise ReplyError(f"RL.ALL: bad denied_index {denied_index!r}")
-    return denied_index - 1, decisions

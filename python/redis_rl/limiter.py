@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, List, Sequence, Tuple, Union, cast
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-
 from redis.exceptions import ResponseError
 
-from redis_rl._engine import DEFAULT_TIMEOUT, Failed, Front, Ok, Op, Result
+from redis_rl._core import Op
+from redis_rl._engine import DEFAULT_TIMEOUT, BreakerOpen, Calls, Front, error_text, is_outage, log
 from redis_rl.decision import Decision, Grant, MultiDecision
 from redis_rl.policy import Policy
 from redis_rl.settle import Settled
@@ -107,37 +107,79 @@ class Limiter(Front):
     async def query(self, *command: Any) -> Any:
         """Runs any command through the breaker and timeout (tier lookups use this); raises
         the call's error (``BreakerOpen`` when the breaker is open)."""
-        return await self._run(self._engine.query(command))
-
-    async def _run(self, op: Op) -> Any:
+        layers = self._engine.layers
+        if not layers.permit():
+            raise BreakerOpen("the circuit breaker is open: Redis was not called")
         try:
-            command = next(op)
+            value = await self._query(command)
+        except Exception as e:  # noqa: BLE001 - cancellation (BaseException) passes through
+            layers.call_ended(is_outage(e))
+            raise
+        layers.call_ended(False)
+        return value
+
+    async def _query(self, command: Tuple[Any, ...]) -> Any:
+        """``command``, one of the module's through the twin where it runs."""
+        layers = self._engine.layers
+        if not (command and isinstance(command[0], str) and command[0][:3].upper() == "RL."):
+            return await asyncio.wait_for(self.client.execute_command(*command), self.timeout)
+        words = [w.decode() if isinstance(w, bytes) else str(w) for w in command]
+        sent = layers.encode(words)
+        while True:
+            try:
+                return await asyncio.wait_for(self.client.execute_command(*sent), self.timeout)
+            except ResponseError as e:
+                retry = layers.retry(words, error_text(e))
+                if retry is None:
+                    raise
+                sent = retry
+
+    async def _run(self, calls: Calls) -> Any:
+        try:
+            op = next(calls)
             while True:
-                command = op.send(await self._call(command))
+                try:
+                    await self._drive(op)
+                except Exception as e:  # noqa: BLE001 - the operation decides (refunds, raises)
+                    op = calls.throw(e)
+                else:
+                    op = calls.send(None)
         except StopIteration as done:
             return done.value
 
-    async def _call(self, command: Tuple[Any, ...]) -> Result:
-        refused = self._engine.permit()
-        if refused is not None:
-            return refused
-        try:
-            value = await asyncio.wait_for(self._send(command), self.timeout)
-        except Exception as e:  # noqa: BLE001 - cancellation (BaseException) passes through
-            self._engine.settle(e)
-            return Failed(e)
-        self._engine.settle(None)
-        return Ok(value)
-
-    async def _send(self, command: Tuple[Any, ...]) -> Any:
-        calls = self._engine.twin.calls(command)
-        while True:
+    async def _drive(self, op: Op) -> None:
+        """Sends what ``op`` asks until it is done."""
+        engine = self._engine
+        command = engine.start(op)
+        while command is not None:
             try:
-                value, error = await self.client.execute_command(*calls.command), None
-            except ResponseError as e:
-                value, error = None, e
-            if not calls.feed(value, error):
-                return calls.value
+                reply = await asyncio.wait_for(self.client.execute_command(*command), self.timeout)
+            except Exception as e:  # noqa: BLE001 - cancellation (BaseException) passes through
+                command = engine.failed(op, e)
+            else:
+                command = engine.fed(op, reply)
+
+    async def heartbeat(self) -> Optional[int]:
+        """Renews this limiter's fleet membership when a heartbeat is due (call it from a
+        timer, a few times per ``heartbeat_ms``; nothing is sent between heartbeats) and
+        returns the live fleet size once known. A failed heartbeat keeps the last size."""
+        op = self._pending()
+        if op is not None:
+            try:
+                await self._drive(op)
+            except Exception as e:  # noqa: BLE001 - the size stays; logged
+                log.debug("fleet heartbeat failed: %r", e)
+        return self.fleet_size
+
+    async def leave_fleet(self) -> None:
+        """Releases this limiter's membership (at shutdown), so the others stop counting it
+        at their next heartbeat (best effort: otherwise it expires after ``ttl_ms``)."""
+        op = self._engine.layers.leave()
+        if op is not None:
+            try:
+                await self._drive(op)
+            except Exception as e:  # noqa: BLE001 - the membership expires on its own
+                log.debug("leaving the fleet failed: %r", e)
 
     async def ping(self) -> bool:
         """Pings Redis directly (not through the breaker), within the timeout."""

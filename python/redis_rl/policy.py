@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, ClassVar, List, Optional, Tuple, Union
 
-from redis_rl._core import Params
+from redis_rl._core import OpPolicy, Params
 from redis_rl._registry import ALGORITHMS, LIMITERS, Algorithm, NumberRange, Option, limiter
 
 __all__ = ["FailureMode", "Policy"]
@@ -107,6 +107,14 @@ class Policy(metaclass=_Constructors):
     shadow: bool = False
     """Decide and record, but never deny (``Decision.allows`` is true)."""
     params: Params = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    op_policy: OpPolicy = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
+    """The policy as the limiter's ops take it (made once, with the failure mode and shadow)."""
+
+    def __post_init__(self) -> None:
+        params = self.params if self.params is not None else Params(self.algorithm, list(self.numbers), list(self.options))
+        mode = self.failure_mode
+        object.__setattr__(self, "params", params)
+        object.__setattr__(self, "op_policy", OpPolicy(params, mode.name, mode.instances, self.shadow))
 
     @staticmethod
     def of(algorithm: str, *numbers: Optional[int], **options: Optional[int]) -> "Policy":
@@ -197,7 +205,3 @@ class Policy(metaclass=_Constructors):
         """The window over which ``limit`` applies (``w`` of ``RateLimit-Policy``); for a
         token bucket, and a GCRA (a bucket of ``burst`` units), the time from empty to full."""
         return self.params.quota()[1]
-
-    def local_params(self) -> Params:
-        """The core parameters of this process's share (``FailureMode.local(instances)``)."""
-        return self.params.share(self.failure_mode.instances)

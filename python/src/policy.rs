@@ -348,6 +348,22 @@ impl PolicyEngine {
         self.engine.config().instances.map_or(1, |n| n.get())
     }
 
+    /// `(heartbeat_ms, ttl_ms)` of fleet membership (`[fleet]`), `None` when it is off.
+    #[getter]
+    fn fleet(&self) -> Option<(u64, u64)> {
+        let fleet = &self.engine.config().fleet;
+        fleet
+            .membership
+            .then_some((fleet.heartbeat_ms, fleet.ttl_ms))
+    }
+
+    /// Whether `instances` is configured (else the local fallback divides by the live
+    /// fleet size once membership read it).
+    #[getter]
+    fn instances_configured(&self) -> bool {
+        self.engine.config().instances.is_some()
+    }
+
     /// The key prefix.
     #[getter]
     fn key_prefix(&self) -> String {

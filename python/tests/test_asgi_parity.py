@@ -1,7 +1,7 @@
 """The ASGI middleware at parity with the Rust middleware: per-tier overrides of
 every dimension, draft-11 headers, identity (API key header, IPv6 networks, tier caches),
 access lists, and rl-gateway's fleet keys. Expected values are the Rust tests' literals
-(client/src/middleware/{config,headers,extract,access,service}.rs); the last test runs the
+(middleware/src/{config,headers,extract,access,service}.rs); the last test runs the
 real rl-gateway next to the middleware and compares what both write."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def spent(before: Dict[str, int], after: Dict[str, int], command: str) -> int:
 @pytest.mark.parametrize("where", ["module", "twin"])
 def test_different_costs_are_one_atomic_call(server, bare_server, prefix, where):
     port = server.port if where == "module" else bare_server.port
-    decides_with = "rl.all" if where == "module" else "fcall"
+    decides_with = "rl.all" if where == "module" else "evalsha"
     tag = "{" + prefix + "}"
     sliding = Policy.sliding(10, 3_600_000)
     fixed = Policy.fixed(3, 3_600_000)

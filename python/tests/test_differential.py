@@ -20,7 +20,6 @@ import redis
 
 from redis_rl import Policy
 from redis_rl._core import LocalStore
-from redis_rl._engine import single
 from redis_rl._registry import LIMITERS
 
 SLACK_US = 3_000
@@ -60,6 +59,11 @@ def _instant(store: LocalStore, key: str, policy: Policy, cost: int, lo: int, hi
     raise AssertionError(f"no instant in [{lo - SLACK_US}, {hi + SLACK_US}] us gives the module's reply {want}")
 
 
+def _command(key: str, policy: Policy, cost: int, peek: bool) -> tuple:
+    """``RL.<ALG> key params... [COST n] [PEEK]``."""
+    return (policy.command, key, *policy.spec(), *(("COST", cost) if cost != 1 else ()), *(("PEEK",) if peek else ()))
+
+
 def test_every_rate_limiter_of_the_registry_is_compared() -> None:
     """POLICIES is a list of its own (each algorithm needs parameters that turn its windows
     within a test): it must name every rate limiter of the registry, or a new algorithm's
@@ -78,7 +82,7 @@ def test_extension_equals_module_on_the_same_calls_and_times(server, prefix, pol
         for _ in range(CALLS):
             cost = rng.choice([0, 1, 1, 1, 2, 3, policy.limit + 1])
             peek = rng.random() < 0.15
-            lo, hi, want = _server_call(r, single(key, policy, cost, peek))
+            lo, hi, want = _server_call(r, _command(key, policy, cost, peek))
             t = _instant(store, key, policy, cost, lo, hi, want)
             assert store.check(key, policy.params, cost, t, peek) == want
             outcomes["never" if want[3] == -1 else "allowed" if want[0] else "denied"] += 1

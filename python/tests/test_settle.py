@@ -254,11 +254,11 @@ def test_the_asgi_middleware_caps_held_requests(server, prefix):
 @pytest.mark.parametrize("where", ["server", "bare_server"])
 def test_peek_and_force_all_units_take_one_call_each_with_each_items_units(where, request, prefix):
     """A held request's look and booking on every key, one ``RL.ALL`` each (the twin's
-    ``FCALL`` on a server without the module), asyncio and blocking."""
+    ``EVALSHA`` on a server without the module), asyncio and blocking."""
     server = request.getfixturevalue(where)
     a, b = Policy.sliding(10, 3_600_000), Policy.fixed(3, 3_600_000)
     r = redis.Redis(port=server.port)
-    decides_with = "RL.ALL" if where == "server" else "FCALL"
+    decides_with = "RL.ALL" if where == "server" else "EVALSHA"
 
     def calls() -> int:
         stats = r.info("commandstats")

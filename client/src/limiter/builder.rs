@@ -1,22 +1,22 @@
 //! The builder of a [`Limiter`]: its settings, and the stack of layers it assembles from
-//! them (see [`crate::decider`] for the diagram).
+//! them (see [`crate::layers::decider`] for the diagram).
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{Cached, Inner, Limiter, Stack, DEFAULT_TIMEOUT};
-use crate::backend::{Backend, Cluster, Standalone, TlsFiles};
-use crate::breaker::BreakerConfig;
-use crate::decider::{Decider, Engine, ServerDecider};
-use crate::denials::{Denials, Source};
-use crate::deny_cache::{DenyCache, DenyCached};
 use crate::error::Result;
-use crate::failover::Failover;
-use crate::fallback::LocalLimiter;
+use crate::fleet::denials::{Denials, Source};
 use crate::fleet::FleetView;
-use crate::lease::{LeaseConfig, Leased, Leases};
-use crate::shadow::Shadow;
+use crate::layers::decider::{Decider, ServerDecider, ServerImpl};
+use crate::layers::deny_cache::{DenyCache, DenyCached};
+use crate::layers::failover::Failover;
+use crate::layers::fallback::LocalLimiter;
+use crate::layers::lease::{LeaseConfig, Leased, Leases};
+use crate::layers::shadow::Shadow;
+use crate::transport::backend::{Backend, Cluster, Standalone, TlsFiles};
+use crate::transport::breaker::BreakerConfig;
 use crate::transport::Transport;
 
 /// Builds a [`Limiter`].
@@ -39,7 +39,7 @@ pub struct LimiterBuilder {
     deny_cache: usize,
     local_capacity: usize,
     rl_all: Option<bool>,
-    engine: Engine,
+    server_impl: ServerImpl,
     fleet_fallback: bool,
     leases: LeaseConfig,
     tls: Option<TlsFiles>,
@@ -53,7 +53,7 @@ impl Default for LimiterBuilder {
             deny_cache: 10_000,
             local_capacity: 100_000,
             rl_all: None,
-            engine: Engine::Auto,
+            server_impl: ServerImpl::Auto,
             fleet_fallback: true,
             leases: LeaseConfig::default(),
             tls: None,
@@ -94,10 +94,10 @@ impl LimiterBuilder {
         self
     }
 
-    /// How the server decides (default [`Engine::Auto`]: the module where its commands
+    /// How the server decides (default [`ServerImpl::Auto`]: the module where its commands
     /// exist, else the Lua twin `lua/rl.lua`, for servers that cannot load modules).
-    pub fn engine(mut self, engine: Engine) -> Self {
-        self.engine = engine;
+    pub fn server_impl(mut self, server_impl: ServerImpl) -> Self {
+        self.server_impl = server_impl;
         self
     }
 
@@ -161,7 +161,8 @@ impl LimiterBuilder {
             self.breaker,
             self.rl_all,
         ));
-        let server: Box<dyn Decider> = Box::new(ServerDecider::new(transport.clone(), self.engine));
+        let server: Box<dyn Decider> =
+            Box::new(ServerDecider::new(transport.clone(), self.server_impl));
         let cached: Cached = Arc::new(DenyCached::new(
             server,
             NonZeroUsize::new(self.deny_cache).map(DenyCache::new),
@@ -174,7 +175,7 @@ impl LimiterBuilder {
             fleet.clone(),
         );
         let leases = Leases::new(self.leases, cached.clone(), fleet.clone());
-        let resets = ServerDecider::new(transport.clone(), self.engine);
+        let resets = ServerDecider::new(transport.clone(), self.server_impl);
         let stack: Stack = Shadow::new(Leased::new(failover, leases));
         Limiter {
             inner: Arc::new(Inner {

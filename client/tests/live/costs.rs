@@ -6,23 +6,23 @@
 use std::time::Duration;
 
 use redis_rl_client::settle::Settled;
-use redis_rl_client::{Engine, Limiter, Policy, Source};
+use redis_rl_client::{Limiter, Policy, ServerImpl, Source};
 use redis_rl_testkit::Server;
 
-/// A wire: its server, the engine to force, and the command each decision is.
+/// A wire: its server, the implementation to force, and the command each decision is.
 struct Wire {
     name: &'static str,
     server: Server,
-    engine: Engine,
+    engine: ServerImpl,
     decides_with: &'static str,
 }
 
 impl Wire {
-    /// A limiter on this wire: its server, its engine forced.
+    /// A limiter on this wire: its server, its implementation forced.
     fn limiter(&self) -> Limiter {
         Limiter::builder()
             .timeout(Duration::from_millis(2_000))
-            .engine(self.engine)
+            .server_impl(self.engine)
             .standalone(&self.server.url())
             .unwrap()
     }
@@ -33,19 +33,19 @@ fn wires() -> Vec<Wire> {
         Wire {
             name: "module",
             server: Server::start(),
-            engine: Engine::Module,
+            engine: ServerImpl::Module,
             decides_with: "rl.all",
         },
         Wire {
             name: "twin as a function",
             server: Server::start_plain(&[]),
-            engine: Engine::Lua,
+            engine: ServerImpl::Lua,
             decides_with: "fcall",
         },
         Wire {
             name: "twin as a script",
             server: Server::start_plain(&["--rename-command", "FUNCTION", ""]),
-            engine: Engine::Lua,
+            engine: ServerImpl::Lua,
             decides_with: "evalsha",
         },
     ]

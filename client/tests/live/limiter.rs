@@ -1,13 +1,10 @@
-//! The limiter against a real server: decisions, multi-key checks, the deny cache, tiers,
-//! and outages (killed, frozen, not yet started) with each failure mode and the breaker.
+//! The limiter against a real server: decisions, multi-key checks, the deny cache, and
+//! outages (killed, frozen, not yet started) with each failure mode and the breaker.
 
-use std::num::{NonZeroU32, NonZeroUsize};
+use std::num::NonZeroU32;
 use std::time::Duration;
 
-use redis_rl_client::{
-    BreakerConfig, BreakerState, FailureMode, Limiter, Policy, RedisHashTiers, Source,
-    TierResolver, Verdict,
-};
+use redis_rl_client::{BreakerConfig, BreakerState, FailureMode, Limiter, Policy, Source, Verdict};
 use redis_rl_testkit::{eventually, free_port, Server};
 
 fn limiter(server: &Server) -> Limiter {
@@ -198,38 +195,4 @@ async fn cold_start_without_redis_then_redis_appears() {
         l.check("k", &p).await.source == Source::Redis
     })
     .await;
-}
-
-#[tokio::test]
-async fn tiers_come_from_a_redis_hash_and_are_cached() {
-    let mut server = Server::start();
-    let mut conn = server.client();
-    let _: () = redis::cmd("HSET")
-        .arg("rl:tiers")
-        .arg("key-a")
-        .arg("pro")
-        .query(&mut conn)
-        .unwrap();
-    let l = limiter(&server);
-    let cap = NonZeroUsize::new(100).unwrap();
-    let tiers = RedisHashTiers::new(l.clone(), "rl:tiers", Duration::from_secs(3_600), cap);
-    assert_eq!(tiers.tier("key-a").await.as_deref(), Some("pro"));
-    assert_eq!(tiers.tier("key-b").await, None);
-    let lookups = server.calls("hget");
-    let _: () = redis::cmd("HSET")
-        .arg("rl:tiers")
-        .arg("key-a")
-        .arg("enterprise")
-        .query(&mut conn)
-        .unwrap();
-    for _ in 0..100 {
-        assert_eq!(tiers.tier("key-a").await.as_deref(), Some("pro"), "cached");
-    }
-    assert_eq!(server.calls("hget"), lookups, "no round trip while cached");
-    let fresh = RedisHashTiers::new(l.clone(), "rl:tiers", Duration::ZERO, cap);
-    assert_eq!(fresh.tier("key-a").await.as_deref(), Some("enterprise"));
-    // Redis down: the last known tier, even past its TTL.
-    server.kill();
-    assert_eq!(fresh.tier("key-a").await.as_deref(), Some("enterprise"));
-    assert_eq!(fresh.tier("unknown").await, None);
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use redis_rl_client::{Engine, Limiter, Policy, Source};
+use redis_rl_client::{Limiter, Policy, ServerImpl, Source};
 use redis_rl_testkit::{query, Cluster, Server};
 
 fn limiter(server: &Server) -> Limiter {
@@ -91,7 +91,7 @@ async fn a_forced_engine_is_used_as_is() {
     let plain = Server::start_plain(&[]);
     let forced = Limiter::builder()
         .timeout(Duration::from_millis(500))
-        .engine(Engine::Module)
+        .server_impl(ServerImpl::Module)
         .standalone(&plain.url())
         .unwrap();
     let p = Policy::sliding(5, 1_000).unwrap();
@@ -99,7 +99,7 @@ async fn a_forced_engine_is_used_as_is() {
     let module = Server::start();
     let lua = Limiter::builder()
         .timeout(Duration::from_millis(500))
-        .engine(Engine::Lua)
+        .server_impl(ServerImpl::Lua)
         .standalone(&module.url())
         .unwrap();
     let d = lua.check("k", &p).await;

@@ -4,7 +4,8 @@
 //!
 //! Adding a test file: put it next to this one as `client/tests/live/<area>.rs` and add
 //! `mod <area>;` below. A test that needs a process of its own (a global tracing subscriber,
-//! as `client/tests/logging.rs`) is a file directly in `client/tests/` instead.
+//! as `middleware/tests/logging.rs`) is a file directly in `tests/` instead. The
+//! middleware's tests are `middleware/tests/live`.
 
 mod bans;
 mod cluster;
@@ -15,9 +16,6 @@ mod fleet;
 mod lease;
 mod limiter;
 mod lua_twin;
-mod middleware;
-mod policy;
 mod quota;
-mod settle;
 mod tls;
 mod upto;

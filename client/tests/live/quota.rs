@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use redis_rl_client::{Engine, Limiter, Period, Policy, Source, Verdict};
+use redis_rl_client::{Limiter, Period, Policy, ServerImpl, Source, Verdict};
 use redis_rl_testkit::{free_port, Server};
 
-fn limiter(url: &str, engine: Option<Engine>) -> Limiter {
+fn limiter(url: &str, engine: Option<ServerImpl>) -> Limiter {
     let mut b = Limiter::builder().timeout(Duration::from_millis(500));
     if let Some(engine) = engine {
-        b = b.engine(engine);
+        b = b.server_impl(engine);
     }
     b.standalone(url).unwrap()
 }
@@ -19,7 +19,10 @@ fn limiter(url: &str, engine: Option<Engine>) -> Limiter {
 async fn a_monthly_quota_on_the_module_and_on_the_twin() {
     let server = Server::start();
     let plan = Policy::calendar_quota(3, Period::Month, -300, 31).unwrap();
-    for (engine, key) in [(Engine::Module, "q:module"), (Engine::Lua, "q:twin")] {
+    for (engine, key) in [
+        (ServerImpl::Module, "q:module"),
+        (ServerImpl::Lua, "q:twin"),
+    ] {
         let l = limiter(&server.url(), Some(engine));
         for remaining in [2, 1, 0] {
             let d = l.check(key, &plan).await;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redis_rl_client::{Engine, Limiter, Policy, Source};
+use redis_rl_client::{Limiter, Policy, ServerImpl, Source};
 use redis_rl_testkit::Server;
 
 async fn batches_then_refunds(limiter: &Limiter, engine: &str) {
@@ -55,7 +55,7 @@ async fn take_upto_and_refund_with_the_module_and_the_twin() {
     let twin = Limiter::builder()
         .timeout(Duration::from_millis(500))
         .deny_cache(0)
-        .engine(Engine::Auto)
+        .server_impl(ServerImpl::Auto)
         .standalone(&plain.url())
         .unwrap();
     batches_then_refunds(&twin, "twin").await;

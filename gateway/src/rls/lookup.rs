@@ -3,7 +3,7 @@
 //! value in file order, then `key` alone; the rule counts only when it sits at the level of
 //! the descriptor's last entry.
 
-use redis_rl_client::middleware::escape_key_part;
+use redis_rl_middleware::escape_key_part;
 
 use super::config::{wildcard_match, Level, Rule};
 

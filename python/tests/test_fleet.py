@@ -1,0 +1,73 @@
+"""Fleet membership on the Rust client's op: limiters naming one fleet key count each other
+(an ``RL.CONCURRENCY`` lease each, renewed by ``heartbeat()``), the local fallback divides
+each limit by the live fleet size, and the ASGI middleware joins the fleet its ``[fleet]``
+configures."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from redis_rl import BreakerConfig, FleetConfig, Policy, Source, SyncLimiter
+from redis_rl.asgi import RateLimitMiddleware
+
+
+def _until(sizes, want, seconds: float = 5.0):
+    """Heartbeats (bounded in time) until ``sizes()`` reads ``want``."""
+    deadline = time.monotonic() + seconds
+    got = sizes()
+    while got != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+        got = sizes()
+    return got
+
+
+def test_the_local_fallback_divides_each_limit_by_the_live_fleet_size(own_server, prefix):
+    fleet = FleetConfig(f"{prefix}:{{fleet}}", heartbeat_ms=100, ttl_ms=2000)
+    a, b = (SyncLimiter.from_url(own_server.url, timeout=0.5, breaker=BreakerConfig(1, 60.0), fleet=fleet)
+            for _ in range(2))
+    try:
+        assert _until(lambda: (a.heartbeat(), b.heartbeat()), (2, 2)) == (2, 2)
+        own_server.kill()
+        policy = Policy.fixed(10, 10**12)  # local failure mode, instances not given
+        during = [a.check(f"{prefix}:k", policy) for _ in range(12)]
+        assert all(d.source is Source.LOCAL for d in during)
+        assert sum(d.allowed for d in during) == 5, "10 shared by 2 live members"
+        assert a.heartbeat() == 2, "a failed heartbeat keeps the last size"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_member_that_leaves_is_no_longer_counted(server, prefix):
+    fleet = FleetConfig(f"{prefix}:{{fleet}}", heartbeat_ms=100, ttl_ms=2000)
+    a, b = (SyncLimiter.from_url(server.url, fleet=fleet) for _ in range(2))
+    try:
+        assert _until(lambda: (a.heartbeat(), b.heartbeat()), (2, 2)) == (2, 2)
+        b.leave_fleet()
+        assert _until(a.heartbeat, 1) == 1
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_asgi_middleware_joins_its_configured_fleet(server, prefix):
+    async def hello(request):  # type: ignore[no-untyped-def]
+        return PlainTextResponse("hi")
+
+    config = {"key_prefix": prefix, "hot": [], "fleet": {"membership": True, "heartbeat_ms": 100, "ttl_ms": 2000}}
+    app = RateLimitMiddleware(Starlette(routes=[Route("/", hello)]), redis_url=server.url, config=config)
+    other = SyncLimiter.from_url(server.url, fleet=FleetConfig(f"{prefix}:{{fleet}}", heartbeat_ms=100, ttl_ms=2000))
+    try:
+        with TestClient(app) as client:
+            assert client.get("/").status_code == 200
+            assert app.limiter.fleet == FleetConfig(f"{prefix}:{{fleet}}", 100, 2000, divides=True)
+            # The middleware's member (renewed by its own task) and this one.
+            assert _until(other.heartbeat, 2) == 2
+            assert _until(lambda: app.limiter.fleet_size, 2) == 2
+    finally:
+        other.close()
