@@ -177,7 +177,8 @@ def main() -> None:
         git("add", *changed)
         if git("diff", "--cached", "--name-only").strip():
             git("commit", "-q", "-m", f"Release {version}")
-        git("tag", "-a", tag, "-m", message)
+        # verbatim: git's default cleanup drops lines starting with #, the notes' headings.
+        git("tag", "-a", "--cleanup=verbatim", tag, "-m", message)
         print(f"release: tagged {tag} on {git('rev-parse', '--short', 'HEAD').strip()} (here only; nothing pushed)")
     if not args.no_dist:
         subprocess.run(["make", "dist"], cwd=ROOT, check=True)

@@ -140,7 +140,7 @@ def test_a_release_in_a_clone() -> None:
         assert f"## [Unreleased]\n\n## [{wanted}] - 2026-12-24\n" in changelog, changelog[:2000]
         assert release.notes(changelog, wanted) == "### Added\n\n- A thing from a branch.\n"
         tag_message = run(clone, "git", "tag", "-l", "--format=%(contents)", f"v{wanted}").stdout
-        assert "A thing from a branch." in tag_message, tag_message
+        assert "### Added\n\n- A thing from a branch." in tag_message, tag_message
         refused = run(clone, *script, f"{major}.{minor}.1", ok=False)
         assert "is not above the current version" in refused.stderr, refused.stderr
 
