@@ -77,7 +77,7 @@ test-python: build venv node-build
 
 # The Node.js package (node/): npm ci from the committed package-lock.json (Node 20+, npm;
 # Debian's nodejs and npm when missing), the addon built by napi-rs's CLI (node/ is a member
-# of the root workspace, so its Rust build is cached in target/), TypeScript to ESM and
+# of the root workspace, so its Rust build is cached in target/zig), TypeScript to ESM and
 # CommonJS, then node's test runner once per server (module, Lua twin, one-node cluster;
 # every client library).
 NODE_TESTS = node/test/*.test.mjs
@@ -87,8 +87,11 @@ node-deps:
 	@node -e 'if (+process.versions.node.split(".")[0] < 20) { console.error("redis-rl for Node needs Node.js 20 or later, not " + process.version); process.exit(1) }'
 	@[ node/node_modules/.package-lock.json -nt node/package-lock.json ] || (cd node && npm ci --no-audit --no-fund --loglevel=error)
 
+# The addon is linked for glibc 2.17 by zig (scripts/zig_env.sh; napi's --cross-compile runs
+# cargo-zigbuild), in target/zig: the one build the tests load and the npm package ships.
 node-build: node-deps
-	cd node && npx napi build --platform --release --no-js --dts native.d.ts --output-dir . && npm run -s build:ts
+	source scripts/zig_env.sh && cd node && npx napi build --platform --release --target $$ZIG_TRIPLE --cross-compile \
+	  --no-js --dts native.d.ts --output-dir . && npm run -s build:ts
 
 test-node: build node-build
 	@echo "== node tests on $$(redis-server --version)"
@@ -252,35 +255,35 @@ test-ops:
 
 # Release artifacts in dist/ (scripts/dist.sh), every binary linked for glibc 2.17 and later
 # by zig (cargo-zigbuild, ziglang and maturin from PyPI, pinned in target/dist-venv): the module
-# tarball (with install.sh PREFIX), the rl-gateway tarball, a manylinux2014 Python wheel and
-# SHA256SUMS; and the npm package (dist-node, built on the host: its glibc, not 2.17). The
-# version is Cargo.toml's [workspace.package] version. The zig builds share one target
-# directory (target/x86_64-unknown-linux-gnu), apart from the host build of `make build`.
+# tarball (with install.sh PREFIX), the rl-gateway tarball, a manylinux2014 Python wheel, the
+# npm package with the addon make node-build linked so, and SHA256SUMS. The version is
+# Cargo.toml's [workspace.package] version. The zig builds share one target directory,
+# target/zig (scripts/zig_env.sh), apart from the host builds of make build and the tests.
 dist: deps node-build
 	CARGO="$(CARGO)" bash scripts/dist.sh
-	bash scripts/dist_node.sh
 
-# The artifacts as a user gets them (part of make test, so kept cheap): the module tarball and
-# the manylinux2014 wheel as make dist builds them (zig, glibc 2.17), each binary's glibc
-# symbol versions (none newer than 2.17, objdump -T), install.sh into a fresh PREFIX and
+# The artifacts as a user gets them (part of make test): make dist's four, then
+# scripts/dist_smoke.sh: SHA256SUMS, LICENSE and THIRD-PARTY-NOTICES.md in each, each binary's
+# glibc symbol versions (none newer than 2.17, objdump -T), install.sh into a fresh PREFIX and
 # redis-server started from another directory on PREFIX/etc/redis.conf, INFO rl's version and
-# commit, the wheel in a fresh virtual environment with no cargo on PATH and
-# scripts/dist_smoke.py against them; then `make release`'s steps in a throwaway clone
-# (scripts/release_test.py). Not the gateway: its zig release build costs about 6.5 minutes of
-# CPU (over 3 minutes on 2 cores), so `make release` runs the same checks on all three
-# artifacts, the gateway's glibc and --version included (docs/src/development.md, "Release
-# builds").
-test-dist: deps test-dist-node
-	CARGO="$(CARGO)" bash scripts/dist.sh module wheel
-	bash scripts/dist_smoke.sh
-	python3 scripts/release_test.py
+# commit, rl-gateway's --version and one request through it, the wheel in a fresh virtual
+# environment and the npm package in an empty project, neither with cargo on PATH, each checked
+# against that server. Meanwhile (it needs no build) `make release`'s steps in a throwaway
+# clone (scripts/release_test.py).
+test-dist: deps node-build
+	@mkdir -p target
+	python3 scripts/release_test.py >target/release_test.log 2>&1 & release_test=$$!; \
+	CARGO="$(CARGO)" bash scripts/dist.sh && bash scripts/dist_smoke.sh; status=$$?; \
+	wait $$release_test || { cat target/release_test.log; echo "release_test.py failed" >&2; exit 1; }; \
+	cat target/release_test.log; exit $$status
 
-# The npm package with the prebuilt addon (Linux x86_64, glibc): dist/redis-rl-<version>.tgz.
+# The npm package with the prebuilt addon (Linux x86_64, glibc 2.17): dist/redis-rl-<version>.tgz.
 dist-node: node-build
 	bash scripts/dist_node.sh
 
 # The npm tarball installed with `npm install ./redis-rl-<version>.tgz` into an empty project,
-# no cargo on PATH, checked from ESM and CommonJS against the module (scripts/dist_node_smoke.sh).
+# no cargo on PATH, checked from ESM and CommonJS against the module (scripts/dist_node_smoke.sh;
+# make test-dist runs it against the module of the tarball).
 test-dist-node: dist-node
 	bash scripts/dist_node_smoke.sh
 
@@ -338,10 +341,12 @@ notices: tools-lint
 
 # make release VERSION=x.y.z (scripts/release.py): refuses a dirty tree, folds changelog.d/*.md
 # and the Unreleased section of CHANGELOG.md into the version's section, bumps every version,
-# commits and tags vx.y.z, runs make dist and writes dist/RELEASE-NOTES.md. Pushes nothing.
+# commits and tags vx.y.z here, runs make dist and its checks, writes dist/RELEASE-NOTES.md and
+# prints the push command: it pushes nothing. DRY_RUN=1: all but the commit and the tag (the tree
+# is put back; the commands are printed).
 release:
 	@[ -n "$(VERSION)" ] || { echo "usage: make release VERSION=x.y.z" >&2; exit 2; }
-	python3 scripts/release.py $(VERSION)
+	python3 scripts/release.py $(VERSION) $(if $(DRY_RUN),--dry-run)
 
 clean:
 	$(CARGO) clean

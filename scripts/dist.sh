@@ -2,48 +2,41 @@
 # make dist: release artifacts in dist/ (docs/src/operations.md, "Release artifacts"), every
 # binary linked for x86_64 glibc 2.17 and later (RHEL/CentOS 7, Amazon Linux 2, Debian 11,
 # Ubuntu 20.04 and newer) without containers: zig as the C compiler and linker, from PyPI
-# (cargo-zigbuild and ziglang for the module and rl-gateway, maturin --zig for the wheel).
+# (cargo-zigbuild and ziglang for the module and rl-gateway, maturin --zig for the wheel;
+# the Node addon is built so by make node-build).
 #   libredis_rl-<version>-linux-x86_64.tar.gz   the module, install.sh PREFIX, a systemd unit,
 #                                               README, CHANGELOG, LICENSE, THIRD-PARTY-NOTICES
 #   rl-gateway-<version>-linux-x86_64.tar.gz    the gateway binary (TLS by rustls), an example
 #                                               gateway.toml, systemd units per mode, the same docs
 #   redis_rl-<version>-cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
 #                                               the Python package (CPython 3.9+), no Rust needed
+#   redis-rl-<version>.tgz                      the npm package with its prebuilt addon
+#                                               (scripts/dist_node.sh)
 #   SHA256SUMS                                  sha256sum -c SHA256SUMS
 # The version is [workspace.package] version in Cargo.toml (scripts/check_versions.py).
-# The zig builds have their own target directory (target/x86_64-unknown-linux-gnu), shared by
-# the three parts and kept between runs. A source tree without .git: set RL_GIT_COMMIT.
-# Usage: scripts/dist.sh [module] [gateway] [wheel]   (default: all three)
+# The zig builds share one target directory, target/zig (scripts/zig_env.sh), kept between
+# runs. A source tree without .git: set RL_GIT_COMMIT.
+# Usage: scripts/dist.sh [module] [gateway] [wheel] [node]   (default: all four)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CARGO=${CARGO:-cargo}
 PYTHON=${PYTHON:-python3}
 DIST=${DIST:-dist}
-parts=${*:-module gateway wheel}
-TRIPLE=x86_64-unknown-linux-gnu
+parts=" ${*:-module gateway wheel node} "
 GLIBC=2.17
-OUT=target/$TRIPLE/release
 
 python3 scripts/check_versions.py >/dev/null
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo "${RL_GIT_COMMIT:-unknown}")
 
-# The build tools, pinned, in a virtual environment of their own (the artifacts' users need
-# none of them): about 25 s to install, once.
-venv=target/dist-venv
-DIST_PIP=("maturin==1.16.0" "cargo-zigbuild==0.24.0" "ziglang==0.17.0")
-if ! "$venv/bin/python" -m pip show -q "${DIST_PIP[@]%%==*}" >/dev/null 2>&1; then
-  echo "dist: installing ${DIST_PIP[*]} (PyPI) into $venv"
-  [ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check "${DIST_PIP[@]}"
-fi
-export PATH="$PWD/$venv/bin:$PATH"
+# shellcheck source=scripts/zig_env.sh
+source scripts/zig_env.sh
 # redis-module generates its bindings with libclang at build time; under zig its headers are
 # not found, so bindgen reads the host's (the types redismodule.h uses have one layout on
 # x86_64 glibc whatever its version). Linking is zig's, against glibc 2.17.
 clang_include="$(clang -print-resource-dir)/include"
 # (The variable's name holds dashes, which bash cannot export: env passes it.)
-bindgen_env=(env "BINDGEN_EXTRA_CLANG_ARGS_$TRIPLE=-I$clang_include -I/usr/include/x86_64-linux-gnu -I/usr/include")
+bindgen_env=(env "BINDGEN_EXTRA_CLANG_ARGS_${ZIG_TRIPLE%%.*}=-I$clang_include -I/usr/include/x86_64-linux-gnu -I/usr/include")
 
 # dist/ holds exactly what this run builds: no artifact of another commit stays beside them.
 rm -rf "$DIST"
@@ -52,36 +45,47 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 docs=(README.md CHANGELOG.md LICENSE THIRD-PARTY-NOTICES.md)
 
+# The module and rl-gateway in one cargo invocation: their crates compile side by side on
+# every core, where one after the other leaves a core idle while each links.
+packages=()
+case $parts in *" module "*) packages+=(-p redis-rl) ;; esac
+case $parts in *" gateway "*) packages+=(-p rl-gateway) ;; esac
+if [ ${#packages[@]} -gt 0 ]; then
+  echo "dist: ${packages[*]} for glibc $GLIBC"
+  "${bindgen_env[@]}" $CARGO zigbuild --release --target "$ZIG_TRIPLE" "${packages[@]}"
+fi
+
 for part in $parts; do
   case $part in
   module)
-    echo "dist: the module for glibc $GLIBC"
-    "${bindgen_env[@]}" $CARGO zigbuild --release --target "$TRIPLE.$GLIBC"
     name=libredis_rl-$version-linux-x86_64
     mkdir -p "$stage/$name"
-    cp "$OUT/libredis_rl.so" "${docs[@]}" deploy/install.sh deploy/systemd/redis-rl.service "$stage/$name/"
+    cp "$ZIG_OUT/libredis_rl.so" "${docs[@]}" deploy/install.sh deploy/systemd/redis-rl.service "$stage/$name/"
     echo "$version (commit $commit)" > "$stage/$name/VERSION"
     tar -C "$stage" -czf "$DIST/$name.tar.gz" "$name"
     ;;
   gateway)
-    echo "dist: rl-gateway for glibc $GLIBC"
-    "${bindgen_env[@]}" $CARGO zigbuild --release -p rl-gateway --target "$TRIPLE.$GLIBC"
     name=rl-gateway-$version-linux-x86_64
     mkdir -p "$stage/$name"
-    cp "$OUT/rl-gateway" "${docs[@]}" deploy/gateway/gateway.toml deploy/systemd/rl-gateway-*.service "$stage/$name/"
+    cp "$ZIG_OUT/rl-gateway" "${docs[@]}" deploy/gateway/gateway.toml deploy/systemd/rl-gateway-*.service "$stage/$name/"
     echo "$version (commit $commit)" > "$stage/$name/VERSION"
     strip "$stage/$name/rl-gateway" 2>/dev/null || true
     tar -C "$stage" -czf "$DIST/$name.tar.gz" "$name"
     ;;
   wheel)
     echo "dist: the Python wheel (manylinux2014: glibc $GLIBC)"
-    rm -f "$DIST"/redis_rl-*.whl
-    maturin build --release --quiet --zig --compatibility manylinux2014 --target "$TRIPLE" \
+    # A target directory of its own: maturin links through its own copy of cargo-zigbuild,
+    # whose linker wrapper has another path, so in target/zig the build scripts and proc
+    # macros it shares with the other builds would be rebuilt each time either side runs.
+    CARGO_TARGET_DIR=$CARGO_TARGET_DIR-wheel maturin build --release --quiet --zig --compatibility manylinux2014 --target "${ZIG_TRIPLE%%.*}" \
       -m python/Cargo.toml --out "$DIST"
     ;;
-  *) echo "dist: unknown part '$part' (module, gateway or wheel)" >&2; exit 1 ;;
+  node)
+    DIST=$DIST bash scripts/dist_node.sh
+    ;;
+  *) echo "dist: unknown part '$part' (module, gateway, wheel or node)" >&2; exit 1 ;;
   esac
 done
-(cd "$DIST" && sha256sum -- *.tar.gz *.whl 2>/dev/null > SHA256SUMS) || true
+bash scripts/dist_sums.sh "$DIST"
 echo "dist: version $version (commit $commit)"
 (cd "$DIST" && cat SHA256SUMS)

@@ -2,7 +2,9 @@
 # make test-dist-node: the npm tarball as a user gets it. Installs dist/redis-rl-<version>.tgz
 # (and ioredis) with `npm install` into an empty project on a PATH without cargo or rustc,
 # then checks it from ESM and from CommonJS against redis-server with the module: the
-# prebuilt addon loads, the module decides, a limit denies.
+# prebuilt addon loads, the module decides, a limit denies. With RL_PORT, against the server
+# listening there (scripts/dist_smoke.sh passes the one it installed from the tarball);
+# without, against a redis-server it starts with RL_MODULE (default: make build's module).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 DIST=${DIST:-$root/dist}
@@ -14,10 +16,13 @@ cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; wait 2>/dev/
 trap cleanup EXIT
 
 tarball=$(ls "$DIST"/redis-rl-*.tgz | tail -1)
-port=$(python3 "$root/scripts/ports.py")
-"$SERVER" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --loadmodule "$MODULE" >"$work/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 100); do redis-cli -p "$port" PING 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+port=${RL_PORT:-}
+if [ -z "$port" ]; then
+  port=$(python3 "$root/scripts/ports.py")
+  "$SERVER" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --loadmodule "$MODULE" >"$work/server.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 100); do redis-cli -p "$port" PING 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+fi
 
 # The system's tools and node's own directory only: no ~/.cargo/bin.
 node_dir=$(dirname "$(command -v node)")

@@ -2,16 +2,22 @@
 
 1. Refuses a tree with uncommitted changes, a version that is not x.y.z or not above the
    current one, and a release with nothing in CHANGELOG.md's Unreleased section nor in
-   changelog.d/.
+   changelog.d/. The current version itself is accepted while it is untagged and CHANGELOG.md
+   has its section already (a release prepared on main, as 0.1.0 was): that section takes the
+   new entries and the release date.
 2. Folds changelog.d/*.md (each branch's entries, Keep a Changelog headings) into Unreleased,
    then turns Unreleased into `## [x.y.z] - <date>` under a new empty Unreleased.
 3. Bumps the one version (Cargo.toml's [workspace.package], Cargo.lock, redis_rl.__version__,
    node/package.json when it exists), checks them (scripts/check_versions.py), commits
    "Release x.y.z" and tags vx.y.z (annotated, with the notes); nothing is pushed.
-4. Builds the artifacts (`make dist`), checks them as make test-dist does (the gateway's too:
-   scripts/dist_smoke.sh) and writes dist/RELEASE-NOTES.md, the version's section.
+4. Builds the artifacts (`make dist`), checks them as make test-dist does
+   (scripts/dist_smoke.sh) and writes dist/RELEASE-NOTES.md, the version's section.
 
-Usage: release.py VERSION [--no-dist] [--date YYYY-MM-DD]"""
+With --dry-run (make release VERSION=x.y.z DRY_RUN=1) it does all of that but the commit and
+the tag: it shows what the release commit would change, puts the tree back as it was, and
+prints the commands that commit and tag.
+
+Usage: release.py VERSION [--dry-run] [--no-dist] [--date YYYY-MM-DD]"""
 
 import argparse
 import datetime
@@ -76,6 +82,19 @@ def cut(changelog: str, version: str, date: str) -> str:
     return f"{head}\n\n## [{version}] - {date}\n\n{body}\n\n{rest}"
 
 
+def finish(changelog: str, version: str, date: str) -> str:
+    """A prepared version's section (right under Unreleased) takes Unreleased's entries, kind by
+    kind, and the release date; Unreleased stays, empty."""
+    head, body, rest = split(changelog)
+    section = re.match(rf"## \[{re.escape(version)}\][^\n]*\n(.*?)(?=^## |\Z)", rest, re.MULTILINE | re.DOTALL)
+    if not section:
+        raise ValueError(f"CHANGELOG.md has no section for {version} right under Unreleased")
+    parts = sections(section.group(1))
+    for kind, lines in sections(body).items():
+        parts[kind] = f"{parts[kind]}\n{lines}" if kind in parts else lines
+    return f"{head}\n\n## [{version}] - {date}\n\n{render_sections(parts)}\n\n{rest[section.end():]}"
+
+
 def notes(changelog: str, version: str) -> str:
     """The body of one version's section."""
     found = re.search(rf"^## \[{re.escape(version)}\][^\n]*\n(.*?)(?=^## |\Z)", changelog, re.MULTILINE | re.DOTALL)
@@ -105,26 +124,30 @@ def git(*args: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("version")
-    parser.add_argument("--no-dist", action="store_true", help="commit and tag, build nothing")
+    parser.add_argument("--dry-run", action="store_true", help="everything but the commit and the tag")
+    parser.add_argument("--no-dist", action="store_true", help="build nothing")
     parser.add_argument("--date", default=datetime.date.today().isoformat())
     args = parser.parse_args()
     version = args.version
+    tag = f"v{version}"
     if not SEMVER.match(version):
         sys.exit(f"release: VERSION must be x.y.z (numbers), got {version!r}")
-    current = check_versions.workspace_version()
-    if not older(current, version):
-        sys.exit(f"release: VERSION {version} is not above the current version {current}")
     dirty = git("status", "--porcelain")
     if dirty.strip():
         sys.exit(f"release: the tree has uncommitted changes or untracked files; commit them first:\n{dirty}")
-    if git("tag", "--list", f"v{version}").strip():
-        sys.exit(f"release: tag v{version} exists already")
-
+    if git("tag", "--list", tag).strip():
+        sys.exit(f"release: tag {tag} exists already")
+    current = check_versions.workspace_version()
     changelog_path = ROOT / "CHANGELOG.md"
+    changelog = changelog_path.read_text()
+    prepared = version == current and re.search(rf"^## \[{re.escape(version)}\]", changelog, re.MULTILINE)
+    if not prepared and not older(current, version):
+        sys.exit(f"release: VERSION {version} is not above the current version {current}")
+
     fragment_paths = sorted((ROOT / "changelog.d").glob("*.md"))
-    changelog = fold(changelog_path.read_text(), [p.read_text() for p in fragment_paths])
+    changelog = fold(changelog, [p.read_text() for p in fragment_paths])
     try:
-        changelog = cut(changelog, version, args.date)
+        changelog = finish(changelog, version, args.date) if prepared else cut(changelog, version, args.date)
     except ValueError as e:
         sys.exit(f"release: {e} and changelog.d/ holds no entry")
     changelog_path.write_text(changelog)
@@ -145,19 +168,35 @@ def main() -> None:
     problems = check_versions.drift()
     if problems:
         sys.exit("release: versions still disagree after the bump:\n  " + "\n  ".join(problems))
-    for path in fragment_paths:
-        git("rm", "-q", str(path.relative_to(ROOT)))
-    git("add", *changed)
-    git("commit", "-q", "-m", f"Release {version}")
-    git("tag", "-a", f"v{version}", "-m", f"redis-rl {version}\n\n{notes(changelog, version)}")
-    print(f"release: committed and tagged v{version} ({git('rev-parse', '--short', 'HEAD').strip()})")
+    notes_text = notes(changelog, version)
+    message = f"redis-rl {version}\n\n{notes_text}"
+    fragments = [str(p.relative_to(ROOT)) for p in fragment_paths]
+    if not args.dry_run:
+        for path in fragments:
+            git("rm", "-q", path)
+        git("add", *changed)
+        if git("diff", "--cached", "--name-only").strip():
+            git("commit", "-q", "-m", f"Release {version}")
+        # verbatim: git's default cleanup drops lines starting with #, the notes' headings.
+        git("tag", "-a", "--cleanup=verbatim", tag, "-m", message)
+        print(f"release: tagged {tag} on {git('rev-parse', '--short', 'HEAD').strip()} (here only; nothing pushed)")
     if not args.no_dist:
         subprocess.run(["make", "dist"], cwd=ROOT, check=True)
-        # make test-dist's checks on all three artifacts, the gateway's included.
+        # make test-dist's checks on every artifact.
         subprocess.run(["bash", "scripts/dist_smoke.sh"], cwd=ROOT, check=True)
-        (ROOT / "dist" / "RELEASE-NOTES.md").write_text(f"# redis-rl {version}\n\n{notes(changelog, version)}")
-        print("release: artifacts and RELEASE-NOTES.md in dist/")
-    print(f"release: publish with `git push origin HEAD v{version}`")
+        (ROOT / "dist" / "RELEASE-NOTES.md").write_text(f"# redis-rl {version}\n\n{notes_text}")
+        print("release: artifacts, SHA256SUMS and RELEASE-NOTES.md in dist/")
+    if args.dry_run:
+        print(f"release: dry run; the release commit would change:\n{git('diff', '--stat', 'HEAD')}", end="")
+        for path in fragments:
+            print(f" {path} (deleted: folded into CHANGELOG.md)")
+        git("checkout", "-q", "HEAD", "--", *changed)
+        steps = ([f"git rm -q {' '.join(fragments)}"] if fragments else []) + [
+            f"git commit -am 'Release {version}'", f"git tag -a {tag} -F <the version's CHANGELOG section>"]
+        print(f"release: dry run: the tree is back as it was, nothing committed or tagged; "
+              f"`make release VERSION={version}` then runs:\n  " + "\n  ".join(steps))
+    else:
+        print(f"release: check with `git show {tag}`, then publish with `git push origin HEAD {tag}`")
 
 
 if __name__ == "__main__":
