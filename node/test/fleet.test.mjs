@@ -10,10 +10,15 @@ import { rateLimit, Limiter } from '../dist/esm/index.js';
 import { startServer, prefix as newPrefix } from './harness.mjs';
 
 let server;
+let twin;
 before(async () => {
   server = await startServer();
+  twin = await startServer({ module: false });
 });
-after(() => server.stop());
+after(() => {
+  server.stop();
+  twin.stop();
+});
 
 /** Polls `read()` (bounded in time) until it gives `want`; the last value read. */
 async function until(read, want) {
@@ -64,20 +69,24 @@ async function app(port, prefix, extra = {}) {
   };
 }
 
-test('two limiters on one fleet key count each other; one that leaves is no longer counted', async () => {
-  const key = `${newPrefix()}{fleet}`;
-  const a = member(server.port, key);
-  const b = member(server.port, key);
-  try {
-    assert.equal(a.fleetSize, null, 'unknown before a heartbeat');
-    assert.equal(await until(async () => `${await a.heartbeat()} ${await b.heartbeat()}`, '2 2'), '2 2');
-    await b.leaveFleet();
-    assert.equal(await until(() => a.heartbeat(), 1), 1);
-  } finally {
-    a.client.disconnect();
-    b.client.disconnect();
-  }
-});
+for (const where of ['module', 'twin']) {
+  test(`two limiters on one fleet key count each other; one that leaves is no longer counted (${where})`, async () => {
+    const port = where === 'module' ? server.port : twin.port;
+    const key = `${newPrefix()}{fleet}`;
+    const a = member(port, key);
+    const b = member(port, key);
+    try {
+      assert.equal(a.fleetSize, null, 'unknown before a heartbeat');
+      assert.equal(await until(async () => `${await a.heartbeat()} ${await b.heartbeat()}`, '2 2'), '2 2');
+      assert.equal(a.route, where === 'module' ? 'module' : 'lua');
+      await b.leaveFleet();
+      assert.equal(await until(() => a.heartbeat(), 1), 1);
+    } finally {
+      a.client.disconnect();
+      b.client.disconnect();
+    }
+  });
+}
 
 test('the Express middleware joins the fleet its [fleet] names, off the requests, and leaves it on close', async () => {
   const prefix = newPrefix().slice(0, -1);
