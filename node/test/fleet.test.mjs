@@ -6,7 +6,8 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import express from 'express';
 import IORedis from 'ioredis';
-import { rateLimit, Limiter } from '../dist/esm/index.js';
+import Fastify from 'fastify';
+import { rateLimit, fastifyRateLimit, Limiter } from '../dist/esm/index.js';
 import { startServer, prefix as newPrefix } from './harness.mjs';
 
 let server;
@@ -103,6 +104,25 @@ test('the Express middleware joins the fleet its [fleet] names, off the requests
     assert.equal(await until(() => other.heartbeat(), 1), 1, 'a closed middleware left the fleet');
   } finally {
     await web.close();
+    other.client.disconnect();
+  }
+});
+
+test('the Fastify plugin joins the fleet and leaves it on app.close()', async () => {
+  const prefix = newPrefix().slice(0, -1);
+  const client = new IORedis(server.port, '127.0.0.1');
+  const web = Fastify();
+  const other = member(server.port, `${prefix}:{fleet}`);
+  try {
+    const config = { key_prefix: prefix, hot: [], dimensions: ['ip'], fleet: { membership: true, heartbeat_ms: 100, ttl_ms: 2000 } };
+    await web.register(fastifyRateLimit, { client, config });
+    await web.ready();
+    assert.equal(await until(() => other.heartbeat(), 2), 2);
+    await web.close();
+    assert.equal(await until(() => other.heartbeat(), 1), 1, 'a closed app left the fleet');
+  } finally {
+    await web.close();
+    client.disconnect();
     other.client.disconnect();
   }
 });
