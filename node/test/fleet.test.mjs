@@ -96,10 +96,10 @@ test('the Express middleware joins the fleet its [fleet] names, off the requests
   try {
     assert.equal(web.middleware.driver.limiter.fleet.key, `${prefix}:{fleet}`);
     assert.equal(web.middleware.driver.limiter.fleet.divides, true, 'no static instances: it divides');
-    // No request sent: the middleware's own timer renews its membership.
+    // The first request starts the middleware's timer; it renews the membership on its own.
+    assert.equal((await fetch(web.base + '/')).status, 200);
     assert.equal(await until(() => other.heartbeat(), 2), 2);
     assert.equal(await until(() => web.middleware.driver.limiter.fleetSize, 2), 2);
-    assert.equal((await fetch(web.base + '/')).status, 200);
     await web.middleware.close();
     assert.equal(await until(() => other.heartbeat(), 1), 1, 'a closed middleware left the fleet');
   } finally {
@@ -116,7 +116,9 @@ test('the Fastify plugin joins the fleet and leaves it on app.close()', async ()
   try {
     const config = { key_prefix: prefix, hot: [], dimensions: ['ip'], fleet: { membership: true, heartbeat_ms: 100, ttl_ms: 2000 } };
     await web.register(fastifyRateLimit, { client, config });
+    web.get('/', () => 'ok');
     await web.ready();
+    assert.equal((await web.inject({ method: 'GET', url: '/' })).statusCode, 200);
     assert.equal(await until(() => other.heartbeat(), 2), 2);
     await web.close();
     assert.equal(await until(() => other.heartbeat(), 1), 1, 'a closed app left the fleet');
@@ -143,6 +145,7 @@ test('with Redis unreachable the middleware admits each limit divided by the liv
   const web = await app(own.port, prefix);
   const other = member(own.port, `${prefix}:{fleet}`);
   try {
+    assert.equal((await fetch(web.base + '/')).status, 200);
     assert.equal(await until(() => other.heartbeat(), 2), 2);
     assert.equal(await until(() => web.middleware.driver.limiter.fleetSize, 2), 2);
     own.stop();

@@ -177,6 +177,8 @@ export class FlowDriver {
   private flushing: NodeJS.Timeout | null = null;
   /** The fleet heartbeat's timer (unref'd: it never keeps the process alive). */
   private heartbeats: NodeJS.Timeout | null = null;
+  /** `close()` was called: no heartbeat starts again. */
+  private closed = false;
   private inFlight = 0;
   /** Refusals not counted towards bans because too many were in flight. */
   dropped = 0;
@@ -205,7 +207,6 @@ export class FlowDriver {
     else this.tiers = hashTiers(this.limiter, options.tierHash ?? 'rl:tiers', options.tierCacheMs ?? 10_000);
     this.exclude = new Set(options.excludePaths ?? []);
     this.prefix = this.flow.keyPrefix;
-    this.beat();
   }
 
   /** The limiter's membership as `[fleet]` configures it: the fleet key is
@@ -218,10 +219,12 @@ export class FlowDriver {
   }
 
   /** Renews the limiter's membership from a timer, off the requests' path: a few ticks per
-   * heartbeat (the op sends nothing until one is due, and one at a time). */
+   * heartbeat (the op sends nothing until one is due, and one at a time). Started by the
+   * first request, as the Python middleware's task: by then the application's client is
+   * connected (a node-redis client is not until `connect()`). */
   private beat(): void {
     const fleet = this.limiter.fleet;
-    if (fleet === null) return;
+    if (fleet === null || this.closed) return;
     const limiter = this.limiter;
     void limiter.heartbeat();
     this.heartbeats = setInterval(() => void limiter.heartbeat(), Math.max(1, Math.floor((fleet.heartbeatMs ?? 1000) / 4)));
@@ -232,6 +235,7 @@ export class FlowDriver {
    * next heartbeat) and writes the pending top offenders; the client stays open (it is
    * the application's). */
   async close(): Promise<void> {
+    this.closed = true;
     if (this.heartbeats !== null) {
       clearInterval(this.heartbeats);
       this.heartbeats = null;
@@ -248,6 +252,7 @@ export class FlowDriver {
   /** Runs `req` through the flow: respond (refused) or forward (after any hold), or null (excluded). */
   async decide(req: HttpRequest): Promise<Verdict | null> {
     if (this.exclude.has(req.path)) return null;
+    if (this.heartbeats === null) this.beat();
     const raw = req.rawHeaders ?? (req.headers ?? []).flat();
     let given: string | undefined;
     for (let i = 0; i + 1 < raw.length; i += 2) {
