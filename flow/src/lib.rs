@@ -1,5 +1,6 @@
-//! The request flow of redis-rl, written once for every front end (rl-gateway's proxy and
-//! forward auth, the tower/axum middleware, the Python ASGI middleware, Node next):
+//! The request flow of redis-rl, written once for every front end (rl-gateway's proxy,
+//! forward auth and rate limit service, the tower/axum middleware, the Python ASGI and Node
+//! Express middleware):
 //!
 //! ```text
 //! admit ─ plan ─ ban check ─ book ─ decide ─ render ─ hold ─ (the application) ─ settle ─ record
@@ -20,6 +21,11 @@
 //!   ([`Settle::adjust`]);
 //! - **record**: what the host counts and queues ([`Record`]): refusals towards bans and
 //!   the top offenders, the counters' labels, units to give back.
+//!
+//! A front end that plans with a configuration of its own (Envoy's rate limit service:
+//! descriptors, not HTTP requests) enters at the book step with its counters
+//! ([`counters::CounterFlow`]): the same [`Step::Book`], the same [`Decided`] answers, the
+//! same record step.
 //!
 //! # Why sans-I/O
 //!
@@ -112,6 +118,7 @@
 
 mod bans;
 pub mod commands;
+pub mod counters;
 mod debt;
 mod machine;
 mod record;
@@ -122,5 +129,7 @@ pub use bans::{ban_remaining_ms, BanMemory, BAN_MEMORY, BAN_RECHECK, BAN_RECHECK
 pub use debt::DebtWatch;
 pub use machine::{Flow, Holds, RequestFlow};
 pub use record::{Count, Record, Refusal};
+/// What a [`Decided`] says: allowed, denied for a while, never (the policy engine's).
+pub use redis_rl_policy::Verdict;
 pub use request::HttpRequest;
 pub use step::{Book, Decided, Forward, Reply, Settle, SettledHeader, Source, Step, Take};

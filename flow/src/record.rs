@@ -104,7 +104,7 @@ pub(crate) fn refusals(
         return out;
     };
     if decision.source.is_fallback() {
-        return out;
+        return out; // nobody's fault: not towards a ban either
     }
     let denied_subject = |subject: &str| {
         plan.items
@@ -127,11 +127,18 @@ pub(crate) fn refusals(
         });
     }
     if !counted_refuser {
-        out.push(Refusal {
-            policy: item.label.clone(),
-            subject: item.subject().to_owned(),
-            ban: None,
-        });
+        out.extend(refusal_of(&item.label, item.subject(), decision));
     }
     out
+}
+
+/// The refusal of `subject` by `policy` towards the top offenders (`None` for a refusal
+/// while Redis was unavailable: nobody's fault). Every flow counts a refusal so, a plan's
+/// and a request of counters alike.
+pub(crate) fn refusal_of(policy: &str, subject: &str, decided: &Decided) -> Option<Refusal> {
+    (!decided.source.is_fallback()).then(|| Refusal {
+        policy: policy.to_owned(),
+        subject: subject.to_owned(),
+        ban: None,
+    })
 }

@@ -17,59 +17,9 @@ pub struct Take {
     pub units: u64,
 }
 
-/// Who made an item's decision, as the host's limiter reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Source {
-    /// The server.
-    Redis,
-    /// The local deny cache (Redis denied this key a moment ago).
-    DenyCache,
-    /// The in-process fallback limiter (Redis unavailable, failure mode local).
-    Local,
-    /// A lease in hand (a hot key).
-    Lease,
-    /// Redis unavailable, failure mode open.
-    FailOpen,
-    /// Redis unavailable, failure mode closed.
-    FailClosed,
-    /// Not checked: another key of the call decided first.
-    Unchecked,
-}
-
-impl Source {
-    /// The name in metrics and logs (`redis`, `deny_cache`, ...).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Source::Redis => "redis",
-            Source::DenyCache => "deny_cache",
-            Source::Local => "local",
-            Source::Lease => "lease",
-            Source::FailOpen => "fail_open",
-            Source::FailClosed => "fail_closed",
-            Source::Unchecked => "unchecked",
-        }
-    }
-
-    /// The source of a name (for bindings that pass names).
-    pub fn from_name(name: &str) -> Option<Source> {
-        [
-            Source::Redis,
-            Source::DenyCache,
-            Source::Local,
-            Source::Lease,
-            Source::FailOpen,
-            Source::FailClosed,
-            Source::Unchecked,
-        ]
-        .into_iter()
-        .find(|s| s.name() == name)
-    }
-
-    /// Redis was unavailable and a failure mode decided.
-    pub const fn is_fallback(self) -> bool {
-        matches!(self, Source::Local | Source::FailOpen | Source::FailClosed)
-    }
-}
+/// Who made an item's decision, as the host's limiter reports it (the one list, the
+/// core's: the client's and the bindings' too).
+pub use redis_rl_core::Source;
 
 /// One item's decision, as the host's limiter made it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -147,7 +147,8 @@ async fn lift(
 }
 
 /// `GET /top[?minutes=m&n=k]`: `{"minutes": m, "top": {"<policy>": [{key, refused}]}}`,
-/// every dimension and rule of the configuration, most refused first.
+/// every dimension and rule of the configuration and every domain of the rate limit
+/// service's (`rls:<domain>`), most refused first.
 async fn top(
     State(ops): State<Arc<Ops>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -175,6 +176,9 @@ async fn top(
         .map(|d| d.name().to_string())
         .collect();
     policies.extend(config.rules.iter().map(|r| r.name.clone()));
+    if let Some(rls) = &ops.rls {
+        policies.extend(rls.top_policies());
+    }
     let limiter = &ops.live.parts().limiter;
     match offenders::top(limiter, &config.key_prefix, &policies, minutes, n).await {
         Ok(top) => {

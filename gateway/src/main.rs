@@ -289,15 +289,6 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
         },
         config.clone(),
     )?);
-    let ops = ops::router(Arc::new(ops::Ops {
-        live: live.clone(),
-        prometheus: prometheus.clone(),
-        admin: args.admin_listen.is_some(),
-    }));
-    let (public_ops, admin) = match args.admin_listen {
-        Some(addr) => (None, Some((addr, ops))),
-        None => (Some(ops), None),
-    };
     let xds = envoy.as_ref().and_then(|e| match &e.config {
         ConfigSource::Xds(x) if args.rls_config.is_none() => Some(x.as_ref().clone()),
         _ => None,
@@ -327,6 +318,16 @@ async fn run(args: Args, envoy: Option<EnvoyEnv>) -> Result<(), String> {
             Some(rls::bind(&opts, limiter.clone(), live.clone()).await?)
         }
         _ => None,
+    };
+    let ops = ops::router(Arc::new(ops::Ops {
+        live: live.clone(),
+        prometheus: prometheus.clone(),
+        admin: args.admin_listen.is_some(),
+        rls: rls.as_ref().map(rls::Bound::checker),
+    }));
+    let (public_ops, admin) = match args.admin_listen {
+        Some(addr) => (None, Some((addr, ops))),
+        None => (Some(ops), None),
     };
     // Whether the rate limit service counts as configured (for /healthcheck): at start from
     // files, or over xDS with FORCE_START_WITHOUT_INITIAL_CONFIG; else at the first push.

@@ -237,6 +237,8 @@ pub struct Ops {
     /// Served on `--admin-listen`: /healthz shows the details (configuration path, last
     /// reload error, upstream), which the public listener never shows.
     pub admin: bool,
+    /// The rate limit service, when it runs: `GET /top` lists its domains too.
+    pub rls: Option<crate::rls::Checker>,
 }
 
 /// `/healthz` and `/metrics`.

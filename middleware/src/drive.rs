@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use redis_rl_flow::{Book, Decided, Record, Source as FlowSource, Take};
+use redis_rl_flow::{Book, Decided, Record, Take};
 use redis_rl_policy::Plan;
 
 use super::config::policy_of;
@@ -31,30 +31,19 @@ pub(crate) fn policies(shared: &Shared, plan: &Plan) -> Option<Vec<Policy>> {
     Some(out)
 }
 
-fn source(s: Source) -> FlowSource {
-    match s {
-        Source::Redis => FlowSource::Redis,
-        Source::DenyCache => FlowSource::DenyCache,
-        Source::Local => FlowSource::Local,
-        Source::Lease => FlowSource::Lease,
-        Source::FailOpen => FlowSource::FailOpen,
-        Source::FailClosed => FlowSource::FailClosed,
-        Source::Unchecked => FlowSource::Unchecked,
-    }
-}
-
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A limiter decision as the flow takes it.
-pub(crate) fn decided(d: &Decision) -> Decided {
+/// A limiter decision as the flow takes it (every front end that drives the flow with the
+/// Rust client: the middleware, rl-gateway's rate limit service).
+pub fn decided(d: &Decision) -> Decided {
     Decided {
         verdict: d.verdict.map(ms).into(),
         remaining: d.remaining,
         reset_after_ms: ms(d.reset_after),
         shadow: d.shadow,
-        source: source(d.source),
+        source: d.source,
     }
 }
 
@@ -150,7 +139,7 @@ pub(crate) fn record(shared: &Shared, record: Record, policies: &[Policy]) {
         shared.counters.request(&c.label, c.outcome);
         if let Some(source) = c.source {
             shared.counters.decision(&c.label, source);
-            if FlowSource::from_name(source).is_some_and(FlowSource::is_fallback) {
+            if Source::from_name(source).is_some_and(|s| s.is_fallback()) {
                 metrics::counter!("rl_fallback_total", "dimension" => c.label.clone(), "source" => source).increment(1);
             }
         }

@@ -108,6 +108,7 @@ pub use config::{
     LeaseSettings, LimitSpec, Rate, RateLimitConfig, RateLimitConfigExt, RateOverride, Rule,
     TierLimits, Window,
 };
+pub use drive::decided;
 pub use extract::{client_network, request_id, tenant_id, API_KEY, REQUEST_ID};
 pub use headers::{to_response, write_headers};
 pub use layer::RateLimitLayer;

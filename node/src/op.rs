@@ -12,22 +12,14 @@ use napi_derive::napi;
 use serde_json::Value as Json;
 
 use redis_rl_client::sansio::{self, OpError, Outcome};
-use redis_rl_client::{Decision, Verdict};
+use redis_rl_client::{Decision, Source, Verdict};
 
 use crate::decision::{JsDecision, JsGrant, JsMultiDecision};
 use crate::policy::{to_f64, whole, Policy};
 use crate::reply;
 
 /// The names of [`Op::fields`]'s `source` numbers, in order.
-pub const SOURCES: [&str; 7] = [
-    "redis",
-    "deny_cache",
-    "local",
-    "lease",
-    "fail_open",
-    "fail_closed",
-    "unchecked",
-];
+pub const SOURCES: [&str; 7] = Source::NAMES;
 
 /// One call in progress (the client's sans-I/O op, with JavaScript's types).
 #[napi]
@@ -54,10 +46,7 @@ fn decision_fields(d: &Decision, shadow: bool) -> [f64; 7] {
         Verdict::Denied { retry_after } => ms(retry_after),
         Verdict::Never => -1.0,
     };
-    let source = SOURCES
-        .iter()
-        .position(|s| *s == d.source.name())
-        .unwrap_or(0);
+    let source = d.source.index();
     let shadow = d.shadow || shadow;
     [
         f64::from(u8::from(d.allows() || shadow)),

@@ -8,6 +8,8 @@ LUA_TWIN: str
 """The Lua twin of the module's commands (``lua/rl.lua``), for servers without the module."""
 REGISTRY_JSON: str
 """The core's registry of algorithms as JSON (read by ``redis_rl._registry``)."""
+SOURCES: List[str]
+"""Who decided: the names of the one list (the Rust core's ``Source``), in its order."""
 
 def check_cost(cost: int) -> int:
     """Returns ``cost`` if it is 0 to 10**15, else raises ``ValueError`` with the server's text."""

@@ -256,6 +256,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_DURATION_MS", limits::MAX_DURATION_MS)?;
     m.add("LUA_TWIN", LUA_TWIN)?;
     m.add("REGISTRY_JSON", redis_rl_core::export::json())?;
+    // Who decided: the names of the one list (`redis_rl.decision.Source` must name only these).
+    m.add("SOURCES", redis_rl_core::Source::NAMES.to_vec())?;
     policy::register(m)?;
     flow::register(m)?;
     op::register(m)?;

@@ -317,3 +317,10 @@ def test_bad_input_raises_before_sending(server, prefix, kind):
         assert lim.stats().redis_calls == 0
 
     run(kind, server.port, body)
+
+
+def test_the_sources_are_the_cores_names() -> None:
+    from redis_rl import _core
+
+    assert {s.value for s in Source} <= set(_core.SOURCES), _core.SOURCES
+    assert _core.SOURCES[0] == "redis"

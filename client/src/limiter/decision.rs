@@ -11,56 +11,8 @@ use crate::error::{Error, Result};
 /// ("never") lives only in the parser.
 pub type Verdict = redis_rl_core::Outcome<Duration>;
 
-/// Who made a decision.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Source {
-    /// The server.
-    Redis,
-    /// The local deny cache: Redis denied this key recently and the wait has not passed.
-    DenyCache,
-    /// The in-process fallback limiter (Redis unavailable, failure mode local).
-    Local,
-    /// A lease in hand: units Redis granted earlier to this instance (a hot key).
-    Lease,
-    /// Redis unavailable, failure mode open: allowed without a decision.
-    FailOpen,
-    /// Redis unavailable, failure mode closed: denied without a decision.
-    FailClosed,
-    /// Not checked: another key of the same multi-key check decided first (a denial in an
-    /// earlier hash slot), so nothing is known of this key's count.
-    Unchecked,
-}
-
-impl Source {
-    /// Every source, for metrics that start at zero.
-    pub const ALL: [Source; 7] = [
-        Source::Redis,
-        Source::DenyCache,
-        Source::Local,
-        Source::Lease,
-        Source::FailOpen,
-        Source::FailClosed,
-        Source::Unchecked,
-    ];
-
-    /// A short name for logs and metrics.
-    pub const fn name(&self) -> &'static str {
-        match self {
-            Source::Redis => "redis",
-            Source::DenyCache => "deny_cache",
-            Source::Local => "local",
-            Source::Lease => "lease",
-            Source::FailOpen => "fail_open",
-            Source::FailClosed => "fail_closed",
-            Source::Unchecked => "unchecked",
-        }
-    }
-
-    /// True when Redis did not make the decision because it was unavailable.
-    pub const fn is_fallback(&self) -> bool {
-        matches!(self, Source::Local | Source::FailOpen | Source::FailClosed)
-    }
-}
+/// Who made a decision (the one list, the core's: the flow and the bindings name the same).
+pub use redis_rl_core::Source;
 
 /// The answer for one key: the core's [`Decision`](redis_rl_core::Decision) (what an
 /// algorithm answered) in [`Duration`]s, plus who decided and whether it is enforced. A

@@ -1,197 +1,110 @@
-//! One decision per request: every counted descriptor of a `ShouldRateLimit` call is taken
-//! together or not at all, in one `RL.ALL` (atomic on the server) whatever the descriptors'
-//! costs (per-descriptor `hits_addend`: `COSTS`, each its own). A request over one
-//! descriptor's limit so consumes nothing of the others (envoyproxy/ratelimit increments
-//! every counter, the over-limit request included). Only a request of more counters than one
-//! `RL.ALL` takes makes several calls, in order, giving back what the earlier ones took when
-//! a later one denies.
+//! The rate limit service's side of the request flow ([`redis_rl_flow::counters`]): a
+//! request's counted descriptors go through the flow's book and record steps (one decision
+//! per request, all or nothing across descriptors, each descriptor its own cost; counters
+//! that can admit nothing answered without Redis; each descriptor its own count when a
+//! layer refused locally; refusals towards the top offenders), and this runs what each
+//! step asks with the gateway's limiter and its layers (shadow, leases, deny cache,
+//! breaker, failure modes). A request over one descriptor's limit so consumes nothing of
+//! the others (envoyproxy/ratelimit increments every counter, the over-limit request
+//! included).
 
-use std::collections::HashMap;
-use std::time::Duration;
+use redis_rl_client::{Limiter, Policy};
+use redis_rl_flow::counters::{Counter, CounterFlow, CounterStep};
+use redis_rl_flow::{Decided, Refusal, Take};
+use redis_rl_middleware::decided;
 
-use redis_rl_client::{Decision, Limiter, Policy, Source, Verdict};
+use super::plan::Planned;
 
-use super::plan::{Limited, Planned, MAX_HITS};
-
-/// The most keys of one `RL.ALL` (the module's default `rl.max-all-keys`).
-const MAX_KEYS_PER_CALL: usize = 16;
-
-/// One counter of the request: descriptors that name the same counter are counted once,
-/// their costs added.
-struct Counter<'a> {
-    key: &'a str,
-    policy: Policy,
-    cost: u64,
-    members: Vec<usize>,
+/// The name a domain's refusals are counted under among the top offenders (`GET /top`):
+/// `rls:<domain>`, apart from the gateway's dimensions and rules.
+pub fn top_policy(domain: &str) -> String {
+    format!("rls:{domain}")
 }
 
-/// The decision of each descriptor (`None`: not counted, no limit), and whether the request
-/// is refused (an enforced descriptor denied it).
-///
-/// A counter asked for more than [`MAX_HITS`] in one request (one descriptor's
-/// `hits_addend`, or several descriptors of one counter added up) can never be admitted:
-/// it is answered over the limit here, without asking Redis, which would refuse the cost as
-/// an error, and an error is decided by the failure mode (`open` would admit it).
-pub async fn decide(limiter: &Limiter, planned: &[Planned]) -> (Vec<Option<Decision>>, bool) {
-    let mut out: Vec<Option<Decision>> = vec![None; planned.len()];
-    let mut counters: Vec<Counter<'_>> = Vec::new();
-    // Each counter's place in `counters`: one lookup per descriptor, linear in the request.
-    let mut index: HashMap<&str, usize> = HashMap::new();
-    let mut refused = false;
+/// What a request's descriptors got.
+pub struct Outcome {
+    /// Each descriptor's decision (`None`: not counted, no limit).
+    pub decided: Vec<Option<Decided>>,
+    /// An enforced descriptor denied the request.
+    pub refused: bool,
+    /// Refusals to queue towards the top offenders.
+    pub refusals: Vec<Refusal>,
+}
+
+/// Decides the descriptors of a request in `domain`.
+pub async fn decide(limiter: &Limiter, domain: &str, planned: &[Planned]) -> Outcome {
+    // Each counter's descriptor, and its policy (`None`: a rule of 0 requests per unit).
+    let mut at: Vec<(usize, Option<Policy>)> = Vec::new();
+    let mut counters: Vec<Counter> = Vec::new();
     for (i, p) in planned.iter().enumerate() {
         let Planned::Limited(l) = p else { continue };
-        let Some(policy) = l.policy else {
-            // 0 requests per unit: no counter to ask, every hit is over the limit.
-            let d = never(l, l.cost);
-            refused |= d.is_denied() && !l.shadow;
-            if let Some(slot) = out.get_mut(i) {
-                *slot = Some(d);
+        at.push((i, l.policy));
+        counters.push(Counter {
+            key: l.key.clone(),
+            units: l.cost,
+            shadow: l.shadow,
+            admits: l.policy.is_some(),
+            give_back: l.refund,
+            window_ms: l.unit.seconds().saturating_mul(1_000),
+            subject_len: l.subject_len,
+        });
+    }
+    let policy_of = |t: &Take| at.get(t.item).and_then(|(_, p)| *p);
+    let (mut flow, mut step) = CounterFlow::start(counters, top_policy(domain));
+    let counted = loop {
+        step = match step {
+            CounterStep::Return(takes) => {
+                let mut out = Vec::with_capacity(takes.len());
+                for t in &takes {
+                    let Some(p) = policy_of(t) else { continue };
+                    let _ = limiter.refund(&t.key, &p, t.units).await;
+                    out.push(decided(&limiter.peek(&t.key, &p, 0).await));
+                }
+                flow.returned(out)
             }
-            continue;
+            CounterStep::Book(book) => {
+                let items: Vec<(&str, Policy)> = book
+                    .takes
+                    .iter()
+                    .filter_map(|t| Some((t.key.as_str(), policy_of(t)?)))
+                    .collect();
+                let units: Vec<u64> = book.takes.iter().map(|t| t.units).collect();
+                let md = limiter.check_all_units(&items, &units).await;
+                flow.booked(md.decisions.iter().map(decided).collect(), md.denied)
+            }
+            CounterStep::Look(takes) => {
+                let policies: Vec<(&str, Policy)> = takes
+                    .iter()
+                    .filter_map(|t| Some((t.key.as_str(), policy_of(t)?)))
+                    .collect();
+                let items: Vec<(&str, &Policy)> = policies.iter().map(|(k, p)| (*k, p)).collect();
+                let looked = match limiter.peek_all_units(&items, &vec![0; items.len()]).await {
+                    Ok(ds) => Some(ds.iter().map(decided).collect()),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "descriptors not asked: their statuses stay unknown");
+                        None
+                    }
+                };
+                flow.looked(looked)
+            }
+            CounterStep::Done(counted) => break counted,
         };
-        if l.refund {
-            let _ = limiter.refund(&l.key, &policy, l.cost).await;
-            let d = limiter.peek(&l.key, &policy, 0).await;
-            if let Some(slot) = out.get_mut(i) {
-                *slot = Some(d);
-            }
-            continue;
-        }
-        match index
-            .get(l.key.as_str())
-            .and_then(|&ci| counters.get_mut(ci))
-        {
-            Some(c) => {
-                c.cost = c.cost.saturating_add(l.cost);
-                c.members.push(i);
-            }
-            None => {
-                index.insert(&l.key, counters.len());
-                counters.push(Counter {
-                    key: &l.key,
-                    policy,
-                    cost: l.cost,
-                    members: vec![i],
-                });
-            }
-        }
-    }
-    // Counters that can never admit this request: answered now, not sent.
-    counters.retain(|c| {
-        if c.cost <= MAX_HITS {
-            return true;
-        }
-        refused |= !c.policy.is_shadow();
-        for &i in &c.members {
-            if let (Some(slot), Some(Planned::Limited(l))) = (out.get_mut(i), planned.get(i)) {
-                *slot = Some(never(l, c.cost));
-            }
-        }
-        false
-    });
-
-    // Calls: the counters in order, at most MAX_KEYS_PER_CALL each (one call for any
-    // request of up to that many counters), each counter its own cost.
-    let mut taken: Vec<usize> = Vec::new();
-    for (first, chunk) in (0..)
-        .step_by(MAX_KEYS_PER_CALL)
-        .zip(counters.chunks(MAX_KEYS_PER_CALL))
-    {
-        let items: Vec<(&str, Policy)> = chunk.iter().map(|c| (c.key, c.policy)).collect();
-        // Once refused, the rest is only looked at (cost 0 takes nothing).
-        let costs: Vec<u64> = chunk
-            .iter()
-            .map(|c| if refused { 0 } else { c.cost })
-            .collect();
-        let md = limiter.check_all_units(&items, &costs).await;
-        if md.denied.is_some() {
-            refused = true;
-            for &ci in &taken {
-                if let Some(c) = counters.get(ci) {
-                    let _ = limiter.refund(c.key, &c.policy, c.cost).await;
-                }
-            }
-            taken.clear();
-        } else if !refused {
-            taken.extend(
-                (first..)
-                    .zip(chunk)
-                    .filter(|(_, c)| !c.policy.is_shadow())
-                    .map(|(ci, _)| ci),
-            );
-        }
-        for (c, d) in chunk.iter().zip(md.decisions) {
-            for &i in &c.members {
-                if let Some(slot) = out.get_mut(i) {
-                    *slot = Some(d);
-                }
-            }
-        }
-    }
-    exact_counters(limiter, planned, &mut out).await;
-    (out, refused)
-}
-
-/// Each descriptor reports its own counter, as envoyproxy/ratelimit does: a descriptor the
-/// limiter did not ask Redis about because a layer refused the request locally (the deny
-/// cache, a lease) would read as a fresh counter (its whole limit left, reset 0). Those are
-/// looked at (`PEEK` with no cost: nothing taken), one call per hash slot, only on such a
-/// refusal; a failed look leaves them as they were.
-async fn exact_counters(limiter: &Limiter, planned: &[Planned], out: &mut [Option<Decision>]) {
-    let unchecked: Vec<(usize, &str, Policy)> = planned
-        .iter()
-        .zip(out.iter())
-        .enumerate()
-        .filter_map(|(i, (p, d))| match (p, d) {
-            (Planned::Limited(l), Some(d)) if d.source == Source::Unchecked => {
-                Some((i, l.key.as_str(), l.policy?))
-            }
-            _ => None,
-        })
-        .collect();
-    if unchecked.is_empty() {
-        return;
-    }
-    // One look per counter, however many descriptors name it.
-    let mut keys: Vec<(&str, Policy)> = Vec::new();
-    for (_, key, policy) in &unchecked {
-        if !keys.iter().any(|(k, _)| k == key) {
-            keys.push((key, *policy));
-        }
-    }
-    let items: Vec<(&str, &Policy)> = keys.iter().map(|(k, p)| (*k, p)).collect();
-    let looked = match limiter.peek_all_units(&items, &vec![0; items.len()]).await {
-        Ok(looked) => looked,
-        Err(e) => {
-            tracing::debug!(error = %e, "descriptors not asked: their statuses stay unknown");
-            return;
-        }
     };
-    for (i, key, policy) in unchecked {
-        let found = keys.iter().zip(&looked).find(|((k, _), _)| *k == key);
-        if let (Some((_, d)), Some(slot)) = (found, out.get_mut(i)) {
-            *slot = Some(Decision {
-                shadow: policy.is_shadow(),
-                ..*d
-            });
+    // Before answering: the refused request consumes nothing.
+    for t in &counted.record.give_back {
+        if let Some(p) = policy_of(t) {
+            let _ = limiter.refund(&t.key, &p, t.units).await;
         }
     }
-}
-
-/// The decision for a cost no counter of `l`'s rule can ever admit (a rule of 0 requests
-/// per unit, or a cost over [`MAX_HITS`]): every hit is over; a cost of 0 is not.
-fn never(l: &Limited, cost: u64) -> Decision {
-    let window = Duration::from_secs(l.unit.seconds());
-    Decision {
-        verdict: if cost == 0 {
-            Verdict::Allowed
-        } else {
-            Verdict::Never
-        },
-        limit: u64::from(l.requests_per_unit),
-        remaining: 0,
-        reset_after: window,
-        source: Source::Redis,
-        shadow: l.shadow,
+    let mut out: Vec<Option<Decided>> = vec![None; planned.len()];
+    for ((i, _), d) in at.iter().zip(counted.decided) {
+        if let Some(slot) = out.get_mut(*i) {
+            *slot = d;
+        }
+    }
+    Outcome {
+        decided: out,
+        refused: counted.refused,
+        refusals: counted.record.refusals,
     }
 }

@@ -6,11 +6,10 @@
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
-use std::time::Duration;
 
 use crate::envoy_env::HeaderNames;
 
-use redis_rl_client::{Decision, Verdict};
+use redis_rl_flow::{Decided, Verdict};
 
 use super::plan::{Limited, Planned};
 
@@ -53,10 +52,10 @@ pub fn envoy_headers(statuses: &[DescriptorStatus], names: &HeaderNames) -> Vec<
 /// The headers for a decided request (none when no enforced rule was counted).
 pub fn response_headers(
     planned: &[Planned],
-    decisions: &[Option<Decision>],
+    decisions: &[Option<Decided>],
     refused: bool,
 ) -> Vec<HeaderValue> {
-    let enforced: Vec<(&Limited, &Decision)> = planned
+    let enforced: Vec<(&Limited, &Decided)> = planned
         .iter()
         .zip(decisions)
         .filter_map(|(p, d)| match (p, d) {
@@ -114,18 +113,18 @@ pub fn response_headers(
 
 /// `t`: the true wait when denied, else the time until the counter is idle again, at most
 /// the unit; never (0 requests per unit): the unit.
-fn reset_secs(l: &Limited, d: &Decision) -> u64 {
+fn reset_secs(l: &Limited, d: &Decided) -> u64 {
     let w = l.unit.seconds();
     match d.verdict {
-        Verdict::Denied { retry_after } => ceil_secs(retry_after),
-        Verdict::Allowed => ceil_secs(d.reset_after).min(w),
+        Verdict::Denied { retry_after_ms } => ceil_secs(retry_after_ms),
+        Verdict::Allowed => ceil_secs(d.reset_after_ms).min(w),
         Verdict::Never => w,
     }
 }
 
 /// Whole seconds, rounded up: a client that waits the advertised time is never early.
-fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+fn ceil_secs(ms: u64) -> u64 {
+    ms.div_ceil(1_000)
 }
 
 /// The rule's name in the fields: its `name`, else its metric key, as the text of a
@@ -162,6 +161,7 @@ mod tests {
             name: "a\"b\\c\r\nX-Evil: 1\u{e9}".into(),
             shadow: false,
             key: String::new(),
+            subject_len: 0,
             metric: String::new(),
             policy: None,
             cost: 1,

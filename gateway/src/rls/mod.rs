@@ -13,6 +13,7 @@ mod frames;
 mod headers;
 mod listener;
 mod lookup;
+mod offenders;
 mod plan;
 mod service;
 mod yaml_position;
@@ -87,6 +88,17 @@ impl Checker {
     pub fn domains(&self) -> usize {
         self.0.config.load().domains.len()
     }
+
+    /// The names the live configuration's refusals are counted under among the top
+    /// offenders (`GET /top`): one per domain, `rls:<domain>`.
+    pub fn top_policies(&self) -> Vec<String> {
+        let config = self.0.config.load();
+        config
+            .domains
+            .keys()
+            .map(|d| decide::top_policy(d))
+            .collect()
+    }
 }
 
 /// Loads the configuration and binds the listener (both errors are start-up errors).
@@ -129,6 +141,7 @@ pub async fn bind(
         watch,
         service: service::Rls {
             config,
+            offenders: Arc::new(offenders::TopOffenders::new(limiter.clone())),
             limiter,
             gateway,
             response_headers: opts.response_headers,

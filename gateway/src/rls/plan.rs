@@ -11,10 +11,6 @@ use redis_rl_client::{FailureMode, Policy};
 use super::config::{Counting, RlsConfig, Rule, Unit};
 use super::lookup;
 
-/// The largest cost one counter may be asked for in one call (the module's bound on any
-/// count): a request asking more can never be admitted (see `decide`).
-pub const MAX_HITS: u64 = 1_000_000_000_000_000;
-
 /// The metric key of every descriptor counted on its own `limit`: its domain, keys and
 /// values come from the request, and metric labels come only from the configuration.
 pub const OVERRIDE_METRIC: &str = "limit_override";
@@ -40,6 +36,9 @@ pub struct Limited {
     pub shadow: bool,
     /// The Redis key of the counter: `<key_prefix>:rls:<counter>:<counting>:<seconds>`.
     pub key: String,
+    /// The length of the key's part that names the counter among the top offenders:
+    /// `<key_prefix>:rls:<counter>`.
+    pub subject_len: usize,
     /// The metric key (bounded: the rule's place in the tree unless the file asks for values).
     pub metric: String,
     /// The policy sent to Redis (`None` when `requests_per_unit` is 0: nothing to ask).
@@ -144,8 +143,8 @@ pub fn plan(
             planned.push(Planned::NoLimit);
             continue;
         };
-        // Over MAX_HITS: never admitted, answered OVER_LIMIT by `decide` (an error would
-        // let Envoy's and the gateway's failure modes admit it).
+        // Over the flow's MAX_UNITS: never admitted, answered OVER_LIMIT by the flow (an
+        // error would let Envoy's and the gateway's failure modes admit it).
         let cost = d.hits_addend.as_ref().map_or(request_cost, |h| h.value);
         let policy = policy(rule.counting, rule.requests_per_unit, unit).map(|p| {
             let per_second = u64::from(rule.requests_per_unit) / unit.seconds();
@@ -163,6 +162,7 @@ pub fn plan(
                 rule.counting.name(),
                 unit.seconds()
             ),
+            subject_len: key_prefix.len() + ":rls:".len() + counter.len(),
             metric: metric.clone(),
             policy,
             cost,
@@ -312,6 +312,7 @@ descriptors:
         let Planned::Limited(l) = &p[0] else { panic!() };
         assert_eq!((l.requests_per_unit, l.unit), (42, Unit::Minute));
         assert_eq!(l.key, "rl:rls:any:tenant=t1:fixed_window:60");
+        assert_eq!(&l.key[..l.subject_len], "rl:rls:any:tenant=t1");
         assert_eq!(l.metric, OVERRIDE_METRIC);
         // A domain the configuration does not define: no limit, the override's neither.
         let p = plan(&c, "rl", "other", &[d], 0, FailureMode::Open, 0).unwrap();

@@ -1,6 +1,7 @@
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`: plan the request's
-//! descriptors, decide them at once, answer one status per descriptor (and, with
-//! `--rls-response-headers`, the RateLimit headers), count the metrics.
+//! descriptors, decide them at once through the request flow (`decide`), answer one status
+//! per descriptor (and, with `--rls-response-headers`, the RateLimit headers), count the
+//! metrics and queue the refusals towards the top offenders.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,12 +13,14 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use redis_rl_client::{Decision, Limiter, Source};
+use redis_rl_client::{Limiter, Source};
+use redis_rl_flow::{Decided, Verdict};
 use redis_rl_middleware::RateLimitConfigExt;
 use tonic::{Request, Response, Status};
 
 use super::config::RlsConfig;
 use super::headers;
+use super::offenders::TopOffenders;
 use super::plan::{self, Planned};
 use crate::envoy_env::HeaderNames;
 use crate::reload::Live;
@@ -70,6 +73,8 @@ impl RequestBounds {
 pub struct Rls {
     pub config: Arc<ArcSwap<RlsConfig>>,
     pub limiter: Limiter,
+    /// Refusals towards the top offenders.
+    pub offenders: Arc<TopOffenders>,
     /// The gateway's live configuration: its failure mode applies here too.
     pub gateway: Arc<Live>,
     pub response_headers: bool,
@@ -107,7 +112,10 @@ impl RateLimitService for Rls {
             self.hot_per_second,
         )
         .map_err(|e| Status::invalid_argument(e.0))?;
-        let (decisions, refused) = super::decide::decide(&self.limiter, &planned).await;
+        let outcome = super::decide::decide(&self.limiter, &req.domain, &planned).await;
+        self.offenders
+            .record(&gateway.config.key_prefix, outcome.refusals);
+        let (decisions, refused) = (outcome.decided, outcome.refused);
         let domain_label = if config.domains.contains_key(&req.domain) {
             req.domain.as_str()
         } else {
@@ -145,7 +153,7 @@ impl RateLimitService for Rls {
 /// One descriptor's status. Over the limit: an enforced rule that denied (a shadow rule
 /// answers OK). The wait: until the counter allows again when over, else until the window
 /// (or bucket) is back to idle.
-fn status(p: &Planned, d: Option<&Decision>) -> DescriptorStatus {
+fn status(p: &Planned, d: Option<&Decided>) -> DescriptorStatus {
     let l = match p {
         Planned::NoLimit => {
             return DescriptorStatus {
@@ -163,9 +171,9 @@ fn status(p: &Planned, d: Option<&Decision>) -> DescriptorStatus {
         Planned::Limited(l) => l,
     };
     let over = d.is_some_and(|d| d.is_denied() && !d.shadow);
-    let wait = d.map_or(Duration::ZERO, |d| match d.retry_after() {
-        Some(w) if over => w,
-        _ => d.reset_after,
+    let wait = d.map_or(Duration::ZERO, |d| match d.verdict {
+        Verdict::Denied { retry_after_ms } if over => Duration::from_millis(retry_after_ms),
+        _ => Duration::from_millis(d.reset_after_ms),
     });
     DescriptorStatus {
         code: if over { Code::OverLimit } else { Code::Ok } as i32,
@@ -198,7 +206,7 @@ fn proto_duration(d: Duration) -> ProtoDuration {
 /// one key for every descriptor with its own limit): hits, over the limit, near it (past 80%),
 /// within it, and shadow-mode passes (over the limit, answered OK). Each counts the hits
 /// (`hits_addend`), as there.
-fn count(domain: &str, l: &plan::Limited, d: &Decision, refused: bool) {
+fn count(domain: &str, l: &plan::Limited, d: &Decided, refused: bool) {
     let labels = [("domain", domain.to_string()), ("key", l.metric.clone())];
     let hits = l.cost;
     metrics::counter!("ratelimit_service_rate_limit_total_hits", &labels).increment(hits);

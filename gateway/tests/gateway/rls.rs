@@ -912,6 +912,26 @@ async fn each_descriptor_reports_its_own_counter_when_a_layer_refuses_locally() 
             );
             assert!(reset_ms(o) > 0, "{run} {attempt}: {o:?}");
         }
+        // The refusals were recorded as the proxy's are: the refused descriptor's counter
+        // among the top offenders, under its domain (the other descriptor, not refusing,
+        // is not there); the counter's name escapes the value's space, as every key part.
+        let escaped = value.replace(' ', "%20");
+        let subject = format!("rl:rls:exact:small={escaped}");
+        let refused = |top: &serde_json::Value, key: &str| {
+            top["top"]["rls:exact"]
+                .as_array()
+                .and_then(|keys| keys.iter().find(|k| k["key"] == key))
+                .map(|k| k["refused"].clone())
+        };
+        let mut top = serde_json::Value::Null;
+        eventually("the refusals in /top", async || {
+            top = serde_json::from_str(&rls.gw.ops("/top").await.unwrap().2).unwrap();
+            refused(&top, &subject) == Some(2.into())
+        })
+        .await;
+        assert_eq!(refused(&top, &subject), Some(2.into()), "{run}: {top}");
+        let not_refusing = format!("rl:rls:exact:{other}={escaped}");
+        assert_eq!(refused(&top, &not_refusing), None, "{run}: {top}");
         drop(rls);
     }
     let _ = std::fs::remove_dir_all(&dir);
