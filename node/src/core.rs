@@ -10,7 +10,7 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use redis_rl_client::sansio::{Layers, LayersConfig};
-use redis_rl_client::{BreakerConfig, ServerImpl};
+use redis_rl_client::{BreakerConfig, FleetConfig, ServerImpl};
 
 use crate::op::Op;
 use crate::policy::{whole, Policy};
@@ -43,6 +43,40 @@ pub struct CoreOptions {
     pub breaker_open_ms: Option<u32>,
     /// Keys the local fallback holds at most (default 100000).
     pub local_capacity: Option<u32>,
+    /// Fleet membership (an `RL.CONCURRENCY` lease renewed by `pending`); none by default.
+    pub fleet: Option<FleetOptions>,
+}
+
+/// Fleet membership: limiters naming one `key` count each other.
+#[napi(object)]
+pub struct FleetOptions {
+    /// The fleet's key (the middleware's: `<key_prefix>:{fleet}`, as rl-gateway's).
+    pub key: String,
+    /// Time between renewals, in ms (default 1000).
+    pub heartbeat_ms: Option<u32>,
+    /// How long a silent member is still counted, in ms (default 3000).
+    pub ttl_ms: Option<u32>,
+    /// The local fallback divides each limit by the live fleet size once known (default
+    /// true; false when a static `instances` is configured).
+    pub divides: Option<bool>,
+}
+
+/// The client's membership from `FleetOptions`; numbers it cannot work with are refused.
+fn fleet_config(o: FleetOptions) -> Result<(FleetConfig, bool)> {
+    let defaults = FleetConfig::new(o.key);
+    let config = FleetConfig {
+        heartbeat: o.heartbeat_ms.map_or(defaults.heartbeat, |ms| {
+            Duration::from_millis(u64::from(ms))
+        }),
+        ttl: o
+            .ttl_ms
+            .map_or(defaults.ttl, |ms| Duration::from_millis(u64::from(ms))),
+        ..defaults
+    };
+    config
+        .validate()
+        .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
+    Ok((config, o.divides.unwrap_or(true)))
 }
 
 /// The sans-I/O limiter: makes an [`Op`] per call.
@@ -62,6 +96,7 @@ impl Core {
             breaker_failures: None,
             breaker_open_ms: None,
             local_capacity: None,
+            fleet: None,
         });
         let defaults = BreakerConfig::default();
         let breaker = BreakerConfig {
@@ -73,12 +108,18 @@ impl Core {
                 .breaker_open_ms
                 .map_or(defaults.open_for, |ms| Duration::from_millis(u64::from(ms))),
         };
+        let (fleet, fleet_divides) = match o.fleet.map(fleet_config).transpose()? {
+            Some((config, divides)) => (Some(config), divides),
+            None => (None, false),
+        };
         let config = LayersConfig {
             server_impl: server_impl(o.engine.as_deref().unwrap_or("auto"))?,
             cluster: o.cluster.unwrap_or(false),
             deny_cache: NonZeroUsize::new(o.deny_cache.map_or(10_000, |n| n as usize)),
             breaker,
             local_capacity: o.local_capacity.map_or(100_000, |n| n as usize),
+            fleet,
+            fleet_divides,
             ..LayersConfig::default()
         };
         Ok(Self {
@@ -118,6 +159,27 @@ impl Core {
     pub fn force(&self, key: String, policy: &Policy, cost: f64) -> Result<Op> {
         let cost = whole("cost", cost)?;
         Ok(Op::new(self.layers.force(key, policy.inner, cost)))
+    }
+
+    /// The fleet heartbeat when one is due at `now_ms` (wall-clock ms since the Unix
+    /// epoch), else `null`; its `units()` is the fleet size (0 while unknown). Run from a
+    /// timer, a few times per heartbeat.
+    #[napi]
+    pub fn pending(&self, now_ms: f64) -> Result<Option<Op>> {
+        let now_ms = whole("nowMs", now_ms)?;
+        Ok(self.layers.pending(now_ms).map(Op::new))
+    }
+
+    /// Leaving the fleet at shutdown (`null` without membership).
+    #[napi]
+    pub fn leave(&self) -> Option<Op> {
+        self.layers.leave().map(Op::new)
+    }
+
+    /// The live fleet size once a heartbeat read it (`null` before, or without membership).
+    #[napi(getter)]
+    pub fn fleet_size(&self) -> Option<u32> {
+        self.layers.fleet_size()
     }
 
     /// `module` or `lua`: the route the next call takes.

@@ -212,6 +212,25 @@ impl Flow {
         self.engine.config().key_prefix.clone()
     }
 
+    /// `[heartbeatMs, ttlMs]` of fleet membership (`[fleet]`), `null` when it is off.
+    #[napi(getter)]
+    pub fn fleet(&self) -> Option<Vec<f64>> {
+        let fleet = &self.engine.config().fleet;
+        fleet.membership.then(|| {
+            vec![
+                crate::policy::to_f64(fleet.heartbeat_ms),
+                crate::policy::to_f64(fleet.ttl_ms),
+            ]
+        })
+    }
+
+    /// Whether `instances` is configured (else the local fallback divides by the live
+    /// fleet size once membership read it).
+    #[napi(getter)]
+    pub fn instances_configured(&self) -> bool {
+        self.engine.config().instances.is_some()
+    }
+
     /// The effective plan in words (as `rl-gateway --check-config`).
     #[napi]
     pub fn explain(&self) -> String {

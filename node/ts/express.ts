@@ -21,9 +21,11 @@ interface ExpressResponse {
 
 type Next = (error?: unknown) => void;
 
-/** An Express middleware: `(req, res, next)`; `driver` is the flow's driver it runs. */
+/** An Express middleware: `(req, res, next)`; `driver` is the flow's driver it runs;
+ * `close()` at shutdown leaves the fleet (`[fleet]`) and stops its heartbeat. */
 export type RateLimitHandler = ((req: ExpressRequest, res: ExpressResponse, next: Next) => void) & {
   driver: FlowDriver;
+  close: () => Promise<void>;
 };
 
 /** The client's address as the flow reads it (an IPv4 peer on a dual-stack socket without `::ffff:`). */
@@ -92,5 +94,5 @@ export function rateLimit(options: RateLimitOptions): RateLimitHandler {
       (error: unknown) => next(error),
     );
   };
-  return Object.assign(handler, { driver });
+  return Object.assign(handler, { driver, close: () => driver.close() });
 }

@@ -20,6 +20,7 @@ interface FastifyReply {
 
 interface FastifyInstance {
   addHook(name: 'onRequest', hook: (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>): unknown;
+  addHook(name: 'onClose', hook: () => Promise<void>): unknown;
 }
 
 /** A Fastify plugin: `app.register(fastifyRateLimit, options)`; options as `rateLimit`'s. */
@@ -58,6 +59,8 @@ export function fastifyRateLimit(app: FastifyInstance, options: RateLimitOptions
     if (finish !== null) reply.raw.on('finish', () => void finish(responseHeaders(reply)));
     return;
   });
+  // `app.close()`: leaves the fleet (`[fleet]`) and stops its heartbeat.
+  app.addHook('onClose', () => driver.close());
   done();
 }
 

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import native from './load.js';
 import type { FlowDebtWatch, FlowOutcome, Policy, RequestFlow } from './load.js';
-import { Limiter, type Decision, type LimiterOptions } from './limiter.js';
+import { Limiter, type Decision, type FleetOptions, type LimiterOptions } from './limiter.js';
 import type { RedisLike } from './client.js';
 
 /** One plan item's units, as a step names them (`item` indexes the request's policies). */
@@ -175,6 +175,10 @@ export class FlowDriver {
   private readonly prefix: string;
   private readonly counts = new Map<string, [string, string, number]>();
   private flushing: NodeJS.Timeout | null = null;
+  /** The fleet heartbeat's timer (unref'd: it never keeps the process alive). */
+  private heartbeats: NodeJS.Timeout | null = null;
+  /** `close()` was called: no heartbeat starts again. */
+  private closed = false;
   private inFlight = 0;
   /** Refusals not counted towards bans because too many were in flight. */
   dropped = 0;
@@ -182,20 +186,62 @@ export class FlowDriver {
   constructor(options: RateLimitOptions) {
     // The configuration first: a bad one fails the application's start, not its requests.
     this.flow = loadFlow(options.config, options.routes);
+    const fleet = this.fleetOptions();
     if (options.limiter) {
       this.limiter = options.limiter;
+      if (fleet !== null && this.limiter.fleet === null) {
+        process.emitWarning(
+          '[fleet] membership is on but the limiter passed in has none (new Limiter(client, { fleet })): the local fallback divides by instances',
+        );
+      }
     } else if (options.client) {
-      this.limiter = new Limiter(options.client, options.limiterOptions);
+      this.limiter = new Limiter(options.client, { ...options.limiterOptions, fleet: fleet ?? undefined });
     } else {
       throw new TypeError('redis-rl: the middleware needs `client` (your Redis client) or `limiter`');
     }
-    this.direct = new Limiter(this.limiter.client, { ...options.limiterOptions, denyCache: 0 });
+    // Peeks and FORCE of held requests only: not a member of the fleet.
+    this.direct = new Limiter(this.limiter.client, { ...options.limiterOptions, denyCache: 0, fleet: undefined });
     const tiers = options.tiers;
     if (typeof tiers === 'function') this.tiers = tiers;
     else if (tiers) this.tiers = (k) => tiers[k] ?? null;
     else this.tiers = hashTiers(this.limiter, options.tierHash ?? 'rl:tiers', options.tierCacheMs ?? 10_000);
     this.exclude = new Set(options.excludePaths ?? []);
     this.prefix = this.flow.keyPrefix;
+  }
+
+  /** The limiter's membership as `[fleet]` configures it: the fleet key is
+   * `<key_prefix>:{fleet}`, as rl-gateway's, so a fleet can mix them. */
+  private fleetOptions(): FleetOptions | null {
+    const fleet = this.flow.fleet;
+    if (fleet === null) return null;
+    const [heartbeatMs, ttlMs] = fleet;
+    return { key: `${this.flow.keyPrefix}:{fleet}`, heartbeatMs, ttlMs, divides: !this.flow.instancesConfigured };
+  }
+
+  /** Renews the limiter's membership from a timer, off the requests' path: a few ticks per
+   * heartbeat (the op sends nothing until one is due, and one at a time). Started by the
+   * first request, as the Python middleware's task: by then the application's client is
+   * connected (a node-redis client is not until `connect()`). */
+  private beat(): void {
+    const fleet = this.limiter.fleet;
+    if (fleet === null || this.closed) return;
+    const limiter = this.limiter;
+    void limiter.heartbeat();
+    this.heartbeats = setInterval(() => void limiter.heartbeat(), Math.max(1, Math.floor((fleet.heartbeatMs ?? 1000) / 4)));
+    this.heartbeats.unref();
+  }
+
+  /** Stops the heartbeat, leaves the fleet (the others stop counting this member at their
+   * next heartbeat) and writes the pending top offenders; the client stays open (it is
+   * the application's). */
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.heartbeats !== null) {
+      clearInterval(this.heartbeats);
+      this.heartbeats = null;
+      await this.limiter.leaveFleet();
+    }
+    if (this.counts.size > 0) await this.flush();
   }
 
   /** The effective plan in words (as `rl-gateway --check-config`). */
@@ -206,6 +252,7 @@ export class FlowDriver {
   /** Runs `req` through the flow: respond (refused) or forward (after any hold), or null (excluded). */
   async decide(req: HttpRequest): Promise<Verdict | null> {
     if (this.exclude.has(req.path)) return null;
+    if (this.heartbeats === null) this.beat();
     const raw = req.rawHeaders ?? (req.headers ?? []).flat();
     let given: string | undefined;
     for (let i = 0; i + 1 < raw.length; i += 2) {

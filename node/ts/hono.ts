@@ -22,11 +22,18 @@ function nodePeer(c: HonoContext): string | null {
   return address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address;
 }
 
+/** A Hono middleware: `(c, next)`; `close()` at shutdown leaves the fleet (`[fleet]`) and
+ * stops its heartbeat. */
+export type HonoRateLimitHandler = ((c: HonoContext, next: () => Promise<void>) => Promise<Response | void>) & {
+  driver: FlowDriver;
+  close: () => Promise<void>;
+};
+
 /** A Hono middleware: `app.use(honoRateLimit(options))`; options as `rateLimit`'s, plus `peer`. */
-export function honoRateLimit(options: HonoRateLimitOptions): (c: HonoContext, next: () => Promise<void>) => Promise<Response | void> {
+export function honoRateLimit(options: HonoRateLimitOptions): HonoRateLimitHandler {
   const driver = new FlowDriver(options);
   const peer = options.peer ?? nodePeer;
-  return async (c, next) => {
+  const handler = async (c: HonoContext, next: () => Promise<void>): Promise<Response | void> => {
     const headers: [string, string][] = [];
     c.req.raw.headers.forEach((value, name) => headers.push([name, value]));
     const verdict = await driver.decide({
@@ -50,4 +57,5 @@ export function honoRateLimit(options: HonoRateLimitOptions): (c: HonoContext, n
       void verdict.finish(response);
     }
   };
+  return Object.assign(handler, { driver, close: () => driver.close() });
 }

@@ -1,6 +1,6 @@
 // redis-rl for Node.js: the limiter, policies, drop-ins and middleware.
 export { Limiter, DEFAULT_TIMEOUT_MS } from './limiter.js';
-export type { Decision, MultiDecision, Grant, Settled, LimiterOptions } from './limiter.js';
+export type { Decision, MultiDecision, Grant, Settled, LimiterOptions, FleetOptions } from './limiter.js';
 export { policies } from './policy.js';
 export type { Policy, Policies, PolicyOptions } from './policy.js';
 export type { RedisLike } from './client.js';
@@ -14,4 +14,4 @@ export { FlowDriver, loadFlow } from './flow.js';
 export type { RateLimitOptions, RateLimitConfig, TierResolver, Verdict, HttpRequest } from './flow.js';
 export { fastifyRateLimit } from './fastify.js';
 export { honoRateLimit } from './hono.js';
-export type { HonoRateLimitOptions } from './hono.js';
+export type { HonoRateLimitOptions, HonoRateLimitHandler } from './hono.js';

@@ -33,6 +33,25 @@ export interface LimiterOptions {
   breakerOpenMs?: number;
   /** Keys the local fallback holds at most (default 100000). */
   localCapacity?: number;
+  /** Fleet membership (none by default): run `heartbeat()` from a timer. */
+  fleet?: FleetOptions;
+}
+
+/**
+ * Fleet membership: each limiter holds an `RL.CONCURRENCY` lease in `key` under its own id,
+ * renewed by `heartbeat()`, and reads the live fleet size from the reply; with `divides`
+ * (default true) the local fallback divides each limit by it once known (as rl-gateway's
+ * `[fleet]`), instead of the policy's `instances`.
+ */
+export interface FleetOptions {
+  /** The fleet's key (the middleware's: `<key_prefix>:{fleet}`, as rl-gateway's). */
+  key: string;
+  /** Time between renewals, in ms (default 1000). */
+  heartbeatMs?: number;
+  /** How long a silent member is still counted, in ms (default 3000; more than `heartbeatMs`). */
+  ttlMs?: number;
+  /** The local fallback divides each limit by the live fleet size (default true). */
+  divides?: boolean;
 }
 
 /** The default timeout of one Redis call (the Rust and Python clients' 50 ms). */
@@ -86,6 +105,8 @@ export class Limiter {
   private readonly sender: Sender;
   /** @internal The addon's limiter (the middleware's flow builds its booking op on it). */
   readonly core: InstanceType<typeof native.Core>;
+  /** The fleet membership, if any. */
+  readonly fleet: FleetOptions | null;
 
   constructor(client: RedisLike, options: LimiterOptions = {}) {
     this.client = client;
@@ -98,7 +119,44 @@ export class Limiter {
       breakerFailures: options.breakerFailures,
       breakerOpenMs: options.breakerOpenMs,
       localCapacity: options.localCapacity,
+      fleet: options.fleet,
     });
+    this.fleet = options.fleet ?? null;
+  }
+
+  /**
+   * Renews this limiter's fleet membership when a heartbeat is due (call it from a timer, a
+   * few times per `heartbeatMs`; nothing is sent between heartbeats) and returns the live
+   * fleet size once known (null before, or without membership). Never throws: a failed
+   * heartbeat keeps the last size.
+   */
+  async heartbeat(): Promise<number | null> {
+    const op = this.core.pending(Date.now());
+    if (op !== null) {
+      try {
+        await this.run(op, op.routingKey);
+      } catch {
+        // the size stays
+      }
+    }
+    return this.fleetSize;
+  }
+
+  /** Releases this limiter's membership (at shutdown), so the others stop counting it at
+   * their next heartbeat (best effort: otherwise it expires after `ttlMs`). Never throws. */
+  async leaveFleet(): Promise<void> {
+    const op = this.core.leave();
+    if (op === null) return;
+    try {
+      await this.run(op, op.routingKey);
+    } catch {
+      // the membership expires on its own
+    }
+  }
+
+  /** The live fleet size once a heartbeat read it (null before, or without membership). */
+  get fleetSize(): number | null {
+    return this.core.fleetSize;
   }
 
   /** Takes `cost` units (0: look without taking) for `key`. */
