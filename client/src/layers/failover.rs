@@ -128,25 +128,15 @@ impl<D: Decider> Failover<D> {
         error: &Error,
     ) -> MultiDecision {
         self.transport.log_error("RL.ALL", error);
-        let peeks: Vec<Decision> = items
-            .iter()
-            .enumerate()
-            .map(|(i, (k, p))| self.fail(k, p, cost_at(costs, i), true))
-            .collect();
-        let denied = peeks.iter().position(|d| d.is_denied());
-        let decisions = if denied.is_some() {
-            peeks
-        } else {
+        let multi = all_or_nothing(items.len(), |i, peek| {
             items
-                .iter()
-                .enumerate()
-                .map(|(i, (k, p))| self.fail(k, p, cost_at(costs, i), false))
-                .collect()
-        };
-        for d in &decisions {
+                .get(i)
+                .map(|(k, p)| self.fail(k, p, cost_at(costs, i), peek))
+        });
+        for d in &multi.decisions {
             self.count(d.source);
         }
-        MultiDecision { denied, decisions }
+        multi
     }
 
     fn fail(&self, key: &str, policy: &Policy, cost: u64, peek: bool) -> Decision {
@@ -172,6 +162,24 @@ impl<D: Decider> Failover<D> {
         counter.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("rl_client_decisions_total", "source" => source.name()).increment(1);
     }
+}
+
+/// The failure modes' answer for several keys, all or nothing: every key's answer is looked
+/// at first (`decide(i, true)`), and taken (`decide(i, false)`) only when none denies, so a
+/// key the fallback refuses costs the others nothing. `decide` answers key `i` of `n` (`None`
+/// past the end). The async failover and the sans-I/O op both answer so.
+pub(crate) fn all_or_nothing(
+    n: usize,
+    mut decide: impl FnMut(usize, bool) -> Option<Decision>,
+) -> MultiDecision {
+    let peeks: Vec<Decision> = (0..n).filter_map(|i| decide(i, true)).collect();
+    let denied = peeks.iter().position(|d| !d.allows());
+    let decisions = if denied.is_some() {
+        peeks
+    } else {
+        (0..n).filter_map(|i| decide(i, false)).collect()
+    };
+    MultiDecision { denied, decisions }
 }
 
 /// What `policy`'s failure mode answers for `cost` units of `key` while Redis cannot:

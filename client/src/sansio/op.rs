@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use redis::Value;
 
-use crate::layers::decider::{denied_at, unknown};
-use crate::layers::failover::failure_decision;
+use crate::layers::decider::{cost_at, denied_at, unknown};
+use crate::layers::failover::{all_or_nothing, failure_decision};
 use crate::layers::lease::leasable;
 use crate::limiter::decision::{parse_all, parse_refund, parse_single, parse_upto};
 use crate::limiter::decision::{Decision, Grant, MultiDecision};
@@ -310,23 +310,11 @@ impl Op {
                 peek,
             } => Some(Outcome::Decision(self.fallback(key, policy, *cost, *peek))),
             Call::All { items, costs } => {
-                let cost = |i: usize| costs.get(i).copied().unwrap_or(1);
-                let peeks: Vec<Decision> = items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (k, p))| self.fallback(k, p, cost(i), true))
-                    .collect();
-                let denied = peeks.iter().position(|d| !d.allows());
-                let decisions = if denied.is_some() {
-                    peeks
-                } else {
+                Some(Outcome::Multi(all_or_nothing(items.len(), |i, peek| {
                     items
-                        .iter()
-                        .enumerate()
-                        .map(|(i, (k, p))| self.fallback(k, p, cost(i), false))
-                        .collect()
-                };
-                Some(Outcome::Multi(MultiDecision { denied, decisions }))
+                        .get(i)
+                        .map(|(k, p)| self.fallback(k, p, cost_at(costs, i), peek))
+                })))
             }
             _ => None,
         }
