@@ -216,6 +216,16 @@ impl Core {
             .collect()
     }
 
+    /// `[takes, granted, hits, refunds, refunded, dropped]` of the leases since start.
+    #[napi(getter)]
+    pub fn lease_stats(&self) -> Vec<f64> {
+        let s = self.layers.lease_stats();
+        [s.takes, s.granted, s.hits, s.refunds, s.refunded, s.dropped]
+            .into_iter()
+            .map(crate::policy::to_f64)
+            .collect()
+    }
+
     /// Leaving the fleet at shutdown (`null` without membership).
     #[napi]
     pub fn leave(&self) -> Option<Op> {

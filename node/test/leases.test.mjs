@@ -100,6 +100,7 @@ for (const where of ['module', 'twin']) {
       assert.deepEqual(await statuses(web.base, 40), Array(40).fill(200));
       const sent = (await limiterCalls(web.client)) - before;
       assert.ok(sent < 5, `${sent} limiter commands for 40 requests`);
+      assert.ok(web.middleware.driver.limiter.leaseStats.hits >= 35);
       // Redis counted the units taken: the lease's batch, more than was served.
       assert.ok((await remaining(web.client, `${prefix}:{global}`)) < 1000 - 41);
     } finally {
@@ -114,6 +115,8 @@ for (const where of ['module', 'twin']) {
       assert.deepEqual(await statuses(web.base, 10), Array(10).fill(200));
       // The middleware's timer ends the lease and refunds what was not spent.
       assert.equal(await until(() => remaining(web.client, `${prefix}:{global}`), 990), 990, 'only the 10 requests served stay counted');
+      const stats = web.middleware.driver.limiter.leaseStats;
+      assert.ok(stats.hits > 0 && stats.refunded > 0 && stats.dropped === 0, JSON.stringify(stats));
     } finally {
       await web.close();
     }
@@ -125,6 +128,7 @@ for (const where of ['module', 'twin']) {
     try {
       assert.deepEqual(await statuses(web.base, 8), [200, 200, 200, 429, 429, 429, 429, 429]);
       assert.equal(await until(() => remaining(web.client, `${prefix}:{global}`), 997), 997, 'all or nothing: the refused requests took nothing');
+      assert.ok(web.middleware.driver.limiter.leaseStats.takes > 0, 'the global key was served from a lease');
     } finally {
       await web.close();
     }

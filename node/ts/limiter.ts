@@ -71,6 +71,16 @@ export interface FleetOptions {
   divides?: boolean;
 }
 
+/** What the leases did since start (see `Limiter.leaseStats`). */
+export interface LeaseStats {
+  takes: number;
+  granted: number;
+  hits: number;
+  refunds: number;
+  refunded: number;
+  dropped: number;
+}
+
 /** The default timeout of one Redis call (the Rust and Python clients' 50 ms). */
 export const DEFAULT_TIMEOUT_MS = 50;
 
@@ -165,6 +175,14 @@ export class Limiter {
       }
     }
     return this.fleetSize;
+  }
+
+  /** The leases since start: batches taken (`takes`) and their units (`granted`), requests
+   * served from a lease without a call (`hits`), refunds sent (`refunds`) and their units
+   * (`refunded`), unspent units not given back (`dropped`). */
+  get leaseStats(): LeaseStats {
+    const [takes, granted, hits, refunds, refunded, dropped] = this.core.leaseStats;
+    return { takes, granted, hits, refunds, refunded, dropped };
   }
 
   /** Gives back every lease's unspent units (at shutdown). Never throws. */
