@@ -140,7 +140,7 @@ impl Op {
     /// [`Op::feed`] and [`Op::multi_fields`] in one call.
     #[napi(ts_args_type = "reply: unknown")]
     /// Empty when the op sends another command first (a hot key's lease taken): it is
-    /// `next()`'s.
+    /// `takeNext()`'s.
     pub fn feed_multi_fields(&mut self, reply: Json) -> Result<Vec<f64>> {
         if let Some(next) = self.feed(reply)? {
             self.next = Some(next);
@@ -151,7 +151,7 @@ impl Op {
 
     /// The command `feedMultiFields` left to send (`null`: none).
     #[napi]
-    pub fn next(&mut self) -> Option<Vec<String>> {
+    pub fn take_next(&mut self) -> Option<Vec<String>> {
         self.next.take()
     }
 

@@ -134,3 +134,28 @@ for (const where of ['module', 'twin']) {
     }
   });
 }
+
+for (const where of ['module', 'twin']) {
+  test(`Limiter.checkAll serves a hot policy's key from a lease, all or nothing with the others (${where})`, async () => {
+    const port = (where === 'module' ? server : twin).port;
+    const prefix = newPrefix();
+    const client = new IORedis(port, '127.0.0.1', { maxRetriesPerRequest: 1 });
+    const limiter = new Limiter(client, { timeoutMs: 1000, leases: { lifetimeMs: 60_000, demandMs: 2000 } });
+    const hot = GLOBAL.withHot(true);
+    const user = policies.sliding(3, 60_000);
+    try {
+      assert.equal(hot.hot, true);
+      const allowed = [];
+      for (let i = 0; i < 5; i++) {
+        allowed.push((await limiter.checkAll([[`${prefix}g`, hot], [`${prefix}u`, user]])).allowed);
+      }
+      assert.deepEqual(allowed, [true, true, true, false, false]);
+      const stats = limiter.leaseStats;
+      assert.ok(stats.takes >= 1 && stats.hits >= 2, JSON.stringify(stats));
+      await limiter.releaseLeases();
+      assert.equal(await remaining(client, `${prefix}g`), 997, 'the refused calls took nothing; the lease went back');
+    } finally {
+      client.disconnect();
+    }
+  });
+}

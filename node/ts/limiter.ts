@@ -253,7 +253,7 @@ export class Limiter {
     const fields = op.feedMultiFields(reply ?? null);
     if (fields.length > 0) return fromMultiFields(fields);
     // A hot key's lease was taken first: the rest of the op (its `RL.ALL`).
-    await this.run(op, key, op.next());
+    await this.run(op, key, op.takeNext());
     return fromMultiFields(op.multiFields());
   }
 
