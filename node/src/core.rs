@@ -9,7 +9,7 @@ use std::time::Duration;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-use redis_rl_client::sansio::{Layers, LayersConfig};
+use redis_rl_client::sansio::{Layers, LayersConfig, LeaseConfig};
 use redis_rl_client::{BreakerConfig, FleetConfig, ServerImpl};
 
 use crate::op::Op;
@@ -45,6 +45,40 @@ pub struct CoreOptions {
     pub local_capacity: Option<u32>,
     /// Fleet membership (an `RL.CONCURRENCY` lease renewed by `pending`); none by default.
     pub fleet: Option<FleetOptions>,
+    /// Leases for `checkAll` keys whose policy is hot (`[leases]`); none by default.
+    pub leases: Option<LeaseOptions>,
+}
+
+/// Leases: a hot key's requests are served from a batch of units taken ahead.
+#[napi(object)]
+pub struct LeaseOptions {
+    /// How long a lease lives, in ms (default 250): its unspent units go back then.
+    pub lifetime_ms: Option<u32>,
+    /// How much of the recent demand a lease covers, in ms (default 200).
+    pub demand_ms: Option<u32>,
+    /// What the fleet's leases of one key hold together, in percent of the limit (default 10).
+    pub max_percent: Option<u32>,
+}
+
+/// The client's leases from `LeaseOptions`; numbers it cannot work with are refused.
+fn lease_config(o: LeaseOptions) -> Result<LeaseConfig> {
+    let defaults = LeaseConfig::default();
+    if o.lifetime_ms == Some(0)
+        || o.demand_ms == Some(0)
+        || o.max_percent.is_some_and(|p| p == 0 || p > 100)
+    {
+        return Err(Error::new(
+            Status::InvalidArg,
+            "leases: lifetimeMs and demandMs must be at least 1, maxPercent between 1 and 100",
+        ));
+    }
+    let ms = |v: Option<u32>, d: Duration| v.map_or(d, |ms| Duration::from_millis(u64::from(ms)));
+    Ok(LeaseConfig {
+        lifetime: ms(o.lifetime_ms, defaults.lifetime),
+        demand: ms(o.demand_ms, defaults.demand),
+        max_percent: o.max_percent.map_or(defaults.max_percent, u64::from),
+        ..defaults
+    })
 }
 
 /// Fleet membership: limiters naming one `key` count each other.
@@ -97,6 +131,7 @@ impl Core {
             breaker_open_ms: None,
             local_capacity: None,
             fleet: None,
+            leases: None,
         });
         let defaults = BreakerConfig::default();
         let breaker = BreakerConfig {
@@ -120,6 +155,7 @@ impl Core {
             local_capacity: o.local_capacity.map_or(100_000, |n| n as usize),
             fleet,
             fleet_divides,
+            leases: o.leases.map(lease_config).transpose()?,
             ..LayersConfig::default()
         };
         Ok(Self {
@@ -161,13 +197,33 @@ impl Core {
         Ok(Op::new(self.layers.force(key, policy.inner, cost)))
     }
 
-    /// The fleet heartbeat when one is due at `now_ms` (wall-clock ms since the Unix
-    /// epoch), else `null`; its `units()` is the fleet size (0 while unknown). Run from a
-    /// timer, a few times per heartbeat.
+    /// The next background op due at `now_ms` (wall-clock ms since the Unix epoch), else
+    /// `null`: the fleet heartbeat (its `units()` is the fleet size, 0 while unknown), then
+    /// the `RL.REFUND` of each lease that ended. Run from a timer, again until `null`.
     #[napi]
     pub fn pending(&self, now_ms: f64) -> Result<Option<Op>> {
         let now_ms = whole("nowMs", now_ms)?;
         Ok(self.layers.pending(now_ms).map(Op::new))
+    }
+
+    /// The `RL.REFUND` ops of every lease's unspent units, at shutdown.
+    #[napi]
+    pub fn release_leases(&self) -> Vec<Op> {
+        self.layers
+            .release_leases()
+            .into_iter()
+            .map(Op::new)
+            .collect()
+    }
+
+    /// `[takes, granted, hits, refunds, refunded, dropped]` of the leases since start.
+    #[napi(getter)]
+    pub fn lease_stats(&self) -> Vec<f64> {
+        let s = self.layers.lease_stats();
+        [s.takes, s.granted, s.hits, s.refunds, s.refunded, s.dropped]
+            .into_iter()
+            .map(crate::policy::to_f64)
+            .collect()
     }
 
     /// Leaving the fleet at shutdown (`null` without membership).

@@ -224,6 +224,20 @@ impl Flow {
         })
     }
 
+    /// `[lifetimeMs, demandMs, maxPercent]` of `[leases]`, `null` when no dimension is `hot`.
+    #[napi(getter)]
+    pub fn leases(&self) -> Option<Vec<f64>> {
+        let config = self.engine.config();
+        #[allow(clippy::cast_precision_loss)]
+        (!config.hot.is_empty()).then(|| {
+            vec![
+                config.leases.lifetime_ms as f64,
+                config.leases.demand_ms as f64,
+                config.leases.max_percent as f64,
+            ]
+        })
+    }
+
     /// Whether `instances` is configured (else the local fallback divides by the live
     /// fleet size once membership read it).
     #[napi(getter)]
@@ -395,6 +409,7 @@ impl RequestFlow {
                 ClientPolicy::new(item.spec.params())
                     .on_failure(mode)
                     .shadow(item.shadow)
+                    .hot(item.hot)
             })
             .collect()
     }
@@ -475,6 +490,13 @@ impl RequestFlow {
                 return Ok(None);
             }
         }
+        // A hot key's op may send its lease's take before the `RL.ALL` (`bookFeed` hands
+        // that command over): every key then crosses joined by line feeds.
+        if self.takes.iter().any(|t| t.key.contains(SEP))
+            && policies.iter().any(ClientPolicy::is_hot)
+        {
+            return Ok(None);
+        }
         let first = op
             .start()
             .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?
@@ -510,7 +532,9 @@ impl RequestFlow {
 
     /// The answer to `book` when the flow ran the booking: the reply to its last command
     /// (`undefined` when it was decided without Redis or by `bookFail`), each ban key's
-    /// `PTTL` reply (`null`: the read failed), `nowMs`. Returns the next step.
+    /// `PTTL` reply (`null`: the read failed), `nowMs`. Returns the next step, or
+    /// `{kind: "send", command}` when the booking sends another command first (a hot key's
+    /// lease taken, its words joined by line feeds): send it, feed its reply here again.
     #[napi(
         ts_args_type = "reply: unknown, bans: (number | null)[], nowMs: number",
         ts_return_type = "unknown"
@@ -525,8 +549,14 @@ impl RequestFlow {
             return Err(Error::new(Status::GenericFailure, "bookFeed: no booking"));
         };
         if let Some(reply) = reply {
-            op.feed(&crate::reply::value(&reply))
+            let next = op
+                .feed(&crate::reply::value(&reply))
                 .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))?;
+            if let Some(next) = next {
+                // A hot key's lease was taken: the `RL.ALL` of the others follows.
+                self.booking = Some(op);
+                return Ok(json!({"kind": "send", "command": next.join("\n")}));
+            }
         }
         let Some(Outcome::Multi(m)) = op.outcome() else {
             return Err(Error::new(

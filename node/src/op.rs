@@ -25,6 +25,8 @@ pub const SOURCES: [&str; 7] = Source::NAMES;
 #[napi]
 pub struct Op {
     inner: sansio::Op,
+    /// The command `feed_multi_fields` got back instead of a decision.
+    next: Option<Vec<String>>,
 }
 
 fn error(message: impl Into<String>) -> Error {
@@ -61,7 +63,7 @@ fn decision_fields(d: &Decision, shadow: bool) -> [f64; 7] {
 
 impl Op {
     pub(crate) fn new(inner: sansio::Op) -> Self {
-        Self { inner }
+        Self { inner, next: None }
     }
 
     fn outcome(&self) -> Option<&Outcome> {
@@ -137,9 +139,20 @@ impl Op {
 
     /// [`Op::feed`] and [`Op::multi_fields`] in one call.
     #[napi(ts_args_type = "reply: unknown")]
+    /// Empty when the op sends another command first (a hot key's lease taken): it is
+    /// `takeNext()`'s.
     pub fn feed_multi_fields(&mut self, reply: Json) -> Result<Vec<f64>> {
-        self.feed(reply)?;
+        if let Some(next) = self.feed(reply)? {
+            self.next = Some(next);
+            return Ok(Vec::new());
+        }
         self.multi_fields()
+    }
+
+    /// The command `feedMultiFields` left to send (`null`: none).
+    #[napi]
+    pub fn take_next(&mut self) -> Option<Vec<String>> {
+        self.next.take()
     }
 
     /// The decision of a `check` as numbers, cheaper to hand over than an object:

@@ -149,6 +149,15 @@ impl Policy {
         }
     }
 
+    /// The same policy served (or not) from leases in a `checkAll` of a limiter with
+    /// `leases` (a hot key).
+    #[napi]
+    pub fn with_hot(&self, hot: bool) -> Policy {
+        Self {
+            inner: self.inner.hot(hot),
+        }
+    }
+
     /// The config name of the algorithm (`sliding`).
     #[napi(getter)]
     pub fn algorithm(&self) -> String {
@@ -189,6 +198,12 @@ impl Policy {
     #[napi(getter)]
     pub fn shadow(&self) -> bool {
         self.inner.is_shadow()
+    }
+
+    /// True when served from leases (`withHot`).
+    #[napi(getter)]
+    pub fn hot(&self) -> bool {
+        self.inner.is_hot()
     }
 
     /// True when the algorithm takes `UPTO` (`takeUpto`).

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import native from './load.js';
 import type { FlowDebtWatch, FlowOutcome, Policy, RequestFlow } from './load.js';
-import { Limiter, type Decision, type FleetOptions, type LimiterOptions } from './limiter.js';
+import { Limiter, type Decision, type FleetOptions, type LeaseOptions, type LimiterOptions } from './limiter.js';
 import type { RedisLike } from './client.js';
 
 /** One plan item's units, as a step names them (`item` indexes the request's policies). */
@@ -187,6 +187,7 @@ export class FlowDriver {
     // The configuration first: a bad one fails the application's start, not its requests.
     this.flow = loadFlow(options.config, options.routes);
     const fleet = this.fleetOptions();
+    const leases = this.leaseOptions();
     if (options.limiter) {
       this.limiter = options.limiter;
       if (fleet !== null && this.limiter.fleet === null) {
@@ -194,13 +195,18 @@ export class FlowDriver {
           '[fleet] membership is on but the limiter passed in has none (new Limiter(client, { fleet })): the local fallback divides by instances',
         );
       }
+      if (leases !== null && this.limiter.leases === null) {
+        process.emitWarning(
+          'hot dimensions are configured but the limiter passed in has no leases (new Limiter(client, { leases })): every key is decided in Redis',
+        );
+      }
     } else if (options.client) {
-      this.limiter = new Limiter(options.client, { ...options.limiterOptions, fleet: fleet ?? undefined });
+      this.limiter = new Limiter(options.client, { ...options.limiterOptions, fleet: fleet ?? undefined, leases: leases ?? undefined });
     } else {
       throw new TypeError('redis-rl: the middleware needs `client` (your Redis client) or `limiter`');
     }
     // Peeks and FORCE of held requests only: not a member of the fleet.
-    this.direct = new Limiter(this.limiter.client, { ...options.limiterOptions, denyCache: 0, fleet: undefined });
+    this.direct = new Limiter(this.limiter.client, { ...options.limiterOptions, denyCache: 0, fleet: undefined, leases: undefined });
     const tiers = options.tiers;
     if (typeof tiers === 'function') this.tiers = tiers;
     else if (tiers) this.tiers = (k) => tiers[k] ?? null;
@@ -218,16 +224,29 @@ export class FlowDriver {
     return { key: `${this.flow.keyPrefix}:{fleet}`, heartbeatMs, ttlMs, divides: !this.flow.instancesConfigured };
   }
 
-  /** Renews the limiter's membership from a timer, off the requests' path: a few ticks per
+  /** The limiter's leases as `hot` and `[leases]` configure them. */
+  private leaseOptions(): LeaseOptions | null {
+    const leases = this.flow.leases;
+    if (leases === null) return null;
+    const [lifetimeMs, demandMs, maxPercent] = leases;
+    return { lifetimeMs, demandMs, maxPercent };
+  }
+
+  /** Renews the limiter's membership and gives back the leases that ended from a timer, off the requests' path: a few ticks per
    * heartbeat (the op sends nothing until one is due, and one at a time). Started by the
    * first request, as the Python middleware's task: by then the application's client is
    * connected (a node-redis client is not until `connect()`). */
   private beat(): void {
-    const fleet = this.limiter.fleet;
-    if (fleet === null || this.closed) return;
+    const { fleet, leases } = this.limiter;
+    if ((fleet === null && leases === null) || this.closed) return;
     const limiter = this.limiter;
+    // A few ticks per heartbeat; at least two per lease lifetime, so a lease's unspent units
+    // go back soon after it ends.
+    const ticks: number[] = [];
+    if (fleet !== null) ticks.push((fleet.heartbeatMs ?? 1000) / 4);
+    if (leases !== null) ticks.push((leases.lifetimeMs ?? 250) / 2);
     void limiter.heartbeat();
-    this.heartbeats = setInterval(() => void limiter.heartbeat(), Math.max(1, Math.floor((fleet.heartbeatMs ?? 1000) / 4)));
+    this.heartbeats = setInterval(() => void limiter.heartbeat(), Math.max(1, Math.floor(Math.min(...ticks))));
     this.heartbeats.unref();
   }
 
@@ -240,6 +259,7 @@ export class FlowDriver {
       clearInterval(this.heartbeats);
       this.heartbeats = null;
       await this.limiter.leaveFleet();
+      await this.limiter.releaseLeases();
     }
     if (this.counts.size > 0) await this.flush();
   }
@@ -327,12 +347,17 @@ export class FlowDriver {
       const key = request.bookingKey;
       const fail = (message: string, outage: boolean) => request.bookFail(message, outage);
       const banReads = step === null ? request.banReads : step.banReads;
-      if (banReads.length === 0) {
-        const reply = await this.limiter.exchange(first, key, fail);
-        return request.bookFeed(reply, NO_BANS, nowMs());
+      let reply: unknown;
+      let bans: (number | null)[] = NO_BANS;
+      if (banReads.length === 0) reply = await this.limiter.exchange(first, key, fail);
+      else [reply, bans] = await Promise.all([this.limiter.exchange(first, key, fail), Promise.all(banReads.map((k) => this.pttl(k)))]);
+      let next = request.bookFeed(reply, bans, nowMs()) as { kind?: string; command?: string };
+      // A hot key's lease was taken first: the booking's next command (the `RL.ALL` of the others).
+      while (next.kind === 'send') {
+        reply = await this.limiter.exchange((next.command as string).split('\n'), key, fail);
+        next = request.bookFeed(reply, bans, nowMs()) as { kind?: string; command?: string };
       }
-      const [reply, bans] = await Promise.all([this.limiter.exchange(first, key, fail), Promise.all(banReads.map((k) => this.pttl(k)))]);
-      return request.bookFeed(reply, bans, nowMs());
+      return next;
     }
     const book = step ?? (request.step as Extract<Step, { kind: 'book' }>);
     const policies = policiesOf ? policiesOf() : request.policies();

@@ -1,6 +1,6 @@
 // redis-rl for Node.js: the limiter, policies, drop-ins and middleware.
 export { Limiter, DEFAULT_TIMEOUT_MS } from './limiter.js';
-export type { Decision, MultiDecision, Grant, Settled, LimiterOptions, FleetOptions } from './limiter.js';
+export type { Decision, MultiDecision, Grant, Settled, LimiterOptions, FleetOptions, LeaseOptions, LeaseStats } from './limiter.js';
 export { policies } from './policy.js';
 export type { Policy, Policies, PolicyOptions } from './policy.js';
 export type { RedisLike } from './client.js';

@@ -35,6 +35,23 @@ export interface LimiterOptions {
   localCapacity?: number;
   /** Fleet membership (none by default): run `heartbeat()` from a timer. */
   fleet?: FleetOptions;
+  /** Leases for `checkAll` keys whose policy is hot (none by default): run `heartbeat()`
+   * from a timer, at least twice per `lifetimeMs`, so unspent units go back. */
+  leases?: LeaseOptions;
+}
+
+/**
+ * Leases (as rl-gateway's `[leases]`): a `checkAll` key whose policy is hot is served from a
+ * batch of units taken ahead (`COST n UPTO`) and spent locally; what is unspent when the
+ * lease ends goes back (`RL.REFUND`, from `heartbeat()`).
+ */
+export interface LeaseOptions {
+  /** How long a lease lives, in ms (default 250). */
+  lifetimeMs?: number;
+  /** How much of the recent demand a lease covers, in ms (default 200). */
+  demandMs?: number;
+  /** What the fleet's leases of one key hold together, in percent of the limit (default 10). */
+  maxPercent?: number;
 }
 
 /**
@@ -52,6 +69,16 @@ export interface FleetOptions {
   ttlMs?: number;
   /** The local fallback divides each limit by the live fleet size (default true). */
   divides?: boolean;
+}
+
+/** What the leases did since start (see `Limiter.leaseStats`). */
+export interface LeaseStats {
+  takes: number;
+  granted: number;
+  hits: number;
+  refunds: number;
+  refunded: number;
+  dropped: number;
 }
 
 /** The default timeout of one Redis call (the Rust and Python clients' 50 ms). */
@@ -107,6 +134,8 @@ export class Limiter {
   readonly core: InstanceType<typeof native.Core>;
   /** The fleet membership, if any. */
   readonly fleet: FleetOptions | null;
+  /** The leases, if any. */
+  readonly leases: LeaseOptions | null;
 
   constructor(client: RedisLike, options: LimiterOptions = {}) {
     this.client = client;
@@ -120,26 +149,53 @@ export class Limiter {
       breakerOpenMs: options.breakerOpenMs,
       localCapacity: options.localCapacity,
       fleet: options.fleet,
+      leases: options.leases,
     });
     this.fleet = options.fleet ?? null;
+    this.leases = options.leases ?? null;
   }
 
   /**
-   * Renews this limiter's fleet membership when a heartbeat is due (call it from a timer, a
-   * few times per `heartbeatMs`; nothing is sent between heartbeats) and returns the live
+   * Renews this limiter's fleet membership when a heartbeat is due and gives back the unspent
+   * units of the leases that ended (call it from a timer, a few times per `heartbeatMs` and
+   * at least twice per lease `lifetimeMs`; nothing is sent when nothing is due) and returns the live
    * fleet size once known (null before, or without membership). Never throws: a failed
    * heartbeat keeps the last size.
    */
   async heartbeat(): Promise<number | null> {
-    const op = this.core.pending(Date.now());
-    if (op !== null) {
+    // The heartbeat when due, then the refund of each lease that ended (bounded per tick:
+    // the next tick goes on).
+    for (let i = 0; i < 1000; i++) {
+      const op = this.core.pending(Date.now());
+      if (op === null) break;
       try {
         await this.run(op, op.routingKey);
       } catch {
-        // the size stays
+        // the size stays; a refund not made leaves its units counted until the window ends
       }
     }
     return this.fleetSize;
+  }
+
+  /** The leases since start: batches taken (`takes`) and their units (`granted`), requests
+   * served from a lease without a call (`hits`), refunds sent (`refunds`) and their units
+   * (`refunded`), unspent units not given back (`dropped`). */
+  get leaseStats(): LeaseStats {
+    const [takes, granted, hits, refunds, refunded, dropped] = this.core.leaseStats;
+    return { takes, granted, hits, refunds, refunded, dropped };
+  }
+
+  /** Gives back every lease's unspent units (at shutdown). Never throws. */
+  async releaseLeases(): Promise<void> {
+    await Promise.all(
+      this.core.releaseLeases().map(async (op) => {
+        try {
+          await this.run(op, op.routingKey);
+        } catch {
+          // the units stay counted until their window ends
+        }
+      }),
+    );
   }
 
   /** Releases this limiter's membership (at shutdown), so the others stop counting it at
@@ -194,7 +250,11 @@ export class Limiter {
       await this.run(op, key, this.failed(op, e));
       return fromMultiFields(op.multiFields());
     }
-    return fromMultiFields(op.feedMultiFields(reply ?? null));
+    const fields = op.feedMultiFields(reply ?? null);
+    if (fields.length > 0) return fromMultiFields(fields);
+    // A hot key's lease was taken first: the rest of the op (its `RL.ALL`).
+    await this.run(op, key, op.takeNext());
+    return fromMultiFields(op.multiFields());
   }
 
   private failed(op: Op | Query, e: unknown): string[] | null {

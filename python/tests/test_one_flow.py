@@ -191,8 +191,9 @@ def until(check: Callable[[], bool], what: str) -> None:
 EXERCISED = ("dimensions, tiers, rules, several windows", "cost header", "bans", "delay", "top offenders")
 FRONT_ENDS = ("proxy", "forward auth", "ASGI (Python)", "Express (Node)")
 # Rows other tests exercise, for the front ends they run (the ASGI middleware's leases:
-# test_leases.py; rl-gateway's: the gateway's tests).
-ELSEWHERE = {"leases": ("proxy", "forward auth", "ASGI (Python)")}
+# test_leases.py; the Express middleware's: node/test/leases.test.mjs; rl-gateway's: the
+# gateway's tests).
+ELSEWHERE = {"leases": ("proxy", "forward auth", "ASGI (Python)", "Express (Node)")}
 
 
 def feature_table() -> Dict[str, Dict[str, str]]:

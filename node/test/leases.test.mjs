@@ -1,0 +1,161 @@
+// Leases in the Express middleware (the `hot` dimensions and `[leases]`, as rl-gateway's and
+// the Python middleware's): a hot key is served from batches taken with UPTO, so it costs
+// Redis fewer commands than requests; a lease's unspent units go back after its lifetime
+// (the middleware's timer); a request another dimension refuses spends nothing.
+// On the module and on its Lua twin.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import express from 'express';
+import IORedis from 'ioredis';
+import { rateLimit, Limiter, policies } from '../dist/esm/index.js';
+import { startServer, prefix as newPrefix } from './harness.mjs';
+
+const GLOBAL = policies.sliding(1000, 60_000);
+
+let server;
+let twin;
+before(async () => {
+  server = await startServer();
+  twin = await startServer({ module: false });
+});
+after(() => {
+  server.stop();
+  twin.stop();
+});
+
+async function until(read, want) {
+  const deadline = Date.now() + 5000;
+  let got = await read();
+  while (got !== want && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 50));
+    got = await read();
+  }
+  return got;
+}
+
+function config(prefix, lifetimeMs, more = {}) {
+  return {
+    key_prefix: prefix,
+    dimensions: ['global'],
+    global: { limit: 1000, algorithm: 'sliding' },
+    hot: ['global'],
+    fleet: { membership: false },
+    leases: { lifetime_ms: lifetimeMs, demand_ms: 2000 },
+    ...more,
+  };
+}
+
+/** An Express app behind the middleware: its base URL, the middleware, its client, close(). */
+async function app(port, cfg) {
+  const client = new IORedis(port, '127.0.0.1', { maxRetriesPerRequest: 1 });
+  const middleware = rateLimit({ client, config: cfg, limiterOptions: { timeoutMs: 1000 } });
+  const web = express();
+  web.use(middleware);
+  web.use((req, res) => res.send('hi'));
+  const listener = web.listen(0, '127.0.0.1');
+  await new Promise((r) => listener.once('listening', r));
+  return {
+    base: `http://127.0.0.1:${listener.address().port}`,
+    middleware,
+    client,
+    async close() {
+      await middleware.close();
+      listener.close();
+      client.disconnect();
+    },
+  };
+}
+
+/** The limiter's commands the server ran so far: the module's, or the twin's scripts. */
+async function limiterCalls(client) {
+  const info = await client.info('commandstats');
+  let calls = 0;
+  for (const line of info.split('\r\n')) {
+    const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line);
+    if (m && (m[1].startsWith('rl.') || m[1] === 'evalsha' || m[1] === 'eval')) calls += Number(m[2]);
+  }
+  return calls;
+}
+
+/** The units left of `key` (a peek of one unit reads what would be left after it). */
+async function remaining(client, key) {
+  return (await new Limiter(client).peek(key, GLOBAL)).remaining + 1;
+}
+
+async function statuses(base, n) {
+  const out = [];
+  for (let i = 0; i < n; i++) out.push((await fetch(base + '/')).status);
+  return out;
+}
+
+for (const where of ['module', 'twin']) {
+  const port = () => (where === 'module' ? server : twin).port;
+
+  test(`a hot key served from a lease costs fewer limiter commands than requests (${where})`, async () => {
+    const prefix = newPrefix().slice(0, -1);
+    const web = await app(port(), config(prefix, 60_000));
+    try {
+      assert.equal((await fetch(web.base + '/')).status, 200); // the first take (and the twin's loading)
+      const before = await limiterCalls(web.client);
+      assert.deepEqual(await statuses(web.base, 40), Array(40).fill(200));
+      const sent = (await limiterCalls(web.client)) - before;
+      assert.ok(sent < 5, `${sent} limiter commands for 40 requests`);
+      assert.ok(web.middleware.driver.limiter.leaseStats.hits >= 35);
+      // Redis counted the units taken: the lease's batch, more than was served.
+      assert.ok((await remaining(web.client, `${prefix}:{global}`)) < 1000 - 41);
+    } finally {
+      await web.close();
+    }
+  });
+
+  test(`a lease's unspent units are given back after its lifetime (${where})`, async () => {
+    const prefix = newPrefix().slice(0, -1);
+    const web = await app(port(), config(prefix, 200));
+    try {
+      assert.deepEqual(await statuses(web.base, 10), Array(10).fill(200));
+      // The middleware's timer ends the lease and refunds what was not spent.
+      assert.equal(await until(() => remaining(web.client, `${prefix}:{global}`), 990), 990, 'only the 10 requests served stay counted');
+      const stats = web.middleware.driver.limiter.leaseStats;
+      assert.ok(stats.hits > 0 && stats.refunded > 0 && stats.dropped === 0, JSON.stringify(stats));
+    } finally {
+      await web.close();
+    }
+  });
+
+  test(`a request another dimension refuses spends nothing of the lease (${where})`, async () => {
+    const prefix = newPrefix().slice(0, -1);
+    const web = await app(port(), config(prefix, 200, { dimensions: ['ip', 'global'], ip: { limit: 3, algorithm: 'sliding' } }));
+    try {
+      assert.deepEqual(await statuses(web.base, 8), [200, 200, 200, 429, 429, 429, 429, 429]);
+      assert.equal(await until(() => remaining(web.client, `${prefix}:{global}`), 997), 997, 'all or nothing: the refused requests took nothing');
+      assert.ok(web.middleware.driver.limiter.leaseStats.takes > 0, 'the global key was served from a lease');
+    } finally {
+      await web.close();
+    }
+  });
+}
+
+for (const where of ['module', 'twin']) {
+  test(`Limiter.checkAll serves a hot policy's key from a lease, all or nothing with the others (${where})`, async () => {
+    const port = (where === 'module' ? server : twin).port;
+    const prefix = newPrefix();
+    const client = new IORedis(port, '127.0.0.1', { maxRetriesPerRequest: 1 });
+    const limiter = new Limiter(client, { timeoutMs: 1000, leases: { lifetimeMs: 60_000, demandMs: 2000 } });
+    const hot = GLOBAL.withHot(true);
+    const user = policies.sliding(3, 60_000);
+    try {
+      assert.equal(hot.hot, true);
+      const allowed = [];
+      for (let i = 0; i < 5; i++) {
+        allowed.push((await limiter.checkAll([[`${prefix}g`, hot], [`${prefix}u`, user]])).allowed);
+      }
+      assert.deepEqual(allowed, [true, true, true, false, false]);
+      const stats = limiter.leaseStats;
+      assert.ok(stats.takes >= 1 && stats.hits >= 2, JSON.stringify(stats));
+      await limiter.releaseLeases();
+      assert.equal(await remaining(client, `${prefix}g`), 997, 'the refused calls took nothing; the lease went back');
+    } finally {
+      client.disconnect();
+    }
+  });
+}
