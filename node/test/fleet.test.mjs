@@ -8,7 +8,7 @@ import express from 'express';
 import IORedis from 'ioredis';
 import Fastify from 'fastify';
 import { rateLimit, fastifyRateLimit, Limiter } from '../dist/esm/index.js';
-import { startServer, prefix as newPrefix } from './harness.mjs';
+import { startServer, prefix as newPrefix, until } from './harness.mjs';
 
 let server;
 let twin;
@@ -20,17 +20,6 @@ after(() => {
   server.stop();
   twin.stop();
 });
-
-/** Polls `read()` (bounded in time) until it gives `want`; the last value read. */
-async function until(read, want) {
-  const deadline = Date.now() + 5000;
-  let got = await read();
-  while (got !== want && Date.now() < deadline) {
-    await new Promise((r) => setTimeout(r, 50));
-    got = await read();
-  }
-  return got;
-}
 
 /** A limiter on its own client, a member of `key`'s fleet. */
 function member(port, key) {

@@ -97,3 +97,14 @@ export function prefix() {
   counter += 1;
   return `t${process.pid}-${counter}:`;
 }
+
+/** Polls `read()` (bounded: 5 s) until it gives `want`; the last value read. */
+export async function until(read, want) {
+  const deadline = Date.now() + 5000;
+  let got = await read();
+  while (got !== want && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 50));
+    got = await read();
+  }
+  return got;
+}

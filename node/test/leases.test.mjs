@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import express from 'express';
 import IORedis from 'ioredis';
 import { rateLimit, Limiter, policies } from '../dist/esm/index.js';
-import { startServer, prefix as newPrefix } from './harness.mjs';
+import { startServer, prefix as newPrefix, until } from './harness.mjs';
 
 const GLOBAL = policies.sliding(1000, 60_000);
 
@@ -22,16 +22,6 @@ after(() => {
   server.stop();
   twin.stop();
 });
-
-async function until(read, want) {
-  const deadline = Date.now() + 5000;
-  let got = await read();
-  while (got !== want && Date.now() < deadline) {
-    await new Promise((r) => setTimeout(r, 50));
-    got = await read();
-  }
-  return got;
-}
 
 function config(prefix, lifetimeMs, more = {}) {
   return {
