@@ -117,6 +117,24 @@ async fn list(
     }
 }
 
+/// The `key` parameter of an admin call that deletes, with the gateway's key prefix; else
+/// the 400 message: `usage` when it is missing, the prefix when the key is not under it (an
+/// admin call cannot delete other data).
+fn prefixed_key<'q>(
+    ops: &Ops,
+    q: &'q HashMap<String, String>,
+    usage: &str,
+) -> Result<(String, &'q str), String> {
+    let Some(key) = q.get("key").filter(|k| !k.is_empty()) else {
+        return Err(usage.to_string());
+    };
+    let prefix = ops.live.current().config.key_prefix.clone();
+    if !key.starts_with(&format!("{prefix}:")) {
+        return Err(format!("key must start with {prefix}:"));
+    }
+    Ok((prefix, key))
+}
+
 /// `DELETE /bans/<policy>?key=<key>`: lifts the ban and forgets the key's refusals and
 /// escalation; 200 `{"lifted": true}`, or 404 when the key was not banned (its counts are
 /// forgotten all the same).
@@ -131,14 +149,14 @@ async fn lift(
     if let Some(r) = refused(&ops, peer, &headers) {
         return r;
     }
-    let Some(key) = q.get("key").filter(|k| !k.is_empty()) else {
-        return bad("give the banned key: DELETE /bans/<policy>?key=<key>".to_string());
+    let (prefix, key) = match prefixed_key(
+        &ops,
+        &q,
+        "give the banned key: DELETE /bans/<policy>?key=<key>",
+    ) {
+        Ok(found) => found,
+        Err(message) => return bad(message),
     };
-    let prefix = ops.live.current().config.key_prefix.clone();
-    // Only keys of this gateway's prefix: the admin call cannot delete other data.
-    if !key.starts_with(&format!("{prefix}:")) {
-        return bad(format!("key must start with {prefix}:"));
-    }
     match bans::lift(&ops.live.parts().limiter, &prefix, &policy, key).await {
         Ok(true) => Json(json!({ "lifted": true })).into_response(),
         Ok(false) => (StatusCode::NOT_FOUND, Json(json!({ "lifted": false }))).into_response(),
@@ -210,14 +228,10 @@ async fn reset(
     if let Some(r) = refused(&ops, peer, &headers) {
         return r;
     }
-    let Some(key) = q.get("key").filter(|k| !k.is_empty()) else {
-        return bad("give the key: DELETE /limits?key=<key>".to_string());
+    let (_, key) = match prefixed_key(&ops, &q, "give the key: DELETE /limits?key=<key>") {
+        Ok(found) => found,
+        Err(message) => return bad(message),
     };
-    let prefix = ops.live.current().config.key_prefix.clone();
-    // Only keys of this gateway's prefix: the admin call cannot delete other data.
-    if !key.starts_with(&format!("{prefix}:")) {
-        return bad(format!("key must start with {prefix}:"));
-    }
     match ops.live.parts().limiter.reset(key).await {
         Ok(true) => Json(json!({ "reset": true })).into_response(),
         Ok(false) => (StatusCode::NOT_FOUND, Json(json!({ "reset": false }))).into_response(),
