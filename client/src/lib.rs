@@ -37,11 +37,23 @@
 //! # }
 //! ```
 //!
+//! # Feature `transport` (default)
+//!
+//! Everything that does I/O: the async [`Limiter`] and its layers, the transport
+//! (connections, timeouts, TLS), fleet membership's heartbeat task, [`bans`] and
+//! [`offenders`]. Without it (`default-features = false`) the crate is the sans-I/O op,
+//! [`sansio`], and the parts it drives with no I/O: policies, decisions and their reply
+//! parsers, the deny cache, the circuit breaker, the failure modes, the local fallback and
+//! the lease sizing. It then builds with no tokio, no TLS stack and no async Redis client
+//! (`redis` only for its `Value` and the hash slot of a key): the Node.js addon and the
+//! Python extension build it so, their host's own Redis client doing the I/O.
+//!
 //! Dependencies, and why: `redis` (the maintained Rust client: async on tokio, connection
-//! manager with reconnects, cluster routing), `tokio` (runtime, timeouts, paused time in
-//! tests), `thiserror` (the error enum), `tracing` (spans), `metrics` (counter facade; the
+//! manager with reconnects, cluster routing; `Value` and the key slot only without
+//! `transport`), `tokio` (runtime, timeouts, paused time in tests; `transport` only),
+//! `thiserror` (the error enum), `tracing` (spans), `metrics` (counter facade; the
 //! application picks the exporter), `lru` (the bounded deny cache), `hashbrown` (the local
-//! fallback's table), `futures-util` (joining concurrent calls).
+//! fallback's table), `futures-util` (joining concurrent calls; `transport` only).
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 #![cfg_attr(
@@ -50,6 +62,7 @@
 )]
 #![warn(missing_docs)]
 
+mod clock;
 pub mod error;
 pub mod fleet;
 pub mod layers;
@@ -57,7 +70,7 @@ pub mod limiter;
 pub mod sansio;
 // Test doubles, built for the tests of crates on this one too (feature `testing`): they
 // may unwrap.
-#[cfg(any(test, feature = "testing"))]
+#[cfg(all(feature = "transport", any(test, feature = "testing")))]
 #[doc(hidden)]
 #[allow(
     missing_docs,
@@ -70,11 +83,17 @@ pub mod transport;
 
 // The modules' paths from before they were grouped by layer, kept for users (the Node
 // addon's `breaker::Permit` and `decision::parse_*`, among others).
+#[cfg(feature = "transport")]
 pub use fleet::{bans, offenders};
 pub use layers::{decider, deny_cache, failover, fallback, lease};
-pub use limiter::{booking, decision, policy, settle};
-pub use transport::{backend, breaker};
+#[cfg(feature = "transport")]
+pub use limiter::{booking, settle};
+pub use limiter::{decision, policy};
+#[cfg(feature = "transport")]
+pub use transport::backend;
+pub use transport::breaker;
 
+#[cfg(feature = "transport")]
 pub use backend::{Backend, Cluster, Standalone, TlsFiles, Unreachable};
 pub use breaker::{Breaker, BreakerConfig, BreakerState, BreakerStats};
 pub use decider::ServerImpl;
@@ -84,6 +103,8 @@ pub use error::{Error, Refusal, Result};
 pub use fallback::LocalLimiter;
 pub use fleet::FleetConfig;
 pub use lease::{LeaseConfig, LeaseStats};
-pub use limiter::{Limiter, LimiterBuilder, LimiterStats, WindowCount, DEFAULT_TIMEOUT};
+pub use limiter::WindowCount;
+#[cfg(feature = "transport")]
+pub use limiter::{Limiter, LimiterBuilder, LimiterStats, DEFAULT_TIMEOUT};
 pub use policy::{FailureMode, Period, Policy};
 pub use redis_rl_core::{AnyParams, Kind};

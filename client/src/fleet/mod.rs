@@ -18,19 +18,27 @@
 //! used moves by at most a factor of [`MAX_STEP`] per heartbeat, so a deleted or flooded key
 //! takes several heartbeats to move it far, and is logged meanwhile.
 
+#[cfg(feature = "transport")]
 pub mod bans;
+#[cfg(feature = "transport")]
 pub(crate) mod denials;
+#[cfg(feature = "transport")]
 pub mod offenders;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Value;
 use std::num::NonZeroU32;
 
 use crate::error::{Error, Result};
-use crate::transport::{is_unknown_command, wall_ms, Transport};
+// The heartbeat task's (feature `transport`).
+#[cfg(feature = "transport")]
+use {
+    crate::transport::{is_unknown_command, wall_ms, Transport},
+    std::sync::atomic::{AtomicBool, AtomicU32, Ordering},
+    std::sync::Arc,
+    std::time::Instant,
+};
 
 /// The most members one fleet key counts (`RL.CONCURRENCY`'s largest `limit`).
 pub const MAX_MEMBERS: u64 = 10_000;
@@ -110,6 +118,7 @@ fn instance_id() -> String {
 }
 
 /// What the limiter knows of its fleet, shared by the heartbeat and the failover layer.
+#[cfg(feature = "transport")]
 #[derive(Debug)]
 pub(crate) struct FleetView {
     /// The last size read from Redis (0: never read).
@@ -118,6 +127,7 @@ pub(crate) struct FleetView {
     divide: AtomicBool,
 }
 
+#[cfg(feature = "transport")]
 impl FleetView {
     pub(crate) fn new(divide: bool) -> Self {
         Self {
@@ -148,6 +158,7 @@ impl FleetView {
 }
 
 /// `RL.CONCURRENCY key 10000 ttl_ms ACQUIRE id`.
+#[cfg(feature = "transport")]
 fn acquire(config: &FleetConfig) -> redis::Cmd {
     let mut cmd = redis::cmd("RL.CONCURRENCY");
     cmd.arg(&config.key)
@@ -159,6 +170,7 @@ fn acquire(config: &FleetConfig) -> redis::Cmd {
 }
 
 /// `RL.STATE key`: the expiry of the key's longest lease.
+#[cfg(feature = "transport")]
 fn state(config: &FleetConfig) -> redis::Cmd {
     let mut cmd = redis::cmd("RL.STATE");
     cmd.arg(&config.key);
@@ -189,6 +201,7 @@ pub(crate) fn last_expiry_ms(v: &Value) -> Option<u64> {
 }
 
 /// `RL.CONCURRENCY key RELEASE id`.
+#[cfg(feature = "transport")]
 fn release(config: &FleetConfig) -> redis::Cmd {
     let mut cmd = redis::cmd("RL.CONCURRENCY");
     cmd.arg(&config.key).arg("RELEASE").arg(&config.id);
@@ -220,6 +233,7 @@ pub(crate) fn members(v: &Value) -> Result<NonZeroU32> {
 }
 
 /// The running membership: the heartbeat task, stopped when this is dropped.
+#[cfg(feature = "transport")]
 #[derive(Debug)]
 pub(crate) struct Membership {
     config: FleetConfig,
@@ -227,6 +241,7 @@ pub(crate) struct Membership {
     task: tokio::task::JoinHandle<()>,
 }
 
+#[cfg(feature = "transport")]
 impl Membership {
     /// Starts the heartbeat on the current tokio runtime (the first renewal at once).
     pub(crate) fn start(
@@ -258,6 +273,7 @@ impl Membership {
     }
 }
 
+#[cfg(feature = "transport")]
 impl Drop for Membership {
     fn drop(&mut self) {
         self.task.abort();
@@ -307,6 +323,7 @@ pub(crate) fn forged(last_expiry_ms: u64, now_ms: u64, ttl: Duration) -> bool {
 }
 
 /// One heartbeat: renew, read the size, and check that no lease outlives the fleet's ttl.
+#[cfg(feature = "transport")]
 async fn renew(
     config: &FleetConfig,
     transport: &Transport,
@@ -327,6 +344,7 @@ async fn renew(
 }
 
 /// Whether a reading's count is believed.
+#[cfg(feature = "transport")]
 enum Trust {
     Yes,
     /// The key holds a lease longer than a member can ask for.
@@ -335,11 +353,13 @@ enum Trust {
     Unchecked(String),
 }
 
+#[cfg(feature = "transport")]
 struct Reading {
     read: NonZeroU32,
     trusted: Trust,
 }
 
+#[cfg(feature = "transport")]
 async fn heartbeat(config: FleetConfig, transport: Arc<Transport>, view: Arc<FleetView>) {
     let cmd = acquire(&config);
     let slot = transport.slot_of(&config.key);
@@ -444,7 +464,7 @@ async fn heartbeat(config: FleetConfig, transport: Arc<Transport>, view: Arc<Fle
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "transport"))]
 mod tests {
     use super::*;
     use crate::transport::command::words;

@@ -10,18 +10,23 @@
 //! of a [`Decider`].
 
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use lru::LruCache;
-use tokio::time::Instant;
 
-use crate::error::Result;
-use crate::layers::decider::{
-    cost_at, denied_at, Check, Decided, Decider, EveryKey, Items, Refund,
+use crate::clock::Instant;
+use crate::limiter::decision::{Decision, Source, Verdict};
+// The `DenyCached` layer's (feature `transport`).
+#[cfg(feature = "transport")]
+use {
+    crate::error::Result,
+    crate::layers::decider::{
+        cost_at, denied_at, Check, Decided, Decider, EveryKey, Items, Refund,
+    },
+    crate::limiter::decision::{Grant, MultiDecision},
+    std::sync::atomic::{AtomicU64, Ordering},
 };
-use crate::limiter::decision::{Decision, Grant, MultiDecision, Source, Verdict};
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -127,6 +132,7 @@ impl DenyCache {
 /// A key the cache holds is denied without a round trip (a peek always asks: it takes
 /// nothing); a denial from the inner decider is remembered. Errors pass through untouched,
 /// so only Redis's own denials are ever cached.
+#[cfg(feature = "transport")]
 #[derive(Debug)]
 pub struct DenyCached<D> {
     inner: D,
@@ -134,6 +140,7 @@ pub struct DenyCached<D> {
     hits: AtomicU64,
 }
 
+#[cfg(feature = "transport")]
 impl<D: Decider> DenyCached<D> {
     /// `inner` behind `cache`.
     pub fn new(inner: D, cache: Option<DenyCache>) -> Self {
@@ -226,6 +233,7 @@ impl<D: Decider> DenyCached<D> {
     }
 }
 
+#[cfg(feature = "transport")]
 impl<D: Decider> Decider for DenyCached<D> {
     fn check<'a>(&'a self, call: Check<'a>) -> Decided<'a, Decision> {
         Box::pin(self.check_cached(call))
@@ -339,7 +347,7 @@ mod tests {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "transport"))]
 mod layer_tests {
     use std::time::Duration;
 

@@ -4,23 +4,28 @@
 //! [`crate::fleet`], else by the policy's `instances`).
 
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::Error;
-use crate::fleet::FleetView;
-use crate::layers::decider::{cost_at, Check, Decider};
 use crate::layers::fallback::LocalLimiter;
-use crate::layers::stack::{Ask, Keys, Layer};
 use crate::limiter::decision::{Decision, MultiDecision, Source, Verdict};
 use crate::limiter::policy::{FailureMode, Policy};
-use crate::transport::backend::BoxFuture;
 use crate::transport::breaker::Breaker;
-use crate::transport::Transport;
-use redis_rl_core::AnyParams;
+// The `Failover` layer's (feature `transport`).
+#[cfg(feature = "transport")]
+use {
+    crate::error::Error,
+    crate::fleet::FleetView,
+    crate::layers::decider::{cost_at, Check, Decider},
+    crate::layers::stack::{Ask, Keys, Layer},
+    crate::transport::backend::BoxFuture,
+    crate::transport::Transport,
+    redis_rl_core::AnyParams,
+    std::sync::atomic::{AtomicU64, Ordering},
+    std::sync::Arc,
+};
 
 /// Decisions by failure mode since start.
+#[cfg(feature = "transport")]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FailoverCounts {
     /// Made by the local fallback limiter.
@@ -33,6 +38,7 @@ pub struct FailoverCounts {
 
 /// A [`Decider`] whose errors are decided by the policies' failure modes: the top of the
 /// limiter's stack, so its answers never fail.
+#[cfg(feature = "transport")]
 #[derive(Debug)]
 pub struct Failover<D> {
     inner: D,
@@ -44,6 +50,7 @@ pub struct Failover<D> {
     fail_closed: AtomicU64,
 }
 
+#[cfg(feature = "transport")]
 impl<D: Decider> Failover<D> {
     /// `inner`, falling back on `local` (the breaker and the error log are `transport`'s),
     /// which divides limits as `fleet` says.
@@ -222,6 +229,7 @@ pub fn failure_decision(
     }
 }
 
+#[cfg(feature = "transport")]
 impl<D: Decider> Layer for Failover<D> {
     fn decide<'a>(&'a self, ask: Ask<'a>) -> BoxFuture<'a, Decision> {
         Box::pin(self.check(ask.key, ask.policy, ask.cost, ask.peek))
@@ -236,7 +244,7 @@ impl<D: Decider> Layer for Failover<D> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "transport"))]
 mod tests {
     use std::num::NonZeroU32;
     use std::time::Duration;

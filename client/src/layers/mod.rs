@@ -7,5 +7,7 @@ pub mod deny_cache;
 pub mod failover;
 pub mod fallback;
 pub mod lease;
+#[cfg(feature = "transport")]
 pub(crate) mod shadow;
+#[cfg(feature = "transport")]
 pub(crate) mod stack;

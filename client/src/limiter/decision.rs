@@ -226,7 +226,8 @@ pub fn parse_all(v: &Value, n: usize) -> Result<(Option<usize>, Vec<Decision>)> 
     Ok((denied, decisions))
 }
 
-#[cfg(test)]
+// The replies are built with the scripted Redis's helpers (feature `transport`).
+#[cfg(all(test, feature = "transport"))]
 mod tests {
     use super::*;
     use crate::testing::{all_reply, ints};

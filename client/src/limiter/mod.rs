@@ -2,43 +2,59 @@
 //! to the top of the stack and gathers the counters; what each layer does is in its own
 //! module (see [`crate::layers::decider`] for the stack).
 
-use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+//!
+//! Without feature `transport` only the parts with no I/O are here: [`decision`] (and its
+//! reply parsers), [`policy`] and [`WindowCount`].
 
-use redis::{Cmd, Value};
+use redis::Value;
 
-use crate::error::Result;
-use crate::fleet::{FleetConfig, FleetView, Membership};
-use crate::layers::decider::{Check, Decider, Refund};
-use crate::layers::deny_cache::DenyCached;
-use crate::layers::failover::Failover;
-use crate::layers::lease::{LeaseStats, Leased};
-use crate::layers::shadow::Shadow;
-use crate::layers::stack::{Ask, Layer};
-use crate::limiter::decision::{Decision, Grant, MultiDecision};
-use crate::limiter::policy::Policy;
-use crate::transport::breaker::{BreakerState, BreakerStats};
-use crate::transport::Transport;
+// The async facade's (feature `transport`).
+#[cfg(feature = "transport")]
+use {
+    crate::error::Result,
+    crate::fleet::{FleetConfig, FleetView, Membership},
+    crate::layers::decider::{Check, Decider, Refund},
+    crate::layers::deny_cache::DenyCached,
+    crate::layers::failover::Failover,
+    crate::layers::lease::{LeaseStats, Leased},
+    crate::layers::shadow::Shadow,
+    crate::layers::stack::{Ask, Layer},
+    crate::limiter::decision::{Decision, Grant, MultiDecision},
+    crate::limiter::policy::Policy,
+    crate::transport::breaker::{BreakerState, BreakerStats},
+    crate::transport::Transport,
+    redis::Cmd,
+    std::num::NonZeroU32,
+    std::sync::{Arc, Mutex},
+    std::time::Duration,
+};
 
+#[cfg(feature = "transport")]
 pub mod booking;
+#[cfg(feature = "transport")]
 mod builder;
 pub mod decision;
 pub mod policy;
+#[cfg(feature = "transport")]
 pub mod settle;
 
+#[cfg(feature = "transport")]
 pub use builder::LimiterBuilder;
 
 /// The deny cache over the server's decider: what failure modes and leases both ask.
+#[cfg(feature = "transport")]
 type Cached = Arc<DenyCached<Box<dyn Decider>>>;
 
 /// The whole stack of layers, top first.
+#[cfg(feature = "transport")]
 type Stack = Shadow<Leased<Failover<Cached>>>;
 
 /// Default timeout of one call to Redis.
+#[cfg(feature = "transport")]
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// Counts since start, for health endpoints and game days.
+#[cfg(feature = "transport")]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LimiterStats {
     /// Calls sent to Redis (commands, including probes, refunds and tier lookups).
@@ -61,6 +77,7 @@ pub struct LimiterStats {
     pub leases: LeaseStats,
 }
 
+#[cfg(feature = "transport")]
 struct Inner {
     transport: Arc<Transport>,
     stack: Stack,
@@ -79,11 +96,13 @@ struct Inner {
 /// Every call has a timeout; failures count towards the circuit breaker; when Redis cannot
 /// answer, each policy's [`FailureMode`](crate::FailureMode) decides. `check*` therefore
 /// never fail: the [`Decision`]'s `source` says who decided.
+#[cfg(feature = "transport")]
 #[derive(Clone)]
 pub struct Limiter {
     inner: Arc<Inner>,
 }
 
+#[cfg(feature = "transport")]
 impl std::fmt::Debug for Limiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Limiter")
@@ -93,6 +112,7 @@ impl std::fmt::Debug for Limiter {
     }
 }
 
+#[cfg(feature = "transport")]
 impl Limiter {
     /// A builder with the defaults (50 ms timeout, breaker 5 failures / 1 s, deny cache
     /// of 10000 keys, local store of 100000 keys).
@@ -384,7 +404,7 @@ impl Limiter {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "transport"))]
 mod tests {
     use redis::Value;
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use crate::clock::Instant;
 
 /// Breaker settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

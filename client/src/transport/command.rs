@@ -1,9 +1,12 @@
 //! The exact commands the client sends: one place, so tests can assert the arguments.
 
-use redis::Cmd;
-
-use crate::layers::decider::{cost_at, uniform_cost, AllMode};
 use redis_rl_core::AnyParams;
+// The commands the async decider sends (feature `transport`).
+#[cfg(feature = "transport")]
+use {
+    crate::layers::decider::{cost_at, uniform_cost, AllMode},
+    redis::Cmd,
+};
 
 /// The parameters as the server reads them after the key (or spec word): the positional
 /// ones, then each option given (`BURST b`), in the registry's order.
@@ -27,6 +30,7 @@ pub(crate) fn args(params: &AnyParams) -> Vec<String> {
 }
 
 /// `RL.<ALG> key params... [COST n] [PEEK]` (COST omitted when 1, the server default).
+#[cfg(feature = "transport")]
 pub(crate) fn single(key: &str, params: &AnyParams, cost: u64, peek: bool) -> Cmd {
     let mut cmd = redis::cmd(params.kind().command());
     cmd.arg(key).arg(args(params));
@@ -35,6 +39,7 @@ pub(crate) fn single(key: &str, params: &AnyParams, cost: u64, peek: bool) -> Cm
 }
 
 /// `RL.<ALG> key params... COST n UPTO [PEEK]`: a partial grant (COST always named).
+#[cfg(feature = "transport")]
 pub(crate) fn upto(key: &str, params: &AnyParams, cost: u64, peek: bool) -> Cmd {
     let mut cmd = redis::cmd(params.kind().command());
     cmd.arg(key)
@@ -52,6 +57,7 @@ pub(crate) fn upto(key: &str, params: &AnyParams, cost: u64, peek: bool) -> Cmd 
 /// `keys[i]`, one atomic call whether the costs are equal (`COST n`, omitted when 1) or not
 /// (`COSTS`, one per key; a missing one is 1). `mode` `None` takes on every key if every key
 /// allows it, else nothing; `Some` looks (`PEEK`) or takes over the limits (`FORCE`).
+#[cfg(feature = "transport")]
 pub(crate) fn all(keys: &[(&str, &AnyParams)], costs: &[u64], mode: Option<AllMode>) -> Cmd {
     // Room for the usual command at once (growing it word by word was a visible share of a
     // decision): per key, its name, a spec word and a few numbers.
@@ -83,6 +89,7 @@ pub(crate) fn all(keys: &[(&str, &AnyParams)], costs: &[u64], mode: Option<AllMo
 }
 
 /// `RL.REFUND key spec COST n`.
+#[cfg(feature = "transport")]
 pub(crate) fn refund(key: &str, params: &AnyParams, cost: u64) -> Cmd {
     let mut cmd = redis::cmd("RL.REFUND");
     cmd.arg(key)
@@ -94,12 +101,14 @@ pub(crate) fn refund(key: &str, params: &AnyParams, cost: u64) -> Cmd {
 }
 
 /// `COMMAND INFO RL.ALL RL.REFUND`: a nil entry per command the server does not have.
+#[cfg(feature = "transport")]
 pub(crate) fn capabilities() -> Cmd {
     let mut cmd = redis::cmd("COMMAND");
     cmd.arg("INFO").arg("RL.ALL").arg("RL.REFUND");
     cmd
 }
 
+#[cfg(feature = "transport")]
 fn push_cost_peek(cmd: &mut Cmd, cost: u64, peek: bool) {
     if cost != 1 {
         cmd.arg("COST").arg(cost);
@@ -112,6 +121,7 @@ fn push_cost_peek(cmd: &mut Cmd, cost: u64, peek: bool) {
 /// Groups key indexes by cluster hash slot, slots in order of first appearance, so a
 /// multi-key check sends one `RL.ALL` per slot. On a standalone server every key is in
 /// one group (slot `None`).
+#[cfg(feature = "transport")]
 pub(crate) fn slot_groups(keys: &[&str], cluster: bool) -> Vec<(Option<u16>, Vec<usize>)> {
     if !cluster {
         return vec![(None, (0..keys.len()).collect())];
@@ -128,7 +138,7 @@ pub(crate) fn slot_groups(keys: &[&str], cluster: bool) -> Vec<(Option<u16>, Vec
 }
 
 /// The arguments of a command as text, for tests.
-#[cfg(any(test, feature = "testing"))]
+#[cfg(all(feature = "transport", any(test, feature = "testing")))]
 pub(crate) fn words(cmd: &Cmd) -> Vec<String> {
     cmd.args_iter()
         .map(|arg| match arg {
@@ -138,7 +148,7 @@ pub(crate) fn words(cmd: &Cmd) -> Vec<String> {
         .collect()
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "transport"))]
 mod tests {
     use super::*;
     use crate::Policy;

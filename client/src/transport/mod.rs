@@ -6,29 +6,39 @@
 //! counted, measured (the `rl_redis_call_duration_seconds{outcome}` histogram) and seen by
 //! the breaker in one place.
 
+#[cfg(feature = "transport")]
 pub mod backend;
 pub mod breaker;
 pub(crate) mod command;
+#[cfg(feature = "transport")]
 pub(crate) mod pipelined;
+#[cfg(feature = "transport")]
 pub(crate) mod resp;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use redis::{Cmd, Value};
-
-use crate::error::{Error, Refusal, Result};
-use crate::transport::backend::Backend;
-use crate::transport::breaker::{Breaker, BreakerConfig, Permit};
+// Without feature `transport` only the breaker (its state, the sans-I/O op's too) and the
+// parameters' words are here.
+#[cfg(feature = "transport")]
+use {
+    crate::error::{Error, Refusal, Result},
+    crate::transport::backend::Backend,
+    crate::transport::breaker::{Breaker, BreakerConfig, Permit},
+    redis::{Cmd, Value},
+    std::collections::HashMap,
+    std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering},
+    std::sync::{Arc, Mutex},
+    std::time::Duration,
+};
 
 // Capability bits, detected once with COMMAND INFO.
+#[cfg(feature = "transport")]
 const CAPS_KNOWN: u8 = 1;
+#[cfg(feature = "transport")]
 const CAPS_ALL: u8 = 2;
+#[cfg(feature = "transport")]
 const CAPS_REFUND: u8 = 4;
 
 /// What the server offers beyond the single-key commands.
+#[cfg(feature = "transport")]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Capabilities {
     /// `RL.ALL` (several keys all or nothing in one call).
@@ -37,6 +47,7 @@ pub struct Capabilities {
     pub rl_refund: bool,
 }
 
+#[cfg(feature = "transport")]
 impl Capabilities {
     fn from_bits(bits: u8) -> Self {
         Self {
@@ -54,6 +65,7 @@ impl Capabilities {
 
 /// The connection to Redis as the layers above see it: [`Backend`] + timeout + breaker +
 /// capabilities + call counters.
+#[cfg(feature = "transport")]
 pub struct Transport {
     backend: Arc<dyn Backend>,
     timeout: Duration,
@@ -70,6 +82,7 @@ pub struct Transport {
     any_refusal: AtomicBool,
 }
 
+#[cfg(feature = "transport")]
 impl std::fmt::Debug for Transport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Transport")
@@ -79,6 +92,7 @@ impl std::fmt::Debug for Transport {
     }
 }
 
+#[cfg(feature = "transport")]
 impl Transport {
     /// A transport over `backend`. `rl_all` forces the capabilities (`Some(true)`: the
     /// server has `RL.ALL` and `RL.REFUND`; `Some(false)`: neither) instead of detecting
@@ -333,6 +347,7 @@ impl Transport {
 
 /// This host's wall clock in ms since the epoch (for rate-limiting logs, and comparing with
 /// the server's expiries).
+#[cfg(feature = "transport")]
 pub fn wall_ms() -> u64 {
     u64::try_from(
         std::time::SystemTime::now()
@@ -344,6 +359,7 @@ pub fn wall_ms() -> u64 {
 }
 
 /// The command's name (its first word, upper case): the key of the refusals.
+#[cfg(feature = "transport")]
 fn command_name(cmd: &Cmd) -> String {
     match cmd.args_iter().next() {
         Some(redis::Arg::Simple(bytes)) => String::from_utf8_lossy(bytes).to_ascii_uppercase(),
@@ -352,11 +368,12 @@ fn command_name(cmd: &Cmd) -> String {
 }
 
 /// True when `e` is Redis saying it does not know the command.
+#[cfg(feature = "transport")]
 pub(crate) fn is_unknown_command(e: &Error) -> bool {
     matches!(e, Error::Redis(r) if r.to_string().to_ascii_lowercase().contains("unknown command"))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "transport"))]
 mod tests {
     use std::time::Duration;
 

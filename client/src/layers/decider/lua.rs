@@ -7,6 +7,7 @@
 
 use std::sync::OnceLock;
 
+#[cfg(feature = "transport")]
 use redis::Cmd;
 
 use crate::error::{Error, Result};
@@ -49,9 +50,11 @@ pub fn check_range(params: &AnyParams) -> Result<()> {
 }
 
 /// Arguments as bytes.
+#[cfg(feature = "transport")]
 type Words = Vec<Vec<u8>>;
 
 /// `RL.X key args...` / `RL.ALL n keys... rest` -> (keys, [RL.X, args...]).
+#[cfg(feature = "transport")]
 pub(super) fn split(cmd: &Cmd) -> Option<(Words, Words)> {
     let args: Vec<Vec<u8>> = cmd
         .args_iter()
@@ -74,6 +77,7 @@ pub(super) fn split(cmd: &Cmd) -> Option<(Words, Words)> {
 }
 
 /// A server error's text, lower case (empty for other errors).
+#[cfg(feature = "transport")]
 pub(super) fn message(e: &Error) -> String {
     match e {
         Error::Redis(r) => r.to_string().to_ascii_lowercase(),
@@ -81,7 +85,7 @@ pub(super) fn message(e: &Error) -> String {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "transport"))]
 mod tests {
     use super::*;
     use crate::limiter::policy::Policy;

@@ -38,19 +38,26 @@
 //! [`Error`]: crate::Error
 
 pub mod lua;
+#[cfg(feature = "transport")]
 mod server;
 mod wire;
 
-use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "transport")]
 pub use server::ServerDecider;
 pub use wire::ServerImpl;
 
-use crate::error::{Error, Result};
-use crate::limiter::decision::{Decision, Grant, MultiDecision, Source, Verdict};
-use crate::transport::backend::BoxFuture;
+use crate::limiter::decision::{Decision, MultiDecision, Source, Verdict};
 use redis_rl_core::AnyParams;
+// The `Decider` trait's (feature `transport`).
+#[cfg(feature = "transport")]
+use {
+    crate::error::{Error, Result},
+    crate::limiter::decision::Grant,
+    crate::transport::backend::BoxFuture,
+    std::sync::Arc,
+};
 
 /// One single-key call: take `cost` units of `key` (only say what taking them would
 /// answer when `peek`).
@@ -100,12 +107,14 @@ pub struct EveryKey<'a> {
 }
 
 /// What a [`Decider`] answers, later: a decision or why Redis could not give one.
+#[cfg(feature = "transport")]
 pub type Decided<'a, T> = BoxFuture<'a, Result<T>>;
 
 /// Several keys checked together, each with its algorithm.
 pub type Items<'a> = &'a [(&'a str, &'a AnyParams)];
 
 /// Makes decisions on the server. See the [module docs](self) for where it sits.
+#[cfg(feature = "transport")]
 pub trait Decider: Send + Sync + 'static {
     /// One key.
     fn check<'a>(&'a self, call: Check<'a>) -> Decided<'a, Decision>;
@@ -154,6 +163,7 @@ pub trait Decider: Send + Sync + 'static {
 }
 
 /// A pointer to a decider decides as the decider it points to.
+#[cfg(feature = "transport")]
 macro_rules! forward_decider {
     ($($pointer:ident),*) => {$(
         impl<D: Decider + ?Sized> Decider for $pointer<D> {
@@ -188,6 +198,7 @@ macro_rules! forward_decider {
     )*};
 }
 
+#[cfg(feature = "transport")]
 forward_decider!(Box, Arc);
 
 /// The cost of key `i` of a call: `costs[i]`, 1 where `costs` is short (the default cost).
@@ -196,6 +207,7 @@ pub(crate) fn cost_at(costs: &[u64], i: usize) -> u64 {
 }
 
 /// The one cost of `n` keys when [`cost_at`] is the same for each (1 for none), else `None`.
+#[cfg(feature = "transport")]
 pub(crate) fn uniform_cost(n: usize, costs: &[u64]) -> Option<u64> {
     let first = cost_at(costs, 0);
     (1..n).all(|i| cost_at(costs, i) == first).then_some(first)
@@ -203,6 +215,7 @@ pub(crate) fn uniform_cost(n: usize, costs: &[u64]) -> Option<u64> {
 
 /// The answer of a provided [`Decider`] method that the decider cannot serve: an
 /// [`Error::Config`] saying `why`, at once, without a call to Redis (so nothing is taken).
+#[cfg(feature = "transport")]
 fn refused<'a, T: Send + 'a>(why: String) -> Decided<'a, T> {
     Box::pin(std::future::ready(Err(Error::Config(why))))
 }

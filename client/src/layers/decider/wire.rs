@@ -4,14 +4,16 @@
 //! `FUNCTION` is refused (renamed, ACL), as a script (`EVALSHA`). The choice is made once, on
 //! first use, like RL.ALL's, and made again when the module's commands disappear.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Mutex;
-
-use redis::{Cmd, Value};
-
-use super::lua::{self, LIBRARY};
-use crate::error::{Error, Result};
-use crate::transport::{is_unknown_command, Transport};
+// Without feature `transport` only [`ServerImpl`] is here (the sans-I/O op's choice).
+#[cfg(feature = "transport")]
+use {
+    super::lua::{self, LIBRARY},
+    crate::error::{Error, Result},
+    crate::transport::{is_unknown_command, Transport},
+    redis::{Cmd, Value},
+    std::sync::atomic::{AtomicU8, Ordering},
+    std::sync::Mutex,
+};
 
 /// Which implementation decides on the server: the module's commands or the Lua twin.
 ///
@@ -43,6 +45,7 @@ impl std::str::FromStr for ServerImpl {
 }
 
 /// The way a command is sent.
+#[cfg(feature = "transport")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Route {
     /// The module's command as is.
@@ -53,12 +56,17 @@ pub(crate) enum Route {
     Script,
 }
 
+#[cfg(feature = "transport")]
 const UNKNOWN: u8 = 0;
+#[cfg(feature = "transport")]
 const COMMAND: u8 = 1;
+#[cfg(feature = "transport")]
 const FUNCTION: u8 = 2;
+#[cfg(feature = "transport")]
 const SCRIPT: u8 = 3;
 
 /// The wire in use, chosen by [`ServerImpl`] and by what the server accepts.
+#[cfg(feature = "transport")]
 #[derive(Debug)]
 pub(crate) struct Wire {
     server_impl: ServerImpl,
@@ -67,6 +75,7 @@ pub(crate) struct Wire {
     sha: Mutex<Option<String>>,
 }
 
+#[cfg(feature = "transport")]
 impl Wire {
     pub(crate) fn new(server_impl: ServerImpl) -> Self {
         let chosen = match server_impl {
@@ -226,7 +235,7 @@ impl Wire {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "transport"))]
 mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;

@@ -17,8 +17,8 @@ use std::num::NonZeroU32;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::clock::Instant;
 use redis_rl_core::{AnyState, Micros, Outcome};
-use tokio::time::Instant;
 
 use crate::limiter::decision::{Decision, Source};
 use redis_rl_core::AnyParams;

@@ -2,7 +2,8 @@
 //! every other key, a peek, or a hot key whose lease cannot be had (Redis unavailable, the
 //! table full) goes to the layer below.
 
-use super::table::{leasable, Leases, Reserve};
+use super::leasable;
+use super::table::{Leases, Reserve};
 use crate::layers::decider::{cost_at, denied_at};
 use crate::layers::stack::{layer_over, Ask, Keys, Layer};
 use crate::limiter::decision::{Decision, MultiDecision};

@@ -30,15 +30,22 @@
 
 use std::time::Duration;
 
+use crate::limiter::policy::Policy;
+
+#[cfg(feature = "transport")]
 mod layer;
+#[cfg(feature = "transport")]
 mod refund;
 pub(crate) mod sizing;
+#[cfg(feature = "transport")]
 mod table;
-#[cfg(test)]
+#[cfg(all(test, feature = "transport"))]
 mod tests;
 
+#[cfg(feature = "transport")]
 pub(crate) use layer::Leased;
-pub(crate) use table::{leasable, Leases};
+#[cfg(feature = "transport")]
+pub(crate) use table::Leases;
 
 /// Lease settings ([`crate::LimiterBuilder::leases`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,4 +90,10 @@ pub struct LeaseStats {
     pub refunded: u64,
     /// Unspent units not given back (refund failed, or the server gave back less).
     pub dropped: u64,
+}
+
+/// True for a policy that can be served from leases: hot, enforced (a shadow policy's units
+/// are not worth holding), and an algorithm that takes `UPTO` (the registry says which).
+pub(crate) fn leasable(policy: &Policy, cost: u64) -> bool {
+    policy.is_hot() && !policy.is_shadow() && cost > 0 && policy.kind().upto()
 }

@@ -92,12 +92,6 @@ impl std::fmt::Debug for Leases {
     }
 }
 
-/// True for a policy that can be served from leases: hot, enforced (a shadow policy's units
-/// are not worth holding), and an algorithm that takes `UPTO` (the registry says which).
-pub(crate) fn leasable(policy: &Policy, cost: u64) -> bool {
-    policy.is_hot() && !policy.is_shadow() && cost > 0 && policy.kind().upto()
-}
-
 impl Leases {
     pub(crate) fn new(
         config: LeaseConfig,
@@ -154,7 +148,7 @@ impl Leases {
     }
 
     /// Reserves `cost` units of `key` for one request: from the lease in hand, else from a
-    /// batch taken now. `policy` must be [`leasable`].
+    /// batch taken now. `policy` must be [`leasable`](super::leasable).
     pub(crate) async fn reserve(&self, key: &str, policy: &Policy, cost: u64) -> Reserve {
         let Some(lease) = self.lease(key, policy) else {
             return Reserve::Ordinary;
