@@ -136,7 +136,9 @@ test-docs: build venv node-build
 
 # Every language of the tree: Rust (rustfmt, clippy), Python (ruff on python/ and scripts/,
 # mypy --strict on the package; ruff.toml) and Lua (luacheck on lua/src, .luacheckrc; the
-# generated lua/rl.lua up to date). The
+# generated lua/rl.lua up to date). The client and the middleware also without their default
+# features, and the Node addon and the Python extension without tokio, TLS or HTTP in their
+# dependencies (scripts/check_lean_bindings.py). The
 # Python tools are pinned (a new release adds rules) and live in .venv next to the package's
 # own dependencies, which mypy reads; luacheck is Debian's lua-check (see deps).
 LINT_PIP := ruff==0.17.6 mypy==2.4.1
@@ -147,6 +149,8 @@ lint: deps lua-deps
 	$(CARGO) run -q -p redis-rl-testkit --bin rl-lua -- --check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p redis-rl-client -p redis-rl-middleware --no-default-features --all-targets -- -D warnings
+	CARGO="$(CARGO)" python3 scripts/check_lean_bindings.py
 	$(VENV)/bin/ruff check python scripts
 	$(VENV)/bin/mypy --strict python/redis_rl
 	@$(MAKE) --no-print-directory lint-release

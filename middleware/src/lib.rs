@@ -84,40 +84,66 @@
 )]
 #![warn(missing_docs)]
 
+// Without feature `service` (default) only the W3C trace context is here: the Node.js
+// addon's, which drives the client's sans-I/O op and has no async stack in its build.
 #[cfg(feature = "axum")]
 mod axum;
+#[cfg(feature = "service")]
 mod config;
+#[cfg(feature = "service")]
 mod counters;
+#[cfg(feature = "service")]
 mod drive;
+#[cfg(feature = "service")]
 mod extract;
+#[cfg(feature = "service")]
 mod headers;
+#[cfg(feature = "service")]
 mod layer;
+#[cfg(feature = "service")]
 mod plan;
+#[cfg(feature = "service")]
 mod request;
+#[cfg(feature = "service")]
 mod service;
+#[cfg(feature = "service")]
 mod settle_token;
+#[cfg(feature = "service")]
 mod settlement;
+#[cfg(feature = "service")]
 pub mod tier;
+#[cfg(feature = "service")]
 mod toml_file;
 mod trace;
 
 #[cfg(feature = "axum")]
 pub use self::axum::{refusal, AxumRequestInfo};
+#[cfg(feature = "service")]
 pub use config::{
     mode, params_of, policy_of, AccessConfig, Dimension, FailureModeName, FleetSettings,
     LeaseSettings, LimitSpec, Rate, RateLimitConfig, RateLimitConfigExt, RateOverride, Rule,
     TierLimits, Window,
 };
+#[cfg(feature = "service")]
 pub use drive::decided;
+#[cfg(feature = "service")]
 pub use extract::{client_network, request_id, tenant_id, API_KEY, REQUEST_ID};
+#[cfg(feature = "service")]
 pub use headers::{to_response, write_headers};
+#[cfg(feature = "service")]
 pub use layer::RateLimitLayer;
+#[cfg(feature = "service")]
 pub use redis_rl_policy::{
     escape_key_part, normalize_path, Access, Engine, KeyError, TOP_ENTRIES, TOP_MINUTES,
 };
+#[cfg(feature = "service")]
 pub use request::{Extensions, RequestInfo, RequestView, RoutePattern};
+#[cfg(feature = "service")]
 pub use service::RateLimitService;
+#[cfg(feature = "service")]
 pub use settle_token::{SettleTokens, TokenError, DEFAULT_TOKEN_TTL, SETTLE_TOKEN};
+#[cfg(feature = "service")]
 pub use settlement::{IssueSettleToken, PendingSettle, SettleReport};
+#[cfg(feature = "service")]
 pub use tier::{RedisHashTiers, StaticTiers, TierResolver};
 pub use trace::{TraceContext, TRACEPARENT};
