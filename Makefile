@@ -60,14 +60,20 @@ test-valkey:
 	@echo "== integration tests on $$($(VALKEY_SERVER) --version)"
 	RL_SERVER=$(VALKEY_SERVER) $(CARGO) test --workspace --test '*'
 
-# The Python package (python/): a virtual environment in .venv, `pip install ./python[test]`
-# (builds the core as an extension with maturin; python/ is a member of the root workspace, so
-# its Rust build is cached in target/),
-# then pytest once per server.
+# The Python package (python/): a virtual environment in .venv with the wheel `make dist` ships
+# (scripts/build_wheel.sh: maturin, linked for glibc 2.17 by zig, in target/zig-wheel) and the
+# test extras, then pytest once per server. One build of the extension serves the tests and the
+# release: test-dist finds it fresh. pip skips a wheel whose version is installed already, so
+# the package itself is reinstalled on its own (--no-deps: the dependencies stay).
 VENV := .venv
+VENV_WHEEL := target/venv-wheel
 venv:
 	@[ -x $(VENV)/bin/python ] || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check './python[test]'
+	@rm -rf $(VENV_WHEEL)
+	bash scripts/build_wheel.sh $(VENV_WHEEL)
+	wheel=$$(ls $(VENV_WHEEL)/*.whl) && \
+	  $(VENV)/bin/pip install -q --disable-pip-version-check "$$wheel[test]" && \
+	  $(VENV)/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps "$$wheel"
 
 test-python: build venv node-build
 	@echo "== python tests on $$(redis-server --version)"
