@@ -23,6 +23,35 @@ from redis_rl import Limiter, Policy, Settled, SyncLimiter
 from redis_rl.asgi import RateLimitMiddleware
 
 
+class Finishing:
+    """The ASGI app with a count of its unfinished HTTP calls. Starlette's TestClient hands a
+    response back as soon as it is sent, while the middleware goes on to settle its cost: a
+    test that reads what a settle wrote, or sends the next request after it, waits for the
+    call to finish (``served``)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.unfinished = 0
+
+    async def __call__(self, scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self.unfinished += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.unfinished -= 1
+
+    def served(self, response: Any, seconds: float = 10.0) -> Any:
+        """``response``, once every call has finished (bounded: fails after ``seconds``)."""
+        deadline = time.monotonic() + seconds
+        while self.unfinished:
+            assert time.monotonic() < deadline, "an ASGI call did not finish"
+            time.sleep(0.002)
+        return response
+
+
 def left(r: redis.Redis, key: str, limit: int, window_ms: int) -> int:
     return int(r.execute_command("RL.FIXED", key, limit, window_ms, "COST", 0)[2])
 
@@ -90,10 +119,10 @@ async def chat(request: Request) -> PlainTextResponse:
 
 def test_the_asgi_middleware_settles_from_the_response_header(server, prefix):
     r = redis.Redis(port=server.port)
-    app = Starlette(
+    app = Finishing(Starlette(
         routes=[Route("/chat", chat)],
         middleware=[Middleware(RateLimitMiddleware, redis_url=server.url, config=config(prefix))],
-    )
+    ))
     key = f"{prefix}:{{global}}:r:tokens"
     with TestClient(app) as client:
         def call(reserve: Optional[str], used: Optional[str]) -> int:
@@ -102,7 +131,7 @@ def test_the_asgi_middleware_settles_from_the_response_header(server, prefix):
                 h["x-max-tokens"] = reserve
             if used is not None:
                 h["x-used"] = used
-            return client.get("/chat", headers=h).status_code
+            return int(app.served(client.get("/chat", headers=h)).status_code)
 
         assert call("100", "40") == 200
         assert left(r, key, 1000, 3_600_000) == 960
@@ -130,12 +159,12 @@ def test_a_settled_overage_holds_the_subject_until_the_debt_is_paid(server, bare
     r = redis.Redis(port=server.port)
     cfg = config(prefix)
     cfg["rules"][0]["limits"] = ["1000/minute"]
-    app = Starlette(
+    app = Finishing(Starlette(
         routes=[Route("/chat", chat)],
         middleware=[Middleware(RateLimitMiddleware, redis_url=server.url, config=cfg)],
-    )
+    ))
     with TestClient(app) as client:
-        assert client.get("/chat", headers={"x-max-tokens": "1", "x-used": "5000"}).status_code == 200
+        assert app.served(client.get("/chat", headers={"x-max-tokens": "1", "x-used": "5000"})).status_code == 200
         res = client.get("/chat", headers={"x-max-tokens": "1"})
         assert res.status_code == 429
         assert 240 <= int(res.headers["retry-after"]) <= 301, res.headers["retry-after"]
