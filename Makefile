@@ -75,16 +75,14 @@ venv:
 	  $(VENV)/bin/pip install -q --disable-pip-version-check "$$wheel[test]" && \
 	  $(VENV)/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps "$$wheel"
 
+# Both servers' runs at once (scripts/each_server.sh): they mostly wait on their servers.
 test-python: build venv node-build
-	@echo "== python tests on $$(redis-server --version)"
-	RL_SERVER=redis-server $(VENV)/bin/pytest -q python/tests
-	@echo "== python tests on $$($(VALKEY_SERVER) --version)"
-	RL_SERVER=$(VALKEY_SERVER) $(VENV)/bin/pytest -q python/tests
+	bash scripts/each_server.sh $(VALKEY_SERVER) $(VENV)/bin/pytest -q python/tests
 
 # The Node.js package (node/): npm ci from the committed package-lock.json (Node 20+, npm;
 # Debian's nodejs and npm when missing), the addon built by napi-rs's CLI (node/ is a member
 # of the root workspace, so its Rust build is cached in target/zig), TypeScript to ESM and
-# CommonJS, then node's test runner once per server (module, Lua twin, one-node cluster;
+# CommonJS, then node's test runner once per server, both at once (module, Lua twin, one-node cluster;
 # every client library).
 NODE_TESTS = node/test/*.test.mjs
 node-deps:
@@ -100,10 +98,7 @@ node-build: node-deps
 	  --no-js --dts native.d.ts --output-dir . && npm run -s build:ts
 
 test-node: build node-build
-	@echo "== node tests on $$(redis-server --version)"
-	RL_SERVER=redis-server node --test --test-concurrency=1 $(NODE_TESTS)
-	@echo "== node tests on $$($(VALKEY_SERVER) --version)"
-	RL_SERVER=$(VALKEY_SERVER) node --test --test-concurrency=1 $(NODE_TESTS)
+	bash scripts/each_server.sh $(VALKEY_SERVER) node --test --test-concurrency=1 $(NODE_TESTS)
 
 # The Lua twin: lua/rl.lua assembled from lua/src and tables generated from the core's
 # registry (testkit's rl-lua); a test fails while the committed file is stale.

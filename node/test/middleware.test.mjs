@@ -17,6 +17,10 @@ import { serve } from '@hono/node-server';
 import { rateLimit, fastifyRateLimit, honoRateLimit, Limiter, policies } from '../dist/esm/index.js';
 import { startServer, ROOT } from './harness.mjs';
 
+// A Redis call's timeout far above the default 50 ms: these tests are about Redis's answers,
+// and on a loaded machine a call past 50 ms would be decided by the failure mode instead.
+const PATIENT = { timeoutMs: 5_000 };
+
 const CONFIG = (prefix) => `
 key_prefix = "${prefix}"
 hot = []
@@ -80,7 +84,7 @@ async function until(check, what) {
 function onExpress(framework) {
   return async (client, config) => {
     const app = framework();
-    app.use(rateLimit({ client, config, tiers: {} }));
+    app.use(rateLimit({ client, config, tiers: {}, limiterOptions: PATIENT }));
     app.post('/llm', (req, res) => res.set('x-tokens-used', '10').json({ ok: true }));
     app.use((req, res) => res.json({ ok: true, path: req.path }));
     const listener = app.listen(0, '127.0.0.1');
@@ -92,7 +96,7 @@ function onExpress(framework) {
 /** A Fastify app behind the plugin. */
 async function onFastify(client, config) {
   const app = Fastify();
-  await app.register(fastifyRateLimit, { client, config, tiers: {} });
+  await app.register(fastifyRateLimit, { client, config, tiers: {}, limiterOptions: PATIENT });
   app.post('/llm', (req, reply) => reply.header('x-tokens-used', '10').send({ ok: true }));
   app.all('/*', (req) => ({ ok: true, path: req.url }));
   await app.listen({ port: 0, host: '127.0.0.1' });
@@ -102,7 +106,7 @@ async function onFastify(client, config) {
 /** A Hono app on @hono/node-server behind the middleware. */
 async function onHono(client, config) {
   const app = new Hono();
-  app.use(honoRateLimit({ client, config, tiers: {} }));
+  app.use(honoRateLimit({ client, config, tiers: {}, limiterOptions: PATIENT }));
   app.post('/llm', (c) => c.json({ ok: true }, 200, { 'x-tokens-used': '10' }));
   app.all('*', (c) => c.json({ ok: true, path: c.req.path }));
   const listener = await new Promise((r) => {
@@ -151,7 +155,7 @@ async function run(server, prefix, serve = onExpress(express)) {
     assert.equal(llm.headers.get('x-ratelimit-remaining'), '40');
     const tokens = `${prefix}:{ip:127.0.0.1}:r:tokens`;
     // Settled off the response's path (on 'finish'): 50 of the 60 given back, soon.
-    const looking = new Limiter(client, { denyCache: 0 });
+    const looking = new Limiter(client, { denyCache: 0, ...PATIENT });
     const rule = policies.fromRate('gcra', 100, 3_600_000);
     await until(async () => (await looking.peek(tokens, rule, 80)).allowed, 'not settled');
     const after = await send('POST', '/llm', { 'x-max-tokens': '80' });
@@ -200,7 +204,7 @@ test('hono: the same on the Lua twin', () => run(servers.twin, 'ht', onHono));
 /** An Express app behind the middleware whose `/chat` reports its cost in `x-tokens-used` (`x-used`'s value). */
 async function chatApp(client, config) {
   const app = express();
-  app.use(rateLimit({ client, config, tiers: {} }));
+  app.use(rateLimit({ client, config, tiers: {}, limiterOptions: PATIENT }));
   app.get('/chat', (req, res) => {
     const used = req.get('x-used');
     if (used !== undefined) res.set('x-tokens-used', used);
@@ -265,7 +269,7 @@ test('on a cluster, limits in different hash slots: one RL.ALL per slot, all or 
     for (let i = 0; i < 2; i++) statuses.push((await app.send({})).status);
     assert.deepEqual(statuses, [200, 429]);
     // The refused request's unit on the ip key (another slot than {global}) was given back.
-    const ip = await new Limiter(client, { denyCache: 0 }).peek(`${prefix}:{ip:127.0.0.1}`, policies.sliding(100, 60_000), 0);
+    const ip = await new Limiter(client, { denyCache: 0, ...PATIENT }).peek(`${prefix}:{ip:127.0.0.1}`, policies.sliding(100, 60_000), 0);
     assert.equal(ip.remaining, 99);
   } finally {
     app.close();
