@@ -13,6 +13,7 @@ use crate::layers::lease::{LeaseConfig, LeaseStats};
 use crate::limiter::policy::Policy;
 use crate::transport::breaker::{Breaker, BreakerConfig, BreakerState};
 
+use super::across::{AcrossSlots, Schedule};
 use super::fleet::Fleet;
 use super::leases::{Due, Leases};
 use super::op::{Call, Op};
@@ -115,6 +116,18 @@ impl Layers {
                 costs: Vec::new(),
             },
         )
+    }
+
+    /// Several keys all or nothing across hash slots (one `RL.ALL` per slot on a cluster,
+    /// refunds when a slot denies), shadow keys checked on their own: add them with
+    /// [`AcrossSlots::add`], then run its rounds.
+    pub fn check_all_across(self: &Arc<Self>, schedule: Schedule) -> AcrossSlots {
+        AcrossSlots::new(self.clone(), schedule, None)
+    }
+
+    /// [`Layers::each`] across hash slots: one `RL.ALL ... PEEK` or `FORCE` per slot.
+    pub fn each_across(self: &Arc<Self>, force: bool, schedule: Schedule) -> AcrossSlots {
+        AcrossSlots::new(self.clone(), schedule, Some(force))
     }
 
     /// Up to `n` units of `key` (`COST n UPTO`), as many as are available.
