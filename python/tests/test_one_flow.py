@@ -28,47 +28,8 @@ from conftest import ROOT, free_port
 from redis_rl.asgi import RateLimitMiddleware
 from test_asgi_parity import COMPARED, Peer, _same_but_the_clock, gateway_binary, ok, write
 
-CONFIG = """
-key_prefix = "{prefix}"
-hot = []
-dimensions = ["api_key", "ip"]
-[fleet]
-membership = false
-[ip]
-limit = 100
-algorithm = "gcra"
-[tiers.free]
-limit = 2
-[tiers.pro]
-limit = 1000
-
-[[rules]]
-name = "login"
-paths = ["/login"]
-methods = ["POST"]
-key = ["ip"]
-limits = ["2/minute", "5/hour"]
-algorithm = "gcra"
-ban = {{ after = 2, within_ms = 60000, for_ms = 600000 }}
-
-[[rules]]
-name = "tokens"
-paths = ["/llm"]
-key = ["ip"]
-limit = 100
-window_ms = 3600000
-algorithm = "gcra"
-cost = "header:x-max-tokens"
-
-[[rules]]
-name = "burst"
-paths = ["/slow"]
-key = ["ip"]
-limit = 1
-window_ms = 1000
-algorithm = "gcra"
-delay_max_ms = 2000
-"""
+# The configuration the Node.js middleware's tests read too.
+CONFIG = (ROOT / "testdata" / "flow" / "one_flow.toml").read_text()
 # Every front end runs the sequence in turn, seconds apart: GCRA and the token bucket answer
 # from the time since a key's first request (a sliding window's from the clock's minute), so
 # their waits compare within a second.
@@ -230,7 +191,7 @@ def test_every_front_end_answers_and_writes_the_same(where: Any, prefix: str, tm
     tiers = f"{prefix}:tiers"
     r.hset(tiers, "free-key", "free")
     prefixes = {"proxy": f"{prefix}g", "auth": f"{prefix}a", "python": f"{prefix}y", "express": f"{prefix}x"}
-    configs = {name: write(tmp_path / f"{name}.toml", CONFIG.format(prefix=p)) for name, p in prefixes.items()}
+    configs = {name: write(tmp_path / f"{name}.toml", f'key_prefix = "{p}"\n{CONFIG}') for name, p in prefixes.items()}
     proxy = Gateway(where, configs["proxy"], tiers, auth=False)
     auth = Gateway(where, configs["auth"], tiers, auth=True)
     node = ExpressApp(where, configs["express"], tiers)
