@@ -194,3 +194,21 @@ fn an_each_groups_every_key_and_gives_nothing_back() {
     assert!(plan.next_round().is_empty());
     assert_eq!(plan.outcome().unwrap().decisions.len(), 2);
 }
+
+#[test]
+fn a_slot_the_failure_mode_answered_is_not_given_back() {
+    let p = Policy::sliding(10, 1000).unwrap();
+    let keys = [("{a}1", p), ("{b}1", p)];
+    let mut plan = plan(&cluster(), Schedule::InTurn, &keys);
+    let mut first = plan.next_round();
+    assert!(first[0].start().unwrap().is_some());
+    // Redis did not answer: the failure mode (open by default) allowed, taking nothing there.
+    assert_eq!(first[0].fail("connection refused", true).unwrap(), None);
+    plan.done(0, &first[0]);
+    let mut second = plan.next_round();
+    answer(&mut plan, 0, &mut second[0], &all_reply(1, &[DENIES]));
+    assert!(plan.next_round().is_empty(), "nothing to give back");
+    let m = plan.outcome().unwrap();
+    assert_eq!(m.denied, Some(1));
+    assert_ne!(m.decisions[0].source, Source::Redis);
+}

@@ -161,6 +161,21 @@ impl Layers {
         Op::new(self.clone(), Call::Force { key, policy, cost })
     }
 
+    /// Settles a reservation of `reserved` units of `key` (taken earlier) against the
+    /// `actual` cost: refunds `reserved - actual` (`RL.REFUND`), takes `actual - reserved`
+    /// even over the limit (`FORCE`), or sends nothing when they are equal.
+    pub fn settle(self: &Arc<Self>, key: String, policy: Policy, reserved: u64, actual: u64) -> Op {
+        Op::new(
+            self.clone(),
+            Call::Settle {
+                key,
+                policy,
+                reserved,
+                actual,
+            },
+        )
+    }
+
     /// Deletes `key`'s limiter state (`RL.RESET`) and its cached denial.
     pub fn reset(self: &Arc<Self>, key: String) -> Op {
         Op::new(self.clone(), Call::Reset { key })
