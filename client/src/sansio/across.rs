@@ -16,6 +16,7 @@ use std::sync::Arc;
 use crate::layers::decider::{cost_at, unknown};
 use crate::limiter::decision::{Decision, MultiDecision, Source};
 use crate::limiter::policy::Policy;
+use crate::transport::command::slot_groups;
 
 use super::layers::Layers;
 use super::op::{Op, OpError, Outcome, MAX_ALL_KEYS};
@@ -121,24 +122,26 @@ impl AcrossSlots {
         self.each.is_none() && self.items.get(i).is_some_and(|(_, p)| p.is_shadow())
     }
 
-    /// The enforced keys by hash slot, slots in the order of their first key.
+    /// The enforced keys by hash slot, slots in the order of their first key (the grouping
+    /// the async client's `RL.ALL` per slot uses).
     fn group(&self) -> Vec<Vec<usize>> {
-        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
-        for (i, (key, _)) in self.items.iter().enumerate() {
-            if self.shadow(i) {
-                continue;
-            }
-            let slot = if self.layers.cluster {
-                redis::cluster_routing::get_slot(key.as_bytes())
-            } else {
-                0
-            };
-            match groups.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((slot, vec![i])),
-            }
+        let enforced: Vec<usize> = (0..self.items.len()).filter(|&i| !self.shadow(i)).collect();
+        let keys: Vec<&str> = enforced
+            .iter()
+            .filter_map(|&i| self.items.get(i).map(|(k, _)| k.as_str()))
+            .collect();
+        if keys.is_empty() {
+            return Vec::new();
         }
-        groups.into_iter().map(|(_, members)| members).collect()
+        slot_groups(&keys, self.layers.cluster)
+            .into_iter()
+            .map(|(_, members)| {
+                members
+                    .into_iter()
+                    .filter_map(|m| enforced.get(m).copied())
+                    .collect()
+            })
+            .collect()
     }
 
     fn slot_op(&self, members: &[usize]) -> Op {
