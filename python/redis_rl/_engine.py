@@ -158,7 +158,6 @@ class Engine:
     def __init__(self, *, cluster: bool, breaker: BreakerConfig, deny_cache: int, local_capacity: int,
                  lua: bool = True, fleet: Optional[FleetConfig] = None,
                  leases: Optional[LeaseConfig] = None) -> None:
-        self.cluster = cluster
         membership = None if fleet is None else (fleet.key, fleet.heartbeat_ms, fleet.ttl_ms, fleet.divides)
         leasing = None if leases is None else (leases.lifetime_ms, leases.demand_ms, leases.max_percent)
         self.layers = Layers("auto" if lua else "module", cluster, deny_cache, breaker.failure_threshold,

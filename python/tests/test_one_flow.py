@@ -74,51 +74,49 @@ def http(port: int, method: str, url: str, headers: Dict[str, str]) -> Answer:
         return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
 
 
-class Gateway:
+class Served:
+    """A server process answering on ``port`` (healthy once ``/healthz`` answers)."""
+
+    def __init__(self, args: List[str], port: int) -> None:
+        self.port = port
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_healthy(self.proc, port)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Gateway(Served):
     """rl-gateway on ``config``; ``auth``: with a forward-auth listener, the port asked."""
 
     def __init__(self, server: Any, config: Path, tiers: str, auth: bool) -> None:
         binary = gateway_binary()
         assert binary is not None
-        self.port = free_port()
+        port = free_port()
         self.auth_port = free_port() if auth else None
-        args = [str(binary), "--listen", f"127.0.0.1:{self.port}", "--redis", server.url, "--config", str(config),
+        args = [str(binary), "--listen", f"127.0.0.1:{port}", "--redis", server.url, "--config", str(config),
                 "--tier-hash", tiers, "--timeout-ms", "2000", "--log", "warn"]
         if self.auth_port is not None:
             args += ["--auth-listen", f"127.0.0.1:{self.auth_port}"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wait_healthy(self.proc, self.port)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        super().__init__(args, port)
 
 
 NODE_APP = ROOT / "node" / "scripts" / "express-app.mjs"
 
 
-class ExpressApp:
+class ExpressApp(Served):
     """An Express 5 app behind the Node.js middleware (``node/scripts/express-app.mjs``; the
     package built by ``make node-build``)."""
 
     def __init__(self, server: Any, config: Path, tiers: str) -> None:
         assert (ROOT / "node" / "dist" / "esm" / "index.js").exists(), "the Node package is not built: make node-build"
-        self.port = free_port()
-        self.proc = subprocess.Popen(["node", str(NODE_APP), str(self.port), server.url, str(config), tiers],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wait_healthy(self.proc, self.port)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        port = free_port()
+        super().__init__(["node", str(NODE_APP), str(port), server.url, str(config), tiers], port)
 
 
 def forward_auth(port: int) -> Send:
