@@ -198,13 +198,6 @@ impl Core {
         Ok(Op::new(self.layers.refund(key, policy.inner, amount)))
     }
 
-    /// Takes `cost` units of `key` even over the limit (`COST n FORCE`).
-    #[napi]
-    pub fn force(&self, key: String, policy: &Policy, cost: f64) -> Result<Op> {
-        let cost = whole("cost", cost)?;
-        Ok(Op::new(self.layers.force(key, policy.inner, cost)))
-    }
-
     /// Settles a reservation of `reserved` units of `key` against the `actual` cost:
     /// refunds the difference, takes the rest with `FORCE`, or sends nothing.
     #[napi]

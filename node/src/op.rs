@@ -170,7 +170,7 @@ impl Op {
         Ok(decision_fields(d, self.inner.policy_shadow()).to_vec())
     }
 
-    /// The decision of a `check` (or a `force`).
+    /// The decision of a `check`.
     #[napi]
     pub fn decision(&self) -> Result<JsDecision> {
         match self.outcome() {

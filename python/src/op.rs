@@ -250,10 +250,6 @@ impl Layers {
         Op::new(self.layers.refund(key, policy.policy, amount))
     }
 
-    fn force(&self, key: String, policy: &OpPolicy, cost: u64) -> Op {
-        Op::new(self.layers.force(key, policy.policy, cost))
-    }
-
     fn settle(&self, key: String, policy: &OpPolicy, reserved: u64, actual: u64) -> Op {
         Op::new(self.layers.settle(key, policy.policy, reserved, actual))
     }
@@ -373,7 +369,7 @@ impl Op {
         self.inner.fail(message, outage).map_err(py_error)
     }
 
-    /// The outcome: a decision tuple (`check`, `force`), `(kind, units, decision or None)`
+    /// The outcome: a decision tuple (`check`), `(kind, units, decision or None)`
     /// (`settle`), `(granted, decision)` (`take_upto`) or an int (`refund`,
     /// `reset`).
     fn result(&self, py: Python<'_>) -> PyResult<PyObject> {

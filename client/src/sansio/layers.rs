@@ -156,11 +156,6 @@ impl Layers {
         )
     }
 
-    /// Takes `cost` units of `key` even over the limit (`COST n FORCE`).
-    pub fn force(self: &Arc<Self>, key: String, policy: Policy, cost: u64) -> Op {
-        Op::new(self.clone(), Call::Force { key, policy, cost })
-    }
-
     /// Settles a reservation of `reserved` units of `key` (taken earlier) against the
     /// `actual` cost: refunds `reserved - actual` (`RL.REFUND`), takes `actual - reserved`
     /// even over the limit (`FORCE`), or sends nothing when they are equal.

@@ -53,11 +53,6 @@ pub(crate) enum Call {
         /// A lease's unspent units (counted in the lease stats).
         lease: bool,
     },
-    Force {
-        key: String,
-        policy: Policy,
-        cost: u64,
-    },
     /// A reservation of `reserved` units settled against the `actual` cost: the difference
     /// refunded, or taken with `FORCE`.
     Settle {
@@ -85,7 +80,7 @@ pub(crate) enum Call {
 /// How an op ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// A `check` or a `force`.
+    /// A `check`.
     Decision(Decision),
     /// A `check_all`.
     Multi(MultiDecision),
@@ -301,7 +296,6 @@ impl Op {
                 amount,
                 ..
             } => refund_words(key, policy, *amount),
-            Call::Force { key, policy, cost } => force_words(key, policy, *cost),
             Call::Settle {
                 key,
                 policy,
@@ -435,7 +429,6 @@ impl Op {
             Call::Check { key, .. }
             | Call::Upto { key, .. }
             | Call::Refund { key, .. }
-            | Call::Force { key, .. }
             | Call::Settle { key, .. }
             | Call::Reset { key }
                 if key.is_empty() =>
@@ -511,7 +504,6 @@ impl Op {
             Call::Check { key, .. }
             | Call::Upto { key, .. }
             | Call::Refund { key, .. }
-            | Call::Force { key, .. }
             | Call::Settle { key, .. }
             | Call::Reset { key } => key,
             Call::All { items, .. } | Call::Each { items, .. } => {
@@ -626,9 +618,6 @@ impl Op {
                         detail: format!("expected an integer, got {other:?}"),
                     }),
                 }
-            }
-            Call::Force { policy, .. } => {
-                parse_single(policy.kind().command(), reply).map(Outcome::Decision)
             }
             Call::Settle {
                 key,
