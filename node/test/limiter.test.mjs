@@ -87,6 +87,12 @@ for (const client of clusters) {
       assert.deepEqual([refused.allowed, refused.deniedIndex], [false, 1]);
       assert.ok(refused.retryAfterMs > 0);
       assert.equal((await limiter.peek(z, wide, 0)).remaining, 100, 'the slot that took gave its unit back');
+      // A slot whose call fails (its key holds a string: not a limiter): the call throws, and the slot that
+      // took gives its unit back first.
+      const s = `{b}${q}s`;
+      await limiter.query(['SET', s, 'not a limiter'], s);
+      await assert.rejects(limiter.checkAll([[z, wide], [s, wide]]), /not a redis-rl limiter/);
+      assert.equal((await limiter.peek(z, wide, 0)).remaining, 100, 'the slot that took gave its unit back after the failure');
     } finally {
       await client.close(c);
     }

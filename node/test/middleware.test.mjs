@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import express from 'express';
@@ -21,44 +21,8 @@ import { startServer, ROOT } from './harness.mjs';
 // and on a loaded machine a call past 50 ms would be decided by the failure mode instead.
 const PATIENT = { timeoutMs: 5_000 };
 
-const CONFIG = (prefix) => `
-key_prefix = "${prefix}"
-hot = []
-dimensions = ["ip"]
-[fleet]
-membership = false
-[ip]
-limit = 100
-algorithm = "gcra"
-
-[[rules]]
-name = "login"
-paths = ["/login"]
-methods = ["POST"]
-key = ["ip"]
-limits = ["2/minute", "5/hour"]
-algorithm = "gcra"
-ban = { after = 2, within_ms = 60000, for_ms = 600000 }
-
-[[rules]]
-name = "tokens"
-paths = ["/llm"]
-key = ["ip"]
-limit = 100
-window_ms = 3600000
-algorithm = "gcra"
-cost = "header:x-max-tokens"
-settle = "response-header:x-tokens-used"
-
-[[rules]]
-name = "burst"
-paths = ["/slow"]
-key = ["ip"]
-limit = 1
-window_ms = 1000
-algorithm = "gcra"
-delay_max_ms = 2000
-`;
+// The configuration python/tests/test_one_flow.py reads too.
+const CONFIG = (prefix) => `key_prefix = "${prefix}"\n${readFileSync(join(ROOT, 'testdata', 'flow', 'one_flow.toml'), 'utf8')}`;
 
 const dir = mkdtempSync(join(tmpdir(), 'rl-express-'));
 const servers = {};
