@@ -8,7 +8,7 @@
 //! same loader, so both are refused (or accepted) alike, as that service does with its own
 //! loader.
 
-use envoy_types::pb::google::protobuf::Struct;
+use prost_types::Struct;
 use serde_yaml_ng::{Mapping, Value};
 
 /// The resource's type URL.
