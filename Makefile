@@ -110,7 +110,7 @@ test-node: build node-build
 lua:
 	$(CARGO) run -q -p redis-rl-testkit --bin rl-lua
 
-# rl-gateway's protos (gateway/proto/*.proto, trimmed from Envoy's API) into what is committed
+# rl-gateway's protos (gateway/proto/**/*.proto, trimmed from Envoy's API) into what is committed
 # beside them: rls.binpb, the descriptor set gRPC reflection serves on --rls-listen, and
 # src/generated, the Rust code of the rl-gateway-proto crate (gateway/proto/protogen: tonic's
 # generator on prost-build, its own workspace, so only this compiles it). protoc comes from
@@ -128,7 +128,7 @@ define proto_gen
 	cd $(PROTO) && $(PROTOC) --include_imports --descriptor_set_out=$(abspath $(1))/rls.binpb \
 	  envoy/service/ratelimit/v3/rls.proto
 	cd $(PROTO) && $(PROTOC) --include_imports --include_source_info \
-	  --descriptor_set_out=$(CURDIR)/target/proto/all.binpb $$(find envoy google -name '*.proto' | sort)
+	  --descriptor_set_out=$(CURDIR)/target/proto/all.binpb $$(find * -name '*.proto' | sort)
 	CARGO_TARGET_DIR=target/protogen $(CARGO) run -q --locked --manifest-path $(PROTO)/protogen/Cargo.toml -- \
 	  target/proto/all.binpb $(1)/src/generated
 endef
@@ -137,8 +137,9 @@ proto:
 
 proto-check:
 	$(call proto_gen,target/proto/check)
-	cmp $(PROTO)/rls.binpb target/proto/check/rls.binpb
-	diff -r $(PROTO)/src/generated target/proto/check/src/generated
+	@{ cmp $(PROTO)/rls.binpb target/proto/check/rls.binpb && \
+	  diff -r $(PROTO)/src/generated target/proto/check/src/generated; } || \
+	  { echo "gateway/proto: generated files stale: run make proto and commit them"; exit 1; }
 
 # luacheck (Debian's lua-check) for `make lint`.
 lua-deps:

@@ -132,6 +132,8 @@ PROTOS = [
     ("Envoy's API: envoy.service.ratelimit.v3, envoy.service.discovery.v3, "
      "envoy.extensions.common.ratelimit.v3, envoy.config.core.v3, envoy.type.v3",
      "Apache-2.0", "https://github.com/envoyproxy/envoy (api/)"),
+    ("envoyproxy/ratelimit's API: ratelimit.config.ratelimit.v3", "Apache-2.0",
+     "https://github.com/envoyproxy/ratelimit (api/)"),
     ("googleapis: google.rpc.Status", "Apache-2.0", "https://github.com/googleapis/googleapis"),
 ]
 

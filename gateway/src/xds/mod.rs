@@ -33,7 +33,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 use crate::envoy_env::{XdsSettings, XdsTls};
 use crate::rls::config::{LoadOptions, RlsConfig};
-use rls_conf::{RateLimitConfig, TYPE_URL};
+use rls_conf::{to_document, RateLimitConfig, TYPE_URL};
 
 /// gRPC status code INVALID_ARGUMENT, the NACK's `error_detail`.
 const INVALID_ARGUMENT: i32 = 3;
@@ -261,7 +261,7 @@ fn decode(response: &DiscoveryResponse) -> Result<Vec<(String, serde_yaml_ng::Va
         } else {
             config.name.clone()
         };
-        documents.push((name, config.to_document()));
+        documents.push((name, to_document(&config)));
     }
     Ok(documents)
 }

@@ -39,3 +39,12 @@ pub mod google {
         include!("google.rpc.rs");
     }
 }
+pub mod ratelimit {
+    pub mod config {
+        pub mod ratelimit {
+            pub mod v3 {
+                include!("ratelimit.config.ratelimit.v3.rs");
+            }
+        }
+    }
+}
