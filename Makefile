@@ -169,7 +169,7 @@ test-docs: build venv node-build
 # own dependencies, which mypy reads; luacheck is Debian's lua-check (see deps).
 LINT_PIP := ruff==0.17.6 mypy==2.4.1
 lint: deps lua-deps
-	@[ -x $(VENV)/bin/python ] || $(MAKE) venv
+	@$(VENV)/bin/python -c 'import redis_rl, starlette' 2>/dev/null || $(MAKE) venv
 	@$(VENV)/bin/pip show -q ruff mypy >/dev/null 2>&1 || $(VENV)/bin/pip install -q --disable-pip-version-check $(LINT_PIP)
 	luacheck -q lua/src
 	$(CARGO) run -q -p redis-rl-testkit --bin rl-lua -- --check
