@@ -15,11 +15,13 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use serde_json::Value;
 
+use redis_rl_client::sansio::Layers;
 use redis_rl_flow::Step;
 
 use crate::core::Core;
@@ -31,6 +33,9 @@ use crate::flow::{leaves_nothing, Fed, Flow, RequestFlow, SEP};
 pub(crate) struct Pending {
     requests: RefCell<HashMap<u32, RequestFlow>>,
     last: Cell<u32>,
+    /// The layers of the limiter the flow books on, and whether its client is a cluster's
+    /// (`Flow.bind`): given once, not with every request.
+    limiter: RefCell<Option<(Arc<Layers>, bool)>>,
 }
 
 impl Pending {
@@ -56,8 +61,15 @@ fn push_word(out: &mut String, word: &str) {
 
 #[napi]
 impl Flow {
+    /// The limiter `begin` books on: `core`'s layers (`cluster`: its client is a cluster
+    /// client).
+    #[napi]
+    pub fn bind(&self, core: &Core, cluster: bool) {
+        *self.pending.limiter.borrow_mut() = Some((Arc::clone(&core.layers), cluster));
+    }
+
     /// Starts a request (the arguments of `start`) and, when its first step is the booking
-    /// the flow runs itself, that booking on `core`'s layers (`cluster`: the client is one).
+    /// the flow runs itself, that booking on the limiter `bind` gave.
     /// Returns the request's number alone when it goes on step by step (take it out with
     /// `request`), else the number, the key routing the booking's command, the count of
     /// ban keys, the ban keys (read each `PTTL` along) and the command's words ('' none:
@@ -74,16 +86,21 @@ impl Flow {
         request_id: String,
         route: Option<String>,
         now_ms: f64,
-        core: &Core,
-        cluster: bool,
     ) -> Result<String> {
+        let limiter = self.pending.limiter.borrow();
+        let Some((layers, cluster)) = limiter.as_ref() else {
+            return Err(Error::new(
+                Status::GenericFailure,
+                "begin: no limiter (bind)",
+            ));
+        };
         let mut request =
             self.request_flow(method, path, &headers, peer, request_id, route, now_ms);
         // The first step is the booking (kept here: `step` is null), its words cross joined
         // by line feeds: a ban key with one (from the key prefix) goes step by step.
         let booking =
             if request.step.is_null() && !request.ban_reads.iter().any(|k| k.contains(SEP)) {
-                request.book_start(core, cluster)?
+                request.start_booking(layers, *cluster)?
             } else {
                 None
             };

@@ -550,8 +550,19 @@ impl RequestFlow {
     /// feed the reply with `bookFeed`, an error with `bookFail`.
     #[napi]
     pub fn book_start(&mut self, core: &Core, cluster: bool) -> Result<Option<String>> {
+        self.start_booking(&core.layers, cluster)
+    }
+}
+
+impl RequestFlow {
+    /// [`RequestFlow::book_start`] on `layers`.
+    pub(crate) fn start_booking(
+        &mut self,
+        layers: &std::sync::Arc<sansio::Layers>,
+        cluster: bool,
+    ) -> Result<Option<String>> {
         let policies = self.client_policies();
-        let mut op = core.layers.check_all();
+        let mut op = layers.check_all();
         for t in &self.takes {
             let Some(p) = policies.get(t.item) else {
                 return Ok(None);
@@ -587,7 +598,10 @@ impl RequestFlow {
         self.booking = Some(op);
         Ok(Some(first.join("\n")))
     }
+}
 
+#[napi]
+impl RequestFlow {
     /// The key the booking's command is routed by (its first key).
     #[napi(getter)]
     pub fn booking_key(&self) -> String {

@@ -226,6 +226,7 @@ export class FlowDriver {
     else this.tiers = hashTiers(this.limiter, options.tierHash ?? 'rl:tiers', options.tierCacheMs ?? 10_000);
     this.exclude = new Set(options.excludePaths ?? []);
     this.prefix = this.flow.keyPrefix;
+    this.flow.bind(this.limiter.core, this.limiter.cluster);
   }
 
   /** The limiter's membership as `[fleet]` configures it: the fleet key is
@@ -302,7 +303,7 @@ export class FlowDriver {
     const rid = given !== undefined && REQUEST_ID.test(given) ? given : randomUUID();
     // One string across the addon (a header holds no line feed). The usual request: planned
     // and its booking started in one call, waiting in the flow under a number (no object).
-    const begun = this.flow.begin(req.method, req.path, raw.join('\n'), req.peer, rid, req.route ?? null, nowMs(), this.limiter.core, this.limiter.cluster);
+    const begun = this.flow.begin(req.method, req.path, raw.join('\n'), req.peer, rid, req.route ?? null, nowMs());
     const nl = begun.indexOf('\n');
     let request: RequestFlow;
     let step: Step | 'forward';
