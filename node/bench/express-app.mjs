@@ -11,7 +11,7 @@ import IORedis from 'ioredis';
 import { rateLimit as expressRateLimit } from 'express-rate-limit';
 import { RedisStore } from 'rate-limit-redis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
-import { rateLimit } from '../dist/esm/index.js';
+import * as ours from '../dist/esm/index.js';
 
 const [variant, limitsArg, redisPort] = process.argv.slice(2);
 const four = limitsArg === '4';
@@ -29,7 +29,10 @@ function peer(req) {
   return a.startsWith('::ffff:') ? a.slice(7) : a;
 }
 
-if (variant === 'redis-rl') {
+if (variant === 'redis-rl' || variant === 'redis-rl-other') {
+  // redis-rl-other: another build of the package (OTHER_DIST: its dist/esm/index.js), to
+  // compare two builds in one run.
+  const { rateLimit } = variant === 'redis-rl' ? ours : await import(process.env.OTHER_DIST);
   const rule = { name: 'bench', key: ['ip'], algorithm: 'sliding' };
   if (four) rule.limits = WINDOWS.map((s) => `${LIMIT}/${NAMES[s]}`);
   else Object.assign(rule, { limit: LIMIT, window_ms: WINDOWS[0] * 1000 });
