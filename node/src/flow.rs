@@ -368,6 +368,8 @@ pub struct RequestFlow {
 
 /// What the booking's reply led to: another command to send first (a hot key's lease was
 /// taken: the `RL.ALL` of the others follows), or the flow's next step.
+// Returned once per request and matched at once: a box would cost an allocation per request.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Fed {
     Send(Vec<String>),
     Step(Step),
