@@ -241,6 +241,38 @@ test('on a cluster, limits in different hash slots: one RL.ALL per slot, all or 
   }
 });
 
+test('every request the flow began is answered and forgotten, an error reply too', async () => {
+  const client = new IORedis(servers.module.port, '127.0.0.1');
+  const prefix = 'pf';
+  const app = express();
+  const tiered = 'dimensions = ["api_key", "ip"]\n[tiers.free]\nlimits = ["100/minute"]';
+  const path = join(dir, `${prefix}.toml`);
+  writeFileSync(path, CONFIG(prefix).replace('dimensions = ["ip"]', tiered));
+  const limit = rateLimit({ client, config: path, tiers: { k1: 'free' } });
+  app.use(limit);
+  app.use((req, res) => res.json({ ok: true }));
+  const listener = app.listen(0, '127.0.0.1');
+  await new Promise((r) => listener.once('listening', r));
+  const send = (method, url, headers = {}) => fetch(`http://127.0.0.1:${listener.address().port}${url}`, { method, headers });
+  try {
+    const statuses = [];
+    // Allowed, refused (then banned), held for a slot, settled, an API key's tier.
+    for (let i = 0; i < 3; i++) statuses.push((await send('POST', '/login')).status);
+    statuses.push((await send('GET', '/slow')).status, (await send('GET', '/slow')).status);
+    statuses.push((await send('POST', '/llm', { 'x-max-tokens': '5' })).status);
+    statuses.push((await send('GET', '/k', { 'x-api-key': 'k1' })).status);
+    // The limiter's key of another type: the server's error reply is the application's error.
+    await client.hset(`${prefix}:{ip:127.0.0.2}`, 'a', '1');
+    await client.set(`${prefix}:{ip:127.0.0.1}`, 'x');
+    statuses.push((await send('GET', '/items')).status);
+    assert.deepEqual(statuses, [200, 200, 429, 200, 200, 200, 200, 500]);
+    assert.equal(limit.driver.pendingRequests, 0);
+  } finally {
+    listener.close();
+    client.disconnect();
+  }
+});
+
 test('a bad configuration fails at start naming the file, the line and the field', () => {
   const path = join(dir, 'bad.toml');
   writeFileSync(path, 'dimensions = ["ip"]\n\n[[rules]]\nname = "a"\nkey = ["ip"]\nlimits = ["5/fortnight"]\n');
