@@ -14,7 +14,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from conftest import Server
+from conftest import PATIENT, Server
 from redis_rl import LeaseConfig, Limiter, Policy, Source, SyncLimiter
 from redis_rl.asgi import RedisHashTiers
 
@@ -94,7 +94,7 @@ def test_check_all_reports_keys_of_later_slots_as_unchecked(cluster, prefix):
 
 def test_async_cluster_client(cluster, prefix):
     async def main() -> None:
-        lim = Limiter(AsyncRedisCluster(host="127.0.0.1", port=cluster.port), timeout=2.0)
+        lim = Limiter(AsyncRedisCluster(host="127.0.0.1", port=cluster.port), timeout=PATIENT)
         try:
             tag = "{" + prefix + "}"
             md = await lim.check_all([(f"{tag}:x", Policy.gcra(5, 1000)), (f"{tag}:y", Policy.log(2, 1000))])

@@ -8,9 +8,10 @@ import hashlib
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 
-from redis_rl import Limiter, Policy, Source, SyncLimiter
+from redis_rl import Policy, Source, SyncLimiter
+
+from conftest import patient_limiter
 
 
 @pytest.mark.parametrize("protocol", [2, 3])
@@ -58,7 +59,7 @@ def test_async_twin_sends_the_script_again_after_a_flush(bare_server, prefix):
     sha = hashlib.sha1(("#!lua" + LUA_TWIN[LUA_TWIN.find("\n"):]).encode()).hexdigest()
 
     async def main() -> None:
-        lim = Limiter(aioredis.Redis(port=bare_server.port), deny_cache=0)
+        lim = patient_limiter(bare_server.port, deny_cache=0)
         policy = Policy.fixed(3, 60_000)
         try:
             await lim.client.execute_command("ACL", "SETUSER", "default", "-function")

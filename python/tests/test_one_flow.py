@@ -24,7 +24,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from conftest import ROOT, free_port
+from conftest import PATIENT, ROOT, free_port
 from redis_rl.asgi import RateLimitMiddleware
 from test_asgi_parity import COMPARED, Peer, _same_but_the_clock, gateway_binary, ok, write
 
@@ -198,7 +198,7 @@ def test_every_front_end_answers_and_writes_the_same(where: Any, prefix: str, tm
         # Every path and method answers, as rl-gateway's own handler does.
         mw = Starlette(routes=[Route("/{path:path}", ok, methods=["GET", "POST"])], middleware=[
             Middleware(Peer),
-            Middleware(RateLimitMiddleware, redis_url=where.url, config=configs["python"], tier_hash=tiers, timeout=2.0),
+            Middleware(RateLimitMiddleware, redis_url=where.url, config=configs["python"], tier_hash=tiers, timeout=PATIENT),
         ])
         with TestClient(mw) as client:
 

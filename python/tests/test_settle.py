@@ -11,7 +11,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -19,8 +18,10 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from redis_rl import Limiter, Policy, Settled, SyncLimiter
+from redis_rl import Policy, Settled, SyncLimiter
 from redis_rl.asgi import RateLimitMiddleware
+
+from conftest import PATIENT, patient_limiter
 
 
 class Finishing:
@@ -77,7 +78,7 @@ def test_sync_settle_refunds_or_charges_the_difference(server, prefix):
 
 def test_async_settle_refunds_or_charges_the_difference(server, prefix):
     async def main() -> None:
-        limiter = Limiter(aioredis.Redis(port=server.port))
+        limiter = patient_limiter(server.port)
         policy = Policy.gcra(100, 60_000)
         key = f"{prefix}:gcra"
         try:
@@ -121,7 +122,7 @@ def test_the_asgi_middleware_settles_from_the_response_header(server, prefix):
     r = redis.Redis(port=server.port)
     app = Finishing(Starlette(
         routes=[Route("/chat", chat)],
-        middleware=[Middleware(RateLimitMiddleware, redis_url=server.url, config=config(prefix))],
+        middleware=[Middleware(RateLimitMiddleware, redis_url=server.url, timeout=PATIENT, config=config(prefix))],
     ))
     key = f"{prefix}:{{global}}:r:tokens"
     with TestClient(app) as client:
@@ -161,7 +162,7 @@ def test_a_settled_overage_holds_the_subject_until_the_debt_is_paid(server, bare
     cfg["rules"][0]["limits"] = ["1000/minute"]
     app = Finishing(Starlette(
         routes=[Route("/chat", chat)],
-        middleware=[Middleware(RateLimitMiddleware, redis_url=server.url, config=cfg)],
+        middleware=[Middleware(RateLimitMiddleware, redis_url=server.url, timeout=PATIENT, config=cfg)],
     ))
     with TestClient(app) as client:
         assert app.served(client.get("/chat", headers={"x-max-tokens": "1", "x-used": "5000"})).status_code == 200
@@ -183,7 +184,7 @@ def test_the_asgi_middleware_settles_from_a_trailer(server, prefix):
         await send({"type": "http.response.body", "body": b"text", "more_body": False})
         await send({"type": "http.response.trailers", "headers": [(b"x-tokens-used", b"30")]})
 
-    middleware = RateLimitMiddleware(streaming, redis_url=server.url, config=config(prefix))
+    middleware = RateLimitMiddleware(streaming, redis_url=server.url, timeout=PATIENT, config=config(prefix))
     sent: List[Dict[str, Any]] = []
 
     async def main() -> None:
@@ -259,7 +260,7 @@ def test_the_asgi_middleware_holds_a_refused_request_for_its_slot(where, request
     server = request.getfixturevalue(where)
 
     async def main() -> None:
-        middleware = RateLimitMiddleware(_unused, redis_url=server.url, config=paced_config(prefix, 10))
+        middleware = RateLimitMiddleware(_unused, redis_url=server.url, timeout=PATIENT, config=paced_config(prefix, 10))
         first_sent = time.monotonic()
         assert (await call_many(middleware, ["/paced"]))[0][0] == 200
         # Two at once: each booked for its own slot, 600 ms apart, both served. The first
@@ -280,7 +281,7 @@ def test_the_asgi_middleware_holds_a_refused_request_for_its_slot(where, request
 
 def test_the_asgi_middleware_caps_held_requests(server, prefix):
     async def main() -> None:
-        middleware = RateLimitMiddleware(_unused, redis_url=server.url, config=paced_config(prefix, 1))
+        middleware = RateLimitMiddleware(_unused, redis_url=server.url, timeout=PATIENT, config=paced_config(prefix, 1))
         assert (await call_many(middleware, ["/paced"]))[0][0] == 200
         statuses = sorted(s for s, _ in await call_many(middleware, ["/paced", "/paced"]))
         assert statuses == [200, 429], "one held, the other over the cap"
@@ -303,7 +304,7 @@ def test_peek_and_force_all_units_take_one_call_each_with_each_items_units(where
         return sum(v["calls"] for k, v in stats.items() if k.lower() == f"cmdstat_{decides_with.lower()}")
 
     async def main() -> None:
-        limiter = Limiter(aioredis.Redis(port=server.port))
+        limiter = patient_limiter(server.port)
         items = [(f"{prefix}:{{t}}:a", a), (f"{prefix}:{{t}}:b", b)]
         assert (await limiter.peek(items[0][0], a, 0)).remaining == 10  # the wire chosen first
         before = calls()
