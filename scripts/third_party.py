@@ -126,6 +126,18 @@ def node_deps() -> list:
     return found
 
 
+# Protos that rl-gateway-proto (gateway/proto) holds trimmed copies of and compiles into
+# rl-gateway (its generated code and reflection descriptor set): not crates, so listed by hand.
+PROTOS = [
+    ("Envoy's API: envoy.service.ratelimit.v3, envoy.service.discovery.v3, "
+     "envoy.extensions.common.ratelimit.v3, envoy.config.core.v3, envoy.type.v3",
+     "Apache-2.0", "https://github.com/envoyproxy/envoy (api/)"),
+    ("envoyproxy/ratelimit's API: ratelimit.config.ratelimit.v3", "Apache-2.0",
+     "https://github.com/envoyproxy/ratelimit (api/)"),
+    ("googleapis: google.rpc.Status", "Apache-2.0", "https://github.com/googleapis/googleapis"),
+]
+
+
 def render(rust: list, python: list, node: list) -> str:
     out = [
         "# Third-party notices",
@@ -145,6 +157,11 @@ def render(rust: list, python: list, node: list) -> str:
         "|---|---|---|---|",
     ]
     out += [f"| {n} | {v} | {lic} | {repo} |" for n, v, lic, repo, _ in rust]
+    out += ["", "## Protocol definitions", "",
+            "Trimmed copies in gateway/proto (each `.proto` names its source), compiled into `rl-gateway`",
+            "by the rl-gateway-proto crate. The Apache License 2.0's text is among the license texts below.",
+            "", "| protos | license | source |", "|---|---|---|"]
+    out += [f"| {what} | {lic} | {src} |" for what, lic, src in PROTOS]
     out += ["", "## Python packages", "",
             "Runtime requirements of the `redis-rl` wheel; pip installs them, the wheel bundles none.", "",
             "| requirement | license | source |", "|---|---|---|"]

@@ -98,6 +98,24 @@ mod tests {
     }
 
     #[test]
+    fn an_expiry_past_a_whole_millisecond_idle_instant_depends_on_the_calls_microseconds() {
+        // A window limiter is idle at a whole millisecond; `reset_after` is the time to it
+        // rounded up, as the algorithms give it. Its key then expires at idle + slack from a
+        // call on a whole millisecond and 1 ms later from any other: two writes of the same
+        // window may differ by that millisecond.
+        let idle = Millis(3_000);
+        let expiry = |now_us: u64| {
+            let now = crate::Micros(now_us);
+            let reset_after = crate::Micros(idle.as_micros().0 - now_us).ceil_millis();
+            expire_at(now, reset_after, Millis(1_000)).0
+        };
+        assert_eq!(expiry(1_000_000), 4_000);
+        assert_eq!(expiry(1_000_001), 4_001);
+        assert_eq!(expiry(1_999_999), 4_001);
+        assert_eq!(expiry(2_000_000), 4_000);
+    }
+
+    #[test]
     fn an_expiry_is_kept_within_half_the_slack_of_the_target() {
         let keeps =
             |current, target, slack| keeps_expiry(Millis(current), Millis(target), Millis(slack));

@@ -11,14 +11,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
-};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::UInt64Value;
 use metrics_exporter_prometheus::PrometheusHandle;
 use redis_rl_client::Limiter;
+use rl_gateway_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use rl_gateway_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use rl_gateway_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;
 
@@ -201,9 +200,7 @@ fn descriptor_from_json(v: &Value, i: usize) -> Result<RateLimitDescriptor, Stri
         }
     }
     if let Some(h) = field(o, "hitsAddend", "hits_addend") {
-        d.hits_addend = Some(UInt64Value {
-            value: integer(h, &format!("{what}.hitsAddend"))?,
-        });
+        d.hits_addend = Some(integer(h, &format!("{what}.hitsAddend"))?);
     }
     if let Some(l) = o.get("limit") {
         let at = format!("{what}.limit");
@@ -335,7 +332,7 @@ mod tests {
         assert_eq!(r.domain, "d");
         assert_eq!(r.hits_addend, 2);
         assert_eq!(r.descriptors[0].entries[1].key, "only");
-        assert_eq!(r.descriptors[0].hits_addend.as_ref().unwrap().value, 3);
+        assert_eq!(r.descriptors[0].hits_addend, Some(3));
         let l = r.descriptors[1].limit.as_ref().unwrap();
         assert_eq!((l.requests_per_unit, l.unit), (5, 2));
     }

@@ -5,10 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use rl_gateway_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use rl_gateway_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use rl_gateway_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use rl_gateway_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use tonic::transport::Channel;
 
 /// `rl-loadgen rls` arguments.

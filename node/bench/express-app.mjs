@@ -5,12 +5,13 @@
 // request costs the limiter's full path and the app's answer), on the same Redis through
 // ioredis. Listens on an ephemeral loopback port and sends it to the parent; answers
 // `cpu` messages with its process.cpuUsage().
+import { randomUUID } from 'node:crypto';
 import express from 'express';
 import IORedis from 'ioredis';
 import { rateLimit as expressRateLimit } from 'express-rate-limit';
 import { RedisStore } from 'rate-limit-redis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
-import { rateLimit } from '../dist/esm/index.js';
+import * as ours from '../dist/esm/index.js';
 
 const [variant, limitsArg, redisPort] = process.argv.slice(2);
 const four = limitsArg === '4';
@@ -28,7 +29,10 @@ function peer(req) {
   return a.startsWith('::ffff:') ? a.slice(7) : a;
 }
 
-if (variant === 'redis-rl') {
+if (variant === 'redis-rl' || variant === 'redis-rl-other') {
+  // redis-rl-other: another build of the package (OTHER_DIST: its dist/esm/index.js), to
+  // compare two builds in one run.
+  const { rateLimit } = variant === 'redis-rl' ? ours : await import(process.env.OTHER_DIST);
   const rule = { name: 'bench', key: ['ip'], algorithm: 'sliding' };
   if (four) rule.limits = WINDOWS.map((s) => `${LIMIT}/${NAMES[s]}`);
   else Object.assign(rule, { limit: LIMIT, window_ms: WINDOWS[0] * 1000 });
@@ -66,6 +70,37 @@ if (variant === 'redis-rl') {
       : redis.call('RL.SLIDING', `raw:{ip:${ip}}`, ...args);
     sent.then(
       (r) => (r[0] === 1 ? next() : res.status(429).end()),
+      () => res.status(503).end(),
+    );
+  });
+} else if (variant === 'raw-headers') {
+  // A second reference, not the goal's floor: the raw command plus the response headers the
+  // middleware sends, set by hand from the reply (the draft-11 pair, the X-RateLimit-* three,
+  // a request id), to show how much of the gap is the headers themselves.
+  const args = [String(LIMIT), String(WINDOWS[0] * 1000)];
+  const all = WINDOWS.flatMap((s) => ['SLIDING', String(LIMIT), String(s * 1000)]);
+  const names = four ? WINDOWS.map((s) => `bench-${{ 1: '1s', 60: '1m', 3600: '1h', 86400: '1d' }[s]}`) : ['bench'];
+  const policy = WINDOWS.map((s, i) => `"${names[i]}";q=${LIMIT};w=${s}`).join(', ');
+  const last = names.length - 1;
+  app.use((req, res, next) => {
+    const ip = peer(req);
+    const sent = four
+      ? redis.call('RL.ALL', '4', ...WINDOWS.map((s) => `raw:{ip:${ip}}:${s}`), ...all)
+      : redis.call('RL.SLIDING', `raw:{ip:${ip}}`, ...args);
+    sent.then(
+      (r) => {
+        if (r[0] !== 1) return res.status(429).end();
+        // The window that runs out last: [limit, remaining, retry, reset] (RL.ALL) or its fields.
+        const [limit, remaining, , resetMs] = four ? r[2][last] : r.slice(1);
+        const reset = String(Math.ceil(resetMs / 1000));
+        res.setHeader('ratelimit-policy', policy);
+        res.setHeader('x-ratelimit-limit', String(limit));
+        res.setHeader('x-ratelimit-remaining', String(remaining));
+        res.setHeader('x-ratelimit-reset', reset);
+        res.setHeader('ratelimit', `"${names[last]}";r=${remaining};t=${reset}`);
+        res.setHeader('x-request-id', randomUUID());
+        next();
+      },
       () => res.status(503).end(),
     );
   });

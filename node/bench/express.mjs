@@ -1,11 +1,16 @@
 // `make bench-node`: Express 5 apps (bench/express-app.mjs) on one server ($RL_SERVER, the
 // module loaded): redis-rl's middleware, express-rate-limit + rate-limit-redis,
 // rate-limiter-flexible's RateLimiterRedis, the raw command by hand with ioredis.call (the
-// floor of any Node package) and Express alone; one limit and four. Each round runs wrk
+// floor of any Node package), the same raw command plus the middleware's response headers set
+// by hand (a second reference: how much of the gap is the headers) and Express alone; one
+// limit and four. Each round runs wrk
 // against every app in turn (rounds interleaved, so the machine's drift reaches every app
 // alike) and reads requests/s and p99 from wrk, the Redis command time per request from INFO
 // commandstats deltas, and the app's CPU time per request from its process.cpuUsage().
 // Prints the medians of the rounds as a markdown table.
+//
+// VARIANTS=...,redis-rl-other OTHER_DIST=<dist/esm/index.js of another build> [OTHER_LABEL=...]
+// adds that build's middleware, to compare two builds in the same rounds.
 //
 // Bounded: ROUNDS rounds (default 5) of ROUND_SECONDS (default 4) per app, 32 connections, one wrk
 // thread; loopback only. The server and the apps share CPU 0, wrk runs on CPU 1 (taskset),
@@ -20,8 +25,9 @@ const here = dirname(fileURLToPath(import.meta.url));
 const ROUNDS = Math.min(Number(process.env.ROUNDS || 5), 20);
 const SECONDS = Math.min(Number(process.env.ROUND_SECONDS || 4), 30);
 const CONNECTIONS = 32;
-const VARIANTS = (process.env.VARIANTS || 'redis-rl,express-rate-limit,rate-limiter-flexible,raw,express').split(',');
+const VARIANTS = (process.env.VARIANTS || 'redis-rl,express-rate-limit,rate-limiter-flexible,raw,raw-headers,express').split(',');
 const LIMITS = (process.env.LIMITS || '1,4').split(',');
+const LABELS = { 'raw-headers': 'raw + the same headers by hand (reference)', 'redis-rl-other': `redis-rl (${process.env.OTHER_LABEL ?? process.env.OTHER_DIST})` };
 
 function pin(pid, cpu) {
   try {
@@ -114,7 +120,7 @@ try {
     for (const app of apps.filter((a) => a.limits === limits)) {
       const rs = results.get(app);
       const m = (f) => median(rs.map(f));
-      console.log(`| ${app.variant} | ${Math.round(m((x) => x.rps))} | ${m((x) => x.p99Ms).toFixed(2)} | ${m((x) => x.redisUs).toFixed(1)} | ${m((x) => x.cpuUs).toFixed(1)} |`);
+      console.log(`| ${LABELS[app.variant] ?? app.variant} | ${Math.round(m((x) => x.rps))} | ${m((x) => x.p99Ms).toFixed(2)} | ${m((x) => x.redisUs).toFixed(1)} | ${m((x) => x.cpuUs).toFixed(1)} |`);
     }
     console.log('');
   }

@@ -14,6 +14,7 @@ use redis_rl_client::{BreakerConfig, FleetConfig, ServerImpl};
 
 use crate::op::Op;
 use crate::policy::{whole, Policy};
+use crate::slots::AcrossSlots;
 
 /// `auto`, `module` or `lua` (in those words: the package's documented option).
 fn server_impl(name: &str) -> Result<ServerImpl> {
@@ -176,6 +177,13 @@ impl Core {
         Op::new(self.layers.check_all())
     }
 
+    /// Several keys all or nothing across hash slots (one `RL.ALL` per slot), shadow keys
+    /// on their own: add them with `AcrossSlots.add`, then run its rounds.
+    #[napi]
+    pub fn check_all_across(&self) -> AcrossSlots {
+        AcrossSlots::new(self.layers.check_all_across(AcrossSlots::SCHEDULE))
+    }
+
     /// Up to `n` units of `key` (`COST n UPTO`), as many as are available.
     #[napi]
     pub fn take_upto(&self, key: String, policy: &Policy, n: f64, peek: bool) -> Result<Op> {
@@ -190,11 +198,18 @@ impl Core {
         Ok(Op::new(self.layers.refund(key, policy.inner, amount)))
     }
 
-    /// Takes `cost` units of `key` even over the limit (`COST n FORCE`).
+    /// Settles a reservation of `reserved` units of `key` against the `actual` cost:
+    /// refunds the difference, takes the rest with `FORCE`, or sends nothing.
     #[napi]
-    pub fn force(&self, key: String, policy: &Policy, cost: f64) -> Result<Op> {
-        let cost = whole("cost", cost)?;
-        Ok(Op::new(self.layers.force(key, policy.inner, cost)))
+    pub fn settle(&self, key: String, policy: &Policy, reserved: f64, actual: f64) -> Result<Op> {
+        let reserved = whole("reserved", reserved)?;
+        let actual = whole("actual", actual)?;
+        Ok(Op::new(self.layers.settle(
+            key,
+            policy.inner,
+            reserved,
+            actual,
+        )))
     }
 
     /// The next background op due at `now_ms` (wall-clock ms since the Unix epoch), else

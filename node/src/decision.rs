@@ -4,6 +4,7 @@
 use napi::bindgen_prelude::{Either, Null};
 use napi_derive::napi;
 
+use redis_rl_client::settle::Settled;
 use redis_rl_client::{Decision, Grant, MultiDecision, Verdict};
 
 use crate::policy::to_f64;
@@ -108,6 +109,33 @@ impl From<&Grant> for JsGrant {
         Self {
             granted: to_f64(g.granted),
             decision: JsDecision::from(&g.decision),
+        }
+    }
+}
+
+/// What `settle` did.
+#[napi(object)]
+pub struct JsSettled {
+    /// `exact` (nothing sent), `refunded` or `charged`.
+    #[napi(ts_type = "'exact' | 'refunded' | 'charged'")]
+    pub kind: String,
+    /// The units given back (refunded) or taken with `FORCE` (charged); 0 when exact.
+    pub units: f64,
+    /// When charged: the limiter afterwards (`remaining` 0 when in debt).
+    pub decision: Option<JsDecision>,
+}
+
+impl JsSettled {
+    pub fn new(settled: &Settled, units: u64) -> Self {
+        let (kind, decision) = match settled {
+            Settled::Exact => ("exact", None),
+            Settled::Refunded(_) => ("refunded", None),
+            Settled::Charged(d) => ("charged", Some(JsDecision::from(d))),
+        };
+        Self {
+            kind: kind.to_string(),
+            units: to_f64(units),
+            decision,
         }
     }
 }

@@ -43,7 +43,7 @@ fn headers(hs: &[(&'static str, String)]) -> Value {
 /// Separates the words of one string handed across the addon (a header name or value, a key
 /// of the flow, a number: none holds a line feed). One string crosses in one napi call; an
 /// array of them costs a call per word.
-const SEP: char = '\n';
+pub(crate) const SEP: char = '\n';
 
 /// Headers as Node's `rawHeaders` joined by line feeds: name, value, name, value...
 fn flat_header_list(hs: &str) -> Vec<(String, Vec<u8>)> {
@@ -65,14 +65,17 @@ fn header_list(hs: Vec<Vec<String>>) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-fn record(r: Record) -> Value {
-    // The usual request leaves nothing behind: no object to build and hand over.
-    if r.refusals.is_empty()
+/// The usual request leaves nothing behind: no record to build and hand over.
+pub(crate) fn leaves_nothing(r: &Record) -> bool {
+    r.refusals.is_empty()
         && r.give_back.is_empty()
         && r.delayed.is_none()
         && r.banned_ms.is_none()
         && r.unknown_tier.is_none()
-    {
+}
+
+fn record(r: Record) -> Value {
+    if leaves_nothing(&r) {
         return Value::Null;
     }
     let refusals: Vec<Value> = r
@@ -168,6 +171,8 @@ fn decided_of(d: &Decision) -> Result<redis_rl_flow::Decided> {
 pub struct Flow {
     flow: redis_rl_flow::Flow,
     engine: Engine,
+    /// The requests between [`Flow::begin`] and their end, by number (see `booking.rs`).
+    pub(crate) pending: crate::booking::Pending,
 }
 
 fn engine(
@@ -203,6 +208,7 @@ impl Flow {
         Self {
             flow: redis_rl_flow::Flow::new(engine.clone()),
             engine,
+            pending: crate::booking::Pending::default(),
         }
     }
 
@@ -272,7 +278,24 @@ impl Flow {
         route: Option<String>,
         now_ms: f64,
     ) -> RequestFlow {
-        let headers = flat_header_list(&headers);
+        self.request_flow(method, path, &headers, peer, request_id, route, now_ms)
+    }
+}
+
+impl Flow {
+    /// A request started (see [`Flow::start`]), as a Rust value.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn request_flow(
+        &self,
+        method: String,
+        path: String,
+        headers: &str,
+        peer: Option<String>,
+        request_id: String,
+        route: Option<String>,
+        now_ms: f64,
+    ) -> RequestFlow {
+        let headers = flat_header_list(headers);
         // The request's W3C trace (its `traceparent` when valid, else a new one), as
         // rl-gateway reads it: its id goes into problem bodies.
         let mut traceparents = http::HeaderMap::new();
@@ -330,20 +353,78 @@ pub struct RequestFlow {
     settle: Option<Settle>,
     mode: redis_rl_policy::FailureModeName,
     instances: NonZeroU32,
-    step: Value,
-    traceparent: String,
+    /// The step to hand over (`null`: the first `book` step, its takes below).
+    pub(crate) step: Value,
+    pub(crate) traceparent: String,
     /// The takes of the `book` step (for [`RequestFlow::book_start`]).
-    takes: Vec<Take>,
+    pub(crate) takes: Vec<Take>,
     /// The ban keys of the first `book` step.
-    ban_reads: Vec<String>,
+    pub(crate) ban_reads: Vec<String>,
     /// The `book` step's limiter call when the flow drives it itself.
     booking: Option<sansio::Op>,
     /// The `forward` step's parts (see [`RequestFlow::forward_words`]) and its record.
     forward: Option<(Vec<String>, Value)>,
 }
 
+/// What the booking's reply led to: another command to send first (a hot key's lease was
+/// taken: the `RL.ALL` of the others follows), or the flow's next step.
+// Returned once per request and matched at once: a box would cost an allocation per request.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Fed {
+    Send(Vec<String>),
+    Step(Step),
+}
+
 impl RequestFlow {
-    fn value(&mut self, step: Step) -> Value {
+    /// Feeds the reply to the booking's last command (`None`: decided without Redis or by
+    /// `bookFail`) and the ban reads' replies.
+    pub(crate) fn feed_booking(
+        &mut self,
+        reply: Option<&Value>,
+        bans: Vec<Option<i64>>,
+        now_ms: f64,
+    ) -> Result<Fed> {
+        let Some(mut op) = self.booking.take() else {
+            return Err(Error::new(Status::GenericFailure, "bookFeed: no booking"));
+        };
+        if let Some(reply) = reply {
+            let next = op
+                .feed(&crate::reply::value(reply))
+                .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))?;
+            if let Some(next) = next {
+                self.booking = Some(op);
+                return Ok(Fed::Send(next));
+            }
+        }
+        let Some(Outcome::Multi(m)) = op.outcome() else {
+            return Err(Error::new(
+                Status::GenericFailure,
+                "bookFeed: the booking has no decision",
+            ));
+        };
+        let d = m.decisions.iter().map(decided_of).collect::<Result<_>>()?;
+        Ok(Fed::Step(self.flow.booked(
+            d,
+            m.denied,
+            bans,
+            whole(now_ms),
+        )))
+    }
+
+    /// The error the booking's command last sent got (see [`RequestFlow::book_fail`]).
+    pub(crate) fn fail_booking(
+        &mut self,
+        message: &str,
+        outage: bool,
+    ) -> Result<Option<Vec<String>>> {
+        let Some(op) = &mut self.booking else {
+            return Err(Error::new(Status::GenericFailure, "bookFail: no booking"));
+        };
+        op.fail(message, outage)
+            .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))
+    }
+
+    pub(crate) fn value(&mut self, step: Step) -> Value {
         match step {
             Step::Tier { api_key } => json!({"kind": "tier", "apiKey": api_key}),
             Step::Book(b) => {
@@ -471,8 +552,19 @@ impl RequestFlow {
     /// feed the reply with `bookFeed`, an error with `bookFail`.
     #[napi]
     pub fn book_start(&mut self, core: &Core, cluster: bool) -> Result<Option<String>> {
+        self.start_booking(&core.layers, cluster)
+    }
+}
+
+impl RequestFlow {
+    /// [`RequestFlow::book_start`] on `layers`.
+    pub(crate) fn start_booking(
+        &mut self,
+        layers: &std::sync::Arc<sansio::Layers>,
+        cluster: bool,
+    ) -> Result<Option<String>> {
         let policies = self.client_policies();
-        let mut op = core.layers.check_all();
+        let mut op = layers.check_all();
         for t in &self.takes {
             let Some(p) = policies.get(t.item) else {
                 return Ok(None);
@@ -508,7 +600,10 @@ impl RequestFlow {
         self.booking = Some(op);
         Ok(Some(first.join("\n")))
     }
+}
 
+#[napi]
+impl RequestFlow {
     /// The key the booking's command is routed by (its first key).
     #[napi(getter)]
     pub fn booking_key(&self) -> String {
@@ -523,11 +618,7 @@ impl RequestFlow {
     /// the error when it is the call's own.
     #[napi]
     pub fn book_fail(&mut self, message: String, outage: bool) -> Result<Option<Vec<String>>> {
-        let Some(op) = &mut self.booking else {
-            return Err(Error::new(Status::GenericFailure, "bookFail: no booking"));
-        };
-        op.fail(&message, outage)
-            .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))
+        self.fail_booking(&message, outage)
     }
 
     /// The answer to `book` when the flow ran the booking: the reply to its last command
@@ -545,28 +636,10 @@ impl RequestFlow {
         bans: Vec<Option<i64>>,
         now_ms: f64,
     ) -> Result<Value> {
-        let Some(mut op) = self.booking.take() else {
-            return Err(Error::new(Status::GenericFailure, "bookFeed: no booking"));
-        };
-        if let Some(reply) = reply {
-            let next = op
-                .feed(&crate::reply::value(&reply))
-                .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))?;
-            if let Some(next) = next {
-                // A hot key's lease was taken: the `RL.ALL` of the others follows.
-                self.booking = Some(op);
-                return Ok(json!({"kind": "send", "command": next.join("\n")}));
-            }
-        }
-        let Some(Outcome::Multi(m)) = op.outcome() else {
-            return Err(Error::new(
-                Status::GenericFailure,
-                "bookFeed: the booking has no decision",
-            ));
-        };
-        let d = m.decisions.iter().map(decided_of).collect::<Result<_>>()?;
-        let s = self.flow.booked(d, m.denied, bans, whole(now_ms));
-        Ok(self.next(s))
+        Ok(match self.feed_booking(reply.as_ref(), bans, now_ms)? {
+            Fed::Send(next) => json!({"kind": "send", "command": next.join("\n")}),
+            Fed::Step(s) => self.next(s),
+        })
     }
 
     /// The `forward` step (a step given as the string `forward`): `[path, rest]`, `rest`

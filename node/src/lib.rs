@@ -21,6 +21,7 @@
 // functions only JavaScript calls look unused.
 #![cfg_attr(test, allow(dead_code))]
 
+mod booking;
 mod core;
 mod decision;
 mod flow;

@@ -14,7 +14,7 @@ use serde_json::Value as Json;
 use redis_rl_client::sansio::{self, OpError, Outcome};
 use redis_rl_client::{Decision, Source, Verdict};
 
-use crate::decision::{JsDecision, JsGrant, JsMultiDecision};
+use crate::decision::{JsDecision, JsGrant, JsMultiDecision, JsSettled};
 use crate::policy::{to_f64, whole, Policy};
 use crate::reply;
 
@@ -33,7 +33,7 @@ fn error(message: impl Into<String>) -> Error {
     Error::new(Status::GenericFailure, message.into())
 }
 
-fn js_error(e: OpError) -> Error {
+pub(crate) fn js_error(e: OpError) -> Error {
     match e {
         OpError::Invalid(m) => Error::new(Status::InvalidArg, m),
         OpError::Failed(m) => error(m),
@@ -68,6 +68,10 @@ impl Op {
 
     fn outcome(&self) -> Option<&Outcome> {
         self.inner.outcome()
+    }
+
+    pub(crate) fn inner(&self) -> &sansio::Op {
+        &self.inner
     }
 }
 
@@ -166,7 +170,7 @@ impl Op {
         Ok(decision_fields(d, self.inner.policy_shadow()).to_vec())
     }
 
-    /// The decision of a `check` (or a `force`).
+    /// The decision of a `check`.
     #[napi]
     pub fn decision(&self) -> Result<JsDecision> {
         match self.outcome() {
@@ -194,6 +198,15 @@ impl Op {
         match self.outcome() {
             Some(Outcome::Grant(g)) => Ok(JsGrant::from(g)),
             _ => Err(error("grant: the op has no grant")),
+        }
+    }
+
+    /// What a `settle` did.
+    #[napi]
+    pub fn settled(&self) -> Result<JsSettled> {
+        match self.outcome() {
+            Some(Outcome::Settled { settled, units }) => Ok(JsSettled::new(settled, *units)),
+            _ => Err(error("settled: the op has not settled")),
         }
     }
 

@@ -8,7 +8,7 @@ import express from 'express';
 import IORedis from 'ioredis';
 import Fastify from 'fastify';
 import { rateLimit, fastifyRateLimit, Limiter } from '../dist/esm/index.js';
-import { startServer, prefix as newPrefix, until } from './harness.mjs';
+import { startServer, prefix as newPrefix, until, PATIENT } from './harness.mjs';
 
 let server;
 let twin;
@@ -25,7 +25,7 @@ after(() => {
 function member(port, key) {
   const client = new IORedis(port, '127.0.0.1', { maxRetriesPerRequest: 1 });
   client.on('error', () => undefined);
-  return new Limiter(client, { fleet: { key, heartbeatMs: 100, ttlMs: 2000 }, timeoutMs: 500, breakerFailures: 1, breakerOpenMs: 60_000 });
+  return new Limiter(client, { fleet: { key, heartbeatMs: 100, ttlMs: 2000 }, ...PATIENT, breakerFailures: 1, breakerOpenMs: 60_000 });
 }
 
 /** An Express app behind the middleware with `[fleet]` membership on: its base URL, the
@@ -42,7 +42,7 @@ async function app(port, prefix, extra = {}) {
     ip: { limit: 10, window_ms: 3_600_000, algorithm: 'fixed' },
     ...extra,
   };
-  const middleware = rateLimit({ client, config, limiterOptions: { timeoutMs: 500, breakerFailures: 1, breakerOpenMs: 60_000 } });
+  const middleware = rateLimit({ client, config, limiterOptions: { ...PATIENT, breakerFailures: 1, breakerOpenMs: 60_000 } });
   const web = express();
   web.use(middleware);
   web.use((req, res) => res.json({ ok: true }));
@@ -104,7 +104,7 @@ test('the Fastify plugin joins the fleet and leaves it on app.close()', async ()
   const other = member(server.port, `${prefix}:{fleet}`);
   try {
     const config = { key_prefix: prefix, hot: [], dimensions: ['ip'], fleet: { membership: true, heartbeat_ms: 100, ttl_ms: 2000 } };
-    await web.register(fastifyRateLimit, { client, config });
+    await web.register(fastifyRateLimit, { client, config, limiterOptions: PATIENT });
     web.get('/', () => 'ok');
     await web.ready();
     assert.equal((await web.inject({ method: 'GET', url: '/' })).statusCode, 200);

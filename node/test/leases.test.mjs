@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import express from 'express';
 import IORedis from 'ioredis';
 import { rateLimit, Limiter, policies } from '../dist/esm/index.js';
-import { startServer, prefix as newPrefix, until } from './harness.mjs';
+import { startServer, prefix as newPrefix, until, PATIENT } from './harness.mjs';
 
 const GLOBAL = policies.sliding(1000, 60_000);
 
@@ -38,7 +38,7 @@ function config(prefix, lifetimeMs, more = {}) {
 /** An Express app behind the middleware: its base URL, the middleware, its client, close(). */
 async function app(port, cfg) {
   const client = new IORedis(port, '127.0.0.1', { maxRetriesPerRequest: 1 });
-  const middleware = rateLimit({ client, config: cfg, limiterOptions: { timeoutMs: 1000 } });
+  const middleware = rateLimit({ client, config: cfg, limiterOptions: PATIENT });
   const web = express();
   web.use(middleware);
   web.use((req, res) => res.send('hi'));
@@ -69,7 +69,7 @@ async function limiterCalls(client) {
 
 /** The units left of `key` (a peek of one unit reads what would be left after it). */
 async function remaining(client, key) {
-  return (await new Limiter(client).peek(key, GLOBAL)).remaining + 1;
+  return (await new Limiter(client, PATIENT).peek(key, GLOBAL)).remaining + 1;
 }
 
 async function statuses(base, n) {
@@ -130,7 +130,7 @@ for (const where of ['module', 'twin']) {
     const port = (where === 'module' ? server : twin).port;
     const prefix = newPrefix();
     const client = new IORedis(port, '127.0.0.1', { maxRetriesPerRequest: 1 });
-    const limiter = new Limiter(client, { timeoutMs: 1000, leases: { lifetimeMs: 60_000, demandMs: 2000 } });
+    const limiter = new Limiter(client, { ...PATIENT, leases: { lifetimeMs: 60_000, demandMs: 2000 } });
     const hot = GLOBAL.withHot(true);
     const user = policies.sliding(3, 60_000);
     try {

@@ -3,7 +3,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import IORedis from 'ioredis';
 import { Limiter, policies } from '../dist/esm/index.js';
-import { startServer, prefix } from './harness.mjs';
+import { startServer, prefix, PATIENT } from './harness.mjs';
 import { standalone, clusters } from './clients.mjs';
 
 const servers = {};
@@ -42,7 +42,8 @@ async function sequence(limiter, p) {
   assert.equal(never.retryAfterMs, null);
 
   // A batch, given back; a reservation settled both ways.
-  const bucket = policies.tokenBucket(10, 1, 1_000);
+  // One token an hour: no refill between the calls, however slow the machine.
+  const bucket = policies.tokenBucket(10, 1, 3_600_000);
   const g = await limiter.takeUpto(`${p}e`, bucket, 25);
   assert.equal(g.granted, 10);
   assert.equal(await limiter.refund(`${p}e`, bucket, 4), 4);
@@ -60,7 +61,7 @@ for (const mode of ['module', 'twin']) {
     test(`${client.name} on the ${mode}`, async () => {
       const c = await client.make(servers[mode].port);
       try {
-        const limiter = new Limiter(c, { denyCache: 0, timeoutMs: 2_000 });
+        const limiter = new Limiter(c, { denyCache: 0, ...PATIENT });
         await sequence(limiter, prefix());
         assert.equal(limiter.route, mode === 'module' ? 'module' : 'lua');
       } finally {
@@ -74,7 +75,7 @@ for (const client of clusters) {
   test(`${client.name}`, async () => {
     const c = await client.make(servers.cluster.port);
     try {
-      const limiter = new Limiter(c, { denyCache: 0, timeoutMs: 2_000 });
+      const limiter = new Limiter(c, { denyCache: 0, ...PATIENT });
       const p = `{${prefix()}}`;
       await sequence(limiter, p);
       // Keys in two slots ({a} and {b} hash apart): one RL.ALL per slot, all or nothing.
@@ -87,6 +88,12 @@ for (const client of clusters) {
       assert.deepEqual([refused.allowed, refused.deniedIndex], [false, 1]);
       assert.ok(refused.retryAfterMs > 0);
       assert.equal((await limiter.peek(z, wide, 0)).remaining, 100, 'the slot that took gave its unit back');
+      // A slot whose call fails (its key holds a string: not a limiter): the call throws, and the slot that
+      // took gives its unit back first.
+      const s = `{b}${q}s`;
+      await limiter.query(['SET', s, 'not a limiter'], s);
+      await assert.rejects(limiter.checkAll([[z, wide], [s, wide]]), /not a redis-rl limiter/);
+      assert.equal((await limiter.peek(z, wide, 0)).remaining, 100, 'the slot that took gave its unit back after the failure');
     } finally {
       await client.close(c);
     }
@@ -102,7 +109,7 @@ test('bad arguments throw before anything is sent, with the server\'s texts', as
   assert.deepEqual(policies.gcra(10, 1000, 3).args, ['10', '1000', 'BURST', '3']);
   const c = new IORedis(servers.module.port, '127.0.0.1');
   try {
-    const limiter = new Limiter(c);
+    const limiter = new Limiter(c, PATIENT);
     await assert.rejects(limiter.check('', policies.sliding(1, 1000)), /key must not be empty/);
     await assert.rejects(limiter.check('k', policies.sliding(1, 1000), -1), /cost must be an integer/);
     await assert.rejects(limiter.takeUpto('k', policies.log(5, 1000), 2), /does not take UPTO/);
@@ -115,11 +122,15 @@ test('failure modes decide when Redis cannot answer, then the breaker opens', as
   const s = await startServer();
   const c = new IORedis(s.port, '127.0.0.1', { maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null });
   await new Promise((r) => c.once('ready', r));
-  const limiter = new Limiter(c, { breakerFailures: 2, breakerOpenMs: 60_000 });
+  // Patient: the first call is Redis's to answer; the failures after the stop are refusals.
+  const limiter = new Limiter(c, { ...PATIENT, breakerFailures: 2, breakerOpenMs: 60_000 });
   const p = prefix();
   assert.equal((await limiter.check(`${p}k`, policies.sliding(1, 60_000))).source, 'redis');
+  // Unreachable from the moment the client has seen its connection end (no reconnection:
+  // retryStrategy), rather than after a sleep that a loaded machine may outlast.
+  const ended = new Promise((r) => c.once('end', r));
   s.stop();
-  await new Promise((r) => setTimeout(r, 50));
+  await ended;
   const open = await limiter.check(`${p}k`, policies.sliding(1, 60_000).onFailure('open'));
   assert.deepEqual([open.allowed, open.source], [true, 'fail_open']);
   const closed = await limiter.check(`${p}k`, policies.sliding(1, 60_000).onFailure('closed'));
@@ -139,7 +150,7 @@ test('failure modes decide when Redis cannot answer, then the breaker opens', as
 test('shadow policies report and never deny; the deny cache answers for a denied key', async () => {
   const c = new IORedis(servers.module.port, '127.0.0.1');
   try {
-    const limiter = new Limiter(c);
+    const limiter = new Limiter(c, PATIENT);
     const p = prefix();
     const shadow = policies.sliding(1, 60_000).withShadow(true);
     await limiter.check(`${p}s`, shadow);

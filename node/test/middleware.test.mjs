@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import express from 'express';
@@ -15,46 +15,10 @@ import Fastify from 'fastify';
 import { Hono } from 'hono';
 import { serve } from '@hono/node-server';
 import { rateLimit, fastifyRateLimit, honoRateLimit, Limiter, policies } from '../dist/esm/index.js';
-import { startServer, ROOT } from './harness.mjs';
+import { startServer, ROOT, PATIENT } from './harness.mjs';
 
-const CONFIG = (prefix) => `
-key_prefix = "${prefix}"
-hot = []
-dimensions = ["ip"]
-[fleet]
-membership = false
-[ip]
-limit = 100
-algorithm = "gcra"
-
-[[rules]]
-name = "login"
-paths = ["/login"]
-methods = ["POST"]
-key = ["ip"]
-limits = ["2/minute", "5/hour"]
-algorithm = "gcra"
-ban = { after = 2, within_ms = 60000, for_ms = 600000 }
-
-[[rules]]
-name = "tokens"
-paths = ["/llm"]
-key = ["ip"]
-limit = 100
-window_ms = 3600000
-algorithm = "gcra"
-cost = "header:x-max-tokens"
-settle = "response-header:x-tokens-used"
-
-[[rules]]
-name = "burst"
-paths = ["/slow"]
-key = ["ip"]
-limit = 1
-window_ms = 1000
-algorithm = "gcra"
-delay_max_ms = 2000
-`;
+// The configuration python/tests/test_one_flow.py reads too.
+const CONFIG = (prefix) => `key_prefix = "${prefix}"\n${readFileSync(join(ROOT, 'testdata', 'flow', 'one_flow.toml'), 'utf8')}`;
 
 const dir = mkdtempSync(join(tmpdir(), 'rl-express-'));
 const servers = {};
@@ -80,7 +44,7 @@ async function until(check, what) {
 function onExpress(framework) {
   return async (client, config) => {
     const app = framework();
-    app.use(rateLimit({ client, config, tiers: {} }));
+    app.use(rateLimit({ client, config, tiers: {}, limiterOptions: PATIENT }));
     app.post('/llm', (req, res) => res.set('x-tokens-used', '10').json({ ok: true }));
     app.use((req, res) => res.json({ ok: true, path: req.path }));
     const listener = app.listen(0, '127.0.0.1');
@@ -92,7 +56,7 @@ function onExpress(framework) {
 /** A Fastify app behind the plugin. */
 async function onFastify(client, config) {
   const app = Fastify();
-  await app.register(fastifyRateLimit, { client, config, tiers: {} });
+  await app.register(fastifyRateLimit, { client, config, tiers: {}, limiterOptions: PATIENT });
   app.post('/llm', (req, reply) => reply.header('x-tokens-used', '10').send({ ok: true }));
   app.all('/*', (req) => ({ ok: true, path: req.url }));
   await app.listen({ port: 0, host: '127.0.0.1' });
@@ -102,7 +66,7 @@ async function onFastify(client, config) {
 /** A Hono app on @hono/node-server behind the middleware. */
 async function onHono(client, config) {
   const app = new Hono();
-  app.use(honoRateLimit({ client, config, tiers: {} }));
+  app.use(honoRateLimit({ client, config, tiers: {}, limiterOptions: PATIENT }));
   app.post('/llm', (c) => c.json({ ok: true }, 200, { 'x-tokens-used': '10' }));
   app.all('*', (c) => c.json({ ok: true, path: c.req.path }));
   const listener = await new Promise((r) => {
@@ -151,7 +115,7 @@ async function run(server, prefix, serve = onExpress(express)) {
     assert.equal(llm.headers.get('x-ratelimit-remaining'), '40');
     const tokens = `${prefix}:{ip:127.0.0.1}:r:tokens`;
     // Settled off the response's path (on 'finish'): 50 of the 60 given back, soon.
-    const looking = new Limiter(client, { denyCache: 0 });
+    const looking = new Limiter(client, { denyCache: 0, ...PATIENT });
     const rule = policies.fromRate('gcra', 100, 3_600_000);
     await until(async () => (await looking.peek(tokens, rule, 80)).allowed, 'not settled');
     const after = await send('POST', '/llm', { 'x-max-tokens': '80' });
@@ -200,7 +164,7 @@ test('hono: the same on the Lua twin', () => run(servers.twin, 'ht', onHono));
 /** An Express app behind the middleware whose `/chat` reports its cost in `x-tokens-used` (`x-used`'s value). */
 async function chatApp(client, config) {
   const app = express();
-  app.use(rateLimit({ client, config, tiers: {} }));
+  app.use(rateLimit({ client, config, tiers: {}, limiterOptions: PATIENT }));
   app.get('/chat', (req, res) => {
     const used = req.get('x-used');
     if (used !== undefined) res.set('x-tokens-used', used);
@@ -265,11 +229,43 @@ test('on a cluster, limits in different hash slots: one RL.ALL per slot, all or 
     for (let i = 0; i < 2; i++) statuses.push((await app.send({})).status);
     assert.deepEqual(statuses, [200, 429]);
     // The refused request's unit on the ip key (another slot than {global}) was given back.
-    const ip = await new Limiter(client, { denyCache: 0 }).peek(`${prefix}:{ip:127.0.0.1}`, policies.sliding(100, 60_000), 0);
+    const ip = await new Limiter(client, { denyCache: 0, ...PATIENT }).peek(`${prefix}:{ip:127.0.0.1}`, policies.sliding(100, 60_000), 0);
     assert.equal(ip.remaining, 99);
   } finally {
     app.close();
     await client.quit();
+  }
+});
+
+test('every request the flow began is answered and forgotten, an error reply too', async () => {
+  const client = new IORedis(servers.module.port, '127.0.0.1');
+  const prefix = 'pf';
+  const app = express();
+  const tiered = 'dimensions = ["api_key", "ip"]\n[tiers.free]\nlimits = ["100/minute"]';
+  const path = join(dir, `${prefix}.toml`);
+  writeFileSync(path, CONFIG(prefix).replace('dimensions = ["ip"]', tiered));
+  const limit = rateLimit({ client, config: path, tiers: { k1: 'free' } });
+  app.use(limit);
+  app.use((req, res) => res.json({ ok: true }));
+  const listener = app.listen(0, '127.0.0.1');
+  await new Promise((r) => listener.once('listening', r));
+  const send = (method, url, headers = {}) => fetch(`http://127.0.0.1:${listener.address().port}${url}`, { method, headers });
+  try {
+    const statuses = [];
+    // Allowed, refused (then banned), held for a slot, settled, an API key's tier.
+    for (let i = 0; i < 3; i++) statuses.push((await send('POST', '/login')).status);
+    statuses.push((await send('GET', '/slow')).status, (await send('GET', '/slow')).status);
+    statuses.push((await send('POST', '/llm', { 'x-max-tokens': '5' })).status);
+    statuses.push((await send('GET', '/k', { 'x-api-key': 'k1' })).status);
+    // The limiter's key of another type: the server's error reply is the application's error.
+    await client.hset(`${prefix}:{ip:127.0.0.2}`, 'a', '1');
+    await client.set(`${prefix}:{ip:127.0.0.1}`, 'x');
+    statuses.push((await send('GET', '/items')).status);
+    assert.deepEqual(statuses, [200, 200, 429, 200, 200, 200, 200, 500]);
+    assert.equal(limit.driver.pendingRequests, 0);
+  } finally {
+    listener.close();
+    client.disconnect();
   }
 });
 

@@ -126,6 +126,19 @@ function outcome(d: Decision): FlowOutcome {
 
 const FALLBACK = new Set(['local', 'fail_open', 'fail_closed']);
 const NO_BANS: (number | null)[] = [];
+const NO_WORDS: string[] = [];
+
+/** The verdict of `Flow.feed`'s `F` answer: `F`, traceparent, count of header words, the
+ * headers' names and values, then the path (the rest: the only part that may hold a line feed). */
+function forwarded(fed: string, rid: string): Verdict {
+  const words = fed.split('\n');
+  const end = 3 + Number(words[2]);
+  const headers: [string, string][] = [];
+  for (let i = 3; i < end; i += 2) headers.push([words[i], words[i + 1]]);
+  headers.push(['x-request-id', rid]);
+  const path = words.length === end + 1 ? words[end] : words.slice(end).join('\n');
+  return { kind: 'forward', headers, path, requestId: rid, traceparent: words[1], finish: null };
+}
 
 /** One at a time: held requests are booked in turn (look, then FORCE), so two never get the same slot. */
 class Lock {
@@ -213,6 +226,7 @@ export class FlowDriver {
     else this.tiers = hashTiers(this.limiter, options.tierHash ?? 'rl:tiers', options.tierCacheMs ?? 10_000);
     this.exclude = new Set(options.excludePaths ?? []);
     this.prefix = this.flow.keyPrefix;
+    this.flow.bind(this.limiter.core, this.limiter.cluster);
   }
 
   /** The limiter's membership as `[fleet]` configures it: the fleet key is
@@ -264,6 +278,11 @@ export class FlowDriver {
     if (this.counts.size > 0) await this.flush();
   }
 
+  /** Requests waiting in the flow for their booking's reply (none once every request is answered). */
+  get pendingRequests(): number {
+    return this.flow.pendingRequests;
+  }
+
   /** The effective plan in words (as `rl-gateway --check-config`). */
   explain(): string {
     return this.flow.explain();
@@ -282,10 +301,25 @@ export class FlowDriver {
       }
     }
     const rid = given !== undefined && REQUEST_ID.test(given) ? given : randomUUID();
-    // One string across the addon (a header holds no line feed).
-    const request = this.flow.start(req.method, req.path, raw.join('\n'), req.peer, rid, req.route ?? null, nowMs());
-    // The usual request: booked by the flow itself, then forwarded (no step objects).
-    let step = (request.kind === 'book' ? await this.book(request, null) : request.step) as Step | 'forward';
+    // One string across the addon (a header holds no line feed). The usual request: planned
+    // and its booking started in one call, waiting in the flow under a number (no object).
+    const begun = this.flow.begin(req.method, req.path, raw.join('\n'), req.peer, rid, req.route ?? null, nowMs());
+    const nl = begun.indexOf('\n');
+    let request: RequestFlow;
+    let step: Step | 'forward';
+    if (nl !== -1) {
+      const id = Number(begun.slice(0, nl));
+      const fed = await this.bookBegun(id, begun.slice(nl + 1));
+      // Forwarded as it is (no hold, settlement or record): the flow has forgotten it.
+      if (fed.charCodeAt(0) === 70 /* F */) return forwarded(fed, rid);
+      request = this.flow.request(id);
+      step = request.step as Step | 'forward';
+    } else {
+      // Step by step: a tier to look up, a refusal before any booking, or a booking the
+      // limiter's checkAll makes (shadow items, keys across cluster slots).
+      request = this.flow.request(Number(begun));
+      step = (request.kind === 'book' ? await this.book(request, null) : request.step) as Step | 'forward';
+    }
     // Each plan item's policy, built only when a step other than the booking needs it.
     let policies: Policy[] | null = null;
     const policiesOf = (): Policy[] => (policies ??= request.policies());
@@ -334,6 +368,37 @@ export class FlowDriver {
     headers.push(['x-request-id', rid]);
     const finish = words[1] === '1' ? (response: [string, string][]) => this.settle(request, response, policiesOf()) : null;
     return { kind: 'forward', headers, path, requestId: rid, traceparent: words[3], finish };
+  }
+
+  /** The booking `Flow.begin` started for request `id` (`words`: the key routing it, the
+   * count of ban keys, the ban keys, the command's words), its ban reads along (one round
+   * trip of latency); the flow's answer to the reply (`Flow.feed`). */
+  private async bookBegun(id: number, text: string): Promise<string> {
+    try {
+      const words = text.split('\n');
+      const key = words[0];
+      const banCount = Number(words[1]);
+      const command = words.length > 2 + banCount ? words.slice(2 + banCount) : NO_WORDS;
+      const fail = (message: string, outage: boolean) => this.flow.fail(id, message, outage);
+      let reply: unknown;
+      let bans: (number | null)[] = NO_BANS;
+      if (banCount === 0) reply = await this.limiter.exchange(command, key, fail);
+      else {
+        const reads = words.slice(2, 2 + banCount).map((k) => this.pttl(k));
+        [reply, bans] = await Promise.all([this.limiter.exchange(command, key, fail), Promise.all(reads)]);
+      }
+      let fed = this.flow.feed(id, reply, bans, nowMs());
+      // A hot key's lease was taken: the booking's next command (the `RL.ALL` of the others).
+      while (fed.charCodeAt(0) === 83 /* S */) {
+        reply = await this.limiter.exchange(fed.slice(2).split('\n'), key, fail);
+        fed = this.flow.feed(id, reply, bans, nowMs());
+      }
+      return fed;
+    } catch (e) {
+      // The client's own error (not a Redis outage): nothing more is fed.
+      this.flow.forget(id);
+      throw e;
+    }
   }
 
   /** The limiter call and the ban reads, concurrently (one round trip of latency); the

@@ -2,7 +2,7 @@
 // each call an op of the addon driven over the application's own client. Nothing here
 // decides: the op says what to send and what the answers mean.
 import native from './load.js';
-import type { JsDecision, JsGrant, JsMultiDecision, Op, Policy, Query } from './load.js';
+import type { JsDecision, JsGrant, JsMultiDecision, JsSettled, Op, Policy, Query } from './load.js';
 import { isReplyError, messageOf, senderFor, type RedisLike, type Sender } from './client.js';
 
 /** The answer for one key. */
@@ -14,11 +14,7 @@ export type Grant = JsGrant;
 
 /** What `settle` did: `exact` (nothing sent), `refunded` (`units` given back) or `charged`
  * (`units` taken with FORCE; `decision` shows the limiter afterwards). */
-export interface Settled {
-  kind: 'exact' | 'refunded' | 'charged';
-  units: number;
-  decision?: Decision;
-}
+export type Settled = JsSettled;
 
 export interface LimiterOptions {
   /** `auto` (the module where loaded, else the Lua twin), `module` or `lua`. */
@@ -264,80 +260,37 @@ export class Limiter {
   /**
    * Takes `cost` units on every key (or `cost[i]` on `items[i]`) if every enforced key allows
    * it, else nothing: one atomic `RL.ALL`. On a cluster, one `RL.ALL` per hash slot, every
-   * slot at once (one round trip of latency): when a slot denies, the slots that took are
-   * given back (`RL.REFUND`; between the take and the refund another client can see the
-   * lower count), as the Rust and Python clients do. Shadow policies are checked on their
-   * own and never deny.
+   * slot at once (one round trip of latency): when a slot denies, what the slots that
+   * allowed took in Redis is given back (`RL.REFUND`; between the take and the refund another
+   * client can see the lower count), as the Rust and Python clients do. Shadow policies are
+   * checked on their own and never deny.
    */
   async checkAll(items: [string, Policy][], cost: number | number[] = 1): Promise<MultiDecision> {
     const costAt = (i: number) => (Array.isArray(cost) ? (cost[i] ?? 1) : cost);
-    if (!items.some(([, p]) => p.shadow)) return this.enforceAll(items, costAt);
-    const enforced: number[] = [];
-    const shadows: number[] = [];
-    items.forEach(([, p], i) => (p.shadow ? shadows : enforced).push(i));
-    const shadowDecisions = shadows.map((i) => this.check(items[i][0], items[i][1], costAt(i)));
-    const multi = await this.enforceAll(
-      enforced.map((i) => items[i]),
-      (at) => costAt(enforced[at]),
-    );
-    const decisions: Decision[] = new Array(items.length);
-    enforced.forEach((i, at) => (decisions[i] = multi.decisions[at]));
-    const shadowed = await Promise.all(shadowDecisions);
-    shadows.forEach((i, at) => (decisions[i] = shadowed[at]));
-    return {
-      allowed: multi.allowed,
-      deniedIndex: multi.deniedIndex == null ? multi.deniedIndex : enforced[multi.deniedIndex],
-      retryAfterMs: multi.retryAfterMs,
-      decisions,
-    };
-  }
-
-  /** `checkAll` of enforced policies: one op, or one per hash slot on a cluster. */
-  private enforceAll(items: [string, Policy][], costAt: (i: number) => number): Promise<MultiDecision> {
-    const groups = this.sender.cluster && items.length > 1 ? native.slotGroups(items.map(([k]) => k)) : null;
-    if (groups === null || groups.length === 1) {
-      const op = this.core.checkAll();
-      for (let i = 0; i < items.length; i++) op.add(items[i][0], items[i][1], costAt(i));
-      return this.decideAll(op, items.length > 0 ? items[0][0] : '');
+    if ((this.sender.cluster && items.length > 1) || items.some(([, p]) => p.shadow)) {
+      return this.acrossSlots(items, costAt);
     }
-    return this.acrossSlots(items, costAt, groups);
+    const op = this.core.checkAll();
+    for (let i = 0; i < items.length; i++) op.add(items[i][0], items[i][1], costAt(i));
+    return this.decideAll(op, items.length > 0 ? items[0][0] : '');
   }
 
-  /** All or nothing across hash slots: every slot's `RL.ALL` at once; on a denial, the
-   * slots Redis took units in are given back. The first denying slot in request order is
-   * reported. A slot Redis could not answer is decided by its failure mode. */
-  private async acrossSlots(items: [string, Policy][], costAt: (i: number) => number, groups: number[][]): Promise<MultiDecision> {
-    const parts = await Promise.all(
-      groups.map((members) => {
-        const op = this.core.checkAll();
-        for (const i of members) op.add(items[i][0], items[i][1], costAt(i));
-        return this.decideAll(op, items[members[0]][0]);
-      }),
-    );
-    const decisions: Decision[] = new Array(items.length);
-    let deniedIndex: number | null = null;
-    // The longest wait among the denying slots (null: one can never allow the call).
-    let retryAfterMs: number | null = 0;
-    let allowed = true;
-    const taken: number[] = [];
-    parts.forEach((part, g) => {
-      const members = groups[g];
-      members.forEach((i, at) => (decisions[i] = part.decisions[at]));
-      if (!part.allowed) {
-        if (allowed && part.deniedIndex !== null) deniedIndex = members[part.deniedIndex];
-        allowed = false;
-        retryAfterMs = retryAfterMs === null || part.retryAfterMs === null ? null : Math.max(retryAfterMs, part.retryAfterMs);
-      } else if (part.decisions.every((d) => d.source === 'redis')) {
-        taken.push(...members);
-      }
-    });
-    if (allowed) return { allowed, deniedIndex: null, retryAfterMs: 0, decisions };
-    await Promise.all(
-      taken
-        .filter((i) => costAt(i) > 0)
-        .map((i) => this.refund(items[i][0], items[i][1], costAt(i)).catch(() => 0)),
-    );
-    return { allowed, deniedIndex, retryAfterMs, decisions };
+  /** `checkAll` by the client's `AcrossSlots`: each round's ops at once (the slots' `RL.ALL`
+   * and the shadow keys' checks, then the refunds); the first error that is the call's is
+   * thrown once the refunds are sent. */
+  private async acrossSlots(items: [string, Policy][], costAt: (i: number) => number): Promise<MultiDecision> {
+    const across = this.core.checkAllAcross();
+    items.forEach(([key, policy], i) => across.add(key, policy, costAt(i)));
+    let error: { reason: unknown } | null = null;
+    for (let ops = across.nextRound(); ops.length > 0; ops = across.nextRound()) {
+      const ran = await Promise.allSettled(ops.map((op) => this.run(op, op.routingKey)));
+      ran.forEach((r, i) => {
+        if (r.status === 'fulfilled') across.done(i, ops[i]);
+        else if (across.failed(i, messageOf(r.reason)) && error === null) error = { reason: r.reason };
+      });
+    }
+    if (error !== null) throw (error as { reason: unknown }).reason;
+    return across.multi();
   }
 
   /**
@@ -371,13 +324,9 @@ export class Limiter {
    * over the limit (`FORCE`). Throws when Redis cannot answer.
    */
   async settle(key: string, policy: Policy, reserved: number, actual: number): Promise<Settled> {
-    if (actual === reserved) return { kind: 'exact', units: 0 };
-    if (actual < reserved) {
-      return { kind: 'refunded', units: await this.refund(key, policy, reserved - actual) };
-    }
-    const op = this.core.force(key, policy, actual - reserved);
+    const op = this.core.settle(key, policy, reserved, actual);
     await this.run(op, key);
-    return { kind: 'charged', units: actual - reserved, decision: op.decision() };
+    return op.settled();
   }
 
   /**

@@ -4,10 +4,11 @@ An op of ``redis_rl._core`` (``Layers``, ``Op``: the client's ``sansio`` module,
 Node.js package drives too) says which command to send (the module's, or the Lua twin's
 ``EVALSHA``/``EVAL``), takes the reply or the error redis-py got, and ends with the decision:
 reply parsing, the deny cache, the circuit breaker, the failure modes and the local fallback
-are Rust's. Here: the calls one op cannot make alone (``check_all`` across the hash slots of
-a cluster, shadow keys checked on their own, settling), written once as generators that
-yield ops; the drivers (``limiter.Limiter``, ``sync.SyncLimiter``) run each op with
-redis-py under the timeout and send the generator nothing back (an op's error is thrown in).
+are Rust's, and so is ``check_all`` across the hash slots of a cluster (``AcrossSlots``: one
+``RL.ALL`` per slot, the give-back when a slot denies, shadow keys on their own). Here: the
+calls written once as generators that yield ops; the drivers (``limiter.Limiter``,
+``sync.SyncLimiter``) run each op with redis-py under the timeout and send the generator
+nothing back (an op's error is thrown in).
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Generator, List, Optional, Sequence, Tuple, TypeVar, Union
 
-from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from redis_rl._core import Layers, Op, check_cost
+from redis_rl._core import AcrossSlots, Layers, Op, check_cost
 from redis_rl.breaker import BreakerConfig, BreakerState
 from redis_rl.decision import Decision, Grant, MultiDecision, ReplyError, Source
 from redis_rl.policy import Policy
@@ -152,18 +152,12 @@ def _decision(fields: Tuple[Any, ...]) -> Decision:
     return Decision(allowed, limit, remaining, retry, reset, Source(source), shadow)
 
 
-def _unknown(policy: Policy) -> Decision:
-    """A key that was not checked (another decided first): its limit, its count unknown."""
-    return Decision(True, policy.limit, policy.limit, 0, 0, Source.UNCHECKED, policy.shadow)
-
-
 class Engine:
     """The layers (``redis_rl._core.Layers``) and counters of one limiter."""
 
     def __init__(self, *, cluster: bool, breaker: BreakerConfig, deny_cache: int, local_capacity: int,
                  lua: bool = True, fleet: Optional[FleetConfig] = None,
                  leases: Optional[LeaseConfig] = None) -> None:
-        self.cluster = cluster
         membership = None if fleet is None else (fleet.key, fleet.heartbeat_ms, fleet.ttl_ms, fleet.divides)
         leasing = None if leases is None else (leases.lifetime_ms, leases.demand_ms, leases.max_percent)
         self.layers = Layers("auto" if lua else "module", cluster, deny_cache, breaker.failure_threshold,
@@ -279,49 +273,21 @@ class Engine:
         """Refunds ``reserved - actual`` or takes ``actual - reserved`` with ``FORCE``."""
         _check_key(key)
         _check_policy(policy)
-        reserved = check_cost(reserved)
-        actual = check_cost(actual)
-        if actual < reserved:
-            given = yield from self.refund(key, policy, reserved - actual)
-            return Settled("refunded", given)
-        if actual == reserved:
-            return Settled("exact", 0)
-        op = self.layers.force(key, policy.op_policy, actual - reserved)
+        op = self.layers.settle(key, policy.op_policy, check_cost(reserved), check_cost(actual))
         yield op
-        return Settled("charged", actual - reserved, _decision(op.result()))
+        kind, units, charged = op.result()
+        return Settled(kind, units, None if charged is None else _decision(charged))
 
     def check_all(self, items: Sequence[Tuple[str, Policy]], cost: Union[int, Sequence[int]]) -> Calls:
         """Enforced keys all or nothing (one ``RL.ALL`` per hash slot, the slots already
         taken refunded when a later one denies); shadow keys on their own."""
         items = list(items)
         _check_items(items)
-        costs = _costs(cost, len(items))
-        enforced = [i for i, (_, p) in enumerate(items) if not p.shadow]
-        decisions: List[Decision] = [_unknown(p) for _, p in items]
-        denied: Optional[int] = None
-        taken: List[int] = []
-        for members in self._groups([items[i][0] for i in enforced]):
-            group = [enforced[m] for m in members]
-            op = self.layers.check_all()
-            for i in group:
-                op.add(items[i][0], items[i][1].op_policy, costs[i])
-            try:
-                yield op
-            except Exception:
-                yield from self._refund(items, taken, costs)
-                raise
-            at, got = op.result()
-            for i, fields in zip(group, got):
-                decisions[i] = self._counted(_decision(fields))
-            if at is not None:
-                denied = group[at]
-                yield from self._refund(items, taken, costs)
-                break
-            taken.extend(group)
-        for i, (key, policy) in enumerate(items):
-            if policy.shadow:
-                decisions[i] = yield from self.check(key, policy, costs[i], False)
-        return MultiDecision(denied_index=denied, decisions=decisions)
+        across = self.layers.check_all()
+        for (key, policy), c in zip(items, _costs(cost, len(items))):
+            across.add(key, policy.op_policy, c)
+        denied, fields = yield from self._across(across)
+        return MultiDecision(denied_index=denied, decisions=[self._counted(_decision(f)) for f in fields])
 
     def every_key(self, items: Sequence[Tuple[str, Policy]], units: Sequence[int], option: str) -> Calls:
         """Every item's own decision for ``units[i]``, from Redis itself: one ``RL.ALL ...
@@ -330,36 +296,32 @@ class Engine:
             raise ValueError(f"option must be PEEK or FORCE, not {option!r}")
         pairs = list(items)
         _check_items(pairs)
-        costs = _costs(list(units), len(pairs))
-        decisions = [_unknown(p) for _, p in pairs]
-        for members in self._groups([k for k, _ in pairs]):
-            op = self.layers.each(option == "FORCE")
-            for i in members:
-                op.add(pairs[i][0], pairs[i][1].op_policy, costs[i])
-            yield op
-            for i, fields in zip(members, op.result()[1]):
-                decisions[i] = _decision(fields)
-        return decisions
+        across = self.layers.each(option == "FORCE")
+        for (key, policy), c in zip(pairs, _costs(list(units), len(pairs))):
+            across.add(key, policy.op_policy, c)
+        _, fields = yield from self._across(across)
+        return [_decision(f) for f in fields]
 
-    def _groups(self, keys: List[str]) -> List[List[int]]:
-        """Key indexes by hash slot, slots in order of first appearance."""
-        if not self.cluster:
-            return [list(range(len(keys)))] if keys else []
-        groups: Dict[int, List[int]] = {}
-        for i, key in enumerate(keys):
-            groups.setdefault(key_slot(key.encode()), []).append(i)
-        return list(groups.values())
-
-    def _refund(self, items: List[Tuple[str, Policy]], indexes: List[int], costs: List[int]) -> Calls:
-        """Gives back their costs on the keys at ``indexes``, best effort."""
-        for i in indexes:
-            key, policy = items[i]
-            if costs[i] == 0:
-                continue
-            try:
-                yield self.layers.refund(key, policy.op_policy, costs[i])
-            except Exception as e:  # noqa: BLE001 - best effort: a refund lost is logged
-                log.warning("RL.REFUND of %r failed: %r", key, e)
+    def _across(self, across: AcrossSlots) -> Calls:
+        """Runs the rounds of ``across`` (the slots, the refunds, the shadow keys) one op at a
+        time; raises the first error that is the call's once the refunds are sent."""
+        error: Optional[Exception] = None
+        ops = across.next_round()
+        while ops:
+            for i, op in enumerate(ops):
+                try:
+                    yield op
+                except Exception as e:  # noqa: BLE001 - the plan says whose it is; a lost refund is logged
+                    if not across.failed(i, str(e)):
+                        log.warning("RL.REFUND of a check_all key failed: %r", e)
+                    elif error is None:
+                        error = e
+                else:
+                    across.done(i, op)
+            ops = across.next_round()
+        if error is not None:
+            raise error
+        return across.result()
 
 
 DEFAULT_TIMEOUT = 0.05

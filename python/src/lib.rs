@@ -12,6 +12,7 @@
 mod flow;
 mod op;
 mod policy;
+mod slots;
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -15,21 +15,23 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 use redis::Value;
 
 use redis_rl_client::sansio::{self, LayersConfig, LeaseConfig, OpError, Outcome};
+use redis_rl_client::settle::Settled;
 use redis_rl_client::{
     BreakerConfig, Decision, FailureMode, FleetConfig, Policy, ServerImpl, Verdict,
 };
 
+use crate::slots::AcrossSlots;
 use crate::Params;
 
 /// A decision as Python's `Decision` takes it: `(allowed, limit, remaining, retry_after_ms
 /// (None: never), reset_after_ms, source, shadow)`.
-type PyDecision = (bool, u64, u64, Option<u64>, u64, &'static str, bool);
+pub(crate) type PyDecision = (bool, u64, u64, Option<u64>, u64, &'static str, bool);
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn decision(d: &Decision, shadow: bool) -> PyDecision {
+pub(crate) fn decision(d: &Decision, shadow: bool) -> PyDecision {
     let retry = match d.verdict {
         Verdict::Allowed => Some(0),
         Verdict::Denied { retry_after } => Some(ms(retry_after)),
@@ -48,7 +50,7 @@ fn decision(d: &Decision, shadow: bool) -> PyDecision {
 
 /// `ReplyError` (the package's) for a reply that is not the command's, `ValueError` for the
 /// call's own arguments.
-fn py_error(e: OpError) -> PyErr {
+pub(crate) fn py_error(e: OpError) -> PyErr {
     match e {
         OpError::Invalid(m) => PyValueError::new_err(m),
         OpError::Failed(m) => PyRuntimeError::new_err(m),
@@ -139,7 +141,7 @@ pub(crate) struct Layers {
 #[pyclass(frozen, module = "redis_rl._core", name = "OpPolicy")]
 #[derive(Clone, Copy)]
 pub(crate) struct OpPolicy {
-    policy: Policy,
+    pub(crate) policy: Policy,
 }
 
 #[pymethods]
@@ -230,12 +232,14 @@ impl Layers {
         Op::new(self.layers.check(key, policy.policy, cost, peek))
     }
 
-    fn check_all(&self) -> Op {
-        Op::new(self.layers.check_all())
+    /// Several keys all or nothing, one `RL.ALL` per hash slot, shadow keys on their own.
+    fn check_all(&self) -> AcrossSlots {
+        AcrossSlots::new(self.layers.check_all_across(AcrossSlots::SCHEDULE))
     }
 
-    fn each(&self, force: bool) -> Op {
-        Op::new(self.layers.each(force))
+    /// Every key's own decision (`RL.ALL ... FORCE` or `PEEK`), one call per hash slot.
+    fn each(&self, force: bool) -> AcrossSlots {
+        AcrossSlots::new(self.layers.each_across(force, AcrossSlots::SCHEDULE))
     }
 
     fn take_upto(&self, key: String, policy: &OpPolicy, n: u64, peek: bool) -> Op {
@@ -246,8 +250,8 @@ impl Layers {
         Op::new(self.layers.refund(key, policy.policy, amount))
     }
 
-    fn force(&self, key: String, policy: &OpPolicy, cost: u64) -> Op {
-        Op::new(self.layers.force(key, policy.policy, cost))
+    fn settle(&self, key: String, policy: &OpPolicy, reserved: u64, actual: u64) -> Op {
+        Op::new(self.layers.settle(key, policy.policy, reserved, actual))
     }
 
     fn reset(&self, key: String) -> Op {
@@ -341,21 +345,17 @@ impl Layers {
 /// they return `None`; then `result()`.
 #[pyclass(module = "redis_rl._core")]
 pub(crate) struct Op {
-    inner: sansio::Op,
+    pub(crate) inner: sansio::Op,
 }
 
 impl Op {
-    fn new(inner: sansio::Op) -> Self {
+    pub(crate) fn new(inner: sansio::Op) -> Self {
         Self { inner }
     }
 }
 
 #[pymethods]
 impl Op {
-    fn add(&mut self, key: String, policy: &OpPolicy, cost: u64) -> PyResult<()> {
-        self.inner.add(key, policy.policy, cost).map_err(py_error)
-    }
-
     fn start(&mut self) -> PyResult<Option<Vec<String>>> {
         self.inner.start().map_err(py_error)
     }
@@ -369,8 +369,8 @@ impl Op {
         self.inner.fail(message, outage).map_err(py_error)
     }
 
-    /// The outcome: a decision tuple (`check`, `force`), `(denied_index, [decision...])`
-    /// (`check_all`, `each`), `(granted, decision)` (`take_upto`) or an int (`refund`,
+    /// The outcome: a decision tuple (`check`), `(kind, units, decision or None)`
+    /// (`settle`), `(granted, decision)` (`take_upto`) or an int (`refund`,
     /// `reset`).
     fn result(&self, py: Python<'_>) -> PyResult<PyObject> {
         let shadow = self.inner.policy_shadow();
@@ -387,6 +387,17 @@ impl Op {
                 .into_any()
                 .unbind(),
             Some(Outcome::Units(u)) => u.into_pyobject(py)?.into_any().unbind(),
+            Some(Outcome::Settled { settled, units }) => {
+                let (kind, charged) = match settled {
+                    Settled::Exact => ("exact", None),
+                    Settled::Refunded(_) => ("refunded", None),
+                    Settled::Charged(d) => ("charged", Some(decision(d, false))),
+                };
+                (kind, *units, charged)
+                    .into_pyobject(py)?
+                    .into_any()
+                    .unbind()
+            }
             None => return Err(PyRuntimeError::new_err("the op has no outcome yet")),
         })
     }
@@ -396,5 +407,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Layers>()?;
     m.add_class::<OpPolicy>()?;
     m.add_class::<Op>()?;
+    m.add_class::<AcrossSlots>()?;
     Ok(())
 }

@@ -14,12 +14,28 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Any, Iterator, List, Optional
 
 import pytest
 import redis
+import redis.asyncio as aioredis
+
+from redis_rl import Limiter
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+PATIENT = 5.0
+"""The timeout (seconds) of every limiter and middleware a test builds, unless the test is
+about timeouts or failure modes: the library's default (50 ms) is a production figure that a
+loaded test machine exceeds (the suites run on both servers at once), and a call past it is
+decided by the failure mode instead of by Redis. A blocking limiter given a client without a
+socket timeout has none to pass (it waits as long as the client does)."""
+
+
+def patient_limiter(port: int, **options: Any) -> Limiter:
+    """An asyncio limiter on the server at ``port`` with the tests' timeout (``PATIENT``)."""
+    return Limiter(aioredis.Redis(port=port), timeout=PATIENT, **options)
 
 
 def server_binary() -> str:

@@ -20,6 +20,8 @@ from starlette.testclient import TestClient
 from redis_rl import BreakerConfig
 from redis_rl.asgi import ConfigError, RateLimitMiddleware, load_engine, tenant_id
 
+from conftest import PATIENT
+
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
 
@@ -28,6 +30,9 @@ async def echo(request: Request) -> JSONResponse:
 
 
 def starlette_app(**options: Any) -> Starlette:
+    """The test app behind the middleware built with ``options`` (the tests' timeout unless
+    they give one)."""
+    options.setdefault("timeout", PATIENT)
     api = [Route("/users/{user_id}", echo)]
     routes = [Route("/items/{item_id}", echo), Route("/search", echo), Mount("/api", routes=api), Route("/healthz", echo)]
     return Starlette(routes=routes, middleware=[Middleware(RateLimitMiddleware, **options)])
@@ -123,7 +128,8 @@ def test_fastapi_add_middleware_and_tiers_from_the_redis_hash(server, prefix, r)
         "dimensions": ["api_key", "endpoint"],
         "tiers": {"free": {"limit": 1, "window_ms": 3_600_000}, "pro": {"limit": 3, "window_ms": 3_600_000}},
     }
-    app.add_middleware(RateLimitMiddleware, redis_url=server.url, config=config, tier_hash=f"{prefix}:tiers")
+    app.add_middleware(RateLimitMiddleware, redis_url=server.url, config=config, tier_hash=f"{prefix}:tiers",
+                       timeout=PATIENT)
     r.hset(f"{prefix}:tiers", "pro-key", "pro")
     with TestClient(app) as client:
         pro = [client.get(f"/items/{i}", headers={"X-API-Key": "pro-key"}).status_code for i in range(4)]
@@ -220,7 +226,7 @@ def test_a_bad_file_fails_the_application_start_naming_the_location(tmp_path):
 
 def test_redis_killed_mid_run_no_5xx_and_local_limits(own_server, prefix):
     config = {"key_prefix": prefix, "dimensions": ["ip"], "ip": {"limit": 4, "algorithm": "fixed", "window_ms": 3_600_000}}
-    app = starlette_app(redis_url=own_server.url, config=config, breaker=BreakerConfig(2, 60.0), timeout=0.5)
+    app = starlette_app(redis_url=own_server.url, config=config, breaker=BreakerConfig(2, 60.0))
     with TestClient(app) as client:
         before = [client.get("/search").status_code for _ in range(2)]
         own_server.kill()

@@ -30,7 +30,7 @@ from redis_rl import Limiter
 from redis_rl._core import Admitted, PolicyEngine, Refusal
 from redis_rl.asgi import RateLimitMiddleware, RedisHashTiers, load_engine, tenant_id
 
-from conftest import ROOT, free_port
+from conftest import PATIENT, ROOT, free_port
 
 QUOTA_HEADERS = ("ratelimit", "ratelimit-policy", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")
 
@@ -57,6 +57,9 @@ class Peer:
 
 
 def app(**options: Any) -> Starlette:
+    """The test app behind the middleware built with ``options`` (the tests' timeout unless
+    they give one)."""
+    options.setdefault("timeout", PATIENT)
     routes = [Route("/api/items/{id}", ok, methods=["GET", "POST"]), Route("/api/search", ok), Route("/items/{id}", ok),
               Route("/other", ok), Route("/login", ok, methods=["POST"])]
     return Starlette(routes=routes, middleware=[Middleware(Peer), Middleware(RateLimitMiddleware, **options)])
@@ -280,7 +283,7 @@ def test_unknown_tier_keys_cost_no_round_trip_each(server, prefix, r):
     r.hset(f"{prefix}:tiers", mapping={"pro-key": "pro", "gold-key": "gold"})
 
     async def run() -> Tuple[Dict[str, int], Dict[str, int], List[Optional[str]]]:
-        limiter = Limiter.from_url(server.url, timeout=2.0)
+        limiter = Limiter.from_url(server.url, timeout=PATIENT)
         try:
             # Negative cache only (no snapshot): a repeated unknown key costs one HGET per TTL,
             # in its own bounded LRU (random keys never evict known ones).
@@ -472,7 +475,7 @@ def compare_with_gateway(server: Any, r: Any, prefix: str, tmp_path: Path, confi
 
         mw = app(redis_url=server.url, config=write(tmp_path / "py.toml", config.format(prefix=py_prefix)),
                  routes=["/api/items/{id}", "/api/search", "/api/users/{id}"],
-                 tier_hash=f"{prefix}:tiers", timeout=2.0)
+                 tier_hash=f"{prefix}:tiers")
         with TestClient(mw) as client:
             for i, (method, url, headers) in enumerate(requests):
                 headers = {**headers, "X-Request-Id": f"diff-{i}", "traceparent": f"00-{i + 1:032x}-{i + 1:016x}-01"}

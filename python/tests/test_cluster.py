@@ -14,8 +14,8 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from conftest import Server
-from redis_rl import Limiter, Policy, Source, SyncLimiter
+from conftest import PATIENT, Server
+from redis_rl import LeaseConfig, Limiter, Policy, Source, SyncLimiter
 from redis_rl.asgi import RedisHashTiers
 
 
@@ -53,6 +53,29 @@ def test_check_all_across_slots_refunds_the_slots_taken(cluster, prefix):
         lim.close()
 
 
+def test_a_slot_served_from_a_lease_is_not_given_back_when_a_later_slot_denies(cluster, prefix):
+    hot, cold = f"{prefix}:hot", f"{prefix}:cold"
+    assert key_slot(hot.encode()) != key_slot(cold.encode())
+    # Windows of 10^12 ms: no window ends during the test.
+    wide, narrow = Policy.fixed(1000, 10**12).with_hot(), Policy.fixed(1, 10**12)
+    items = [(hot, wide), (cold, narrow)]
+    leases = LeaseConfig(lifetime_ms=600_000)
+    lim = SyncLimiter(RedisCluster(host="127.0.0.1", port=cluster.port), deny_cache=0, leases=leases)
+    try:
+        # The hot key's demand, seen first in Redis, then served from a lease.
+        sources = [lim.check_all([(hot, wide)]).decisions[0].source for _ in range(20)]
+        assert sources[-1] is Source.LEASE, sources
+        assert lim.check_all([(cold, narrow)]).allowed
+        refused = lim.check_all(items)
+        assert refused.denied_index == 1 and refused.decisions[0].source is Source.LEASE
+        # Redis counted the lease's batches (the first requests took them) and nothing else
+        # on the hot key: nothing of it is given back (a refund would hand back a unit the
+        # lease still holds).
+        assert lim.peek(hot, wide, 0).remaining == 1000 - lim.lease_stats()["granted"]
+    finally:
+        lim.close()
+
+
 def test_check_all_reports_keys_of_later_slots_as_unchecked(cluster, prefix):
     keys = [f"{prefix}:a", f"{prefix}:b", f"{prefix}:c"]
     wide, narrow = Policy.sliding(10, 60_000), Policy.fixed(1, 60_000)
@@ -71,7 +94,7 @@ def test_check_all_reports_keys_of_later_slots_as_unchecked(cluster, prefix):
 
 def test_async_cluster_client(cluster, prefix):
     async def main() -> None:
-        lim = Limiter(AsyncRedisCluster(host="127.0.0.1", port=cluster.port), timeout=2.0)
+        lim = Limiter(AsyncRedisCluster(host="127.0.0.1", port=cluster.port), timeout=PATIENT)
         try:
             tag = "{" + prefix + "}"
             md = await lim.check_all([(f"{tag}:x", Policy.gcra(5, 1000)), (f"{tag}:y", Policy.log(2, 1000))])

@@ -10,6 +10,8 @@ import redis.asyncio as aioredis
 
 from redis_rl import Limiter, Policy, Source, SyncLimiter
 
+from conftest import PATIENT
+
 TASKS = 32
 CALLS = 10
 
@@ -22,7 +24,7 @@ def test_32_async_tasks_on_one_key_admit_exactly_the_budget(server, prefix):
         # One connection per task, as separate gateway workers would have (and a timeout
         # generous enough for a loaded machine: this test is about counts, not latency).
         clients = [aioredis.Redis(port=server.port) for _ in range(TASKS)]
-        limiters = [Limiter(c, timeout=5.0, deny_cache=0) for c in clients]
+        limiters = [Limiter(c, timeout=PATIENT, deny_cache=0) for c in clients]
 
         async def worker(lim: Limiter) -> list:
             return [await lim.check(f"{prefix}:hot", policy) for _ in range(CALLS)]
@@ -49,7 +51,7 @@ def test_32_threads_on_one_key_admit_exactly_the_budget(server, prefix):
     lock = threading.Lock()
 
     def worker() -> None:
-        lim = SyncLimiter(redis.Redis(port=server.port, socket_timeout=5), timeout=5.0)
+        lim = SyncLimiter(redis.Redis(port=server.port, socket_timeout=PATIENT), timeout=PATIENT)
         try:
             mine = [lim.check(f"{prefix}:hot", policy) for _ in range(CALLS)]
         finally:

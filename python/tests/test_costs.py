@@ -9,9 +9,10 @@ from typing import Any, Dict
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 
-from redis_rl import Limiter, Policy, SyncLimiter
+from redis_rl import Policy, SyncLimiter
+
+from conftest import PATIENT, patient_limiter
 
 
 def calls(port: int) -> Dict[str, int]:
@@ -34,7 +35,7 @@ def test_different_costs_are_one_atomic_call(server, bare_server, prefix, where)
     items = [(f"{tag}:a", sliding), (f"{tag}:b", fixed)]
 
     async def main() -> None:
-        lim = Limiter(aioredis.Redis(port=port), deny_cache=0)
+        lim = patient_limiter(port, deny_cache=0)
         try:
             ok = await lim.check_all(items, [2, 1])
             assert ok.allowed and [d.remaining for d in ok.decisions] == [8, 2]
@@ -85,7 +86,7 @@ def test_the_asgi_middlewares_rule_costs_are_one_atomic_call(server, prefix):
 
     app = Starlette(
         routes=[Route("/x", ok)],
-        middleware=[Middleware(RateLimitMiddleware, redis_url=server.url, config=config)],
+        middleware=[Middleware(RateLimitMiddleware, redis_url=server.url, config=config, timeout=PATIENT)],
     )
     r = redis.Redis(port=server.port)
     tokens = f"{prefix}:{{global}}:r:tokens"

@@ -10,11 +10,13 @@ import redis.asyncio as aioredis
 
 from redis_rl import BreakerConfig, BreakerState, FailureMode, Limiter, Policy, Source, SyncLimiter
 
+from conftest import PATIENT
+
 
 def test_redis_killed_mid_run_falls_back_to_local_limits(own_server, prefix):
     policy = Policy.fixed(5, 10**12)  # one window for the whole test
     limiter = SyncLimiter.from_url(
-        own_server.url, timeout=0.5, breaker=BreakerConfig(failure_threshold=2, open_for=60.0)
+        own_server.url, timeout=PATIENT, breaker=BreakerConfig(failure_threshold=2, open_for=60.0)
     )
     try:
         before = [limiter.check(f"{prefix}:k", policy) for _ in range(3)]

@@ -15,6 +15,8 @@ from starlette.testclient import TestClient
 from redis_rl import BreakerConfig, FleetConfig, Policy, Source, SyncLimiter
 from redis_rl.asgi import RateLimitMiddleware
 
+from conftest import PATIENT
+
 
 def _until(sizes, want, seconds: float = 5.0):
     """Heartbeats (bounded in time) until ``sizes()`` reads ``want``."""
@@ -28,7 +30,7 @@ def _until(sizes, want, seconds: float = 5.0):
 
 def test_the_local_fallback_divides_each_limit_by_the_live_fleet_size(own_server, prefix):
     fleet = FleetConfig(f"{prefix}:{{fleet}}", heartbeat_ms=100, ttl_ms=2000)
-    a, b = (SyncLimiter.from_url(own_server.url, timeout=0.5, breaker=BreakerConfig(1, 60.0), fleet=fleet)
+    a, b = (SyncLimiter.from_url(own_server.url, timeout=PATIENT, breaker=BreakerConfig(1, 60.0), fleet=fleet)
             for _ in range(2))
     try:
         assert _until(lambda: (a.heartbeat(), b.heartbeat()), (2, 2)) == (2, 2)
@@ -45,7 +47,7 @@ def test_the_local_fallback_divides_each_limit_by_the_live_fleet_size(own_server
 
 def test_a_member_that_leaves_is_no_longer_counted(server, prefix):
     fleet = FleetConfig(f"{prefix}:{{fleet}}", heartbeat_ms=100, ttl_ms=2000)
-    a, b = (SyncLimiter.from_url(server.url, fleet=fleet) for _ in range(2))
+    a, b = (SyncLimiter.from_url(server.url, timeout=PATIENT, fleet=fleet) for _ in range(2))
     try:
         assert _until(lambda: (a.heartbeat(), b.heartbeat()), (2, 2)) == (2, 2)
         b.leave_fleet()
@@ -60,8 +62,9 @@ def test_the_asgi_middleware_joins_its_configured_fleet(server, prefix):
         return PlainTextResponse("hi")
 
     config = {"key_prefix": prefix, "hot": [], "fleet": {"membership": True, "heartbeat_ms": 100, "ttl_ms": 2000}}
-    app = RateLimitMiddleware(Starlette(routes=[Route("/", hello)]), redis_url=server.url, config=config)
-    other = SyncLimiter.from_url(server.url, fleet=FleetConfig(f"{prefix}:{{fleet}}", heartbeat_ms=100, ttl_ms=2000))
+    app = RateLimitMiddleware(Starlette(routes=[Route("/", hello)]), redis_url=server.url, config=config,
+                              timeout=PATIENT)
+    other = SyncLimiter.from_url(server.url, timeout=PATIENT, fleet=FleetConfig(f"{prefix}:{{fleet}}", heartbeat_ms=100, ttl_ms=2000))
     try:
         with TestClient(app) as client:
             assert client.get("/").status_code == 200

@@ -18,6 +18,8 @@ from starlette.testclient import TestClient
 from redis_rl import Policy, SyncLimiter
 from redis_rl.asgi import RateLimitMiddleware
 
+from conftest import PATIENT
+
 GLOBAL = Policy.sliding(1000, 60_000)
 
 
@@ -30,7 +32,8 @@ def _app(server: Any, config: Dict[str, Any]) -> RateLimitMiddleware:
     async def hello(request):  # type: ignore[no-untyped-def]
         return PlainTextResponse("hi")
 
-    return RateLimitMiddleware(Starlette(routes=[Route("/", hello)]), redis_url=server.url, config=config)
+    return RateLimitMiddleware(Starlette(routes=[Route("/", hello)]), redis_url=server.url, config=config,
+                               timeout=PATIENT)
 
 
 def _config(prefix: str, lifetime_ms: int, **more: Any) -> Dict[str, Any]:
@@ -53,7 +56,7 @@ def _limiter_calls(r: redis.Redis) -> int:
 
 def _remaining(server: Any, key: str) -> int:
     """The units left of ``key`` (a peek of one unit reads what would be left after it)."""
-    peek = SyncLimiter.from_url(server.url)
+    peek = SyncLimiter.from_url(server.url, timeout=PATIENT)
     try:
         return peek.peek(key, GLOBAL).remaining + 1
     finally:

@@ -12,6 +12,8 @@ import redis.asyncio as aioredis
 
 from redis_rl import Decision, Grant, Limiter, MultiDecision, Policy, Source, SyncLimiter
 
+from conftest import PATIENT
+
 
 class Both:
     """Runs the same calls on the blocking or the asyncio limiter."""
@@ -19,7 +21,7 @@ class Both:
     def __init__(self, kind: str, port: int, **kwargs: Any) -> None:
         self.kind = kind
         self.port = port
-        self.kwargs = kwargs
+        self.kwargs = {"timeout": PATIENT, **kwargs}
 
     def run(self, body: Callable[[Any], Any]) -> Any:
         if self.kind == "sync":
@@ -90,17 +92,19 @@ def fields(d: Decision) -> tuple:
 
 
 def test_token_bucket_every_field(server, prefix, kind):
-    p = Policy.token_bucket(10, 10, 1000)
+    # A token every 6 minutes: no refill between the calls, however slow the machine (the
+    # resets count down from 6 and 60 minutes; 10 s of margin for the calls).
+    p = Policy.token_bucket(10, 10, 3_600_000)
 
     async def body(lim):
         key = f"{prefix}:tb"
         first = await lim.check(key, p)
-        assert fields(first) == (True, 10, 9, 0, 100, Source.REDIS)
+        assert fields(first) == (True, 10, 9, 0, 360_000, Source.REDIS)
         rest = await lim.check(key, p, cost=9)
-        assert fields(rest)[:4] == (True, 10, 0, 0) and 900 <= rest.reset_after_ms <= 1000
+        assert fields(rest)[:4] == (True, 10, 0, 0) and 3_590_000 <= rest.reset_after_ms <= 3_600_000
         denied = await lim.check(key, p)
         assert (denied.allowed, denied.limit, denied.remaining) == (False, 10, 0)
-        assert 1 <= denied.retry_after_ms <= 100 and denied.reset_after_ms <= 1000
+        assert 1 <= denied.retry_after_ms <= 360_000 and denied.reset_after_ms <= 3_600_000
         assert not denied.allows and denied.denied and not denied.never
         never = await lim.check(f"{prefix}:tb2", p, cost=11)
         assert (never.allowed, never.retry_after_ms, never.never, never.remaining) == (False, None, True, 10)
@@ -125,12 +129,13 @@ def test_sliding_fixed_log_gcra_every_field(server, prefix, kind):
         d = await lim.check(f"{prefix}:f", f, cost=3)
         assert (d.allowed, d.remaining) == (False, 2) and d.retry_after_ms == d.reset_after_ms
 
-        g = Policy.gcra(10, 1000, burst=2)
+        # One every 6 minutes: the calls cannot outlast an emission interval; the reset
+        # counts down from 12 minutes (10 s of margin for the calls).
+        g = Policy.gcra(10, 3_600_000, burst=2)
         a, b, c = [await lim.check(f"{prefix}:g", g) for _ in range(3)]
-        assert fields(a) == (True, 2, 1, 0, 100, Source.REDIS)
-        # A millisecond or two may pass between the calls: the reset counts down from 200.
-        assert (b.allowed, b.remaining) == (True, 0) and 190 <= b.reset_after_ms <= 200
-        assert (c.allowed, c.limit, c.remaining) == (False, 2, 0) and 1 <= c.retry_after_ms <= 100
+        assert fields(a) == (True, 2, 1, 0, 360_000, Source.REDIS)
+        assert (b.allowed, b.remaining) == (True, 0) and 710_000 <= b.reset_after_ms <= 720_000
+        assert (c.allowed, c.limit, c.remaining) == (False, 2, 0) and 1 <= c.retry_after_ms <= 360_000
         assert (await lim.check(f"{prefix}:g", g, cost=3)).never
         assert (await lim.check(f"{prefix}:g2", Policy.gcra(10, 1000))).limit == 10
 

@@ -24,51 +24,12 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from conftest import ROOT, free_port
+from conftest import PATIENT, ROOT, free_port
 from redis_rl.asgi import RateLimitMiddleware
 from test_asgi_parity import COMPARED, Peer, _same_but_the_clock, gateway_binary, ok, write
 
-CONFIG = """
-key_prefix = "{prefix}"
-hot = []
-dimensions = ["api_key", "ip"]
-[fleet]
-membership = false
-[ip]
-limit = 100
-algorithm = "gcra"
-[tiers.free]
-limit = 2
-[tiers.pro]
-limit = 1000
-
-[[rules]]
-name = "login"
-paths = ["/login"]
-methods = ["POST"]
-key = ["ip"]
-limits = ["2/minute", "5/hour"]
-algorithm = "gcra"
-ban = {{ after = 2, within_ms = 60000, for_ms = 600000 }}
-
-[[rules]]
-name = "tokens"
-paths = ["/llm"]
-key = ["ip"]
-limit = 100
-window_ms = 3600000
-algorithm = "gcra"
-cost = "header:x-max-tokens"
-
-[[rules]]
-name = "burst"
-paths = ["/slow"]
-key = ["ip"]
-limit = 1
-window_ms = 1000
-algorithm = "gcra"
-delay_max_ms = 2000
-"""
+# The configuration the Node.js middleware's tests read too.
+CONFIG = (ROOT / "testdata" / "flow" / "one_flow.toml").read_text()
 # Every front end runs the sequence in turn, seconds apart: GCRA and the token bucket answer
 # from the time since a key's first request (a sliding window's from the clock's minute), so
 # their waits compare within a second.
@@ -113,51 +74,49 @@ def http(port: int, method: str, url: str, headers: Dict[str, str]) -> Answer:
         return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
 
 
-class Gateway:
+class Served:
+    """A server process answering on ``port`` (healthy once ``/healthz`` answers)."""
+
+    def __init__(self, args: List[str], port: int) -> None:
+        self.port = port
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_healthy(self.proc, port)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Gateway(Served):
     """rl-gateway on ``config``; ``auth``: with a forward-auth listener, the port asked."""
 
     def __init__(self, server: Any, config: Path, tiers: str, auth: bool) -> None:
         binary = gateway_binary()
         assert binary is not None
-        self.port = free_port()
+        port = free_port()
         self.auth_port = free_port() if auth else None
-        args = [str(binary), "--listen", f"127.0.0.1:{self.port}", "--redis", server.url, "--config", str(config),
+        args = [str(binary), "--listen", f"127.0.0.1:{port}", "--redis", server.url, "--config", str(config),
                 "--tier-hash", tiers, "--timeout-ms", "2000", "--log", "warn"]
         if self.auth_port is not None:
             args += ["--auth-listen", f"127.0.0.1:{self.auth_port}"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wait_healthy(self.proc, self.port)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        super().__init__(args, port)
 
 
 NODE_APP = ROOT / "node" / "scripts" / "express-app.mjs"
 
 
-class ExpressApp:
+class ExpressApp(Served):
     """An Express 5 app behind the Node.js middleware (``node/scripts/express-app.mjs``; the
     package built by ``make node-build``)."""
 
     def __init__(self, server: Any, config: Path, tiers: str) -> None:
         assert (ROOT / "node" / "dist" / "esm" / "index.js").exists(), "the Node package is not built: make node-build"
-        self.port = free_port()
-        self.proc = subprocess.Popen(["node", str(NODE_APP), str(self.port), server.url, str(config), tiers],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wait_healthy(self.proc, self.port)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        port = free_port()
+        super().__init__(["node", str(NODE_APP), str(port), server.url, str(config), tiers], port)
 
 
 def forward_auth(port: int) -> Send:
@@ -230,7 +189,7 @@ def test_every_front_end_answers_and_writes_the_same(where: Any, prefix: str, tm
     tiers = f"{prefix}:tiers"
     r.hset(tiers, "free-key", "free")
     prefixes = {"proxy": f"{prefix}g", "auth": f"{prefix}a", "python": f"{prefix}y", "express": f"{prefix}x"}
-    configs = {name: write(tmp_path / f"{name}.toml", CONFIG.format(prefix=p)) for name, p in prefixes.items()}
+    configs = {name: write(tmp_path / f"{name}.toml", f'key_prefix = "{p}"\n{CONFIG}') for name, p in prefixes.items()}
     proxy = Gateway(where, configs["proxy"], tiers, auth=False)
     auth = Gateway(where, configs["auth"], tiers, auth=True)
     node = ExpressApp(where, configs["express"], tiers)
@@ -239,7 +198,7 @@ def test_every_front_end_answers_and_writes_the_same(where: Any, prefix: str, tm
         # Every path and method answers, as rl-gateway's own handler does.
         mw = Starlette(routes=[Route("/{path:path}", ok, methods=["GET", "POST"])], middleware=[
             Middleware(Peer),
-            Middleware(RateLimitMiddleware, redis_url=where.url, config=configs["python"], tier_hash=tiers, timeout=2.0),
+            Middleware(RateLimitMiddleware, redis_url=where.url, config=configs["python"], tier_hash=tiers, timeout=PATIENT),
         ])
         with TestClient(mw) as client:
 

@@ -11,7 +11,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -19,8 +18,39 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from redis_rl import Limiter, Policy, Settled, SyncLimiter
+from redis_rl import Policy, Settled, SyncLimiter
 from redis_rl.asgi import RateLimitMiddleware
+
+from conftest import PATIENT, patient_limiter
+
+
+class Finishing:
+    """The ASGI app with a count of its unfinished HTTP calls. Starlette's TestClient hands a
+    response back as soon as it is sent, while the middleware goes on to settle its cost: a
+    test that reads what a settle wrote, or sends the next request after it, waits for the
+    call to finish (``served``)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.unfinished = 0
+
+    async def __call__(self, scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self.unfinished += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.unfinished -= 1
+
+    def served(self, response: Any, seconds: float = 10.0) -> Any:
+        """``response``, once every call has finished (bounded: fails after ``seconds``)."""
+        deadline = time.monotonic() + seconds
+        while self.unfinished:
+            assert time.monotonic() < deadline, "an ASGI call did not finish"
+            time.sleep(0.002)
+        return response
 
 
 def left(r: redis.Redis, key: str, limit: int, window_ms: int) -> int:
@@ -48,7 +78,7 @@ def test_sync_settle_refunds_or_charges_the_difference(server, prefix):
 
 def test_async_settle_refunds_or_charges_the_difference(server, prefix):
     async def main() -> None:
-        limiter = Limiter(aioredis.Redis(port=server.port))
+        limiter = patient_limiter(server.port)
         policy = Policy.gcra(100, 60_000)
         key = f"{prefix}:gcra"
         try:
@@ -90,10 +120,10 @@ async def chat(request: Request) -> PlainTextResponse:
 
 def test_the_asgi_middleware_settles_from_the_response_header(server, prefix):
     r = redis.Redis(port=server.port)
-    app = Starlette(
+    app = Finishing(Starlette(
         routes=[Route("/chat", chat)],
-        middleware=[Middleware(RateLimitMiddleware, redis_url=server.url, config=config(prefix))],
-    )
+        middleware=[Middleware(RateLimitMiddleware, redis_url=server.url, timeout=PATIENT, config=config(prefix))],
+    ))
     key = f"{prefix}:{{global}}:r:tokens"
     with TestClient(app) as client:
         def call(reserve: Optional[str], used: Optional[str]) -> int:
@@ -102,7 +132,7 @@ def test_the_asgi_middleware_settles_from_the_response_header(server, prefix):
                 h["x-max-tokens"] = reserve
             if used is not None:
                 h["x-used"] = used
-            return client.get("/chat", headers=h).status_code
+            return int(app.served(client.get("/chat", headers=h)).status_code)
 
         assert call("100", "40") == 200
         assert left(r, key, 1000, 3_600_000) == 960
@@ -130,12 +160,12 @@ def test_a_settled_overage_holds_the_subject_until_the_debt_is_paid(server, bare
     r = redis.Redis(port=server.port)
     cfg = config(prefix)
     cfg["rules"][0]["limits"] = ["1000/minute"]
-    app = Starlette(
+    app = Finishing(Starlette(
         routes=[Route("/chat", chat)],
-        middleware=[Middleware(RateLimitMiddleware, redis_url=server.url, config=cfg)],
-    )
+        middleware=[Middleware(RateLimitMiddleware, redis_url=server.url, timeout=PATIENT, config=cfg)],
+    ))
     with TestClient(app) as client:
-        assert client.get("/chat", headers={"x-max-tokens": "1", "x-used": "5000"}).status_code == 200
+        assert app.served(client.get("/chat", headers={"x-max-tokens": "1", "x-used": "5000"})).status_code == 200
         res = client.get("/chat", headers={"x-max-tokens": "1"})
         assert res.status_code == 429
         assert 240 <= int(res.headers["retry-after"]) <= 301, res.headers["retry-after"]
@@ -154,7 +184,7 @@ def test_the_asgi_middleware_settles_from_a_trailer(server, prefix):
         await send({"type": "http.response.body", "body": b"text", "more_body": False})
         await send({"type": "http.response.trailers", "headers": [(b"x-tokens-used", b"30")]})
 
-    middleware = RateLimitMiddleware(streaming, redis_url=server.url, config=config(prefix))
+    middleware = RateLimitMiddleware(streaming, redis_url=server.url, timeout=PATIENT, config=config(prefix))
     sent: List[Dict[str, Any]] = []
 
     async def main() -> None:
@@ -191,15 +221,19 @@ def paced_config(prefix: str, max_held: int) -> Dict[str, Any]:
     }
 
 
-async def call_many(middleware: RateLimitMiddleware, paths: List[str]) -> List[Tuple[int, float]]:
-    """Sends requests for ``paths`` at once straight to the ASGI middleware: (status, seconds)."""
+async def call_many(
+    middleware: RateLimitMiddleware, paths: List[str], started: Optional[float] = None
+) -> List[Tuple[int, float]]:
+    """Sends requests for ``paths`` at once straight to the ASGI middleware: (status, seconds
+    since ``started``, a ``time.monotonic()`` reading, by default this call's start)."""
 
     async def app(scope: Dict[str, Any], receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
     middleware.app = app
-    started = time.monotonic()
+    if started is None:
+        started = time.monotonic()
 
     async def one(path: str) -> Tuple[int, float]:
         statuses: List[int] = []
@@ -226,12 +260,17 @@ def test_the_asgi_middleware_holds_a_refused_request_for_its_slot(where, request
     server = request.getfixturevalue(where)
 
     async def main() -> None:
-        middleware = RateLimitMiddleware(_unused, redis_url=server.url, config=paced_config(prefix, 10))
+        middleware = RateLimitMiddleware(_unused, redis_url=server.url, timeout=PATIENT, config=paced_config(prefix, 10))
+        first_sent = time.monotonic()
         assert (await call_many(middleware, ["/paced"]))[0][0] == 200
-        # Two at once: each booked for its own slot, 600 ms apart, both served.
-        (a, ta), (b, tb) = await call_many(middleware, ["/paced", "/paced"])
+        # Two at once: each booked for its own slot, 600 ms apart, both served. The first
+        # request took the slot of its own arrival (at first_sent or later), so measured from
+        # first_sent the two are served 0.6 s and 1.2 s later at the earliest: a slow machine
+        # only adds time. (Measured from the second call instead, the time the first took
+        # came off both and a loaded machine failed the test.)
+        (a, ta), (b, tb) = await call_many(middleware, ["/paced", "/paced"], started=first_sent)
         assert (a, b) == (200, 200)
-        assert min(ta, tb) >= 0.4 and max(ta, tb) >= 1.0, (ta, tb)
+        assert min(ta, tb) >= 0.55 and max(ta, tb) >= 1.15, (ta, tb)
         # Beyond delay_max_ms (5 s per request, 1 s of delay): refused at once.
         statuses = sorted(s for s, _ in await call_many(middleware, ["/strict", "/strict"]))
         assert statuses == [200, 429]
@@ -242,7 +281,7 @@ def test_the_asgi_middleware_holds_a_refused_request_for_its_slot(where, request
 
 def test_the_asgi_middleware_caps_held_requests(server, prefix):
     async def main() -> None:
-        middleware = RateLimitMiddleware(_unused, redis_url=server.url, config=paced_config(prefix, 1))
+        middleware = RateLimitMiddleware(_unused, redis_url=server.url, timeout=PATIENT, config=paced_config(prefix, 1))
         assert (await call_many(middleware, ["/paced"]))[0][0] == 200
         statuses = sorted(s for s, _ in await call_many(middleware, ["/paced", "/paced"]))
         assert statuses == [200, 429], "one held, the other over the cap"
@@ -265,7 +304,7 @@ def test_peek_and_force_all_units_take_one_call_each_with_each_items_units(where
         return sum(v["calls"] for k, v in stats.items() if k.lower() == f"cmdstat_{decides_with.lower()}")
 
     async def main() -> None:
-        limiter = Limiter(aioredis.Redis(port=server.port))
+        limiter = patient_limiter(server.port)
         items = [(f"{prefix}:{{t}}:a", a), (f"{prefix}:{{t}}:b", b)]
         assert (await limiter.peek(items[0][0], a, 0)).remaining == 10  # the wire chosen first
         before = calls()

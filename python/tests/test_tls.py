@@ -15,7 +15,7 @@ from typing import Iterator, Tuple
 import pytest
 import redis
 
-from conftest import free_port, module_path
+from conftest import PATIENT, free_port, module_path
 from redis_rl import Policy, Source, SyncLimiter
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
@@ -84,7 +84,7 @@ def tls_server(request) -> Iterator[Tuple[int, Path]]:
 def test_decides_over_tls_as_an_acl_user(tls_server):
     port, d = tls_server
     url = f"rediss://limiter:secret@127.0.0.1:{port}/0?ssl_ca_certs={d / 'ca.pem'}"
-    lim = SyncLimiter(redis.Redis.from_url(url), timeout=5.0)
+    lim = SyncLimiter(redis.Redis.from_url(url), timeout=PATIENT)
     try:
         key = f"tls:{port}"
         p = Policy.token_bucket(2, 1, 3_600_000)

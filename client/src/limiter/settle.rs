@@ -11,7 +11,7 @@ use crate::limiter::policy::Policy;
 use crate::limiter::Limiter;
 
 /// What [`Limiter::settle`] did.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Settled {
     /// The estimate was exact: nothing sent.
     Exact,

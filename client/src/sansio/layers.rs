@@ -13,6 +13,7 @@ use crate::layers::lease::{LeaseConfig, LeaseStats};
 use crate::limiter::policy::Policy;
 use crate::transport::breaker::{Breaker, BreakerConfig, BreakerState};
 
+use super::across::{AcrossSlots, Schedule};
 use super::fleet::Fleet;
 use super::leases::{Due, Leases};
 use super::op::{Call, Op};
@@ -117,6 +118,18 @@ impl Layers {
         )
     }
 
+    /// Several keys all or nothing across hash slots (one `RL.ALL` per slot on a cluster,
+    /// refunds when a slot denies), shadow keys checked on their own: add them with
+    /// [`AcrossSlots::add`], then run its rounds.
+    pub fn check_all_across(self: &Arc<Self>, schedule: Schedule) -> AcrossSlots {
+        AcrossSlots::new(self.clone(), schedule, None)
+    }
+
+    /// [`Layers::each`] across hash slots: one `RL.ALL ... PEEK` or `FORCE` per slot.
+    pub fn each_across(self: &Arc<Self>, force: bool, schedule: Schedule) -> AcrossSlots {
+        AcrossSlots::new(self.clone(), schedule, Some(force))
+    }
+
     /// Up to `n` units of `key` (`COST n UPTO`), as many as are available.
     pub fn take_upto(self: &Arc<Self>, key: String, policy: Policy, n: u64, peek: bool) -> Op {
         Op::new(
@@ -143,9 +156,19 @@ impl Layers {
         )
     }
 
-    /// Takes `cost` units of `key` even over the limit (`COST n FORCE`).
-    pub fn force(self: &Arc<Self>, key: String, policy: Policy, cost: u64) -> Op {
-        Op::new(self.clone(), Call::Force { key, policy, cost })
+    /// Settles a reservation of `reserved` units of `key` (taken earlier) against the
+    /// `actual` cost: refunds `reserved - actual` (`RL.REFUND`), takes `actual - reserved`
+    /// even over the limit (`FORCE`), or sends nothing when they are equal.
+    pub fn settle(self: &Arc<Self>, key: String, policy: Policy, reserved: u64, actual: u64) -> Op {
+        Op::new(
+            self.clone(),
+            Call::Settle {
+                key,
+                policy,
+                reserved,
+                actual,
+            },
+        )
     }
 
     /// Deletes `key`'s limiter state (`RL.RESET`) and its cached denial.

@@ -14,6 +14,9 @@
 //! ([`crate::failover::failure_decision`]) and the local fallback. A binding converts
 //! arguments and results, nothing more.
 
+mod across;
+#[cfg(test)]
+mod across_tests;
 mod fleet;
 mod layers;
 #[cfg(test)]
@@ -25,5 +28,6 @@ mod tests;
 mod wire;
 
 pub use crate::layers::lease::{LeaseConfig, LeaseStats};
+pub use across::{AcrossSlots, Schedule};
 pub use layers::{Layers, LayersConfig};
 pub use op::{unavailable, Op, OpError, Outcome, MAX_ALL_KEYS};

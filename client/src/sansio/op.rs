@@ -17,6 +17,7 @@ use crate::layers::lease::leasable;
 use crate::limiter::decision::{parse_all, parse_refund, parse_single, parse_upto};
 use crate::limiter::decision::{Decision, Grant, MultiDecision};
 use crate::limiter::policy::Policy;
+use crate::limiter::settle::Settled;
 use crate::transport::breaker::Permit;
 
 use super::layers::Layers;
@@ -52,10 +53,13 @@ pub(crate) enum Call {
         /// A lease's unspent units (counted in the lease stats).
         lease: bool,
     },
-    Force {
+    /// A reservation of `reserved` units settled against the `actual` cost: the difference
+    /// refunded, or taken with `FORCE`.
+    Settle {
         key: String,
         policy: Policy,
-        cost: u64,
+        reserved: u64,
+        actual: u64,
     },
     Reset {
         key: String,
@@ -76,7 +80,7 @@ pub(crate) enum Call {
 /// How an op ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// A `check` or a `force`.
+    /// A `check`.
     Decision(Decision),
     /// A `check_all`.
     Multi(MultiDecision),
@@ -84,6 +88,13 @@ pub enum Outcome {
     Grant(Grant),
     /// The units a `refund` gave back; 1 when a `reset` deleted a limiter, else 0.
     Units(u64),
+    /// What a `settle` did, and the units it gave back or charged.
+    Settled {
+        /// Exact, refunded or charged.
+        settled: Settled,
+        /// The units given back (refunded) or taken (charged); 0 when exact.
+        units: u64,
+    },
 }
 
 /// Why an op refused to go on.
@@ -158,6 +169,26 @@ fn push_cost_peek(words: &mut Vec<String>, cost: u64, peek: bool) {
     if peek {
         words.push("PEEK".into());
     }
+}
+
+/// `RL.REFUND key spec params... COST amount`.
+fn refund_words(key: &str, policy: &Policy, amount: u64) -> Vec<String> {
+    let mut w = vec![
+        "RL.REFUND".to_string(),
+        key.to_string(),
+        policy.kind().spec_name().to_string(),
+    ];
+    push_params(&mut w, policy);
+    w.extend(["COST".to_string(), amount.to_string()]);
+    w
+}
+
+/// `RL.<ALG> key params... COST cost FORCE`: taken even over the limit.
+fn force_words(key: &str, policy: &Policy, cost: u64) -> Vec<String> {
+    let mut w = vec![policy.kind().command().to_string(), key.to_string()];
+    push_params(&mut w, policy);
+    w.extend(["COST".to_string(), cost.to_string(), "FORCE".to_string()]);
+    w
 }
 
 /// Errors meaning "this server cannot answer now", not "bad request".
@@ -264,22 +295,19 @@ impl Op {
                 policy,
                 amount,
                 ..
-            } => {
-                let mut w = vec![
-                    "RL.REFUND".to_string(),
-                    key.clone(),
-                    policy.kind().spec_name().to_string(),
-                ];
-                push_params(&mut w, policy);
-                w.extend(["COST".to_string(), amount.to_string()]);
-                w
-            }
-            Call::Force { key, policy, cost } => {
-                let mut w = vec![policy.kind().command().to_string(), key.clone()];
-                push_params(&mut w, policy);
-                w.extend(["COST".to_string(), cost.to_string(), "FORCE".to_string()]);
-                w
-            }
+            } => refund_words(key, policy, *amount),
+            Call::Settle {
+                key,
+                policy,
+                reserved,
+                actual,
+            } if actual < reserved => refund_words(key, policy, reserved - actual),
+            Call::Settle {
+                key,
+                policy,
+                reserved,
+                actual,
+            } => force_words(key, policy, actual.saturating_sub(*reserved)),
         })
     }
 
@@ -401,7 +429,7 @@ impl Op {
             Call::Check { key, .. }
             | Call::Upto { key, .. }
             | Call::Refund { key, .. }
-            | Call::Force { key, .. }
+            | Call::Settle { key, .. }
             | Call::Reset { key }
                 if key.is_empty() =>
             {
@@ -432,6 +460,18 @@ impl Op {
         if let Some(outcome) = self.cached() {
             self.outcome = Some(outcome);
             return Ok(None);
+        }
+        if let Call::Settle {
+            reserved, actual, ..
+        } = self.call
+        {
+            if reserved == actual {
+                self.outcome = Some(Outcome::Settled {
+                    settled: Settled::Exact,
+                    units: 0,
+                });
+                return Ok(None);
+            }
         }
         if matches!(self.call, Call::Heartbeat { .. } | Call::Leave) {
             if self.layers.fleet.is_none() {
@@ -464,7 +504,7 @@ impl Op {
             Call::Check { key, .. }
             | Call::Upto { key, .. }
             | Call::Refund { key, .. }
-            | Call::Force { key, .. }
+            | Call::Settle { key, .. }
             | Call::Reset { key } => key,
             Call::All { items, .. } | Call::Each { items, .. } => {
                 items.first().map_or("", |(k, _)| k.as_str())
@@ -579,9 +619,27 @@ impl Op {
                     }),
                 }
             }
-            Call::Force { policy, .. } => {
-                parse_single(policy.kind().command(), reply).map(Outcome::Decision)
+            Call::Settle {
+                key,
+                reserved,
+                actual,
+                ..
+            } if actual < reserved => {
+                self.layers.forget_denial(key);
+                parse_refund(reply).map(|back| Outcome::Settled {
+                    settled: Settled::Refunded(back),
+                    units: back,
+                })
             }
+            Call::Settle {
+                policy,
+                reserved,
+                actual,
+                ..
+            } => parse_single(policy.kind().command(), reply).map(|d| Outcome::Settled {
+                settled: Settled::Charged(d),
+                units: actual.saturating_sub(*reserved),
+            }),
         };
         self.layers.breaker.on_success();
         match parsed {
@@ -612,7 +670,9 @@ impl Op {
                 return Ok(Some(next));
             }
         }
-        if let Call::Refund { key, .. } | Call::Reset { key } = &self.call {
+        if let Call::Refund { key, .. } | Call::Settle { key, .. } | Call::Reset { key } =
+            &self.call
+        {
             // The units may have been given back before the error.
             self.layers.forget_denial(key);
         }

@@ -10,6 +10,7 @@ use crate::fleet::FleetConfig;
 use crate::layers::decider::ServerImpl;
 use crate::limiter::decision::Source;
 use crate::limiter::policy::{FailureMode, Policy};
+use crate::limiter::settle::Settled;
 
 fn words(s: &str) -> Vec<String> {
     s.split(' ').map(str::to_string).collect()
@@ -182,4 +183,42 @@ fn a_key_holding_a_longer_lease_is_not_believed() {
     ]);
     beat.feed(&forged).unwrap();
     assert_eq!(l.fleet_size(), None, "1000 members read from a forged key");
+}
+
+#[test]
+fn a_settle_refunds_the_difference_charges_it_with_force_or_sends_nothing() {
+    let l = layers(LayersConfig::default());
+    let p = Policy::sliding(10, 1000).unwrap();
+    let mut over = l.settle("k".into(), p, 5, 2);
+    assert_eq!(
+        over.start().unwrap(),
+        Some(words("RL.REFUND k SLIDING 10 1000 COST 3"))
+    );
+    over.feed(&reply(&[3, 10, 5, 0, 1000])).unwrap();
+    assert!(matches!(
+        over.outcome(),
+        Some(Outcome::Settled {
+            settled: Settled::Refunded(3),
+            units: 3
+        })
+    ));
+    let mut under = l.settle("k".into(), p, 2, 9);
+    assert_eq!(
+        under.start().unwrap(),
+        Some(words("RL.SLIDING k 10 1000 COST 7 FORCE"))
+    );
+    under.feed(&reply(&[1, 10, 0, 0, 1000])).unwrap();
+    assert!(matches!(
+        under.outcome(),
+        Some(Outcome::Settled { settled: Settled::Charged(d), units: 7 }) if d.remaining == 0
+    ));
+    let mut exact = l.settle("k".into(), p, 4, 4);
+    assert_eq!(exact.start().unwrap(), None, "nothing to send");
+    assert!(matches!(
+        exact.outcome(),
+        Some(Outcome::Settled {
+            settled: Settled::Exact,
+            units: 0
+        })
+    ));
 }

@@ -4,8 +4,10 @@
 //! rule, else the one with the fewest requests left), and `X-RateLimit-Limit`,
 //! `X-RateLimit-Remaining`, `X-RateLimit-Reset` equal to its `q`, `r` and `t`.
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use rl_gateway_proto::envoy::config::core::v3::HeaderValue;
+use rl_gateway_proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus,
+};
 
 use crate::envoy_env::HeaderNames;
 

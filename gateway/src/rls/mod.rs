@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use redis_rl_client::Limiter;
+use rl_gateway_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 
 use crate::envoy_env::{GrpcServerTls, HeaderNames};
 use crate::limits::ListenerLimits;
@@ -74,10 +74,10 @@ pub struct Checker(service::Rls);
 impl Checker {
     pub async fn check(
         &self,
-        request: envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest,
-    ) -> Result<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse, tonic::Status>
+        request: rl_gateway_proto::envoy::service::ratelimit::v3::RateLimitRequest,
+    ) -> Result<rl_gateway_proto::envoy::service::ratelimit::v3::RateLimitResponse, tonic::Status>
     {
-        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+        use rl_gateway_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
         self.0
             .should_rate_limit(tonic::Request::new(request))
             .await
@@ -222,7 +222,7 @@ impl Bound {
         }
         let reflection = || {
             tonic_reflection::server::Builder::configure()
-                .register_encoded_file_descriptor_set(DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(rl_gateway_proto::RLS_DESCRIPTOR_SET)
                 .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         };
         let reflection_v1 = reflection()
@@ -291,9 +291,6 @@ impl Source {
         RlsConfig::load(&self.path, self.options)
     }
 }
-
-/// The service's protos (gateway/proto, compiled by `make proto`), for gRPC reflection.
-const DESCRIPTOR_SET: &[u8] = include_bytes!("../../proto/rls.binpb");
 
 /// Calls in flight on one connection (announced as HTTP/2's MAX_CONCURRENT_STREAMS, and
 /// enforced): Envoy sends every check of a worker over one or a few connections.

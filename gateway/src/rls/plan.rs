@@ -5,8 +5,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use redis_rl_client::{FailureMode, Policy};
+use rl_gateway_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 
 use super::config::{Counting, RlsConfig, Rule, Unit};
 use super::lookup;
@@ -145,7 +145,7 @@ pub fn plan(
         };
         // Over the flow's MAX_UNITS: never admitted, answered OVER_LIMIT by the flow (an
         // error would let Envoy's and the gateway's failure modes admit it).
-        let cost = d.hits_addend.as_ref().map_or(request_cost, |h| h.value);
+        let cost = d.hits_addend.unwrap_or(request_cost);
         let policy = policy(rule.counting, rule.requests_per_unit, unit).map(|p| {
             let per_second = u64::from(rule.requests_per_unit) / unit.seconds();
             p.on_failure(failure)
@@ -192,10 +192,9 @@ pub fn policy(counting: Counting, requests_per_unit: u32, unit: Unit) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    use rl_gateway_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
         Entry, RateLimitOverride,
     };
-    use envoy_types::pb::google::protobuf::UInt64Value;
 
     fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
         RateLimitDescriptor {
@@ -259,7 +258,7 @@ descriptors:
         let c = RlsConfig::from_sources(&[("f".into(), EXAMPLE7.into())]).unwrap();
         let mut a = descriptor(&[("key_1", "value_1"), ("user", "bkthomps")]);
         let b = a.clone();
-        a.hits_addend = Some(UInt64Value { value: 0 });
+        a.hits_addend = Some(0);
         let p = plan(
             &c,
             "rl",
@@ -282,7 +281,7 @@ descriptors:
         )
         .unwrap();
         assert_eq!(limits(&p), [Some((5, 1))]);
-        a.hits_addend = Some(UInt64Value { value: u64::MAX });
+        a.hits_addend = Some(u64::MAX);
         let p = plan(&c, "rl", "example7", &[a], 0, FailureMode::Open, 0).unwrap();
         assert_eq!(
             limits(&p),

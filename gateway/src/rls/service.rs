@@ -7,15 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit,
-};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use prost_types::Duration as ProtoDuration;
 use redis_rl_client::{Limiter, Source};
 use redis_rl_flow::{Decided, Verdict};
 use redis_rl_middleware::RateLimitConfigExt;
+use rl_gateway_proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use rl_gateway_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use rl_gateway_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
 use super::config::RlsConfig;

@@ -13,7 +13,7 @@
 
 pub mod rls_conf;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,19 +21,19 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
-use envoy_types::pb::google::rpc::Status;
 use prost::Message;
+use prost_types::{value::Kind, Struct, Value};
+use rl_gateway_proto::envoy::config::core::v3::Node;
+use rl_gateway_proto::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use rl_gateway_proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use rl_gateway_proto::google::rpc::Status;
 use tokio::sync::{mpsc, watch};
 use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::envoy_env::{XdsSettings, XdsTls};
 use crate::rls::config::{LoadOptions, RlsConfig};
-use rls_conf::{RateLimitConfig, TYPE_URL};
+use rls_conf::{to_document, RateLimitConfig, TYPE_URL};
 
 /// gRPC status code INVALID_ARGUMENT, the NACK's `error_detail`.
 const INVALID_ARGUMENT: i32 = 3;
@@ -203,7 +203,7 @@ impl XdsClient {
     /// This instance as the management server sees it: CONFIG_GRPC_XDS_NODE_ID and
     /// CONFIG_GRPC_XDS_NODE_METADATA (string values).
     fn node(&self) -> Node {
-        let fields: HashMap<String, Value> = self
+        let fields: BTreeMap<String, Value> = self
             .settings
             .node_metadata
             .iter()
@@ -261,7 +261,7 @@ fn decode(response: &DiscoveryResponse) -> Result<Vec<(String, serde_yaml_ng::Va
         } else {
             config.name.clone()
         };
-        documents.push((name, config.to_document()));
+        documents.push((name, to_document(&config)));
     }
     Ok(documents)
 }

@@ -1,82 +1,25 @@
 //! `ratelimit.config.ratelimit.v3.RateLimitConfig`, the resource an xDS management server
 //! pushes to envoyproxy/ratelimit (`api/ratelimit/config/ratelimit/v3/rls_conf.proto` in
-//! that repository), as prost messages written by hand: four small messages and one enum,
-//! field numbers as in the proto. Generating them would need the proto file, a build script
-//! and a protobuf compiler for this alone.
+//! that repository; its messages are rl-gateway-proto's), as the YAML document a file holds.
 //!
-//! A pushed configuration becomes the same YAML document a file holds and goes through the
-//! same loader, so both are refused (or accepted) alike, as that service does with its own
-//! loader.
+//! A pushed configuration goes through the same loader as a file, so both are refused (or
+//! accepted) alike, as that service does with its own loader.
 
-use envoy_types::pb::google::protobuf::Struct;
+pub use rl_gateway_proto::ratelimit::config::ratelimit::v3::RateLimitConfig;
+use rl_gateway_proto::ratelimit::config::ratelimit::v3::{
+    RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
+};
 use serde_yaml_ng::{Mapping, Value};
 
 /// The resource's type URL.
 pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
 
-/// The configuration of one domain.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct RateLimitConfig {
-    #[prost(string, tag = "1")]
-    pub name: String,
-    #[prost(string, tag = "2")]
-    pub domain: String,
-    #[prost(message, repeated, tag = "3")]
-    pub descriptors: Vec<RateLimitDescriptor>,
-}
-
-/// A descriptor of the tree.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct RateLimitDescriptor {
-    #[prost(string, tag = "1")]
-    pub key: String,
-    #[prost(string, tag = "2")]
-    pub value: String,
-    #[prost(message, optional, tag = "3")]
-    pub rate_limit: Option<RateLimitPolicy>,
-    #[prost(message, repeated, tag = "4")]
-    pub descriptors: Vec<RateLimitDescriptor>,
-    #[prost(bool, tag = "5")]
-    pub shadow_mode: bool,
-    #[prost(bool, tag = "6")]
-    pub detailed_metric: bool,
-    #[prost(bool, tag = "7")]
-    pub quota_mode: bool,
-    #[prost(message, optional, tag = "8")]
-    pub metadata: Option<Struct>,
-}
-
-/// A descriptor's limit.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct RateLimitPolicy {
-    /// `RateLimitUnit`: UNKNOWN 0, SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7.
-    #[prost(int32, tag = "1")]
-    pub unit: i32,
-    #[prost(uint32, tag = "2")]
-    pub requests_per_unit: u32,
-    #[prost(bool, tag = "3")]
-    pub unlimited: bool,
-    #[prost(string, tag = "4")]
-    pub name: String,
-    #[prost(message, repeated, tag = "5")]
-    pub replaces: Vec<RateLimitReplace>,
-}
-
-/// A limit this one replaces, by name.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct RateLimitReplace {
-    #[prost(string, tag = "1")]
-    pub name: String,
-}
-
-impl RateLimitConfig {
-    /// The YAML document a file would hold for this configuration.
-    pub fn to_document(&self) -> Value {
-        let mut root = Mapping::new();
-        root.insert("domain".into(), self.domain.clone().into());
-        root.insert("descriptors".into(), descriptors(&self.descriptors));
-        Value::Mapping(root)
-    }
+/// The YAML document a file would hold for this configuration.
+pub fn to_document(config: &RateLimitConfig) -> Value {
+    let mut root = Mapping::new();
+    root.insert("domain".into(), config.domain.clone().into());
+    root.insert("descriptors".into(), descriptors(&config.descriptors));
+    Value::Mapping(root)
 }
 
 fn descriptors(list: &[RateLimitDescriptor]) -> Value {
@@ -109,17 +52,8 @@ fn policy(p: &RateLimitPolicy) -> Value {
     let mut m = Mapping::new();
     // The unit's enum name, as that service writes it before loading: UNKNOWN (0) is an
     // invalid unit for a limit and the absence of one for `unlimited`.
-    let unit = match p.unit {
-        0 => "UNKNOWN".to_string(),
-        1 => "SECOND".to_string(),
-        2 => "MINUTE".to_string(),
-        3 => "HOUR".to_string(),
-        4 => "DAY".to_string(),
-        5 => "MONTH".to_string(),
-        6 => "YEAR".to_string(),
-        7 => "WEEK".to_string(),
-        n => n.to_string(),
-    };
+    let unit = RateLimitUnit::try_from(p.unit)
+        .map_or_else(|_| p.unit.to_string(), |u| u.as_str_name().to_string());
     m.insert("unit".into(), unit.into());
     m.insert(
         "requests_per_unit".into(),
@@ -189,7 +123,7 @@ mod tests {
         let decoded = RateLimitConfig::decode(bytes.as_slice()).unwrap();
         assert_eq!(decoded, config);
         let loaded = crate::rls::config::RlsConfig::from_documents(
-            &[("one".to_string(), decoded.to_document())],
+            &[("one".to_string(), to_document(&decoded))],
             Default::default(),
         )
         .unwrap();
@@ -213,7 +147,7 @@ mod tests {
                 domain: "d".into(),
                 descriptors: vec![limited(key, "", 1, 1)],
             };
-            (name.to_string(), c.to_document())
+            (name.to_string(), to_document(&c))
         };
         let docs = [doc("a", "x"), doc("b", "y")];
         let err =
@@ -236,7 +170,7 @@ mod tests {
             descriptors: vec![limited("k", "", 0, 5)],
         };
         let err = crate::rls::config::RlsConfig::from_documents(
-            &[("bad".to_string(), config.to_document())],
+            &[("bad".to_string(), to_document(&config))],
             Default::default(),
         )
         .unwrap_err();

@@ -10,8 +10,8 @@ use redis_rl_testkit::{eventually, free_port, query, Server};
 use super::rls::descriptor;
 use super::upstream::Upstream;
 use super::{named_config, request, Gateway};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use rl_gateway_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use rl_gateway_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 
 const PASSWORD: &str = "documented";
 

@@ -13,20 +13,18 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
-    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
-};
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
-};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::google::protobuf::value::Kind;
-use envoy_types::pb::google::protobuf::Any;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use prost_types::value::Kind;
+use prost_types::Any;
 use redis_rl_testkit::{eventually, free_port, query, Server};
+use rl_gateway_proto::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use rl_gateway_proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use rl_gateway_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use rl_gateway_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
@@ -302,20 +300,9 @@ impl futures_core::Stream for Pushes {
     }
 }
 
-struct NoDelta;
-
-impl futures_core::Stream for NoDelta {
-    type Item = Result<DeltaDiscoveryResponse, Status>;
-
-    fn poll_next(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        Poll::Ready(None)
-    }
-}
-
 #[tonic::async_trait]
 impl AggregatedDiscoveryService for Ads {
     type StreamAggregatedResourcesStream = Pushes;
-    type DeltaAggregatedResourcesStream = NoDelta;
 
     async fn stream_aggregated_resources(
         &self,
@@ -332,13 +319,6 @@ impl AggregatedDiscoveryService for Ads {
         pushes
             .map(|rx| Response::new(Pushes(rx)))
             .ok_or_else(|| Status::unavailable("the test serves one stream"))
-    }
-
-    async fn delta_aggregated_resources(
-        &self,
-        _request: Request<Streaming<DeltaDiscoveryRequest>>,
-    ) -> Result<Response<NoDelta>, Status> {
-        Err(Status::unimplemented("state of the world only"))
     }
 }
 

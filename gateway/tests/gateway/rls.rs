@@ -6,15 +6,14 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+use redis_rl_testkit::{eventually, free_port, Server};
+use rl_gateway_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
 };
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::UInt64Value;
-use redis_rl_testkit::{eventually, free_port, Server};
+use rl_gateway_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use rl_gateway_proto::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
+use rl_gateway_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use rl_gateway_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 
 use super::Gateway;
@@ -134,7 +133,7 @@ pub(super) fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
 }
 
 pub(super) fn with_hits(mut d: RateLimitDescriptor, hits: u64) -> RateLimitDescriptor {
-    d.hits_addend = Some(UInt64Value { value: hits });
+    d.hits_addend = Some(hits);
     d
 }
 

@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use redis_rl_testkit::{eventually, Server};
+use rl_gateway_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use rl_gateway_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use rl_gateway_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use rl_gateway_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

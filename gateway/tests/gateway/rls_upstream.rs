@@ -4,8 +4,8 @@
 //! internals (statsd names, the local cache, memcache, its runtime loader). The few
 //! intended differences are in the book's Envoy chapter.
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use redis_rl_testkit::{free_port, Server};
+use rl_gateway_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 
 use super::rls::{descriptor, limit_of, start, with_hits, Rls};
 

@@ -1,0 +1,226 @@
+//! The usual request in two calls: `Flow.begin` starts it and its booking (the plan, the
+//! tier step, the limiter's first command), `Flow.feed` takes the reply and, for a request
+//! forwarded as it is (no hold, no settlement, nothing to record), hands back the headers and
+//! forgets it. Each answer is one string (words joined by line feeds): no object is made per
+//! request, so none is finalized either.
+//!
+//! # Why numbers and not objects
+//!
+//! A `RequestFlow` object costs its making, a finalizer and a collection per request, and
+//! each of its getters a crossing. Between `begin` and `feed` the request waits in the flow
+//! under a number instead; any other way through the flow (a tier to look up, a refusal, a
+//! hold, a settlement, a record) takes the request out as a `RequestFlow` object
+//! (`Flow.request`) and goes on step by step as before.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+use serde_json::Value;
+
+use redis_rl_client::sansio::Layers;
+use redis_rl_flow::Step;
+
+use crate::core::Core;
+use crate::flow::{leaves_nothing, Fed, Flow, RequestFlow, SEP};
+
+/// Requests begun and not yet fed (or taken out), by number. A number is reused only after
+/// 2^32 others: a request waits here one Redis round trip.
+#[derive(Default)]
+pub(crate) struct Pending {
+    requests: RefCell<HashMap<u32, RequestFlow>>,
+    last: Cell<u32>,
+    /// The layers of the limiter the flow books on, and whether its client is a cluster's
+    /// (`Flow.bind`): given once, not with every request.
+    limiter: RefCell<Option<(Arc<Layers>, bool)>>,
+}
+
+impl Pending {
+    fn park(&self, request: RequestFlow) -> u32 {
+        let id = self.last.get().wrapping_add(1);
+        self.last.set(id);
+        self.requests.borrow_mut().insert(id, request);
+        id
+    }
+
+    fn take(&self, id: u32) -> Result<RequestFlow> {
+        self.requests
+            .borrow_mut()
+            .remove(&id)
+            .ok_or_else(|| Error::new(Status::InvalidArg, format!("no request {id}")))
+    }
+}
+
+fn push_word(out: &mut String, word: &str) {
+    out.push(SEP);
+    out.push_str(word);
+}
+
+#[napi]
+impl Flow {
+    /// The limiter `begin` books on: `core`'s layers (`cluster`: its client is a cluster
+    /// client).
+    #[napi]
+    pub fn bind(&self, core: &Core, cluster: bool) {
+        *self.pending.limiter.borrow_mut() = Some((Arc::clone(&core.layers), cluster));
+    }
+
+    /// Starts a request (the arguments of `start`) and, when its first step is the booking
+    /// the flow runs itself, that booking on the limiter `bind` gave.
+    /// Returns the request's number alone when it goes on step by step (take it out with
+    /// `request`), else the number, the key routing the booking's command, the count of
+    /// ban keys, the ban keys (read each `PTTL` along) and the command's words ('' none:
+    /// decided without Redis), joined by line feeds. Feed the reply with `feed`, an error
+    /// with `fail`.
+    #[napi]
+    #[allow(clippy::too_many_arguments)]
+    pub fn begin(
+        &self,
+        method: String,
+        path: String,
+        headers: String,
+        peer: Option<String>,
+        request_id: String,
+        route: Option<String>,
+        now_ms: f64,
+    ) -> Result<String> {
+        let limiter = self.pending.limiter.borrow();
+        let Some((layers, cluster)) = limiter.as_ref() else {
+            return Err(Error::new(
+                Status::GenericFailure,
+                "begin: no limiter (bind)",
+            ));
+        };
+        let mut request =
+            self.request_flow(method, path, &headers, peer, request_id, route, now_ms);
+        // The first step is the booking (kept here: `step` is null), its words cross joined
+        // by line feeds: a ban key with one (from the key prefix) goes step by step.
+        let booking =
+            if request.step.is_null() && !request.ban_reads.iter().any(|k| k.contains(SEP)) {
+                request.start_booking(layers, *cluster)?
+            } else {
+                None
+            };
+        let mut out = String::with_capacity(256);
+        let Some(command) = booking else {
+            let _ = write!(out, "{}", self.pending.park(request));
+            return Ok(out);
+        };
+        let key = request
+            .takes
+            .first()
+            .map(|t| t.key.as_str())
+            .unwrap_or_default();
+        // The number is known once the request is parked (it moves): the words first.
+        let mut words = String::with_capacity(256);
+        words.push_str(key);
+        let _ = write!(words, "{SEP}{}", request.ban_reads.len());
+        for k in &request.ban_reads {
+            push_word(&mut words, k);
+        }
+        if !command.is_empty() {
+            push_word(&mut words, &command);
+        }
+        let id = self.pending.park(request);
+        let _ = write!(out, "{id}{SEP}{words}");
+        Ok(out)
+    }
+
+    /// The reply to the booking's last command (`undefined` when it sent none or `fail`
+    /// decided it), each ban key's `PTTL` reply (`null`: the read failed), `nowMs`. Returns
+    /// `S` and the next command's words (a hot key's lease was taken first: send it, feed
+    /// its reply here again); `F`, the `traceparent` the application sees, the count of
+    /// header words, the headers' names and values and the path's normal form (the request
+    /// is forwarded as it is, and forgotten here); or `O`: the request goes on step by step
+    /// (take it out with `request`, its `step` is the next).
+    #[napi(ts_args_type = "id: number, reply: unknown, bans: (number | null)[], nowMs: number")]
+    pub fn feed(
+        &self,
+        id: u32,
+        reply: Option<Value>,
+        bans: Vec<Option<i64>>,
+        now_ms: f64,
+    ) -> Result<String> {
+        let mut requests = self.pending.requests.borrow_mut();
+        let Some(request) = requests.get_mut(&id) else {
+            return Err(Error::new(Status::InvalidArg, format!("no request {id}")));
+        };
+        let fed = match request.feed_booking(reply.as_ref(), bans, now_ms) {
+            Ok(fed) => fed,
+            Err(e) => {
+                requests.remove(&id);
+                return Err(e);
+            }
+        };
+        let mut out = String::with_capacity(512);
+        match fed {
+            Fed::Send(words) => {
+                out.push('S');
+                for w in &words {
+                    push_word(&mut out, w);
+                }
+            }
+            Fed::Step(Step::Forward(f))
+                if f.hold_ms.is_none() && f.settle.is_none() && leaves_nothing(&f.record) =>
+            {
+                let Some(request) = requests.remove(&id) else {
+                    return Err(Error::new(Status::InvalidArg, format!("no request {id}")));
+                };
+                out.push('F');
+                push_word(&mut out, &request.traceparent);
+                let _ = write!(out, "{SEP}{}", 2 * f.headers.len());
+                // Header names and values hold no line feed (HTTP); the path may (decoded):
+                // it comes last, the rest of the string.
+                for (name, value) in &f.headers {
+                    push_word(&mut out, name);
+                    push_word(&mut out, value);
+                }
+                push_word(&mut out, &f.path);
+            }
+            Fed::Step(step) => {
+                request.step = request.value(step);
+                out.push('O');
+            }
+        }
+        Ok(out)
+    }
+
+    /// The error the booking's command got (`outage`: no answer, a timeout): the next command
+    /// (the twin, `EVAL`), or `null`: decided (feed `undefined`); throws the error when it is
+    /// the call's own (the request is forgotten).
+    #[napi]
+    pub fn fail(&self, id: u32, message: String, outage: bool) -> Result<Option<Vec<String>>> {
+        let mut requests = self.pending.requests.borrow_mut();
+        let Some(request) = requests.get_mut(&id) else {
+            return Err(Error::new(Status::InvalidArg, format!("no request {id}")));
+        };
+        let next = request.fail_booking(&message, outage);
+        if next.is_err() {
+            requests.remove(&id);
+        }
+        next
+    }
+
+    /// Takes request `id` out of the flow as a `RequestFlow` object, to go on step by step
+    /// (after `begin` answered its number alone, or `feed` answered `O`).
+    #[napi]
+    pub fn request(&self, id: u32) -> Result<RequestFlow> {
+        self.pending.take(id)
+    }
+
+    /// Forgets request `id` (its booking failed in the application's code: nothing more
+    /// will be fed); ends its hold if it had one.
+    #[napi]
+    pub fn forget(&self, id: u32) {
+        self.pending.requests.borrow_mut().remove(&id);
+    }
+
+    /// Requests begun and not yet fed, taken out or forgotten (a leak shows here).
+    #[napi(getter)]
+    pub fn pending_requests(&self) -> u32 {
+        u32::try_from(self.pending.requests.borrow().len()).unwrap_or(u32::MAX)
+    }
+}
