@@ -87,8 +87,8 @@ pub mod transport;
 pub use fleet::{bans, offenders};
 pub use layers::{decider, deny_cache, failover, fallback, lease};
 #[cfg(feature = "transport")]
-pub use limiter::{booking, settle};
-pub use limiter::{decision, policy};
+pub use limiter::booking;
+pub use limiter::{decision, policy, settle};
 #[cfg(feature = "transport")]
 pub use transport::backend;
 pub use transport::breaker;

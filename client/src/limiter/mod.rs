@@ -35,7 +35,6 @@ pub mod booking;
 mod builder;
 pub mod decision;
 pub mod policy;
-#[cfg(feature = "transport")]
 pub mod settle;
 
 #[cfg(feature = "transport")]

@@ -4,11 +4,16 @@
 //! under-reserved is taken even over the limit (`FORCE`), so the budget neither leaks nor
 //! refuses work that already happened.
 
-use crate::error::{Error, Result};
-use crate::layers::decider::AllMode;
 use crate::limiter::decision::Decision;
-use crate::limiter::policy::Policy;
-use crate::limiter::Limiter;
+// `Limiter::settle`'s (feature `transport`); without it only [`Settled`] is here (the
+// sans-I/O op's answer too).
+#[cfg(feature = "transport")]
+use {
+    crate::error::{Error, Result},
+    crate::layers::decider::AllMode,
+    crate::limiter::policy::Policy,
+    crate::limiter::Limiter,
+};
 
 /// What [`Limiter::settle`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +28,7 @@ pub enum Settled {
     Charged(Decision),
 }
 
+#[cfg(feature = "transport")]
 impl Limiter {
     /// Settles a reservation of `reserved` units of `policy` on `key` (taken earlier, e.g.
     /// with [`Limiter::check_n`]) against the `actual` cost: refunds `reserved - actual`, or

@@ -121,7 +121,6 @@ fn push_cost_peek(cmd: &mut Cmd, cost: u64, peek: bool) {
 /// Groups key indexes by cluster hash slot, slots in order of first appearance, so a
 /// multi-key check sends one `RL.ALL` per slot. On a standalone server every key is in
 /// one group (slot `None`).
-#[cfg(feature = "transport")]
 pub(crate) fn slot_groups(keys: &[&str], cluster: bool) -> Vec<(Option<u16>, Vec<usize>)> {
     if !cluster {
         return vec![(None, (0..keys.len()).collect())];
