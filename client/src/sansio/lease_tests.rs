@@ -92,17 +92,9 @@ fn the_other_keys_go_to_redis_and_a_denial_gives_the_leased_units_back() {
     let mut op = l.check_all();
     op.add("k".into(), hot(), 1).unwrap();
     op.add("c".into(), cold, 1).unwrap();
-    // Only the key without a lease is sent.
-    assert_eq!(
-        op.start().unwrap(),
-        Some(words("RL.ALL 1 c SLIDING 10 1000"))
-    );
-    op.feed(&Value::Array(vec![
-        Value::Int(0),
-        Value::Int(1),
-        Value::Array(vec![reply(&[10, 0, 400, 1000])]),
-    ]))
-    .unwrap();
+    // Only the key without a lease is sent: one key, its algorithm's own command.
+    assert_eq!(op.start().unwrap(), Some(words("RL.SLIDING c 10 1000")));
+    op.feed(&reply(&[0, 10, 0, 400, 1000])).unwrap();
     let md = multi(&op);
     assert_eq!(md.denied, Some(1), "the denying key's index in the request");
     assert_eq!(md.decisions.len(), 2);
@@ -180,7 +172,7 @@ fn a_take_that_fails_leaves_the_key_to_the_failure_mode() {
     // The take fails: the key goes to the ordinary call, which fails too: failure mode.
     assert_eq!(
         op.fail("connection refused", true).unwrap(),
-        Some(words("RL.ALL 1 k SLIDING 1000 60000"))
+        Some(words("RL.SLIDING k 1000 60000"))
     );
     assert_eq!(op.fail("connection refused", true).unwrap(), None);
     let md = multi(&op);
@@ -190,7 +182,7 @@ fn a_take_that_fails_leaves_the_key_to_the_failure_mode() {
     next.add("k".into(), hot(), 1).unwrap();
     assert_eq!(
         next.start().unwrap(),
-        Some(words("RL.ALL 1 k SLIDING 1000 60000"))
+        Some(words("RL.SLIDING k 1000 60000"))
     );
 }
 

@@ -254,7 +254,18 @@ impl Op {
                 push_cost_peek(&mut w, *cost, *peek);
                 w
             }
-            Call::All { items, costs } => all_command(items, costs),
+            Call::All { items, costs } => match (items.as_slice(), costs.as_slice()) {
+                // One key: the algorithm's own command, whose reply carries all `RL.ALL`'s
+                // does for one key (the denying index is the key's own verdict) and costs
+                // the server less to run and the host less to read.
+                ([(key, policy)], [cost]) => {
+                    let mut w = vec![policy.kind().command().to_string(), key.clone()];
+                    push_params(&mut w, policy);
+                    push_cost_peek(&mut w, *cost, false);
+                    w
+                }
+                _ => all_command(items, costs),
+            },
             Call::Each {
                 items,
                 costs,
@@ -576,8 +587,21 @@ impl Op {
                 d.shadow = policy.is_shadow();
                 Outcome::Decision(d)
             }),
-            Call::All { items, costs } => {
-                parse_all(reply, items.len()).map(|(denied, decisions)| {
+            Call::All { items, costs } => match items.as_slice() {
+                [(_, policy)] if costs.len() == 1 => parse_single(policy.kind().command(), reply)
+                    .map(|d| {
+                        let denied = d.is_denied().then_some(0);
+                        if let (Some(cache), Some(_), Some((key, _)), Some(cost)) =
+                            (&self.layers.deny, denied, items.first(), costs.first())
+                        {
+                            cache.remember(key, *cost, &d);
+                        }
+                        Outcome::Multi(MultiDecision {
+                            denied,
+                            decisions: vec![d],
+                        })
+                    }),
+                _ => parse_all(reply, items.len()).map(|(denied, decisions)| {
                     let cache = self.layers.deny.as_ref();
                     if let (Some(cache), Some(i)) = (cache, denied) {
                         if let (Some((key, _)), Some(d)) = (items.get(i), decisions.get(i)) {
@@ -585,8 +609,8 @@ impl Op {
                         }
                     }
                     Outcome::Multi(MultiDecision { denied, decisions })
-                })
-            }
+                }),
+            },
             Call::Each { items, .. } => parse_all(reply, items.len())
                 .map(|(denied, decisions)| Outcome::Multi(MultiDecision { denied, decisions })),
             Call::Upto {

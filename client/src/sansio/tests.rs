@@ -89,6 +89,43 @@ fn a_check_all_is_refused_locally_when_the_cache_holds_an_enforced_key() {
 }
 
 #[test]
+fn a_check_all_of_one_key_sends_its_algorithms_command_and_reads_the_denial() {
+    let l = layers(LayersConfig::default());
+    let p = Policy::sliding(10, 1000).unwrap();
+    let mut op = l.check_all();
+    op.add("a".into(), p, 3).unwrap();
+    assert_eq!(
+        op.start().unwrap(),
+        Some(words("RL.SLIDING a 10 1000 COST 3"))
+    );
+    assert_eq!(op.feed(&reply(&[0, 10, 1, 250, 900])).unwrap(), None);
+    let Some(Outcome::Multi(m)) = op.outcome() else {
+        panic!("no decision");
+    };
+    assert_eq!(m.denied, Some(0));
+    let d = m.decisions[0];
+    assert_eq!(
+        (d.retry_after(), d.remaining, d.limit, d.source),
+        (
+            Some(std::time::Duration::from_millis(250)),
+            1,
+            10,
+            Source::Redis
+        )
+    );
+    // The denial is remembered like RL.ALL's: the next request is refused locally.
+    let mut again = l.check_all();
+    again.add("a".into(), p, 3).unwrap();
+    assert_eq!(again.start().unwrap(), None);
+    // An allowing reply: no denied index.
+    let mut other = l.check_all();
+    other.add("b".into(), p, 1).unwrap();
+    assert!(other.start().unwrap().is_some());
+    other.feed(&reply(&[1, 10, 9, 0, 100])).unwrap();
+    assert!(matches!(other.outcome(), Some(Outcome::Multi(m)) if m.denied.is_none()));
+}
+
+#[test]
 fn errors_fail_over_decides_a_calls_own_error_by_the_failure_mode() {
     let p = Policy::sliding(10, 1000)
         .unwrap()
