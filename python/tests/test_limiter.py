@@ -122,10 +122,12 @@ def test_sliding_fixed_log_gcra_every_field(server, prefix, kind):
         assert (d.allowed, d.limit, d.remaining) == (False, 5, 0) and 0 < d.retry_after_ms <= 120_000
         assert (await lim.check(f"{prefix}:s", s, cost=6)).never
 
-        f = Policy.fixed(3, 60_000)
+        # Fixed windows turn on the clock's multiples of their length: one of 10^12 ms turns
+        # in 2033, not between two calls.
+        f = Policy.fixed(3, 10**12)
         d = await lim.check(f"{prefix}:f", f)
         assert (d.allowed, d.limit, d.remaining, d.retry_after_ms) == (True, 3, 2, 0)
-        assert 0 < d.reset_after_ms <= 60_000
+        assert 0 < d.reset_after_ms <= 10**12
         d = await lim.check(f"{prefix}:f", f, cost=3)
         assert (d.allowed, d.remaining) == (False, 2) and d.retry_after_ms == d.reset_after_ms
 
@@ -198,7 +200,7 @@ def test_take_upto_takes_a_batch_and_refund_gives_back(server, prefix, kind, cli
 
 
 def test_shadow_records_but_allows(server, prefix, kind):
-    p = Policy.fixed(1, 60_000).with_shadow()
+    p = Policy.fixed(1, 10**12).with_shadow()  # no window turns between the checks
 
     async def body(lim):
         await lim.check(f"{prefix}:k", p)
@@ -211,7 +213,7 @@ def test_shadow_records_but_allows(server, prefix, kind):
 def test_check_all_is_all_or_nothing(server, prefix, kind, client):
     tag = "{" + prefix + "}"
     wide = Policy.sliding(100, 60_000)
-    narrow = Policy.fixed(1, 60_000)
+    narrow = Policy.fixed(1, 10**12)  # no window turns between the calls
 
     async def body(lim):
         items = [(f"{tag}:a", wide), (f"{tag}:b", narrow), (f"{tag}:c", Policy.gcra(100, 1000))]
@@ -235,7 +237,7 @@ def test_check_all_shadow_key_never_denies(server, prefix, kind):
     tag = "{" + prefix + "}"
 
     async def body(lim):
-        shadow = Policy.fixed(1, 60_000).with_shadow()
+        shadow = Policy.fixed(1, 10**12).with_shadow()  # no window turns between the calls
         items = [(f"{tag}:a", Policy.sliding(10, 60_000)), (f"{tag}:s", shadow)]
         await lim.check_all(items)
         md = await lim.check_all(items)
@@ -279,7 +281,7 @@ def test_a_refund_or_reset_ends_the_cached_refusal(server, prefix, kind, client)
 
 
 def test_deny_cache_keeps_a_flood_off_redis(server, prefix, kind, client):
-    p = Policy.fixed(1, 60_000)
+    p = Policy.fixed(1, 10**12)  # no window turns between the calls
 
     async def body(lim):
         await lim.check(f"{prefix}:k", p)
