@@ -122,22 +122,20 @@ def test_tier_overrides_parse_as_rust_and_keep_the_algorithm():
             PolicyEngine.from_toml(text, "<t>")
 
 
-def test_tiers_override_every_dimension_in_keys_of_their_own(server, prefix, r):
-    config = {
-        "key_prefix": prefix,
-        "endpoint": {"limit": 2, "window_ms": 3_600_000},
-        "ip": {"limit": 3, "window_ms": 3_600_000},
-        "tiers": {
-            "free": {"limit": 100},
-            "pro": {"limit": 1000, "endpoint": {"limit": 5}, "ip": {"limit": 6}, "global": {"limit": 50_000}},
-        },
-    }
+def test_tiers_override_every_dimension_in_keys_of_their_own(server, prefix, r, tmp_path):
+    # The configuration middleware/tests/live/policy.rs reads too.
+    text = (ROOT / "testdata" / "flow" / "tier_overrides.toml").read_text()
+    config = write(tmp_path / "tiers.toml", f'key_prefix = "{prefix}"\n{text}')
     with TestClient(app(redis_url=server.url, config=config, tiers={"pro-key": "pro"})) as client:
-        free = [get(client, "/items/1", "192.0.2.20", "free-key").status_code for _ in range(8)]
+        free_responses = [get(client, "/items/1", "192.0.2.20", "free-key") for _ in range(8)]
         pro = [get(client, "/items/1", "192.0.2.21", "pro-key").status_code for _ in range(8)]
         pro_ip = [get(client, f"/items/{i}", "192.0.2.22", "pro-key").status_code for i in range(8)]
         last = get(client, "/other", "192.0.2.22", "pro-key")
-    assert free.count(200) == 2, "free: the [endpoint] table"
+    free = [f.status_code for f in free_responses]
+    assert free.count(200) == 2, "free: the [ip] table, an address's budget shared with key-less traffic"
+    assert free_responses[0].headers["ratelimit-policy"] == (
+        '"api_key";q=100;w=60, "ip";q=2;w=3600, "endpoint";q=3;w=3600, "global";q=100000;w=60'
+    ), "free: the [endpoint] and [ip] tables"
     assert pro.count(200) == 5, "pro: [tiers.pro.endpoint]"
     # Another address: the pro key's endpoint budget is spent, its own ip budget is 6.
     assert pro_ip == [429] * 8
