@@ -256,8 +256,17 @@ async def call_many(
 @pytest.mark.parametrize("where", ["server", "bare_server"])
 def test_the_asgi_middleware_holds_a_refused_request_for_its_slot(where, request, prefix):
     """With the module, and with the Lua twin on a server without it (``bare_server``): the
-    held request's look (``PEEK``) and booking (``FORCE``) go over the same wire."""
+    held request's look (``PEEK``) and booking (``FORCE``) go over the same wire: one
+    ``RL.ALL`` each for its two keys (the ip dimension's and the rule's), as rl-gateway, the
+    tower middleware and the Node.js middleware send them, never a command per key."""
     server = request.getfixturevalue(where)
+    r = redis.Redis(port=server.port)
+
+    def per_key() -> int:
+        stats = r.info("commandstats")
+        return sum(v["calls"] for k, v in stats.items() if k.lower() in ("cmdstat_rl.gcra", "cmdstat_rl.sliding"))
+
+    per_key_before = per_key()
 
     async def main() -> None:
         middleware = RateLimitMiddleware(_unused, redis_url=server.url, timeout=PATIENT, config=paced_config(prefix, 10))
@@ -277,6 +286,8 @@ def test_the_asgi_middleware_holds_a_refused_request_for_its_slot(where, request
         await middleware.limiter.aclose()
 
     asyncio.run(main())
+    assert per_key() == per_key_before, "no command per key (on the module; the twin has none)"
+    r.close()
 
 
 def test_the_asgi_middleware_caps_held_requests(server, prefix):
