@@ -309,18 +309,16 @@ def test_unknown_tier_keys_cost_no_round_trip_each(server, prefix, r):
 # -- 4. access lists --------------------------------------------------------------------------
 
 
-def test_access_lists_bypass_or_refuse_before_any_limit(server, prefix, r):
-    config = {
-        "key_prefix": prefix, "ip": {"limit": 1, "algorithm": "token_bucket"},
-        "access": {"allow_ips": ["198.51.100.0/24"], "deny_ips": ["198.51.100.66/32"],
-                   "deny_api_keys": ["stolen"], "allow_api_keys": ["partner"]},
-    }
+def test_access_lists_bypass_or_refuse_before_any_limit(server, prefix, r, tmp_path):
+    # The configuration middleware/tests/live/policy.rs reads too (keys in Authorization).
+    text = (ROOT / "testdata" / "flow" / "access_lists.toml").read_text()
+    config = write(tmp_path / "access.toml", f'key_prefix = "{prefix}"\n{text}')
     with TestClient(app(redis_url=server.url, config=config)) as client:
         allowed = [get(client, "/other", "198.51.100.7") for _ in range(5)]
-        partner = [get(client, "/other", "192.0.2.30", "partner").status_code for _ in range(5)]
-        denied = get(client, "/other", "198.51.100.66", x_request_id="deny-1")
-        mapped = get(client, "/other", "::ffff:198.51.100.66")
-        stolen = get(client, "/other", "198.51.100.7", "stolen")
+        partner = [get(client, "/other", "192.0.2.30", authorization="Bearer partner-key").status_code for _ in range(5)]
+        denied = get(client, "/other", "198.51.100.13", x_request_id="deny-1")
+        mapped = get(client, "/other", "::ffff:198.51.100.13")
+        stolen = get(client, "/other", "198.51.100.7", authorization="bearer revoked-key")
         listed_not = [get(client, "/other", "192.0.2.31").status_code for _ in range(2)]
     assert [a.status_code for a in allowed] == [200] * 5 and partner == [200] * 5
     assert not [n for a in allowed for n in QUOTA_HEADERS if n in a.headers], "allowed: never limited"

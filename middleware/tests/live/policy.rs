@@ -229,18 +229,10 @@ async fn unknown_keys_cost_no_tier_lookup() {
 async fn access_lists_refuse_or_pass_without_touching_redis() {
     let server = Server::start();
     let l = limiter(&server);
+    // The configuration python/tests/test_asgi_parity.py reads too.
     let app = app(
         &l,
-        r#"
-        api_key_header = "Authorization"
-        [ip]
-        limit = 1
-        [access]
-        allow_ips = ["198.51.100.0/24"]
-        deny_ips = ["198.51.100.13/32"]
-        allow_api_keys = ["partner-key"]
-        deny_api_keys = ["revoked-key"]
-        "#,
+        include_str!("../../../testdata/flow/access_lists.toml"),
         hash_tiers(&l),
     );
     // Warm up (engine detection), then count.
