@@ -19,13 +19,22 @@ use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use serde_json::Value;
 
 use redis_rl_client::sansio::Layers;
 use redis_rl_flow::Step;
 
 use crate::core::Core;
 use crate::flow::{leaves_nothing, Fed, Flow, RequestFlow, SEP};
+use crate::reply::Reply;
+
+/// A word the same as the one at its place in the flow's last answer of its kind (the last
+/// booking's command, the last forwarded request's headers): JavaScript keeps those and
+/// puts its own copy back. Most words repeat from request to request (the command's name
+/// and numbers, the header names, `RateLimit-Policy`): each word is a string JavaScript
+/// makes, and one character makes none (V8 keeps one-character strings). No header value,
+/// and no key or number of a command, is this control character; a word that is goes over
+/// as it is (the command step by step, the headers in full).
+pub(crate) const SAME: &str = "\u{1}";
 
 /// Requests begun and not yet fed (or taken out), by number. A number is reused only after
 /// 2^32 others: a request waits here one Redis round trip.
@@ -36,6 +45,10 @@ pub(crate) struct Pending {
     /// The layers of the limiter the flow books on, and whether its client is a cluster's
     /// (`Flow.bind`): given once, not with every request.
     limiter: RefCell<Option<(Arc<Layers>, bool)>>,
+    /// The words of the last command `begin` answered, as JavaScript has them.
+    last_command: RefCell<Vec<String>>,
+    /// The headers of the last request `feed` answered `F` or `f`, as JavaScript has them.
+    last_headers: RefCell<Vec<(&'static str, String)>>,
 }
 
 impl Pending {
@@ -59,6 +72,18 @@ fn push_word(out: &mut String, word: &str) {
     out.push_str(word);
 }
 
+/// `word`, or [`SAME`] when it is `last`'s.
+fn push_new(out: &mut String, word: &str, last: Option<&String>) {
+    push_word(
+        out,
+        if last.is_some_and(|l| l == word) {
+            SAME
+        } else {
+            word
+        },
+    );
+}
+
 #[napi]
 impl Flow {
     /// The limiter `begin` books on: `core`'s layers (`cluster`: its client is a cluster
@@ -71,10 +96,11 @@ impl Flow {
     /// Starts a request (the arguments of `start`) and, when its first step is the booking
     /// the flow runs itself, that booking on the limiter `bind` gave.
     /// Returns the request's number alone when it goes on step by step (take it out with
-    /// `request`), else the number, the key routing the booking's command, the count of
-    /// ban keys, the ban keys (read each `PTTL` along) and the command's words ('' none:
-    /// decided without Redis), joined by line feeds. Feed the reply with `feed`, an error
-    /// with `fail`.
+    /// `request`), else the number, the key routing the booking's command ('' unless the
+    /// client is a cluster's), the count of ban keys, the ban keys (read each `PTTL` along)
+    /// and the command's words (none: decided without Redis; `\u0001`: the word at its
+    /// place in the last answer's command), joined by line feeds. Feed the reply with
+    /// `feed`, an error with `fail`.
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn begin(
@@ -109,11 +135,11 @@ impl Flow {
             let _ = write!(out, "{}", self.pending.park(request));
             return Ok(out);
         };
-        let key = request
-            .takes
-            .first()
-            .map(|t| t.key.as_str())
-            .unwrap_or_default();
+        // Only a cluster client routes by the key.
+        let key = match request.takes.first() {
+            Some(t) if *cluster => t.key.as_str(),
+            _ => "",
+        };
         // The number is known once the request is parked (it moves): the words first.
         let mut words = String::with_capacity(256);
         words.push_str(key);
@@ -121,9 +147,11 @@ impl Flow {
         for k in &request.ban_reads {
             push_word(&mut words, k);
         }
-        if !command.is_empty() {
-            push_word(&mut words, &command);
+        let mut last = self.pending.last_command.borrow_mut();
+        for (i, w) in command.iter().enumerate() {
+            push_new(&mut words, w, last.get(i));
         }
+        *last = command;
         let id = self.pending.park(request);
         let _ = write!(out, "{id}{SEP}{words}");
         Ok(out)
@@ -134,13 +162,15 @@ impl Flow {
     /// `S` and the next command's words (a hot key's lease was taken first: send it, feed
     /// its reply here again); `F`, the `traceparent` the application sees, the count of
     /// header words, the headers' names and values and the path's normal form (the request
-    /// is forwarded as it is, and forgotten here); or `O`: the request goes on step by step
+    /// is forwarded as it is, and forgotten here); `f`: the same with the last `F` or `f`
+    /// answer's header names, so only the `traceparent`, the values (`\u0001`: the last
+    /// answer's value at its place) and the path; or `O`: the request goes on step by step
     /// (take it out with `request`, its `step` is the next).
     #[napi(ts_args_type = "id: number, reply: unknown, bans: (number | null)[], nowMs: number")]
     pub fn feed(
         &self,
         id: u32,
-        reply: Option<Value>,
+        reply: Option<Reply>,
         bans: Vec<Option<i64>>,
         now_ms: f64,
     ) -> Result<String> {
@@ -148,7 +178,7 @@ impl Flow {
         let Some(request) = requests.get_mut(&id) else {
             return Err(Error::new(Status::InvalidArg, format!("no request {id}")));
         };
-        let fed = match request.feed_booking(reply.as_ref(), bans, now_ms) {
+        let fed = match request.feed_booking(reply.as_ref().map(|r| &r.0), bans, now_ms) {
             Ok(fed) => fed,
             Err(e) => {
                 requests.remove(&id);
@@ -169,16 +199,29 @@ impl Flow {
                 let Some(request) = requests.remove(&id) else {
                     return Err(Error::new(Status::InvalidArg, format!("no request {id}")));
                 };
-                out.push('F');
-                push_word(&mut out, &request.traceparent);
-                let _ = write!(out, "{SEP}{}", 2 * f.headers.len());
                 // Header names and values hold no line feed (HTTP); the path may (decoded):
                 // it comes last, the rest of the string.
-                for (name, value) in &f.headers {
-                    push_word(&mut out, name);
-                    push_word(&mut out, value);
+                let mut last = self.pending.last_headers.borrow_mut();
+                let same_names = last.len() == f.headers.len()
+                    && last.iter().zip(&f.headers).all(|(l, h)| l.0 == h.0)
+                    && !f.headers.iter().any(|(_, v)| v == SAME);
+                if same_names {
+                    out.push('f');
+                    push_word(&mut out, &request.traceparent);
+                    for (i, (_, value)) in f.headers.iter().enumerate() {
+                        push_new(&mut out, value, last.get(i).map(|l| &l.1));
+                    }
+                } else {
+                    out.push('F');
+                    push_word(&mut out, &request.traceparent);
+                    let _ = write!(out, "{SEP}{}", 2 * f.headers.len());
+                    for (name, value) in &f.headers {
+                        push_word(&mut out, name);
+                        push_word(&mut out, value);
+                    }
                 }
                 push_word(&mut out, &f.path);
+                *last = f.headers;
             }
             Fed::Step(step) => {
                 request.step = request.value(step);

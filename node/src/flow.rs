@@ -380,7 +380,7 @@ impl RequestFlow {
     /// `bookFail`) and the ban reads' replies.
     pub(crate) fn feed_booking(
         &mut self,
-        reply: Option<&Value>,
+        reply: Option<&redis::Value>,
         bans: Vec<Option<i64>>,
         now_ms: f64,
     ) -> Result<Fed> {
@@ -389,7 +389,7 @@ impl RequestFlow {
         };
         if let Some(reply) = reply {
             let next = op
-                .feed(&crate::reply::value(reply))
+                .feed(reply)
                 .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))?;
             if let Some(next) = next {
                 self.booking = Some(op);
@@ -552,7 +552,9 @@ impl RequestFlow {
     /// feed the reply with `bookFeed`, an error with `bookFail`.
     #[napi]
     pub fn book_start(&mut self, core: &Core, cluster: bool) -> Result<Option<String>> {
-        self.start_booking(&core.layers, cluster)
+        Ok(self
+            .start_booking(&core.layers, cluster)?
+            .map(|words| words.join("\n")))
     }
 }
 
@@ -562,7 +564,7 @@ impl RequestFlow {
         &mut self,
         layers: &std::sync::Arc<sansio::Layers>,
         cluster: bool,
-    ) -> Result<Option<String>> {
+    ) -> Result<Option<Vec<String>>> {
         let policies = self.client_policies();
         let mut op = layers.check_all();
         for t in &self.takes {
@@ -593,12 +595,16 @@ impl RequestFlow {
             .start()
             .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?
             .unwrap_or_default();
-        if first.iter().any(|w| w.contains(SEP)) {
-            // A key with a line feed (from the key prefix): the words one by one.
+        if first
+            .iter()
+            .any(|w| w.contains(SEP) || w == crate::booking::SAME)
+        {
+            // A key with a line feed (from the key prefix), or that is the mark of a word
+            // the same as the last one: the words one by one.
             return Ok(None);
         }
         self.booking = Some(op);
-        Ok(Some(first.join("\n")))
+        Ok(Some(first))
     }
 }
 
@@ -632,14 +638,16 @@ impl RequestFlow {
     )]
     pub fn book_feed(
         &mut self,
-        reply: Option<Value>,
+        reply: Option<crate::reply::Reply>,
         bans: Vec<Option<i64>>,
         now_ms: f64,
     ) -> Result<Value> {
-        Ok(match self.feed_booking(reply.as_ref(), bans, now_ms)? {
-            Fed::Send(next) => json!({"kind": "send", "command": next.join("\n")}),
-            Fed::Step(s) => self.next(s),
-        })
+        Ok(
+            match self.feed_booking(reply.as_ref().map(|r| &r.0), bans, now_ms)? {
+                Fed::Send(next) => json!({"kind": "send", "command": next.join("\n")}),
+                Fed::Step(s) => self.next(s),
+            },
+        )
     }
 
     /// The `forward` step (a step given as the string `forward`): `[path, rest]`, `rest`
@@ -803,8 +811,8 @@ impl FlowDebtWatch {
     /// holding the subject in its ban key until the debt is paid, or `null` (nothing owed, or
     /// the key is gone or not a fixed window or calendar quota any more).
     #[napi(ts_args_type = "state: unknown")]
-    pub fn hold(&self, state: serde_json::Value) -> Option<Vec<String>> {
-        let count = WindowCount::parse(&crate::reply::value(&state))?;
+    pub fn hold(&self, state: crate::reply::Reply) -> Option<Vec<String>> {
+        let count = WindowCount::parse(&state.0)?;
         self.watch
             .hold(count.count, count.left_ms)
             .map(|command| command.args)

@@ -9,14 +9,13 @@ use std::time::Duration;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use serde_json::Value as Json;
 
 use redis_rl_client::sansio::{self, OpError, Outcome};
 use redis_rl_client::{Decision, Source, Verdict};
 
 use crate::decision::{JsDecision, JsGrant, JsMultiDecision, JsSettled};
 use crate::policy::{to_f64, whole, Policy};
-use crate::reply;
+use crate::reply::Reply;
 
 /// The names of [`Op::fields`]'s `source` numbers, in order.
 pub const SOURCES: [&str; 7] = Source::NAMES;
@@ -98,8 +97,8 @@ impl Op {
 
     /// The reply to the command last sent: `null` (done).
     #[napi(ts_args_type = "reply: unknown")]
-    pub fn feed(&mut self, reply: Json) -> Result<Option<Vec<String>>> {
-        self.inner.feed(&reply::value(&reply)).map_err(js_error)
+    pub fn feed(&mut self, reply: Reply) -> Result<Option<Vec<String>>> {
+        self.inner.feed(&reply.0).map_err(js_error)
     }
 
     /// The error the command last sent got: `outage` when the client could not reach the
@@ -115,7 +114,7 @@ impl Op {
     /// [`Op::fields`]) in the same call: the hot path of `check` crosses into the addon three
     /// times (make the op, start it, feed it), and JavaScript builds the object.
     #[napi(ts_args_type = "reply: unknown")]
-    pub fn feed_fields(&mut self, reply: Json) -> Result<Option<Vec<f64>>> {
+    pub fn feed_fields(&mut self, reply: Reply) -> Result<Option<Vec<f64>>> {
         self.feed(reply)?;
         self.fields().map(Some)
     }
@@ -145,7 +144,7 @@ impl Op {
     #[napi(ts_args_type = "reply: unknown")]
     /// Empty when the op sends another command first (a hot key's lease taken): it is
     /// `takeNext()`'s.
-    pub fn feed_multi_fields(&mut self, reply: Json) -> Result<Vec<f64>> {
+    pub fn feed_multi_fields(&mut self, reply: Reply) -> Result<Vec<f64>> {
         if let Some(next) = self.feed(reply)? {
             self.next = Some(next);
             return Ok(Vec::new());

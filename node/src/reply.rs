@@ -1,8 +1,97 @@
 //! A reply as any client library hands it over (arrays, numbers, strings, `null`), as the
 //! `redis` crate's `Value` the Rust client's parsers read.
+//!
+//! Read straight from the JavaScript value ([`Reply`]): going through `serde_json::Value`
+//! first made every reply twice, one allocation per array on each side, on every request.
+//! Objects that are not arrays (a map under RESP3) and BigInts still take that way.
 
+use napi::bindgen_prelude::{FromNapiValue, TypeName, ValidateNapiValue};
+use napi::{check_status, sys, Result, ValueType};
 use redis::Value;
 use serde_json::Value as Json;
+
+/// A reply read from a JavaScript value; `null` and `undefined` are `Nil`.
+pub struct Reply(pub(crate) Value);
+
+impl TypeName for Reply {
+    fn type_name() -> &'static str {
+        "unknown"
+    }
+
+    fn value_type() -> ValueType {
+        ValueType::Unknown
+    }
+}
+
+impl ValidateNapiValue for Reply {}
+
+impl FromNapiValue for Reply {
+    unsafe fn from_napi_value(env: sys::napi_env, value: sys::napi_value) -> Result<Self> {
+        // SAFETY: the caller's contract: `value` is a live value of `env`.
+        unsafe { read(env, value) }.map(Reply)
+    }
+}
+
+/// # Safety
+/// `value` is a live value of `env`, in the callback that got it.
+unsafe fn read(env: sys::napi_env, value: sys::napi_value) -> Result<Value> {
+    let mut kind = 0;
+    check_status!(unsafe { sys::napi_typeof(env, value, &mut kind) })?;
+    match kind {
+        sys::ValueType::napi_number => {
+            let mut f = 0.0;
+            check_status!(unsafe { sys::napi_get_value_double(env, value, &mut f) })?;
+            Ok(number(f))
+        }
+        sys::ValueType::napi_string => {
+            let s = unsafe { String::from_napi_value(env, value) }?;
+            Ok(string(s))
+        }
+        sys::ValueType::napi_null | sys::ValueType::napi_undefined => Ok(Value::Nil),
+        sys::ValueType::napi_boolean => {
+            let mut b = false;
+            check_status!(unsafe { sys::napi_get_value_bool(env, value, &mut b) })?;
+            Ok(Value::Int(i64::from(b)))
+        }
+        sys::ValueType::napi_object => {
+            let mut is_array = false;
+            check_status!(unsafe { sys::napi_is_array(env, value, &mut is_array) })?;
+            if !is_array {
+                return Ok(self::value(&unsafe { Json::from_napi_value(env, value) }?));
+            }
+            let mut len = 0;
+            check_status!(unsafe { sys::napi_get_array_length(env, value, &mut len) })?;
+            let mut items = Vec::with_capacity(len as usize);
+            for i in 0..len {
+                let mut item = std::ptr::null_mut();
+                check_status!(unsafe { sys::napi_get_element(env, value, i, &mut item) })?;
+                items.push(unsafe { read(env, item) }?);
+            }
+            Ok(Value::Array(items))
+        }
+        _ => Ok(self::value(&unsafe { Json::from_napi_value(env, value) }?)),
+    }
+}
+
+/// A client that hands integers over as doubles (every JS number is one): a whole one is an
+/// integer; any other stays text, which every parser refuses with the reply's shape in its
+/// error.
+fn number(f: f64) -> Value {
+    #[allow(clippy::cast_possible_truncation)]
+    if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 {
+        Value::Int(f as i64)
+    } else {
+        Value::SimpleString(f.to_string())
+    }
+}
+
+/// node-redis under RESP3 and some clients give integers in strings when asked to.
+fn string(s: String) -> Value {
+    match s.parse::<i64>() {
+        Ok(i) => Value::Int(i),
+        Err(_) => Value::BulkString(s.into_bytes()),
+    }
+}
 
 /// The reply's value; a number that is not a whole `i64` stays a string, which every
 /// parser refuses with the reply's shape in its error.
@@ -12,20 +101,11 @@ pub(crate) fn value(reply: &Json) -> Value {
         Json::Bool(b) => Value::Int(i64::from(*b)),
         Json::Number(n) => match n.as_i64() {
             Some(i) => Value::Int(i),
-            None => match n.as_f64() {
-                // A client that hands integers over as doubles (every JS number is one).
-                #[allow(clippy::cast_possible_truncation)]
-                Some(f) if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
-                    Value::Int(f as i64)
-                }
-                _ => Value::SimpleString(n.to_string()),
-            },
+            None => n
+                .as_f64()
+                .map_or_else(|| Value::SimpleString(n.to_string()), number),
         },
-        // node-redis under RESP3 and some clients give integers in strings when asked to.
-        Json::String(s) => match s.parse::<i64>() {
-            Ok(i) => Value::Int(i),
-            Err(_) => Value::BulkString(s.clone().into_bytes()),
-        },
+        Json::String(s) => string(s.clone()),
         Json::Array(items) => Value::Array(items.iter().map(value).collect()),
         Json::Object(map) => Value::Map(
             map.iter()

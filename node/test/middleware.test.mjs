@@ -308,3 +308,50 @@ test('Redis unavailable: the failure mode decides (closed: 503, open: served)', 
   assert.deepEqual(answers.closed, [503, 'application/problem+json']);
   assert.equal(answers.open[0], 200);
 });
+
+// The flow's usual answers name only what changed since its last one (the command's words,
+// the headers' names and values): requests that alternate between rules of other headers,
+// and a path no rule limits, each get their own whole command and headers.
+test('the usual request: whole commands and headers when the answers name only what changed', async () => {
+  const client = new IORedis(servers.module.port, '127.0.0.1');
+  const sent = [];
+  const spy = { call: (...words) => (sent.push(words), client.call(...words)) };
+  const config = {
+    key_prefix: 'sw',
+    dimensions: [],
+    hot: [],
+    fleet: { membership: false },
+    rules: [
+      { name: 'a', paths: ['/a'], key: ['ip'], algorithm: 'sliding', limit: 1000, window_ms: 60_000 },
+      { name: 'b', paths: ['/b'], key: ['ip'], limits: ['50/minute', '900/hour'] },
+    ],
+  };
+  const { driver } = rateLimit({ client: spy, config, limiterOptions: PATIENT });
+  const headers = [['Host', 'x']];
+  try {
+    const left = { '/a': 1000, '/b': 50 };
+    for (const path of ['/a', '/a', '/b', '/free', '/a', '/b', '/b', '/free', '/free', '/a']) {
+      const calls = sent.length;
+      const v = await driver.decide({ method: 'GET', path, headers, peer: '10.0.0.7' });
+      assert.equal(v.kind, 'forward', path);
+      const got = Object.fromEntries(v.headers);
+      assert.ok(v.headers.every(([n, value]) => !n.includes('\u0001') && !value.includes('\u0001')), path);
+      if (path === '/free') {
+        assert.deepEqual(Object.keys(got), ['x-request-id'], path);
+        assert.equal(sent.length, calls, 'a path no rule limits sends nothing');
+        continue;
+      }
+      left[path] -= 1;
+      assert.equal(got['x-ratelimit-remaining'], String(left[path]), path);
+      assert.equal(got['ratelimit-policy'], path === '/a' ? '"a";q=1000;w=60' : '"b-1m";q=50;w=60, "b-1h";q=900;w=3600', path);
+      assert.equal(sent.length, calls + 1, path);
+      const words = sent.at(-1);
+      assert.ok(words.every((w) => w !== '\u0001'), `${path}: ${words}`);
+      if (path === '/a') assert.deepEqual(words, ['RL.SLIDING', 'sw:{ip:10.0.0.7}:r:a', '1000', '60000']);
+      else assert.equal(words[0], 'RL.ALL');
+    }
+    assert.equal(driver.pendingRequests, 0);
+  } finally {
+    client.disconnect();
+  }
+});

@@ -131,17 +131,9 @@ function items(takes: Take[], policies: Policy[]): [[string, Policy][], number[]
 const NO_BANS: (number | null)[] = [];
 const NO_WORDS: string[] = [];
 
-/** The verdict of `Flow.feed`'s `F` answer: `F`, traceparent, count of header words, the
- * headers' names and values, then the path (the rest: the only part that may hold a line feed). */
-function forwarded(fed: string, rid: string): Verdict {
-  const words = fed.split('\n');
-  const end = 3 + Number(words[2]);
-  const headers: [string, string][] = [];
-  for (let i = 3; i < end; i += 2) headers.push([words[i], words[i + 1]]);
-  headers.push(['x-request-id', rid]);
-  const path = words.length === end + 1 ? words[end] : words.slice(end).join('\n');
-  return { kind: 'forward', headers, path, requestId: rid, traceparent: words[1], finish: null };
-}
+/** A word of `Flow.begin`'s or `Flow.feed`'s answer that is the same as the one at its place
+ * in the last answer of its kind (a one-character string: JavaScript makes none). */
+const SAME = '\u0001';
 
 /** One at a time: held requests are booked in turn (look, then FORCE), so two never get the same slot. */
 class Lock {
@@ -194,6 +186,11 @@ export class FlowDriver {
   /** `close()` was called: no heartbeat starts again. */
   private closed = false;
   private inFlight = 0;
+  /** The last booking command `Flow.begin` answered, and the last headers `Flow.feed`
+   * answered (names, values): its answers name only what changed. */
+  private lastCommand: string[] = NO_WORDS;
+  private headerNames: string[] = NO_WORDS;
+  private headerValues: string[] = NO_WORDS;
   /** Refusals not counted towards bans because too many were in flight. */
   dropped = 0;
 
@@ -308,9 +305,9 @@ export class FlowDriver {
     let step: Step | 'forward';
     if (nl !== -1) {
       const id = Number(begun.slice(0, nl));
-      const fed = await this.bookBegun(id, begun.slice(nl + 1));
+      const fed = await this.bookBegun(id, begun.slice(nl + 1), rid);
       // Forwarded as it is (no hold, settlement or record): the flow has forgotten it.
-      if (fed.charCodeAt(0) === 70 /* F */) return forwarded(fed, rid);
+      if (fed !== null) return fed;
       request = this.flow.request(id);
       step = request.step as Step | 'forward';
     } else {
@@ -371,13 +368,21 @@ export class FlowDriver {
 
   /** The booking `Flow.begin` started for request `id` (`words`: the key routing it, the
    * count of ban keys, the ban keys, the command's words), its ban reads along (one round
-   * trip of latency); the flow's answer to the reply (`Flow.feed`). */
-  private async bookBegun(id: number, text: string): Promise<string> {
+   * trip of latency); the verdict when the flow forwards the request as it is, else null
+   * (it goes on step by step). */
+  private async bookBegun(id: number, text: string, rid: string): Promise<Verdict | null> {
     try {
       const words = text.split('\n');
       const key = words[0];
       const banCount = Number(words[1]);
-      const command = words.length > 2 + banCount ? words.slice(2 + banCount) : NO_WORDS;
+      let command = NO_WORDS;
+      if (words.length > 2 + banCount) {
+        // Read before any await: the next answer names what changed from this one.
+        command = words.slice(2 + banCount);
+        const last = this.lastCommand;
+        for (let i = 0; i < command.length; i++) if (command[i] === SAME) command[i] = last[i];
+        this.lastCommand = command;
+      }
       const fail = (message: string, outage: boolean) => this.flow.fail(id, message, outage);
       let reply: unknown;
       let bans: (number | null)[] = NO_BANS;
@@ -392,12 +397,48 @@ export class FlowDriver {
         reply = await this.limiter.exchange(fed.slice(2).split('\n'), key, fail);
         fed = this.flow.feed(id, reply, bans, nowMs());
       }
-      return fed;
+      const kind = fed.charCodeAt(0);
+      // Read at once, as `begin`'s words: the next answer names what changed from this one.
+      return kind === 70 /* F */ || kind === 102 /* f */ ? this.forwarded(fed, rid) : null;
     } catch (e) {
       // The client's own error (not a Redis outage): nothing more is fed.
       this.flow.forget(id);
       throw e;
     }
+  }
+
+  /** The verdict of `Flow.feed`'s `F` answer (`F`, traceparent, count of header words, the
+   * headers' names and values, then the path: the rest, the only part that may hold a line
+   * feed) or `f` answer (`f`, traceparent, the values of the last answer's headers, `SAME`
+   * where a value did not change, then the path). */
+  private forwarded(fed: string, rid: string): Verdict {
+    const words = fed.split('\n');
+    const headers: [string, string][] = [];
+    let end: number;
+    if (words[0] === 'F') {
+      end = 3 + Number(words[2]);
+      const names: string[] = [];
+      const values: string[] = [];
+      for (let i = 3; i < end; i += 2) {
+        names.push(words[i]);
+        values.push(words[i + 1]);
+        headers.push([words[i], words[i + 1]]);
+      }
+      this.headerNames = names;
+      this.headerValues = values;
+    } else {
+      const names = this.headerNames;
+      const values = this.headerValues;
+      end = 2 + names.length;
+      for (let i = 0; i < names.length; i++) {
+        const v = words[2 + i];
+        if (v !== SAME) values[i] = v;
+        headers.push([names[i], values[i]]);
+      }
+    }
+    headers.push(['x-request-id', rid]);
+    const path = words.length === end + 1 ? words[end] : words.slice(end).join('\n');
+    return { kind: 'forward', headers, path, requestId: rid, traceparent: words[1], finish: null };
   }
 
   /** The limiter call and the ban reads, concurrently (one round trip of latency); the

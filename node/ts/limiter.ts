@@ -4,6 +4,7 @@
 import native from './load.js';
 import type { AcrossSlots, JsDecision, JsGrant, JsMultiDecision, JsSettled, Op, Policy, Query } from './load.js';
 import { isReplyError, messageOf, senderFor, type RedisLike, type Sender } from './client.js';
+import { Deadlines, TimeoutError } from './deadline.js';
 
 /** The answer for one key. */
 export type Decision = JsDecision;
@@ -80,8 +81,6 @@ export interface LeaseStats {
 /** The default timeout of one Redis call (the Rust and Python clients' 50 ms). */
 export const DEFAULT_TIMEOUT_MS = 50;
 
-class TimeoutError extends Error {}
-
 const SOURCES = native.decisionSources();
 
 /** A decision from `Op.fields()`'s numbers (built here: cheaper than an object from the addon). */
@@ -126,6 +125,8 @@ export class Limiter {
   readonly client: RedisLike;
   readonly timeoutMs: number;
   private readonly sender: Sender;
+  /** The timeout of each call (none when `timeoutMs` is 0). */
+  private readonly deadlines: Deadlines | null;
   /** @internal The addon's limiter (the middleware's flow builds its booking op on it). */
   readonly core: InstanceType<typeof native.Core>;
   /** The fleet membership, if any. */
@@ -137,6 +138,7 @@ export class Limiter {
     this.client = client;
     this.sender = senderFor(client);
     this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.deadlines = this.timeoutMs > 0 ? new Deadlines(this.timeoutMs) : null;
     this.core = new native.Core({
       engine: options.engine,
       cluster: this.sender.cluster,
@@ -428,22 +430,6 @@ export class Limiter {
 
   private send(words: string[], key: string): Promise<unknown> {
     const sent = this.sender.send(words, key);
-    const ms = this.timeoutMs;
-    if (ms <= 0) return sent;
-    // One promise and one timer per call (not a race of three promises): this is on every
-    // request's path. A reply after the timeout settles nothing (the promise is settled).
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new TimeoutError(`redis-rl: no reply within ${ms} ms`)), ms);
-      sent.then(
-        (reply) => {
-          clearTimeout(timer);
-          resolve(reply);
-        },
-        (error: unknown) => {
-          clearTimeout(timer);
-          reject(error);
-        },
-      );
-    });
+    return this.deadlines === null ? sent : this.deadlines.watch(sent);
   }
 }
