@@ -43,8 +43,7 @@ fn rl_all(conn: &mut redis::Connection, engine: Engine, key: &str, cost: u64) ->
         Engine::Function | Engine::Script => vec!["EVAL", script_source(), "1", key, "RL.ALL"],
     };
     args.extend(spec);
-    let reply: (i64, i64, Vec<(i64, i64, i64, i64)>) = query(conn, &args);
-    let (allowed, index, keys) = reply;
+    let (allowed, index, keys): (i64, i64, Vec<KeyFields>) = query(conn, &args);
     let [(limit, remaining, retry, _)] = keys.as_slice() else {
         panic!("one key expected: {keys:?}");
     };
@@ -55,6 +54,9 @@ fn rl_all(conn: &mut redis::Connection, engine: Engine, key: &str, cost: u64) ->
         waits: *retry > 0,
     }
 }
+
+/// One key's `[limit, remaining, retry_after_ms, reset_after_ms]` in an RL.ALL reply.
+type KeyFields = (i64, i64, i64, i64);
 
 #[derive(Debug, PartialEq)]
 struct Summary {
