@@ -184,6 +184,15 @@ impl Core {
         AcrossSlots::new(self.layers.check_all_across(AcrossSlots::SCHEDULE))
     }
 
+    /// Every key's own decision for its cost, from Redis itself (not the deny cache; no
+    /// failure mode): one `RL.ALL ... PEEK` (nothing taken) or `... FORCE` (taken even over
+    /// the limits) per hash slot, the op the Python package and the Rust client run too. Add
+    /// the keys with `AcrossSlots.add`, then run its rounds; `decisions()` gives every key's.
+    #[napi]
+    pub fn each(&self, force: bool) -> AcrossSlots {
+        AcrossSlots::new(self.layers.each_across(force, AcrossSlots::SCHEDULE))
+    }
+
     /// Up to `n` units of `key` (`COST n UPTO`), as many as are available.
     #[napi]
     pub fn take_upto(&self, key: String, policy: &Policy, n: f64, peek: bool) -> Result<Op> {

@@ -9,7 +9,7 @@ import { rateLimit } from 'express-rate-limit';
 import { RedisStore } from 'rate-limit-redis';
 import { RateLimiterRedis as FlexibleRedis } from 'rate-limiter-flexible';
 import { RateLimiterRedis, RateLimiterRes, RedisRlStore } from '../dist/esm/index.js';
-import { startServer, prefix, PATIENT } from './harness.mjs';
+import { startServer, prefix, withinOneWindow, PATIENT } from './harness.mjs';
 
 let server;
 let redis;
@@ -45,11 +45,10 @@ async function basicExample(RateLimiter, keyPrefix, options = {}) {
 
 test('rate-limiter-flexible: the basic example gives the same outcomes', async () => {
   const p = prefix();
-  // redis-rl's fixed window is aligned to the clock: start on a fresh second so its four
-  // calls share one (rate-limiter-flexible's starts at the first consume).
-  await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000) + 5));
-  const ours = await basicExample(RateLimiterRedis, `${p}ours`, PATIENT);
-  const theirs = await basicExample(FlexibleRedis, `${p}theirs`);
+  // redis-rl's fixed window is aligned to the clock, rate-limiter-flexible's starts at the
+  // first consume: the four calls of each share one window when they fit in one second.
+  const ours = await withinOneWindow(1000, (i) => basicExample(RateLimiterRedis, `${p}ours${i}`, PATIENT));
+  const theirs = await withinOneWindow(1000, (i) => basicExample(FlexibleRedis, `${p}theirs${i}`));
   assert.deepEqual(ours, theirs);
   assert.deepEqual(ours, [
     ['resolved', 4, 2],
@@ -61,7 +60,8 @@ test('rate-limiter-flexible: the basic example gives the same outcomes', async (
 
 test('rate-limiter-flexible: penalty, reward, get, set, delete, block, blockDuration', async () => {
   const p = prefix();
-  const limiter = new RateLimiterRedis({ storeClient: redis, points: 5, duration: 60, keyPrefix: `${p}rl`, ...PATIENT });
+  // A window of 10^9 s (aligned to the epoch as every fixed window): none turns during the test.
+  const limiter = new RateLimiterRedis({ storeClient: redis, points: 5, duration: 1e9, keyPrefix: `${p}rl`, ...PATIENT });
   assert.equal(limiter.getKey('u'), `${p}rl:u`);
   assert.equal(await limiter.get('u'), null);
   const first = await limiter.consume('u');
@@ -82,11 +82,14 @@ test('rate-limiter-flexible: penalty, reward, get, set, delete, block, blockDura
   assert.equal(await limiter.get('v'), null, 'a blocked consume takes nothing');
 
   const strict = new RateLimiterRedis({ storeClient: redis, points: 1, duration: 1, blockDuration: 20, keyPrefix: `${p}b`, ...PATIENT });
-  await strict.consume('w');
-  const over = await strict.consume('w').catch((r) => r);
+  // The second consume goes over only in the first's window (one second, clock-aligned).
+  const [w, over] = await withinOneWindow(1000, async (i) => {
+    await strict.consume(`w${i}`);
+    return [`w${i}`, await strict.consume(`w${i}`).catch((r) => r)];
+  });
   assert.equal(over.msBeforeNext, 20_000);
   await new Promise((r) => setTimeout(r, 1100)); // the window has passed, the block has not
-  const still = await strict.consume('w').catch((r) => r);
+  const still = await strict.consume(w).catch((r) => r);
   assert.ok(still instanceof RateLimiterRes && still.msBeforeNext > 15_000, String(still.msBeforeNext));
 });
 
@@ -132,7 +135,9 @@ async function expressApp(store, limit) {
 test('express-rate-limit: the README usage with RedisRlStore answers as with rate-limit-redis', async () => {
   const p = prefix();
   const theirs = await expressApp(new RedisStore({ sendCommand: (...args) => redis.call(...args), prefix: `${p}theirs:` }), 3);
-  const ours = await expressApp(new RedisRlStore({ client: redis, prefix: `${p}ours:`, ...PATIENT }), 3);
+  // RedisRlStore's window is aligned to the clock's quarter hours, rate-limit-redis's starts
+  // at the first hit: the four requests share one window when they fit in one quarter hour.
+  const ours = await withinOneWindow(15 * 60 * 1000, (i) => expressApp(new RedisRlStore({ client: redis, prefix: `${p}ours${i}:`, ...PATIENT }), 3));
   assert.deepEqual(ours.map((s) => s[0]), [200, 200, 200, 429]);
   assert.deepEqual(ours.map((s) => s[0]), theirs.map((s) => s[0]));
   // Remaining counts in the draft-8 RateLimit header: 2, 1, 0, 0.

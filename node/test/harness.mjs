@@ -116,3 +116,23 @@ export async function until(read, want) {
   }
   return got;
 }
+
+/**
+ * Runs `calls(attempt)` inside one window of `windowMs` of the clock and gives its result.
+ * redis-rl's fixed windows are aligned to multiples of their length since the epoch, on the
+ * server's clock (CLOCK_REALTIME, the same machine's as `Date.now()`), so calls meant to share
+ * a window must not straddle its turn. An attempt starts in a fresh window when the current
+ * one ends within a second; one that a loaded machine stretched across a turn anyway is thrown
+ * away and run again (`attempt` counts from 0: use fresh keys per attempt), at most `attempts`
+ * times, so the outcome checked never depends on where the calls fell.
+ */
+export async function withinOneWindow(windowMs, calls, attempts = 5) {
+  for (let attempt = 0; attempt < attempts; attempt++) {
+    const left = windowMs - (Date.now() % windowMs);
+    if (left <= 1000) await new Promise((r) => setTimeout(r, left + 5));
+    const start = Date.now();
+    const result = await calls(attempt);
+    if (Math.floor(Date.now() / windowMs) === Math.floor(start / windowMs)) return result;
+  }
+  throw new Error(`every one of ${attempts} attempts straddled the turn of a ${windowMs} ms window: the machine is too loaded`);
+}

@@ -100,6 +100,42 @@ for (const client of clusters) {
   });
 }
 
+// A held request's look and booking (the request flow's peek and force steps): one RL.ALL
+// each on the module (the twin's EVALSHA without it), every item with its own units, as the
+// Python package's peek_all_units/force_all_units and the Rust client's.
+for (const mode of ['module', 'twin']) {
+  test(`peekAllUnits and forceAllUnits: one call each, each item's own units (${mode})`, async () => {
+    const c = new IORedis(servers[mode].port, '127.0.0.1');
+    try {
+      const limiter = new Limiter(c, { denyCache: 0, ...PATIENT });
+      const name = mode === 'module' ? 'rl\\.all' : 'evalsha';
+      const calls = async () => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`, 'i').exec(await c.info('commandstats'))?.[1] ?? 0);
+      const p = prefix();
+      // A fixed window of 10^12 ms: none turns during the test (they are aligned to the clock).
+      const [a, b] = [policies.sliding(10, 3_600_000), policies.fixed(3, 1e12)];
+      const items = [[`{${p}}a`, a], [`{${p}}b`, b]];
+      assert.equal((await limiter.peek(items[0][0], a, 0)).remaining, 10); // the wire chosen first
+      let before = await calls();
+      const looks = await limiter.peekAllUnits(items, [4, 5]);
+      assert.equal((await calls()) - before, 1);
+      assert.deepEqual(looks.map((d) => d.allowed), [true, false]);
+      assert.equal((await limiter.peek(items[0][0], a, 0)).remaining, 10, 'a look takes nothing');
+      before = await calls();
+      const forced = await limiter.forceAllUnits(items, [12, 1]);
+      assert.equal((await calls()) - before, 1);
+      assert.deepEqual(forced.map((d) => [d.allowed, d.remaining]), [[true, 0], [true, 2]]);
+      assert.equal((await limiter.peek(items[0][0], a, 1)).allowed, false, 'a is in debt');
+      // A key that is not a limiter's: the call throws (a held request is refused then).
+      const s = `{${p}}s`;
+      await limiter.query(['SET', s, 'not a limiter'], s);
+      await assert.rejects(limiter.forceAllUnits([items[1], [s, b]], [1, 1]), /not a redis-rl limiter/);
+      assert.equal((await limiter.peek(items[1][0], b, 0)).remaining, 2, 'all or nothing: b took nothing');
+    } finally {
+      c.disconnect();
+    }
+  });
+}
+
 test('bad arguments throw before anything is sent, with the server\'s texts', async () => {
   assert.throws(() => policies.tokenBucket(10, 0, 100), /refill_tokens must be an integer between 1 and/);
   assert.throws(() => policies.sliding(1.5, 1000), /limit must be a whole number/);

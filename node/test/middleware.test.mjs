@@ -124,9 +124,15 @@ async function run(server, prefix, serve = onExpress(express)) {
     assert.equal((await send('POST', '/llm', { 'x-max-tokens': 'abc' })).status, 400);
     assert.equal(await client.exists(tokens), 1);
 
-    // 1 per second: the second is held for its slot (booked with FORCE), then served.
+    // 1 per second: the second is held for its slot (booked with FORCE), then served. Its
+    // look and its booking cover its two keys (the ip dimension's and the rule's) with one
+    // RL.ALL each (PEEK, then FORCE), as every front end sends them: on the module, never
+    // its algorithm's own command per key (RL.GCRA).
+    const perKey = async () => Number(/cmdstat_rl\.gcra:calls=(\d+)/i.exec(await client.info('commandstats'))?.[1] ?? 0);
+    const perKeyBefore = await perKey();
     const slow = [await send('GET', '/slow'), await send('GET', '/slow')];
     assert.deepEqual(slow.map((r) => r.status), [200, 200]);
+    assert.equal((await perKey()) - perKeyBefore, 0, 'no command per key');
     assert.equal((await slow[1].json()).path, '/slow');
 
     // The application sees the path's normal form (Express; Fastify has routed already).

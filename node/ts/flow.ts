@@ -124,7 +124,10 @@ function outcome(d: Decision): FlowOutcome {
   };
 }
 
-const FALLBACK = new Set(['local', 'fail_open', 'fail_closed']);
+/** `takes` as the limiter's items and units (each take's key with its plan item's policy). */
+function items(takes: Take[], policies: Policy[]): [[string, Policy][], number[]] {
+  return [takes.map((t) => [t.key, policies[t.item]] as [string, Policy]), takes.map((t) => t.units)];
+}
 const NO_BANS: (number | null)[] = [];
 const NO_WORDS: string[] = [];
 
@@ -179,8 +182,6 @@ function hashTiers(limiter: Limiter, hash: string, ttlMs: number): TierResolver 
  */
 export class FlowDriver {
   readonly limiter: Limiter;
-  /** Peeks and FORCE of held requests: asked of Redis itself, never the deny cache. */
-  private readonly direct: Limiter;
   private readonly flow: InstanceType<typeof native.Flow>;
   private readonly tiers: TierResolver;
   private readonly exclude: Set<string>;
@@ -218,8 +219,6 @@ export class FlowDriver {
     } else {
       throw new TypeError('redis-rl: the middleware needs `client` (your Redis client) or `limiter`');
     }
-    // Peeks and FORCE of held requests only: not a member of the fleet.
-    this.direct = new Limiter(this.limiter.client, { ...options.limiterOptions, denyCache: 0, fleet: undefined, leases: undefined });
     const tiers = options.tiers;
     if (typeof tiers === 'function') this.tiers = tiers;
     else if (tiers) this.tiers = (k) => tiers[k] ?? null;
@@ -427,10 +426,7 @@ export class FlowDriver {
     const book = step ?? (request.step as Extract<Step, { kind: 'book' }>);
     const policies = policiesOf ? policiesOf() : request.policies();
     const [md, bans] = await Promise.all([
-      this.limiter.checkAll(
-        book.takes.map((t) => [t.key, policies[t.item]] as [string, Policy]),
-        book.takes.map((t) => t.units),
-      ),
+      this.limiter.checkAll(...items(book.takes, policies)),
       Promise.all(book.banReads.map((k) => this.pttl(k))),
     ]);
     return request.booked(md.decisions.map(outcome), md.deniedIndex, bans, nowMs());
@@ -445,19 +441,26 @@ export class FlowDriver {
     }
   }
 
+  /** A held request's look at its takes: one `RL.ALL ... COSTS ... PEEK` per hash slot (the
+   * client's `each` op, as rl-gateway, the tower middleware and the ASGI middleware), from
+   * Redis itself; null when Redis did not answer (no slot to book: refused as before). */
   private async peek(takes: Take[], policies: Policy[]): Promise<FlowOutcome[] | null> {
-    const looked = await Promise.all(takes.map((t) => this.direct.peek(t.key, policies[t.item], t.units)));
-    // Redis did not answer: a failure mode's decision is no slot to book.
-    if (looked.some((d) => FALLBACK.has(d.source))) return null;
-    return looked.map(outcome);
+    try {
+      return (await this.limiter.peekAllUnits(...items(takes, policies))).map(outcome);
+    } catch {
+      return null;
+    }
   }
 
+  /** A held request's booking: its takes' units even over the limits, one `RL.ALL ... COSTS
+   * ... FORCE` per hash slot (as the Rust front ends and Python); false when Redis did not
+   * answer (refused as before). */
   private async force(takes: Take[], policies: Policy[]): Promise<boolean> {
     try {
-      for (const t of takes) await this.direct.settle(t.key, policies[t.item], 0, t.units);
+      await this.limiter.forceAllUnits(...items(takes, policies));
       return true;
     } catch {
-      return false; // Redis did not answer: refused as before
+      return false;
     }
   }
 

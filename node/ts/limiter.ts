@@ -2,7 +2,7 @@
 // each call an op of the addon driven over the application's own client. Nothing here
 // decides: the op says what to send and what the answers mean.
 import native from './load.js';
-import type { JsDecision, JsGrant, JsMultiDecision, JsSettled, Op, Policy, Query } from './load.js';
+import type { AcrossSlots, JsDecision, JsGrant, JsMultiDecision, JsSettled, Op, Policy, Query } from './load.js';
 import { isReplyError, messageOf, senderFor, type RedisLike, type Sender } from './client.js';
 
 /** The answer for one key. */
@@ -281,6 +281,38 @@ export class Limiter {
   private async acrossSlots(items: [string, Policy][], costAt: (i: number) => number): Promise<MultiDecision> {
     const across = this.core.checkAllAcross();
     items.forEach(([key, policy], i) => across.add(key, policy, costAt(i)));
+    return this.rounds(across);
+  }
+
+  /**
+   * Every item's own decision for taking `units[i]` on `items[i]`, taking nothing: one
+   * `RL.ALL ... COSTS ... PEEK` per hash slot (the module, or the Lua twin), asked of Redis
+   * itself (not the deny cache, whose waits would be stale). Throws when Redis cannot answer.
+   */
+  async peekAllUnits(items: [string, Policy][], units: number[]): Promise<Decision[]> {
+    return this.everyKey(items, units, false);
+  }
+
+  /**
+   * Takes `units[i]` on each of `items[i]` even over the limits: one `RL.ALL ... COSTS ...
+   * FORCE` per hash slot (the module, or the Lua twin); what went past a limit is a debt the
+   * next callers wait for. Throws when Redis cannot answer (a slot that failed: the others
+   * may have taken their units).
+   */
+  async forceAllUnits(items: [string, Policy][], units: number[]): Promise<Decision[]> {
+    return this.everyKey(items, units, true);
+  }
+
+  /** `peekAllUnits` and `forceAllUnits`: the client's `each` op, as Python's and Rust's. */
+  private async everyKey(items: [string, Policy][], units: number[], force: boolean): Promise<Decision[]> {
+    const across = this.core.each(force);
+    items.forEach(([key, policy], i) => across.add(key, policy, units[i] ?? 1));
+    return (await this.rounds(across)).decisions;
+  }
+
+  /** Runs the rounds of `across` (each round's ops at once), then its decision; the first
+   * error that is the call's is thrown once the refunds are sent. */
+  private async rounds(across: AcrossSlots): Promise<MultiDecision> {
     let error: { reason: unknown } | null = null;
     for (let ops = across.nextRound(); ops.length > 0; ops = across.nextRound()) {
       const ran = await Promise.allSettled(ops.map((op) => this.run(op, op.routingKey)));

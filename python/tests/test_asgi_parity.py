@@ -122,22 +122,20 @@ def test_tier_overrides_parse_as_rust_and_keep_the_algorithm():
             PolicyEngine.from_toml(text, "<t>")
 
 
-def test_tiers_override_every_dimension_in_keys_of_their_own(server, prefix, r):
-    config = {
-        "key_prefix": prefix,
-        "endpoint": {"limit": 2, "window_ms": 3_600_000},
-        "ip": {"limit": 3, "window_ms": 3_600_000},
-        "tiers": {
-            "free": {"limit": 100},
-            "pro": {"limit": 1000, "endpoint": {"limit": 5}, "ip": {"limit": 6}, "global": {"limit": 50_000}},
-        },
-    }
+def test_tiers_override_every_dimension_in_keys_of_their_own(server, prefix, r, tmp_path):
+    # The configuration middleware/tests/live/policy.rs reads too.
+    text = (ROOT / "testdata" / "flow" / "tier_overrides.toml").read_text()
+    config = write(tmp_path / "tiers.toml", f'key_prefix = "{prefix}"\n{text}')
     with TestClient(app(redis_url=server.url, config=config, tiers={"pro-key": "pro"})) as client:
-        free = [get(client, "/items/1", "192.0.2.20", "free-key").status_code for _ in range(8)]
+        free_responses = [get(client, "/items/1", "192.0.2.20", "free-key") for _ in range(8)]
         pro = [get(client, "/items/1", "192.0.2.21", "pro-key").status_code for _ in range(8)]
         pro_ip = [get(client, f"/items/{i}", "192.0.2.22", "pro-key").status_code for i in range(8)]
         last = get(client, "/other", "192.0.2.22", "pro-key")
-    assert free.count(200) == 2, "free: the [endpoint] table"
+    free = [f.status_code for f in free_responses]
+    assert free.count(200) == 2, "free: the [ip] table, an address's budget shared with key-less traffic"
+    assert free_responses[0].headers["ratelimit-policy"] == (
+        '"api_key";q=100;w=60, "ip";q=2;w=3600, "endpoint";q=3;w=3600, "global";q=100000;w=60'
+    ), "free: the [endpoint] and [ip] tables"
     assert pro.count(200) == 5, "pro: [tiers.pro.endpoint]"
     # Another address: the pro key's endpoint budget is spent, its own ip budget is 6.
     assert pro_ip == [429] * 8
@@ -311,18 +309,16 @@ def test_unknown_tier_keys_cost_no_round_trip_each(server, prefix, r):
 # -- 4. access lists --------------------------------------------------------------------------
 
 
-def test_access_lists_bypass_or_refuse_before_any_limit(server, prefix, r):
-    config = {
-        "key_prefix": prefix, "ip": {"limit": 1, "algorithm": "token_bucket"},
-        "access": {"allow_ips": ["198.51.100.0/24"], "deny_ips": ["198.51.100.66/32"],
-                   "deny_api_keys": ["stolen"], "allow_api_keys": ["partner"]},
-    }
+def test_access_lists_bypass_or_refuse_before_any_limit(server, prefix, r, tmp_path):
+    # The configuration middleware/tests/live/policy.rs reads too (keys in Authorization).
+    text = (ROOT / "testdata" / "flow" / "access_lists.toml").read_text()
+    config = write(tmp_path / "access.toml", f'key_prefix = "{prefix}"\n{text}')
     with TestClient(app(redis_url=server.url, config=config)) as client:
         allowed = [get(client, "/other", "198.51.100.7") for _ in range(5)]
-        partner = [get(client, "/other", "192.0.2.30", "partner").status_code for _ in range(5)]
-        denied = get(client, "/other", "198.51.100.66", x_request_id="deny-1")
-        mapped = get(client, "/other", "::ffff:198.51.100.66")
-        stolen = get(client, "/other", "198.51.100.7", "stolen")
+        partner = [get(client, "/other", "192.0.2.30", authorization="Bearer partner-key").status_code for _ in range(5)]
+        denied = get(client, "/other", "198.51.100.13", x_request_id="deny-1")
+        mapped = get(client, "/other", "::ffff:198.51.100.13")
+        stolen = get(client, "/other", "198.51.100.7", authorization="bearer revoked-key")
         listed_not = [get(client, "/other", "192.0.2.31").status_code for _ in range(2)]
     assert [a.status_code for a in allowed] == [200] * 5 and partner == [200] * 5
     assert not [n for a in allowed for n in QUOTA_HEADERS if n in a.headers], "allowed: never limited"

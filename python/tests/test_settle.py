@@ -60,17 +60,18 @@ def left(r: redis.Redis, key: str, limit: int, window_ms: int) -> int:
 def test_sync_settle_refunds_or_charges_the_difference(server, prefix):
     r = redis.Redis(port=server.port)
     limiter = SyncLimiter(r)
-    policy = Policy.fixed(1000, 3_600_000)
+    # A fixed window of 10^12 ms: none turns between the calls (they turn on the clock).
+    policy = Policy.fixed(1000, 10**12)
     key = f"{prefix}:tokens"
     try:
         assert limiter.check(key, policy, 100).allowed
         assert limiter.settle(key, policy, 100, 40) == Settled("refunded", 60)
-        assert left(r, key, 1000, 3_600_000) == 960
+        assert left(r, key, 1000, 10**12) == 960
         assert limiter.check(key, policy, 900).allowed
         settled = limiter.settle(key, policy, 900, 1000)
         assert (settled.kind, settled.units) == ("charged", 100)
         assert settled.decision is not None and settled.decision.allowed and settled.decision.remaining == 0
-        assert left(r, key, 1000, 3_600_000) == 0, "60 over the limit: a debt"
+        assert left(r, key, 1000, 10**12) == 0, "60 over the limit: a debt"
         assert limiter.settle(key, policy, 5, 5) == Settled("exact", 0)
     finally:
         limiter.close()
@@ -256,8 +257,17 @@ async def call_many(
 @pytest.mark.parametrize("where", ["server", "bare_server"])
 def test_the_asgi_middleware_holds_a_refused_request_for_its_slot(where, request, prefix):
     """With the module, and with the Lua twin on a server without it (``bare_server``): the
-    held request's look (``PEEK``) and booking (``FORCE``) go over the same wire."""
+    held request's look (``PEEK``) and booking (``FORCE``) go over the same wire: one
+    ``RL.ALL`` each for its two keys (the ip dimension's and the rule's), as rl-gateway, the
+    tower middleware and the Node.js middleware send them, never a command per key."""
     server = request.getfixturevalue(where)
+    r = redis.Redis(port=server.port)
+
+    def per_key() -> int:
+        stats = r.info("commandstats")
+        return sum(v["calls"] for k, v in stats.items() if k.lower() in ("cmdstat_rl.gcra", "cmdstat_rl.sliding"))
+
+    per_key_before = per_key()
 
     async def main() -> None:
         middleware = RateLimitMiddleware(_unused, redis_url=server.url, timeout=PATIENT, config=paced_config(prefix, 10))
@@ -277,6 +287,8 @@ def test_the_asgi_middleware_holds_a_refused_request_for_its_slot(where, request
         await middleware.limiter.aclose()
 
     asyncio.run(main())
+    assert per_key() == per_key_before, "no command per key (on the module; the twin has none)"
+    r.close()
 
 
 def test_the_asgi_middleware_caps_held_requests(server, prefix):
@@ -295,7 +307,7 @@ def test_peek_and_force_all_units_take_one_call_each_with_each_items_units(where
     """A held request's look and booking on every key, one ``RL.ALL`` each (the twin's
     ``EVALSHA`` on a server without the module), asyncio and blocking."""
     server = request.getfixturevalue(where)
-    a, b = Policy.sliding(10, 3_600_000), Policy.fixed(3, 3_600_000)
+    a, b = Policy.sliding(10, 3_600_000), Policy.fixed(3, 10**12)  # no fixed window turns here
     r = redis.Redis(port=server.port)
     decides_with = "RL.ALL" if where == "server" else "EVALSHA"
 

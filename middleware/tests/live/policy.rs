@@ -100,23 +100,10 @@ async fn pro_keys_get_their_own_budget_on_every_dimension() {
         &["HSET", "rl:tiers", "pro-key", "pro"],
     );
     let l = limiter(&server);
+    // The configuration python/tests/test_asgi_parity.py reads too.
     let app = app(
         &l,
-        r#"
-        dimensions = ["api_key", "ip", "endpoint"]
-        [ip]
-        limit = 2
-        [endpoint]
-        limit = 3
-        [tiers.free]
-        limit = 100
-        [tiers.pro]
-        limit = 1000
-        [tiers.pro.ip]
-        limit = 6
-        [tiers.pro.endpoint]
-        limit = 5
-        "#,
+        include_str!("../../../testdata/flow/tier_overrides.toml"),
         hash_tiers(&l),
     );
     let ip = "192.0.2.50";
@@ -135,7 +122,7 @@ async fn pro_keys_get_their_own_budget_on_every_dimension() {
         if statuses.is_empty() {
             assert_eq!(
                 header(&resp, "ratelimit-policy"),
-                "\"api_key\";q=1000;w=60, \"ip\";q=6;w=60, \"endpoint\";q=5;w=60"
+                "\"api_key\";q=1000;w=60, \"ip\";q=6;w=3600, \"endpoint\";q=5;w=3600, \"global\";q=50000;w=60"
             );
         }
         statuses.push(resp.status().as_u16());
@@ -242,18 +229,10 @@ async fn unknown_keys_cost_no_tier_lookup() {
 async fn access_lists_refuse_or_pass_without_touching_redis() {
     let server = Server::start();
     let l = limiter(&server);
+    // The configuration python/tests/test_asgi_parity.py reads too.
     let app = app(
         &l,
-        r#"
-        api_key_header = "Authorization"
-        [ip]
-        limit = 1
-        [access]
-        allow_ips = ["198.51.100.0/24"]
-        deny_ips = ["198.51.100.13/32"]
-        allow_api_keys = ["partner-key"]
-        deny_api_keys = ["revoked-key"]
-        "#,
+        include_str!("../../../testdata/flow/access_lists.toml"),
         hash_tiers(&l),
     );
     // Warm up (engine detection), then count.
