@@ -6,7 +6,8 @@
 //!
 //! - [`Limiter`]: typed policies ([`Policy`]: token bucket, sliding window, fixed window,
 //!   GCRA, log) and typed [`Decision`]s; `check`, `check_n`, and `check_all` (several
-//!   dimensions all-or-nothing: one `RL.ALL` per hash slot, refunds across slots;
+//!   dimensions all-or-nothing: one `RL.ALL` per hash slot, refunds across slots; one key
+//!   is its algorithm's own command, as from the Node.js and Python packages;
 //!   `check_all_units` gives each key its own cost in the same call);
 //!   `take_upto` and `refund` (take a batch of units, as many as are available, and give
 //!   back what was not used: the primitive of leases).

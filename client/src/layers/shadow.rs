@@ -85,9 +85,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_shadow_policy_records_but_never_denies() {
-        let mock = Mock::new(false, |w| match w[0].as_str() {
-            "COMMAND" => caps(true),
-            "RL.ALL" => all_reply(0, vec![ints(&[10, 5, 0, 10])]),
+        // The enforced key is a booking of one key: its algorithm's own command.
+        let mock = Mock::new(false, |w| match w[1].as_str() {
+            "a" => ints(&[1, 10, 5, 0, 10]),
             _ => deny(900),
         });
         let l = limiter(&mock);
@@ -99,6 +99,7 @@ mod tests {
         assert!(md.decisions[1].is_denied());
         assert!(md.decisions[1].allows());
         assert_eq!(md.retry_after(), None);
+        assert_eq!(md.decisions[0].remaining, 5);
         let single = l.check("s", &shadow).await;
         assert!(single.allows() && single.is_denied());
     }

@@ -157,13 +157,16 @@ impl Limiter {
 
     /// Takes `cost` units on every key if every enforced key allows it, else nothing.
     ///
-    /// With `RL.ALL` on the server: one call per hash slot (one in all on a standalone
-    /// server, atomic). Across slots, every slot at once (one round trip of latency),
-    /// refunding (`RL.REFUND`) the slots that took when another one denies or fails;
-    /// between the take and the refund another client can see the lower count (best
-    /// effort). Without `RL.ALL`: every key is peeked
-    /// first (nothing taken if one denies), then taken; if a key denies in between
-    /// (a race), the others are refunded when the server has `RL.REFUND`.
+    /// One key is one call of its algorithm's own command (`RL.<ALG> key ... COST n`, the
+    /// module's or the Lua twin's), read as `RL.ALL` of that key would be (`denied` is
+    /// `Some(0)` when it denies); so is a hash slot's one key in a request across slots.
+    /// Several keys, with `RL.ALL` on the server: one call per hash slot (one in all on a
+    /// standalone server, atomic). Across slots, every slot at once (one round trip of
+    /// latency), refunding (`RL.REFUND`) the slots that took when another one denies or
+    /// fails; between the take and the refund another client can see the lower count (best
+    /// effort). Without `RL.ALL`: every key is peeked first (nothing taken if one denies),
+    /// then taken; if a key denies in between (a race), the others are refunded when the
+    /// server has `RL.REFUND`.
     ///
     /// Shadow policies are checked independently and never deny the request.
     pub async fn check_all_n<K: AsRef<str>>(

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use redis::Value;
 
-use crate::layers::decider::{cost_at, denied_at, unknown};
+use crate::layers::decider::{booking_of_one, cost_at, denied_at, parse_booking_of_one, unknown};
 use crate::layers::failover::{all_or_nothing, failure_decision};
 use crate::layers::lease::leasable;
 use crate::limiter::decision::{parse_all, parse_refund, parse_single, parse_upto};
@@ -171,6 +171,14 @@ fn push_cost_peek(words: &mut Vec<String>, cost: u64, peek: bool) {
     }
 }
 
+/// `RL.<ALG> key params... [COST n] [PEEK]`.
+fn single_words(key: &str, policy: &Policy, cost: u64, peek: bool) -> Vec<String> {
+    let mut w = vec![policy.kind().command().to_string(), key.to_string()];
+    push_params(&mut w, policy);
+    push_cost_peek(&mut w, cost, peek);
+    w
+}
+
 /// `RL.REFUND key spec params... COST amount`.
 fn refund_words(key: &str, policy: &Policy, amount: u64) -> Vec<String> {
     let mut w = vec![
@@ -248,23 +256,12 @@ impl Op {
                 policy,
                 cost,
                 peek,
-            } => {
-                let mut w = vec![policy.kind().command().to_string(), key.clone()];
-                push_params(&mut w, policy);
-                push_cost_peek(&mut w, *cost, *peek);
-                w
-            }
-            Call::All { items, costs } => match (items.as_slice(), costs.as_slice()) {
-                // One key: the algorithm's own command, whose reply carries all `RL.ALL`'s
-                // does for one key (the denying index is the key's own verdict) and costs
-                // the server less to run and the host less to read.
-                ([(key, policy)], [cost]) => {
-                    let mut w = vec![policy.kind().command().to_string(), key.clone()];
-                    push_params(&mut w, policy);
-                    push_cost_peek(&mut w, *cost, false);
-                    w
-                }
-                _ => all_command(items, costs),
+            } => single_words(key, policy, *cost, *peek),
+            // One key: the algorithm's own command, as the async client's decider sends it
+            // (`layers/decider/one_key.rs`).
+            Call::All { items, costs } => match booking_of_one(items, costs) {
+                Some(((key, policy), cost)) => single_words(key, policy, cost, false),
+                None => all_command(items, costs),
             },
             Call::Each {
                 items,
@@ -587,30 +584,20 @@ impl Op {
                 d.shadow = policy.is_shadow();
                 Outcome::Decision(d)
             }),
-            Call::All { items, costs } => match items.as_slice() {
-                [(_, policy)] if costs.len() == 1 => parse_single(policy.kind().command(), reply)
-                    .map(|d| {
-                        let denied = d.is_denied().then_some(0);
-                        if let (Some(cache), Some(_), Some((key, _)), Some(cost)) =
-                            (&self.layers.deny, denied, items.first(), costs.first())
-                        {
-                            cache.remember(key, *cost, &d);
-                        }
-                        Outcome::Multi(MultiDecision {
-                            denied,
-                            decisions: vec![d],
-                        })
-                    }),
-                _ => parse_all(reply, items.len()).map(|(denied, decisions)| {
-                    let cache = self.layers.deny.as_ref();
-                    if let (Some(cache), Some(i)) = (cache, denied) {
-                        if let (Some((key, _)), Some(d)) = (items.get(i), decisions.get(i)) {
-                            cache.remember(key, costs.get(i).copied().unwrap_or(1), d);
-                        }
+            Call::All { items, costs } => match booking_of_one(items, costs) {
+                Some(((_, policy), _)) => parse_booking_of_one(policy.kind().command(), reply),
+                None => parse_all(reply, items.len())
+                    .map(|(denied, decisions)| MultiDecision { denied, decisions }),
+            }
+            .map(|md| {
+                let cache = self.layers.deny.as_ref();
+                if let (Some(cache), Some(i)) = (cache, md.denied) {
+                    if let (Some((key, _)), Some(d)) = (items.get(i), md.decisions.get(i)) {
+                        cache.remember(key, cost_at(costs, i), d);
                     }
-                    Outcome::Multi(MultiDecision { denied, decisions })
-                }),
-            },
+                }
+                Outcome::Multi(md)
+            }),
             Call::Each { items, .. } => parse_all(reply, items.len())
                 .map(|(denied, decisions)| Outcome::Multi(MultiDecision { denied, decisions })),
             Call::Upto {

@@ -16,6 +16,7 @@ mod fleet;
 mod lease;
 mod limiter;
 mod lua_twin;
+mod one_key;
 mod quota;
 mod tls;
 mod upto;

@@ -65,6 +65,10 @@ async fn traefik_and_caddy_style_checks_answer_200_429_and_403() {
     assert_eq!(check("203.0.113.8", None).await.0, 200);
     // The access lists.
     assert_eq!(check("203.0.113.9", Some("blocked")).await.0, 403);
+    // One dimension: each request is one call of its algorithm's own command, as the Node.js
+    // and Python middlewares send it, never RL.ALL of one key.
+    assert_eq!(server.calls("rl.all"), 0);
+    assert_eq!(server.calls("rl.sliding"), 5, "five requests limited");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -76,12 +76,17 @@ fn keys(server: &Server) -> Vec<String> {
     keys
 }
 
-/// Commands that decide or look up a tier, whichever engine runs.
+/// Commands that decide or look up a tier, whichever engine runs (a request limited on one
+/// key sends that key's algorithm's own command, not RL.ALL).
 fn limiter_calls(server: &Server) -> u64 {
     [
         "rl.all",
         "rl.sliding",
         "rl.tokenbucket",
+        "rl.fixed",
+        "rl.gcra",
+        "rl.log",
+        "rl.quota",
         "evalsha",
         "eval",
         "fcall",

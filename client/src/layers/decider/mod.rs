@@ -25,7 +25,8 @@
 //! # Adding a decider
 //!
 //! [`ServerDecider`] speaks the module's commands (`RL.<ALG>`, `RL.ALL`, `RL.REFUND`), over
-//! whichever wire reaches the server. Another way of deciding is a second implementation of
+//! whichever wire reaches the server; a booking of one key is its algorithm's own command,
+//! as in the sans-I/O op (`one_key.rs`). Another way of deciding is a second implementation of
 //! [`Decider`] over the same [`Transport`](crate::transport::Transport): it sends its
 //! commands with [`Transport::call`](crate::transport::Transport::call) (so they are timed
 //! out, counted and seen by the breaker), returns decisions with `source: Redis`, and keeps
@@ -38,12 +39,14 @@
 //! [`Error`]: crate::Error
 
 pub mod lua;
+mod one_key;
 #[cfg(feature = "transport")]
 mod server;
 mod wire;
 
 use std::time::Duration;
 
+pub(crate) use one_key::{booking_of_one, parse_booking_of_one};
 #[cfg(feature = "transport")]
 pub use server::ServerDecider;
 pub use wire::ServerImpl;

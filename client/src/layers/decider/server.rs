@@ -1,5 +1,6 @@
-//! Decisions made on the server by the module's commands: `RL.<ALG>` for one key, one
-//! `RL.ALL` per hash slot for several, `RL.REFUND` to give back what earlier slots took; sent
+//! Decisions made on the server by the module's commands: `RL.<ALG>` for one key (a
+//! `check_all` of one key too, and a hash slot's group of one key), one `RL.ALL` per hash
+//! slot for several, `RL.REFUND` to give back what earlier slots took; sent
 //! over the wire the server accepts (the module's commands, or the Lua twin as a function or
 //! a script, see `wire.rs`).
 
@@ -10,6 +11,7 @@ use redis::{Cmd, Value};
 
 use super::lua::check_range;
 use super::wire::{Route, ServerImpl, Wire};
+use super::{booking_of_one, parse_booking_of_one};
 use super::{cost_at, unknown, AllMode, Check, Decided, Decider, EveryKey, Items, Refund};
 use crate::error::{Error, Result};
 use crate::limiter::decision::{self, Decision, Grant, MultiDecision};
@@ -19,10 +21,13 @@ use redis_rl_core::AnyParams;
 
 /// The module's commands over a [`Transport`], on the wire [`ServerImpl`] picks.
 ///
-/// `check_all`: with `RL.ALL` on the server, one call per hash slot (one in all on a
-/// standalone server, atomic; keys of different costs in the same call, `COSTS`); across slots, every slot at once (concurrently: one round
-/// trip of latency), refunding (`RL.REFUND`) the slots that took their units when another
-/// one denies or fails. Without `RL.ALL`: every key is
+/// `check_all`: one key is its algorithm's own command (`RL.<ALG> key ... [COST n]`, on any
+/// server: one key needs neither `RL.ALL` nor `RL.REFUND`). Several keys: with `RL.ALL` on
+/// the server, one call per hash slot (one in all on a standalone server, atomic; keys of
+/// different costs in the same call, `COSTS`; a slot's group of one key as its own command);
+/// across slots, every slot at once (concurrently: one round trip of latency), refunding
+/// (`RL.REFUND`) the slots that took their units when another one denies or fails. Without
+/// `RL.ALL`: every key is
 /// peeked first (nothing taken if one denies), then taken; a denial racing in between is
 /// compensated with `RL.REFUND` when the server has it. The Lua twin has both.
 #[derive(Debug)]
@@ -165,6 +170,12 @@ impl ServerDecider {
 
     async fn all(&self, items: &[Item<'_>], costs: &[u64]) -> Result<MultiDecision> {
         let route = self.route(items.iter().map(|(_, a)| *a)).await?;
+        if let Some((&(key, algorithm), cost)) = booking_of_one(items, costs) {
+            // Atomic by itself, and a denial takes nothing: no capabilities to ask, no
+            // peek before the take, nothing to refund.
+            let slot = self.transport.slot_of(key);
+            return self.book_one(route, key, algorithm, cost, slot).await;
+        }
         let reach = Reach {
             route,
             caps: self.capabilities(route).await?,
@@ -253,9 +264,7 @@ impl ServerDecider {
     ) -> Vec<SlotReply> {
         if !self.transport.is_cluster() {
             // One server, one call: no grouping by slot, no concurrent calls to join.
-            let cmd = command::all(items, costs, mode);
-            let reply = (self.send(route, &cmd, None).await)
-                .and_then(|v| decision::parse_all(&v, items.len()));
+            let reply = self.slot_call(route, items, costs, mode, None).await;
             let members = (0..items.len()).collect();
             return vec![SlotReply { members, reply }];
         }
@@ -267,12 +276,47 @@ impl ServerDecider {
                 .filter_map(|&i| items.get(i).copied())
                 .collect();
             let group_costs: Vec<u64> = members.iter().map(|&i| cost_at(costs, i)).collect();
-            let cmd = command::all(&group, &group_costs, mode);
-            let reply = (self.send(route, &cmd, slot).await)
-                .and_then(|v| decision::parse_all(&v, group.len()));
+            let reply = self
+                .slot_call(route, &group, &group_costs, mode, slot)
+                .await;
             SlotReply { members, reply }
         });
         join_all(calls).await
+    }
+
+    /// One slot's call: a booking (no `mode`) of one key as its algorithm's own command,
+    /// else `RL.ALL` ([`command::all`]). The index in `items` of the first denial, and the
+    /// decisions in `items`' order.
+    async fn slot_call(
+        &self,
+        route: Route,
+        items: &[Item<'_>],
+        costs: &[u64],
+        mode: Option<AllMode>,
+        slot: Option<u16>,
+    ) -> Result<(Option<usize>, Vec<Decision>)> {
+        if let (None, Some((&(key, algorithm), cost))) = (mode, booking_of_one(items, costs)) {
+            let booked = self.book_one(route, key, algorithm, cost, slot).await?;
+            return Ok((booked.denied, booked.decisions));
+        }
+        let cmd = command::all(items, costs, mode);
+        let v = self.send(route, &cmd, slot).await?;
+        decision::parse_all(&v, items.len())
+    }
+
+    /// A booking of `cost` units of `key` alone: `RL.<ALG> key ... [COST n]` to `slot`, read
+    /// as a `check_all` of one key (see `one_key.rs`).
+    async fn book_one(
+        &self,
+        route: Route,
+        key: &str,
+        algorithm: &AnyParams,
+        cost: u64,
+        slot: Option<u16>,
+    ) -> Result<MultiDecision> {
+        let cmd = command::single(key, algorithm, cost, false);
+        let v = self.send(route, &cmd, slot).await?;
+        parse_booking_of_one(algorithm.kind().command(), &v)
     }
 
     /// Without RL.ALL: peek every key (concurrently, pipelined on the one connection),
@@ -389,8 +433,11 @@ mod tests {
 
     use redis::Value;
 
+    use super::super::ServerImpl;
+    use crate::limiter::decision::Source;
     use crate::limiter::policy::Policy;
     use crate::testing::*;
+    use crate::Limiter;
 
     #[tokio::test(start_paused = true)]
     async fn check_all_sends_one_rl_all_on_a_standalone_server() {
@@ -459,12 +506,11 @@ mod tests {
     async fn across_slots_a_denial_refunds_the_slots_that_took() {
         let mock = Mock::new(true, |w| match w[0].as_str() {
             "COMMAND" => caps(true),
-            // The group holding the ip key denies.
-            "RL.ALL" if w.iter().any(|a| a.starts_with("rl:{ip")) => {
-                all_reply(1, vec![ints(&[100, 0, 2_500, 60_000])])
-            }
             "RL.ALL" => all_reply(0, vec![ints(&[10, 9, 0, 1]); w[1].parse().unwrap()]),
             "RL.REFUND" => ints(&[1, 10, 10, 0, 0]),
+            // The slots of one key: their algorithm's own command; the ip key denies.
+            "RL.SLIDING" if w[1].starts_with("rl:{ip") => ints(&[0, 100, 0, 2_500, 60_000]),
+            "RL.SLIDING" => ints(&[1, 10, 9, 0, 1]),
             _ => Value::Nil,
         });
         let l = limiter(&mock);
@@ -498,9 +544,22 @@ mod tests {
             ]
         );
         assert_eq!(log[1].1, Some(redis::cluster_routing::get_slot(b"k:1")));
-        assert_eq!(sent[2][2], "rl:{ip:1.2.3.4}");
+        assert_eq!(
+            *sent[2],
+            ["RL.SLIDING", "rl:{ip:1.2.3.4}", "100", "60000", "COST", "2"]
+        );
+        assert_eq!(
+            log[2].1,
+            Some(redis::cluster_routing::get_slot(b"ip:1.2.3.4"))
+        );
         // Every slot was asked at once: the global key's slot too, before any refund.
-        assert_eq!(sent[3][2], "rl:{global}");
+        assert_eq!(
+            *sent[3],
+            ["RL.SLIDING", "rl:{global}", "10", "60000", "COST", "2"]
+        );
+        assert_eq!(log[3].1, Some(redis::cluster_routing::get_slot(b"global")));
+        assert_eq!(md.decisions[1].limit, 100);
+        assert_eq!(md.decisions[3].remaining, 9);
         let refunds: Vec<&Vec<String>> = sent
             .iter()
             .filter(|w| w[0] == "RL.REFUND")
@@ -533,7 +592,7 @@ mod tests {
     async fn slots_are_asked_concurrently() {
         let mock = Mock::new(true, |w| match w[0].as_str() {
             "COMMAND" => caps(true),
-            _ => all_reply(0, vec![ints(&[10, 9, 0, 1])]),
+            _ => ints(&[1, 10, 9, 0, 1]),
         });
         mock.delay(Duration::from_millis(10));
         let l = limiter(&mock);
@@ -541,20 +600,22 @@ mod tests {
         let items = [("rl:{a}", p), ("rl:{b}", p), ("rl:{c}", p)];
         l.check_all(&items).await; // detects the capabilities
         let start = tokio::time::Instant::now();
-        assert!(l.check_all(&items).await.allows());
+        let md = l.check_all(&items).await;
         assert_eq!(start.elapsed(), Duration::from_millis(10));
+        assert!(md.decisions.iter().all(|d| d.source == Source::Redis));
     }
 
     /// A failure in one slot and a denial in another: the denial is the answer, and only
     /// the slot that took is refunded.
     #[tokio::test(start_paused = true)]
     async fn a_denial_wins_over_a_failure_and_the_failed_slot_is_not_refunded() {
-        let mock = Mock::new(true, |w| match w[0].as_str() {
-            "COMMAND" => caps(true),
-            "RL.ALL" if w[2] == "rl:{b}" => Value::SimpleString("-ERR boom".into()),
-            "RL.ALL" if w[2] == "rl:{c}" => all_reply(1, vec![ints(&[10, 0, 300, 1])]),
-            "RL.ALL" => all_reply(0, vec![ints(&[10, 9, 0, 1])]),
-            _ => ints(&[1, 10, 10, 0, 0]),
+        let mock = Mock::new(true, |w| match (w[0].as_str(), w[1].as_str()) {
+            ("COMMAND", _) => caps(true),
+            ("RL.REFUND", _) => ints(&[1, 10, 10, 0, 0]),
+            // Each slot holds one key: its algorithm's own command.
+            (_, "rl:{b}") => Value::SimpleString("-ERR boom".into()),
+            (_, "rl:{c}") => ints(&[0, 10, 0, 300, 1]),
+            _ => ints(&[1, 10, 9, 0, 1]),
         });
         let l = limiter(&mock);
         let p = Policy::sliding(10, 60_000).unwrap();
@@ -569,6 +630,7 @@ mod tests {
             .collect();
         assert_eq!(refunds.len(), 1);
         assert_eq!(refunds[0][1], "rl:{a}");
+        assert_eq!(md.retry_after(), Some(Duration::from_millis(300)));
     }
 
     /// A forced charge over two slots: one RL.ALL ... FORCE per slot, each key its own cost,
@@ -622,5 +684,110 @@ mod tests {
         let cmds = mock.commands();
         assert_eq!(cmds.len(), 4, "two peeks, two takes: {cmds:?}");
         assert_eq!(cmds[2], ["RL.SLIDING", "a", "10", "1000"]);
+    }
+    /// A booking of one key is its algorithm's own command, as the sans-I/O op sends it: no
+    /// capabilities asked, the cost as `COST n`, the reply read as RL.ALL's of one key was
+    /// (the key's decision, denied at index 0); the denial goes to the deny cache as before.
+    #[tokio::test(start_paused = true)]
+    async fn a_check_all_of_one_key_is_its_algorithms_own_command() {
+        let mock = Mock::new(false, |w| match w[1].as_str() {
+            "ok" => ints(&[1, 5, 2, 0, 1_600]),
+            "full" => ints(&[0, 5, 1, 400, 1_800]),
+            "never" => ints(&[0, 5, 5, -1, 0]),
+            _ => Value::SimpleString("-ERR boom".into()),
+        });
+        let l = limiter(&mock);
+        let p = Policy::gcra(5, 1_000, Some(8)).unwrap();
+        let md = l.check_all_units(&[("ok", p)], &[3]).await;
+        assert_eq!(md.denied, None);
+        assert_eq!(
+            (
+                md.decisions.len(),
+                md.decisions[0].remaining,
+                md.decisions[0].limit
+            ),
+            (1, 2, 5)
+        );
+        let md = l.check_all_n(&[("full", p)], 4).await;
+        assert_eq!(md.denied, Some(0));
+        let d = md.decisions[0];
+        assert_eq!(
+            (d.retry_after(), d.remaining, d.reset_after, d.source),
+            (
+                Some(Duration::from_millis(400)),
+                1,
+                Duration::from_millis(1_800),
+                Source::Redis
+            )
+        );
+        assert_eq!(md.retry_after(), Some(Duration::from_millis(400)));
+        let md = l.check_all(&[("never", p)]).await;
+        assert_eq!((md.denied, md.retry_after()), (Some(0), None));
+        assert_eq!(
+            mock.commands(),
+            [
+                vec!["RL.GCRA", "ok", "5", "1000", "BURST", "8", "COST", "3"],
+                vec!["RL.GCRA", "full", "5", "1000", "BURST", "8", "COST", "4"],
+                vec!["RL.GCRA", "never", "5", "1000", "BURST", "8"],
+            ]
+        );
+        mock.clear();
+        // The denial is in the deny cache: the same booking is refused without a call.
+        let md = l.check_all_n(&[("full", p)], 4).await;
+        assert_eq!(md.decisions[0].source, Source::DenyCache);
+        assert!(mock.commands().is_empty());
+        // A server error goes to the failure mode (fail open by default), as RL.ALL's did.
+        let md = l.check_all(&[("error", p)]).await;
+        assert!(md.allows());
+        assert_ne!(md.decisions[0].source, Source::Redis);
+        // A look or a forced booking of one key stays RL.ALL (PEEK, FORCE).
+        mock.clear();
+        assert!(l.peek_all_units(&[("ok", &p)], &[2]).await.is_err());
+        assert!(l.force_all_units(&[("ok", &p)], &[2]).await.is_err());
+        let all = |mode: &'static str| {
+            let mut w = vec!["RL.ALL", "1", "ok", "GCRA", "5", "1000", "BURST", "8"];
+            w.extend(["COST", "2", mode]);
+            w
+        };
+        assert_eq!(mock.commands(), [all("PEEK"), all("FORCE")]);
+    }
+
+    /// On the Lua twin the booking of one key is the twin's run of the algorithm's command,
+    /// `FCALL rl 1 key RL.<ALG> ...` (one key, so the key's own slot on a cluster).
+    #[tokio::test(start_paused = true)]
+    async fn on_the_twin_a_booking_of_one_key_calls_its_algorithm() {
+        let mock = Mock::new(true, |w| match w[0].as_str() {
+            "FCALL" => ints(&[0, 10, 0, 700, 1_000]),
+            _ => Value::Nil,
+        });
+        let l = Limiter::builder()
+            .server_impl(ServerImpl::Lua)
+            .backend(mock.clone());
+        let p = Policy::sliding(10, 1_000).unwrap();
+        let md = l.check_all_n(&[("rl:{u:1}", p)], 2).await;
+        assert_eq!(
+            (md.denied, md.retry_after()),
+            (Some(0), Some(Duration::from_millis(700)))
+        );
+        let log = mock.log.lock().unwrap().clone();
+        assert_eq!(
+            log,
+            [(
+                [
+                    "FCALL",
+                    "rl",
+                    "1",
+                    "rl:{u:1}",
+                    "RL.SLIDING",
+                    "10",
+                    "1000",
+                    "COST",
+                    "2"
+                ]
+                .map(String::from)
+                .to_vec(),
+                Some(redis::cluster_routing::get_slot(b"u:1"))
+            )]
+        );
     }
 }
