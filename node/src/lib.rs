@@ -34,3 +34,7 @@ mod slots;
 pub use crate::core::Core;
 pub use op::Op;
 pub use policy::Policy;
+
+/// The addon's own allocations (see its `Cargo.toml`): a request's few dozen small ones.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
