@@ -386,8 +386,13 @@ export class FlowDriver {
       const fail = (message: string, outage: boolean) => this.flow.fail(id, message, outage);
       let reply: unknown;
       let bans: (number | null)[] = NO_BANS;
-      if (banCount === 0) reply = await this.limiter.exchange(command, key, fail);
-      else {
+      if (banCount === 0) {
+        try {
+          reply = await this.limiter.sendFirst(command, key);
+        } catch (e) {
+          reply = await this.limiter.exchangeAfter(e, key, fail);
+        }
+      } else {
         const reads = words.slice(2, 2 + banCount).map((k) => this.pttl(k));
         [reply, bans] = await Promise.all([this.limiter.exchange(command, key, fail), Promise.all(reads)]);
       }

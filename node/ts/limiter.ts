@@ -404,6 +404,20 @@ export class Limiter {
     return undefined;
   }
 
+  /** @internal `exchange` in two halves, for the middleware's usual request (one async
+   * frame fewer per request): the first command's reply (`undefined`: no command; a
+   * failure throws), and after a failure `exchangeAfter` with its error. */
+  sendFirst(first: string[], key: string): Promise<unknown> | undefined {
+    return first.length === 0 ? undefined : this.send(first, key);
+  }
+
+  /** @internal See `sendFirst`. */
+  exchangeAfter(error: unknown, key: string, fail: (message: string, outage: boolean) => string[] | null): Promise<unknown> {
+    const next = fail(messageOf(error), error instanceof TimeoutError || !isReplyError(error));
+    return next === null ? Promise.resolve(undefined) : this.exchange(next, key, fail);
+  }
+
+
   /** `module` or `lua`: how the next call reaches the server. */
   get route(): string {
     return this.core.route;
