@@ -173,6 +173,9 @@ pub struct Engine {
     key_digest: KeyDigest,
     /// Whether a rule matches or keys on the host (else a request's host is not read).
     rules_read_host: bool,
+    /// Whether a rule books its units from a request header or settles them from the
+    /// response ([`Engine::books_from_headers`]).
+    books_from_headers: bool,
     /// The most items a plan can have (its vector is sized once).
     items_at_most: usize,
 }
@@ -246,6 +249,9 @@ impl Engine {
         let rules_read_host = rules
             .iter()
             .any(|(r, _)| !r.hosts.is_empty() || r.key.contains(&KeyPart::Host));
+        let books_from_headers = rules
+            .iter()
+            .any(|(r, _)| r.cost.is_some() || r.settle.is_some());
         let items_at_most = items_at_most(&config, &tiers, [&ip, &endpoint, &global], &rules);
         Ok(Self {
             ip,
@@ -265,6 +271,7 @@ impl Engine {
             routes: templates,
             config,
             rules_read_host,
+            books_from_headers,
             items_at_most,
         })
     }
@@ -284,6 +291,13 @@ impl Engine {
     /// can be recognised in key names: front ends warn at start).
     pub fn key_digest_is_keyed(&self) -> bool {
         self.key_digest.is_keyed()
+    }
+
+    /// Whether some rule books its units from a request header (`cost`) or settles them
+    /// from the response (`settle`): when none does, every request's
+    /// [`booking`](Engine::booking) is 1 unit per item and settles nothing.
+    pub fn books_from_headers(&self) -> bool {
+        self.books_from_headers
     }
 
     /// The header carrying the API key, in lower case.
