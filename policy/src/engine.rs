@@ -20,7 +20,7 @@ use crate::rate::Rate;
 use crate::render::{bad_request, forbidden, Response};
 use crate::rule::{KeyPart, Rule};
 use crate::schema::{Config, Dimension};
-use crate::window_text::WindowText;
+use crate::window_text::{Shown, WindowText};
 
 /// The endpoint dimension's route for a path that no route matches.
 pub const UNMATCHED: &str = "<unmatched>";
@@ -108,6 +108,8 @@ pub struct PlanItem {
     pub ban: Option<Ban>,
     /// Its entry in `RateLimit-Policy` (`"name";q=10;w=1`), written at load.
     pub(crate) policy: Arc<str>,
+    /// Its quota and window as shown, computed at load.
+    pub(crate) shown: Shown,
 }
 
 /// What one request is limited on: every item, all or nothing.
@@ -507,6 +509,7 @@ fn push_windows(
             delay_max_ms: compiled.delay_max_ms,
             ban: compiled.ban,
             policy: Arc::clone(&text.policy),
+            shown: text.shown,
         });
     }
 }

@@ -124,7 +124,7 @@ struct Reported<'a> {
 impl Reported<'_> {
     /// `t`: denied, the true wait; allowed, until full again (at most `w`); never: `w`.
     fn reset_secs(&self) -> u64 {
-        let w = window_secs(&self.item.spec);
+        let w = self.item.shown.window_secs;
         match self.outcome.verdict {
             Verdict::Denied { retry_after_ms } => ceil_secs(retry_after_ms),
             Verdict::Allowed => ceil_secs(self.outcome.reset_after_ms).min(w),
@@ -133,7 +133,7 @@ impl Reported<'_> {
     }
 
     fn remaining(&self) -> u64 {
-        self.outcome.remaining.min(self.item.spec.quota())
+        self.outcome.remaining.min(self.item.shown.quota)
     }
 }
 
@@ -204,7 +204,7 @@ pub fn render(
 fn quota_headers(headers: &mut Vec<(&'static str, String)>, r: &Reported<'_>) {
     let t = r.reset_secs();
     let remaining = r.remaining();
-    headers.push(("x-ratelimit-limit", decimal(r.item.spec.quota())));
+    headers.push(("x-ratelimit-limit", decimal(r.item.shown.quota)));
     headers.push(("x-ratelimit-remaining", decimal(remaining)));
     headers.push(("x-ratelimit-reset", decimal(t)));
     // `"name";r=<remaining>;t=<t>`, sized for the widest integers.
@@ -271,8 +271,8 @@ fn refusal(r: &Reported<'_>, policies: &str, request_id: &str) -> Response {
         Some(s) => format!(
             "rate limit exceeded on {} ({} per {} s); retry after {s} s",
             what(item),
-            item.spec.quota(),
-            window_secs(&item.spec)
+            item.shown.quota,
+            item.shown.window_secs
         ),
         None => format!(
             "request exceeds the limit of {} and can never be allowed",
@@ -287,7 +287,7 @@ fn refusal(r: &Reported<'_>, policies: &str, request_id: &str) -> Response {
         "dimension": item.label,
         "policy": item.name,
         "request_id": request_id,
-        "limit": item.spec.quota(),
+        "limit": item.shown.quota,
         "retry_after": retry_after,
     });
     let mut response = problem(429, body, request_id);

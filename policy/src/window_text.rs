@@ -9,6 +9,26 @@ use crate::limit::LimitSpec;
 use crate::render::window_secs;
 use crate::text::push_u64;
 
+/// What a client is shown of a window: `q` and `w` of `RateLimit-Policy`, computed once
+/// (the core computes a quota with 128-bit arithmetic, and a response reads it for every
+/// item, twice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shown {
+    /// The quota ([`LimitSpec::quota`]).
+    pub(crate) quota: u64,
+    /// Its window in whole seconds, at least 1 ([`window_secs`]).
+    pub(crate) window_secs: u64,
+}
+
+impl Shown {
+    pub(crate) fn of(spec: &LimitSpec) -> Self {
+        Self {
+            quota: spec.quota(),
+            window_secs: window_secs(spec),
+        }
+    }
+}
+
 /// One window of a policy, as every plan item of it names it.
 #[derive(Clone, Debug)]
 pub(crate) struct WindowText {
@@ -21,6 +41,8 @@ pub(crate) struct WindowText {
     /// The window's entry in `RateLimit-Policy` (`"api_key-1s";q=10;w=1`), shared by every
     /// plan item of it.
     pub(crate) policy: Arc<str>,
+    /// Its quota and window as shown.
+    pub(crate) shown: Shown,
 }
 
 impl WindowText {
@@ -36,14 +58,16 @@ impl WindowText {
                 } else {
                     (label.to_owned(), String::new())
                 };
+                let shown = Shown::of(spec);
                 let mut policy = format!("\"{name}\";q=");
-                push_u64(&mut policy, spec.quota());
+                push_u64(&mut policy, shown.quota);
                 policy.push_str(";w=");
-                push_u64(&mut policy, window_secs(spec));
+                push_u64(&mut policy, shown.window_secs);
                 Self {
                     name,
                     key_suffix,
                     policy: policy.into(),
+                    shown,
                 }
             })
             .collect()
