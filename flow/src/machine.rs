@@ -94,7 +94,6 @@ impl Flow {
             plan: Plan::default(),
             booking: Booking::default(),
             targets: Vec::new(),
-            takes: Vec::new(),
             outcomes: Vec::new(),
             enforced: Vec::new(),
             refusal: None,
@@ -121,7 +120,6 @@ pub struct RequestFlow {
     plan: Plan,
     booking: Booking,
     targets: Vec<BanTarget>,
-    takes: Vec<Take>,
     outcomes: Vec<Outcome>,
     /// The items a hold books (the enforced ones), as indexes into the plan.
     enforced: Vec<usize>,
@@ -158,17 +156,35 @@ impl RequestFlow {
         &self.req
     }
 
-    /// Each take's debt watch, in take order.
+    /// Each take's debt watch, in take order (a take's key is its item's).
     fn debt_watches(&self) -> Vec<Option<DebtWatch>> {
-        self.takes
+        self.plan
+            .items
             .iter()
-            .map(|t| {
-                self.plan
-                    .items
-                    .get(t.item)
-                    .and_then(|i| DebtWatch::of(i, &t.key))
-            })
+            .map(|i| DebtWatch::of(i, &i.key))
             .collect()
+    }
+
+    /// The units the booking reserves on the plan item `item` (1 unless its rule takes
+    /// them from a header).
+    fn units(&self, item: usize) -> u64 {
+        self.booking.units.get(item).copied().unwrap_or(1)
+    }
+
+    /// The take of the plan item `item`.
+    fn take(&self, item: usize) -> Option<Take> {
+        let p = self.plan.items.get(item)?;
+        Some(Take {
+            item,
+            key: p.key.clone(),
+            units: self.units(item),
+        })
+    }
+
+    /// Every plan item's take, in plan order. Made when a step needs them, not kept: the
+    /// plan holds the keys already, and a copy per request costs an allocation per key.
+    fn takes(&self) -> impl Iterator<Item = Take> + '_ {
+        (0..self.plan.items.len()).filter_map(|i| self.take(i))
     }
 
     /// The plan (empty before [`Step::Book`]): a [`Take`]'s `item` indexes its items.
@@ -261,32 +277,20 @@ impl RequestFlow {
             self.record.unknown_tier = tier;
         }
         self.record.tier = self.plan.tier.clone().unwrap_or_else(|| "none".to_owned());
-        self.booking = match engine.booking(&view, &self.plan, &self.req.request_id) {
-            Ok(b) => b,
-            Err(r) => return self.respond(r),
-        };
-        self.takes = self
-            .plan
-            .items
-            .iter()
-            .zip(
-                self.booking
-                    .units
-                    .iter()
-                    .copied()
-                    .chain(std::iter::repeat(1)),
-            )
-            .enumerate()
-            .map(|(item, (p, units))| Take {
-                item,
-                key: p.key.clone(),
-                units,
-            })
-            .collect();
+        // Without a rule reading its cost or settlement from headers, every item books 1
+        // and nothing settles: the empty booking says that (`units` defaults to 1) without
+        // two vectors per request. A settlement report keeps the whole booking (its
+        // settlement pairs each item with its header).
+        if engine.books_from_headers() || self.req.settle_report {
+            self.booking = match engine.booking(&view, &self.plan, &self.req.request_id) {
+                Ok(b) => b,
+                Err(r) => return self.respond(r),
+            };
+        }
         if self.req.settle_report {
             // A report of the response's actual cost: settled from the report's own
             // headers, nothing taken.
-            let items = self.takes.iter().map(|t| (t.clone(), true)).collect();
+            let items = self.takes().map(|t| (t, true)).collect();
             let settle = Settle::new(items, self.booking.clone(), self.debt_watches());
             let response = Response {
                 status: 204,
@@ -304,7 +308,7 @@ impl RequestFlow {
             return self.banned(index, remaining_ms);
         }
         Step::Book(Book {
-            takes: self.takes.clone(),
+            takes: self.takes().collect(),
             ban_reads: self
                 .targets
                 .iter()
@@ -358,14 +362,13 @@ impl RequestFlow {
             // A banned request consumes nothing, as any refused one.
             if denied.is_none() {
                 self.record.give_back = self
-                    .takes
-                    .iter()
+                    .takes()
                     .zip(&decided)
                     .filter(|(t, d)| {
                         d.source == Source::Redis
                             && self.plan.items.get(t.item).is_some_and(|i| !i.shadow)
                     })
-                    .map(|(t, _)| t.clone())
+                    .map(|(t, _)| t)
                     .collect();
             }
             return self.banned(index, remaining_ms);
@@ -378,10 +381,9 @@ impl RequestFlow {
             .map(|i| i.label.clone());
         if self.booking.settles() {
             let items = self
-                .takes
-                .iter()
+                .takes()
                 .zip(&decided)
-                .map(|(t, d)| (t.clone(), d.source == Source::Redis && !d.is_denied()))
+                .map(|(t, d)| (t, d.source == Source::Redis && !d.is_denied()))
                 .collect();
             self.settle = Some(Settle::new(
                 items,
@@ -426,10 +428,7 @@ impl RequestFlow {
     }
 
     fn enforced_takes(&self) -> Vec<Take> {
-        self.enforced
-            .iter()
-            .filter_map(|&i| self.takes.get(i).cloned())
-            .collect()
+        self.enforced.iter().filter_map(|&i| self.take(i)).collect()
     }
 
     fn refuse_after_all(&mut self) -> Step {
@@ -447,7 +446,7 @@ impl RequestFlow {
             return self.refuse_after_all();
         };
         for (&i, d) in self.enforced.iter().zip(&looked) {
-            let units = self.takes.get(i).map_or(1, |t| t.units);
+            let units = self.units(i);
             if let Some(o) = self.outcomes.get_mut(i) {
                 o.verdict = d.verdict;
                 o.remaining = d.remaining.saturating_sub(units);

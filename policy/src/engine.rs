@@ -1,16 +1,18 @@
 //! The engine: a validated configuration asked, per request, who sent it (and whether it
 //! is refused or never limited) and what it is limited on, under which keys.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
 use crate::access::{Access, AccessList};
 use crate::ban::Ban;
-use crate::identity::{self, canonical_net, hex16};
+use crate::identity::{self, canonical_net, hex16, ClientText};
 use crate::key_digest::KeyDigest;
-use crate::key_part::escape_key_part;
+use crate::key_part::push_escaped_key_part;
 use crate::limit::{FailureModeName, LimitSpec};
 use crate::load::FieldError;
 use crate::path::{normalize_path, Template};
@@ -18,6 +20,7 @@ use crate::rate::Rate;
 use crate::render::{bad_request, forbidden, Response};
 use crate::rule::{KeyPart, Rule};
 use crate::schema::{Config, Dimension};
+use crate::window_text::{Shown, WindowText};
 
 /// The endpoint dimension's route for a path that no route matches.
 pub const UNMATCHED: &str = "<unmatched>";
@@ -103,6 +106,10 @@ pub struct PlanItem {
     pub delay_max_ms: Option<u64>,
     /// Its policy's ban, if it has one.
     pub ban: Option<Ban>,
+    /// Its entry in `RateLimit-Policy` (`"name";q=10;w=1`), written at load.
+    pub(crate) policy: Arc<str>,
+    /// Its quota and window as shown, computed at load.
+    pub(crate) shown: Shown,
 }
 
 /// What one request is limited on: every item, all or nothing.
@@ -120,6 +127,8 @@ pub struct Plan {
 #[derive(Clone, Debug)]
 pub(crate) struct Compiled {
     pub(crate) specs: Vec<LimitSpec>,
+    /// Each window's name, key suffix and policy entry (in the order of `specs`).
+    pub(crate) texts: Vec<WindowText>,
     pub(crate) shadow: bool,
     pub(crate) failure_mode: Option<FailureModeName>,
     pub(crate) delay_max_ms: Option<u64>,
@@ -127,9 +136,12 @@ pub(crate) struct Compiled {
 }
 
 impl Compiled {
-    fn of(rate: &Rate) -> Result<Self, String> {
+    /// `rate`, the rate of the policy `label` (a dimension's or a rule's name).
+    fn of(label: &str, rate: &Rate) -> Result<Self, String> {
+        let specs = rate.specs()?;
         Ok(Self {
-            specs: rate.specs()?,
+            texts: WindowText::of_rate(label, &specs),
+            specs,
             shadow: rate.shadow,
             failure_mode: rate.failure_mode,
             delay_max_ms: rate.delay_max_ms,
@@ -161,6 +173,13 @@ pub struct Engine {
     access: AccessList,
     api_key_header: String,
     key_digest: KeyDigest,
+    /// Whether a rule matches or keys on the host (else a request's host is not read).
+    rules_read_host: bool,
+    /// Whether a rule books its units from a request header or settles them from the
+    /// response ([`Engine::books_from_headers`]).
+    books_from_headers: bool,
+    /// The most items a plan can have (its vector is sized once).
+    items_at_most: usize,
 }
 
 impl Engine {
@@ -174,8 +193,9 @@ impl Engine {
                 .map_err(|e| FieldError::new("api_key_digest_secret_file", e))?,
             None => KeyDigest::unkeyed(),
         };
-        let compile =
-            |field: String, rate: &Rate| Compiled::of(rate).map_err(|e| FieldError::new(field, e));
+        let compile = |field: String, label: &str, rate: &Rate| {
+            Compiled::of(label, rate).map_err(|e| FieldError::new(field, e))
+        };
         let mut tiers = HashMap::new();
         for (name, limits) in &config.tiers {
             let over = |d: Dimension| -> Result<Option<Compiled>, FieldError> {
@@ -186,14 +206,18 @@ impl Engine {
                         let rate = o
                             .apply(&config.dimension_rate(d))
                             .map_err(|e| FieldError::new(field.clone(), e))?;
-                        compile(field, &rate).map(Some)
+                        compile(field, d.name(), &rate).map(Some)
                     }
                 }
             };
             tiers.insert(
                 name.clone(),
                 TierPolicies {
-                    api_key: compile(format!("tiers.{name}"), &limits.rate)?,
+                    api_key: compile(
+                        format!("tiers.{name}"),
+                        Dimension::ApiKey.name(),
+                        &limits.rate,
+                    )?,
                     ip: over(Dimension::Ip)?,
                     endpoint: over(Dimension::Endpoint)?,
                     global: over(Dimension::Global)?,
@@ -203,7 +227,8 @@ impl Engine {
         let mut rules = Vec::with_capacity(config.rules.len());
         let mut templates: Vec<Template> = Vec::new();
         for (i, rule) in config.rules.iter().enumerate() {
-            rules.push((rule.clone(), compile(format!("rules[{i}]"), &rule.rate)?));
+            let compiled = compile(format!("rules[{i}]"), &rule.name, &rule.rate)?;
+            rules.push((rule.clone(), compiled));
             for t in &rule.paths {
                 if !templates.contains(t) {
                     templates.push(t.clone());
@@ -216,10 +241,24 @@ impl Engine {
                 templates.push(t);
             }
         }
+        let ip = compile("ip".into(), Dimension::Ip.name(), &config.ip)?;
+        let endpoint = compile(
+            "endpoint".into(),
+            Dimension::Endpoint.name(),
+            &config.endpoint,
+        )?;
+        let global = compile("global".into(), Dimension::Global.name(), &config.global)?;
+        let rules_read_host = rules
+            .iter()
+            .any(|(r, _)| !r.hosts.is_empty() || r.key.contains(&KeyPart::Host));
+        let books_from_headers = rules
+            .iter()
+            .any(|(r, _)| r.cost.is_some() || r.settle.is_some());
+        let items_at_most = items_at_most(&config, &tiers, [&ip, &endpoint, &global], &rules);
         Ok(Self {
-            ip: compile("ip".into(), &config.ip)?,
-            endpoint: compile("endpoint".into(), &config.endpoint)?,
-            global: compile("global".into(), &config.global)?,
+            ip,
+            endpoint,
+            global,
             trusted: config
                 .trusted_proxies
                 .iter()
@@ -233,6 +272,9 @@ impl Engine {
             rules,
             routes: templates,
             config,
+            rules_read_host,
+            books_from_headers,
+            items_at_most,
         })
     }
 
@@ -251,6 +293,13 @@ impl Engine {
     /// can be recognised in key names: front ends warn at start).
     pub fn key_digest_is_keyed(&self) -> bool {
         self.key_digest.is_keyed()
+    }
+
+    /// Whether some rule books its units from a request header (`cost`) or settles them
+    /// from the response (`settle`): when none does, every request's
+    /// [`booking`](Engine::booking) is 1 unit per item and settles nothing.
+    pub fn books_from_headers(&self) -> bool {
+        self.books_from_headers
     }
 
     /// The header carrying the API key, in lower case.
@@ -299,19 +348,17 @@ impl Engine {
     /// Every key and window `req` is limited on: the dimensions, then every rule it
     /// matches. `tier` is the key's tier as found (`None` or unknown: the default tier).
     pub fn plan(&self, req: &Request<'_>, id: &Identity, tier: Option<&str>) -> Plan {
-        let prefix = &self.config.key_prefix;
+        let prefix = self.config.key_prefix.as_str();
         let route = self.route(&id.path, req.route);
         // Key-less requests have no tier: the dimensions' own tables apply.
         let tier = id.tenant.as_ref().and_then(|_| {
             tier.and_then(|t| self.tiers.get_key_value(t))
                 .or_else(|| self.tiers.get_key_value(&self.config.default_tier))
         });
-        let client = id.client_ip.map_or_else(
-            || "unknown".to_string(),
-            |ip| identity::client_network(ip, self.config.ipv6_prefix),
-        );
+        let client = ClientText::of(id.client_ip, self.config.ipv6_prefix);
+        let client = client.as_str();
         let mut plan = Plan {
-            items: Vec::new(),
+            items: Vec::with_capacity(self.items_at_most),
             tier: tier.map(|(name, _)| name.clone()),
             route,
         };
@@ -319,33 +366,27 @@ impl Engine {
             let over = |f: fn(&TierPolicies) -> &Option<Compiled>| {
                 tier.and_then(|(name, t)| f(t).as_ref().map(|c| (name, c)))
             };
-            // A tier's own budget for a shared dimension lives in a key of its own.
-            let shared =
-                |base: String, own: Option<(&String, &Compiled)>, default: &Compiled| match own {
-                    Some((name, c)) => (format!("{base}:tier:{name}"), c.clone()),
-                    None => (base, default.clone()),
-                };
             let (key, compiled) = match (dimension, &id.tenant) {
                 (Dimension::ApiKey, None) => continue,
                 (Dimension::ApiKey, Some(t)) => {
                     let Some((_, policies)) = tier else { continue };
-                    (format!("{prefix}:{{k:{t}}}:key"), policies.api_key.clone())
+                    ([prefix, ":{k:", t, "}:key"].concat(), &policies.api_key)
                 }
                 (Dimension::Ip, _) => shared(
-                    format!("{prefix}:{{ip:{client}}}"),
+                    [prefix, ":{ip:", client, "}"].concat(),
                     over(|t| &t.ip),
                     &self.ip,
                 ),
                 (Dimension::Endpoint, Some(t)) => (
-                    format!("{prefix}:{{k:{t}}}:ep:{}", plan.route),
-                    over(|t| &t.endpoint).map_or_else(|| self.endpoint.clone(), |(_, c)| c.clone()),
+                    [prefix, ":{k:", t, "}:ep:", &plan.route].concat(),
+                    over(|t| &t.endpoint).map_or(&self.endpoint, |(_, c)| c),
                 ),
                 (Dimension::Endpoint, None) => (
-                    format!("{prefix}:{{ip:{client}}}:ep:{}", plan.route),
-                    self.endpoint.clone(),
+                    [prefix, ":{ip:", client, "}:ep:", &plan.route].concat(),
+                    &self.endpoint,
                 ),
                 (Dimension::Global, _) => shared(
-                    format!("{prefix}:{{global}}"),
+                    [prefix, ":{global}"].concat(),
                     over(|t| &t.global),
                     &self.global,
                 ),
@@ -355,18 +396,24 @@ impl Engine {
                 &mut plan.items,
                 dimension.name(),
                 Some(dimension),
-                &key,
-                &compiled,
+                key,
+                compiled,
                 hot,
             );
         }
-        let host = request_host(req);
-        let method = req.method.to_ascii_uppercase();
+        // The host is read only if a rule looks at it (it costs a header lookup and two
+        // copies).
+        let host = if self.rules_read_host {
+            request_host(req)
+        } else {
+            None
+        };
+        let method = upper_case(req.method);
         for (rule, compiled) in &self.rules {
             let facts = Facts {
                 id,
                 tier: plan.tier.as_deref(),
-                client: &client,
+                client,
                 route: &plan.route,
                 method: &method,
                 host: host.as_deref(),
@@ -378,31 +425,81 @@ impl Engine {
             let Some(key) = facts.key(prefix, rule) else {
                 continue; // a part of the key is missing: the rule does not apply
             };
-            push_windows(&mut plan.items, &rule.name, None, &key, compiled, false);
+            push_windows(&mut plan.items, &rule.name, None, key, compiled, false);
         }
         plan
     }
 }
 
+/// A shared dimension's key and rate: a tier's own budget (`own`) lives in a key of its
+/// own.
+fn shared<'c>(
+    mut base: String,
+    own: Option<(&String, &'c Compiled)>,
+    default: &'c Compiled,
+) -> (String, &'c Compiled) {
+    match own {
+        Some((name, c)) => {
+            base.push_str(":tier:");
+            base.push_str(name);
+            (base, c)
+        }
+        None => (base, default),
+    }
+}
+
+/// The most items a plan of `config` can have: each dimension's windows (its tiers' own
+/// rates included), then every rule's.
+fn items_at_most(
+    config: &Config,
+    tiers: &HashMap<String, TierPolicies>,
+    [ip, endpoint, global]: [&Compiled; 3],
+    rules: &[(Rule, Compiled)],
+) -> usize {
+    let windows = |c: &Compiled| c.specs.len();
+    let most = |default: usize, f: fn(&TierPolicies) -> &Option<Compiled>| {
+        tiers
+            .values()
+            .filter_map(|t| f(t).as_ref().map(windows))
+            .fold(default, usize::max)
+    };
+    let dimensions: usize = config
+        .dimensions
+        .iter()
+        .map(|d| match d {
+            Dimension::ApiKey => tiers
+                .values()
+                .map(|t| windows(&t.api_key))
+                .max()
+                .unwrap_or(0),
+            Dimension::Ip => most(windows(ip), |t| &t.ip),
+            Dimension::Endpoint => most(windows(endpoint), |t| &t.endpoint),
+            Dimension::Global => most(windows(global), |t| &t.global),
+        })
+        .sum();
+    dimensions + rules.iter().map(|(_, c)| windows(c)).sum::<usize>()
+}
+
+/// One plan item per window of `compiled`, under `key` (and the window's suffix when it
+/// has several).
 fn push_windows(
     items: &mut Vec<PlanItem>,
     label: &str,
     dimension: Option<Dimension>,
-    key: &str,
+    mut key: String,
     compiled: &Compiled,
     hot: bool,
 ) {
     let several = compiled.specs.len() > 1;
-    for spec in &compiled.specs {
-        let (name, key) = if several {
-            let w = spec.label();
-            (format!("{label}-{w}"), format!("{key}:{w}"))
+    for (spec, text) in compiled.specs.iter().zip(&compiled.texts) {
+        let key = if several {
+            [key.as_str(), &text.key_suffix].concat()
         } else {
-            (label.to_string(), key.to_string())
+            std::mem::take(&mut key) // the one window: the key itself
         };
         items.push(PlanItem {
-            name,
-            label: label.to_string(),
+            name: text.name.clone(),
+            label: label.to_owned(),
             dimension,
             key,
             spec: *spec,
@@ -411,7 +508,18 @@ fn push_windows(
             hot,
             delay_max_ms: compiled.delay_max_ms,
             ban: compiled.ban,
+            policy: Arc::clone(&text.policy),
+            shown: text.shown,
         });
+    }
+}
+
+/// `text` in upper case, borrowed when it is already (a method usually is).
+fn upper_case(text: &str) -> Cow<'_, str> {
+    if text.bytes().any(|b| b.is_ascii_lowercase()) {
+        Cow::Owned(text.to_ascii_uppercase())
+    } else {
+        Cow::Borrowed(text)
     }
 }
 
@@ -433,16 +541,18 @@ fn request_host(req: &Request<'_>) -> Option<String> {
     (!host.is_empty()).then(|| host.to_ascii_lowercase())
 }
 
-/// A key part's value as it appears in a key: escaped by the rule every key builder
-/// shares ([`escape_key_part`]), so a header value cannot change a key's hash slot or
-/// inject a part; an empty value, or one whose escaped text is over 64 bytes, as `~` and a
-/// digest (`~` is never in escaped text).
-fn part_text(value: &str) -> String {
-    let escaped = escape_key_part(value);
-    if escaped.is_empty() || escaped.len() > 64 {
-        format!("~{}", hex16(value.as_bytes()))
-    } else {
-        escaped
+/// Appends a key part's value as it appears in a key: escaped by the rule every key
+/// builder shares ([`crate::escape_key_part`]), so a header value cannot change a key's
+/// hash slot or inject a part; an empty value, or one whose escaped text is over 64 bytes,
+/// as `~` and a digest (`~` is never in escaped text).
+fn push_part_text(key: &mut String, value: &str) {
+    let start = key.len();
+    push_escaped_key_part(key, value);
+    let escaped = key.len() - start;
+    if escaped == 0 || escaped > 64 {
+        key.truncate(start);
+        key.push('~');
+        key.push_str(&hex16(value.as_bytes()));
     }
 }
 
@@ -481,38 +591,72 @@ impl Facts<'_> {
     }
 
     /// `<prefix>:{<first part>}:r:<rule>[:<other parts>]`; the route is never the hash
-    /// tag (its braces would end it). `None` when a part is missing.
+    /// tag (its braces would end it). `None` when a part is missing. Each part is written
+    /// straight into the key, once.
     fn key(&self, prefix: &str, rule: &Rule) -> Option<String> {
-        let mut parts: Vec<(bool, String)> = Vec::with_capacity(rule.key.len());
-        for part in &rule.key {
-            let text = match part {
-                KeyPart::ApiKey => format!("k:{}", self.id.tenant.as_ref()?),
-                KeyPart::Ip => format!("ip:{}", self.client),
-                KeyPart::Route => format!("route:{}", escape_key_part(self.route)),
-                KeyPart::Method => format!("m:{}", part_text(self.method)),
-                KeyPart::Host => format!("host:{}", part_text(self.host?)),
-                KeyPart::Tier => format!("tier:{}", part_text(self.tier?)),
-                KeyPart::Global => "global".to_string(),
-                KeyPart::Header(name) => {
-                    let value = self.header(name).filter(|v| !v.is_empty())?;
-                    format!("h:{name}={}", part_text(&value))
-                }
-            };
-            parts.push((matches!(part, KeyPart::Route), text));
+        let tag_at = rule.key.iter().position(|p| !matches!(p, KeyPart::Route));
+        // Room for the usual parts (an address, a tenant id) without growing.
+        let mut key = String::with_capacity(prefix.len() + rule.name.len() + 64);
+        key.push_str(prefix);
+        key.push_str(":{");
+        match tag_at.and_then(|i| rule.key.get(i)) {
+            Some(part) => self.push_part(&mut key, part)?,
+            None => {
+                key.push_str("r:");
+                key.push_str(&rule.name);
+            }
         }
-        let tag_at = parts.iter().position(|(route, _)| !route);
-        let tag = match tag_at {
-            Some(i) => parts.get(i).map(|(_, t)| t.clone()).unwrap_or_default(),
-            None => format!("r:{}", rule.name),
-        };
-        let mut key = format!("{prefix}:{{{tag}}}:r:{}", rule.name);
-        for (i, (_, text)) in parts.iter().enumerate() {
+        key.push_str("}:r:");
+        key.push_str(&rule.name);
+        for (i, part) in rule.key.iter().enumerate() {
             if Some(i) != tag_at {
                 key.push(':');
-                key.push_str(text);
+                self.push_part(&mut key, part)?;
             }
         }
         Some(key)
+    }
+
+    /// Appends one part of a rule's key (`None`: the request has no value for it).
+    fn push_part(&self, key: &mut String, part: &KeyPart) -> Option<()> {
+        match part {
+            KeyPart::ApiKey => {
+                let tenant = self.id.tenant.as_ref()?;
+                key.push_str("k:");
+                key.push_str(tenant);
+            }
+            KeyPart::Ip => {
+                key.push_str("ip:");
+                key.push_str(self.client);
+            }
+            KeyPart::Route => {
+                key.push_str("route:");
+                push_escaped_key_part(key, self.route);
+            }
+            KeyPart::Method => {
+                key.push_str("m:");
+                push_part_text(key, self.method);
+            }
+            KeyPart::Host => {
+                let host = self.host?;
+                key.push_str("host:");
+                push_part_text(key, host);
+            }
+            KeyPart::Tier => {
+                let tier = self.tier?;
+                key.push_str("tier:");
+                push_part_text(key, tier);
+            }
+            KeyPart::Global => key.push_str("global"),
+            KeyPart::Header(name) => {
+                let value = self.header(name).filter(|v| !v.is_empty())?;
+                key.push_str("h:");
+                key.push_str(name);
+                key.push('=');
+                push_part_text(key, &value);
+            }
+        }
+        Some(())
     }
 }
 

@@ -1,10 +1,13 @@
 //! Who sent a request: the API key (one per request), its tenant id, the client address
 //! and network, and the request id.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use sha2::{Digest, Sha256};
+
+use crate::text::Ipv4Text;
 
 /// Why a request's API key is refused with 400 before anything else.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,10 +157,34 @@ pub fn client_ip(
 /// `ipv6_prefix` bits (`2001:db8:1:2::/64`).
 pub fn client_network(ip: IpAddr, ipv6_prefix: u8) -> String {
     match ip.to_canonical() {
-        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V4(v4) => Ipv4Text::of(v4).as_str().to_owned(),
         IpAddr::V6(v6) if ipv6_prefix >= 128 => v6.to_string(),
         IpAddr::V6(v6) => Ipv6Net::new(v6, ipv6_prefix)
             .map_or_else(|_| v6.to_string(), |net| net.trunc().to_string()),
+    }
+}
+
+/// A request's client as its keys name it ([`client_network`], or `unknown` without an
+/// address), an IPv4 address (the usual case) written without allocating.
+pub(crate) enum ClientText {
+    V4(Ipv4Text),
+    Other(Cow<'static, str>),
+}
+
+impl ClientText {
+    pub(crate) fn of(ip: Option<IpAddr>, ipv6_prefix: u8) -> Self {
+        match ip.map(|ip| ip.to_canonical()) {
+            Some(IpAddr::V4(v4)) => ClientText::V4(Ipv4Text::of(v4)),
+            Some(ip) => ClientText::Other(Cow::Owned(client_network(ip, ipv6_prefix))),
+            None => ClientText::Other(Cow::Borrowed("unknown")),
+        }
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            ClientText::V4(v4) => v4.as_str(),
+            ClientText::Other(text) => text,
+        }
     }
 }
 
@@ -253,6 +280,10 @@ mod tests {
             "2001:db8:1:2::/64"
         );
         assert_eq!(client_network(ip("::ffff:192.0.2.1"), 64), "192.0.2.1");
+        let client = |ip: Option<IpAddr>| ClientText::of(ip, 64).as_str().to_owned();
+        assert_eq!(client(Some(ip("::ffff:192.0.2.1"))), "192.0.2.1");
+        assert_eq!(client(Some(ip("2001:db8:1:2:3::9"))), "2001:db8:1:2::/64");
+        assert_eq!(client(None), "unknown");
         assert_eq!(
             client_network(ip("2001:db8:1:2:3:4:5:6"), 128),
             "2001:db8:1:2:3:4:5:6"

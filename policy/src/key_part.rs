@@ -18,8 +18,14 @@
 /// assert_eq!(escape_key_part("{x}%"), "%7Bx%7D%25");
 /// ```
 pub fn escape_key_part(value: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = String::with_capacity(value.len());
+    push_escaped_key_part(&mut out, value);
+    out
+}
+
+/// Appends `value` escaped as [`escape_key_part`] does (a key is written in one go).
+pub(crate) fn push_escaped_key_part(out: &mut String, value: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &b in value.as_bytes() {
         if b.is_ascii_alphanumeric() || b"._-/".contains(&b) {
             out.push(char::from(b));
@@ -32,7 +38,6 @@ pub fn escape_key_part(value: &str) -> String {
             }
         }
     }
-    out
 }
 
 #[cfg(test)]

@@ -46,6 +46,8 @@ mod rate;
 mod render;
 mod rule;
 mod schema;
+mod text;
+mod window_text;
 
 pub use access::{Access, AccessList};
 pub use ban::{

@@ -13,6 +13,10 @@
 /// assert_eq!(normalize_path("/../.."), "/");
 /// ```
 pub fn normalize_path(path: &str) -> String {
+    // Most paths are sent in their normal form: copied, without a list of segments.
+    if is_normal(path) {
+        return path.to_owned();
+    }
     let mut segments: Vec<&str> = Vec::new();
     for segment in path.split('/') {
         match segment {
@@ -32,6 +36,15 @@ pub fn normalize_path(path: &str) -> String {
         out.push('/');
     }
     out
+}
+
+/// Whether `path` is its own normal form: the root, or `/` and segments none of which is
+/// empty, `.` or `..`.
+fn is_normal(path: &str) -> bool {
+    path == "/"
+        || path
+            .strip_prefix('/')
+            .is_some_and(|rest| rest.split('/').all(|s| !matches!(s, "" | "." | "..")))
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,8 +156,15 @@ mod tests {
             ("/../api/search", "/api/search"),
             ("/Api/Search", "/Api/Search"),
             ("/a/%2e%2e/b", "/a/%2e%2e/b"),
+            ("/a/..", "/"),
+            ("/a/.", "/a"),
+            ("a/b", "/a/b"),
+            ("/a/b../.c", "/a/b../.c"),
         ] {
             assert_eq!(normalize_path(path), expected, "{path}");
+            // The normal form is its own (the copy taken for a path sent normal).
+            assert!(is_normal(expected), "{expected}");
+            assert_eq!(is_normal(path), path == expected, "{path}");
         }
     }
 

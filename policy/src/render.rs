@@ -6,6 +6,8 @@ use std::cmp::Reverse;
 
 use crate::engine::{Plan, PlanItem};
 use crate::identity::KeyError;
+use crate::limit::LimitSpec;
+use crate::text::{decimal, push_u64};
 
 /// A response a front end sends as is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,8 +110,9 @@ pub fn ceil_secs(ms: u64) -> u64 {
     ms.div_ceil(1_000)
 }
 
-fn window_secs(item: &PlanItem) -> u64 {
-    ceil_secs(item.spec.quota_window_ms()).max(1)
+/// `w` of a window: its quota's window in whole seconds, at least 1.
+pub(crate) fn window_secs(spec: &LimitSpec) -> u64 {
+    ceil_secs(spec.quota_window_ms()).max(1)
 }
 
 /// The reported policy of a response and its decision.
@@ -121,7 +124,7 @@ struct Reported<'a> {
 impl Reported<'_> {
     /// `t`: denied, the true wait; allowed, until full again (at most `w`); never: `w`.
     fn reset_secs(&self) -> u64 {
-        let w = window_secs(self.item);
+        let w = self.item.shown.window_secs;
         match self.outcome.verdict {
             Verdict::Denied { retry_after_ms } => ceil_secs(retry_after_ms),
             Verdict::Allowed => ceil_secs(self.outcome.reset_after_ms).min(w),
@@ -130,19 +133,23 @@ impl Reported<'_> {
     }
 
     fn remaining(&self) -> u64 {
-        self.outcome.remaining.min(self.item.spec.quota())
+        self.outcome.remaining.min(self.item.shown.quota)
     }
 }
 
 /// The `RateLimit-Policy` value: every enforced policy (shadow ones are not), each window
 /// its own (`"api_key-1s";q=10;w=1, "api_key-1d";q=10000;w=86400`).
+/// Each item's entry was written when the configuration was loaded: this joins them.
 pub fn policy_field(plan: &Plan) -> String {
-    plan.items
-        .iter()
-        .filter(|i| !i.shadow)
-        .map(|i| format!("\"{}\";q={};w={}", i.name, i.spec.quota(), window_secs(i)))
-        .collect::<Vec<_>>()
-        .join(", ")
+    let enforced = || plan.items.iter().filter(|i| !i.shadow);
+    let mut out = String::with_capacity(enforced().map(|i| i.policy.len() + 2).sum());
+    for item in enforced() {
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        out.push_str(&item.policy);
+    }
+    out
 }
 
 /// The plan item a response reports (in its headers, logs and refusal): the denying one, else
@@ -180,10 +187,11 @@ pub fn render(
         })
     });
     let policies = policy_field(plan);
-    let mut headers: Vec<(&'static str, String)> = Vec::new();
     if let (Some(_), Some(r)) = (denied, &most_restrictive) {
         return Rendered::Refuse(refusal(r, &policies, request_id));
     }
+    // `ratelimit-policy` and the four of quota_headers.
+    let mut headers: Vec<(&'static str, String)> = Vec::with_capacity(5);
     if !policies.is_empty() {
         headers.push(("ratelimit-policy", policies));
     }
@@ -196,13 +204,19 @@ pub fn render(
 fn quota_headers(headers: &mut Vec<(&'static str, String)>, r: &Reported<'_>) {
     let t = r.reset_secs();
     let remaining = r.remaining();
-    headers.push(("x-ratelimit-limit", r.item.spec.quota().to_string()));
-    headers.push(("x-ratelimit-remaining", remaining.to_string()));
-    headers.push(("x-ratelimit-reset", t.to_string()));
-    headers.push((
-        "ratelimit",
-        format!("\"{}\";r={remaining};t={t}", r.item.name),
-    ));
+    headers.push(("x-ratelimit-limit", decimal(r.item.shown.quota)));
+    headers.push(("x-ratelimit-remaining", decimal(remaining)));
+    headers.push(("x-ratelimit-reset", decimal(t)));
+    // `"name";r=<remaining>;t=<t>`, sized for the widest integers.
+    let name = &r.item.name;
+    let mut ratelimit = String::with_capacity(name.len() + 2 + 3 + 20 + 3 + 20);
+    ratelimit.push('"');
+    ratelimit.push_str(name);
+    ratelimit.push_str("\";r=");
+    push_u64(&mut ratelimit, remaining);
+    ratelimit.push_str(";t=");
+    push_u64(&mut ratelimit, t);
+    headers.push(("ratelimit", ratelimit));
 }
 
 pub(crate) fn problem(status: u16, body: serde_json::Value, request_id: &str) -> Response {
@@ -257,8 +271,8 @@ fn refusal(r: &Reported<'_>, policies: &str, request_id: &str) -> Response {
         Some(s) => format!(
             "rate limit exceeded on {} ({} per {} s); retry after {s} s",
             what(item),
-            item.spec.quota(),
-            window_secs(item)
+            item.shown.quota,
+            item.shown.window_secs
         ),
         None => format!(
             "request exceeds the limit of {} and can never be allowed",
@@ -273,7 +287,7 @@ fn refusal(r: &Reported<'_>, policies: &str, request_id: &str) -> Response {
         "dimension": item.label,
         "policy": item.name,
         "request_id": request_id,
-        "limit": item.spec.quota(),
+        "limit": item.shown.quota,
         "retry_after": retry_after,
     });
     let mut response = problem(429, body, request_id);
