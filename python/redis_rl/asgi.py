@@ -290,6 +290,13 @@ def route_template(routes: Optional[List[Any]], scope: Scope) -> str:
     return find(routes, scope, "") or UNMATCHED
 
 
+def _cancelling(task: "Optional[asyncio.Task[Any]]") -> bool:
+    """Whether ``task`` was asked to stop (``Task.cancelling``, Python 3.11+; before that,
+    never known here)."""
+    cancelling = getattr(task, "cancelling", None)
+    return bool(cancelling()) if cancelling is not None else False
+
+
 class RateLimitMiddleware:
     """Rate-limits every HTTP request to ``app`` (websocket passes through).
 
@@ -408,7 +415,12 @@ class RateLimitMiddleware:
         tick = min(ticks)
 
         async def heartbeats() -> None:
-            while True:
+            task = asyncio.current_task()
+            # Before Python 3.12, asyncio.wait_for (every Redis call's timeout) can swallow a
+            # cancellation that lands as its call completes: the loop would then run on, and
+            # the event loop's shutdown (which waits for every cancelled task) hang. From 3.11
+            # the task counts the cancellations asked of it, swallowed or not.
+            while not _cancelling(task):
                 await self.limiter.heartbeat()
                 await asyncio.sleep(tick)
 
