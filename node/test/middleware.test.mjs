@@ -326,9 +326,9 @@ test('the usual request: whole commands and headers when the answers name only w
       { name: 'b', paths: ['/b'], key: ['ip'], limits: ['50/minute', '900/hour'] },
     ],
   };
-  const { driver } = rateLimit({ client: spy, config, limiterOptions: PATIENT });
   const headers = [['Host', 'x']];
   try {
+    const { driver } = rateLimit({ client: spy, config, limiterOptions: PATIENT });
     const left = { '/a': 1000, '/b': 50 };
     for (const path of ['/a', '/a', '/b', '/free', '/a', '/b', '/b', '/free', '/free', '/a']) {
       const calls = sent.length;
