@@ -366,6 +366,8 @@ class RateLimitMiddleware:
                             "(Limiter(leases=...)): every key is decided in Redis")
         self.limiter = limiter
         self._heartbeats: Optional["asyncio.Task[None]"] = None
+        # `close()` ran (the application's shutdown): no heartbeat starts again.
+        self._closed = False
         if tiers is None:
             self.tiers: TierResolver = RedisHashTiers(limiter, tier_hash, tier_cache_s)
         elif isinstance(tiers, Mapping):
@@ -407,7 +409,7 @@ class RateLimitMiddleware:
         again after the loop that ran it ended): fleet heartbeats, and the refunds of leases
         that ended."""
         fleet, leases = self.limiter.fleet, self.limiter.leases
-        if (fleet is None and leases is None) or (self._heartbeats is not None and not self._heartbeats.done()):
+        if self._closed or (fleet is None and leases is None) or (self._heartbeats is not None and not self._heartbeats.done()):
             return
         # A few ticks per heartbeat; at least two per lease lifetime, so a lease's unspent
         # units go back soon after it ends.
@@ -425,6 +427,36 @@ class RateLimitMiddleware:
                 await asyncio.sleep(tick)
 
         self._heartbeats = asyncio.ensure_future(heartbeats())
+
+    async def close(self) -> None:
+        """Stops the heartbeat task, leaves the fleet (the others stop counting this member at
+        their next heartbeat) and gives back the leases' unspent units: the application's
+        shutdown (the lifespan's ``lifespan.shutdown`` runs it; call it yourself under a server
+        that sends no lifespan events). The client stays open when it was passed in."""
+        self._closed = True
+        task, self._heartbeats = self._heartbeats, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self.limiter.fleet is not None:
+            await self.limiter.leave_fleet()
+        if self.limiter.leases is not None:
+            await self.limiter.release_leases()
+
+    def _on_shutdown(self, receive: Receive) -> Receive:
+        """``receive`` of the lifespan scope, running ``close()`` when the shutdown comes (before
+        the application's own shutdown handlers see it)."""
+
+        async def received() -> Message:
+            message = await receive()
+            if message.get("type") == "lifespan.shutdown":
+                try:
+                    await self.close()
+                except Exception as e:  # noqa: BLE001 - the shutdown goes on; leases end on their own
+                    log.warning("closing the rate limiter at shutdown failed: %r", e)
+            return message
+
+        return received
 
     def _policies_of(self, plan: Any) -> List[Policy]:
         """The limiter's policy of each plan item."""
@@ -462,6 +494,9 @@ class RateLimitMiddleware:
                 await self._lifespan(scope, receive, send)
                 return
             raise self.error
+        if scope["type"] == "lifespan":
+            await self.app(scope, self._on_shutdown(receive), send)
+            return
         if scope["type"] != "http" or scope.get("path") in self.exclude_paths:
             await self.app(scope, receive, send)
             return

@@ -158,6 +158,16 @@ class SyncLimiter(Front):
             except Exception as e:  # noqa: BLE001 - the membership expires on its own
                 log.debug("leaving the fleet failed: %r", e)
 
+    def release_leases(self) -> None:
+        """Gives back every lease's unspent units (at shutdown), so they count as free at once
+        rather than staying taken until their window moves (best effort: a failed refund is
+        logged and its units stay counted)."""
+        for op in self._engine.layers.release_leases():
+            try:
+                self._drive(op)
+            except Exception as e:  # noqa: BLE001 - the units stay counted until their window moves
+                log.debug("giving a lease back failed: %r", e)
+
     def ping(self) -> bool:
         """Pings Redis directly (not through the breaker)."""
         try:

@@ -65,17 +65,21 @@ def test_the_asgi_middleware_joins_its_configured_fleet(server, prefix):
     async def hello(request):  # type: ignore[no-untyped-def]
         return PlainTextResponse("hi")
 
-    config = {"key_prefix": prefix, "hot": [], "fleet": {"membership": True, "heartbeat_ms": 100, "ttl_ms": 2000}}
+    # A member lives a minute without renewal: only leaving ends it within the test.
+    config = {"key_prefix": prefix, "hot": [], "fleet": {"membership": True, "heartbeat_ms": 100, "ttl_ms": 60_000}}
     app = RateLimitMiddleware(Starlette(routes=[Route("/", hello)]), redis_url=server.url, config=config,
                               timeout=PATIENT)
-    other = SyncLimiter.from_url(server.url, timeout=PATIENT, fleet=FleetConfig(f"{prefix}:{{fleet}}", heartbeat_ms=100, ttl_ms=2000))
+    other = SyncLimiter.from_url(server.url, timeout=PATIENT, fleet=FleetConfig(f"{prefix}:{{fleet}}", heartbeat_ms=100, ttl_ms=60_000))
     try:
         with TestClient(app) as client:
             assert client.get("/").status_code == 200
-            assert app.limiter.fleet == FleetConfig(f"{prefix}:{{fleet}}", 100, 2000, divides=True)
+            assert app.limiter.fleet == FleetConfig(f"{prefix}:{{fleet}}", 100, 60_000, divides=True)
             # The middleware's member (renewed by its own task) and this one.
             assert _until(other.heartbeat, 2) == 2
             assert _until(lambda: app.limiter.fleet_size, 2) == 2
+        # The application's shutdown (the lifespan) left the fleet and stopped the task.
+        assert _until(other.heartbeat, 1) == 1
+        assert app._heartbeats is None
     finally:
         other.close()
 

@@ -5,8 +5,9 @@ refuses spends nothing. On the module and on its Lua twin."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 import pytest
 import redis
@@ -15,7 +16,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from redis_rl import Policy, SyncLimiter
+from redis_rl import LeaseConfig, Limiter, Policy, Source, SyncLimiter
 from redis_rl.asgi import RateLimitMiddleware
 
 from conftest import PATIENT
@@ -90,6 +91,9 @@ def test_a_hot_key_served_from_a_lease_costs_fewer_commands_than_requests(any_se
             statuses = [client.get("/").status_code for _ in range(40)]
             sent = _limiter_calls(r) - before
             stats = app.limiter.lease_stats()
+            counted = _remaining(any_server, f"{prefix}:{{global}}")
+        # The application's shutdown gave the leases' unspent units back.
+        after_shutdown = _remaining(any_server, f"{prefix}:{{global}}")
     finally:
         r.close()
     counts = {"sent": sent, **stats}
@@ -102,7 +106,8 @@ def test_a_hot_key_served_from_a_lease_costs_fewer_commands_than_requests(any_se
     # Redis counted the units when the batches were taken: more than the 41 requests served (a
     # batch of 100 in at most 5 takes), exactly what the leases were granted.
     assert stats["granted"] > 41, counts
-    assert _remaining(any_server, f"{prefix}:{{global}}") == 1000 - stats["granted"], counts
+    assert counted == 1000 - stats["granted"], counts
+    assert after_shutdown == 1000 - 41, counts
 
 
 def test_a_lease_s_unspent_units_are_given_back_after_its_lifetime(any_server, prefix):
@@ -145,3 +150,46 @@ def test_bans_still_apply_to_a_hot_key_s_requests(any_server, prefix):
     assert banned == 1, "two refusals ban the subject"
     assert after.status_code == 429 and "ban" in after.text.lower()
     assert remaining == 998
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_release_leases_gives_the_unspent_units_back(any_server, prefix, asynchronous):
+    # What the ASGI middleware runs at shutdown, from a limiter of one's own (sync or asyncio);
+    # a hot key is served from leases by check_all.
+    plain = Policy.fixed(1000, 10**12)  # no window ends during the test
+    hot = plain.with_hot()
+    key = f"{prefix}:hot"
+    leases = LeaseConfig(lifetime_ms=600_000, demand_ms=600_000)
+
+    def remaining() -> int:
+        peek = SyncLimiter.from_url(any_server.url, timeout=PATIENT, deny_cache=0)
+        try:
+            return peek.peek(key, plain, 0).remaining
+        finally:
+            peek.close()
+
+    if asynchronous:
+        async def run() -> Tuple[List[Any], Dict[str, int], int]:
+            lim = Limiter.from_url(any_server.url, timeout=PATIENT, deny_cache=0, leases=leases)
+            try:
+                sources = [(await lim.check_all([(key, hot)])).decisions[0].source for _ in range(20)]
+                stats = lim.lease_stats()
+                held = remaining()
+                await lim.release_leases()
+                return sources, stats, held
+            finally:
+                await lim.aclose()
+
+        sources, stats, held = asyncio.run(run())
+    else:
+        lim = SyncLimiter.from_url(any_server.url, timeout=PATIENT, deny_cache=0, leases=leases)
+        try:
+            sources = [lim.check_all([(key, hot)]).decisions[0].source for _ in range(20)]
+            stats = lim.lease_stats()
+            held = remaining()
+            lim.release_leases()
+        finally:
+            lim.close()
+    assert Source.LEASE in sources, sources
+    assert held == 1000 - stats["granted"] and stats["granted"] > 20, stats
+    assert remaining() == 1000 - 20, stats
