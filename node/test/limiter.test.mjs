@@ -203,3 +203,52 @@ test('shadow policies report and never deny; the deny cache answers for a denied
     c.disconnect();
   }
 });
+
+// The limiter's timeout watches every call in flight with one timer (deadlines in the order
+// the calls were sent): a call that never answers times out while the ones around it answer.
+test('a call that gets no reply times out; the calls around it get theirs', async () => {
+  const { Deadlines, TimeoutError } = await import('../dist/esm/deadline.js');
+  const watch = new Deadlines(100);
+  let answerLater;
+  const results = await Promise.allSettled([
+    watch.watch(new Promise(() => undefined)), // never answers
+    watch.watch(Promise.resolve('second')),
+    watch.watch(new Promise((r) => (answerLater = r))),
+    watch.watch(Promise.reject(new Error('refused'))),
+    (async () => {
+      await new Promise((r) => setImmediate(r));
+      answerLater('third');
+      return watch.watch(new Promise(() => undefined)); // sent later, never answers either
+    })(),
+  ]);
+  assert.ok(results[0].status === 'rejected' && results[0].reason instanceof TimeoutError, String(results[0].reason));
+  assert.deepEqual(results[1], { status: 'fulfilled', value: 'second' });
+  assert.deepEqual(results[2], { status: 'fulfilled', value: 'third' });
+  assert.equal(results[3].reason.message, 'refused');
+  assert.ok(results[4].status === 'rejected' && results[4].reason instanceof TimeoutError, String(results[4].reason));
+});
+
+test('a server that accepts but never answers: the failure mode decides each call', async () => {
+  // A listener that reads and never writes: every command waits out the limiter's timeout.
+  const net = await import('node:net');
+  const sockets = new Set();
+  const silent = net.createServer((s) => {
+    sockets.add(s);
+    s.on('data', () => undefined);
+  });
+  await new Promise((r) => silent.listen(0, '127.0.0.1', r));
+  // No ready check (it would wait for INFO's reply): commands go out once connected.
+  const c = new IORedis(silent.address().port, '127.0.0.1', { maxRetriesPerRequest: 0, enableReadyCheck: false });
+  c.on('error', () => undefined);
+  try {
+    const limiter = new Limiter(c, { timeoutMs: 100, breakerFailures: 1000 });
+    const open = policies.sliding(5, 60_000).onFailure('open');
+    const closed = policies.sliding(5, 60_000).onFailure('closed');
+    const decided = await Promise.all([limiter.check('a', open), limiter.check('b', closed), limiter.check('c', open)]);
+    assert.deepEqual(decided.map((d) => [d.allowed, d.source]), [[true, 'fail_open'], [false, 'fail_closed'], [true, 'fail_open']]);
+  } finally {
+    c.disconnect();
+    for (const s of sockets) s.destroy();
+    silent.close();
+  }
+});
