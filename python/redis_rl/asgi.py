@@ -420,9 +420,10 @@ class RateLimitMiddleware:
             task = asyncio.current_task()
             # Before Python 3.12, asyncio.wait_for (every Redis call's timeout) can swallow a
             # cancellation that lands as its call completes: the loop would then run on, and
-            # the event loop's shutdown (which waits for every cancelled task) hang. From 3.11
-            # the task counts the cancellations asked of it, swallowed or not.
-            while not _cancelling(task):
+            # the event loop's shutdown (which waits for every cancelled task) hang. `close()`
+            # (the lifespan's shutdown) says so first on every version; from 3.11 the task
+            # also counts the cancellations asked of it, swallowed or not.
+            while not self._closed and not _cancelling(task):
                 await self.limiter.heartbeat()
                 await asyncio.sleep(tick)
 
