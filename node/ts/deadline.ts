@@ -14,6 +14,9 @@ interface Waiting {
   reject: (error: Error) => void;
 }
 
+/** The `reject` of a settled call's record. */
+const SETTLED = (): void => undefined;
+
 export class Deadlines {
   private readonly queue: Waiting[] = [];
   /** The index of the oldest call still in `queue` (the front is dropped in batches). */
@@ -25,29 +28,39 @@ export class Deadlines {
   /** `sent`, rejected with a TimeoutError when it has not settled within the timeout. A
    * reply after that settles nothing. */
   watch(sent: Promise<unknown>): Promise<unknown> {
-    return new Promise((resolve, reject) => {
-      const waiting: Waiting = { due: performance.now() + this.ms, done: false, reject };
-      this.queue.push(waiting);
-      if (this.timer === null) this.arm(this.ms);
-      sent.then(
-        (reply) => {
-          this.settled(waiting);
-          resolve(reply);
-        },
-        (error: unknown) => {
-          this.settled(waiting);
-          reject(error);
-        },
-      );
-    });
+    return new Promise((resolve, reject) => this.notify(sent, resolve, reject));
+  }
+
+  /** Calls `onReply` with `sent`'s reply or `onError` with its error, or with a
+   * TimeoutError when it has not settled within the timeout, once (a reply after that calls
+   * nothing): `watch` without a promise of its own, for the middleware's usual request. */
+  notify(sent: Promise<unknown>, onReply: (reply: unknown) => void, onError: (error: unknown) => void): void {
+    const waiting: Waiting = { due: performance.now() + this.ms, done: false, reject: onError };
+    this.queue.push(waiting);
+    if (this.timer === null) this.arm(this.ms);
+    sent.then(
+      (reply) => {
+        if (waiting.done) return;
+        this.settled(waiting);
+        onReply(reply);
+      },
+      (error: unknown) => {
+        if (waiting.done) return;
+        this.settled(waiting);
+        onError(error);
+      },
+    );
   }
 
   /** Marks `waiting` settled and drops the settled calls at the front: replies on one
    * connection come in the order sent, so the front usually goes at once and a call's
    * record dies young (kept until its deadline, records would outlive the young
-   * generation and cost the collector more than the timers they replace). */
+   * generation and cost the collector more than the timers they replace). A record still
+   * queued behind an older call holds nothing of its request: its `reject` (a closure
+   * over the request's objects in `notify`) goes at once. */
   private settled(waiting: Waiting): void {
     waiting.done = true;
+    waiting.reject = SETTLED;
     const queue = this.queue;
     while (this.head < queue.length && queue[this.head].done) this.head += 1;
     if (this.head === queue.length) {

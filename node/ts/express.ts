@@ -1,6 +1,6 @@
 // Express (4 and 5): the request flow as a middleware. Typed structurally, so the package
 // needs no Express at run time and works with either major version.
-import { FlowDriver, type HttpRequest, type RateLimitOptions } from './flow.js';
+import { FlowDriver, type HttpRequest, type RateLimitOptions, type VerdictTarget } from './flow.js';
 
 interface ExpressRequest {
   method: string;
@@ -68,31 +68,47 @@ export function rateLimit(options: RateLimitOptions): RateLimitHandler {
       rawHeaders: req.rawHeaders,
       peer: peerOf(req.socket.remoteAddress),
     };
-    driver.decide(request).then(
-      (verdict) => {
-        if (verdict === null) return next();
-        if (verdict.kind === 'respond') {
-          res.statusCode = verdict.status;
-          for (const [name, value] of verdict.headers) res.setHeader(name, value);
-          res.setHeader('content-length', String(Buffer.byteLength(verdict.body)));
-          res.end(verdict.body);
-          return;
-        }
-        for (const [name, value] of verdict.headers) res.setHeader(name, value);
-        // The application sees the request id the response carries, and the trace with this
-        // hop as the parent (as rl-gateway forwards them).
-        req.headers['x-request-id'] = verdict.requestId;
-        req.headers.traceparent = verdict.traceparent;
-        if (verdict.path !== path && req.url === req.originalUrl) {
-          // The application sees the path's normal form, as rl-gateway forwards it.
-          req.url = verdict.path + (q === -1 ? '' : req.originalUrl.slice(q));
-        }
-        const finish = verdict.finish;
-        if (finish !== null) res.on('finish', () => void finish(responseHeaders(res)));
-        next();
-      },
-      (error: unknown) => next(error),
-    );
+    driver.run(request, { req, res, next, path, q }, EXPRESS);
   };
   return Object.assign(handler, { driver, close: () => driver.close() });
 }
+
+/** One request of the middleware: Express's own objects, and the path the flow was given. */
+interface ExpressCall {
+  req: ExpressRequest;
+  res: ExpressResponse;
+  next: Next;
+  path: string;
+  /** Where the query starts in `req.originalUrl` (-1: none). */
+  q: number;
+}
+
+/** What Express does with the flow's verdict. */
+const EXPRESS: VerdictTarget<ExpressCall> = {
+  forward({ req, res, next, path, q }, names, values, requestId, traceparent, normal, finish) {
+    for (let i = 0; i < names.length; i++) res.setHeader(names[i], values[i]);
+    res.setHeader('x-request-id', requestId);
+    // The application sees the request id the response carries, and the trace with this
+    // hop as the parent (as rl-gateway forwards them).
+    req.headers['x-request-id'] = requestId;
+    req.headers.traceparent = traceparent;
+    if (normal !== path && req.url === req.originalUrl) {
+      // The application sees the path's normal form, as rl-gateway forwards it.
+      req.url = normal + (q === -1 ? '' : req.originalUrl.slice(q));
+    }
+    if (finish !== null) res.on('finish', () => void finish(responseHeaders(res)));
+    next();
+  },
+  respond({ res }, status, headers, body) {
+    res.statusCode = status;
+    for (const [name, value] of headers) res.setHeader(name, value);
+    res.setHeader('content-length', String(Buffer.byteLength(body)));
+    res.end(body);
+  },
+  pass({ next }) {
+    next();
+  },
+  fail({ next }, error) {
+    next(error);
+  },
+};

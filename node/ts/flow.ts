@@ -73,8 +73,52 @@ export type Verdict =
       requestId: string;
       traceparent: string;
       /** Call after the response: settles the reservation from its headers (a cost header). */
-      finish: ((responseHeaders: [string, string][]) => Promise<void>) | null;
+      finish: Finish | null;
     };
+
+/** Settles a forwarded request's reservation from its response's headers (a cost header). */
+export type Finish = (responseHeaders: [string, string][]) => Promise<void>;
+
+/**
+ * What a framework does with a request, as `FlowDriver.run` calls it back (once per
+ * request, one of the four). `C`: the framework's own context of the request.
+ */
+export interface VerdictTarget<C> {
+  /** Serve it: set the headers `names[i]: values[i]` and `x-request-id: requestId` (the
+   * arrays are the driver's: read them before returning), show the application the
+   * request id, the trace (`traceparent`: this hop as the parent) and the path's normal
+   * form, and call `finish` (when not null) with the response's headers once it is sent. */
+  forward(ctx: C, names: readonly string[], values: readonly string[], requestId: string, traceparent: string, path: string, finish: Finish | null): void;
+  /** Answer it here (refused): `status`, `headers`, `body`. */
+  respond(ctx: C, status: number, headers: [string, string][], body: string): void;
+  /** Not limited (an excluded path). */
+  pass(ctx: C): void;
+  /** The flow failed (the client's own error, not a Redis outage: that is the failure mode's). */
+  fail(ctx: C, error: unknown): void;
+}
+
+/** A verdict inside the driver: a forward's headers as names and values (as `VerdictTarget.forward` takes them). */
+type Outcome =
+  | { kind: 'respond'; status: number; headers: [string, string][]; body: string }
+  | { kind: 'forward'; names: string[]; values: string[]; path: string; requestId: string; traceparent: string; finish: Finish | null };
+
+/** `decide`'s target: the verdict as a promise. */
+const PROMISED: VerdictTarget<{ resolve: (v: Verdict | null) => void; reject: (e: unknown) => void }> = {
+  forward(ctx, names, values, requestId, traceparent, path, finish) {
+    const headers: [string, string][] = names.map((n, i) => [n, values[i]]);
+    headers.push(['x-request-id', requestId]);
+    ctx.resolve({ kind: 'forward', headers, path, requestId, traceparent, finish });
+  },
+  respond(ctx, status, headers, body) {
+    ctx.resolve({ kind: 'respond', status, headers, body });
+  },
+  pass(ctx) {
+    ctx.resolve(null);
+  },
+  fail(ctx, error) {
+    ctx.reject(error);
+  },
+};
 
 /** The request as a framework sees it. */
 export interface HttpRequest {
@@ -91,6 +135,17 @@ export interface HttpRequest {
 }
 
 const REQUEST_ID = /^[A-Za-z0-9\-_.:]{1,128}$/;
+
+/** The request's id: its `X-Request-Id` when valid (`raw`: name, value, name, value...), else a new one. */
+function requestIdOf(raw: string[]): string {
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    if (raw[i].length === 12 && raw[i].toLowerCase() === 'x-request-id') {
+      const given = raw[i + 1];
+      return REQUEST_ID.test(given) ? given : randomUUID();
+    }
+  }
+  return randomUUID();
+}
 // Refusal tasks in flight at most: past it a refusal is dropped, as rl-gateway's bounded queue does.
 const MAX_IN_FLIGHT = 1000;
 
@@ -285,37 +340,148 @@ export class FlowDriver {
   }
 
   /** Runs `req` through the flow: respond (refused) or forward (after any hold), or null (excluded). */
-  async decide(req: HttpRequest): Promise<Verdict | null> {
-    if (this.exclude.has(req.path)) return null;
-    if (this.heartbeats === null) this.beat();
-    const raw = req.rawHeaders ?? (req.headers ?? []).flat();
-    let given: string | undefined;
-    for (let i = 0; i + 1 < raw.length; i += 2) {
-      if (raw[i].length === 12 && raw[i].toLowerCase() === 'x-request-id') {
-        given = raw[i + 1];
-        break;
+  decide(req: HttpRequest): Promise<Verdict | null> {
+    return new Promise((resolve, reject) => this.run(req, { resolve, reject }, PROMISED));
+  }
+
+  /**
+   * Runs `req` through the flow and has `target` do what the framework does with it, for
+   * `ctx` (the framework's own request: Express's request, response and next). `decide`
+   * with a callback: the usual request (booked by the flow itself, then forwarded as it
+   * is) makes no promise, async frame or verdict object of its own, which is most of what
+   * the middleware costs besides Redis.
+   */
+  run<C>(req: HttpRequest, ctx: C, target: VerdictTarget<C>): void {
+    if (this.exclude.has(req.path)) return target.pass(ctx);
+    let words: string[];
+    let rid: string;
+    try {
+      if (this.heartbeats === null) this.beat();
+      const raw = req.rawHeaders ?? (req.headers ?? []).flat();
+      rid = requestIdOf(raw);
+      // One string across the addon (a header holds no line feed). The usual request:
+      // planned and its booking started in one call, waiting in the flow under a number.
+      words = this.flow.begin(req.method, req.path, raw.join('\n'), req.peer, rid, req.route ?? null, nowMs()).split('\n');
+    } catch (e) {
+      return target.fail(ctx, e);
+    }
+    const id = Number(words[0]);
+    // Step by step: a tier to look up, a refusal before any booking, or a booking the
+    // limiter's checkAll makes (shadow items, keys across cluster slots).
+    if (words.length === 1) return this.deliver(this.stepwise(this.flow.request(id), rid, true), ctx, target);
+    // The number, the key routing the booking, the count of ban keys, the ban keys, the command.
+    const key = words[1];
+    const banCount = Number(words[2]);
+    let command = NO_WORDS;
+    if (words.length > 3 + banCount) {
+      // Read before any await: the next answer names what changed from this one.
+      command = words.slice(3 + banCount);
+      const last = this.lastCommand;
+      for (let i = 0; i < command.length; i++) if (command[i] === SAME) command[i] = last[i];
+      this.lastCommand = command;
+    }
+    if (banCount > 0 || command.length === 0) {
+      return this.deliver(this.bookBegun(id, key, command, words.slice(3, 3 + banCount), rid), ctx, target);
+    }
+    this.limiter.sendThen(
+      command,
+      key,
+      (reply) => this.replied(id, key, reply, rid, ctx, target),
+      (error) => this.deliver(this.afterFeed(id, key, null, this.failed(id, key, error), NO_BANS, rid), ctx, target),
+    );
+  }
+
+  /** The usual booking's reply: the headers to `target` when the flow forwards the
+   * request as it is, else on step by step. */
+  private replied<C>(id: number, key: string, reply: unknown, rid: string, ctx: C, target: VerdictTarget<C>): void {
+    let fed: string;
+    try {
+      fed = this.flow.feed(id, reply, NO_BANS, nowMs());
+      const kind = fed.charCodeAt(0);
+      if (kind === 70 /* F */ || kind === 102 /* f */) {
+        // Read at once, as `begin`'s words: the next answer names what changed from this one.
+        const words = this.readFed(fed);
+        return target.forward(ctx, this.headerNames, this.headerValues, rid, words[1], this.fedPath(words), null);
       }
+    } catch (e) {
+      this.flow.forget(id);
+      return target.fail(ctx, e);
     }
-    const rid = given !== undefined && REQUEST_ID.test(given) ? given : randomUUID();
-    // One string across the addon (a header holds no line feed). The usual request: planned
-    // and its booking started in one call, waiting in the flow under a number (no object).
-    const begun = this.flow.begin(req.method, req.path, raw.join('\n'), req.peer, rid, req.route ?? null, nowMs());
-    const nl = begun.indexOf('\n');
-    let request: RequestFlow;
-    let step: Step | 'forward';
-    if (nl !== -1) {
-      const id = Number(begun.slice(0, nl));
-      const fed = await this.bookBegun(id, begun.slice(nl + 1), rid);
-      // Forwarded as it is (no hold, settlement or record): the flow has forgotten it.
-      if (fed !== null) return fed;
-      request = this.flow.request(id);
-      step = request.step as Step | 'forward';
-    } else {
-      // Step by step: a tier to look up, a refusal before any booking, or a booking the
-      // limiter's checkAll makes (shadow items, keys across cluster slots).
-      request = this.flow.request(Number(begun));
-      step = (request.kind === 'book' ? await this.book(request, null) : request.step) as Step | 'forward';
+    this.deliver(this.afterFeed(id, key, fed, null, NO_BANS, rid), ctx, target);
+  }
+
+  /** Has `target` do what `outcome` says, once it comes. */
+  private deliver<C>(outcome: Promise<Outcome | null>, ctx: C, target: VerdictTarget<C>): void {
+    outcome.then(
+      (o) => {
+        if (o === null) target.pass(ctx);
+        else if (o.kind === 'respond') target.respond(ctx, o.status, o.headers, o.body);
+        else target.forward(ctx, o.names, o.values, o.requestId, o.traceparent, o.path, o.finish);
+      },
+      (e: unknown) => target.fail(ctx, e),
+    );
+  }
+
+  /** The booking `Flow.begin` started for request `id` (`command`: its words), its ban
+   * reads along (one round trip of latency), then on as `afterFeed`. */
+  private async bookBegun(id: number, key: string, command: string[], banKeys: string[], rid: string): Promise<Outcome | null> {
+    let reply: unknown;
+    let bans: (number | null)[] = NO_BANS;
+    try {
+      const fail = (message: string, outage: boolean) => this.flow.fail(id, message, outage);
+      const reads = Promise.all(banKeys.map((k) => this.pttl(k)));
+      [reply, bans] = await Promise.all([this.limiter.exchange(command, key, fail), reads]);
+    } catch (e) {
+      // The client's own error (not a Redis outage): nothing more is fed.
+      this.flow.forget(id);
+      throw e;
     }
+    return this.afterFeed(id, key, null, reply, bans, rid);
+  }
+
+  /** The reply of the command `fail` gives after the usual booking's `error` (the twin, or
+   * a decision without Redis: undefined). */
+  private async failed(id: number, key: string, error: unknown): Promise<unknown> {
+    try {
+      return await this.limiter.exchangeAfter(error, key, (message, outage) => this.flow.fail(id, message, outage));
+    } catch (e) {
+      this.flow.forget(id);
+      throw e;
+    }
+  }
+
+  /** After the booking's reply (`reply`, fed here unless `fed` is its answer already): the
+   * booking's next commands (a hot key's lease was taken first: the `RL.ALL` of the
+   * others), then the headers when the flow forwards the request as it is, else on step
+   * by step. */
+  private async afterFeed(id: number, key: string, fed: string | null, reply: unknown, bans: (number | null)[], rid: string): Promise<Outcome | null> {
+    try {
+      const fail = (message: string, outage: boolean) => this.flow.fail(id, message, outage);
+      if (fed === null) fed = this.flow.feed(id, await reply, bans, nowMs());
+      while (fed.charCodeAt(0) === 83 /* S */) {
+        const next = await this.limiter.exchange(fed.slice(2).split('\n'), key, fail);
+        fed = this.flow.feed(id, next, bans, nowMs());
+      }
+      const kind = fed.charCodeAt(0);
+      if (kind === 70 /* F */ || kind === 102 /* f */) {
+        // Read at once: the next answer names what changed from this one.
+        const words = this.readFed(fed);
+        const path = this.fedPath(words);
+        return { kind: 'forward', names: this.headerNames.slice(), values: this.headerValues.slice(), path, requestId: rid, traceparent: words[1], finish: null };
+      }
+    } catch (e) {
+      // The client's own error (not a Redis outage): nothing more is fed.
+      this.flow.forget(id);
+      throw e;
+    }
+    return this.stepwise(this.flow.request(id), rid, false);
+  }
+
+  /** The request's steps after its booking or instead of it (a tier to look up, a
+   * refusal, a hold, a settlement, a record), with the request out of the flow as an
+   * object; `book`: its first step is a booking the limiter's checkAll may make. */
+  private async stepwise(request: RequestFlow, rid: string, book: boolean): Promise<Outcome> {
+    let step = (book && request.kind === 'book' ? await this.book(request, null) : request.step) as Step | 'forward';
     // Each plan item's policy, built only when a step other than the booking needs it.
     let policies: Policy[] | null = null;
     const policiesOf = (): Policy[] => (policies ??= request.policies());
@@ -359,91 +525,47 @@ export class FlowDriver {
         request.release();
       }
     }
-    const headers: [string, string][] = [];
-    for (let i = 4; i + 1 < words.length; i += 2) headers.push([words[i], words[i + 1]]);
-    headers.push(['x-request-id', rid]);
-    const finish = words[1] === '1' ? (response: [string, string][]) => this.settle(request, response, policiesOf()) : null;
-    return { kind: 'forward', headers, path, requestId: rid, traceparent: words[3], finish };
-  }
-
-  /** The booking `Flow.begin` started for request `id` (`words`: the key routing it, the
-   * count of ban keys, the ban keys, the command's words), its ban reads along (one round
-   * trip of latency); the verdict when the flow forwards the request as it is, else null
-   * (it goes on step by step). */
-  private async bookBegun(id: number, text: string, rid: string): Promise<Verdict | null> {
-    try {
-      const words = text.split('\n');
-      const key = words[0];
-      const banCount = Number(words[1]);
-      let command = NO_WORDS;
-      if (words.length > 2 + banCount) {
-        // Read before any await: the next answer names what changed from this one.
-        command = words.slice(2 + banCount);
-        const last = this.lastCommand;
-        for (let i = 0; i < command.length; i++) if (command[i] === SAME) command[i] = last[i];
-        this.lastCommand = command;
-      }
-      const fail = (message: string, outage: boolean) => this.flow.fail(id, message, outage);
-      let reply: unknown;
-      let bans: (number | null)[] = NO_BANS;
-      if (banCount === 0) {
-        try {
-          reply = await this.limiter.sendFirst(command, key);
-        } catch (e) {
-          reply = await this.limiter.exchangeAfter(e, key, fail);
-        }
-      } else {
-        const reads = words.slice(2, 2 + banCount).map((k) => this.pttl(k));
-        [reply, bans] = await Promise.all([this.limiter.exchange(command, key, fail), Promise.all(reads)]);
-      }
-      let fed = this.flow.feed(id, reply, bans, nowMs());
-      // A hot key's lease was taken: the booking's next command (the `RL.ALL` of the others).
-      while (fed.charCodeAt(0) === 83 /* S */) {
-        reply = await this.limiter.exchange(fed.slice(2).split('\n'), key, fail);
-        fed = this.flow.feed(id, reply, bans, nowMs());
-      }
-      const kind = fed.charCodeAt(0);
-      // Read at once, as `begin`'s words: the next answer names what changed from this one.
-      return kind === 70 /* F */ || kind === 102 /* f */ ? this.forwarded(fed, rid) : null;
-    } catch (e) {
-      // The client's own error (not a Redis outage): nothing more is fed.
-      this.flow.forget(id);
-      throw e;
+    const names: string[] = [];
+    const values: string[] = [];
+    for (let i = 4; i + 1 < words.length; i += 2) {
+      names.push(words[i]);
+      values.push(words[i + 1]);
     }
+    const finish = words[1] === '1' ? (response: [string, string][]) => this.settle(request, response, policiesOf()) : null;
+    return { kind: 'forward', names, values, path, requestId: rid, traceparent: words[3], finish };
   }
 
-  /** The verdict of `Flow.feed`'s `F` answer (`F`, traceparent, count of header words, the
-   * headers' names and values, then the path: the rest, the only part that may hold a line
-   * feed) or `f` answer (`f`, traceparent, the values of the last answer's headers, `SAME`
-   * where a value did not change, then the path). */
-  private forwarded(fed: string, rid: string): Verdict {
+  /** Reads the headers of `Flow.feed`'s `F` answer (`F`, traceparent, count of header
+   * words, the headers' names and values, then the path: the rest, the only part that may
+   * hold a line feed) or `f` answer (`f`, traceparent, the values of the last answer's
+   * headers, `SAME` where a value did not change, then the path) into `headerNames` and
+   * `headerValues`; the answer's words. */
+  private readFed(fed: string): string[] {
     const words = fed.split('\n');
-    const headers: [string, string][] = [];
-    let end: number;
     if (words[0] === 'F') {
-      end = 3 + Number(words[2]);
+      const end = 3 + Number(words[2]);
       const names: string[] = [];
       const values: string[] = [];
       for (let i = 3; i < end; i += 2) {
         names.push(words[i]);
         values.push(words[i + 1]);
-        headers.push([words[i], words[i + 1]]);
       }
       this.headerNames = names;
       this.headerValues = values;
     } else {
-      const names = this.headerNames;
       const values = this.headerValues;
-      end = 2 + names.length;
-      for (let i = 0; i < names.length; i++) {
+      for (let i = 0; i < values.length; i++) {
         const v = words[2 + i];
         if (v !== SAME) values[i] = v;
-        headers.push([names[i], values[i]]);
       }
     }
-    headers.push(['x-request-id', rid]);
-    const path = words.length === end + 1 ? words[end] : words.slice(end).join('\n');
-    return { kind: 'forward', headers, path, requestId: rid, traceparent: words[1], finish: null };
+    return words;
+  }
+
+  /** The path of the answer `readFed` read last (its `words`). */
+  private fedPath(words: string[]): string {
+    const end = words[0] === 'F' ? 3 + 2 * this.headerNames.length : 2 + this.headerNames.length;
+    return words.length === end + 1 ? words[end] : words.slice(end).join('\n');
   }
 
   /** The limiter call and the ban reads, concurrently (one round trip of latency); the

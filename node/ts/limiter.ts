@@ -411,6 +411,15 @@ export class Limiter {
     return first.length === 0 ? undefined : this.send(first, key);
   }
 
+  /** @internal `sendFirst` without a promise of its own (the middleware's usual request):
+   * calls `onReply` with the reply or `onError` with the error (a timeout is one), once;
+   * neither may throw. */
+  sendThen(first: string[], key: string, onReply: (reply: unknown) => void, onError: (error: unknown) => void): void {
+    const sent = this.sender.send(first, key);
+    if (this.deadlines === null) sent.then(onReply, onError);
+    else this.deadlines.notify(sent, onReply, onError);
+  }
+
   /** @internal See `sendFirst`. */
   exchangeAfter(error: unknown, key: string, fail: (message: string, outage: boolean) => string[] | null): Promise<unknown> {
     const next = fail(messageOf(error), error instanceof TimeoutError || !isReplyError(error));
