@@ -174,23 +174,64 @@ impl Flow {
         bans: Vec<Option<i64>>,
         now_ms: f64,
     ) -> Result<String> {
+        let mut out = String::with_capacity(512);
+        self.feed_into(&mut out, id, reply.as_ref().map(|r| &r.0), bans, now_ms)?;
+        Ok(out)
+    }
+
+    /// `feed` of the usual bookings' replies that came together (one read of the client's
+    /// socket): `ids[i]`'s reply is `replies[i]` (no ban reads), fed in order in one call.
+    /// Returns their answers in the same order, each after its length in UTF-16 code units
+    /// (as JavaScript counts) and a `:` (an answer's path may hold any character); a
+    /// request whose feed failed answers `E` and the error's message (it is forgotten).
+    #[napi(ts_args_type = "ids: number[], replies: unknown[], nowMs: number")]
+    pub fn feed_many(&self, ids: Vec<u32>, replies: Vec<Reply>, now_ms: f64) -> String {
+        let mut out = String::with_capacity(256 * ids.len());
+        let mut answer = String::with_capacity(512);
+        for (id, reply) in ids.into_iter().zip(&replies) {
+            answer.clear();
+            // As `feed` reads it: `null` is no reply.
+            let reply = (reply.0 != redis::Value::Nil).then_some(&reply.0);
+            if let Err(e) = self.feed_into(&mut answer, id, reply, Vec::new(), now_ms) {
+                answer.clear();
+                answer.push('E');
+                answer.push_str(&e.reason);
+            }
+            let units = if answer.is_ascii() {
+                answer.len()
+            } else {
+                answer.encode_utf16().count()
+            };
+            let _ = write!(out, "{units}:{answer}");
+        }
+        out
+    }
+
+    /// `feed`'s answer for request `id`, written into `out`.
+    fn feed_into(
+        &self,
+        out: &mut String,
+        id: u32,
+        reply: Option<&redis::Value>,
+        bans: Vec<Option<i64>>,
+        now_ms: f64,
+    ) -> Result<()> {
         let mut requests = self.pending.requests.borrow_mut();
         let Some(request) = requests.get_mut(&id) else {
             return Err(Error::new(Status::InvalidArg, format!("no request {id}")));
         };
-        let fed = match request.feed_booking(reply.as_ref().map(|r| &r.0), bans, now_ms) {
+        let fed = match request.feed_booking(reply, bans, now_ms) {
             Ok(fed) => fed,
             Err(e) => {
                 requests.remove(&id);
                 return Err(e);
             }
         };
-        let mut out = String::with_capacity(512);
         match fed {
             Fed::Send(words) => {
                 out.push('S');
                 for w in &words {
-                    push_word(&mut out, w);
+                    push_word(out, w);
                 }
             }
             Fed::Step(Step::Forward(f))
@@ -207,20 +248,20 @@ impl Flow {
                     && !f.headers.iter().any(|(_, v)| v == SAME);
                 if same_names {
                     out.push('f');
-                    push_word(&mut out, &request.traceparent);
+                    push_word(out, &request.traceparent);
                     for (i, (_, value)) in f.headers.iter().enumerate() {
-                        push_new(&mut out, value, last.get(i).map(|l| &l.1));
+                        push_new(out, value, last.get(i).map(|l| &l.1));
                     }
                 } else {
                     out.push('F');
-                    push_word(&mut out, &request.traceparent);
+                    push_word(out, &request.traceparent);
                     let _ = write!(out, "{SEP}{}", 2 * f.headers.len());
                     for (name, value) in &f.headers {
-                        push_word(&mut out, name);
-                        push_word(&mut out, value);
+                        push_word(out, name);
+                        push_word(out, value);
                     }
                 }
-                push_word(&mut out, &f.path);
+                push_word(out, &f.path);
                 *last = f.headers;
             }
             Fed::Step(step) => {
@@ -228,7 +269,7 @@ impl Flow {
                 out.push('O');
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The error the booking's command got (`outage`: no answer, a timeout): the next command

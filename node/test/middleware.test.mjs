@@ -355,3 +355,59 @@ test('the usual request: whole commands and headers when the answers name only w
     client.disconnect();
   }
 });
+
+// Replies that come together (one read of the client's socket) are fed to the flow in one
+// call: every request still gets its own headers, whole, whatever came before it in the batch.
+test('replies that come together: each request its own headers', async () => {
+  const client = new IORedis(servers.module.port, '127.0.0.1');
+  // Holds every reply until all the calls are in, then answers them in one go, in order.
+  const held = [];
+  const N = 24;
+  const spy = {
+    call: (...words) =>
+      new Promise((resolve, reject) => {
+        held.push(client.call(...words).then((r) => () => resolve(r), (e) => () => reject(e)));
+        if (held.length === N) Promise.all(held.splice(0)).then((answers) => answers.forEach((answer) => answer()));
+      }),
+  };
+  const config = {
+    key_prefix: 'tg',
+    dimensions: [],
+    hot: [],
+    fleet: { membership: false },
+    rules: [
+      { name: 'a', paths: ['/a'], key: ['ip'], algorithm: 'sliding', limit: 1000, window_ms: 60_000 },
+      { name: 'b', paths: ['/b'], key: ['ip'], limits: ['50/minute', '900/hour'] },
+    ],
+  };
+  try {
+    const { driver } = rateLimit({ client: spy, config, limiterOptions: PATIENT });
+    const batches = [];
+    const flow = driver['flow'];
+    const feedMany = flow.feedMany.bind(flow);
+    flow.feedMany = (ids, replies, now) => (batches.push(ids.length), feedMany(ids, replies, now));
+    const paths = Array.from({ length: N + 6 }, (_, i) => ['/a', '/b', '/a', '/free', '/b'][i % 5]).filter((p, i) => p !== '/free' || i < 10);
+    assert.equal(paths.filter((p) => p !== '/free').length, N);
+    const verdicts = await Promise.all(paths.map((path) => driver.decide({ method: 'GET', path, headers: [['Host', 'x']], peer: '10.0.0.8' })));
+    assert.deepEqual(batches, [N], 'one call feeds them all');
+    const remaining = { '/a': [], '/b': [] };
+    verdicts.forEach((v, i) => {
+      const path = paths[i];
+      assert.equal(v.kind, 'forward', path);
+      assert.ok(v.headers.every(([n, value]) => !n.includes('\u0001') && !value.includes('\u0001')), path);
+      const got = Object.fromEntries(v.headers);
+      if (path === '/free') return assert.deepEqual(Object.keys(got), ['x-request-id']);
+      assert.equal(got['ratelimit-policy'], path === '/a' ? '"a";q=1000;w=60' : '"b-1m";q=50;w=60, "b-1h";q=900;w=3600', path);
+      assert.equal(got['x-ratelimit-limit'], path === '/a' ? '1000' : '50', path);
+      remaining[path].push(Number(got['x-ratelimit-remaining']));
+    });
+    // Each request saw its own count: every value once, from the limit down.
+    for (const [path, limit] of [['/a', 1000], ['/b', 50]]) {
+      const seen = remaining[path].sort((x, y) => y - x);
+      assert.deepEqual(seen, seen.map((_, i) => limit - 1 - i), path);
+    }
+    assert.equal(driver.pendingRequests, 0);
+  } finally {
+    client.disconnect();
+  }
+});
