@@ -356,9 +356,10 @@ test('the usual request: whole commands and headers when the answers name only w
   }
 });
 
-// Replies that come together (one read of the client's socket) are fed to the flow in one
-// call: every request still gets its own headers, whole, whatever came before it in the batch.
-test('replies that come together: each request its own headers', async () => {
+// Requests that come in one turn of the event loop are begun in one call, and replies that
+// come together (one read of the client's socket) are fed in one: every request still gets
+// its own command and headers, whole, whatever came before it in the batch.
+test('requests and replies that come together: each request its own headers', async () => {
   const client = new IORedis(servers.module.port, '127.0.0.1');
   // Holds every reply until all the calls are in, then answers them in one go, in order.
   const held = [];
@@ -383,12 +384,18 @@ test('replies that come together: each request its own headers', async () => {
   try {
     const { driver } = rateLimit({ client: spy, config, limiterOptions: PATIENT });
     const batches = [];
+    const begun = [];
     const flow = driver['flow'];
     const feedMany = flow.feedMany.bind(flow);
     flow.feedMany = (ids, replies, now) => (batches.push(ids.length), feedMany(ids, replies, now));
+    const beginMany = flow.beginMany.bind(flow);
+    flow.beginMany = (requests, now) => (begun.push(requests), beginMany(requests, now));
     const paths = Array.from({ length: N + 6 }, (_, i) => ['/a', '/b', '/a', '/free', '/b'][i % 5]).filter((p, i) => p !== '/free' || i < 10);
     assert.equal(paths.filter((p) => p !== '/free').length, N);
-    const verdicts = await Promise.all(paths.map((path) => driver.decide({ method: 'GET', path, headers: [['Host', 'x']], peer: '10.0.0.8' })));
+    // Requests of none, one and two headers (a request id of their own).
+    const headersOf = (i) => [[], [['Host', 'x']], [['Host', 'x'], ['X-Request-Id', `id-${i}`]]][i % 3];
+    const verdicts = await Promise.all(paths.map((path, i) => driver.decide({ method: 'GET', path, headers: headersOf(i), peer: '10.0.0.8' })));
+    assert.equal(begun.length, 1, 'one call begins them all');
     assert.deepEqual(batches, [N], 'one call feeds them all');
     const remaining = { '/a': [], '/b': [] };
     verdicts.forEach((v, i) => {
@@ -396,6 +403,7 @@ test('replies that come together: each request its own headers', async () => {
       assert.equal(v.kind, 'forward', path);
       assert.ok(v.headers.every(([n, value]) => !n.includes('\u0001') && !value.includes('\u0001')), path);
       const got = Object.fromEntries(v.headers);
+      if (i % 3 === 2) assert.equal(got['x-request-id'], `id-${i}`);
       if (path === '/free') return assert.deepEqual(Object.keys(got), ['x-request-id']);
       assert.equal(got['ratelimit-policy'], path === '/a' ? '"a";q=1000;w=60' : '"b-1m";q=50;w=60, "b-1h";q=900;w=3600', path);
       assert.equal(got['x-ratelimit-limit'], path === '/a' ? '1000' : '50', path);
