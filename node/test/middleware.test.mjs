@@ -379,6 +379,7 @@ test('requests and replies that come together: each request its own headers', as
     rules: [
       { name: 'a', paths: ['/a'], key: ['ip'], algorithm: 'sliding', limit: 1000, window_ms: 60_000 },
       { name: 'b', paths: ['/b'], key: ['ip'], limits: ['50/minute', '900/hour'] },
+      { name: 'c', paths: ['/c'], key: ['ip'], algorithm: 'sliding', limit: 2, window_ms: 60_000 },
     ],
   };
   try {
@@ -390,27 +391,36 @@ test('requests and replies that come together: each request its own headers', as
     flow.feedMany = (ids, replies, now) => (batches.push(ids.length), feedMany(ids, replies, now));
     const beginMany = flow.beginMany.bind(flow);
     flow.beginMany = (requests, now) => (begun.push(requests), beginMany(requests, now));
-    const paths = Array.from({ length: N + 6 }, (_, i) => ['/a', '/b', '/a', '/free', '/b'][i % 5]).filter((p, i) => p !== '/free' || i < 10);
+    // Allowed on two rules, not limited, and four on a rule of two: refused in the same batches.
+    const paths = Array.from({ length: N + 1 }, (_, i) => ['/a', '/b', '/a', '/free', '/b'][i % 5]).filter((p, i) => p !== '/free' || i < 10);
+    paths.splice(5, 0, '/c', '/c');
+    paths.splice(15, 0, '/c', '/c');
     assert.equal(paths.filter((p) => p !== '/free').length, N);
     // Requests of none, one and two headers (a request id of their own).
     const headersOf = (i) => [[], [['Host', 'x']], [['Host', 'x'], ['X-Request-Id', `id-${i}`]]][i % 3];
     const verdicts = await Promise.all(paths.map((path, i) => driver.decide({ method: 'GET', path, headers: headersOf(i), peer: '10.0.0.8' })));
     assert.equal(begun.length, 1, 'one call begins them all');
     assert.deepEqual(batches, [N], 'one call feeds them all');
-    const remaining = { '/a': [], '/b': [] };
+    const remaining = { '/a': [], '/b': [], '/c': [] };
     verdicts.forEach((v, i) => {
       const path = paths[i];
-      assert.equal(v.kind, 'forward', path);
+      if (path === '/c' && i > 6) {
+        assert.equal(v.kind, 'respond', `${path} ${i}`);
+        assert.equal(v.status, 429);
+        return assert.equal(Object.fromEntries(v.headers)['ratelimit-policy'], '"c";q=2;w=60');
+      }
+      assert.equal(v.kind, 'forward', `${path} ${i}`);
       assert.ok(v.headers.every(([n, value]) => !n.includes('\u0001') && !value.includes('\u0001')), path);
       const got = Object.fromEntries(v.headers);
       if (i % 3 === 2) assert.equal(got['x-request-id'], `id-${i}`);
       if (path === '/free') return assert.deepEqual(Object.keys(got), ['x-request-id']);
-      assert.equal(got['ratelimit-policy'], path === '/a' ? '"a";q=1000;w=60' : '"b-1m";q=50;w=60, "b-1h";q=900;w=3600', path);
-      assert.equal(got['x-ratelimit-limit'], path === '/a' ? '1000' : '50', path);
+      const policy = { '/a': '"a";q=1000;w=60', '/b': '"b-1m";q=50;w=60, "b-1h";q=900;w=3600', '/c': '"c";q=2;w=60' }[path];
+      assert.equal(got['ratelimit-policy'], policy, path);
+      assert.equal(got['x-ratelimit-limit'], { '/a': '1000', '/b': '50', '/c': '2' }[path], path);
       remaining[path].push(Number(got['x-ratelimit-remaining']));
     });
     // Each request saw its own count: every value once, from the limit down.
-    for (const [path, limit] of [['/a', 1000], ['/b', 50]]) {
+    for (const [path, limit] of [['/a', 1000], ['/b', 50], ['/c', 2]]) {
       const seen = remaining[path].sort((x, y) => y - x);
       assert.deepEqual(seen, seen.map((_, i) => limit - 1 - i), path);
     }
