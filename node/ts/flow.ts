@@ -102,6 +102,12 @@ type Outcome =
   | { kind: 'respond'; status: number; headers: [string, string][]; body: string }
   | { kind: 'forward'; names: string[]; values: string[]; path: string; requestId: string; traceparent: string; finish: Finish | null };
 
+/** `words` from `from` on with each line feed made a space (no HTTP field holds one). */
+function oneLine(words: string[], from = 0): string[] {
+  for (let i = from; i < words.length; i++) if (words[i].includes('\n')) words[i] = words[i].replaceAll('\n', ' ');
+  return words;
+}
+
 /** `target.fail`, whatever it throws in turn (nothing else is left to tell it). */
 function failQuietly<C>(target: VerdictTarget<C>, ctx: C, error: unknown): void {
   try {
@@ -152,7 +158,8 @@ export interface HttpRequest {
   path: string;
   /** `[name, value]` pairs (or `rawHeaders`). */
   headers?: [string, string][];
-  /** Name, value, name, value... as Node's `req.rawHeaders` (used instead of `headers`: cheaper). */
+  /** Name, value, name, value... Node's `req.rawHeaders` (used instead of `headers`: cheaper;
+   * taken as Node's parser hands them over, without a line feed, like the other fields then). */
   rawHeaders?: string[];
   /** The client's address. */
   peer: string | null;
@@ -396,13 +403,18 @@ export class FlowDriver {
     let answers: string;
     try {
       if (this.heartbeats === null) this.beat();
-      // One string across the addon (a header holds no line feed).
+      // One string across the addon, words joined by line feeds: a line feed in a word
+      // would shift every word after it, the other requests' too. Node's HTTP parser lets
+      // none through (a request line or header line ends there): `rawHeaders` and the path
+      // of Express and Fastify hold none; what an adapter of its own hands over is checked.
       const words: string[] = [];
       for (const { req } of batch) {
-        const raw = req.rawHeaders ?? (req.headers ?? []).flat();
+        const raw = req.rawHeaders ?? oneLine((req.headers ?? []).flat());
         const rid = requestIdOf(raw);
         rids.push(rid);
-        words.push(req.method, req.path, req.peer ?? '', rid, req.route ?? '', String(raw.length));
+        words.push(req.method, req.path, req.peer ?? '', rid, req.route ?? '');
+        if (req.rawHeaders === undefined) oneLine(words, words.length - 5);
+        words.push(String(raw.length));
         for (let i = 0; i < raw.length; i++) words.push(raw[i]);
       }
       answers = this.flow.beginMany(words.join('\n'), nowMs());
