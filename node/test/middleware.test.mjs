@@ -430,3 +430,42 @@ test('requests and replies that come together: each request its own headers', as
     client.disconnect();
   }
 });
+
+// The bookings of one batch go to Redis in one write: the client's socket is corked while
+// they are sent and uncorked after (ioredis and iovalkey), every request answered.
+test('a batch of requests through Express: one write to Redis, each request its own count', async () => {
+  const client = new IORedis(servers.module.port, '127.0.0.1');
+  await client.ping();
+  const config = {
+    key_prefix: 'ck',
+    dimensions: [],
+    hot: [],
+    fleet: { membership: false },
+    rules: [{ name: 'a', key: ['ip'], algorithm: 'sliding', limit: 1000, window_ms: 60_000 }],
+  };
+  try {
+    const handler = rateLimit({ client, config, limiterOptions: PATIENT });
+    const writes = [];
+    const write = client.stream.write.bind(client.stream);
+    const writev = client.stream._writev.bind(client.stream);
+    client.stream.write = (...args) => (writes.push(client.stream.writableCorked), write(...args));
+    client.stream._writev = (chunks, cb) => (writes.push(`writev ${chunks.length}`), writev(chunks, cb));
+    const N = 12;
+    const done = Array.from({ length: N }, () => {
+      const set = {};
+      const req = { method: 'GET', originalUrl: '/x', url: '/x', rawHeaders: ['Host', 'x'], headers: {}, socket: { remoteAddress: '10.1.2.3' } };
+      const res = { statusCode: 200, setHeader: (n, v) => void (set[n] = v), getHeaders: () => set, end: () => undefined, on: () => undefined };
+      // Express calls the middleware for each request as it is read: all in one turn here.
+      return new Promise((resolve, reject) => handler(req, res, (e) => (e ? reject(e) : resolve(set))));
+    });
+    const answers = await Promise.all(done);
+    assert.deepEqual(
+      answers.map((h) => Number(h['x-ratelimit-remaining'])).sort((a, b) => b - a),
+      Array.from({ length: N }, (_, i) => 999 - i),
+    );
+    assert.deepEqual(writes, [...Array(N).fill(1), `writev ${N}`], 'written while corked, then at once');
+    assert.equal(client.stream.writableCorked, 0);
+  } finally {
+    client.disconnect();
+  }
+});

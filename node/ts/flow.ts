@@ -422,6 +422,9 @@ export class FlowDriver {
       for (const { ctx, target } of batch) failQuietly(target, ctx, e);
       return;
     }
+    // The batch's bookings written to Redis at once (one system call, and one read for
+    // the server, instead of one per request), when the client lets its socket be corked.
+    const uncork = batch.length > 1 ? this.limiter.cork() : null;
     let at = 0;
     for (let i = 0; i < batch.length; i++) {
       // Each answer after its length and a colon.
@@ -437,6 +440,7 @@ export class FlowDriver {
         failQuietly(target, ctx, e);
       }
     }
+    uncork?.();
   };
 
   /** Goes on with a request after `begin`'s answer (`begun`): the usual booking sent, its

@@ -420,6 +420,12 @@ export class Limiter {
     else this.deadlines.notify(sent, onReply, onError);
   }
 
+  /** @internal Holds the commands sent from now on until the function returned is
+   * called, then writes them at once (the client's `Sender.cork`); null: not held. */
+  cork(): (() => void) | null {
+    return this.sender.cork();
+  }
+
   /** @internal See `sendFirst`. */
   exchangeAfter(error: unknown, key: string, fail: (message: string, outage: boolean) => string[] | null): Promise<unknown> {
     const next = fail(messageOf(error), error instanceof TimeoutError || !isReplyError(error));
