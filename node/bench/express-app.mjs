@@ -29,14 +29,16 @@ function peer(req) {
   return a.startsWith('::ffff:') ? a.slice(7) : a;
 }
 
-if (variant === 'redis-rl' || variant === 'redis-rl-other') {
+if (variant === 'redis-rl' || variant === 'redis-rl-other' || variant === 'redis-rl-draft') {
   // redis-rl-other: another build of the package (OTHER_DIST: its dist/esm/index.js), to
-  // compare two builds in one run.
-  const { rateLimit } = variant === 'redis-rl' ? ours : await import(process.env.OTHER_DIST);
+  // compare two builds in one run. redis-rl-draft: the draft's two headers alone
+  // (`legacy_headers = false`), as the express-rate-limit app here sends.
+  const { rateLimit } = variant === 'redis-rl-other' ? await import(process.env.OTHER_DIST) : ours;
   const rule = { name: 'bench', key: ['ip'], algorithm: 'sliding' };
   if (four) rule.limits = WINDOWS.map((s) => `${LIMIT}/${NAMES[s]}`);
   else Object.assign(rule, { limit: LIMIT, window_ms: WINDOWS[0] * 1000 });
   const config = { key_prefix: 'rl', dimensions: [], hot: [], fleet: { membership: false }, rules: [rule] };
+  if (variant === 'redis-rl-draft') config.legacy_headers = false;
   app.use(rateLimit({ client: redis, config }));
 } else if (variant === 'express-rate-limit') {
   // One middleware per window (express-rate-limit takes one window), each with its store.

@@ -1,5 +1,6 @@
 // `make bench-node`: Express 5 apps (bench/express-app.mjs) on one server ($RL_SERVER, the
-// module loaded): redis-rl's middleware, express-rate-limit + rate-limit-redis,
+// module loaded): redis-rl's middleware (with its default headers, and with the draft's two
+// alone: `legacy_headers = false`, as the express-rate-limit app), express-rate-limit + rate-limit-redis,
 // rate-limiter-flexible's RateLimiterRedis, the raw command by hand with ioredis.call (the
 // floor of any Node package), the same raw command plus the middleware's response headers set
 // by hand (a second reference: how much of the gap is the headers) and Express alone; one
@@ -25,9 +26,9 @@ const here = dirname(fileURLToPath(import.meta.url));
 const ROUNDS = Math.min(Number(process.env.ROUNDS || 5), 20);
 const SECONDS = Math.min(Number(process.env.ROUND_SECONDS || 4), 30);
 const CONNECTIONS = 32;
-const VARIANTS = (process.env.VARIANTS || 'redis-rl,express-rate-limit,rate-limiter-flexible,raw,raw-headers,express').split(',');
+const VARIANTS = (process.env.VARIANTS || 'redis-rl,redis-rl-draft,express-rate-limit,rate-limiter-flexible,raw,raw-headers,express').split(',');
 const LIMITS = (process.env.LIMITS || '1,4').split(',');
-const LABELS = { 'raw-headers': 'raw + the same headers by hand (reference)', 'redis-rl-other': `redis-rl (${process.env.OTHER_LABEL ?? process.env.OTHER_DIST})` };
+const LABELS = { 'redis-rl-draft': 'redis-rl, legacy_headers = false', 'raw-headers': 'raw + the same headers by hand (reference)', 'redis-rl-other': `redis-rl (${process.env.OTHER_LABEL ?? process.env.OTHER_DIST})` };
 
 function pin(pid, cpu) {
   try {
