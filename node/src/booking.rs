@@ -15,17 +15,19 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use redis_rl_client::sansio::Layers;
-use redis_rl_flow::Step;
+use redis_rl_flow::{HttpRequest, Step};
 
 use crate::core::Core;
-use crate::flow::{leaves_nothing, Fed, Flow, RequestFlow, SEP};
+use crate::flow::{flat_header_list, leaves_nothing, Fed, Flow, RequestFlow, SEP};
 use crate::reply::Reply;
+use crate::text::JsText;
 
 /// A word the same as the one at its place in the flow's last answer of its kind (the last
 /// booking's command, the last forwarded request's headers): JavaScript keeps those and
@@ -49,6 +51,8 @@ pub(crate) struct Pending {
     last_command: RefCell<Vec<String>>,
     /// The headers of the last request `feed` answered `F` or `f`, as JavaScript has them.
     last_headers: RefCell<Vec<(&'static str, String)>>,
+    /// The last request's strings as `begin` read them (kept: no allocation per request).
+    text: RefCell<Vec<u8>>,
 }
 
 impl Pending {
@@ -65,6 +69,39 @@ impl Pending {
             .remove(&id)
             .ok_or_else(|| Error::new(Status::InvalidArg, format!("no request {id}")))
     }
+}
+
+/// The request `begin` got, read into `buf` (see [`JsText`]).
+#[allow(clippy::too_many_arguments)]
+fn http_request(
+    buf: &mut Vec<u8>,
+    method: &JsText,
+    path: &JsText,
+    headers: &JsText,
+    peer: Option<&JsText>,
+    request_id: &JsText,
+    route: Option<&JsText>,
+) -> Result<HttpRequest> {
+    buf.clear();
+    let method = method.append_to(buf)?;
+    let path = path.append_to(buf)?;
+    let headers = headers.append_to(buf)?;
+    let peer = peer.map(|p| p.append_to(buf)).transpose()?;
+    let request_id = request_id.append_to(buf)?;
+    let route = route.map(|r| r.append_to(buf)).transpose()?;
+    // V8 writes UTF-8 (a lone surrogate as U+FFFD): each part starts at a character.
+    let text =
+        std::str::from_utf8(buf).map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
+    let word = |r: std::ops::Range<usize>| text.get(r).unwrap_or_default();
+    Ok(HttpRequest {
+        method: word(method).to_owned(),
+        path: word(path).to_owned(),
+        headers: flat_header_list(word(headers)),
+        peer: peer.and_then(|p| word(p).parse::<IpAddr>().ok()),
+        route: route.map(|r| word(r).to_owned()),
+        request_id: word(request_id).to_owned(),
+        ..HttpRequest::default()
+    })
 }
 
 fn push_word(out: &mut String, word: &str) {
@@ -101,16 +138,18 @@ impl Flow {
     /// and the command's words (none: decided without Redis; `\u0001`: the word at its
     /// place in the last answer's command), joined by line feeds. Feed the reply with
     /// `feed`, an error with `fail`.
-    #[napi]
+    #[napi(
+        ts_args_type = "method: string, path: string, headers: string, peer: string | undefined | null, requestId: string, route: string | undefined | null, nowMs: number"
+    )]
     #[allow(clippy::too_many_arguments)]
     pub fn begin(
         &self,
-        method: String,
-        path: String,
-        headers: String,
-        peer: Option<String>,
-        request_id: String,
-        route: Option<String>,
+        method: JsText,
+        path: JsText,
+        headers: JsText,
+        peer: Option<JsText>,
+        request_id: JsText,
+        route: Option<JsText>,
         now_ms: f64,
     ) -> Result<String> {
         let limiter = self.pending.limiter.borrow();
@@ -120,8 +159,16 @@ impl Flow {
                 "begin: no limiter (bind)",
             ));
         };
-        let mut request =
-            self.request_flow(method, path, &headers, peer, request_id, route, now_ms);
+        let req = http_request(
+            &mut self.pending.text.borrow_mut(),
+            &method,
+            &path,
+            &headers,
+            peer.as_ref(),
+            &request_id,
+            route.as_ref(),
+        )?;
+        let mut request = self.request_flow(req, now_ms);
         // The first step is the booking (kept here: `step` is null), its words cross joined
         // by line feeds: a ban key with one (from the key prefix) goes step by step.
         let booking =

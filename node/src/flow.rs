@@ -46,7 +46,7 @@ fn headers(hs: &[(&'static str, String)]) -> Value {
 pub(crate) const SEP: char = '\n';
 
 /// Headers as Node's `rawHeaders` joined by line feeds: name, value, name, value...
-fn flat_header_list(hs: &str) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn flat_header_list(hs: &str) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     let mut words = hs.split(SEP);
     while let (Some(name), Some(value)) = (words.next(), words.next()) {
@@ -278,28 +278,31 @@ impl Flow {
         route: Option<String>,
         now_ms: f64,
     ) -> RequestFlow {
-        self.request_flow(method, path, &headers, peer, request_id, route, now_ms)
+        let req = redis_rl_flow::HttpRequest {
+            method,
+            path,
+            headers: flat_header_list(&headers),
+            peer: peer.and_then(|p| p.parse::<IpAddr>().ok()),
+            route,
+            request_id,
+            ..redis_rl_flow::HttpRequest::default()
+        };
+        self.request_flow(req, now_ms)
     }
 }
 
 impl Flow {
-    /// A request started (see [`Flow::start`]), as a Rust value.
-    #[allow(clippy::too_many_arguments)]
+    /// A request started (see [`Flow::start`]), as a Rust value: `req` without its trace id
+    /// (read here from its `traceparent`).
     pub(crate) fn request_flow(
         &self,
-        method: String,
-        path: String,
-        headers: &str,
-        peer: Option<String>,
-        request_id: String,
-        route: Option<String>,
+        mut req: redis_rl_flow::HttpRequest,
         now_ms: f64,
     ) -> RequestFlow {
-        let headers = flat_header_list(headers);
         // The request's W3C trace (its `traceparent` when valid, else a new one), as
         // rl-gateway reads it: its id goes into problem bodies.
         let mut traceparents = http::HeaderMap::new();
-        for (name, value) in &headers {
+        for (name, value) in &req.headers {
             if name == "traceparent" {
                 if let Ok(v) = http::HeaderValue::from_bytes(value) {
                     traceparents.append(http::header::HeaderName::from_static("traceparent"), v);
@@ -307,17 +310,7 @@ impl Flow {
             }
         }
         let trace = TraceContext::of(&traceparents);
-        let req = redis_rl_flow::HttpRequest {
-            method,
-            path,
-            host: None,
-            headers,
-            peer: peer.and_then(|p| p.parse::<IpAddr>().ok()),
-            route,
-            request_id,
-            trace_id: Some(trace.trace_id()),
-            settle_report: false,
-        };
+        req.trace_id = Some(trace.trace_id());
         let (flow, first) = self.flow.start(req, whole(now_ms));
         let mut request = RequestFlow {
             flow,

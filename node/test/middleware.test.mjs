@@ -355,3 +355,30 @@ test('the usual request: whole commands and headers when the answers name only w
     client.disconnect();
   }
 });
+
+// The request's strings cross into the addon through one reused buffer: long ones and ones
+// beyond ASCII arrive whole and in their places, on the usual way and on the way step by step
+// (an API key's tier to look up).
+test('long and non-ASCII strings of a request reach the flow whole', async () => {
+  const LIMIT = 1_000_000;
+  const sent = [];
+  const answer = (words) =>
+    words[0] === 'RL.ALL' ? [1, 0, Array.from({ length: Number(words[1]) }, () => [LIMIT, LIMIT - 1, 0, 60_000])] : [1, LIMIT, LIMIT - 1, 0, 60_000];
+  const client = { call: (...words) => (sent.push(words), Promise.resolve(answer(words))) };
+  const looked = [];
+  const config = { key_prefix: 'ls', hot: [], fleet: { membership: false }, dimensions: ['api_key', 'endpoint'], endpoint: { limit: LIMIT }, tiers: { free: { limit: LIMIT } } };
+  const { driver } = rateLimit({ client, config, tiers: (k) => (looked.push(k), 'free') });
+  const route = `/ü/${'é'.repeat(200)}`;
+  const pad = ['X-Pad', `${'é'.repeat(300)}\u{1F600}`];
+  const trace = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+  const usual = await driver.decide({ method: 'GET', path: '/x', headers: [pad, ['traceparent', trace]], peer: '10.0.0.9', route });
+  assert.equal(usual.kind, 'forward');
+  assert.ok(usual.traceparent.startsWith('00-4bf92f3577b34da6a3ce929d0e0e4736-'), usual.traceparent);
+  assert.ok(sent.at(-1).includes(`ls:{ip:10.0.0.9}:ep:${route}`), String(sent.at(-1)));
+  const key = `k-${'x'.repeat(150)}`;
+  const tiered = await driver.decide({ method: 'GET', path: '/x', headers: [pad, ['X-Api-Key', key]], peer: '10.0.0.9', route });
+  assert.equal(tiered.kind, 'forward');
+  assert.deepEqual(looked, [key]);
+  assert.ok(sent.at(-1).includes(`ls:{k:5e2b97b0905f1457}:ep:${route}`), String(sent.at(-1)));
+  assert.equal(driver.pendingRequests, 0);
+});
