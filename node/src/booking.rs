@@ -14,7 +14,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -56,8 +55,13 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
+    /// The number the next request parked gets.
+    fn next(&self) -> u32 {
+        self.last.get().wrapping_add(1)
+    }
+
     fn park(&self, request: RequestFlow) -> u32 {
-        let id = self.last.get().wrapping_add(1);
+        let id = self.next();
         self.last.set(id);
         self.requests.borrow_mut().insert(id, request);
         id
@@ -102,6 +106,11 @@ fn http_request(
         request_id: word(request_id).to_owned(),
         ..HttpRequest::default()
     })
+}
+
+/// `n` in decimal (without the formatting machinery of `write!`: twice a request).
+fn push_number(out: &mut String, n: impl itoa::Integer) {
+    out.push_str(itoa::Buffer::new().format(n));
 }
 
 fn push_word(out: &mut String, word: &str) {
@@ -179,7 +188,7 @@ impl Flow {
             };
         let mut out = String::with_capacity(256);
         let Some(command) = booking else {
-            let _ = write!(out, "{}", self.pending.park(request));
+            push_number(&mut out, self.pending.park(request));
             return Ok(out);
         };
         // Only a cluster client routes by the key.
@@ -187,20 +196,20 @@ impl Flow {
             Some(t) if *cluster => t.key.as_str(),
             _ => "",
         };
-        // The number is known once the request is parked (it moves): the words first.
-        let mut words = String::with_capacity(256);
-        words.push_str(key);
-        let _ = write!(words, "{SEP}{}", request.ban_reads.len());
+        push_number(&mut out, self.pending.next());
+        out.push(SEP);
+        out.push_str(key);
+        out.push(SEP);
+        push_number(&mut out, request.ban_reads.len());
         for k in &request.ban_reads {
-            push_word(&mut words, k);
+            push_word(&mut out, k);
         }
         let mut last = self.pending.last_command.borrow_mut();
         for (i, w) in command.iter().enumerate() {
-            push_new(&mut words, w, last.get(i));
+            push_new(&mut out, w, last.get(i));
         }
         *last = command;
-        let id = self.pending.park(request);
-        let _ = write!(out, "{id}{SEP}{words}");
+        self.pending.park(request);
         Ok(out)
     }
 
@@ -261,7 +270,8 @@ impl Flow {
                 } else {
                     out.push('F');
                     push_word(&mut out, &request.traceparent);
-                    let _ = write!(out, "{SEP}{}", 2 * f.headers.len());
+                    out.push(SEP);
+                    push_number(&mut out, 2 * f.headers.len());
                     for (name, value) in &f.headers {
                         push_word(&mut out, name);
                         push_word(&mut out, value);
