@@ -25,7 +25,7 @@ use redis_rl_flow::{HttpRequest, Step};
 
 use crate::core::Core;
 use crate::flow::{flat_header_list, leaves_nothing, Fed, Flow, RequestFlow, SEP};
-use crate::reply::Reply;
+use crate::reply::MaybeReply;
 use crate::text::JsText;
 
 /// A word the same as the one at its place in the flow's last answer of its kind (the last
@@ -226,7 +226,7 @@ impl Flow {
     pub fn feed(
         &self,
         id: u32,
-        reply: Option<Reply>,
+        reply: MaybeReply,
         bans: Vec<Option<i64>>,
         now_ms: f64,
     ) -> Result<String> {
@@ -234,7 +234,7 @@ impl Flow {
         let Some(request) = requests.get_mut(&id) else {
             return Err(Error::new(Status::InvalidArg, format!("no request {id}")));
         };
-        let fed = match request.feed_booking(reply.as_ref().map(|r| &r.0), bans, now_ms) {
+        let fed = match request.feed_booking(reply.0.as_ref(), bans, now_ms) {
             Ok(fed) => fed,
             Err(e) => {
                 requests.remove(&id);

@@ -631,16 +631,14 @@ impl RequestFlow {
     )]
     pub fn book_feed(
         &mut self,
-        reply: Option<crate::reply::Reply>,
+        reply: crate::reply::MaybeReply,
         bans: Vec<Option<i64>>,
         now_ms: f64,
     ) -> Result<Value> {
-        Ok(
-            match self.feed_booking(reply.as_ref().map(|r| &r.0), bans, now_ms)? {
-                Fed::Send(next) => json!({"kind": "send", "command": next.join("\n")}),
-                Fed::Step(s) => self.next(s),
-            },
-        )
+        Ok(match self.feed_booking(reply.0.as_ref(), bans, now_ms)? {
+            Fed::Send(next) => json!({"kind": "send", "command": next.join("\n")}),
+            Fed::Step(s) => self.next(s),
+        })
     }
 
     /// The `forward` step (a step given as the string `forward`): `[path, rest]`, `rest`
