@@ -24,7 +24,7 @@ use redis_rl_client::sansio::Layers;
 use redis_rl_flow::{HttpRequest, Step};
 
 use crate::core::Core;
-use crate::flow::{flat_header_list, leaves_nothing, Fed, Flow, RequestFlow, SEP};
+use crate::flow::{flat_header_list, leaves_nothing, Fed, Flow, FlowState, RequestFlow, SEP};
 use crate::reply::MaybeReply;
 use crate::text::JsText;
 
@@ -161,6 +161,79 @@ impl Flow {
         route: Option<JsText>,
         now_ms: f64,
     ) -> Result<String> {
+        FlowState::begin(self, method, path, headers, peer, request_id, route, now_ms)
+    }
+
+    /// The reply to the booking's last command (`undefined` when it sent none or `fail`
+    /// decided it), each ban key's `PTTL` reply (`null`: the read failed), `nowMs`. Returns
+    /// `S` and the next command's words (a hot key's lease was taken first: send it, feed
+    /// its reply here again); `F`, the `traceparent` the application sees, the count of
+    /// header words, the headers' names and values and the path's normal form (the request
+    /// is forwarded as it is, and forgotten here); `f`: the same with the last `F` or `f`
+    /// answer's header names, so only the `traceparent`, the values (`\u0001`: the last
+    /// answer's value at its place) and the path; or `O`: the request goes on step by step
+    /// (take it out with `request`, its `step` is the next).
+    #[napi(ts_args_type = "id: number, reply: unknown, bans: (number | null)[], nowMs: number")]
+    pub fn feed(
+        &self,
+        id: u32,
+        reply: MaybeReply,
+        bans: Vec<Option<i64>>,
+        now_ms: f64,
+    ) -> Result<String> {
+        FlowState::feed(self, id, reply, bans, now_ms)
+    }
+
+    /// The error the booking's command got (`outage`: no answer, a timeout): the next command
+    /// (the twin, `EVAL`), or `null`: decided (feed `undefined`); throws the error when it is
+    /// the call's own (the request is forgotten).
+    #[napi]
+    pub fn fail(&self, id: u32, message: String, outage: bool) -> Result<Option<Vec<String>>> {
+        let mut requests = self.pending.requests.borrow_mut();
+        let Some(request) = requests.get_mut(&id) else {
+            return Err(Error::new(Status::InvalidArg, format!("no request {id}")));
+        };
+        let next = request.fail_booking(&message, outage);
+        if next.is_err() {
+            requests.remove(&id);
+        }
+        next
+    }
+
+    /// Takes request `id` out of the flow as a `RequestFlow` object, to go on step by step
+    /// (after `begin` answered its number alone, or `feed` answered `O`).
+    #[napi]
+    pub fn request(&self, id: u32) -> Result<RequestFlow> {
+        self.pending.take(id)
+    }
+
+    /// Forgets request `id` (its booking failed in the application's code: nothing more
+    /// will be fed); ends its hold if it had one.
+    #[napi]
+    pub fn forget(&self, id: u32) {
+        self.pending.requests.borrow_mut().remove(&id);
+    }
+
+    /// Requests begun and not yet fed, taken out or forgotten (a leak shows here).
+    #[napi(getter)]
+    pub fn pending_requests(&self) -> u32 {
+        u32::try_from(self.pending.requests.borrow().len()).unwrap_or(u32::MAX)
+    }
+}
+
+impl FlowState {
+    /// [`Flow::begin`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn begin(
+        &self,
+        method: JsText,
+        path: JsText,
+        headers: JsText,
+        peer: Option<JsText>,
+        request_id: JsText,
+        route: Option<JsText>,
+        now_ms: f64,
+    ) -> Result<String> {
         let limiter = self.pending.limiter.borrow();
         let Some((layers, cluster)) = limiter.as_ref() else {
             return Err(Error::new(
@@ -213,17 +286,8 @@ impl Flow {
         Ok(out)
     }
 
-    /// The reply to the booking's last command (`undefined` when it sent none or `fail`
-    /// decided it), each ban key's `PTTL` reply (`null`: the read failed), `nowMs`. Returns
-    /// `S` and the next command's words (a hot key's lease was taken first: send it, feed
-    /// its reply here again); `F`, the `traceparent` the application sees, the count of
-    /// header words, the headers' names and values and the path's normal form (the request
-    /// is forwarded as it is, and forgotten here); `f`: the same with the last `F` or `f`
-    /// answer's header names, so only the `traceparent`, the values (`\u0001`: the last
-    /// answer's value at its place) and the path; or `O`: the request goes on step by step
-    /// (take it out with `request`, its `step` is the next).
-    #[napi(ts_args_type = "id: number, reply: unknown, bans: (number | null)[], nowMs: number")]
-    pub fn feed(
+    /// [`Flow::feed`].
+    pub(crate) fn feed(
         &self,
         id: u32,
         reply: MaybeReply,
@@ -286,41 +350,5 @@ impl Flow {
             }
         }
         Ok(out)
-    }
-
-    /// The error the booking's command got (`outage`: no answer, a timeout): the next command
-    /// (the twin, `EVAL`), or `null`: decided (feed `undefined`); throws the error when it is
-    /// the call's own (the request is forgotten).
-    #[napi]
-    pub fn fail(&self, id: u32, message: String, outage: bool) -> Result<Option<Vec<String>>> {
-        let mut requests = self.pending.requests.borrow_mut();
-        let Some(request) = requests.get_mut(&id) else {
-            return Err(Error::new(Status::InvalidArg, format!("no request {id}")));
-        };
-        let next = request.fail_booking(&message, outage);
-        if next.is_err() {
-            requests.remove(&id);
-        }
-        next
-    }
-
-    /// Takes request `id` out of the flow as a `RequestFlow` object, to go on step by step
-    /// (after `begin` answered its number alone, or `feed` answered `O`).
-    #[napi]
-    pub fn request(&self, id: u32) -> Result<RequestFlow> {
-        self.pending.take(id)
-    }
-
-    /// Forgets request `id` (its booking failed in the application's code: nothing more
-    /// will be fed); ends its hold if it had one.
-    #[napi]
-    pub fn forget(&self, id: u32) {
-        self.pending.requests.borrow_mut().remove(&id);
-    }
-
-    /// Requests begun and not yet fed, taken out or forgotten (a leak shows here).
-    #[napi(getter)]
-    pub fn pending_requests(&self) -> u32 {
-        u32::try_from(self.pending.requests.borrow().len()).unwrap_or(u32::MAX)
     }
 }

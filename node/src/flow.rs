@@ -10,6 +10,7 @@
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::rc::Rc;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
@@ -169,10 +170,24 @@ fn decided_of(d: &Decision) -> Result<redis_rl_flow::Decided> {
 /// from it.
 #[napi]
 pub struct Flow {
+    /// Shared with the object's own `begin` and `feed` (see `bound.rs`).
+    state: Rc<FlowState>,
+}
+
+/// What a [`Flow`] holds.
+pub struct FlowState {
     flow: redis_rl_flow::Flow,
     engine: Engine,
     /// The requests between [`Flow::begin`] and their end, by number (see `booking.rs`).
     pub(crate) pending: crate::booking::Pending,
+}
+
+impl std::ops::Deref for Flow {
+    type Target = FlowState;
+
+    fn deref(&self) -> &FlowState {
+        &self.state
+    }
 }
 
 fn engine(
@@ -189,27 +204,44 @@ fn engine(
 impl Flow {
     /// Parses and validates TOML (rl-gateway's `--config`); `source` names the file in
     /// errors, with the line and the field.
-    #[napi(factory)]
-    pub fn from_toml(text: String, source: String, routes: Option<Vec<String>>) -> Result<Self> {
+    #[napi(ts_return_type = "Flow")]
+    pub fn from_toml(
+        env: &Env,
+        text: String,
+        source: String,
+        routes: Option<Vec<String>>,
+    ) -> Result<ClassInstance<'_, Flow>> {
         let routes = routes.unwrap_or_default();
         let engine = engine(Config::from_toml_named(&text, &source), &source, &routes)?;
-        Ok(Self::of(engine))
+        Self::of(env, engine)
     }
 
     /// Parses and validates JSON of the same schema (an object built in code).
-    #[napi(factory)]
-    pub fn from_json(text: String, source: String, routes: Option<Vec<String>>) -> Result<Self> {
+    #[napi(ts_return_type = "Flow")]
+    pub fn from_json(
+        env: &Env,
+        text: String,
+        source: String,
+        routes: Option<Vec<String>>,
+    ) -> Result<ClassInstance<'_, Flow>> {
         let routes = routes.unwrap_or_default();
         let engine = engine(Config::from_json_named(&text, &source), &source, &routes)?;
-        Ok(Self::of(engine))
+        Self::of(env, engine)
     }
 
-    fn of(engine: Engine) -> Self {
-        Self {
+    /// The object, with its own `begin` and `feed` (see `bound.rs`).
+    fn of(env: &Env, engine: Engine) -> Result<ClassInstance<'_, Flow>> {
+        let state = Rc::new(FlowState {
             flow: redis_rl_flow::Flow::new(engine.clone()),
             engine,
             pending: crate::booking::Pending::default(),
+        });
+        let instance = Self {
+            state: Rc::clone(&state),
         }
+        .into_instance(env)?;
+        crate::bound::own_methods(env, &instance.as_object(env), &state)?;
+        Ok(instance)
     }
 
     /// The key prefix (bans' index, top offenders).
@@ -291,7 +323,7 @@ impl Flow {
     }
 }
 
-impl Flow {
+impl FlowState {
     /// A request started (see [`Flow::start`]), as a Rust value: `req` without its trace id
     /// (read here from its `traceparent`).
     pub(crate) fn request_flow(
