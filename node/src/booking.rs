@@ -24,7 +24,7 @@ use redis_rl_client::sansio::Layers;
 use redis_rl_flow::{HttpRequest, Step};
 
 use crate::core::Core;
-use crate::flow::{flat_header_list, leaves_nothing, Fed, Flow, FlowState, RequestFlow, SEP};
+use crate::flow::{fill_header_list, leaves_nothing, Fed, Flow, FlowState, RequestFlow, SEP};
 use crate::reply::MaybeReply;
 use crate::text::JsText;
 
@@ -53,6 +53,9 @@ pub(crate) struct Pending {
     last_headers: RefCell<Vec<(&'static str, String)>>,
     /// The last request's strings as `begin` read them (kept: no allocation per request).
     text: RefCell<Vec<u8>>,
+    /// The request of the last one `feed` forwarded: `begin` fills it again (its strings'
+    /// memory reused: about six allocations fewer per request).
+    spare: RefCell<HttpRequest>,
 }
 
 impl Pending {
@@ -77,9 +80,10 @@ impl Pending {
     }
 }
 
-/// The request `begin` got, read into `buf` (see [`JsText`]).
+/// The request `begin` got, read into `buf` (see [`JsText`]), in `req`'s memory.
 #[allow(clippy::too_many_arguments)]
 fn http_request(
+    mut req: HttpRequest,
     buf: &mut Vec<u8>,
     method: &JsText,
     path: &JsText,
@@ -99,15 +103,28 @@ fn http_request(
     let text =
         std::str::from_utf8(buf).map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
     let word = |r: std::ops::Range<usize>| text.get(r).unwrap_or_default();
-    Ok(HttpRequest {
-        method: word(method).to_owned(),
-        path: word(path).to_owned(),
-        headers: flat_header_list(word(headers)),
-        peer: peer.and_then(|p| word(p).parse::<IpAddr>().ok()),
-        route: route.map(|r| word(r).to_owned()),
-        request_id: word(request_id).to_owned(),
-        ..HttpRequest::default()
-    })
+    let refill = |s: &mut String, r: std::ops::Range<usize>| {
+        s.clear();
+        s.push_str(word(r));
+    };
+    refill(&mut req.method, method);
+    refill(&mut req.path, path);
+    refill(&mut req.request_id, request_id);
+    fill_header_list(&mut req.headers, word(headers));
+    req.peer = peer.and_then(|p| word(p).parse::<IpAddr>().ok());
+    req.route = match (req.route.take(), route) {
+        (Some(mut s), Some(r)) => {
+            refill(&mut s, r);
+            Some(s)
+        }
+        (None, Some(r)) => Some(word(r).to_owned()),
+        (_, None) => None,
+    };
+    // What `begin` never sets: as a new request's.
+    req.host = None;
+    req.trace_id = None;
+    req.settle_report = false;
+    Ok(req)
 }
 
 /// `n` in decimal (without the formatting machinery of `write!`: twice a request).
@@ -243,7 +260,9 @@ impl FlowState {
                 "begin: no limiter (bind)",
             ));
         };
+        let spare = std::mem::take(&mut *self.pending.spare.borrow_mut());
         let req = http_request(
+            spare,
             &mut self.pending.text.borrow_mut(),
             &method,
             &path,
@@ -318,7 +337,7 @@ impl FlowState {
             Fed::Step(Step::Forward(f))
                 if f.hold_ms.is_none() && f.settle.is_none() && leaves_nothing(&f.record) =>
             {
-                let Some(request) = requests.remove(&id) else {
+                let Some(mut request) = requests.remove(&id) else {
                     return Err(Error::new(Status::InvalidArg, format!("no request {id}")));
                 };
                 // Header names and values hold no line feed (HTTP); the path may (decoded):
@@ -345,6 +364,7 @@ impl FlowState {
                 }
                 push_word(&mut out, &f.path);
                 *last = f.headers;
+                *self.pending.spare.borrow_mut() = request.take_request();
             }
             Fed::Step(step) => {
                 request.step = request.value(step);

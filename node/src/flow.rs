@@ -47,13 +47,30 @@ fn headers(hs: &[(&'static str, String)]) -> Value {
 pub(crate) const SEP: char = '\n';
 
 /// Headers as Node's `rawHeaders` joined by line feeds: name, value, name, value...
-pub(crate) fn flat_header_list(hs: &str) -> Vec<(String, Vec<u8>)> {
+fn flat_header_list(hs: &str) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
-    let mut words = hs.split(SEP);
-    while let (Some(name), Some(value)) = (words.next(), words.next()) {
-        out.push((name.to_ascii_lowercase(), value.as_bytes().to_vec()));
-    }
+    fill_header_list(&mut out, hs);
     out
+}
+
+/// [`flat_header_list`] into `list`, reusing its entries' memory.
+pub(crate) fn fill_header_list(list: &mut Vec<(String, Vec<u8>)>, hs: &str) {
+    let mut words = hs.split(SEP);
+    let mut n = 0;
+    while let (Some(name), Some(value)) = (words.next(), words.next()) {
+        match list.get_mut(n) {
+            Some((old_name, old_value)) => {
+                old_name.clear();
+                old_name.push_str(name);
+                old_name.make_ascii_lowercase();
+                old_value.clear();
+                old_value.extend_from_slice(value.as_bytes());
+            }
+            None => list.push((name.to_ascii_lowercase(), value.as_bytes().to_vec())),
+        }
+        n += 1;
+    }
+    list.truncate(n);
 }
 
 fn header_list(hs: Vec<Vec<String>>) -> Vec<(String, Vec<u8>)> {
@@ -401,6 +418,11 @@ pub(crate) enum Fed {
 }
 
 impl RequestFlow {
+    /// The request, out of a flow done with it (see `Pending`'s `spare`).
+    pub(crate) fn take_request(&mut self) -> redis_rl_flow::HttpRequest {
+        self.flow.take_request()
+    }
+
     /// Feeds the reply to the booking's last command (`None`: decided without Redis or by
     /// `bookFail`) and the ban reads' replies.
     pub(crate) fn feed_booking(

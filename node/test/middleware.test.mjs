@@ -356,9 +356,9 @@ test('the usual request: whole commands and headers when the answers name only w
   }
 });
 
-// The request's strings cross into the addon through one reused buffer: long ones and ones
-// beyond ASCII arrive whole and in their places, on the usual way and on the way step by step
-// (an API key's tier to look up).
+// The request's strings cross into the addon through one reused buffer, into the memory of
+// the last request forwarded: long ones and ones beyond ASCII arrive whole and in their
+// places, on the usual way and on the way step by step (an API key's tier to look up).
 test('long and non-ASCII strings of a request reach the flow whole', async () => {
   const LIMIT = 1_000_000;
   const sent = [];
@@ -375,6 +375,12 @@ test('long and non-ASCII strings of a request reach the flow whole', async () =>
   assert.equal(usual.kind, 'forward');
   assert.ok(usual.traceparent.startsWith('00-4bf92f3577b34da6a3ce929d0e0e4736-'), usual.traceparent);
   assert.ok(sent.at(-1).includes(`ls:{ip:10.0.0.9}:ep:${route}`), String(sent.at(-1)));
+  // The next request is read into the last one's memory: nothing of it stays (its trace,
+  // its route).
+  const plain = await driver.decide({ method: 'GET', path: '/x', headers: [['Host', 'h']], peer: '10.0.0.9' });
+  assert.equal(plain.kind, 'forward');
+  assert.ok(!plain.traceparent.startsWith('00-4bf92f3577b34da6a3ce929d0e0e4736-'), plain.traceparent);
+  assert.ok(sent.at(-1).includes('ls:{ip:10.0.0.9}:ep:<unmatched>'), String(sent.at(-1)));
   const key = `k-${'x'.repeat(150)}`;
   const tiered = await driver.decide({ method: 'GET', path: '/x', headers: [pad, ['X-Api-Key', key]], peer: '10.0.0.9', route });
   assert.equal(tiered.kind, 'forward');
