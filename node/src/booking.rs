@@ -2,7 +2,10 @@
 //! tier step, the limiter's first command), `Flow.feed` takes the reply and, for a request
 //! forwarded as it is (no hold, no settlement, nothing to record), hands back the headers and
 //! forgets it. Each answer is one string (words joined by line feeds): no object is made per
-//! request, so none is finalized either.
+//! request, so none is finalized either. The middleware calls them for several requests at
+//! once (`Flow.beginMany`: the requests of one turn of the event loop; `Flow.feedMany`: the
+//! replies of one read of the client's socket): in an application the addon's code is cold
+//! at each call, and a call per request cost about three times what it costs in a loop.
 //!
 //! # Why numbers and not objects
 //!
@@ -25,7 +28,7 @@ use redis_rl_flow::{HttpRequest, Step};
 
 use crate::core::Core;
 use crate::flow::{fill_header_list, leaves_nothing, Fed, Flow, FlowState, RequestFlow, SEP};
-use crate::reply::MaybeReply;
+use crate::reply::{MaybeReply, Reply};
 use crate::text::JsText;
 
 /// A word the same as the one at its place in the flow's last answer of its kind (the last
@@ -53,10 +56,13 @@ pub(crate) struct Pending {
     last_headers: RefCell<Vec<(&'static str, String)>>,
     /// The last request's strings as `begin` read them (kept: no allocation per request).
     text: RefCell<Vec<u8>>,
-    /// The request of the last one `feed` forwarded: `begin` fills it again (its strings'
-    /// memory reused: about six allocations fewer per request).
-    spare: RefCell<HttpRequest>,
+    /// Requests `feed` forwarded (at most [`SPARES`]): `begin` fills them again (their
+    /// strings' memory reused: about six allocations fewer per request).
+    spare: RefCell<Vec<HttpRequest>>,
 }
+
+/// Spare requests kept at most: a batch's worth (the middleware's requests in flight).
+const SPARES: usize = 64;
 
 impl Pending {
     /// The number the next request parked gets.
@@ -71,6 +77,19 @@ impl Pending {
         id
     }
 
+    /// A request to fill (a spare one when there is one).
+    fn spare(&self) -> HttpRequest {
+        self.spare.borrow_mut().pop().unwrap_or_default()
+    }
+
+    /// Keeps `request`'s memory for a later one.
+    fn keep(&self, request: HttpRequest) {
+        let mut spare = self.spare.borrow_mut();
+        if spare.len() < SPARES {
+            spare.push(request);
+        }
+    }
+
     fn take(&self, id: u32) -> Result<RequestFlow> {
         self.requests
             .borrow_mut()
@@ -83,7 +102,7 @@ impl Pending {
 /// The request `begin` got, read into `buf` (see [`JsText`]), in `req`'s memory.
 #[allow(clippy::too_many_arguments)]
 fn http_request(
-    mut req: HttpRequest,
+    req: HttpRequest,
     buf: &mut Vec<u8>,
     method: &JsText,
     path: &JsText,
@@ -103,28 +122,99 @@ fn http_request(
     let text =
         std::str::from_utf8(buf).map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
     let word = |r: std::ops::Range<usize>| text.get(r).unwrap_or_default();
-    let refill = |s: &mut String, r: std::ops::Range<usize>| {
+    Ok(filled(
+        req,
+        word(method),
+        word(path),
+        word(headers),
+        peer.map(word),
+        word(request_id),
+        route.map(word),
+    ))
+}
+
+/// `req` (its memory reused) filled with a request's parts: `headers` as `begin`'s (name,
+/// value... joined by line feeds).
+fn filled(
+    mut req: HttpRequest,
+    method: &str,
+    path: &str,
+    headers: &str,
+    peer: Option<&str>,
+    request_id: &str,
+    route: Option<&str>,
+) -> HttpRequest {
+    let refill = |s: &mut String, text: &str| {
         s.clear();
-        s.push_str(word(r));
+        s.push_str(text);
     };
     refill(&mut req.method, method);
     refill(&mut req.path, path);
     refill(&mut req.request_id, request_id);
-    fill_header_list(&mut req.headers, word(headers));
-    req.peer = peer.and_then(|p| word(p).parse::<IpAddr>().ok());
+    fill_header_list(&mut req.headers, headers);
+    req.peer = peer.and_then(|p| p.parse::<IpAddr>().ok());
     req.route = match (req.route.take(), route) {
         (Some(mut s), Some(r)) => {
             refill(&mut s, r);
             Some(s)
         }
-        (None, Some(r)) => Some(word(r).to_owned()),
+        (None, Some(r)) => Some(r.to_owned()),
         (_, None) => None,
     };
     // What `begin` never sets: as a new request's.
     req.host = None;
     req.trace_id = None;
     req.settle_report = false;
-    Ok(req)
+    req
+}
+
+/// `answer` after its length in UTF-16 code units (as JavaScript counts) and a `:`: the
+/// answers of a batch one after the other (a path may hold any character).
+fn push_counted(out: &mut String, answer: &str) {
+    let units = if answer.is_ascii() {
+        answer.len()
+    } else {
+        answer.encode_utf16().count()
+    };
+    push_number(out, units);
+    out.push(':');
+    out.push_str(answer);
+}
+
+/// The words of `beginMany`'s requests, one after another.
+struct Words<'a>(&'a str);
+
+impl<'a> Words<'a> {
+    fn done(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn next(&mut self) -> Result<&'a str> {
+        self.take(1)
+    }
+
+    /// The next `n` words as they are (with their line feeds between).
+    fn take(&mut self, n: usize) -> Result<&'a str> {
+        if n == 0 {
+            return Ok("");
+        }
+        let mut end = 0;
+        for i in 0..n {
+            match self.0[end..].find(SEP) {
+                Some(at) => end += at + if i + 1 == n { 0 } else { 1 },
+                None if i + 1 == n => end = self.0.len(),
+                None => {
+                    return Err(Error::new(
+                        Status::InvalidArg,
+                        "beginMany: a request cut short",
+                    ))
+                }
+            }
+        }
+        let (taken, rest) = self.0.split_at(end);
+        self.0 = rest.strip_prefix(SEP).unwrap_or(rest);
+        Ok(taken)
+    }
 }
 
 /// `n` in decimal (without the formatting machinery of `write!`: twice a request).
@@ -183,6 +273,17 @@ impl Flow {
         FlowState::begin(self, method, path, headers, peer, request_id, route, now_ms)
     }
 
+    /// `begin` of the requests that came together (one turn of the event loop), in order,
+    /// in one call: each request as its method, path, peer (`''`: none), request id, route
+    /// (`''`: none), the count of its header words and those words (name, value...), every
+    /// word after a line feed but the first. Returns their answers in the same order, each
+    /// after its length in UTF-16 code units and a `:`, as `feed_many`'s; a request whose
+    /// `begin` failed answers `E` and the error's message.
+    #[napi]
+    pub fn begin_many(&self, requests: String, now_ms: f64) -> Result<String> {
+        FlowState::begin_many(self, &requests, now_ms)
+    }
+
     /// The reply to the booking's last command (`undefined` when it sent none or `fail`
     /// decided it), each ban key's `PTTL` reply (`null`: the read failed), `nowMs`. Returns
     /// `S` and the next command's words (a hot key's lease was taken first: send it, feed
@@ -201,6 +302,16 @@ impl Flow {
         now_ms: f64,
     ) -> Result<String> {
         FlowState::feed(self, id, reply, bans, now_ms)
+    }
+
+    /// `feed` of the usual bookings' replies that came together (one read of the client's
+    /// socket): `ids[i]`'s reply is `replies[i]` (no ban reads), fed in order in one call.
+    /// Returns their answers in the same order, each after its length in UTF-16 code units
+    /// (as JavaScript counts) and a `:` (an answer's path may hold any character); a
+    /// request whose feed failed answers `E` and the error's message (it is forgotten).
+    #[napi(ts_args_type = "ids: number[], replies: unknown[], nowMs: number")]
+    pub fn feed_many(&self, ids: Vec<u32>, replies: Vec<Reply>, now_ms: f64) -> String {
+        FlowState::feed_many(self, ids, replies, now_ms)
     }
 
     /// The error the booking's command got (`outage`: no answer, a timeout): the next command
@@ -253,16 +364,8 @@ impl FlowState {
         route: Option<JsText>,
         now_ms: f64,
     ) -> Result<String> {
-        let limiter = self.pending.limiter.borrow();
-        let Some((layers, cluster)) = limiter.as_ref() else {
-            return Err(Error::new(
-                Status::GenericFailure,
-                "begin: no limiter (bind)",
-            ));
-        };
-        let spare = std::mem::take(&mut *self.pending.spare.borrow_mut());
         let req = http_request(
-            spare,
+            self.pending.spare(),
             &mut self.pending.text.borrow_mut(),
             &method,
             &path,
@@ -271,6 +374,49 @@ impl FlowState {
             &request_id,
             route.as_ref(),
         )?;
+        self.begin_request(req, now_ms)
+    }
+
+    /// [`Flow::begin_many`].
+    pub(crate) fn begin_many(&self, requests: &str, now_ms: f64) -> Result<String> {
+        let mut words = Words(requests);
+        let mut out = String::with_capacity(128 * 4);
+        while !words.done() {
+            let method = words.next()?;
+            let path = words.next()?;
+            let peer = words.next()?;
+            let request_id = words.next()?;
+            let route = words.next()?;
+            let count: usize = words.next()?.parse().map_err(|_| {
+                Error::new(Status::InvalidArg, "beginMany: a count of header words")
+            })?;
+            let headers = words.take(count)?;
+            let req = filled(
+                self.pending.spare(),
+                method,
+                path,
+                headers,
+                (!peer.is_empty()).then_some(peer),
+                request_id,
+                (!route.is_empty()).then_some(route),
+            );
+            let answer = self
+                .begin_request(req, now_ms)
+                .unwrap_or_else(|e| format!("E{}", e.reason));
+            push_counted(&mut out, &answer);
+        }
+        Ok(out)
+    }
+
+    /// `begin` of a request read.
+    fn begin_request(&self, req: HttpRequest, now_ms: f64) -> Result<String> {
+        let limiter = self.pending.limiter.borrow();
+        let Some((layers, cluster)) = limiter.as_ref() else {
+            return Err(Error::new(
+                Status::GenericFailure,
+                "begin: no limiter (bind)",
+            ));
+        };
         let mut request = Box::new(self.request_flow(req, now_ms));
         // The first step is the booking (kept here: `step` is null), its words cross joined
         // by line feeds: a ban key with one (from the key prefix) goes step by step.
@@ -315,23 +461,54 @@ impl FlowState {
         bans: Vec<Option<i64>>,
         now_ms: f64,
     ) -> Result<String> {
+        let mut out = String::with_capacity(512);
+        self.feed_into(&mut out, id, reply.0.as_ref(), bans, now_ms)?;
+        Ok(out)
+    }
+
+    /// [`Flow::feed_many`].
+    pub(crate) fn feed_many(&self, ids: Vec<u32>, replies: Vec<Reply>, now_ms: f64) -> String {
+        let mut out = String::with_capacity(256 * ids.len());
+        let mut answer = String::with_capacity(512);
+        for (id, reply) in ids.into_iter().zip(&replies) {
+            answer.clear();
+            // As `feed` reads it: `null` is no reply.
+            let reply = (reply.0 != redis::Value::Nil).then_some(&reply.0);
+            if let Err(e) = self.feed_into(&mut answer, id, reply, Vec::new(), now_ms) {
+                answer.clear();
+                answer.push('E');
+                answer.push_str(&e.reason);
+            }
+            push_counted(&mut out, &answer);
+        }
+        out
+    }
+
+    /// `feed`'s answer for request `id`, written into `out`.
+    fn feed_into(
+        &self,
+        out: &mut String,
+        id: u32,
+        reply: Option<&redis::Value>,
+        bans: Vec<Option<i64>>,
+        now_ms: f64,
+    ) -> Result<()> {
         let mut requests = self.pending.requests.borrow_mut();
         let Some(request) = requests.get_mut(&id) else {
             return Err(Error::new(Status::InvalidArg, format!("no request {id}")));
         };
-        let fed = match request.feed_booking(reply.0.as_ref(), bans, now_ms) {
+        let fed = match request.feed_booking(reply, bans, now_ms) {
             Ok(fed) => fed,
             Err(e) => {
                 requests.remove(&id);
                 return Err(e);
             }
         };
-        let mut out = String::with_capacity(512);
         match fed {
             Fed::Send(words) => {
                 out.push('S');
                 for w in &words {
-                    push_word(&mut out, w);
+                    push_word(out, w);
                 }
             }
             Fed::Step(Step::Forward(f))
@@ -348,29 +525,29 @@ impl FlowState {
                     && !f.headers.iter().any(|(_, v)| v == SAME);
                 if same_names {
                     out.push('f');
-                    push_word(&mut out, &request.traceparent);
+                    push_word(out, &request.traceparent);
                     for (i, (_, value)) in f.headers.iter().enumerate() {
-                        push_new(&mut out, value, last.get(i).map(|l| &l.1));
+                        push_new(out, value, last.get(i).map(|l| &l.1));
                     }
                 } else {
                     out.push('F');
-                    push_word(&mut out, &request.traceparent);
+                    push_word(out, &request.traceparent);
                     out.push(SEP);
-                    push_number(&mut out, 2 * f.headers.len());
+                    push_number(out, 2 * f.headers.len());
                     for (name, value) in &f.headers {
-                        push_word(&mut out, name);
-                        push_word(&mut out, value);
+                        push_word(out, name);
+                        push_word(out, value);
                     }
                 }
-                push_word(&mut out, &f.path);
+                push_word(out, &f.path);
                 *last = f.headers;
-                *self.pending.spare.borrow_mut() = request.take_request();
+                self.pending.keep(request.take_request());
             }
             Fed::Step(step) => {
                 request.step = request.value(step);
                 out.push('O');
             }
         }
-        Ok(out)
+        Ok(())
     }
 }

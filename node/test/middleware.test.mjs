@@ -5,6 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
 import { mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -356,6 +357,120 @@ test('the usual request: whole commands and headers when the answers name only w
   }
 });
 
+// Requests that come in one turn of the event loop are begun in one call, and replies that
+// come together (one read of the client's socket) are fed in one: every request still gets
+// its own command and headers, whole, whatever came before it in the batch.
+test('requests and replies that come together: each request its own headers', async () => {
+  const client = new IORedis(servers.module.port, '127.0.0.1');
+  // Holds every reply until all the calls are in, then answers them in one go, in order.
+  const held = [];
+  const N = 24;
+  const spy = {
+    call: (...words) =>
+      new Promise((resolve, reject) => {
+        held.push(client.call(...words).then((r) => () => resolve(r), (e) => () => reject(e)));
+        if (held.length === N) Promise.all(held.splice(0)).then((answers) => answers.forEach((answer) => answer()));
+      }),
+  };
+  const config = {
+    key_prefix: 'tg',
+    dimensions: [],
+    hot: [],
+    fleet: { membership: false },
+    rules: [
+      { name: 'a', paths: ['/a'], key: ['ip'], algorithm: 'sliding', limit: 1000, window_ms: 60_000 },
+      { name: 'b', paths: ['/b'], key: ['ip'], limits: ['50/minute', '900/hour'] },
+      { name: 'c', paths: ['/c'], key: ['ip'], algorithm: 'sliding', limit: 2, window_ms: 60_000 },
+    ],
+  };
+  try {
+    const { driver } = rateLimit({ client: spy, config, limiterOptions: PATIENT });
+    const batches = [];
+    const begun = [];
+    const flow = driver['flow'];
+    const feedMany = flow.feedMany.bind(flow);
+    flow.feedMany = (ids, replies, now) => (batches.push(ids.length), feedMany(ids, replies, now));
+    const beginMany = flow.beginMany.bind(flow);
+    flow.beginMany = (requests, now) => (begun.push(requests), beginMany(requests, now));
+    // Allowed on two rules, not limited, and four on a rule of two: refused in the same batches.
+    const paths = Array.from({ length: N + 1 }, (_, i) => ['/a', '/b', '/a', '/free', '/b'][i % 5]).filter((p, i) => p !== '/free' || i < 10);
+    paths.splice(5, 0, '/c', '/c');
+    paths.splice(15, 0, '/c', '/c');
+    assert.equal(paths.filter((p) => p !== '/free').length, N);
+    // Requests of none, one and two headers (a request id of their own); a line feed in a
+    // header value (an adapter of its own may hand one over) shifts no other request's words.
+    const headersOf = (i) => [[['X-Odd', 'a\nb\nc']], [['Host', 'x']], [['Host', 'x'], ['X-Request-Id', `id-${i}`]]][i % 3];
+    const verdicts = await Promise.all(paths.map((path, i) => driver.decide({ method: 'GET', path, headers: headersOf(i), peer: '10.0.0.8' })));
+    assert.equal(begun.length, 1, 'one call begins them all');
+    assert.deepEqual(batches, [N], 'one call feeds them all');
+    const remaining = { '/a': [], '/b': [], '/c': [] };
+    verdicts.forEach((v, i) => {
+      const path = paths[i];
+      if (path === '/c' && i > 6) {
+        assert.equal(v.kind, 'respond', `${path} ${i}`);
+        assert.equal(v.status, 429);
+        return assert.equal(Object.fromEntries(v.headers)['ratelimit-policy'], '"c";q=2;w=60');
+      }
+      assert.equal(v.kind, 'forward', `${path} ${i}`);
+      assert.ok(v.headers.every(([n, value]) => !n.includes('\u0001') && !value.includes('\u0001')), path);
+      const got = Object.fromEntries(v.headers);
+      if (i % 3 === 2) assert.equal(got['x-request-id'], `id-${i}`);
+      if (path === '/free') return assert.deepEqual(Object.keys(got), ['x-request-id']);
+      const policy = { '/a': '"a";q=1000;w=60', '/b': '"b-1m";q=50;w=60, "b-1h";q=900;w=3600', '/c': '"c";q=2;w=60' }[path];
+      assert.equal(got['ratelimit-policy'], policy, path);
+      assert.equal(got['x-ratelimit-limit'], { '/a': '1000', '/b': '50', '/c': '2' }[path], path);
+      remaining[path].push(Number(got['x-ratelimit-remaining']));
+    });
+    // Each request saw its own count: every value once, from the limit down.
+    for (const [path, limit] of [['/a', 1000], ['/b', 50], ['/c', 2]]) {
+      const seen = remaining[path].sort((x, y) => y - x);
+      assert.deepEqual(seen, seen.map((_, i) => limit - 1 - i), path);
+    }
+    assert.equal(driver.pendingRequests, 0);
+  } finally {
+    client.disconnect();
+  }
+});
+
+// The bookings of one batch go to Redis in one write: the client's socket is corked while
+// they are sent and uncorked after (ioredis and iovalkey), every request answered.
+test('a batch of requests through Express: one write to Redis, each request its own count', async () => {
+  const client = new IORedis(servers.module.port, '127.0.0.1');
+  await client.ping();
+  const config = {
+    key_prefix: 'ck',
+    dimensions: [],
+    hot: [],
+    fleet: { membership: false },
+    rules: [{ name: 'a', key: ['ip'], algorithm: 'sliding', limit: 1000, window_ms: 60_000 }],
+  };
+  try {
+    const handler = rateLimit({ client, config, limiterOptions: PATIENT });
+    const writes = [];
+    const write = client.stream.write.bind(client.stream);
+    const writev = client.stream._writev.bind(client.stream);
+    client.stream.write = (...args) => (writes.push(client.stream.writableCorked), write(...args));
+    client.stream._writev = (chunks, cb) => (writes.push(`writev ${chunks.length}`), writev(chunks, cb));
+    const N = 12;
+    const done = Array.from({ length: N }, () => {
+      const set = {};
+      const req = { method: 'GET', originalUrl: '/x', url: '/x', rawHeaders: ['Host', 'x'], headers: {}, socket: { remoteAddress: '10.1.2.3' } };
+      const res = { statusCode: 200, setHeader: (n, v) => void (set[n] = v), getHeaders: () => set, end: () => undefined, on: () => undefined };
+      // Express calls the middleware for each request as it is read: all in one turn here.
+      return new Promise((resolve, reject) => handler(req, res, (e) => (e ? reject(e) : resolve(set))));
+    });
+    const answers = await Promise.all(done);
+    assert.deepEqual(
+      answers.map((h) => Number(h['x-ratelimit-remaining'])).sort((a, b) => b - a),
+      Array.from({ length: N }, (_, i) => 999 - i),
+    );
+    assert.deepEqual(writes, [...Array(N).fill(1), `writev ${N}`], 'written while corked, then at once');
+    assert.equal(client.stream.writableCorked, 0);
+  } finally {
+    client.disconnect();
+  }
+});
+
 // The request's strings cross into the addon through one reused buffer, into the memory of
 // the last request forwarded: long ones and ones beyond ASCII arrive whole and in their
 // places, on the usual way and on the way step by step (an API key's tier to look up).
@@ -387,4 +502,25 @@ test('long and non-ASCII strings of a request reach the flow whole', async () =>
   assert.deepEqual(looked, [key]);
   assert.ok(sent.at(-1).includes(`ls:{k:5e2b97b0905f1457}:ep:${route}`), String(sent.at(-1)));
   assert.equal(driver.pendingRequests, 0);
+});
+
+// `Flow.begin` (one request, its strings read by the addon one by one into a reused buffer)
+// and `Flow.beginMany` (the middleware's batches, one string) read the same request alike:
+// long strings, characters beyond ASCII, a 4-byte one at the end of a header.
+test('Flow.begin and Flow.beginMany read the same request alike', () => {
+  const native = createRequire(import.meta.url)('../redis-rl.linux-x64-gnu.node');
+  const config = { key_prefix: 'bb', hot: [], fleet: { membership: false }, dimensions: ['endpoint'], endpoint: { limit: 1000 } };
+  const route = `/ü/${'é'.repeat(200)}`;
+  const headers = ['X-Pad', `${'é'.repeat(300)}\u{1F600}`, 'Host', 'h'];
+  const command = (answer) => answer.split('\n').slice(1).join('\n');
+  const one = native.Flow.fromJson(JSON.stringify(config), '<object>', []);
+  const many = native.Flow.fromJson(JSON.stringify(config), '<object>', []);
+  for (const flow of [one, many]) flow.bind(new native.Core({}), false);
+  for (const [path, r] of [['/x', route], [`/${'ß'.repeat(100)}`, null]]) {
+    const single = one.begin('GET', path, headers.join('\n'), '10.0.0.9', 'rid-1', r, 1);
+    const batched = many.beginMany(['GET', path, '10.0.0.9', 'rid-1', r ?? '', String(headers.length), ...headers].join('\n'), 1);
+    const answer = batched.slice(batched.indexOf(':') + 1);
+    assert.equal(command(single), command(answer));
+    assert.ok(single.includes(`bb:{ip:10.0.0.9}:ep:${r ?? '<unmatched>'}`), single);
+  }
 });

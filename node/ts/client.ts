@@ -11,7 +11,29 @@ export interface Sender {
   readonly cluster: boolean;
   /** Sends `words` (a command and its arguments); `key` routes it on a cluster. */
   send(words: string[], key: string): Promise<unknown>;
+  /** Holds the commands sent from now on in the client's socket until the function
+   * returned is called, then writes them at once (one system call for a batch instead
+   * of one per command); null when the client's socket is not reachable (node-redis, a
+   * cluster) or not connected: each command goes as it is sent. */
+  cork(): (() => void) | null;
 }
+
+/** A writable stream's `cork`/`uncork` (Node's net.Socket). */
+interface Corkable {
+  writable: boolean;
+  cork(): void;
+  uncork(): void;
+}
+
+/** The uncork of `stream` after corking it, or null when it cannot be. */
+function corkStream(stream: unknown): (() => void) | null {
+  const s = stream as Partial<Corkable> | null | undefined;
+  if (!s || s.writable !== true || typeof s.cork !== 'function' || typeof s.uncork !== 'function') return null;
+  s.cork();
+  return () => (s as Corkable).uncork();
+}
+
+const NO_CORK = (): null => null;
 
 type AnyFn = (...args: unknown[]) => Promise<unknown>;
 
@@ -21,18 +43,21 @@ export function senderFor(client: RedisLike): Sender {
   // ioredis and iovalkey: `call(name, ...args)`; the cluster class has `isCluster`.
   if (typeof c.call === 'function') {
     const call = (c.call as AnyFn).bind(client);
+    const cluster = c.isCluster === true;
     return {
-      cluster: c.isCluster === true,
+      cluster,
       send: (words) => call(...words),
+      // ioredis and iovalkey write each command into `stream`, their connection's socket.
+      cork: cluster ? NO_CORK : () => corkStream(c.stream),
     };
   }
   if (typeof c.sendCommand === 'function') {
     const send = (c.sendCommand as AnyFn).bind(client);
     // node-redis's cluster: `sendCommand(firstKey, isReadonly, args)`; it has `masters`.
     if ('masters' in c) {
-      return { cluster: true, send: (words, key) => send(key, false, words) };
+      return { cluster: true, send: (words, key) => send(key, false, words), cork: NO_CORK };
     }
-    return { cluster: false, send: (words) => send(words) };
+    return { cluster: false, send: (words) => send(words), cork: NO_CORK };
   }
   throw new TypeError(
     'redis-rl: the client must be an ioredis, iovalkey or node-redis client (standalone or cluster)',

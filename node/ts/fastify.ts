@@ -1,6 +1,6 @@
 // Fastify (4 and 5): the request flow as a plugin, thin over the same driver as Express.
 // Typed structurally, so the package needs no Fastify at run time.
-import { FlowDriver, type RateLimitOptions } from './flow.js';
+import { FlowDriver, type HttpRequest, type RateLimitOptions, type VerdictTarget } from './flow.js';
 import { peerOf, responseHeaders } from './express.js';
 
 interface FastifyRequest {
@@ -18,8 +18,10 @@ interface FastifyReply {
   raw: { on(event: 'finish', listener: () => void): unknown };
 }
 
+type HookDone = (error?: unknown) => void;
+
 interface FastifyInstance {
-  addHook(name: 'onRequest', hook: (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>): unknown;
+  addHook(name: 'onRequest', hook: (request: FastifyRequest, reply: FastifyReply, done: HookDone) => void): unknown;
   addHook(name: 'onClose', hook: () => Promise<void>): unknown;
 }
 
@@ -33,33 +35,18 @@ export function fastifyRateLimit(app: FastifyInstance, options: RateLimitOptions
     done(e as Error);
     return;
   }
-  app.addHook('onRequest', async (request, reply) => {
+  app.addHook('onRequest', (request, reply, next) => {
     const q = request.url.indexOf('?');
     const path = q === -1 ? request.url : request.url.slice(0, q);
-    const verdict = await driver.decide({
+    const req: HttpRequest = {
       method: request.method,
       path,
       rawHeaders: request.raw.rawHeaders,
       peer: peerOf(request.raw.socket.remoteAddress),
-      // Fastify has matched the route before this hook: the endpoint dimension's template.
       route: request.routeOptions?.url ?? null,
-    });
-    if (verdict === null) return;
-    if (verdict.kind === 'respond') {
-      reply.code(verdict.status);
-      for (const [name, value] of verdict.headers) reply.header(name, value);
-      // As bytes: a string would get `; charset=utf-8` appended to the problem+json type.
-      return reply.send(Buffer.from(verdict.body));
-    }
-    for (const [name, value] of verdict.headers) reply.header(name, value);
-    request.raw.headers['x-request-id'] = verdict.requestId;
-    request.raw.headers.traceparent = verdict.traceparent;
-    const finish = verdict.finish;
-    // Fastify's own headers (it hands them to writeHead, not to the raw response).
-    if (finish !== null) reply.raw.on('finish', () => void finish(responseHeaders(reply)));
-    return;
+    };
+    driver.run(req, { request, reply, next }, FASTIFY);
   });
-  // `app.close()`: leaves the fleet (`[fleet]`) and stops its heartbeat.
   app.addHook('onClose', () => driver.close());
   done();
 }
@@ -67,3 +54,34 @@ export function fastifyRateLimit(app: FastifyInstance, options: RateLimitOptions
 // Applies to the whole application, not an encapsulated child context (as fastify-plugin's
 // wrapper marks it).
 Object.assign(fastifyRateLimit, { [Symbol.for('skip-override')]: true });
+
+/** One request of the plugin: Fastify's own objects. */
+interface FastifyCall {
+  request: FastifyRequest;
+  reply: FastifyReply;
+  /** The hook's callback: Fastify goes on to the route (not called when the hook answers). */
+  next: HookDone;
+}
+
+/** What Fastify does with the flow's verdict (a callback hook: no promise per request). */
+const FASTIFY: VerdictTarget<FastifyCall> = {
+  forward({ request, reply, next }, names, values, requestId, traceparent, _path, finish) {
+    for (let i = 0; i < names.length; i++) reply.header(names[i], values[i]);
+    reply.header('x-request-id', requestId);
+    request.raw.headers['x-request-id'] = requestId;
+    request.raw.headers.traceparent = traceparent;
+    if (finish !== null) reply.raw.on('finish', () => void finish(responseHeaders(reply)));
+    next();
+  },
+  respond({ reply }, status, headers, body) {
+    reply.code(status);
+    for (const [name, value] of headers) reply.header(name, value);
+    reply.send(Buffer.from(body));
+  },
+  pass({ next }) {
+    next();
+  },
+  fail({ next }, error) {
+    next(error);
+  },
+};

@@ -102,6 +102,38 @@ type Outcome =
   | { kind: 'respond'; status: number; headers: [string, string][]; body: string }
   | { kind: 'forward'; names: string[]; values: string[]; path: string; requestId: string; traceparent: string; finish: Finish | null };
 
+/** `words` from `from` on with each line feed made a space (no HTTP field holds one). */
+function oneLine(words: string[], from = 0): string[] {
+  for (let i = from; i < words.length; i++) if (words[i].includes('\n')) words[i] = words[i].replaceAll('\n', ' ');
+  return words;
+}
+
+/** `target.fail`, whatever it throws in turn (nothing else is left to tell it). */
+function failQuietly<C>(target: VerdictTarget<C>, ctx: C, error: unknown): void {
+  try {
+    target.fail(ctx, error);
+  } catch {
+    // nothing else is left to tell
+  }
+}
+
+/** A request waiting to be begun with the others that came in its turn of the event loop. */
+interface Arrived {
+  req: HttpRequest;
+  ctx: unknown;
+  target: VerdictTarget<unknown>;
+}
+
+/** A usual booking's reply, waiting to be fed with the others that came with it. */
+interface Replied {
+  id: number;
+  key: string;
+  reply: unknown;
+  rid: string;
+  ctx: unknown;
+  target: VerdictTarget<unknown>;
+}
+
 /** `decide`'s target: the verdict as a promise. */
 const PROMISED: VerdictTarget<{ resolve: (v: Verdict | null) => void; reject: (e: unknown) => void }> = {
   forward(ctx, names, values, requestId, traceparent, path, finish) {
@@ -126,7 +158,8 @@ export interface HttpRequest {
   path: string;
   /** `[name, value]` pairs (or `rawHeaders`). */
   headers?: [string, string][];
-  /** Name, value, name, value... as Node's `req.rawHeaders` (used instead of `headers`: cheaper). */
+  /** Name, value, name, value... Node's `req.rawHeaders` (used instead of `headers`: cheaper;
+   * taken as Node's parser hands them over, without a line feed, like the other fields then). */
   rawHeaders?: string[];
   /** The client's address. */
   peer: string | null;
@@ -353,18 +386,67 @@ export class FlowDriver {
    */
   run<C>(req: HttpRequest, ctx: C, target: VerdictTarget<C>): void {
     if (this.exclude.has(req.path)) return target.pass(ctx);
-    let words: string[];
-    let rid: string;
+    if (this.arrived.length === 0) setImmediate(this.beginArrived);
+    this.arrived.push({ req, ctx, target: target as VerdictTarget<unknown> });
+  }
+
+  /** The requests that came in this turn of the event loop, begun together once it has
+   * read every socket (one crossing into the addon for all of them, its code warm in the
+   * CPU's caches after the first): a few microseconds later than at once, the time the
+   * others take to arrive. */
+  private arrived: Arrived[] = [];
+
+  private readonly beginArrived = (): void => {
+    const batch = this.arrived;
+    this.arrived = [];
+    const rids: string[] = [];
+    let answers: string;
     try {
       if (this.heartbeats === null) this.beat();
-      const raw = req.rawHeaders ?? (req.headers ?? []).flat();
-      rid = requestIdOf(raw);
-      // One string across the addon (a header holds no line feed). The usual request:
-      // planned and its booking started in one call, waiting in the flow under a number.
-      words = this.flow.begin(req.method, req.path, raw.join('\n'), req.peer, rid, req.route ?? null, nowMs()).split('\n');
+      // One string across the addon, words joined by line feeds: a line feed in a word
+      // would shift every word after it, the other requests' too. Node's HTTP parser lets
+      // none through (a request line or header line ends there): `rawHeaders` and the path
+      // of Express and Fastify hold none; what an adapter of its own hands over is checked.
+      const words: string[] = [];
+      for (const { req } of batch) {
+        const raw = req.rawHeaders ?? oneLine((req.headers ?? []).flat());
+        const rid = requestIdOf(raw);
+        rids.push(rid);
+        words.push(req.method, req.path, req.peer ?? '', rid, req.route ?? '');
+        if (req.rawHeaders === undefined) oneLine(words, words.length - 5);
+        words.push(String(raw.length));
+        for (let i = 0; i < raw.length; i++) words.push(raw[i]);
+      }
+      answers = this.flow.beginMany(words.join('\n'), nowMs());
     } catch (e) {
-      return target.fail(ctx, e);
+      for (const { ctx, target } of batch) failQuietly(target, ctx, e);
+      return;
     }
+    // The batch's bookings written to Redis at once (one system call, and one read for
+    // the server, instead of one per request), when the client lets its socket be corked.
+    const uncork = batch.length > 1 ? this.limiter.cork() : null;
+    let at = 0;
+    for (let i = 0; i < batch.length; i++) {
+      // Each answer after its length and a colon.
+      const colon = answers.indexOf(':', at);
+      const end = colon + 1 + Number(answers.slice(at, colon));
+      const begun = answers.slice(colon + 1, end);
+      at = end;
+      const { ctx, target } = batch[i];
+      try {
+        if (begun.charCodeAt(0) === 69 /* E */) target.fail(ctx, new Error(begun.slice(1)));
+        else this.begun(begun, rids[i], ctx, target);
+      } catch (e) {
+        failQuietly(target, ctx, e);
+      }
+    }
+    uncork?.();
+  };
+
+  /** Goes on with a request after `begin`'s answer (`begun`): the usual booking sent, its
+   * reply fed with the others that come with it; else step by step. */
+  private begun(begun: string, rid: string, ctx: unknown, target: VerdictTarget<unknown>): void {
+    const words = begun.split('\n');
     const id = Number(words[0]);
     // Step by step: a tier to look up, a refusal before any booking, or a booking the
     // limiter's checkAll makes (shadow items, keys across cluster slots).
@@ -386,39 +468,80 @@ export class FlowDriver {
     this.limiter.sendThen(
       command,
       key,
-      (reply) => this.replied(id, key, reply, rid, ctx, target),
+      (reply) => this.queueReply(id, key, reply, rid, ctx, target),
       (error) => this.deliver(this.afterFeed(id, key, null, this.failed(id, key, error), NO_BANS, rid), ctx, target),
     );
   }
 
-  /** The usual booking's reply: the headers to `target` when the flow forwards the
-   * request as it is, else on step by step. */
-  private replied<C>(id: number, key: string, reply: unknown, rid: string, ctx: C, target: VerdictTarget<C>): void {
-    let fed: string;
-    try {
-      fed = this.flow.feed(id, reply, NO_BANS, nowMs());
-      const kind = fed.charCodeAt(0);
-      if (kind === 70 /* F */ || kind === 102 /* f */) {
-        // Read at once, as `begin`'s words: the next answer names what changed from this one.
-        const words = this.readFed(fed);
-        return target.forward(ctx, this.headerNames, this.headerValues, rid, words[1], this.fedPath(words), null);
-      }
-    } catch (e) {
-      this.flow.forget(id);
-      return target.fail(ctx, e);
-    }
-    this.deliver(this.afterFeed(id, key, fed, null, NO_BANS, rid), ctx, target);
+  /** The usual bookings' replies waiting to be fed together: one read of the client's
+   * socket resolves several calls in one run of microtasks, and the first of them queues
+   * the feeding behind the others (one crossing into the addon for all of them, its code
+   * warm in the CPU's caches after the first). */
+  private replies: Replied[] = [];
+
+  private queueReply<C>(id: number, key: string, reply: unknown, rid: string, ctx: C, target: VerdictTarget<C>): void {
+    if (this.replies.length === 0) queueMicrotask(this.feedReplies);
+    this.replies.push({ id, key, reply, rid, ctx, target: target as VerdictTarget<unknown> });
   }
+
+  /** Feeds the queued replies in one call, then has each request's target do what its answer says. */
+  private readonly feedReplies = (): void => {
+    const batch = this.replies;
+    this.replies = [];
+    let answers: string;
+    try {
+      answers = this.flow.feedMany(
+        batch.map((r) => r.id),
+        batch.map((r) => r.reply),
+        nowMs(),
+      );
+    } catch (e) {
+      // A reply the addon could not read: those requests fail as the client's own error would.
+      for (const r of batch) {
+        this.flow.forget(r.id);
+        failQuietly(r.target, r.ctx, e);
+      }
+      return;
+    }
+    let at = 0;
+    for (const { id, key, rid, ctx, target } of batch) {
+      // Each answer after its length and a colon.
+      const colon = answers.indexOf(':', at);
+      const end = colon + 1 + Number(answers.slice(at, colon));
+      const fed = answers.slice(colon + 1, end);
+      at = end;
+      const kind = fed.charCodeAt(0);
+      try {
+        if (kind === 70 /* F */ || kind === 102 /* f */) {
+          // Read at once, as `begin`'s words: the next answer names what changed from this one.
+          const words = this.readFed(fed);
+          target.forward(ctx, this.headerNames, this.headerValues, rid, words[1], this.fedPath(words), null);
+        } else if (kind === 69 /* E */) {
+          target.fail(ctx, new Error(fed.slice(1)));
+        } else {
+          this.deliver(this.afterFeed(id, key, fed, null, NO_BANS, rid), ctx, target);
+        }
+      } catch (e) {
+        // The framework's own failure (headers sent already...): the others still get theirs.
+        failQuietly(target, ctx, e);
+      }
+    }
+  };
 
   /** Has `target` do what `outcome` says, once it comes. */
   private deliver<C>(outcome: Promise<Outcome | null>, ctx: C, target: VerdictTarget<C>): void {
     outcome.then(
       (o) => {
-        if (o === null) target.pass(ctx);
-        else if (o.kind === 'respond') target.respond(ctx, o.status, o.headers, o.body);
-        else target.forward(ctx, o.names, o.values, o.requestId, o.traceparent, o.path, o.finish);
+        try {
+          if (o === null) target.pass(ctx);
+          else if (o.kind === 'respond') target.respond(ctx, o.status, o.headers, o.body);
+          else target.forward(ctx, o.names, o.values, o.requestId, o.traceparent, o.path, o.finish);
+        } catch (e) {
+          // The framework's own failure (headers sent already...): not an unhandled rejection.
+          failQuietly(target, ctx, e);
+        }
       },
-      (e: unknown) => target.fail(ctx, e),
+      (e: unknown) => failQuietly(target, ctx, e),
     );
   }
 

@@ -404,23 +404,23 @@ export class Limiter {
     return undefined;
   }
 
-  /** @internal `exchange` in two halves, for the middleware's usual request (one async
-   * frame fewer per request): the first command's reply (`undefined`: no command; a
-   * failure throws), and after a failure `exchangeAfter` with its error. */
-  sendFirst(first: string[], key: string): Promise<unknown> | undefined {
-    return first.length === 0 ? undefined : this.send(first, key);
-  }
-
-  /** @internal `sendFirst` without a promise of its own (the middleware's usual request):
-   * calls `onReply` with the reply or `onError` with the error (a timeout is one), once;
-   * neither may throw. */
+  /** @internal `exchange` in two halves, for the middleware's usual request (no promise of
+   * its own): sends `first` and calls `onReply` with the reply or `onError` with the error
+   * (a timeout is one), once; neither may throw. After a failure, `exchangeAfter` with its
+   * error. */
   sendThen(first: string[], key: string, onReply: (reply: unknown) => void, onError: (error: unknown) => void): void {
     const sent = this.sender.send(first, key);
     if (this.deadlines === null) sent.then(onReply, onError);
     else this.deadlines.notify(sent, onReply, onError);
   }
 
-  /** @internal See `sendFirst`. */
+  /** @internal Holds the commands sent from now on until the function returned is
+   * called, then writes them at once (the client's `Sender.cork`); null: not held. */
+  cork(): (() => void) | null {
+    return this.sender.cork();
+  }
+
+  /** @internal See `sendThen`. */
   exchangeAfter(error: unknown, key: string, fail: (message: string, outage: boolean) => string[] | null): Promise<unknown> {
     const next = fail(messageOf(error), error instanceof TimeoutError || !isReplyError(error));
     return next === null ? Promise.resolve(undefined) : this.exchange(next, key, fail);
