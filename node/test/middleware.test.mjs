@@ -524,3 +524,29 @@ test('Flow.begin and Flow.beginMany read the same request alike', () => {
     assert.ok(single.includes(`bb:{ip:10.0.0.9}:ep:${r ?? '<unmatched>'}`), single);
   }
 });
+
+test('legacy_headers = false: RateLimit and RateLimit-Policy alone, on an answer and on a refusal', async () => {
+  const client = new IORedis(servers.module.port, '127.0.0.1');
+  const config = {
+    key_prefix: 'lh',
+    legacy_headers: false,
+    dimensions: [],
+    hot: [],
+    fleet: { membership: false },
+    rules: [{ name: 'one', key: ['ip'], algorithm: 'sliding', limit: 1, window_ms: 60_000 }],
+  };
+  try {
+    const { driver } = rateLimit({ client, config, limiterOptions: PATIENT });
+    const request = { method: 'GET', path: '/', headers: [['Host', 'x']], peer: '10.0.0.9' };
+    const allowed = await driver.decide(request);
+    const refused = await driver.decide(request);
+    assert.equal(allowed.kind, 'forward');
+    assert.deepEqual(allowed.headers.map(([n]) => n), ['ratelimit-policy', 'ratelimit', 'x-request-id']);
+    assert.equal(refused.kind, 'respond');
+    assert.equal(refused.status, 429);
+    assert.ok(refused.headers.every(([n]) => !n.startsWith('x-ratelimit')), JSON.stringify(refused.headers));
+    assert.ok(refused.headers.some(([n, v]) => n === 'ratelimit' && /^"one";r=0;t=\d+$/.test(v)), JSON.stringify(refused.headers));
+  } finally {
+    client.disconnect();
+  }
+});

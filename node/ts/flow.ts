@@ -381,8 +381,9 @@ export class FlowDriver {
    * Runs `req` through the flow and has `target` do what the framework does with it, for
    * `ctx` (the framework's own request: Express's request, response and next). `decide`
    * with a callback: the usual request (booked by the flow itself, then forwarded as it
-   * is) makes no promise, async frame or verdict object of its own, which is most of what
-   * the middleware costs besides Redis.
+   * is) makes no promise, async frame or verdict object of its own. The request is begun
+   * with the others of its turn of the event loop (`beginArrived`), and its reply fed
+   * with the others of its read (`feedReplies`).
    */
   run<C>(req: HttpRequest, ctx: C, target: VerdictTarget<C>): void {
     if (this.exclude.has(req.path)) return target.pass(ctx);

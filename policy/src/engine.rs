@@ -121,6 +121,8 @@ pub struct Plan {
     pub tier: Option<String>,
     /// The route of the endpoint dimension.
     pub route: String,
+    /// The `X-RateLimit-*` headers are sent beside the draft's (`legacy_headers`).
+    pub legacy_headers: bool,
 }
 
 /// A rate ready to plan: its windows and how they are enforced.
@@ -361,6 +363,7 @@ impl Engine {
             items: Vec::with_capacity(self.items_at_most),
             tier: tier.map(|(name, _)| name.clone()),
             route,
+            legacy_headers: self.config.legacy_headers,
         };
         for &dimension in &self.config.dimensions {
             let over = |f: fn(&TierPolicies) -> &Option<Compiled>| {

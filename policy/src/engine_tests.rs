@@ -408,6 +408,49 @@ fn headers_list_every_window_and_report_the_most_restrictive() {
 }
 
 #[test]
+fn legacy_headers_false_sends_the_drafts_two_alone() {
+    let e = engine("legacy_headers = false\ndimensions = [\"ip\"]\nip = { limit = 10 }");
+    let r = req("GET", "/", &[]);
+    let view = r.view();
+    let Admission::Limit(id) = e.admit(&view, "rid") else {
+        panic!()
+    };
+    let p = e.plan(&view, &id, None);
+    let Rendered::Headers(h) = render(&p, &[outcome(Verdict::Allowed, 9, 6_000)], None, "rid")
+    else {
+        panic!()
+    };
+    let names: Vec<&str> = h.iter().map(|(k, _)| *k).collect();
+    assert_eq!(names, ["ratelimit-policy", "ratelimit"]);
+    let denied = [outcome(
+        Verdict::Denied {
+            retry_after_ms: 1_500,
+        },
+        0,
+        1_500,
+    )];
+    let Rendered::Refuse(resp) = render(&p, &denied, Some(0), "rid") else {
+        panic!()
+    };
+    assert_eq!(resp.status, 429);
+    assert!(resp
+        .headers
+        .iter()
+        .all(|(k, _)| !k.starts_with("x-ratelimit")));
+    assert!(resp
+        .headers
+        .contains(&("ratelimit", "\"ip\";r=0;t=2".into())));
+    // The default keeps them.
+    let e = engine("dimensions = [\"ip\"]\nip = { limit = 10 }");
+    let p = e.plan(&view, &id, None);
+    let Rendered::Headers(h) = render(&p, &[outcome(Verdict::Allowed, 9, 6_000)], None, "rid")
+    else {
+        panic!()
+    };
+    assert!(h.contains(&("x-ratelimit-remaining", "9".into())));
+}
+
+#[test]
 fn explain_names_rules_windows_and_keys() {
     let e = engine(
         "[[rules]]\nname = \"login\"\npaths = [\"/login\"]\nmethods = [\"POST\"]\nkey = [\"ip\"]\nlimits = [\"5/minute\", \"100/day\"]",

@@ -188,25 +188,28 @@ pub fn render(
     });
     let policies = policy_field(plan);
     if let (Some(_), Some(r)) = (denied, &most_restrictive) {
-        return Rendered::Refuse(refusal(r, &policies, request_id));
+        return Rendered::Refuse(refusal(r, &policies, request_id, plan.legacy_headers));
     }
-    // `ratelimit-policy` and the four of quota_headers.
+    // `ratelimit-policy` and the (up to) four of quota_headers.
     let mut headers: Vec<(&'static str, String)> = Vec::with_capacity(5);
     if !policies.is_empty() {
         headers.push(("ratelimit-policy", policies));
     }
     if let Some(r) = &most_restrictive {
-        quota_headers(&mut headers, r);
+        quota_headers(&mut headers, r, plan.legacy_headers);
     }
     Rendered::Headers(headers)
 }
 
-fn quota_headers(headers: &mut Vec<(&'static str, String)>, r: &Reported<'_>) {
+/// `RateLimit` of the reported item, after the three `X-RateLimit-*` when `legacy`.
+fn quota_headers(headers: &mut Vec<(&'static str, String)>, r: &Reported<'_>, legacy: bool) {
     let t = r.reset_secs();
     let remaining = r.remaining();
-    headers.push(("x-ratelimit-limit", decimal(r.item.shown.quota)));
-    headers.push(("x-ratelimit-remaining", decimal(remaining)));
-    headers.push(("x-ratelimit-reset", decimal(t)));
+    if legacy {
+        headers.push(("x-ratelimit-limit", decimal(r.item.shown.quota)));
+        headers.push(("x-ratelimit-remaining", decimal(remaining)));
+        headers.push(("x-ratelimit-reset", decimal(t)));
+    }
     // `"name";r=<remaining>;t=<t>`, sized for the widest integers.
     let name = &r.item.name;
     let mut ratelimit = String::with_capacity(name.len() + 2 + 3 + 20 + 3 + 20);
@@ -240,7 +243,7 @@ fn what(item: &PlanItem) -> String {
 /// 429 with `Retry-After` (= `t`; absent when no wait helps), the quota headers and a
 /// problem body naming the dimension or rule and the policy; or, when the limiter failed
 /// closed, 503 with `Retry-After` and no quota fields.
-fn refusal(r: &Reported<'_>, policies: &str, request_id: &str) -> Response {
+fn refusal(r: &Reported<'_>, policies: &str, request_id: &str, legacy: bool) -> Response {
     let item = r.item;
     if r.outcome.fail_closed {
         let retry_after = match r.outcome.verdict {
@@ -299,7 +302,7 @@ fn refusal(r: &Reported<'_>, policies: &str, request_id: &str) -> Response {
             .headers
             .push(("ratelimit-policy", policies.to_string()));
     }
-    quota_headers(&mut response.headers, r);
+    quota_headers(&mut response.headers, r, legacy);
     response
 }
 

@@ -122,6 +122,11 @@ pub struct Config {
     /// 1000): past it, a request that could be held is refused.
     #[serde(default = "default_max_held")]
     pub delay_max_held: usize,
+    /// Send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` beside
+    /// the draft's `RateLimit` and `RateLimit-Policy` (default true; false: the draft's
+    /// two alone, as express-rate-limit's `legacyHeaders: false`).
+    #[serde(default = "yes")]
+    pub legacy_headers: bool,
 }
 
 /// Fleet membership as configured (`[fleet]`).
@@ -387,6 +392,7 @@ impl Default for Config {
             leases: LeaseSettings::default(),
             rules: Vec::new(),
             delay_max_held: default_max_held(),
+            legacy_headers: true,
         }
     }
 }
