@@ -156,6 +156,13 @@ impl RequestFlow {
         &self.req
     }
 
+    /// Takes the request out of a flow that is done with it (its last step handed over): a
+    /// binding fills it again for its next request, reusing its strings' memory. The flow
+    /// holds an empty request after.
+    pub fn take_request(&mut self) -> HttpRequest {
+        std::mem::take(&mut self.req)
+    }
+
     /// Each take's debt watch, in take order (a take's key is its item's).
     fn debt_watches(&self) -> Vec<Option<DebtWatch>> {
         self.plan

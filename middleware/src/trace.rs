@@ -81,13 +81,27 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
-/// Lowercase hex into one buffer (ids are built for every request: no allocation per byte).
+/// Lowercase hex into one buffer (ids are built for every request: no allocation per byte,
+/// and one copy into `out` per 16 bytes rather than a push per digit).
 fn push_hex(out: &mut String, bytes: &[u8]) {
-    for &b in bytes {
-        for nibble in [b >> 4, b & 0x0f] {
-            // from_digit gives lowercase; a nibble is always a hex digit.
-            out.push(char::from_digit(u32::from(nibble), 16).unwrap_or('0'));
+    let digit = |nibble: u8| {
+        if nibble < 10 {
+            b'0' + nibble
+        } else {
+            b'a' - 10 + nibble
         }
+    };
+    for chunk in bytes.chunks(16) {
+        let mut text = [0u8; 32];
+        for (pair, &b) in text.chunks_exact_mut(2).zip(chunk) {
+            if let [high, low] = pair {
+                *high = digit(b >> 4);
+                *low = digit(b & 0x0f);
+            }
+        }
+        // Hex digits: ASCII.
+        let text = text.get(..2 * chunk.len()).unwrap_or_default();
+        out.push_str(std::str::from_utf8(text).unwrap_or_default());
     }
 }
 
@@ -133,6 +147,15 @@ mod tests {
     use super::*;
 
     const VALID: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn hex_is_lowercase_two_digits_a_byte_over_several_chunks() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex(&bytes), expected);
+        assert_eq!(hex(&[]), "");
+        assert_eq!(hex(&[0xab]), "ab");
+    }
 
     fn of(value: &str) -> TraceContext {
         let mut h = HeaderMap::new();

@@ -17,18 +17,19 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::fmt::Write as _;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use redis_rl_client::sansio::Layers;
-use redis_rl_flow::Step;
+use redis_rl_flow::{HttpRequest, Step};
 
 use crate::core::Core;
-use crate::flow::{leaves_nothing, Fed, Flow, RequestFlow, SEP};
-use crate::reply::Reply;
+use crate::flow::{fill_header_list, leaves_nothing, Fed, Flow, FlowState, RequestFlow, SEP};
+use crate::reply::{MaybeReply, Reply};
+use crate::text::JsText;
 
 /// A word the same as the one at its place in the flow's last answer of its kind (the last
 /// booking's command, the last forwarded request's headers): JavaScript keeps those and
@@ -40,10 +41,11 @@ use crate::reply::Reply;
 pub(crate) const SAME: &str = "\u{1}";
 
 /// Requests begun and not yet fed (or taken out), by number. A number is reused only after
-/// 2^32 others: a request waits here one Redis round trip.
+/// 2^32 others: a request waits here one Redis round trip. Boxed: a request is about 1.5
+/// KiB, copied into the table and out of it again when it was held by value.
 #[derive(Default)]
 pub(crate) struct Pending {
-    requests: RefCell<HashMap<u32, RequestFlow>>,
+    requests: RefCell<HashMap<u32, Box<RequestFlow>>>,
     last: Cell<u32>,
     /// The layers of the limiter the flow books on, and whether its client is a cluster's
     /// (`Flow.bind`): given once, not with every request.
@@ -52,22 +54,118 @@ pub(crate) struct Pending {
     last_command: RefCell<Vec<String>>,
     /// The headers of the last request `feed` answered `F` or `f`, as JavaScript has them.
     last_headers: RefCell<Vec<(&'static str, String)>>,
+    /// The last request's strings as `begin` read them (kept: no allocation per request).
+    text: RefCell<Vec<u8>>,
+    /// Requests `feed` forwarded (at most [`SPARES`]): `begin` fills them again (their
+    /// strings' memory reused: about six allocations fewer per request).
+    spare: RefCell<Vec<HttpRequest>>,
 }
 
+/// Spare requests kept at most: a batch's worth (the middleware's requests in flight).
+const SPARES: usize = 64;
+
 impl Pending {
-    fn park(&self, request: RequestFlow) -> u32 {
-        let id = self.last.get().wrapping_add(1);
+    /// The number the next request parked gets.
+    fn next(&self) -> u32 {
+        self.last.get().wrapping_add(1)
+    }
+
+    fn park(&self, request: Box<RequestFlow>) -> u32 {
+        let id = self.next();
         self.last.set(id);
         self.requests.borrow_mut().insert(id, request);
         id
+    }
+
+    /// A request to fill (a spare one when there is one).
+    fn spare(&self) -> HttpRequest {
+        self.spare.borrow_mut().pop().unwrap_or_default()
+    }
+
+    /// Keeps `request`'s memory for a later one.
+    fn keep(&self, request: HttpRequest) {
+        let mut spare = self.spare.borrow_mut();
+        if spare.len() < SPARES {
+            spare.push(request);
+        }
     }
 
     fn take(&self, id: u32) -> Result<RequestFlow> {
         self.requests
             .borrow_mut()
             .remove(&id)
+            .map(|request| *request)
             .ok_or_else(|| Error::new(Status::InvalidArg, format!("no request {id}")))
     }
+}
+
+/// The request `begin` got, read into `buf` (see [`JsText`]), in `req`'s memory.
+#[allow(clippy::too_many_arguments)]
+fn http_request(
+    req: HttpRequest,
+    buf: &mut Vec<u8>,
+    method: &JsText,
+    path: &JsText,
+    headers: &JsText,
+    peer: Option<&JsText>,
+    request_id: &JsText,
+    route: Option<&JsText>,
+) -> Result<HttpRequest> {
+    buf.clear();
+    let method = method.append_to(buf)?;
+    let path = path.append_to(buf)?;
+    let headers = headers.append_to(buf)?;
+    let peer = peer.map(|p| p.append_to(buf)).transpose()?;
+    let request_id = request_id.append_to(buf)?;
+    let route = route.map(|r| r.append_to(buf)).transpose()?;
+    // V8 writes UTF-8 (a lone surrogate as U+FFFD): each part starts at a character.
+    let text =
+        std::str::from_utf8(buf).map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
+    let word = |r: std::ops::Range<usize>| text.get(r).unwrap_or_default();
+    Ok(filled(
+        req,
+        word(method),
+        word(path),
+        word(headers),
+        peer.map(word),
+        word(request_id),
+        route.map(word),
+    ))
+}
+
+/// `req` (its memory reused) filled with a request's parts: `headers` as `begin`'s (name,
+/// value... joined by line feeds).
+fn filled(
+    mut req: HttpRequest,
+    method: &str,
+    path: &str,
+    headers: &str,
+    peer: Option<&str>,
+    request_id: &str,
+    route: Option<&str>,
+) -> HttpRequest {
+    let refill = |s: &mut String, text: &str| {
+        s.clear();
+        s.push_str(text);
+    };
+    refill(&mut req.method, method);
+    refill(&mut req.path, path);
+    refill(&mut req.request_id, request_id);
+    fill_header_list(&mut req.headers, headers);
+    req.peer = peer.and_then(|p| p.parse::<IpAddr>().ok());
+    req.route = match (req.route.take(), route) {
+        (Some(mut s), Some(r)) => {
+            refill(&mut s, r);
+            Some(s)
+        }
+        (None, Some(r)) => Some(r.to_owned()),
+        (_, None) => None,
+    };
+    // What `begin` never sets: as a new request's.
+    req.host = None;
+    req.trace_id = None;
+    req.settle_report = false;
+    req
 }
 
 /// `answer` after its length in UTF-16 code units (as JavaScript counts) and a `:`: the
@@ -78,7 +176,9 @@ fn push_counted(out: &mut String, answer: &str) {
     } else {
         answer.encode_utf16().count()
     };
-    let _ = write!(out, "{units}:{answer}");
+    push_number(out, units);
+    out.push(':');
+    out.push_str(answer);
 }
 
 /// The words of `beginMany`'s requests, one after another.
@@ -117,6 +217,11 @@ impl<'a> Words<'a> {
     }
 }
 
+/// `n` in decimal (without the formatting machinery of `write!`: twice a request).
+fn push_number(out: &mut String, n: impl itoa::Integer) {
+    out.push_str(itoa::Buffer::new().format(n));
+}
+
 fn push_word(out: &mut String, word: &str) {
     out.push(SEP);
     out.push_str(word);
@@ -151,60 +256,21 @@ impl Flow {
     /// and the command's words (none: decided without Redis; `\u0001`: the word at its
     /// place in the last answer's command), joined by line feeds. Feed the reply with
     /// `feed`, an error with `fail`.
-    #[napi]
+    #[napi(
+        ts_args_type = "method: string, path: string, headers: string, peer: string | undefined | null, requestId: string, route: string | undefined | null, nowMs: number"
+    )]
     #[allow(clippy::too_many_arguments)]
     pub fn begin(
         &self,
-        method: String,
-        path: String,
-        headers: String,
-        peer: Option<String>,
-        request_id: String,
-        route: Option<String>,
+        method: JsText,
+        path: JsText,
+        headers: JsText,
+        peer: Option<JsText>,
+        request_id: JsText,
+        route: Option<JsText>,
         now_ms: f64,
     ) -> Result<String> {
-        let limiter = self.pending.limiter.borrow();
-        let Some((layers, cluster)) = limiter.as_ref() else {
-            return Err(Error::new(
-                Status::GenericFailure,
-                "begin: no limiter (bind)",
-            ));
-        };
-        let mut request =
-            self.request_flow(method, path, &headers, peer, request_id, route, now_ms);
-        // The first step is the booking (kept here: `step` is null), its words cross joined
-        // by line feeds: a ban key with one (from the key prefix) goes step by step.
-        let booking =
-            if request.step.is_null() && !request.ban_reads.iter().any(|k| k.contains(SEP)) {
-                request.start_booking(layers, *cluster)?
-            } else {
-                None
-            };
-        let mut out = String::with_capacity(256);
-        let Some(command) = booking else {
-            let _ = write!(out, "{}", self.pending.park(request));
-            return Ok(out);
-        };
-        // Only a cluster client routes by the key.
-        let key = match request.takes.first() {
-            Some(t) if *cluster => t.key.as_str(),
-            _ => "",
-        };
-        // The number is known once the request is parked (it moves): the words first.
-        let mut words = String::with_capacity(256);
-        words.push_str(key);
-        let _ = write!(words, "{SEP}{}", request.ban_reads.len());
-        for k in &request.ban_reads {
-            push_word(&mut words, k);
-        }
-        let mut last = self.pending.last_command.borrow_mut();
-        for (i, w) in command.iter().enumerate() {
-            push_new(&mut words, w, last.get(i));
-        }
-        *last = command;
-        let id = self.pending.park(request);
-        let _ = write!(out, "{id}{SEP}{words}");
-        Ok(out)
+        FlowState::begin(self, method, path, headers, peer, request_id, route, now_ms)
     }
 
     /// `begin` of the requests that came together (one turn of the event loop), in order,
@@ -215,32 +281,7 @@ impl Flow {
     /// `begin` failed answers `E` and the error's message.
     #[napi]
     pub fn begin_many(&self, requests: String, now_ms: f64) -> Result<String> {
-        let mut words = Words(&requests);
-        let mut out = String::with_capacity(128 * 4);
-        while !words.done() {
-            let method = words.next()?;
-            let path = words.next()?;
-            let peer = words.next()?;
-            let request_id = words.next()?;
-            let route = words.next()?;
-            let count: usize = words.next()?.parse().map_err(|_| {
-                Error::new(Status::InvalidArg, "beginMany: a count of header words")
-            })?;
-            let headers = words.take(count)?;
-            let answer = self
-                .begin(
-                    method.to_owned(),
-                    path.to_owned(),
-                    headers.to_owned(),
-                    (!peer.is_empty()).then(|| peer.to_owned()),
-                    request_id.to_owned(),
-                    (!route.is_empty()).then(|| route.to_owned()),
-                    now_ms,
-                )
-                .unwrap_or_else(|e| format!("E{}", e.reason));
-            push_counted(&mut out, &answer);
-        }
-        Ok(out)
+        FlowState::begin_many(self, &requests, now_ms)
     }
 
     /// The reply to the booking's last command (`undefined` when it sent none or `fail`
@@ -256,13 +297,11 @@ impl Flow {
     pub fn feed(
         &self,
         id: u32,
-        reply: Option<Reply>,
+        reply: MaybeReply,
         bans: Vec<Option<i64>>,
         now_ms: f64,
     ) -> Result<String> {
-        let mut out = String::with_capacity(512);
-        self.feed_into(&mut out, id, reply.as_ref().map(|r| &r.0), bans, now_ms)?;
-        Ok(out)
+        FlowState::feed(self, id, reply, bans, now_ms)
     }
 
     /// `feed` of the usual bookings' replies that came together (one read of the client's
@@ -272,6 +311,163 @@ impl Flow {
     /// request whose feed failed answers `E` and the error's message (it is forgotten).
     #[napi(ts_args_type = "ids: number[], replies: unknown[], nowMs: number")]
     pub fn feed_many(&self, ids: Vec<u32>, replies: Vec<Reply>, now_ms: f64) -> String {
+        FlowState::feed_many(self, ids, replies, now_ms)
+    }
+
+    /// The error the booking's command got (`outage`: no answer, a timeout): the next command
+    /// (the twin, `EVAL`), or `null`: decided (feed `undefined`); throws the error when it is
+    /// the call's own (the request is forgotten).
+    #[napi]
+    pub fn fail(&self, id: u32, message: String, outage: bool) -> Result<Option<Vec<String>>> {
+        let mut requests = self.pending.requests.borrow_mut();
+        let Some(request) = requests.get_mut(&id) else {
+            return Err(Error::new(Status::InvalidArg, format!("no request {id}")));
+        };
+        let next = request.fail_booking(&message, outage);
+        if next.is_err() {
+            requests.remove(&id);
+        }
+        next
+    }
+
+    /// Takes request `id` out of the flow as a `RequestFlow` object, to go on step by step
+    /// (after `begin` answered its number alone, or `feed` answered `O`).
+    #[napi]
+    pub fn request(&self, id: u32) -> Result<RequestFlow> {
+        self.pending.take(id)
+    }
+
+    /// Forgets request `id` (its booking failed in the application's code: nothing more
+    /// will be fed); ends its hold if it had one.
+    #[napi]
+    pub fn forget(&self, id: u32) {
+        self.pending.requests.borrow_mut().remove(&id);
+    }
+
+    /// Requests begun and not yet fed, taken out or forgotten (a leak shows here).
+    #[napi(getter)]
+    pub fn pending_requests(&self) -> u32 {
+        u32::try_from(self.pending.requests.borrow().len()).unwrap_or(u32::MAX)
+    }
+}
+
+impl FlowState {
+    /// [`Flow::begin`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn begin(
+        &self,
+        method: JsText,
+        path: JsText,
+        headers: JsText,
+        peer: Option<JsText>,
+        request_id: JsText,
+        route: Option<JsText>,
+        now_ms: f64,
+    ) -> Result<String> {
+        let req = http_request(
+            self.pending.spare(),
+            &mut self.pending.text.borrow_mut(),
+            &method,
+            &path,
+            &headers,
+            peer.as_ref(),
+            &request_id,
+            route.as_ref(),
+        )?;
+        self.begin_request(req, now_ms)
+    }
+
+    /// [`Flow::begin_many`].
+    pub(crate) fn begin_many(&self, requests: &str, now_ms: f64) -> Result<String> {
+        let mut words = Words(requests);
+        let mut out = String::with_capacity(128 * 4);
+        while !words.done() {
+            let method = words.next()?;
+            let path = words.next()?;
+            let peer = words.next()?;
+            let request_id = words.next()?;
+            let route = words.next()?;
+            let count: usize = words.next()?.parse().map_err(|_| {
+                Error::new(Status::InvalidArg, "beginMany: a count of header words")
+            })?;
+            let headers = words.take(count)?;
+            let req = filled(
+                self.pending.spare(),
+                method,
+                path,
+                headers,
+                (!peer.is_empty()).then_some(peer),
+                request_id,
+                (!route.is_empty()).then_some(route),
+            );
+            let answer = self
+                .begin_request(req, now_ms)
+                .unwrap_or_else(|e| format!("E{}", e.reason));
+            push_counted(&mut out, &answer);
+        }
+        Ok(out)
+    }
+
+    /// `begin` of a request read.
+    fn begin_request(&self, req: HttpRequest, now_ms: f64) -> Result<String> {
+        let limiter = self.pending.limiter.borrow();
+        let Some((layers, cluster)) = limiter.as_ref() else {
+            return Err(Error::new(
+                Status::GenericFailure,
+                "begin: no limiter (bind)",
+            ));
+        };
+        let mut request = Box::new(self.request_flow(req, now_ms));
+        // The first step is the booking (kept here: `step` is null), its words cross joined
+        // by line feeds: a ban key with one (from the key prefix) goes step by step.
+        let booking =
+            if request.step.is_null() && !request.ban_reads.iter().any(|k| k.contains(SEP)) {
+                request.start_booking(layers, *cluster)?
+            } else {
+                None
+            };
+        let mut out = String::with_capacity(256);
+        let Some(command) = booking else {
+            push_number(&mut out, self.pending.park(request));
+            return Ok(out);
+        };
+        // Only a cluster client routes by the key.
+        let key = match request.takes.first() {
+            Some(t) if *cluster => t.key.as_str(),
+            _ => "",
+        };
+        push_number(&mut out, self.pending.next());
+        out.push(SEP);
+        out.push_str(key);
+        out.push(SEP);
+        push_number(&mut out, request.ban_reads.len());
+        for k in &request.ban_reads {
+            push_word(&mut out, k);
+        }
+        let mut last = self.pending.last_command.borrow_mut();
+        for (i, w) in command.iter().enumerate() {
+            push_new(&mut out, w, last.get(i));
+        }
+        *last = command;
+        self.pending.park(request);
+        Ok(out)
+    }
+
+    /// [`Flow::feed`].
+    pub(crate) fn feed(
+        &self,
+        id: u32,
+        reply: MaybeReply,
+        bans: Vec<Option<i64>>,
+        now_ms: f64,
+    ) -> Result<String> {
+        let mut out = String::with_capacity(512);
+        self.feed_into(&mut out, id, reply.0.as_ref(), bans, now_ms)?;
+        Ok(out)
+    }
+
+    /// [`Flow::feed_many`].
+    pub(crate) fn feed_many(&self, ids: Vec<u32>, replies: Vec<Reply>, now_ms: f64) -> String {
         let mut out = String::with_capacity(256 * ids.len());
         let mut answer = String::with_capacity(512);
         for (id, reply) in ids.into_iter().zip(&replies) {
@@ -318,7 +514,7 @@ impl Flow {
             Fed::Step(Step::Forward(f))
                 if f.hold_ms.is_none() && f.settle.is_none() && leaves_nothing(&f.record) =>
             {
-                let Some(request) = requests.remove(&id) else {
+                let Some(mut request) = requests.remove(&id) else {
                     return Err(Error::new(Status::InvalidArg, format!("no request {id}")));
                 };
                 // Header names and values hold no line feed (HTTP); the path may (decoded):
@@ -336,7 +532,8 @@ impl Flow {
                 } else {
                     out.push('F');
                     push_word(out, &request.traceparent);
-                    let _ = write!(out, "{SEP}{}", 2 * f.headers.len());
+                    out.push(SEP);
+                    push_number(out, 2 * f.headers.len());
                     for (name, value) in &f.headers {
                         push_word(out, name);
                         push_word(out, value);
@@ -344,6 +541,7 @@ impl Flow {
                 }
                 push_word(out, &f.path);
                 *last = f.headers;
+                self.pending.keep(request.take_request());
             }
             Fed::Step(step) => {
                 request.step = request.value(step);
@@ -351,41 +549,5 @@ impl Flow {
             }
         }
         Ok(())
-    }
-
-    /// The error the booking's command got (`outage`: no answer, a timeout): the next command
-    /// (the twin, `EVAL`), or `null`: decided (feed `undefined`); throws the error when it is
-    /// the call's own (the request is forgotten).
-    #[napi]
-    pub fn fail(&self, id: u32, message: String, outage: bool) -> Result<Option<Vec<String>>> {
-        let mut requests = self.pending.requests.borrow_mut();
-        let Some(request) = requests.get_mut(&id) else {
-            return Err(Error::new(Status::InvalidArg, format!("no request {id}")));
-        };
-        let next = request.fail_booking(&message, outage);
-        if next.is_err() {
-            requests.remove(&id);
-        }
-        next
-    }
-
-    /// Takes request `id` out of the flow as a `RequestFlow` object, to go on step by step
-    /// (after `begin` answered its number alone, or `feed` answered `O`).
-    #[napi]
-    pub fn request(&self, id: u32) -> Result<RequestFlow> {
-        self.pending.take(id)
-    }
-
-    /// Forgets request `id` (its booking failed in the application's code: nothing more
-    /// will be fed); ends its hold if it had one.
-    #[napi]
-    pub fn forget(&self, id: u32) {
-        self.pending.requests.borrow_mut().remove(&id);
-    }
-
-    /// Requests begun and not yet fed, taken out or forgotten (a leak shows here).
-    #[napi(getter)]
-    pub fn pending_requests(&self) -> u32 {
-        u32::try_from(self.pending.requests.borrow().len()).unwrap_or(u32::MAX)
     }
 }

@@ -10,6 +10,7 @@
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::rc::Rc;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
@@ -48,11 +49,28 @@ pub(crate) const SEP: char = '\n';
 /// Headers as Node's `rawHeaders` joined by line feeds: name, value, name, value...
 fn flat_header_list(hs: &str) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
-    let mut words = hs.split(SEP);
-    while let (Some(name), Some(value)) = (words.next(), words.next()) {
-        out.push((name.to_ascii_lowercase(), value.as_bytes().to_vec()));
-    }
+    fill_header_list(&mut out, hs);
     out
+}
+
+/// [`flat_header_list`] into `list`, reusing its entries' memory.
+pub(crate) fn fill_header_list(list: &mut Vec<(String, Vec<u8>)>, hs: &str) {
+    let mut words = hs.split(SEP);
+    let mut n = 0;
+    while let (Some(name), Some(value)) = (words.next(), words.next()) {
+        match list.get_mut(n) {
+            Some((old_name, old_value)) => {
+                old_name.clear();
+                old_name.push_str(name);
+                old_name.make_ascii_lowercase();
+                old_value.clear();
+                old_value.extend_from_slice(value.as_bytes());
+            }
+            None => list.push((name.to_ascii_lowercase(), value.as_bytes().to_vec())),
+        }
+        n += 1;
+    }
+    list.truncate(n);
 }
 
 fn header_list(hs: Vec<Vec<String>>) -> Vec<(String, Vec<u8>)> {
@@ -169,10 +187,24 @@ fn decided_of(d: &Decision) -> Result<redis_rl_flow::Decided> {
 /// from it.
 #[napi]
 pub struct Flow {
+    /// Shared with the object's own `begin` and `feed` (see `bound.rs`).
+    state: Rc<FlowState>,
+}
+
+/// What a [`Flow`] holds.
+pub struct FlowState {
     flow: redis_rl_flow::Flow,
     engine: Engine,
     /// The requests between [`Flow::begin`] and their end, by number (see `booking.rs`).
     pub(crate) pending: crate::booking::Pending,
+}
+
+impl std::ops::Deref for Flow {
+    type Target = FlowState;
+
+    fn deref(&self) -> &FlowState {
+        &self.state
+    }
 }
 
 fn engine(
@@ -189,27 +221,44 @@ fn engine(
 impl Flow {
     /// Parses and validates TOML (rl-gateway's `--config`); `source` names the file in
     /// errors, with the line and the field.
-    #[napi(factory)]
-    pub fn from_toml(text: String, source: String, routes: Option<Vec<String>>) -> Result<Self> {
+    #[napi(ts_return_type = "Flow")]
+    pub fn from_toml(
+        env: &Env,
+        text: String,
+        source: String,
+        routes: Option<Vec<String>>,
+    ) -> Result<ClassInstance<'_, Flow>> {
         let routes = routes.unwrap_or_default();
         let engine = engine(Config::from_toml_named(&text, &source), &source, &routes)?;
-        Ok(Self::of(engine))
+        Self::of(env, engine)
     }
 
     /// Parses and validates JSON of the same schema (an object built in code).
-    #[napi(factory)]
-    pub fn from_json(text: String, source: String, routes: Option<Vec<String>>) -> Result<Self> {
+    #[napi(ts_return_type = "Flow")]
+    pub fn from_json(
+        env: &Env,
+        text: String,
+        source: String,
+        routes: Option<Vec<String>>,
+    ) -> Result<ClassInstance<'_, Flow>> {
         let routes = routes.unwrap_or_default();
         let engine = engine(Config::from_json_named(&text, &source), &source, &routes)?;
-        Ok(Self::of(engine))
+        Self::of(env, engine)
     }
 
-    fn of(engine: Engine) -> Self {
-        Self {
+    /// The object, with its own `begin` and `feed` (see `bound.rs`).
+    fn of(env: &Env, engine: Engine) -> Result<ClassInstance<'_, Flow>> {
+        let state = Rc::new(FlowState {
             flow: redis_rl_flow::Flow::new(engine.clone()),
             engine,
             pending: crate::booking::Pending::default(),
+        });
+        let instance = Self {
+            state: Rc::clone(&state),
         }
+        .into_instance(env)?;
+        crate::bound::own_methods(env, &instance.as_object(env), &state)?;
+        Ok(instance)
     }
 
     /// The key prefix (bans' index, top offenders).
@@ -278,28 +327,31 @@ impl Flow {
         route: Option<String>,
         now_ms: f64,
     ) -> RequestFlow {
-        self.request_flow(method, path, &headers, peer, request_id, route, now_ms)
+        let req = redis_rl_flow::HttpRequest {
+            method,
+            path,
+            headers: flat_header_list(&headers),
+            peer: peer.and_then(|p| p.parse::<IpAddr>().ok()),
+            route,
+            request_id,
+            ..redis_rl_flow::HttpRequest::default()
+        };
+        self.request_flow(req, now_ms)
     }
 }
 
-impl Flow {
-    /// A request started (see [`Flow::start`]), as a Rust value.
-    #[allow(clippy::too_many_arguments)]
+impl FlowState {
+    /// A request started (see [`Flow::start`]), as a Rust value: `req` without its trace id
+    /// (read here from its `traceparent`).
     pub(crate) fn request_flow(
         &self,
-        method: String,
-        path: String,
-        headers: &str,
-        peer: Option<String>,
-        request_id: String,
-        route: Option<String>,
+        mut req: redis_rl_flow::HttpRequest,
         now_ms: f64,
     ) -> RequestFlow {
-        let headers = flat_header_list(headers);
         // The request's W3C trace (its `traceparent` when valid, else a new one), as
         // rl-gateway reads it: its id goes into problem bodies.
         let mut traceparents = http::HeaderMap::new();
-        for (name, value) in &headers {
+        for (name, value) in &req.headers {
             if name == "traceparent" {
                 if let Ok(v) = http::HeaderValue::from_bytes(value) {
                     traceparents.append(http::header::HeaderName::from_static("traceparent"), v);
@@ -307,17 +359,7 @@ impl Flow {
             }
         }
         let trace = TraceContext::of(&traceparents);
-        let req = redis_rl_flow::HttpRequest {
-            method,
-            path,
-            host: None,
-            headers,
-            peer: peer.and_then(|p| p.parse::<IpAddr>().ok()),
-            route,
-            request_id,
-            trace_id: Some(trace.trace_id()),
-            settle_report: false,
-        };
+        req.trace_id = Some(trace.trace_id());
         let (flow, first) = self.flow.start(req, whole(now_ms));
         let mut request = RequestFlow {
             flow,
@@ -376,6 +418,11 @@ pub(crate) enum Fed {
 }
 
 impl RequestFlow {
+    /// The request, out of a flow done with it (see `Pending`'s `spare`).
+    pub(crate) fn take_request(&mut self) -> redis_rl_flow::HttpRequest {
+        self.flow.take_request()
+    }
+
     /// Feeds the reply to the booking's last command (`None`: decided without Redis or by
     /// `bookFail`) and the ban reads' replies.
     pub(crate) fn feed_booking(
@@ -638,16 +685,14 @@ impl RequestFlow {
     )]
     pub fn book_feed(
         &mut self,
-        reply: Option<crate::reply::Reply>,
+        reply: crate::reply::MaybeReply,
         bans: Vec<Option<i64>>,
         now_ms: f64,
     ) -> Result<Value> {
-        Ok(
-            match self.feed_booking(reply.as_ref().map(|r| &r.0), bans, now_ms)? {
-                Fed::Send(next) => json!({"kind": "send", "command": next.join("\n")}),
-                Fed::Step(s) => self.next(s),
-            },
-        )
+        Ok(match self.feed_booking(reply.0.as_ref(), bans, now_ms)? {
+            Fed::Send(next) => json!({"kind": "send", "command": next.join("\n")}),
+            Fed::Step(s) => self.next(s),
+        })
     }
 
     /// The `forward` step (a step given as the string `forward`): `[path, rest]`, `rest`

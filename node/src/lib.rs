@@ -22,6 +22,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod booking;
+mod bound;
 mod core;
 mod decision;
 mod flow;
@@ -30,6 +31,7 @@ mod policy;
 mod query;
 mod reply;
 mod slots;
+mod text;
 
 pub use crate::core::Core;
 pub use op::Op;

@@ -32,11 +32,57 @@ impl FromNapiValue for Reply {
     }
 }
 
+/// A reply or nothing (`null` and `undefined`: `None`), its type asked once.
+pub struct MaybeReply(pub(crate) Option<Value>);
+
+impl TypeName for MaybeReply {
+    fn type_name() -> &'static str {
+        "unknown"
+    }
+
+    fn value_type() -> ValueType {
+        ValueType::Unknown
+    }
+}
+
+impl ValidateNapiValue for MaybeReply {}
+
+impl FromNapiValue for MaybeReply {
+    unsafe fn from_napi_value(env: sys::napi_env, value: sys::napi_value) -> Result<Self> {
+        // SAFETY: the caller's contract: `value` is a live value of `env`.
+        let kind = unsafe { type_of(env, value) }?;
+        Ok(Self(match kind {
+            sys::ValueType::napi_null | sys::ValueType::napi_undefined => None,
+            // SAFETY: as above.
+            _ => Some(unsafe { read_of(env, value, kind) }?),
+        }))
+    }
+}
+
+/// # Safety
+/// `value` is a live value of `env`, in the callback that got it.
+unsafe fn type_of(env: sys::napi_env, value: sys::napi_value) -> Result<sys::napi_valuetype> {
+    let mut kind = 0;
+    check_status!(unsafe { sys::napi_typeof(env, value, &mut kind) })?;
+    Ok(kind)
+}
+
 /// # Safety
 /// `value` is a live value of `env`, in the callback that got it.
 unsafe fn read(env: sys::napi_env, value: sys::napi_value) -> Result<Value> {
-    let mut kind = 0;
-    check_status!(unsafe { sys::napi_typeof(env, value, &mut kind) })?;
+    // SAFETY: the caller's.
+    unsafe { read_of(env, value, type_of(env, value)?) }
+}
+
+/// [`read`] of a value of type `kind`.
+///
+/// # Safety
+/// As [`read`]'s; `kind` is `value`'s type.
+unsafe fn read_of(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    kind: sys::napi_valuetype,
+) -> Result<Value> {
     match kind {
         sys::ValueType::napi_number => {
             let mut f = 0.0;
@@ -65,7 +111,14 @@ unsafe fn read(env: sys::napi_env, value: sys::napi_value) -> Result<Value> {
             for i in 0..len {
                 let mut item = std::ptr::null_mut();
                 check_status!(unsafe { sys::napi_get_element(env, value, i, &mut item) })?;
-                items.push(unsafe { read(env, item) }?);
+                // Most items are numbers: read as one first (no call asking the type).
+                let mut f = 0.0;
+                if unsafe { sys::napi_get_value_double(env, item, &mut f) } == sys::Status::napi_ok
+                {
+                    items.push(number(f));
+                } else {
+                    items.push(unsafe { read(env, item) }?);
+                }
             }
             Ok(Value::Array(items))
         }

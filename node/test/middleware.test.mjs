@@ -5,6 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
 import { mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -467,6 +468,60 @@ test('a batch of requests through Express: one write to Redis, each request its 
     assert.equal(client.stream.writableCorked, 0);
   } finally {
     client.disconnect();
+  }
+});
+
+// The request's strings cross into the addon through one reused buffer, into the memory of
+// the last request forwarded: long ones and ones beyond ASCII arrive whole and in their
+// places, on the usual way and on the way step by step (an API key's tier to look up).
+test('long and non-ASCII strings of a request reach the flow whole', async () => {
+  const LIMIT = 1_000_000;
+  const sent = [];
+  const answer = (words) =>
+    words[0] === 'RL.ALL' ? [1, 0, Array.from({ length: Number(words[1]) }, () => [LIMIT, LIMIT - 1, 0, 60_000])] : [1, LIMIT, LIMIT - 1, 0, 60_000];
+  const client = { call: (...words) => (sent.push(words), Promise.resolve(answer(words))) };
+  const looked = [];
+  const config = { key_prefix: 'ls', hot: [], fleet: { membership: false }, dimensions: ['api_key', 'endpoint'], endpoint: { limit: LIMIT }, tiers: { free: { limit: LIMIT } } };
+  const { driver } = rateLimit({ client, config, tiers: (k) => (looked.push(k), 'free') });
+  const route = `/ü/${'é'.repeat(200)}`;
+  const pad = ['X-Pad', `${'é'.repeat(300)}\u{1F600}`];
+  const trace = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+  const usual = await driver.decide({ method: 'GET', path: '/x', headers: [pad, ['traceparent', trace]], peer: '10.0.0.9', route });
+  assert.equal(usual.kind, 'forward');
+  assert.ok(usual.traceparent.startsWith('00-4bf92f3577b34da6a3ce929d0e0e4736-'), usual.traceparent);
+  assert.ok(sent.at(-1).includes(`ls:{ip:10.0.0.9}:ep:${route}`), String(sent.at(-1)));
+  // The next request is read into the last one's memory: nothing of it stays (its trace,
+  // its route).
+  const plain = await driver.decide({ method: 'GET', path: '/x', headers: [['Host', 'h']], peer: '10.0.0.9' });
+  assert.equal(plain.kind, 'forward');
+  assert.ok(!plain.traceparent.startsWith('00-4bf92f3577b34da6a3ce929d0e0e4736-'), plain.traceparent);
+  assert.ok(sent.at(-1).includes('ls:{ip:10.0.0.9}:ep:<unmatched>'), String(sent.at(-1)));
+  const key = `k-${'x'.repeat(150)}`;
+  const tiered = await driver.decide({ method: 'GET', path: '/x', headers: [pad, ['X-Api-Key', key]], peer: '10.0.0.9', route });
+  assert.equal(tiered.kind, 'forward');
+  assert.deepEqual(looked, [key]);
+  assert.ok(sent.at(-1).includes(`ls:{k:5e2b97b0905f1457}:ep:${route}`), String(sent.at(-1)));
+  assert.equal(driver.pendingRequests, 0);
+});
+
+// `Flow.begin` (one request, its strings read by the addon one by one into a reused buffer)
+// and `Flow.beginMany` (the middleware's batches, one string) read the same request alike:
+// long strings, characters beyond ASCII, a 4-byte one at the end of a header.
+test('Flow.begin and Flow.beginMany read the same request alike', () => {
+  const native = createRequire(import.meta.url)('../redis-rl.linux-x64-gnu.node');
+  const config = { key_prefix: 'bb', hot: [], fleet: { membership: false }, dimensions: ['endpoint'], endpoint: { limit: 1000 } };
+  const route = `/ü/${'é'.repeat(200)}`;
+  const headers = ['X-Pad', `${'é'.repeat(300)}\u{1F600}`, 'Host', 'h'];
+  const command = (answer) => answer.split('\n').slice(1).join('\n');
+  const one = native.Flow.fromJson(JSON.stringify(config), '<object>', []);
+  const many = native.Flow.fromJson(JSON.stringify(config), '<object>', []);
+  for (const flow of [one, many]) flow.bind(new native.Core({}), false);
+  for (const [path, r] of [['/x', route], [`/${'ß'.repeat(100)}`, null]]) {
+    const single = one.begin('GET', path, headers.join('\n'), '10.0.0.9', 'rid-1', r, 1);
+    const batched = many.beginMany(['GET', path, '10.0.0.9', 'rid-1', r ?? '', String(headers.length), ...headers].join('\n'), 1);
+    const answer = batched.slice(batched.indexOf(':') + 1);
+    assert.equal(command(single), command(answer));
+    assert.ok(single.includes(`bb:{ip:10.0.0.9}:ep:${r ?? '<unmatched>'}`), single);
   }
 });
 
