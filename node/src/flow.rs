@@ -187,7 +187,7 @@ fn decided_of(d: &Decision) -> Result<redis_rl_flow::Decided> {
 /// from it.
 #[napi]
 pub struct Flow {
-    /// Shared with the object's own `begin` and `feed` (see `bound.rs`).
+    /// The engine, the flow and the requests in flight.
     state: Rc<FlowState>,
 }
 
@@ -246,19 +246,14 @@ impl Flow {
         Self::of(env, engine)
     }
 
-    /// The object, with its own `begin` and `feed` (see `bound.rs`).
+    /// The object of `engine`.
     fn of(env: &Env, engine: Engine) -> Result<ClassInstance<'_, Flow>> {
         let state = Rc::new(FlowState {
             flow: redis_rl_flow::Flow::new(engine.clone()),
             engine,
             pending: crate::booking::Pending::default(),
         });
-        let instance = Self {
-            state: Rc::clone(&state),
-        }
-        .into_instance(env)?;
-        crate::bound::own_methods(env, &instance.as_object(env), &state)?;
-        Ok(instance)
+        Self { state }.into_instance(env)
     }
 
     /// The key prefix (bans' index, top offenders).

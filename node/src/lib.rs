@@ -22,7 +22,6 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod booking;
-mod bound;
 mod core;
 mod decision;
 mod flow;
