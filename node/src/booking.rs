@@ -29,7 +29,6 @@ use redis_rl_flow::{HttpRequest, Step};
 use crate::core::Core;
 use crate::flow::{fill_header_list, leaves_nothing, Fed, Flow, FlowState, RequestFlow, SEP};
 use crate::reply::{MaybeReply, Reply};
-use crate::text::JsText;
 
 /// A word the same as the one at its place in the flow's last answer of its kind (the last
 /// booking's command, the last forwarded request's headers): JavaScript keeps those and
@@ -54,8 +53,6 @@ pub(crate) struct Pending {
     last_command: RefCell<Vec<String>>,
     /// The headers of the last request `feed` answered `F` or `f`, as JavaScript has them.
     last_headers: RefCell<Vec<(&'static str, String)>>,
-    /// The last request's strings as `begin` read them (kept: no allocation per request).
-    text: RefCell<Vec<u8>>,
     /// Requests `feed` forwarded (at most [`SPARES`]): `begin` fills them again (their
     /// strings' memory reused: about six allocations fewer per request).
     spare: RefCell<Vec<HttpRequest>>,
@@ -97,40 +94,6 @@ impl Pending {
             .map(|request| *request)
             .ok_or_else(|| Error::new(Status::InvalidArg, format!("no request {id}")))
     }
-}
-
-/// The request `begin` got, read into `buf` (see [`JsText`]), in `req`'s memory.
-#[allow(clippy::too_many_arguments)]
-fn http_request(
-    req: HttpRequest,
-    buf: &mut Vec<u8>,
-    method: &JsText,
-    path: &JsText,
-    headers: &JsText,
-    peer: Option<&JsText>,
-    request_id: &JsText,
-    route: Option<&JsText>,
-) -> Result<HttpRequest> {
-    buf.clear();
-    let method = method.append_to(buf)?;
-    let path = path.append_to(buf)?;
-    let headers = headers.append_to(buf)?;
-    let peer = peer.map(|p| p.append_to(buf)).transpose()?;
-    let request_id = request_id.append_to(buf)?;
-    let route = route.map(|r| r.append_to(buf)).transpose()?;
-    // V8 writes UTF-8 (a lone surrogate as U+FFFD): each part starts at a character.
-    let text =
-        std::str::from_utf8(buf).map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
-    let word = |r: std::ops::Range<usize>| text.get(r).unwrap_or_default();
-    Ok(filled(
-        req,
-        word(method),
-        word(path),
-        word(headers),
-        peer.map(word),
-        word(request_id),
-        route.map(word),
-    ))
 }
 
 /// `req` (its memory reused) filled with a request's parts: `headers` as `begin`'s (name,
@@ -262,15 +225,24 @@ impl Flow {
     #[allow(clippy::too_many_arguments)]
     pub fn begin(
         &self,
-        method: JsText,
-        path: JsText,
-        headers: JsText,
-        peer: Option<JsText>,
-        request_id: JsText,
-        route: Option<JsText>,
+        method: String,
+        path: String,
+        headers: String,
+        peer: Option<String>,
+        request_id: String,
+        route: Option<String>,
         now_ms: f64,
     ) -> Result<String> {
-        FlowState::begin(self, method, path, headers, peer, request_id, route, now_ms)
+        let req = filled(
+            self.pending.spare(),
+            &method,
+            &path,
+            &headers,
+            peer.as_deref(),
+            &request_id,
+            route.as_deref(),
+        );
+        self.begin_request(req, now_ms)
     }
 
     /// `begin` of the requests that came together (one turn of the event loop), in order,
@@ -352,31 +324,6 @@ impl Flow {
 }
 
 impl FlowState {
-    /// [`Flow::begin`].
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn begin(
-        &self,
-        method: JsText,
-        path: JsText,
-        headers: JsText,
-        peer: Option<JsText>,
-        request_id: JsText,
-        route: Option<JsText>,
-        now_ms: f64,
-    ) -> Result<String> {
-        let req = http_request(
-            self.pending.spare(),
-            &mut self.pending.text.borrow_mut(),
-            &method,
-            &path,
-            &headers,
-            peer.as_ref(),
-            &request_id,
-            route.as_ref(),
-        )?;
-        self.begin_request(req, now_ms)
-    }
-
     /// [`Flow::begin_many`].
     pub(crate) fn begin_many(&self, requests: &str, now_ms: f64) -> Result<String> {
         let mut words = Words(requests);

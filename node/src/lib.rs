@@ -30,7 +30,6 @@ mod policy;
 mod query;
 mod reply;
 mod slots;
-mod text;
 
 pub use crate::core::Core;
 pub use op::Op;

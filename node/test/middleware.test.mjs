@@ -471,8 +471,8 @@ test('a batch of requests through Express: one write to Redis, each request its 
   }
 });
 
-// The request's strings cross into the addon through one reused buffer, into the memory of
-// the last request forwarded: long ones and ones beyond ASCII arrive whole and in their
+// The request's strings cross into the addon in one text per batch, into the memory of a
+// request forwarded before: long ones and ones beyond ASCII arrive whole and in their
 // places, on the usual way and on the way step by step (an API key's tier to look up).
 test('long and non-ASCII strings of a request reach the flow whole', async () => {
   const LIMIT = 1_000_000;
@@ -504,7 +504,7 @@ test('long and non-ASCII strings of a request reach the flow whole', async () =>
   assert.equal(driver.pendingRequests, 0);
 });
 
-// `Flow.begin` (one request, its strings read by the addon one by one into a reused buffer)
+// `Flow.begin` (one request, its strings as arguments of their own)
 // and `Flow.beginMany` (the middleware's batches, one string) read the same request alike:
 // long strings, characters beyond ASCII, a 4-byte one at the end of a header.
 test('Flow.begin and Flow.beginMany read the same request alike', () => {
