@@ -28,7 +28,7 @@ use redis_rl_flow::{HttpRequest, Step};
 
 use crate::core::Core;
 use crate::flow::{fill_header_list, leaves_nothing, Fed, Flow, FlowState, RequestFlow, SEP};
-use crate::reply::{MaybeReply, Reply};
+use crate::reply::{MaybeReply, Reply, Slots};
 
 /// A word the same as the one at its place in the flow's last answer of its kind (the last
 /// booking's command, the last forwarded request's headers): JavaScript keeps those and
@@ -277,13 +277,25 @@ impl Flow {
     }
 
     /// `feed` of the usual bookings' replies that came together (one read of the client's
-    /// socket): `ids[i]`'s reply is `replies[i]` (no ban reads), fed in order in one call.
-    /// Returns their answers in the same order, each after its length in UTF-16 code units
-    /// (as JavaScript counts) and a `:` (an answer's path may hold any character); a
-    /// request whose feed failed answers `E` and the error's message (it is forgotten).
-    #[napi(ts_args_type = "ids: number[], replies: unknown[], nowMs: number")]
-    pub fn feed_many(&self, ids: Vec<u32>, replies: Vec<Reply>, now_ms: f64) -> String {
-        FlowState::feed_many(self, ids, replies, now_ms)
+    /// socket), fed in order in one call (no ban reads): `slots[..used]` holds each request's
+    /// number then its reply, written by `writeReply` (`ts/replies.ts`); `others` the values
+    /// it wrote as an index. Returns their answers in the same order, each after its length
+    /// in UTF-16 code units (as JavaScript counts) and a `:` (an answer's path may hold any
+    /// character); a request whose feed failed answers `E` and the error's message (it is
+    /// forgotten).
+    #[napi(ts_args_type = "slots: Float64Array, used: number, others: unknown[], nowMs: number")]
+    pub fn feed_many(
+        &self,
+        slots: &[f64],
+        used: u32,
+        others: Vec<Reply>,
+        now_ms: f64,
+    ) -> Result<String> {
+        let slots = slots.get(..used as usize).ok_or_else(|| {
+            Error::new(Status::InvalidArg, "feedMany: more slots used than given")
+        })?;
+        let mut others: Vec<Option<redis::Value>> = others.into_iter().map(|r| Some(r.0)).collect();
+        FlowState::feed_many(self, Slots::new(slots, &mut others), now_ms)
     }
 
     /// The error the booking's command got (`outage`: no answer, a timeout): the next command
@@ -413,22 +425,30 @@ impl FlowState {
         Ok(out)
     }
 
-    /// [`Flow::feed_many`].
-    pub(crate) fn feed_many(&self, ids: Vec<u32>, replies: Vec<Reply>, now_ms: f64) -> String {
-        let mut out = String::with_capacity(256 * ids.len());
+    /// [`Flow::feed_many`]: the replies read from `slots` one by one (a batch's replies are
+    /// read whole before the first is fed: one that cannot be read fails them all, as the
+    /// middleware's call then throws).
+    pub(crate) fn feed_many(&self, mut slots: Slots<'_>, now_ms: f64) -> Result<String> {
+        let mut replies = Vec::with_capacity(32);
+        while !slots.done() {
+            let id = slots.number()?;
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            replies.push((id as u32, slots.value()?));
+        }
+        let mut out = String::with_capacity(256 * replies.len());
         let mut answer = String::with_capacity(512);
-        for (id, reply) in ids.into_iter().zip(&replies) {
+        for (id, reply) in &replies {
             answer.clear();
             // As `feed` reads it: `null` is no reply.
-            let reply = (reply.0 != redis::Value::Nil).then_some(&reply.0);
-            if let Err(e) = self.feed_into(&mut answer, id, reply, Vec::new(), now_ms) {
+            let reply = (*reply != redis::Value::Nil).then_some(reply);
+            if let Err(e) = self.feed_into(&mut answer, *id, reply, Vec::new(), now_ms) {
                 answer.clear();
                 answer.push('E');
                 answer.push_str(&e.reason);
             }
             push_counted(&mut out, &answer);
         }
-        out
+        Ok(out)
     }
 
     /// `feed`'s answer for request `id`, written into `out`.

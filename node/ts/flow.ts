@@ -8,6 +8,7 @@ import native from './load.js';
 import type { FlowDebtWatch, FlowOutcome, Policy, RequestFlow } from './load.js';
 import { Limiter, type Decision, type FleetOptions, type LeaseOptions, type LimiterOptions } from './limiter.js';
 import type { RedisLike } from './client.js';
+import { ReplySlots } from './replies.js';
 
 /** One plan item's units, as a step names them (`item` indexes the request's policies). */
 export interface Take {
@@ -480,6 +481,9 @@ export class FlowDriver {
    * warm in the CPU's caches after the first). */
   private replies: Replied[] = [];
 
+  /** The queued replies as `Flow.feedMany` reads them (kept from batch to batch). */
+  private readonly replySlots = new ReplySlots();
+
   private queueReply<C>(id: number, key: string, reply: unknown, rid: string, ctx: C, target: VerdictTarget<C>): void {
     if (this.replies.length === 0) queueMicrotask(this.feedReplies);
     this.replies.push({ id, key, reply, rid, ctx, target: target as VerdictTarget<unknown> });
@@ -490,12 +494,11 @@ export class FlowDriver {
     const batch = this.replies;
     this.replies = [];
     let answers: string;
+    const slots = this.replySlots;
     try {
-      answers = this.flow.feedMany(
-        batch.map((r) => r.id),
-        batch.map((r) => r.reply),
-        nowMs(),
-      );
+      slots.clear();
+      for (const r of batch) slots.write(r.id, r.reply);
+      answers = this.flow.feedMany(slots.slots, slots.used, slots.others, nowMs());
     } catch (e) {
       // A reply the addon could not read: those requests fail as the client's own error would.
       for (const r of batch) {
