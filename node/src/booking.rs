@@ -213,12 +213,13 @@ impl Flow {
 
     /// Starts a request (the arguments of `start`) and, when its first step is the booking
     /// the flow runs itself, that booking on the limiter `bind` gave.
-    /// Returns the request's number alone when it goes on step by step (take it out with
-    /// `request`), else the number, the key routing the booking's command ('' unless the
-    /// client is a cluster's), the count of ban keys, the ban keys (read each `PTTL` along)
-    /// and the command's words (none: decided without Redis; `\u0001`: the word at its
-    /// place in the last answer's command), joined by line feeds. Feed the reply with
-    /// `feed`, an error with `fail`.
+    /// `requestId`: `''` to have the request's `X-Request-Id` when it is a sane one, else a
+    /// new UUID (the rule of every front end). Returns the request's number and id alone
+    /// when it goes on step by step (take it out with `request`), else the number, the id,
+    /// the key routing the booking's command ('' unless the client is a cluster's), the
+    /// count of ban keys, the ban keys (read each `PTTL` along) and the command's words
+    /// (none: decided without Redis; `\u0001`: the word at its place in the last answer's
+    /// command), joined by line feeds. Feed the reply with `feed`, an error with `fail`.
     #[napi(
         ts_args_type = "method: string, path: string, headers: string, peer: string | undefined | null, requestId: string, route: string | undefined | null, nowMs: number"
     )]
@@ -246,8 +247,8 @@ impl Flow {
     }
 
     /// `begin` of the requests that came together (one turn of the event loop), in order,
-    /// in one call: each request as its method, path, peer (`''`: none), request id, route
-    /// (`''`: none), the count of its header words and those words (name, value...), every
+    /// in one call: each request as its method, path, peer (`''`: none), request id (`''`:
+    /// chosen as `begin` does), route (`''`: none), the count of its header words and those words (name, value...), every
     /// word after a line feed but the first. Returns their answers in the same order, each
     /// after its length in UTF-16 code units and a `:`, as `feed_many`'s; a request whose
     /// `begin` failed answers `E` and the error's message.
@@ -387,7 +388,9 @@ impl FlowState {
             };
         let mut out = String::with_capacity(256);
         let Some(command) = booking else {
-            push_number(&mut out, self.pending.park(request));
+            push_number(&mut out, self.pending.next());
+            push_word(&mut out, request.request_id());
+            self.pending.park(request);
             return Ok(out);
         };
         // Only a cluster client routes by the key.
@@ -396,6 +399,7 @@ impl FlowState {
             _ => "",
         };
         push_number(&mut out, self.pending.next());
+        push_word(&mut out, request.request_id());
         out.push(SEP);
         out.push_str(key);
         out.push(SEP);

@@ -73,6 +73,27 @@ pub(crate) fn fill_header_list(list: &mut Vec<(String, Vec<u8>)>, hs: &str) {
     list.truncate(n);
 }
 
+/// `req`'s id when none was given: its `X-Request-Id` when the front ends' rule keeps it
+/// (`redis_rl_policy::request_id`), else a new UUID (written into the string it has).
+fn choose_request_id(req: &mut redis_rl_flow::HttpRequest) {
+    let given = req
+        .headers
+        .iter()
+        .find(|(name, _)| name == REQUEST_ID)
+        .and_then(|(_, value)| redis_rl_policy::request_id(Some(value)));
+    match given {
+        Some(id) => req.request_id = id,
+        None => req.request_id.push_str(
+            uuid::Uuid::new_v4()
+                .hyphenated()
+                .encode_lower(&mut uuid::Uuid::encode_buffer()),
+        ),
+    }
+}
+
+/// The request id's header (as the flow's header list has its names: lowercase).
+const REQUEST_ID: &str = "x-request-id";
+
 fn header_list(hs: Vec<Vec<String>>) -> Vec<(String, Vec<u8>)> {
     hs.into_iter()
         .filter_map(|mut pair| {
@@ -309,7 +330,8 @@ impl Flow {
 
     /// Starts a request; its first step is `RequestFlow.step`. `headers`: name, value,
     /// name, value... joined by line feeds (Node's `rawHeaders.join('\n')`: a header holds
-    /// none); `nowMs`: a monotonic clock in milliseconds.
+    /// none); `requestId`: `''` to have its `X-Request-Id` when sane, else a new UUID;
+    /// `nowMs`: a monotonic clock in milliseconds.
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn start(
@@ -355,6 +377,9 @@ impl FlowState {
         }
         let trace = TraceContext::of(&traceparents);
         req.trace_id = Some(trace.trace_id());
+        if req.request_id.is_empty() {
+            choose_request_id(&mut req);
+        }
         let (flow, first) = self.flow.start(req, whole(now_ms));
         let mut request = RequestFlow {
             flow,
@@ -413,6 +438,11 @@ pub(crate) enum Fed {
 }
 
 impl RequestFlow {
+    /// The request's id (the one given, its `X-Request-Id` or a new one).
+    pub(crate) fn request_id(&self) -> &str {
+        &self.flow.request().request_id
+    }
+
     /// The request, out of a flow done with it (see `Pending`'s `spare`).
     pub(crate) fn take_request(&mut self) -> redis_rl_flow::HttpRequest {
         self.flow.take_request()

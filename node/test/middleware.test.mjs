@@ -420,11 +420,13 @@ test('requests and replies that come together: each request its own headers', as
     assert.equal(paths.filter((p) => p !== '/free').length, N);
     // Requests of none, one and two headers (a request id of their own); a line feed in a
     // header value (an adapter of its own may hand one over) shifts no other request's words.
-    const headersOf = (i) => [[['X-Odd', 'a\nb\nc']], [['Host', 'x']], [['Host', 'x'], ['X-Request-Id', `id-${i}`]]][i % 3];
+    // A request id of a request's own is kept when sane; any other request gets a new one.
+    const headersOf = (i) => [[['X-Odd', 'a\nb\nc'], ['X-Request-Id', `not sane ${i}`]], [['Host', 'x']], [['Host', 'x'], ['X-Request-Id', `id-${i}`]]][i % 3];
     const verdicts = await Promise.all(paths.map((path, i) => driver.decide({ method: 'GET', path, headers: headersOf(i), peer: '10.0.0.8' })));
     assert.equal(begun.length, 1, 'one call begins them all');
     assert.deepEqual(batches, [N], 'one call feeds them all');
     const remaining = { '/a': [], '/b': [], '/c': [] };
+    const newIds = new Set();
     verdicts.forEach((v, i) => {
       const path = paths[i];
       if (path === '/c' && i > 6) {
@@ -436,12 +438,16 @@ test('requests and replies that come together: each request its own headers', as
       assert.ok(v.headers.every(([n, value]) => !n.includes('\u0001') && !value.includes('\u0001')), path);
       const got = Object.fromEntries(v.headers);
       if (i % 3 === 2) assert.equal(got['x-request-id'], `id-${i}`);
+      else assert.match(got['x-request-id'], /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+      assert.equal(v.requestId, got['x-request-id']);
+      newIds.add(got['x-request-id']);
       if (path === '/free') return assert.deepEqual(Object.keys(got), ['x-request-id']);
       const policy = { '/a': '"a";q=1000;w=60', '/b': '"b-1m";q=50;w=60, "b-1h";q=900;w=3600', '/c': '"c";q=2;w=60' }[path];
       assert.equal(got['ratelimit-policy'], policy, path);
       assert.equal(got['x-ratelimit-limit'], { '/a': '1000', '/b': '50', '/c': '2' }[path], path);
       remaining[path].push(Number(got['x-ratelimit-remaining']));
     });
+    assert.equal(newIds.size, verdicts.filter((v) => v.kind === 'forward').length, 'one id per request');
     // Each request saw its own count: every value once, from the limit down.
     for (const [path, limit] of [['/a', 1000], ['/b', 50], ['/c', 2]]) {
       const seen = remaining[path].sort((x, y) => y - x);

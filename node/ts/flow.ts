@@ -2,7 +2,6 @@
 // and the Python middleware run): it only runs what each step asks, with the application's
 // own Redis client. Every decision (plan, bans, costs, render, delay, settle, what to
 // record) is the flow's; every call into the addon is synchronous.
-import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import native from './load.js';
 import type { FlowDebtWatch, FlowOutcome, Policy, RequestFlow } from './load.js';
@@ -168,18 +167,6 @@ export interface HttpRequest {
   route?: string | null;
 }
 
-const REQUEST_ID = /^[A-Za-z0-9\-_.:]{1,128}$/;
-
-/** The request's id: its `X-Request-Id` when valid (`raw`: name, value, name, value...), else a new one. */
-function requestIdOf(raw: string[]): string {
-  for (let i = 0; i + 1 < raw.length; i += 2) {
-    if (raw[i].length === 12 && raw[i].toLowerCase() === 'x-request-id') {
-      const given = raw[i + 1];
-      return REQUEST_ID.test(given) ? given : randomUUID();
-    }
-  }
-  return randomUUID();
-}
 // Refusal tasks in flight at most: past it a refusal is dropped, as rl-gateway's bounded queue does.
 const MAX_IN_FLIGHT = 1000;
 
@@ -401,7 +388,6 @@ export class FlowDriver {
   private readonly beginArrived = (): void => {
     const batch = this.arrived;
     this.arrived = [];
-    const rids: string[] = [];
     let answers: string;
     try {
       if (this.heartbeats === null) this.beat();
@@ -412,9 +398,8 @@ export class FlowDriver {
       const words: string[] = [];
       for (const { req } of batch) {
         const raw = req.rawHeaders ?? oneLine((req.headers ?? []).flat());
-        const rid = requestIdOf(raw);
-        rids.push(rid);
-        words.push(req.method, req.path, req.peer ?? '', rid, req.route ?? '');
+        // The request id: chosen by the addon (its X-Request-Id when sane, else a new one).
+        words.push(req.method, req.path, req.peer ?? '', '', req.route ?? '');
         if (req.rawHeaders === undefined) oneLine(words, words.length - 5);
         words.push(String(raw.length));
         for (let i = 0; i < raw.length; i++) words.push(raw[i]);
@@ -437,7 +422,7 @@ export class FlowDriver {
       const { ctx, target } = batch[i];
       try {
         if (begun.charCodeAt(0) === 69 /* E */) target.fail(ctx, new Error(begun.slice(1)));
-        else this.begun(begun, rids[i], ctx, target);
+        else this.begun(begun, ctx, target);
       } catch (e) {
         failQuietly(target, ctx, e);
       }
@@ -447,25 +432,27 @@ export class FlowDriver {
 
   /** Goes on with a request after `begin`'s answer (`begun`): the usual booking sent, its
    * reply fed with the others that come with it; else step by step. */
-  private begun(begun: string, rid: string, ctx: unknown, target: VerdictTarget<unknown>): void {
+  private begun(begun: string, ctx: unknown, target: VerdictTarget<unknown>): void {
     const words = begun.split('\n');
     const id = Number(words[0]);
+    const rid = words[1];
     // Step by step: a tier to look up, a refusal before any booking, or a booking the
     // limiter's checkAll makes (shadow items, keys across cluster slots).
-    if (words.length === 1) return this.deliver(this.stepwise(this.flow.request(id), rid, true), ctx, target);
-    // The number, the key routing the booking, the count of ban keys, the ban keys, the command.
-    const key = words[1];
-    const banCount = Number(words[2]);
+    if (words.length === 2) return this.deliver(this.stepwise(this.flow.request(id), rid, true), ctx, target);
+    // The number, the id, the key routing the booking, the count of ban keys, the ban
+    // keys, the command.
+    const key = words[2];
+    const banCount = Number(words[3]);
     let command = NO_WORDS;
-    if (words.length > 3 + banCount) {
+    if (words.length > 4 + banCount) {
       // Read before any await: the next answer names what changed from this one.
-      command = words.slice(3 + banCount);
+      command = words.slice(4 + banCount);
       const last = this.lastCommand;
       for (let i = 0; i < command.length; i++) if (command[i] === SAME) command[i] = last[i];
       this.lastCommand = command;
     }
     if (banCount > 0 || command.length === 0) {
-      return this.deliver(this.bookBegun(id, key, command, words.slice(3, 3 + banCount), rid), ctx, target);
+      return this.deliver(this.bookBegun(id, key, command, words.slice(4, 4 + banCount), rid), ctx, target);
     }
     this.limiter.sendThen(
       command,
