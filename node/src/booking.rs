@@ -27,7 +27,7 @@ use redis_rl_client::sansio::Layers;
 use redis_rl_flow::{HttpRequest, Step};
 
 use crate::core::Core;
-use crate::flow::{fill_header_list, leaves_nothing, Fed, Flow, FlowState, RequestFlow, SEP};
+use crate::flow::{fill_header_list, leaves_nothing, Fed, Flow, RequestFlow, SEP};
 use crate::reply::{MaybeReply, Reply, Slots};
 
 /// A word the same as the one at its place in the flow's last answer of its kind (the last
@@ -248,13 +248,39 @@ impl Flow {
 
     /// `begin` of the requests that came together (one turn of the event loop), in order,
     /// in one call: each request as its method, path, peer (`''`: none), request id (`''`:
-    /// chosen as `begin` does), route (`''`: none), the count of its header words and those words (name, value...), every
-    /// word after a line feed but the first. Returns their answers in the same order, each
+    /// chosen as `begin` does), route (`''`: none), the count of its header words and those
+    /// words (name, value...), every word after a line feed but the first. Returns their answers in the same order, each
     /// after its length in UTF-16 code units and a `:`, as `feed_many`'s; a request whose
     /// `begin` failed answers `E` and the error's message.
     #[napi]
     pub fn begin_many(&self, requests: String, now_ms: f64) -> Result<String> {
-        FlowState::begin_many(self, &requests, now_ms)
+        let mut words = Words(&requests);
+        let mut out = String::with_capacity(128 * 4);
+        while !words.done() {
+            let method = words.next()?;
+            let path = words.next()?;
+            let peer = words.next()?;
+            let request_id = words.next()?;
+            let route = words.next()?;
+            let count: usize = words.next()?.parse().map_err(|_| {
+                Error::new(Status::InvalidArg, "beginMany: a count of header words")
+            })?;
+            let headers = words.take(count)?;
+            let req = filled(
+                self.pending.spare(),
+                method,
+                path,
+                headers,
+                (!peer.is_empty()).then_some(peer),
+                request_id,
+                (!route.is_empty()).then_some(route),
+            );
+            let answer = self
+                .begin_request(req, now_ms)
+                .unwrap_or_else(|e| format!("E{}", e.reason));
+            push_counted(&mut out, &answer);
+        }
+        Ok(out)
     }
 
     /// The reply to the booking's last command (`undefined` when it sent none or `fail`
@@ -274,12 +300,14 @@ impl Flow {
         bans: Vec<Option<i64>>,
         now_ms: f64,
     ) -> Result<String> {
-        FlowState::feed(self, id, reply, bans, now_ms)
+        let mut out = String::with_capacity(512);
+        self.feed_into(&mut out, id, reply.0.as_ref(), bans, now_ms)?;
+        Ok(out)
     }
 
     /// `feed` of the usual bookings' replies that came together (one read of the client's
     /// socket), fed in order in one call (no ban reads): `slots[..used]` holds each request's
-    /// number then its reply, written by `writeReply` (`ts/replies.ts`); `others` the values
+    /// number then its reply, written by `ReplySlots` (`ts/replies.ts`); `others` the values
     /// it wrote as an index. Returns their answers in the same order, each after its length
     /// in UTF-16 code units (as JavaScript counts) and a `:` (an answer's path may hold any
     /// character); a request whose feed failed answers `E` and the error's message (it is
@@ -296,7 +324,27 @@ impl Flow {
             Error::new(Status::InvalidArg, "feedMany: more slots used than given")
         })?;
         let mut others: Vec<Option<redis::Value>> = others.into_iter().map(|r| Some(r.0)).collect();
-        FlowState::feed_many(self, Slots::new(slots, &mut others), now_ms)
+        let mut slots = Slots::new(slots, &mut others);
+        let mut replies = Vec::with_capacity(32);
+        while !slots.done() {
+            let id = slots.number()?;
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            replies.push((id as u32, slots.value()?));
+        }
+        let mut out = String::with_capacity(256 * replies.len());
+        let mut answer = String::with_capacity(512);
+        for (id, reply) in &replies {
+            answer.clear();
+            // As `feed` reads it: `null` is no reply.
+            let reply = (*reply != redis::Value::Nil).then_some(reply);
+            if let Err(e) = self.feed_into(&mut answer, *id, reply, Vec::new(), now_ms) {
+                answer.clear();
+                answer.push('E');
+                answer.push_str(&e.reason);
+            }
+            push_counted(&mut out, &answer);
+        }
+        Ok(out)
     }
 
     /// The error the booking's command got (`outage`: no answer, a timeout): the next command
@@ -336,38 +384,7 @@ impl Flow {
     }
 }
 
-impl FlowState {
-    /// [`Flow::begin_many`].
-    pub(crate) fn begin_many(&self, requests: &str, now_ms: f64) -> Result<String> {
-        let mut words = Words(requests);
-        let mut out = String::with_capacity(128 * 4);
-        while !words.done() {
-            let method = words.next()?;
-            let path = words.next()?;
-            let peer = words.next()?;
-            let request_id = words.next()?;
-            let route = words.next()?;
-            let count: usize = words.next()?.parse().map_err(|_| {
-                Error::new(Status::InvalidArg, "beginMany: a count of header words")
-            })?;
-            let headers = words.take(count)?;
-            let req = filled(
-                self.pending.spare(),
-                method,
-                path,
-                headers,
-                (!peer.is_empty()).then_some(peer),
-                request_id,
-                (!route.is_empty()).then_some(route),
-            );
-            let answer = self
-                .begin_request(req, now_ms)
-                .unwrap_or_else(|e| format!("E{}", e.reason));
-            push_counted(&mut out, &answer);
-        }
-        Ok(out)
-    }
-
+impl Flow {
     /// `begin` of a request read.
     fn begin_request(&self, req: HttpRequest, now_ms: f64) -> Result<String> {
         let limiter = self.pending.limiter.borrow();
@@ -413,45 +430,6 @@ impl FlowState {
         }
         *last = command;
         self.pending.park(request);
-        Ok(out)
-    }
-
-    /// [`Flow::feed`].
-    pub(crate) fn feed(
-        &self,
-        id: u32,
-        reply: MaybeReply,
-        bans: Vec<Option<i64>>,
-        now_ms: f64,
-    ) -> Result<String> {
-        let mut out = String::with_capacity(512);
-        self.feed_into(&mut out, id, reply.0.as_ref(), bans, now_ms)?;
-        Ok(out)
-    }
-
-    /// [`Flow::feed_many`]: the replies read from `slots` one by one (a batch's replies are
-    /// read whole before the first is fed: one that cannot be read fails them all, as the
-    /// middleware's call then throws).
-    pub(crate) fn feed_many(&self, mut slots: Slots<'_>, now_ms: f64) -> Result<String> {
-        let mut replies = Vec::with_capacity(32);
-        while !slots.done() {
-            let id = slots.number()?;
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            replies.push((id as u32, slots.value()?));
-        }
-        let mut out = String::with_capacity(256 * replies.len());
-        let mut answer = String::with_capacity(512);
-        for (id, reply) in &replies {
-            answer.clear();
-            // As `feed` reads it: `null` is no reply.
-            let reply = (*reply != redis::Value::Nil).then_some(reply);
-            if let Err(e) = self.feed_into(&mut answer, *id, reply, Vec::new(), now_ms) {
-                answer.clear();
-                answer.push('E');
-                answer.push_str(&e.reason);
-            }
-            push_counted(&mut out, &answer);
-        }
         Ok(out)
     }
 

@@ -10,7 +10,6 @@
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
-use std::rc::Rc;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
@@ -208,24 +207,10 @@ fn decided_of(d: &Decision) -> Result<redis_rl_flow::Decided> {
 /// from it.
 #[napi]
 pub struct Flow {
-    /// The engine, the flow and the requests in flight.
-    state: Rc<FlowState>,
-}
-
-/// What a [`Flow`] holds.
-pub struct FlowState {
     flow: redis_rl_flow::Flow,
     engine: Engine,
     /// The requests between [`Flow::begin`] and their end, by number (see `booking.rs`).
     pub(crate) pending: crate::booking::Pending,
-}
-
-impl std::ops::Deref for Flow {
-    type Target = FlowState;
-
-    fn deref(&self) -> &FlowState {
-        &self.state
-    }
 }
 
 fn engine(
@@ -269,12 +254,12 @@ impl Flow {
 
     /// The object of `engine`.
     fn of(env: &Env, engine: Engine) -> Result<ClassInstance<'_, Flow>> {
-        let state = Rc::new(FlowState {
+        Self {
             flow: redis_rl_flow::Flow::new(engine.clone()),
             engine,
             pending: crate::booking::Pending::default(),
-        });
-        Self { state }.into_instance(env)
+        }
+        .into_instance(env)
     }
 
     /// The key prefix (bans' index, top offenders).
@@ -357,7 +342,7 @@ impl Flow {
     }
 }
 
-impl FlowState {
+impl Flow {
     /// A request started (see [`Flow::start`]), as a Rust value: `req` without its trace id
     /// (read here from its `traceparent`).
     pub(crate) fn request_flow(

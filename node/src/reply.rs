@@ -169,7 +169,7 @@ pub(crate) fn value(reply: &Json) -> Value {
 }
 
 /// How `Flow.feedMany`'s replies come across: each reply (after its request's number) as
-/// numbers in one `Float64Array` the middleware reuses, written by `writeReply` in
+/// numbers in one `Float64Array` the middleware reuses, written by `ReplySlots` in
 /// `ts/replies.ts`: one crossing for a batch instead of one per array and item (reading
 /// RL.ALL's reply of four limits item by item was about 2 us a request in an application).
 /// Each value is a tag and a number:
@@ -185,7 +185,7 @@ pub(crate) mod slot {
     pub const OTHER: f64 = 3.0;
 }
 
-/// A reader of the slots `writeReply` wrote (`others`: the values written as an index).
+/// A reader of the slots `ReplySlots` wrote (`others`: the values written as an index).
 pub(crate) struct Slots<'a> {
     slots: &'a [f64],
     others: &'a mut [Option<Value>],
