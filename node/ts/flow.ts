@@ -8,6 +8,7 @@ import type { FlowDebtWatch, FlowOutcome, Policy, RequestFlow } from './load.js'
 import { Limiter, type Decision, type FleetOptions, type LeaseOptions, type LimiterOptions } from './limiter.js';
 import type { RedisLike } from './client.js';
 import { ReplySlots } from './replies.js';
+import { AnswerReader } from './answers.js';
 
 /** One plan item's units, as a step names them (`item` indexes the request's policies). */
 export interface Take {
@@ -207,10 +208,6 @@ function items(takes: Take[], policies: Policy[]): [[string, Policy][], number[]
 const NO_BANS: (number | null)[] = [];
 const NO_WORDS: string[] = [];
 
-/** A word of `Flow.begin`'s or `Flow.feed`'s answer that is the same as the one at its place
- * in the last answer of its kind (a one-character string: JavaScript makes none). */
-const SAME = '\u0001';
-
 /** One at a time: held requests are booked in turn (look, then FORCE), so two never get the same slot. */
 class Lock {
   private tail: Promise<void> = Promise.resolve();
@@ -265,6 +262,8 @@ export class FlowDriver {
   /** The last booking command `Flow.begin` answered, and the last headers `Flow.feed`
    * answered (names, values): its answers name only what changed. */
   private lastCommand: string[] = NO_WORDS;
+  /** The reader of a batch's answers (each batch read at once, none nested in another). */
+  private readonly answers = new AnswerReader();
   private headerNames: string[] = NO_WORDS;
   private headerValues: string[] = NO_WORDS;
   /** Refusals not counted towards bans because too many were in flight. */
@@ -412,17 +411,17 @@ export class FlowDriver {
     // The batch's bookings written to Redis at once (one system call, and one read for
     // the server, instead of one per request), when the client lets its socket be corked.
     const uncork = batch.length > 1 ? this.limiter.cork() : null;
-    let at = 0;
+    const answer = this.answers.batch(answers);
     for (let i = 0; i < batch.length; i++) {
-      // Each answer after its length and a colon.
-      const colon = answers.indexOf(':', at);
-      const end = colon + 1 + Number(answers.slice(at, colon));
-      const begun = answers.slice(colon + 1, end);
-      at = end;
       const { ctx, target } = batch[i];
       try {
-        if (begun.charCodeAt(0) === 69 /* E */) target.fail(ctx, new Error(begun.slice(1)));
-        else this.begun(begun, ctx, target);
+        answer.next();
+        if (answer.peek() === 69 /* E */) {
+          answer.kind();
+          target.fail(ctx, new Error(answer.rest()));
+        } else {
+          this.begun(answer, ctx, target);
+        }
       } catch (e) {
         failQuietly(target, ctx, e);
       }
@@ -430,29 +429,30 @@ export class FlowDriver {
     uncork?.();
   };
 
-  /** Goes on with a request after `begin`'s answer (`begun`): the usual booking sent, its
-   * reply fed with the others that come with it; else step by step. */
-  private begun(begun: string, ctx: unknown, target: VerdictTarget<unknown>): void {
-    const words = begun.split('\n');
-    const id = Number(words[0]);
-    const rid = words[1];
+  /** Goes on with a request after `begin`'s answer (`answer`, read here): the usual
+   * booking sent, its reply fed with the others that come with it; else step by step. */
+  private begun(answer: AnswerReader, ctx: unknown, target: VerdictTarget<unknown>): void {
+    const id = answer.number();
+    const rid = answer.word();
     // Step by step: a tier to look up, a refusal before any booking, or a booking the
     // limiter's checkAll makes (shadow items, keys across cluster slots).
-    if (words.length === 2) return this.deliver(this.stepwise(this.flow.request(id), rid, true), ctx, target);
+    if (!answer.more()) return this.deliver(this.stepwise(this.flow.request(id), rid, true), ctx, target);
     // The number, the id, the key routing the booking, the count of ban keys, the ban
     // keys, the command.
-    const key = words[2];
-    const banCount = Number(words[3]);
+    const key = answer.word();
+    const banCount = answer.number();
+    const banKeys = banCount === 0 ? NO_WORDS : [];
+    for (let i = 0; i < banCount; i++) banKeys.push(answer.word());
     let command = NO_WORDS;
-    if (words.length > 4 + banCount) {
+    if (answer.more()) {
       // Read before any await: the next answer names what changed from this one.
-      command = words.slice(4 + banCount);
+      command = [];
       const last = this.lastCommand;
-      for (let i = 0; i < command.length; i++) if (command[i] === SAME) command[i] = last[i];
+      for (let i = 0; answer.more(); i++) command.push(answer.wordOr(last[i]));
       this.lastCommand = command;
     }
     if (banCount > 0 || command.length === 0) {
-      return this.deliver(this.bookBegun(id, key, command, words.slice(4, 4 + banCount), rid), ctx, target);
+      return this.deliver(this.bookBegun(id, key, command, banKeys, rid), ctx, target);
     }
     this.limiter.sendThen(
       command,
@@ -494,23 +494,20 @@ export class FlowDriver {
       }
       return;
     }
-    let at = 0;
+    const answer = this.answers.batch(answers);
     for (const { id, key, rid, ctx, target } of batch) {
-      // Each answer after its length and a colon.
-      const colon = answers.indexOf(':', at);
-      const end = colon + 1 + Number(answers.slice(at, colon));
-      const fed = answers.slice(colon + 1, end);
-      at = end;
-      const kind = fed.charCodeAt(0);
       try {
+        answer.next();
+        const kind = answer.peek();
         if (kind === 70 /* F */ || kind === 102 /* f */) {
           // Read at once, as `begin`'s words: the next answer names what changed from this one.
-          const words = this.readFed(fed);
-          target.forward(ctx, this.headerNames, this.headerValues, rid, words[1], this.fedPath(words), null);
+          const traceparent = this.readFed(answer);
+          target.forward(ctx, this.headerNames, this.headerValues, rid, traceparent, answer.rest(), null);
         } else if (kind === 69 /* E */) {
-          target.fail(ctx, new Error(fed.slice(1)));
+          answer.kind();
+          target.fail(ctx, new Error(answer.rest()));
         } else {
-          this.deliver(this.afterFeed(id, key, fed, null, NO_BANS, rid), ctx, target);
+          this.deliver(this.afterFeed(id, key, answer.rest(), null, NO_BANS, rid), ctx, target);
         }
       } catch (e) {
         // The framework's own failure (headers sent already...): the others still get theirs.
@@ -579,9 +576,11 @@ export class FlowDriver {
       const kind = fed.charCodeAt(0);
       if (kind === 70 /* F */ || kind === 102 /* f */) {
         // Read at once: the next answer names what changed from this one.
-        const words = this.readFed(fed);
-        const path = this.fedPath(words);
-        return { kind: 'forward', names: this.headerNames.slice(), values: this.headerValues.slice(), path, requestId: rid, traceparent: words[1], finish: null };
+        // A reader of its own: the batches' reader may be amid a batch.
+        const answer = new AnswerReader().one(fed);
+        const traceparent = this.readFed(answer);
+        const path = answer.rest();
+        return { kind: 'forward', names: this.headerNames.slice(), values: this.headerValues.slice(), path, requestId: rid, traceparent, finish: null };
       }
     } catch (e) {
       // The client's own error (not a Redis outage): nothing more is fed.
@@ -653,33 +652,25 @@ export class FlowDriver {
    * words, the headers' names and values, then the path: the rest, the only part that may
    * hold a line feed) or `f` answer (`f`, traceparent, the values of the last answer's
    * headers, `SAME` where a value did not change, then the path) into `headerNames` and
-   * `headerValues`; the answer's words. */
-  private readFed(fed: string): string[] {
-    const words = fed.split('\n');
-    if (words[0] === 'F') {
-      const end = 3 + Number(words[2]);
+   * `headerValues`; the traceparent (`answer` left at the path). */
+  private readFed(answer: AnswerReader): string {
+    const full = answer.kind() === 70; /* F */
+    const traceparent = answer.word();
+    if (full) {
+      const count = answer.number();
       const names: string[] = [];
       const values: string[] = [];
-      for (let i = 3; i < end; i += 2) {
-        names.push(words[i]);
-        values.push(words[i + 1]);
+      for (let i = 0; i < count; i += 2) {
+        names.push(answer.word());
+        values.push(answer.word());
       }
       this.headerNames = names;
       this.headerValues = values;
     } else {
       const values = this.headerValues;
-      for (let i = 0; i < values.length; i++) {
-        const v = words[2 + i];
-        if (v !== SAME) values[i] = v;
-      }
+      for (let i = 0; i < values.length; i++) values[i] = answer.wordOr(values[i]);
     }
-    return words;
-  }
-
-  /** The path of the answer `readFed` read last (its `words`). */
-  private fedPath(words: string[]): string {
-    const end = words[0] === 'F' ? 3 + 2 * this.headerNames.length : 2 + this.headerNames.length;
-    return words.length === end + 1 ? words[end] : words.slice(end).join('\n');
+    return traceparent;
   }
 
   /** The limiter call and the ban reads, concurrently (one round trip of latency); the
