@@ -4,11 +4,12 @@
 // rate-limiter-flexible's RateLimiterRedis, the raw command by hand with ioredis.call (the
 // floor of any Node package), the same raw command plus the middleware's response headers set
 // by hand (a second reference: how much of the gap is the headers) and Express alone; one
-// limit and four. Each round runs wrk
-// against every app in turn (rounds interleaved, so the machine's drift reaches every app
-// alike) and reads requests/s and p99 from wrk, the Redis command time per request from INFO
-// commandstats deltas, and the app's CPU time per request from its process.cpuUsage().
-// Prints the medians of the rounds as a markdown table.
+// limit and four. Each round runs wrk against every app in turn (rounds interleaved, so the
+// machine's drift reaches every app alike; each round starts one app further on) and reads
+// requests/s and p99 from wrk, the Redis command time per request from INFO commandstats
+// deltas, and the app's CPU time per request from its process.cpuUsage(). Prints the medians
+// of the rounds as a markdown table, with each app's requests/s against the raw app's of the
+// same round (the median of those ratios).
 //
 // VARIANTS=...,redis-rl-other OTHER_DIST=<dist/esm/index.js of another build> [OTHER_LABEL=...]
 // adds that build's middleware, to compare two builds in the same rounds.
@@ -109,19 +110,27 @@ try {
   for (const app of apps) await measure(app, 1); // warm up (JIT, connections)
   const results = new Map(apps.map((a) => [a, []]));
   for (let r = 0; r < ROUNDS; r++) {
-    for (const app of apps) results.get(app).push(await measure(app, SECONDS));
+    // Each round starts one app further on: no app always runs first, or right after the same one.
+    for (let i = 0; i < apps.length; i++) {
+      const app = apps[(r + i) % apps.length];
+      results.get(app).push(await measure(app, SECONDS));
+    }
     process.stderr.write(`round ${r + 1}/${ROUNDS} done\n`);
   }
   const median = (xs) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   console.log(`${flavour} ${version}, module loaded; wrk -t1 -c${CONNECTIONS}, ${ROUNDS} rounds of ${SECONDS} s per app, interleaved; medians.\n`);
   for (const limits of LIMITS) {
     console.log(`${limits === '1' ? 'One limit' : 'Four limits'}:\n`);
-    console.log('| app | requests/s | p99 (ms) | Redis command time per request (us) | Node CPU per request (us) |');
-    console.log('|---|---:|---:|---:|---:|');
+    // Against the raw app of the same round (the goal's floor), the median of the rounds'
+    // ratios: a drift of the machine across a run reaches both sides of each ratio alike.
+    const raw = apps.find((a) => a.limits === limits && a.variant === 'raw');
+    console.log('| app | requests/s | vs raw, same round (median) | p99 (ms) | Redis command time per request (us) | Node CPU per request (us) |');
+    console.log('|---|---:|---:|---:|---:|---:|');
     for (const app of apps.filter((a) => a.limits === limits)) {
       const rs = results.get(app);
       const m = (f) => median(rs.map(f));
-      console.log(`| ${LABELS[app.variant] ?? app.variant} | ${Math.round(m((x) => x.rps))} | ${m((x) => x.p99Ms).toFixed(2)} | ${m((x) => x.redisUs).toFixed(1)} | ${m((x) => x.cpuUs).toFixed(1)} |`);
+      const vsRaw = raw === undefined ? '' : `${(100 * (median(rs.map((x, r) => x.rps / results.get(raw)[r].rps)) - 1)).toFixed(1)}%`;
+      console.log(`| ${LABELS[app.variant] ?? app.variant} | ${Math.round(m((x) => x.rps))} | ${vsRaw} | ${m((x) => x.p99Ms).toFixed(2)} | ${m((x) => x.redisUs).toFixed(1)} | ${m((x) => x.cpuUs).toFixed(1)} |`);
     }
     console.log('');
   }
