@@ -61,24 +61,28 @@ export function rateLimit(options: RateLimitOptions): RateLimitHandler {
   const driver = new FlowDriver(options);
   const handler = (req: ExpressRequest, res: ExpressResponse, next: Next): void => {
     const q = req.originalUrl.indexOf('?');
-    const path = q === -1 ? req.originalUrl : req.originalUrl.slice(0, q);
-    const request: HttpRequest = {
+    // The request as the flow reads it and Express's own objects, in one.
+    const call: ExpressCall = {
       method: req.method,
-      path,
+      path: q === -1 ? req.originalUrl : req.originalUrl.slice(0, q),
       rawHeaders: req.rawHeaders,
       peer: peerOf(req.socket.remoteAddress),
+      req,
+      res,
+      next,
+      q,
     };
-    driver.run(request, { req, res, next, path, q }, EXPRESS);
+    driver.run(call, call, EXPRESS);
   };
   return Object.assign(handler, { driver, close: () => driver.close() });
 }
 
-/** One request of the middleware: Express's own objects, and the path the flow was given. */
-interface ExpressCall {
+/** One request of the middleware: the request as the flow reads it (with the path it was
+ * given), and Express's own objects. */
+interface ExpressCall extends HttpRequest {
   req: ExpressRequest;
   res: ExpressResponse;
   next: Next;
-  path: string;
   /** Where the query starts in `req.originalUrl` (-1: none). */
   q: number;
 }

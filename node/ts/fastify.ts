@@ -37,15 +37,18 @@ export function fastifyRateLimit(app: FastifyInstance, options: RateLimitOptions
   }
   app.addHook('onRequest', (request, reply, next) => {
     const q = request.url.indexOf('?');
-    const path = q === -1 ? request.url : request.url.slice(0, q);
-    const req: HttpRequest = {
+    // The request as the flow reads it and Fastify's own objects, in one.
+    const call: FastifyCall = {
       method: request.method,
-      path,
+      path: q === -1 ? request.url : request.url.slice(0, q),
       rawHeaders: request.raw.rawHeaders,
       peer: peerOf(request.raw.socket.remoteAddress),
       route: request.routeOptions?.url ?? null,
+      request,
+      reply,
+      next,
     };
-    driver.run(req, { request, reply, next }, FASTIFY);
+    driver.run(call, call, FASTIFY);
   });
   app.addHook('onClose', () => driver.close());
   done();
@@ -55,8 +58,8 @@ export function fastifyRateLimit(app: FastifyInstance, options: RateLimitOptions
 // wrapper marks it).
 Object.assign(fastifyRateLimit, { [Symbol.for('skip-override')]: true });
 
-/** One request of the plugin: Fastify's own objects. */
-interface FastifyCall {
+/** One request of the plugin: the request as the flow reads it, and Fastify's own objects. */
+interface FastifyCall extends HttpRequest {
   request: FastifyRequest;
   reply: FastifyReply;
   /** The hook's callback: Fastify goes on to the route (not called when the hook answers). */

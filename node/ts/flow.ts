@@ -118,21 +118,22 @@ function failQuietly<C>(target: VerdictTarget<C>, ctx: C, error: unknown): void 
   }
 }
 
-/** A request waiting to be begun with the others that came in its turn of the event loop. */
-interface Arrived {
-  req: HttpRequest;
-  ctx: unknown;
-  target: VerdictTarget<unknown>;
-}
+/** A request on its way through `run`: begun with the others that came in its turn of the
+ * event loop, then (the usual booking) its reply fed with the others that came with it. One
+ * object from the request's arrival to its verdict. */
+class InFlight {
+  /** Its number in the flow, its id, the key routing its booking (`begin`'s answer). */
+  id = 0;
+  rid = '';
+  key = '';
+  /** The usual booking's reply, waiting to be fed. */
+  reply: unknown = undefined;
 
-/** A usual booking's reply, waiting to be fed with the others that came with it. */
-interface Replied {
-  id: number;
-  key: string;
-  reply: unknown;
-  rid: string;
-  ctx: unknown;
-  target: VerdictTarget<unknown>;
+  constructor(
+    readonly req: HttpRequest,
+    readonly ctx: unknown,
+    readonly target: VerdictTarget<unknown>,
+  ) {}
 }
 
 /** `decide`'s target: the verdict as a promise. */
@@ -375,14 +376,14 @@ export class FlowDriver {
   run<C>(req: HttpRequest, ctx: C, target: VerdictTarget<C>): void {
     if (this.exclude.has(req.path)) return target.pass(ctx);
     if (this.arrived.length === 0) setImmediate(this.beginArrived);
-    this.arrived.push({ req, ctx, target: target as VerdictTarget<unknown> });
+    this.arrived.push(new InFlight(req, ctx, target as VerdictTarget<unknown>));
   }
 
   /** The requests that came in this turn of the event loop, begun together once it has
    * read every socket (one crossing into the addon for all of them, its code warm in the
    * CPU's caches after the first): a few microseconds later than at once, the time the
    * others take to arrive. */
-  private arrived: Arrived[] = [];
+  private arrived: InFlight[] = [];
 
   private readonly beginArrived = (): void => {
     const batch = this.arrived;
@@ -412,18 +413,17 @@ export class FlowDriver {
     // the server, instead of one per request), when the client lets its socket be corked.
     const uncork = batch.length > 1 ? this.limiter.cork() : null;
     const answer = this.answers.batch(answers);
-    for (let i = 0; i < batch.length; i++) {
-      const { ctx, target } = batch[i];
+    for (const r of batch) {
       try {
         answer.next();
         if (answer.peek() === 69 /* E */) {
           answer.kind();
-          target.fail(ctx, new Error(answer.rest()));
+          r.target.fail(r.ctx, new Error(answer.rest()));
         } else {
-          this.begun(answer, ctx, target);
+          this.begun(answer, r);
         }
       } catch (e) {
-        failQuietly(target, ctx, e);
+        failQuietly(r.target, r.ctx, e);
       }
     }
     uncork?.();
@@ -431,15 +431,16 @@ export class FlowDriver {
 
   /** Goes on with a request after `begin`'s answer (`answer`, read here): the usual
    * booking sent, its reply fed with the others that come with it; else step by step. */
-  private begun(answer: AnswerReader, ctx: unknown, target: VerdictTarget<unknown>): void {
-    const id = answer.number();
-    const rid = answer.word();
+  private begun(answer: AnswerReader, r: InFlight): void {
+    const { ctx, target } = r;
+    const id = (r.id = answer.number());
+    const rid = (r.rid = answer.word());
     // Step by step: a tier to look up, a refusal before any booking, or a booking the
     // limiter's checkAll makes (shadow items, keys across cluster slots).
     if (!answer.more()) return this.deliver(this.stepwise(this.flow.request(id), rid, true), ctx, target);
     // The number, the id, the key routing the booking, the count of ban keys, the ban
     // keys, the command.
-    const key = answer.word();
+    const key = (r.key = answer.word());
     const banCount = answer.number();
     const banKeys = banCount === 0 ? NO_WORDS : [];
     for (let i = 0; i < banCount; i++) banKeys.push(answer.word());
@@ -457,7 +458,7 @@ export class FlowDriver {
     this.limiter.sendThen(
       command,
       key,
-      (reply) => this.queueReply(id, key, reply, rid, ctx, target),
+      (reply) => this.queueReply(r, reply),
       (error) => this.deliver(this.afterFeed(id, key, null, this.failed(id, key, error), NO_BANS, rid), ctx, target),
     );
   }
@@ -466,14 +467,15 @@ export class FlowDriver {
    * socket resolves several calls in one run of microtasks, and the first of them queues
    * the feeding behind the others (one crossing into the addon for all of them, its code
    * warm in the CPU's caches after the first). */
-  private replies: Replied[] = [];
+  private replies: InFlight[] = [];
 
   /** The queued replies as `Flow.feedMany` reads them (kept from batch to batch). */
   private readonly replySlots = new ReplySlots();
 
-  private queueReply<C>(id: number, key: string, reply: unknown, rid: string, ctx: C, target: VerdictTarget<C>): void {
+  private queueReply(r: InFlight, reply: unknown): void {
     if (this.replies.length === 0) queueMicrotask(this.feedReplies);
-    this.replies.push({ id, key, reply, rid, ctx, target: target as VerdictTarget<unknown> });
+    r.reply = reply;
+    this.replies.push(r);
   }
 
   /** Feeds the queued replies in one call, then has each request's target do what its answer says. */
