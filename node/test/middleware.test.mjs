@@ -459,6 +459,22 @@ test('requests and replies that come together: each request its own headers', as
   }
 });
 
+// Answers are counted in UTF-16 code units, as JavaScript reads them: paths beyond ASCII
+// (two units for an emoji) in one batch leave every other answer where it is.
+test('a batch of paths beyond ASCII: each request its own path and headers', async () => {
+  const client = { call: async (...w) => (w[0] === 'RL.ALL' ? [1, 0, [[10, 9, 0, 60_000]]] : [1, 10, 9, 0, 60_000]) };
+  const config = { key_prefix: 'u8', dimensions: [], hot: [], fleet: { membership: false }, rules: [{ name: 'a', key: ['ip'], algorithm: 'sliding', limit: 10, window_ms: 60_000 }] };
+  const { driver } = rateLimit({ client, config });
+  const paths = ['/é', '/😀/x', '/plain', '/日本', '/a/../😀'];
+  const verdicts = await Promise.all(paths.map((path, i) => driver.decide({ method: 'GET', path, headers: [['X-Note', 'ü😀']], peer: `10.0.0.${i}` })));
+  assert.deepEqual(verdicts.map((v) => v.path), ['/é', '/😀/x', '/plain', '/日本', '/😀']);
+  for (const v of verdicts) {
+    assert.equal(v.kind, 'forward');
+    assert.equal(Object.fromEntries(v.headers)['ratelimit-policy'], '"a";q=10;w=60');
+    assert.equal(v.requestId.length, 36);
+  }
+});
+
 // The bookings of one batch go to Redis in one write: the client's socket is corked while
 // they are sent and uncorked after (ioredis and iovalkey), every request answered.
 test('a batch of requests through Express: one write to Redis, each request its own count', async () => {
