@@ -227,39 +227,27 @@ fn engine(
 impl Flow {
     /// Parses and validates TOML (rl-gateway's `--config`); `source` names the file in
     /// errors, with the line and the field.
-    #[napi(ts_return_type = "Flow")]
-    pub fn from_toml(
-        env: &Env,
-        text: String,
-        source: String,
-        routes: Option<Vec<String>>,
-    ) -> Result<ClassInstance<'_, Flow>> {
+    #[napi(factory)]
+    pub fn from_toml(text: String, source: String, routes: Option<Vec<String>>) -> Result<Self> {
         let routes = routes.unwrap_or_default();
         let engine = engine(Config::from_toml_named(&text, &source), &source, &routes)?;
-        Self::of(env, engine)
+        Ok(Self::of(engine))
     }
 
     /// Parses and validates JSON of the same schema (an object built in code).
-    #[napi(ts_return_type = "Flow")]
-    pub fn from_json(
-        env: &Env,
-        text: String,
-        source: String,
-        routes: Option<Vec<String>>,
-    ) -> Result<ClassInstance<'_, Flow>> {
+    #[napi(factory)]
+    pub fn from_json(text: String, source: String, routes: Option<Vec<String>>) -> Result<Self> {
         let routes = routes.unwrap_or_default();
         let engine = engine(Config::from_json_named(&text, &source), &source, &routes)?;
-        Self::of(env, engine)
+        Ok(Self::of(engine))
     }
 
-    /// The object of `engine`.
-    fn of(env: &Env, engine: Engine) -> Result<ClassInstance<'_, Flow>> {
+    fn of(engine: Engine) -> Self {
         Self {
             flow: redis_rl_flow::Flow::new(engine.clone()),
             engine,
             pending: crate::booking::Pending::default(),
         }
-        .into_instance(env)
     }
 
     /// The key prefix (bans' index, top offenders).

@@ -4,9 +4,9 @@
 // and a string per word, about a tenth of the middleware's own cost per request) and no
 // string at all for a number or for a word the same as the last answer's (`SAME`).
 
-/** A word the same as the one at its place in the last answer of its kind (src/booking.rs). */
-export const SAME = '\u0001';
-
+/** A word the same as the one at its place in the last answer of its kind (`SAME` in
+ * src/booking.rs: U+0001), as a character code. */
+const SAME = 1;
 const LINE_FEED = 10;
 const COLON = 58;
 const ZERO = 48;
@@ -91,7 +91,7 @@ export class AnswerReader {
 
   /** The next word, `last` when it is `SAME`. */
   wordOr(last: string): string {
-    if (this.text.charCodeAt(this.at) === 1 && this.stop() === this.at + 1) {
+    if (this.text.charCodeAt(this.at) === SAME && this.stop() === this.at + 1) {
       this.at += 2;
       return last;
     }

@@ -263,10 +263,10 @@ export class FlowDriver {
   /** The last booking command `Flow.begin` answered, and the last headers `Flow.feed`
    * answered (names, values): its answers name only what changed. */
   private lastCommand: string[] = NO_WORDS;
-  /** The reader of a batch's answers (each batch read at once, none nested in another). */
-  private readonly answers = new AnswerReader();
   private headerNames: string[] = NO_WORDS;
   private headerValues: string[] = NO_WORDS;
+  /** The reader of a batch's answers (each batch read at once, none nested in another). */
+  private readonly answers = new AnswerReader();
   /** Refusals not counted towards bans because too many were in flight. */
   dropped = 0;
 
